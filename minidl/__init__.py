@@ -1,0 +1,39 @@
+"""minidl: an eager deep-learning framework with a PyTorch-like API, written from scratch.
+
+Layers, each importing only those below: ``layout`` (index math) -> ``kernels``
+(primitive contract; ``cpu``/``cuda`` implement it) -> ``autograd`` -> ``ops``
+(each op once, forward and backward) -> ``Tensor`` -> nn, optim, data, dist.
+"""
+from . import autograd, kernels, layout
+from .autograd import enable_grad, inference_mode, is_grad_enabled, no_grad, set_grad_enabled
+from ._device import device
+from ._dtype import (bool_ as bool, float16, float32, float64, get_default_dtype, int16, int32, int64,
+                    promote_types, set_default_dtype, uint8)
+from ._dtype import dtype
+from .layout import Size
+from .ops import *  # noqa: F401,F403  (the functional API)
+from .ops import TENSOR_METHODS
+from .random import Generator, default_generator, get_rng_state, initial_seed, manual_seed, seed, set_rng_state
+from ._tensor import Tensor
+from .threads import get_num_threads, set_num_threads
+
+half, float, double = float16, float32, float64
+short, int, long = int16, int32, int64
+
+__version__ = "0.1.0"
+
+
+def is_tensor(obj) -> bool:
+    return isinstance(obj, Tensor)
+
+
+def result_type(a, b):
+    from ._dtype import result_type as _result_type
+    return _result_type(a, b)
+
+
+def can_cast(from_, to) -> bool:
+    return from_.category <= to.category
+
+
+del TENSOR_METHODS

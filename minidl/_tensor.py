@@ -1,0 +1,389 @@
+"""The user-facing Tensor: structure from ``_tensor_base``, behaviour delegated to ``minidl.ops``."""
+from __future__ import annotations
+
+import numpy as np
+
+from . import _tensor_base
+from . import _dtype as dt
+from . import ops
+from ._tensor_base import TensorBase, as_device
+from .ops import elementwise as ew
+from .ops import inplace
+from .ops.core import as_operand, buf, grad_enabled, kernel
+
+
+def _inplace_binary(op_cls, name):
+    """``x.op_(other)``: straight into x's memory when no graph is recorded, else rebased."""
+    def method(self, other, *, alpha=None):
+        other = as_operand(other, self) if alpha is None else as_operand(other, self) * alpha
+        if not grad_enabled() or not (self._requires_grad or other._requires_grad):
+            inplace.check_writable(self, name)
+            result = dt.result_type(self, other)
+            if result.category > self.dtype.category:
+                raise RuntimeError(f"{name}: result type {result.name} can't be cast to the desired output "
+                                   f"type {self.dtype.name}")
+            compute = dt.compute_dtype(self.dtype if not op_cls.true_division else result)
+            compute = dt.int64 if compute is dt.bool_ else compute
+            ew.binary_raw("binary", op_cls.op, self, other, compute, self.dtype, out=self)
+            self._bump_version()
+            return self
+        return inplace.assign(self, lambda t: op_cls.apply(t, other), name)
+    method.__name__ = name
+    return method
+
+
+def _inplace_unary(fn, name):
+    def method(self, *args, **kwargs):
+        return inplace.assign(self, lambda t: fn(t, *args, **kwargs), name)
+    method.__name__ = name
+    return method
+
+
+class Tensor(TensorBase):
+    """A strided view of a device buffer, with autograd."""
+
+    __slots__ = ()
+    __array_priority__ = 1000
+
+    def __init__(self, *args, **kwargs):
+        raise TypeError("create tensors with minidl.tensor(), minidl.zeros() ... rather than Tensor()")
+
+    # -- conversion -----------------------------------------------------------------------------
+    def numpy(self, force=False) -> np.ndarray:
+        """A numpy array over the same memory (CPU tensors without grad, as in PyTorch)."""
+        if self._requires_grad and not force:
+            raise RuntimeError("Can't call numpy() on Tensor that requires grad. Use tensor.detach().numpy() "
+                               "instead.")
+        if self.device.type != "cpu":
+            if not force:
+                raise TypeError(f"can't convert {self.device} device type tensor to numpy. Use Tensor.cpu() "
+                                f"to copy the tensor to host memory first.")
+            return self.cpu().numpy()
+        from .cpu.elementwise import _numpy_view
+        return _numpy_view(self._storage.buf, self._layout)
+
+    def __array__(self, dtype=None, copy=None):
+        array = self.detach().numpy(force=True)
+        return array if dtype is None else array.astype(dtype)
+
+    def item(self):
+        if self.numel() != 1:
+            raise RuntimeError(f"a Tensor with {self.numel()} elements cannot be converted to Scalar")
+        return self.detach().numpy(force=True).reshape(-1)[0].item()
+
+    def tolist(self):
+        return self.detach().numpy(force=True).tolist()
+
+    def __float__(self):
+        return float(self.item())
+
+    def __int__(self):
+        return int(self.item())
+
+    def __bool__(self):
+        if self.numel() != 1:
+            raise RuntimeError(f"Boolean value of Tensor with {self.numel()} elements is ambiguous")
+        return bool(self.item())
+
+    def __index__(self):
+        if self.dtype.category != 1 or self.numel() != 1:
+            raise TypeError("only integer tensors of a single element can be converted to an index")
+        return int(self.item())
+
+    def __len__(self):
+        if self.ndim == 0:
+            raise TypeError("len() of a 0-d tensor")
+        return self.shape[0]
+
+    def __iter__(self):
+        if self.ndim == 0:
+            raise TypeError("iteration over a 0-d tensor")
+        return iter(self.unbind(0))
+
+    def __hash__(self):
+        return id(self)
+
+    def __format__(self, spec):
+        if self.ndim == 0:
+            return format(self.item(), spec)
+        return format(repr(self), spec)
+
+    def __repr__(self):
+        from .printing import tensor_repr
+        return tensor_repr(self)
+
+    __str__ = __repr__
+
+    def to(self, *args, **kwargs):
+        """to(dtype) / to(device) / to(device, dtype) / to(other_tensor)."""
+        dtype = kwargs.get("dtype")
+        device = kwargs.get("device")
+        for a in args:
+            if isinstance(a, dt.dtype) or a in (float, int, bool):
+                dtype = a
+            elif isinstance(a, TensorBase):
+                dtype, device = a.dtype, a.device
+            elif a is not None:
+                device = a
+        out = self
+        if device is not None and as_device(device) != self.device:
+            out = ops.to_device(out, as_device(device))
+        if dtype is not None and dt.to_dtype(dtype) is not out.dtype:
+            out = ops.to_dtype(out, dt.to_dtype(dtype))
+        return out
+
+    def type(self, dtype=None):
+        return self.dtype if dtype is None else self.to(dtype)
+
+    def cpu(self):
+        return self.to("cpu")
+
+    def cuda(self, device=None):
+        return self.to("cuda" if device is None else f"cuda:{device}" if isinstance(device, int) else device)
+
+    def float(self):
+        return self.to(dt.float32)
+
+    def double(self):
+        return self.to(dt.float64)
+
+    def half(self):
+        return self.to(dt.float16)
+
+    def long(self):
+        return self.to(dt.int64)
+
+    def int(self):
+        return self.to(dt.int32)
+
+    def bool(self):
+        return self.to(dt.bool_)
+
+    # -- autograd -------------------------------------------------------------------------------
+    def detach(self):
+        return _tensor_base.make(self._storage, self._layout, self.dtype, base=self._base if self._base is not None else self)
+
+    def detach_(self):
+        self.grad_fn = None
+        self._requires_grad = False
+        return self
+
+    @property
+    def data(self):
+        return self.detach()
+
+    @data.setter
+    def data(self, other):
+        self._storage, self._layout, self.dtype = other._storage, other._layout, other.dtype
+
+    @property
+    def mT(self):
+        return self.transpose(-2, -1)
+
+    @property
+    def T(self):
+        return self.permute(tuple(range(self.ndim - 1, -1, -1)))
+
+    def new_zeros(self, *size, dtype=None, device=None, requires_grad=False):
+        return ops.zeros(*size, dtype=dtype or self.dtype, device=device or self.device, requires_grad=requires_grad)
+
+    def new_ones(self, *size, dtype=None, device=None, requires_grad=False):
+        return ops.ones(*size, dtype=dtype or self.dtype, device=device or self.device, requires_grad=requires_grad)
+
+    def new_full(self, size, fill_value, dtype=None, device=None, requires_grad=False):
+        return ops.full(size, fill_value, dtype=dtype or self.dtype, device=device or self.device,
+                        requires_grad=requires_grad)
+
+    def new_empty(self, *size, dtype=None, device=None, requires_grad=False):
+        return ops.empty(*size, dtype=dtype or self.dtype, device=device or self.device, requires_grad=requires_grad)
+
+    def new_tensor(self, data, dtype=None, device=None, requires_grad=False):
+        return ops.tensor(data, dtype=dtype or self.dtype, device=device or self.device, requires_grad=requires_grad)
+
+    # -- operators ------------------------------------------------------------------------------
+    def __add__(self, other):
+        return ew.Add.apply(self, as_operand(other, self))
+
+    def __radd__(self, other):
+        return ew.Add.apply(as_operand(other, self), self)
+
+    def __sub__(self, other):
+        return ew.Sub.apply(self, as_operand(other, self))
+
+    def __rsub__(self, other):
+        return ew.Sub.apply(as_operand(other, self), self)
+
+    def __mul__(self, other):
+        return ew.Mul.apply(self, as_operand(other, self))
+
+    def __rmul__(self, other):
+        return ew.Mul.apply(as_operand(other, self), self)
+
+    def __truediv__(self, other):
+        return ew.Div.apply(self, as_operand(other, self))
+
+    def __rtruediv__(self, other):
+        return ew.Div.apply(as_operand(other, self), self)
+
+    def __floordiv__(self, other):
+        return ew.FloorDivide.apply(self, as_operand(other, self))
+
+    def __rfloordiv__(self, other):
+        return ew.FloorDivide.apply(as_operand(other, self), self)
+
+    def __mod__(self, other):
+        return ew.Remainder.apply(self, as_operand(other, self))
+
+    def __rmod__(self, other):
+        return ew.Remainder.apply(as_operand(other, self), self)
+
+    def __pow__(self, other):
+        return ew.Pow.apply(self, as_operand(other, self))
+
+    def __rpow__(self, other):
+        return ew.Pow.apply(as_operand(other, self), self)
+
+    def __matmul__(self, other):
+        return ops.matmul(self, other)
+
+    def __rmatmul__(self, other):
+        return ops.matmul(other, self)
+
+    def __neg__(self):
+        return ew.neg(self)
+
+    def __pos__(self):
+        return self
+
+    def __abs__(self):
+        return ew.abs(self)
+
+    def __invert__(self):
+        if self.dtype is not dt.bool_:
+            raise TypeError(f"~ (bitwise_not) is only supported on bool tensors here, got {self.dtype}")
+        return ew.logical_not(self)
+
+    def __and__(self, other):
+        return self._logical("logical_and", other)
+
+    def __or__(self, other):
+        return self._logical("logical_or", other)
+
+    def __xor__(self, other):
+        return self._logical("logical_xor", other)
+
+    __rand__, __ror__, __rxor__ = __and__, __or__, __xor__
+
+    def _logical(self, op, other):
+        other = as_operand(other, self)
+        if self.dtype is not dt.bool_ or other.dtype is not dt.bool_:
+            raise TypeError(f"{op}: bitwise operators are only supported on bool tensors here, got "
+                            f"{self.dtype} and {other.dtype}")
+        return getattr(ew, op)(self, other)
+
+    def __eq__(self, other):
+        return ew.eq(self, other)
+
+    def __ne__(self, other):
+        return ew.ne(self, other)
+
+    def __lt__(self, other):
+        return ew.lt(self, other)
+
+    def __le__(self, other):
+        return ew.le(self, other)
+
+    def __gt__(self, other):
+        return ew.gt(self, other)
+
+    def __ge__(self, other):
+        return ew.ge(self, other)
+
+    def __getitem__(self, index):
+        return ops.getitem(self, index)
+
+    def __setitem__(self, index, value):
+        ops.setitem(self, index, value)
+
+    # -- in-place -------------------------------------------------------------------------------
+    add_ = _inplace_binary(ew.Add, "add_")
+    sub_ = _inplace_binary(ew.Sub, "sub_")
+    mul_ = _inplace_binary(ew.Mul, "mul_")
+    div_ = _inplace_binary(ew.Div, "div_")
+    pow_ = _inplace_binary(ew.Pow, "pow_")
+    __iadd__ = add_
+    __isub__ = sub_
+    __imul__ = mul_
+    __itruediv__ = div_
+
+    def copy_(self, src, non_blocking=False):
+        if not isinstance(src, TensorBase):
+            src = ops.tensor(src, dtype=self.dtype, device=self.device)
+        if src.device != self.device:
+            src = src.to(self.device)
+        if not grad_enabled() or not (self._requires_grad or src._requires_grad):
+            inplace.check_writable(self, "copy_")
+            from .layout import expand
+            kernel("copy", self)(buf(src), expand(src._layout, self.shape, "copy_"), buf(self), self._layout)
+            self._bump_version()
+            return self
+        return inplace.assign(self, lambda t: ops.to_dtype(src, t.dtype).expand(t.shape), "copy_")
+
+    def fill_(self, value):
+        value = value.item() if isinstance(value, TensorBase) else value
+        return self.copy_(ops.core.scalar_tensor(value, self.dtype, self.device))
+
+    def zero_(self):
+        return self.fill_(0)
+
+    clamp_ = _inplace_unary(ew.clamp, "clamp_")
+    clip_ = clamp_
+    neg_ = _inplace_unary(ew.neg, "neg_")
+    exp_ = _inplace_unary(ew.exp, "exp_")
+    log_ = _inplace_unary(ew.log, "log_")
+    sqrt_ = _inplace_unary(ew.sqrt, "sqrt_")
+    abs_ = _inplace_unary(ew.abs, "abs_")
+    relu_ = _inplace_unary(ew.relu, "relu_")
+    sigmoid_ = _inplace_unary(ew.sigmoid, "sigmoid_")
+    tanh_ = _inplace_unary(ew.tanh, "tanh_")
+    masked_fill_ = _inplace_unary(ops.masked_fill, "masked_fill_")
+    scatter_ = _inplace_unary(ops.scatter, "scatter_")
+    scatter_add_ = _inplace_unary(ops.scatter_add, "scatter_add_")
+    index_add_ = _inplace_unary(ops.index_add, "index_add_")
+
+    def index_put_(self, indices, values, accumulate=False):
+        if accumulate:
+            from .ops.indexing import IndexPut, flat_indices, plan
+            view, advanced = plan(self, tuple(indices))
+            flat = flat_indices(view, advanced)
+            return inplace.assign(view, lambda t: IndexPut.apply(t, flat, as_operand(values, t).to(t.dtype), True),
+                                  "index_put_")
+        self[tuple(indices)] = values
+        return self
+
+    def uniform_(self, a=0.0, b=1.0, generator=None):
+        return ops.creation.fill_random_(self, lambda g, s: g.uniform(a, b, s), generator)
+
+    def normal_(self, mean=0.0, std=1.0, generator=None):
+        return ops.creation.fill_random_(self, lambda g, s: g.normal(mean, std, s), generator)
+
+    def bernoulli_(self, p=0.5, generator=None):
+        return ops.creation.fill_random_(self, lambda g, s: g.random(s) < p, generator)
+
+    def random_(self, low=0, high=None, generator=None):
+        return ops.creation.fill_random_(self, lambda g, s: g.integers(low, high, s), generator)
+
+
+def _delegate(name, fn):
+    def method(self, *args, **kwargs):
+        return fn(self, *args, **kwargs)
+    method.__name__ = name
+    method.__doc__ = fn.__doc__
+    setattr(Tensor, name, method)
+
+
+for _name in ops.TENSOR_METHODS:
+    _delegate(_name, getattr(ops, _name))
+
+_tensor_base.use_class(Tensor)
+

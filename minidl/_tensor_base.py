@@ -1,0 +1,141 @@
+"""What a tensor *is*: a storage buffer, a layout over it, a dtype; plus its autograd state.
+
+Ops (``minidl/ops``) build results with :func:`make`; the user-facing
+``minidl.Tensor`` (which adds the methods) registers itself as the class to
+build, so ops never import the layer above them.
+"""
+from __future__ import annotations
+
+from . import kernels
+from .layout import normalize_dim
+from .autograd.variable import Variable
+from ._device import device as Device
+from .layout import Layout
+
+
+class Storage:
+    """A flat device buffer shared by a tensor and all its views, with their version counter."""
+
+    __slots__ = ("buf", "device", "version")
+
+    def __init__(self, buf, device):
+        self.buf = buf
+        self.device = device
+        self.version = 0
+
+
+class TensorBase(Variable):
+    __slots__ = ("_storage", "_layout", "dtype", "_base", "_wrapped_number")
+
+    # -- structure ------------------------------------------------------------------------------
+    @property
+    def shape(self):
+        return self._layout.shape
+
+    def size(self, dim=None):
+        if dim is None:
+            return self._layout.shape
+        return self._layout.shape[normalize_dim(dim, self.ndim, "size")]
+
+    @property
+    def ndim(self) -> int:
+        return len(self._layout.shape)
+
+    def dim(self) -> int:
+        return len(self._layout.shape)
+
+    def numel(self) -> int:
+        return self._layout.numel
+
+    nelement = numel
+
+    def stride(self, dim=None):
+        if dim is None:
+            return self._layout.strides
+        return self._layout.strides[normalize_dim(dim, self.ndim, "stride")]
+
+    def storage_offset(self) -> int:
+        return self._layout.offset
+
+    def is_contiguous(self, memory_format=None) -> bool:
+        return self._layout.is_contiguous
+
+    @property
+    def device(self):
+        return self._storage.device
+
+    @property
+    def is_cuda(self) -> bool:
+        return self._storage.device.type == "cuda"
+
+    @property
+    def _version(self) -> int:
+        return self._storage.version
+
+    def _bump_version(self):
+        self._storage.version += 1
+
+    def element_size(self) -> int:
+        return self.dtype.itemsize
+
+    def is_floating_point(self) -> bool:
+        return self.dtype.is_floating_point
+
+    def data_ptr(self) -> int:
+        buf = self._storage.buf
+        iface = getattr(buf, "__cuda_array_interface__", None) or buf.__array_interface__
+        return iface["data"][0] + self._layout.offset * self.dtype.itemsize
+
+    def untyped_storage_id(self) -> int:
+        return id(self._storage)
+
+    # -- construction hooks used by autograd --------------------------------------------------
+    @staticmethod
+    def _zeros(shape, dtype, device):
+        from .ops.creation import zeros
+        return zeros(shape, dtype=dtype, device=device)
+
+    def _ones_like_self(self):
+        from .ops.creation import ones
+        return ones(self.shape, dtype=self.dtype, device=self.device)
+
+    def _alias(self):
+        """A new tensor object over the same storage and layout (no autograd history)."""
+        return make(self._storage, self._layout, self.dtype, base=self._base if self._base is not None else self)
+
+
+_tensor_class = TensorBase
+
+
+def use_class(cls) -> None:
+    global _tensor_class
+    _tensor_class = cls
+
+
+def make(storage: Storage, layout: Layout, dtype, base=None, requires_grad=False):
+    t = object.__new__(_tensor_class)
+    t._storage = storage
+    t._layout = layout
+    t.dtype = dtype
+    t._base = base
+    t._wrapped_number = False
+    t._requires_grad = requires_grad
+    t.grad = None
+    t.grad_fn = None
+    t._output_nr = 0
+    t._accumulator = None
+    t._hooks = None
+    t._post_acc_hooks = None
+    t._retains_grad = False
+    return t
+
+
+def empty(shape, dtype, device) -> TensorBase:
+    """A fresh contiguous tensor with uninitialised values."""
+    layout = Layout(shape)
+    buf = kernels.get("alloc", device.type)(layout.numel, dtype)
+    return make(Storage(buf, device), layout, dtype)
+
+
+def as_device(d) -> Device:
+    return d if isinstance(d, Device) else Device(d if d is not None else "cpu")

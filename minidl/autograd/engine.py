@@ -1,0 +1,164 @@
+"""The backward engine: an iterative walk of the tape in dependency order.
+
+1. Discover the graph from the roots with an explicit stack (no recursion, so
+   a 10,000-op chain is fine) and count, for each node, the edges into it.
+2. Run nodes whose gradients are complete (all incoming edges delivered),
+   summing gradients that arrive at the same node output along several paths.
+3. Free each node's saved tensors after it ran, unless ``retain_graph``.
+"""
+from __future__ import annotations
+
+from . import grad_mode
+from .function import AccumulateGrad
+from .hooks import apply_hooks
+
+
+def _root_grads(tensors, grad_tensors):
+    grads = []
+    for i, t in enumerate(tensors):
+        g = None if grad_tensors is None else grad_tensors[i]
+        if not t.requires_grad:
+            raise RuntimeError(f"element {i} of tensors does not require grad and does not have a grad_fn")
+        if g is None:
+            if t.numel() != 1:
+                raise RuntimeError(f"grad can be implicitly created only for scalar outputs; got a tensor "
+                                   f"of shape {list(t.shape)}: pass gradient= of that shape")
+            g = t._ones_like_self()
+        elif not hasattr(g, "shape") or g.shape != t.shape:
+            shape = list(getattr(g, "shape", ()))
+            raise RuntimeError(f"Mismatch in shape: grad_output[{i}] has a shape of {shape} and output[{i}] "
+                               f"has a shape of {list(t.shape)}.")
+        grads.append(g)
+    return grads
+
+
+def _discover(roots, needed_nodes=None):
+    """Count incoming edges per reachable node; with ``needed_nodes``, prune to nodes leading to them."""
+    children = {}
+    stack = list(roots)
+    while stack:
+        node = stack.pop()
+        if node in children:
+            continue
+        children[node] = [e[0] for e in node.next_functions if e is not None]
+        stack.extend(n for n in children[node] if n not in children)
+    if needed_nodes is not None:
+        needed = _leads_to(children, roots, needed_nodes)
+        children = {n: [c for c in cs if c in needed] for n, cs in children.items() if n in needed}
+    deps = dict.fromkeys(children, 0)
+    for cs in children.values():
+        for c in cs:
+            deps[c] += 1
+    return deps
+
+
+def _leads_to(children, roots, targets):
+    """Nodes from which some target is reachable (iterative post-order)."""
+    needed = {}
+    stack = [(r, False) for r in roots]
+    while stack:
+        node, expanded = stack.pop()
+        if node in needed and not expanded:
+            continue
+        if expanded:
+            needed[node] = node in targets or any(needed.get(c, False) for c in children[node])
+            continue
+        needed.setdefault(node, False)
+        stack.append((node, True))
+        stack.extend((c, False) for c in children[node] if c not in needed)
+    return {n for n, ok in needed.items() if ok}
+
+
+def run(tensors, grad_tensors, retain_graph, create_graph, capture=None):
+    """Backpropagate; if ``capture`` maps (node, output index) -> slot, return those gradients
+    instead of accumulating into leaves (that is ``autograd.grad``)."""
+    if retain_graph is None:
+        retain_graph = create_graph
+    grads = _root_grads(tensors, grad_tensors)
+    edges = [t._grad_edge() for t in tensors]
+    roots = list(dict.fromkeys(e[0] for e in edges))
+    deps = _discover(roots, None if capture is None else {node for node, _ in capture})
+    buffers = {}
+    for (node, nr), g in zip(edges, grads):
+        if node in deps:
+            _deliver(buffers, node, nr, g)
+    captured = {}
+    ready = [n for n in roots if n in deps and deps[n] == 0]
+    with grad_mode.set_grad_enabled(create_graph):
+        while ready:
+            node = ready.pop()
+            node_grads = buffers.pop(node, None) or [None] * max(len(node._output_meta), 1)
+            if node._pre_hooks:
+                node_grads = [g if g is None else apply_hooks(node._pre_hooks.get(nr), g)
+                              for nr, g in enumerate(node_grads)]
+            if capture is not None:
+                for nr, g in enumerate(node_grads):
+                    if (node, nr) in capture and g is not None:
+                        if isinstance(node, AccumulateGrad):
+                            g = apply_hooks(node.variable._hooks, g)
+                        captured[capture[(node, nr)]] = g
+            if isinstance(node, AccumulateGrad):
+                if capture is None and node_grads[0] is not None:
+                    node.accumulate(node_grads[0], create_graph)
+                continue
+            input_grads = node.run_backward(node_grads)
+            if not retain_graph:
+                node.release()
+            for edge, g in zip(node.next_functions, input_grads):
+                if edge is None or edge[0] not in deps:
+                    continue
+                child, nr = edge
+                if g is not None:
+                    _deliver(buffers, child, nr, g)
+                deps[child] -= 1
+                if deps[child] == 0:
+                    ready.append(child)
+    return captured
+
+
+def _deliver(buffers, node, nr, grad):
+    slots = buffers.get(node)
+    if slots is None:
+        slots = buffers[node] = [None] * max(len(node._output_meta), 1)
+    slots[nr] = grad if slots[nr] is None else slots[nr] + grad
+
+
+def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False, inputs=None):
+    """Accumulate d(tensors)/d(leaf) into every leaf's ``.grad``."""
+    if inputs is not None:
+        inputs = tuple(inputs) if isinstance(inputs, (list, tuple)) else (inputs,)
+        results = grad(tensors, inputs, grad_tensors, retain_graph, create_graph, allow_unused=True)
+        for leaf, g in zip(inputs, results):
+            if g is not None:
+                AccumulateGrad(leaf).accumulate(g, create_graph)
+        return
+    tensors = tuple(tensors) if isinstance(tensors, (list, tuple)) else (tensors,)
+    if grad_tensors is not None and not isinstance(grad_tensors, (list, tuple)):
+        grad_tensors = (grad_tensors,)
+    run(tensors, grad_tensors, retain_graph, create_graph)
+
+
+def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=False, allow_unused=None,
+         materialize_grads=False):
+    """Return d(outputs)/d(inputs) without touching any ``.grad``."""
+    outputs = tuple(outputs) if isinstance(outputs, (list, tuple)) else (outputs,)
+    inputs = tuple(inputs) if isinstance(inputs, (list, tuple)) else (inputs,)
+    if grad_outputs is not None and not isinstance(grad_outputs, (list, tuple)):
+        grad_outputs = (grad_outputs,)
+    capture = {}
+    for i, x in enumerate(inputs):
+        if not x.requires_grad:
+            raise RuntimeError(f"One of the differentiated Tensors (input {i}) does not require grad")
+        capture.setdefault(x._grad_edge(), i)
+    captured = run(outputs, grad_outputs, retain_graph, create_graph, capture)
+    result = []
+    for i, x in enumerate(inputs):
+        g = captured.get(capture[x._grad_edge()])
+        if g is None:
+            if materialize_grads:
+                g = x._zeros(x.shape, x.dtype, x.device)
+            elif not allow_unused:
+                raise RuntimeError(f"One of the differentiated Tensors (input {i}) appears to not have been "
+                                   f"used in the graph. Set allow_unused=True if this is the desired behavior.")
+        result.append(g)
+    return tuple(result)

@@ -1,0 +1,104 @@
+"""The autograd half of a Tensor: its place in the graph, its gradient and its hooks.
+
+``Tensor`` (in ``minidl.tensor``) subclasses this; autograd itself only needs
+what is here plus a few tensor methods (``shape``, ``detach``, ``clone``, ``add_``).
+"""
+from __future__ import annotations
+
+import weakref
+
+from .hooks import RemovableHandle
+
+
+class Variable:
+    __slots__ = ("_requires_grad", "grad", "grad_fn", "_output_nr", "_accumulator", "_hooks",
+                 "_post_acc_hooks", "_retains_grad", "__weakref__")
+
+    def _init_autograd(self, requires_grad=False):
+        self._requires_grad = requires_grad
+        self.grad = None
+        self.grad_fn = None
+        self._output_nr = 0
+        self._accumulator = None
+        self._hooks = None
+        self._post_acc_hooks = None
+        self._retains_grad = False
+
+    @property
+    def requires_grad(self) -> bool:
+        return self._requires_grad
+
+    @requires_grad.setter
+    def requires_grad(self, value: bool):
+        if self.grad_fn is not None and not value:
+            raise RuntimeError("you can only change requires_grad flags of leaf variables. If you want to "
+                               "use a computed variable in a subgraph that doesn't require differentiation "
+                               "use var_no_grad = var.detach().")
+        if value and not self.dtype.is_floating_point:
+            raise RuntimeError(f"only Tensors of floating point dtype can require gradients, got {self.dtype}")
+        self._requires_grad = bool(value)
+
+    def requires_grad_(self, requires_grad: bool = True):
+        self.requires_grad = requires_grad
+        return self
+
+    @property
+    def is_leaf(self) -> bool:
+        return self.grad_fn is None
+
+    def _grad_edge(self):
+        """(node, output index) through which this tensor's gradient flows, or None."""
+        if self.grad_fn is not None:
+            return (self.grad_fn, self._output_nr)
+        if self._requires_grad:
+            from .function import accumulator_of
+            return (accumulator_of(self), 0)
+        return None
+
+    # -- hooks ----------------------------------------------------------------------------------
+    def register_hook(self, hook) -> RemovableHandle:
+        """``hook(grad)`` runs when this tensor's gradient is computed; a non-None result replaces it."""
+        if not self._requires_grad:
+            raise RuntimeError("cannot register a hook on a tensor that doesn't require gradient")
+        if self.grad_fn is None:
+            if self._hooks is None:
+                self._hooks = []
+            hooks = self._hooks
+        else:
+            if self.grad_fn._pre_hooks is None:
+                self.grad_fn._pre_hooks = {}
+            hooks = self.grad_fn._pre_hooks.setdefault(self._output_nr, [])
+        hooks.append(hook)
+        return RemovableHandle(hooks, hook)
+
+    def register_post_accumulate_grad_hook(self, hook) -> RemovableHandle:
+        """``hook(tensor)`` runs on a leaf right after its ``.grad`` has been updated."""
+        if self.grad_fn is not None:
+            raise RuntimeError("post accumulate grad hooks cannot be registered on non-leaf tensors")
+        if self._post_acc_hooks is None:
+            self._post_acc_hooks = []
+        self._post_acc_hooks.append(hook)
+        return RemovableHandle(self._post_acc_hooks, hook)
+
+    def retain_grad(self) -> None:
+        """Keep the gradient of a non-leaf tensor in ``.grad`` after backward."""
+        if not self._requires_grad:
+            raise RuntimeError("can't retain_grad on Tensor that has requires_grad=False")
+        if self.grad_fn is None or self._retains_grad:
+            return
+        self._retains_grad = True
+        ref = weakref.ref(self)
+
+        def keep(grad):
+            t = ref()
+            if t is not None:
+                t.grad = grad.detach().clone() if t.grad is None else t.grad + grad.detach()
+        self.register_hook(keep)
+
+    @property
+    def retains_grad(self) -> bool:
+        return self._retains_grad
+
+    def backward(self, gradient=None, retain_graph=None, create_graph=False, inputs=None):
+        from .engine import backward
+        backward((self,), None if gradient is None else (gradient,), retain_graph, create_graph, inputs)

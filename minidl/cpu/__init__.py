@@ -1,0 +1,6 @@
+"""The CPU backend: Numba kernels for every primitive in ``minidl.kernels``.
+
+Importing this package registers them. Kernels compile lazily on first use
+and are cached on disk (``cache=True``), so later processes load them.
+"""
+from . import elementwise, indexing, linalg, memory, reduce  # noqa: F401  (registration)

@@ -1,0 +1,222 @@
+"""Elementwise CPU kernels: unary, binary, compare, where and copy.
+
+Each primitive is one inlined *item* function (one chunk of one row), driven
+by a serial loop for small tensors and a ``prange`` loop for large ones. A
+unit-stride branch gives the contiguous fast path; everything else (offsets,
+negative or zero strides) takes the general strided loop.
+"""
+import numpy as np
+from numba import njit, prange
+
+from .. import kernels
+from ..layout import collapse
+from .scalar_ops import apply_binary, apply_compare, apply_unary
+from .strided import PARALLEL_MIN, i64, item_bounds, row_position, work_items
+
+UNARY_CODE = {name: i for i, name in enumerate(kernels.UNARY_OPS)}
+BINARY_CODE = {name: i for i, name in enumerate(kernels.BINARY_OPS)}
+COMPARE_CODE = {name: i for i, name in enumerate(kernels.COMPARE_OPS)}
+
+
+# ----------------------------------------------------------------------------- unary / copy
+@njit(inline="always")
+def _unary_item(op, x, xo, xs, out, oo, os, shape, t):
+    row, lo, hi = item_bounds(t, shape)
+    last = shape.size - 1
+    px = row_position(row, shape, xs, xo)
+    po = row_position(row, shape, os, oo)
+    sx, so = xs[last], os[last]
+    if sx == 1 and so == 1:
+        for j in range(lo, hi):
+            out[po + j] = apply_unary(op, x[px + j])
+    else:
+        for j in range(lo, hi):
+            out[po + j * so] = apply_unary(op, x[px + j * sx])
+
+
+@njit(cache=True, nogil=True)
+def unary_serial(op, x, xo, xs, out, oo, os, shape, items):
+    for t in range(items):
+        _unary_item(op, x, xo, xs, out, oo, os, shape, t)
+
+
+@njit(cache=True, nogil=True, parallel=True)
+def unary_parallel(op, x, xo, xs, out, oo, os, shape, items):
+    for t in prange(items):
+        _unary_item(op, x, xo, xs, out, oo, os, shape, t)
+
+
+@njit(inline="always")
+def _copy_item(x, xo, xs, out, oo, os, shape, t):
+    row, lo, hi = item_bounds(t, shape)
+    last = shape.size - 1
+    px = row_position(row, shape, xs, xo)
+    po = row_position(row, shape, os, oo)
+    sx, so = xs[last], os[last]
+    if sx == 1 and so == 1:
+        for j in range(lo, hi):
+            out[po + j] = x[px + j]
+    else:
+        for j in range(lo, hi):
+            out[po + j * so] = x[px + j * sx]
+
+
+@njit(cache=True, nogil=True)
+def copy_serial(x, xo, xs, out, oo, os, shape, items):
+    for t in range(items):
+        _copy_item(x, xo, xs, out, oo, os, shape, t)
+
+
+@njit(cache=True, nogil=True, parallel=True)
+def copy_parallel(x, xo, xs, out, oo, os, shape, items):
+    for t in prange(items):
+        _copy_item(x, xo, xs, out, oo, os, shape, t)
+
+
+# ----------------------------------------------------------------------------- binary / compare
+@njit(inline="always")
+def _binary_item(op, a, ao, as_, b, bo, bs, out, oo, os, shape, t):
+    row, lo, hi = item_bounds(t, shape)
+    last = shape.size - 1
+    pa = row_position(row, shape, as_, ao)
+    pb = row_position(row, shape, bs, bo)
+    po = row_position(row, shape, os, oo)
+    sa, sb, so = as_[last], bs[last], os[last]
+    if sa == 1 and sb == 1 and so == 1:
+        for j in range(lo, hi):
+            out[po + j] = apply_binary(op, a[pa + j], b[pb + j])
+    elif sa == 1 and sb == 0 and so == 1:
+        y = b[pb]
+        for j in range(lo, hi):
+            out[po + j] = apply_binary(op, a[pa + j], y)
+    else:
+        for j in range(lo, hi):
+            out[po + j * so] = apply_binary(op, a[pa + j * sa], b[pb + j * sb])
+
+
+@njit(cache=True, nogil=True)
+def binary_serial(op, a, ao, as_, b, bo, bs, out, oo, os, shape, items):
+    for t in range(items):
+        _binary_item(op, a, ao, as_, b, bo, bs, out, oo, os, shape, t)
+
+
+@njit(cache=True, nogil=True, parallel=True)
+def binary_parallel(op, a, ao, as_, b, bo, bs, out, oo, os, shape, items):
+    for t in prange(items):
+        _binary_item(op, a, ao, as_, b, bo, bs, out, oo, os, shape, t)
+
+
+@njit(inline="always")
+def _compare_item(op, a, ao, as_, b, bo, bs, out, oo, os, shape, t):
+    row, lo, hi = item_bounds(t, shape)
+    last = shape.size - 1
+    pa = row_position(row, shape, as_, ao)
+    pb = row_position(row, shape, bs, bo)
+    po = row_position(row, shape, os, oo)
+    sa, sb, so = as_[last], bs[last], os[last]
+    for j in range(lo, hi):
+        out[po + j * so] = apply_compare(op, a[pa + j * sa], b[pb + j * sb])
+
+
+@njit(cache=True, nogil=True)
+def compare_serial(op, a, ao, as_, b, bo, bs, out, oo, os, shape, items):
+    for t in range(items):
+        _compare_item(op, a, ao, as_, b, bo, bs, out, oo, os, shape, t)
+
+
+@njit(cache=True, nogil=True, parallel=True)
+def compare_parallel(op, a, ao, as_, b, bo, bs, out, oo, os, shape, items):
+    for t in prange(items):
+        _compare_item(op, a, ao, as_, b, bo, bs, out, oo, os, shape, t)
+
+
+# ----------------------------------------------------------------------------- where
+@njit(inline="always")
+def _where_item(c, co, cs, a, ao, as_, b, bo, bs, out, oo, os, shape, t):
+    row, lo, hi = item_bounds(t, shape)
+    last = shape.size - 1
+    pc = row_position(row, shape, cs, co)
+    pa = row_position(row, shape, as_, ao)
+    pb = row_position(row, shape, bs, bo)
+    po = row_position(row, shape, os, oo)
+    sc, sa, sb, so = cs[last], as_[last], bs[last], os[last]
+    for j in range(lo, hi):
+        out[po + j * so] = a[pa + j * sa] if c[pc + j * sc] else b[pb + j * sb]
+
+
+@njit(cache=True, nogil=True)
+def where_serial(c, co, cs, a, ao, as_, b, bo, bs, out, oo, os, shape, items):
+    for t in range(items):
+        _where_item(c, co, cs, a, ao, as_, b, bo, bs, out, oo, os, shape, t)
+
+
+@njit(cache=True, nogil=True, parallel=True)
+def where_parallel(c, co, cs, a, ao, as_, b, bo, bs, out, oo, os, shape, items):
+    for t in prange(items):
+        _where_item(c, co, cs, a, ao, as_, b, bo, bs, out, oo, os, shape, t)
+
+
+# ----------------------------------------------------------------------------- registered wrappers
+def _plan(out_layout, *layouts):
+    """Collapse operands jointly: (shape array, offsets+stride arrays per operand, items, parallel?)."""
+    shape, strides = collapse(out_layout.shape, *(l.strides for l in layouts), out_layout.strides)
+    args = []
+    for layout, st in zip((*layouts, out_layout), strides):
+        args.append((layout.offset, i64(st)))
+    return i64(shape), args, work_items(shape), out_layout.numel >= PARALLEL_MIN
+
+
+@kernels.register("unary")
+def unary(op, x, xl, out, ol):
+    if ol.numel == 0:
+        return
+    shape, ((xo, xs), (oo, os)), items, par = _plan(ol, xl)
+    (unary_parallel if par else unary_serial)(UNARY_CODE[op], x, xo, xs, out, oo, os, shape, items)
+
+
+@kernels.register("binary")
+def binary(op, a, al, b, bl, out, ol):
+    if ol.numel == 0:
+        return
+    shape, ((ao, as_), (bo, bs), (oo, os)), items, par = _plan(ol, al, bl)
+    (binary_parallel if par else binary_serial)(BINARY_CODE[op], a, ao, as_, b, bo, bs, out, oo, os,
+                                                shape, items)
+
+
+@kernels.register("compare")
+def compare(op, a, al, b, bl, out, ol):
+    if ol.numel == 0:
+        return
+    shape, ((ao, as_), (bo, bs), (oo, os)), items, par = _plan(ol, al, bl)
+    (compare_parallel if par else compare_serial)(COMPARE_CODE[op], a, ao, as_, b, bo, bs, out, oo, os,
+                                                  shape, items)
+
+
+@kernels.register("where")
+def where(c, cl, a, al, b, bl, out, ol):
+    if ol.numel == 0:
+        return
+    shape, ((co, cs), (ao, as_), (bo, bs), (oo, os)), items, par = _plan(ol, cl, al, bl)
+    (where_parallel if par else where_serial)(c, co, cs, a, ao, as_, b, bo, bs, out, oo, os, shape, items)
+
+
+@kernels.register("copy")
+def copy(src, sl, dst, dl):
+    """Strided copy with dtype conversion; float16 (unknown to Numba on CPU) converts through numpy."""
+    if dl.numel == 0:
+        return
+    if src.dtype == np.float16 or dst.dtype == np.float16:
+        _numpy_view(dst, dl)[...] = _numpy_view(src, sl)
+        return
+    if dst.dtype == np.bool_ and src.dtype != np.bool_:
+        src = src != 0
+    shape, ((so, ss), (do, ds)), items, par = _plan(dl, sl)
+    (copy_parallel if par else copy_serial)(src, so, ss, dst, do, ds, shape, items)
+
+
+def _numpy_view(buf, layout):
+    """A numpy array showing ``layout`` over the 1-D buffer ``buf`` (no copy)."""
+    base = buf[layout.offset:] if layout.offset else buf
+    item = buf.itemsize
+    return np.lib.stride_tricks.as_strided(base, shape=tuple(layout.shape),
+                                           strides=tuple(s * item for s in layout.strides))

@@ -1,0 +1,137 @@
+"""Reduction and scan CPU kernels.
+
+``layout.reduction_plan`` splits the input into kept (outer) dims and reduced
+(inner) dims; each outer element is one independent reduction, spread over
+threads with ``prange``. Sums and products accumulate in 64 bits.
+"""
+import numpy as np
+from numba import njit, prange
+
+from .. import kernels
+from ..layout import collapse, reduction_plan
+from .strided import PARALLEL_MIN, i64, row_position
+
+REDUCE_CODE = {name: i for i, name in enumerate(kernels.REDUCE_OPS)}
+ARG_CODE = {name: i for i, name in enumerate(kernels.ARG_REDUCE_OPS)}
+SCAN_CODE = {name: i for i, name in enumerate(kernels.SCAN_OPS)}
+
+
+@njit(inline="always")
+def _reduce_one(op, x, base, ishape, istrides, init):
+    last = ishape.size - 1
+    inner = ishape[last]
+    rows = 1
+    for d in range(last):
+        rows *= ishape[d]
+    s = istrides[last]
+    if op == 0 or op == 1:
+        acc = init
+        for r in range(rows):
+            p = row_position(r, ishape, istrides, base)
+            for j in range(inner):
+                acc = acc + x[p + j * s] if op == 0 else acc * x[p + j * s]
+        return acc
+    acc2 = x[base]
+    for r in range(rows):
+        p = row_position(r, ishape, istrides, base)
+        for j in range(inner):
+            v = x[p + j * s]
+            if op == 2:
+                if v > acc2 or v != v:
+                    acc2 = v
+            elif v < acc2 or v != v:
+                acc2 = v
+            if acc2 != acc2:
+                return acc2
+    return acc2
+
+
+@njit(inline="always")
+def _reduce_kernel_body(op, x, xo, oshape, ostrides, ishape, istrides, init, out, o):
+    base = row_position(o, oshape, ostrides, xo)
+    out[o] = _reduce_one(op, x, base, ishape, istrides, init)
+
+
+@njit(cache=True, nogil=True)
+def reduce_serial(op, x, xo, oshape, ostrides, ishape, istrides, init, out):
+    for o in range(out.size):
+        _reduce_kernel_body(op, x, xo, oshape, ostrides, ishape, istrides, init, out, o)
+
+
+@njit(cache=True, nogil=True, parallel=True)
+def reduce_parallel(op, x, xo, oshape, ostrides, ishape, istrides, init, out):
+    for o in prange(out.size):
+        _reduce_kernel_body(op, x, xo, oshape, ostrides, ishape, istrides, init, out, o)
+
+
+@njit(cache=True, nogil=True)
+def arg_reduce_kernel(op, x, xo, oshape, ostrides, n, s, out):
+    for o in range(out.size):
+        base = row_position(o, oshape, ostrides, xo)
+        best = x[base]
+        at = 0
+        for j in range(1, n):
+            if best != best:
+                break
+            v = x[base + j * s]
+            if (v > best if op == 0 else v < best) or v != v:
+                best = v
+                at = j
+        out[o] = at
+
+
+@njit(cache=True, nogil=True)
+def scan_kernel(op, x, xo, xstrides, out, oo, ostrides, oshape, n, xs, os):
+    for o in range(out.size // max(n, 1) if n else 0):
+        px = row_position(o, oshape, xstrides, xo)
+        po = row_position(o, oshape, ostrides, oo)
+        acc = x[px]
+        out[po] = acc
+        for j in range(1, n):
+            acc = acc + x[px + j * xs] if op == 0 else acc * x[px + j * xs]
+            out[po + j * os] = acc
+
+
+def _outer(shape, strides):
+    """Outer dims as arrays, plus a trailing size-1 dim so that ``row_position`` (which skips
+    the last dim) walks every outer dim."""
+    return i64(tuple(shape) + (1,)), i64(tuple(strides) + (0,))
+
+
+@kernels.register("reduce")
+def reduce(op, x, xl, dims, out):
+    o_shape, o_strides, i_shape, i_strides = reduction_plan(xl, dims)
+    if out.size == 0:
+        return
+    if xl.numel == 0:
+        out[:] = 0 if op == "sum" else 1
+        return
+    oshape, ostrides = _outer(o_shape, o_strides)
+    # sums and products accumulate in 64 bits of the input's kind
+    init = (np.int64 if x.dtype == np.int64 else np.float64)(0 if op == "sum" else 1)
+    par = xl.numel >= PARALLEL_MIN and out.size > 1
+    (reduce_parallel if par else reduce_serial)(REDUCE_CODE[op], x, xl.offset, oshape, ostrides,
+                                                i64(i_shape), i64(i_strides), init, out)
+
+
+@kernels.register("arg_reduce")
+def arg_reduce(op, x, xl, dim, out):
+    kept = [d for d in range(xl.ndim) if d != dim]
+    o_shape, (o_strides,) = collapse([xl.shape[d] for d in kept], [xl.strides[d] for d in kept])
+    if out.size == 0:
+        return
+    oshape, ostrides = _outer(o_shape, o_strides)
+    arg_reduce_kernel(ARG_CODE[op], x, xl.offset, oshape, ostrides, xl.shape[dim], xl.strides[dim], out)
+
+
+@kernels.register("scan")
+def scan(op, x, xl, dim, out, ol):
+    kept = [d for d in range(xl.ndim) if d != dim]
+    o_shape, (xs, os) = collapse([xl.shape[d] for d in kept], [xl.strides[d] for d in kept],
+                                 [ol.strides[d] for d in kept])
+    if ol.numel == 0:
+        return
+    oshape, xstrides = _outer(o_shape, xs)
+    _, ostrides = _outer(o_shape, os)
+    scan_kernel(SCAN_CODE[op], x, xl.offset, xstrides, out, ol.offset, ostrides, oshape, xl.shape[dim],
+                xl.strides[dim], ol.strides[dim])

@@ -1,0 +1,80 @@
+"""The primitive-kernel contract and the registry that dispatches it per device.
+
+Ops (``minidl/ops``) are written once, device-agnostic, on top of these
+primitives; each device registers one implementation per name. Kernels see raw
+buffers (a flat array of the device) plus :class:`minidl.layout.Layout` objects,
+never Tensors. Elementwise/reduce kernels only ever see the *compute* dtypes
+(float32, float64, int64, bool); ``copy`` converts between all dtypes.
+
+Contract (``op`` is a name from the matching tuple below):
+
+=========  ==============================================  ============================================
+name       signature                                       meaning
+=========  ==============================================  ============================================
+alloc      (numel, dtype) -> buf                           uninitialised buffer
+from_host  (ndarray) -> buf                                copy of a 1-D numpy array onto the device
+to_host    (buf) -> ndarray                                1-D numpy array (shares memory on cpu)
+copy       (src, src_layout, dst, dst_layout)              dst[...] = src[...], converting dtype
+unary      (op, x, x_layout, out, out_layout)              out = op(x)
+binary     (op, a, a_layout, b, b_layout, out, out_layout) out = op(a, b); layouts already broadcast
+compare    (op, a, a_layout, b, b_layout, out, out_layout) as binary, bool out
+where      (c, cl, a, al, b, bl, out, ol)                  out = a if c else b
+reduce     (op, x, x_layout, dims, out)                    reduce dims; out is contiguous over the rest
+arg_reduce (op, x, x_layout, dim, out)                     int64 index of max/min along dim
+scan       (op, x, x_layout, dim, out)                     inclusive scan along dim; out contiguous
+take       (src, src_layout, index, out)                   out[i] = src[flat index[i]] (row-major)
+put        (dst, dst_layout, index, values, accumulate)    dst[flat index[i]] (+)= values[i]
+nonzero    (x, x_layout) -> int64 buffer                   flat indices of nonzero elements
+matmul     (a, b, out, batch, m, k, n)                     contiguous (batch,m,k) @ (batch,k,n)
+=========  ==============================================  ============================================
+"""
+from __future__ import annotations
+
+import importlib
+
+UNARY_OPS = ("neg", "abs", "sign", "exp", "log", "log1p", "expm1", "sqrt", "rsqrt", "reciprocal",
+             "sin", "cos", "tan", "tanh", "sigmoid", "relu", "erf", "floor", "ceil", "round",
+             "trunc", "square")
+BINARY_OPS = ("add", "sub", "mul", "div", "floordiv", "remainder", "pow", "maximum", "minimum")
+COMPARE_OPS = ("eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or", "logical_xor")
+REDUCE_OPS = ("sum", "prod", "max", "min")
+ARG_REDUCE_OPS = ("argmax", "argmin")
+SCAN_OPS = ("cumsum", "cumprod")
+
+PRIMITIVES = ("alloc", "from_host", "to_host", "copy", "unary", "binary", "compare", "where",
+              "reduce", "arg_reduce", "scan", "take", "put", "nonzero", "matmul")
+
+# device type -> module whose import registers that device's kernels
+_BACKEND_MODULES = {"cpu": "minidl.cpu", "cuda": "minidl.cuda"}
+_registry: dict = {}
+
+
+def register(name: str, device_type: str = "cpu"):
+    """Decorator: make ``fn`` the ``name`` kernel of ``device_type``.
+
+    Any module may call this, so users can add kernels for new primitives (or
+    replace built-in ones) from their own code and use them in their own ops.
+    """
+    def deco(fn):
+        _registry[(device_type, name)] = fn
+        return fn
+    return deco
+
+
+def get(name: str, device_type: str):
+    """The ``name`` kernel for ``device_type``, importing that backend on first use."""
+    try:
+        return _registry[(device_type, name)]
+    except KeyError:
+        pass
+    module = _BACKEND_MODULES.get(device_type)
+    if module is not None:
+        importlib.import_module(module)
+    try:
+        return _registry[(device_type, name)]
+    except KeyError:
+        raise RuntimeError(f"no '{name}' kernel is registered for device type '{device_type}'") from None
+
+
+def registered(device_type: str) -> list:
+    return sorted(n for d, n in _registry if d == device_type)

@@ -1,0 +1,41 @@
+"""Every op, written once for all devices. ``minidl`` re-exports these as its functions and
+``Tensor`` exposes those in TENSOR_METHODS as methods."""
+from . import creation, elementwise, indexing, linalg, reduction, shape_ops, views
+from .conversion import to_device, to_dtype
+from .creation import (arange, as_tensor, empty, empty_like, eye, from_numpy, full, full_like, linspace, normal,
+                       ones, ones_like, rand, rand_like, randint, randint_like, randn, randn_like, randperm, tensor,
+                       zeros, zeros_like)
+from .elementwise import (abs, add, ceil, clamp, clip, cos, div, eq, erf, exp, expm1, floor, floor_divide, ge, gt,
+                          isfinite, isinf, isnan, le, log, log1p, logical_and, logical_not, logical_or, logical_xor,
+                          lt, maximum, minimum, mul, multiply, ne, neg, pow, reciprocal, relu, remainder, round,
+                          rsqrt, sigmoid, sign, sin, sqrt, square, sub, subtract, tan, tanh, true_divide, trunc,
+                          where)
+from .indexing import (gather, getitem, index_add, index_select, masked_fill, masked_select, nonzero, scatter,
+                       scatter_add, setitem, take)
+from .linalg import bmm, dot, einsum, matmul, mm, outer
+from .reduction import (all, amax, amin, any, argmax, argmin, count_nonzero, cumprod, cumsum, log_softmax,
+                        logsumexp, max, mean, min, norm, prod, softmax, std, sum, var)
+from .shape_ops import cat, chunk, concat, concatenate, flip, pad, repeat, roll, split, stack, tril, triu, unbind
+from .views import (as_strided, clone, contiguous, diagonal, expand, flatten, movedim, narrow, permute, reshape,
+                    squeeze, t, transpose, unflatten, unsqueeze, view)
+
+negative = neg
+absolute = abs
+divide = div
+swapaxes = swapdims = transpose
+greater, greater_equal, less, less_equal, not_equal = gt, ge, lt, le, ne
+
+# functions that are also Tensor methods (x.sum(...) calls sum(x, ...))
+TENSOR_METHODS = (
+    "abs", "add", "ceil", "clamp", "clip", "cos", "div", "eq", "erf", "exp", "expm1", "floor", "floor_divide",
+    "ge", "gt", "isfinite", "isinf", "isnan", "le", "log", "log1p", "logical_and", "logical_not", "logical_or",
+    "logical_xor", "lt", "maximum", "minimum", "mul", "multiply", "ne", "neg", "pow", "reciprocal", "relu",
+    "remainder", "round", "rsqrt", "sigmoid", "sign", "sin", "sqrt", "square", "sub", "subtract", "tan", "tanh",
+    "true_divide", "trunc", "where", "gather", "index_add", "index_select", "masked_fill", "masked_select",
+    "nonzero", "scatter", "scatter_add", "take", "bmm", "dot", "matmul", "mm", "outer", "all", "amax", "amin",
+    "any", "argmax", "argmin", "count_nonzero", "cumprod", "cumsum", "log_softmax", "logsumexp", "max", "mean",
+    "min", "norm", "prod", "softmax", "std", "sum", "var", "chunk", "flip", "repeat", "roll", "split", "tril",
+    "triu", "unbind", "as_strided", "clone", "contiguous", "diagonal", "expand", "flatten", "movedim", "narrow",
+    "permute", "reshape", "squeeze", "t", "transpose", "unflatten", "unsqueeze", "view", "negative", "absolute",
+    "divide", "swapaxes", "swapdims", "greater", "greater_equal", "less", "less_equal", "not_equal",
+)

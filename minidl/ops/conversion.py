@@ -1,0 +1,46 @@
+"""Moving a tensor between dtypes and devices, differentiably."""
+from __future__ import annotations
+
+import numpy as np
+
+from .. import kernels
+from .._tensor_base import Storage, make
+from ..autograd import Function
+from ..layout import Layout
+from .core import buf, cast, contiguous_data, kernel
+
+
+class ToDtype(Function):
+    @staticmethod
+    def forward(ctx, x, dtype):
+        ctx.dtype = x.dtype
+        return cast(x, dtype)
+
+    @staticmethod
+    def backward(ctx, g):
+        return (g.to(ctx.dtype) if ctx.dtype.is_floating_point else None), None
+
+
+class ToDevice(Function):
+    """Copy through host memory: the source device's to_host, the target's from_host."""
+
+    @staticmethod
+    def forward(ctx, x, device):
+        ctx.device = x.device
+        packed = contiguous_data(x)
+        start = packed._layout.offset
+        host = np.asarray(kernel("to_host", x)(buf(packed)[start:start + x.numel()]))
+        storage = Storage(kernels.get("from_host", device.type)(host.copy()), device)
+        return make(storage, Layout(x.shape), x.dtype)
+
+    @staticmethod
+    def backward(ctx, g):
+        return g.to(ctx.device), None
+
+
+def to_dtype(x, dtype):
+    return x if x.dtype is dtype else ToDtype.apply(x, dtype)
+
+
+def to_device(x, device):
+    return x if x.device == device else ToDevice.apply(x, device)

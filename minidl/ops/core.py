@@ -1,0 +1,89 @@
+"""Helpers every op uses: launching primitives on tensors, casting, scalars, broadcasting grads."""
+from __future__ import annotations
+
+import numpy as np
+
+from .. import _dtype as dt
+from .. import kernels
+from .._tensor_base import Storage, TensorBase, empty, make
+from ..autograd import grad_mode
+from ..layout import Layout, broadcast_shapes, expand
+
+
+def kernel(name: str, t: TensorBase):
+    return kernels.get(name, t._storage.device.type)
+
+
+def buf(t: TensorBase):
+    return t._storage.buf
+
+
+def new_like_shape(shape, dtype, like: TensorBase) -> TensorBase:
+    return empty(shape, dtype, like._storage.device)
+
+
+def cast(t: TensorBase, dtype) -> TensorBase:
+    """``t`` converted to ``dtype`` (a new contiguous tensor; ``t`` itself when already that dtype)."""
+    if t.dtype is dtype:
+        return t
+    out = new_like_shape(t.shape, dtype, t)
+    kernel("copy", t)(buf(t), t._layout, buf(out), out._layout)
+    return out
+
+
+def contiguous_data(t: TensorBase) -> TensorBase:
+    """``t`` if its layout is contiguous, else a packed copy (no autograd)."""
+    if t._layout.is_contiguous:
+        return t
+    out = new_like_shape(t.shape, t.dtype, t)
+    kernel("copy", t)(buf(t), t._layout, buf(out), out._layout)
+    return out
+
+
+def scalar_tensor(value, dtype, device) -> TensorBase:
+    """A 0-d tensor holding a Python number, marked as a 'wrapped number' for type promotion."""
+    data = np.array([value], dtype=dtype.np)
+    storage = Storage(kernels.get("from_host", device.type)(data), device)
+    t = make(storage, Layout(()), dtype)
+    t._wrapped_number = True
+    return t
+
+
+def as_operand(x, like: TensorBase) -> TensorBase:
+    """Tensors pass through; Python/numpy numbers become wrapped 0-d tensors on ``like``'s device."""
+    if isinstance(x, TensorBase):
+        return x
+    if isinstance(x, (bool, int, float, np.number, np.bool_)):
+        return scalar_tensor(x, dt.scalar_dtype(x), like._storage.device)
+    raise TypeError(f"unsupported operand type {type(x).__name__}; expected a Tensor or a number")
+
+
+def check_devices(op: str, *tensors) -> None:
+    devices = {t._storage.device for t in tensors if not t._wrapped_number}
+    if len(devices) > 1:
+        names = ", ".join(str(d) for d in devices)
+        raise RuntimeError(f"{op}: expected all tensors to be on the same device, but found at least two "
+                           f"devices: {names}")
+
+
+def broadcast_layouts(op: str, *tensors):
+    """(shape, [layouts broadcast to it])."""
+    shapes = [t.shape for t in tensors]
+    shape = shapes[0] if all(s == shapes[0] for s in shapes) else broadcast_shapes(*shapes, op=op)
+    return shape, [expand(t._layout, shape, op) for t in tensors]
+
+
+def sum_to(grad, shape):
+    """Undo broadcasting in backward: sum ``grad`` down to ``shape``."""
+    if grad.shape == shape:
+        return grad
+    lead = grad.ndim - len(shape)
+    dims = tuple(range(lead)) + tuple(i + lead for i, n in enumerate(shape) if n == 1 and grad.shape[i + lead] != 1)
+    out = grad.sum(dims, keepdim=True) if dims else grad
+    if lead:
+        out = out.reshape(shape)
+    return out
+
+
+def grad_enabled() -> bool:
+    return grad_mode.state.enabled

@@ -1,0 +1,327 @@
+"""Elementwise ops: forward through the unary/binary/compare/where primitives, backward beside it.
+
+Backward formulas are written with differentiable tensor ops, so they can be
+differentiated again (``create_graph=True``).
+"""
+from __future__ import annotations
+
+import math
+
+from .. import _dtype as dt
+from ..autograd import Function
+from ..layout import expand
+from .core import as_operand, broadcast_layouts, buf, cast, check_devices, kernel, new_like_shape, sum_to
+
+
+# ----------------------------------------------------------------------------- raw launches
+def unary_raw(op: str, x, result_dtype, out=None):
+    """out = op(x) computed in the kernel dtype of ``result_dtype``, no autograd."""
+    cd = dt.compute_dtype(result_dtype)
+    xc = cast(x, cd)
+    target = out if out is not None and out.dtype is cd else new_like_shape(x.shape, cd, x)
+    kernel("unary", x)(op, buf(xc), xc._layout, buf(target), target._layout)
+    return _finish(target, result_dtype, out)
+
+
+def binary_raw(kind: str, op: str, a, b, compute, result_dtype, out=None):
+    """out = op(a, b) with broadcasting; ``compute`` is the dtype the kernel runs in."""
+    check_devices(op, a, b)
+    shape, _ = broadcast_layouts(op, a, b)
+    ac, bc = cast(a, compute), cast(b, compute)
+    kernel_out_dtype = dt.bool_ if kind == "compare" else compute
+    usable = out is not None and out.dtype is kernel_out_dtype and out.shape == shape and not (
+        _overlaps(out, ac) or _overlaps(out, bc))
+    target = out if usable else new_like_shape(shape, kernel_out_dtype, a)
+    al, bl = expand(ac._layout, shape, op), expand(bc._layout, shape, op)
+    kernel(kind, a)(op, buf(ac), al, buf(bc), bl, buf(target), target._layout)
+    return _finish(target, result_dtype, out)
+
+
+def _overlaps(out, t) -> bool:
+    """True when ``t`` reads ``out``'s memory through a different layout (an in-place hazard)."""
+    if t._storage is not out._storage:
+        return False
+    tl, ol = t._layout, out._layout
+    return not (tl.strides == ol.strides and tl.offset == ol.offset and tl.shape == ol.shape)
+
+
+def _finish(result, result_dtype, out):
+    if out is not None:
+        if result is not out:
+            kernel("copy", result)(buf(result), result._layout, buf(out), out._layout)
+        return out
+    return cast(result, result_dtype)
+
+
+def _float_result(x):
+    return x.dtype if x.dtype.is_floating_point else dt.get_default_dtype()
+
+
+# ----------------------------------------------------------------------------- unary
+class Unary(Function):
+    """``op`` applied elementwise; subclasses give ``grad(x, y, g)`` and whether it reads the
+    input ``x`` or the output ``y`` (only that one is saved). Integer inputs of float-only
+    ops (exp, log, ...) compute in the default float dtype, as in PyTorch."""
+    op = ""
+    float_only = True
+    saves = "x"
+
+    @classmethod
+    def result_dtype(cls, x):
+        return _float_result(x) if cls.float_only else x.dtype
+
+    @classmethod
+    def forward(cls, ctx, x):
+        y = unary_raw(cls.op, x, cls.result_dtype(x))
+        ctx.save_for_backward(x if cls.saves == "x" else y)
+        return y
+
+    @classmethod
+    def backward(cls, ctx, g):
+        (saved,) = ctx.saved_tensors
+        return cls.grad(saved, None, g) if cls.saves == "x" else cls.grad(None, saved, g)
+
+
+def _unary(name, op, grad, float_only=True, saves="x"):
+    cls = type(name, (Unary,), {"op": op, "float_only": float_only, "grad": staticmethod(grad), "saves": saves})
+    globals()[name] = cls
+    return cls.apply
+
+
+neg = _unary("Neg", "neg", lambda x, y, g: -g, float_only=False)
+abs = _unary("Abs", "abs", lambda x, y, g: g * x.sign(), float_only=False)
+sign = _unary("Sign", "sign", lambda x, y, g: g * 0, float_only=False)
+exp = _unary("Exp", "exp", lambda x, y, g: g * y, saves="y")
+log = _unary("Log", "log", lambda x, y, g: g / x)
+log1p = _unary("Log1p", "log1p", lambda x, y, g: g / (x + 1))
+expm1 = _unary("Expm1", "expm1", lambda x, y, g: g * (y + 1), saves="y")
+sqrt = _unary("Sqrt", "sqrt", lambda x, y, g: g / (y * 2), saves="y")
+rsqrt = _unary("Rsqrt", "rsqrt", lambda x, y, g: g * y * y * y * -0.5, saves="y")
+reciprocal = _unary("Reciprocal", "reciprocal", lambda x, y, g: -g * y * y, saves="y")
+sin = _unary("Sin", "sin", lambda x, y, g: g * x.cos())
+cos = _unary("Cos", "cos", lambda x, y, g: -g * x.sin())
+tan = _unary("Tan", "tan", lambda x, y, g: g * (y * y + 1), saves="y")
+tanh = _unary("Tanh", "tanh", lambda x, y, g: g * (1 - y * y), saves="y")
+sigmoid = _unary("Sigmoid", "sigmoid", lambda x, y, g: g * y * (1 - y), saves="y")
+relu = _unary("Relu", "relu", lambda x, y, g: g * (y > 0), float_only=False, saves="y")
+erf = _unary("Erf", "erf", lambda x, y, g: g * (-x * x).exp() * (2 / math.sqrt(math.pi)))
+floor = _unary("Floor", "floor", lambda x, y, g: g * 0, float_only=False)
+ceil = _unary("Ceil", "ceil", lambda x, y, g: g * 0, float_only=False)
+round = _unary("Round", "round", lambda x, y, g: g * 0, float_only=False)
+trunc = _unary("Trunc", "trunc", lambda x, y, g: g * 0, float_only=False)
+square = _unary("Square", "square", lambda x, y, g: g * x * 2, float_only=False)
+
+
+# ----------------------------------------------------------------------------- binary
+class Binary(Function):
+    """Broadcasting ``op(a, b)``; subclasses give ``grads(a, b, y, g)`` before un-broadcasting
+    (``y``, the output, is saved only for ops that read it)."""
+    op = ""
+    true_division = False
+    saves_output = False
+
+    @classmethod
+    def forward(cls, ctx, a, b):
+        result = dt.result_type(a, b)
+        if cls.true_division and not result.is_floating_point:
+            result = dt.get_default_dtype()
+        compute = dt.compute_dtype(result)
+        if compute is dt.bool_:
+            compute = dt.int64
+        y = binary_raw("binary", cls.op, a, b, compute, result)
+        ctx.save_for_backward(a, b, y if cls.saves_output else None)
+        return y
+
+    @classmethod
+    def backward(cls, ctx, g):
+        a, b, y = ctx.saved_tensors
+        ga, gb = cls.grads(a, b, y, g)
+        return (None if ga is None or not ctx.needs_input_grad[0] else sum_to(ga, a.shape),
+                None if gb is None or not ctx.needs_input_grad[1] else sum_to(gb, b.shape))
+
+
+def _pow_grads(a, b, y, g):
+    ga = g * b * a ** (b - 1)
+    log_a = a.log()
+    gb = g * (y * log_a).masked_fill((a == 0) & (b >= 0), 0)
+    return ga, gb
+
+
+def _max_grads(a, b, y, g, sign=1):
+    wa = (a * sign > b * sign) + (a == b) * 0.5
+    return g * wa, g * (1 - wa)
+
+
+def _binary(name, op, grads, true_division=False, saves_output=False):
+    cls = type(name, (Binary,), {"op": op, "grads": staticmethod(grads), "true_division": true_division,
+                                 "saves_output": saves_output})
+    globals()[name] = cls
+    return cls
+
+
+Add = _binary("Add", "add", lambda a, b, y, g: (g, g))
+Sub = _binary("Sub", "sub", lambda a, b, y, g: (g, -g))
+Mul = _binary("Mul", "mul", lambda a, b, y, g: (g * b, g * a))
+Div = _binary("Div", "div", lambda a, b, y, g: (g / b, -g * a / (b * b)), true_division=True)
+Pow = _binary("Pow", "pow", _pow_grads, saves_output=True)
+Maximum = _binary("Maximum", "maximum", _max_grads)
+Minimum = _binary("Minimum", "minimum", lambda a, b, y, g: _max_grads(a, b, y, g, -1))
+FloorDivide = _binary("FloorDivide", "floordiv", lambda a, b, y, g: (g * 0, g * 0))
+Remainder = _binary("Remainder", "remainder", lambda a, b, y, g: (g, -g * (a / b).floor()))
+
+
+def _binary_entry(cls):
+    def fn(a, b):
+        if not hasattr(a, "_layout"):
+            a = as_operand(a, b)
+        return cls.apply(a, as_operand(b, a))
+    fn.__name__ = cls.op
+    return fn
+
+
+sub = _binary_entry(Sub)
+mul = _binary_entry(Mul)
+maximum = _binary_entry(Maximum)
+minimum = _binary_entry(Minimum)
+remainder = _binary_entry(Remainder)
+_add = _binary_entry(Add)
+_div = _binary_entry(Div)
+_pow = _binary_entry(Pow)
+
+
+def add(a, b, alpha=1):
+    return _add(a, b if alpha == 1 else b * alpha)
+
+
+def subtract(a, b, alpha=1):
+    return sub(a, b if alpha == 1 else b * alpha)
+
+
+def div(a, b, rounding_mode=None):
+    if rounding_mode is None:
+        return _div(a, b)
+    if rounding_mode == "floor":
+        return floor_divide(a, b)
+    if rounding_mode == "trunc":
+        q = _div(a, b).trunc()
+        result = dt.result_type(*(x for x in (a, b)))
+        return q if result.is_floating_point else q.to(result)
+    raise ValueError(f"div: expected rounding_mode to be one of None, 'trunc' or 'floor', got '{rounding_mode}'")
+
+
+def floor_divide(a, b):
+    return _binary_entry(FloorDivide)(a, b)
+
+
+def pow(a, b):
+    return _pow(a, b)
+
+
+true_divide = _div
+multiply = mul
+
+
+# ----------------------------------------------------------------------------- comparisons (no grad)
+def _compare(op):
+    def fn(a, b):
+        if not hasattr(a, "_layout"):
+            a = as_operand(a, b)
+        b = as_operand(b, a)
+        compute = dt.compute_dtype(dt.result_type(a, b))
+        if op.startswith("logical"):
+            compute = dt.bool_
+        return binary_raw("compare", op, a, b, compute, dt.bool_)
+    fn.__name__ = op
+    return fn
+
+
+eq, ne, lt, le, gt, ge = (_compare(op) for op in ("eq", "ne", "lt", "le", "gt", "ge"))
+logical_and, logical_or, logical_xor = (_compare(op) for op in ("logical_and", "logical_or", "logical_xor"))
+
+
+def logical_not(x):
+    return eq(x, False) if x.dtype is dt.bool_ else eq(x, 0)
+
+
+def isnan(x):
+    return ne(x, x)
+
+
+def isinf(x):
+    return abs(x) == math.inf if x.dtype.is_floating_point else x != x
+
+
+def isfinite(x):
+    return logical_not(isnan(x) | isinf(x)) if x.dtype.is_floating_point else x == x
+
+
+# ----------------------------------------------------------------------------- where / clamp
+class Where(Function):
+    @staticmethod
+    def forward(ctx, cond, a, b):
+        check_devices("where", cond, a, b)
+        if cond.dtype is not dt.bool_:
+            raise TypeError(f"where: expected condition to be a bool tensor, got {cond.dtype}")
+        result = dt.result_type(a, b)
+        compute = dt.compute_dtype(result)
+        shape, (cl, _, _) = broadcast_layouts("where", cond, a, b)
+        ac, bc = cast(a, compute), cast(b, compute)
+        al, bl = expand(ac._layout, shape), expand(bc._layout, shape)
+        out = new_like_shape(shape, compute, a)
+        kernel("where", a)(buf(cond), cl, buf(ac), al, buf(bc), bl, buf(out), out._layout)
+        ctx.save_for_backward(cond)
+        ctx.shapes = (a.shape, b.shape)
+        return cast(out, result)
+
+    @staticmethod
+    def backward(ctx, g):
+        (cond,) = ctx.saved_tensors
+        zero = g.new_zeros(())
+        ga = sum_to(where(cond, g, zero), ctx.shapes[0]) if ctx.needs_input_grad[1] else None
+        gb = sum_to(where(cond, zero, g), ctx.shapes[1]) if ctx.needs_input_grad[2] else None
+        return None, ga, gb
+
+
+def where(cond, a=None, b=None):
+    if a is None and b is None:
+        from .indexing import nonzero
+        return nonzero(cond, as_tuple=True)
+    like = cond if not hasattr(a, "_layout") and not hasattr(b, "_layout") else (a if hasattr(a, "_layout") else b)
+    a, b = as_operand(a, like), as_operand(b, like)
+    return Where.apply(cond, a, b)
+
+
+class Clamp(Function):
+    @staticmethod
+    def forward(ctx, x, lo, hi):
+        y = x
+        if lo is not None:
+            y = binary_raw("binary", "maximum", y, lo, dt.compute_dtype(dt.result_type(x, lo)), dt.result_type(x, lo))
+        if hi is not None:
+            y = binary_raw("binary", "minimum", y, hi, dt.compute_dtype(dt.result_type(y, hi)), dt.result_type(y, hi))
+        ctx.save_for_backward(x, lo, hi)
+        return y if y is not x else x.clone()
+
+    @staticmethod
+    def backward(ctx, g):
+        x, lo, hi = ctx.saved_tensors
+        keep = None
+        if lo is not None:
+            keep = x >= lo
+        if hi is not None:
+            keep = (x <= hi) if keep is None else keep & (x <= hi)
+        gx = g * keep if ctx.needs_input_grad[0] else None
+        glo = sum_to(g * (x < lo), lo.shape) if lo is not None and ctx.needs_input_grad[1] else None
+        ghi = sum_to(g * (x > hi), hi.shape) if hi is not None and ctx.needs_input_grad[2] else None
+        return gx, glo, ghi
+
+
+def clamp(x, min=None, max=None):
+    if min is None and max is None:
+        raise RuntimeError("clamp: at least one of 'min' or 'max' must not be None")
+    lo = None if min is None else as_operand(min, x)
+    hi = None if max is None else as_operand(max, x)
+    return Clamp.apply(x, lo, hi)
+
+
+clip = clamp

@@ -1,0 +1,352 @@
+"""Indexing: ``x[...]``, ``x[...] = v`` and the gather/scatter family.
+
+Basic indices (ints, slices, None, Ellipsis) become views. Advanced indices
+(integer/boolean tensors and lists) become *flat indices* into the basic view's
+shape, laid out in the result's shape by numpy's placement rule; then one of
+two Functions moves the data: :class:`Take` (gather) and :class:`IndexPut`
+(scatter, optionally accumulating). Each is the other's backward. Every index
+is range-checked here, before any kernel runs.
+"""
+from __future__ import annotations
+
+import operator
+
+import numpy as np
+
+from .. import _dtype as dt
+from ..autograd import Function
+from ..layout import contiguous_strides, normalize_dim
+from . import views
+from .core import as_operand, buf, cast, check_devices, kernel, new_like_shape, sum_to
+
+
+# ----------------------------------------------------------------------------- the two movers
+def _flat_buffer(flat):
+    flat = flat.contiguous()
+    start = flat._layout.offset
+    return buf(flat)[start:start + flat.numel()]
+
+
+class Take(Function):
+    """out = x.reshape(-1)[flat]; ``flat`` holds valid flat indices and gives the result's shape."""
+
+    @staticmethod
+    def forward(ctx, x, flat):
+        compute = dt.compute_dtype(x.dtype)
+        xc = cast(x, compute)
+        out = new_like_shape(flat.shape, compute, x)
+        kernel("take", x)(buf(xc), xc._layout, _flat_buffer(flat), buf(out))
+        ctx.save_for_backward(flat)
+        ctx.shape = x.shape
+        return cast(out, x.dtype)
+
+    @staticmethod
+    def backward(ctx, g):
+        (flat,) = ctx.saved_tensors
+        return IndexPut.apply(g.new_zeros(ctx.shape), flat, g, True), None
+
+
+class IndexPut(Function):
+    """A copy of x with x.reshape(-1)[flat] set to (or, accumulating, increased by) ``values``."""
+
+    @staticmethod
+    def forward(ctx, x, flat, values, accumulate):
+        compute = dt.compute_dtype(x.dtype)
+        out = cast(x, compute)
+        out = out.clone() if out is x else out
+        vals = cast(values.expand(flat.shape), compute).contiguous()
+        start = vals._layout.offset
+        kernel("put", x)(buf(out), out._layout, _flat_buffer(flat), buf(vals)[start:start + vals.numel()],
+                         accumulate)
+        ctx.save_for_backward(flat)
+        ctx.meta = (values.shape, accumulate)
+        return cast(out, x.dtype)
+
+    @staticmethod
+    def backward(ctx, g):
+        (flat,) = ctx.saved_tensors
+        values_shape, accumulate = ctx.meta
+        gx = None
+        if ctx.needs_input_grad[0]:
+            gx = g if accumulate else IndexPut.apply(g, flat, g.new_zeros(()), False)
+        gv = sum_to(Take.apply(g, flat), values_shape) if ctx.needs_input_grad[2] else None
+        return gx, None, gv, None
+
+
+# ----------------------------------------------------------------------------- index planning
+def _as_index_tensor(item, like):
+    from .creation import tensor
+    if hasattr(item, "_layout"):
+        t = item
+    else:
+        t = tensor(item, device=like.device)
+        if t.dtype.is_floating_point and t.numel() == 0:
+            t = t.long()
+    if t.dtype.is_floating_point:
+        raise TypeError(f"tensors used as indices must be long, int or bool tensors, got {t.dtype}")
+    return t
+
+
+def _checked(index, size: int, dim: int):
+    """int64 copy of ``index`` with negatives wrapped; IndexError for anything out of range."""
+    index = cast(index, dt.int64)
+    if index.numel():
+        lo, hi = int(index.min()), int(index.max())
+        if lo < -size or hi >= size:
+            bad = lo if lo < -size else hi
+            raise IndexError(f"index {bad} is out of bounds for dimension {dim} with size {size}")
+        if lo < 0:
+            index = index + (index < 0) * size
+    return index
+
+
+def _normalize(index, x):
+    """Split an index expression into steps; Ellipsis expanded, lists turned into tensors."""
+    if not isinstance(index, tuple):
+        index = (index,)
+    items = []
+    for item in index:
+        if isinstance(item, (list, np.ndarray)) or (hasattr(item, "_layout") and item.ndim > 0) or \
+                (hasattr(item, "_layout") and item.dtype is dt.bool_):
+            items.append(_as_index_tensor(item, x))
+        elif isinstance(item, bool):
+            items.append(_as_index_tensor([item], x).reshape(()))
+        else:
+            items.append(item)
+    consumed = 0
+    for item in items:
+        if hasattr(item, "_layout"):
+            consumed += item.ndim if item.dtype is dt.bool_ else 1
+        elif item is not None and item is not Ellipsis:
+            consumed += 1
+    if consumed > x.ndim:
+        raise IndexError(f"too many indices for tensor of dimension {x.ndim}")
+    ellipses = [i for i, item in enumerate(items) if item is Ellipsis]
+    if len(ellipses) > 1:
+        raise IndexError("an index can only have a single ellipsis ('...')")
+    fill = [slice(None)] * (x.ndim - consumed)
+    if ellipses:
+        items[ellipses[0]:ellipses[0] + 1] = fill
+    else:
+        items += fill
+    return items
+
+
+def plan(x, index):
+    """(basic view of x, list of (dim in view, index tensor)) for an index expression."""
+    view = x
+    dim = 0
+    advanced = []
+    for item in _normalize(index, x):
+        if item is None:
+            view = views.unsqueeze(view, dim)
+            dim += 1
+        elif isinstance(item, slice):
+            if item != slice(None):
+                start, stop, step = (None if v is None else operator.index(v) for v in
+                                     (item.start, item.stop, item.step))
+                view = views.slice_dim(view, dim, start, stop, 1 if step is None else step)
+            dim += 1
+        elif hasattr(item, "_layout"):
+            if item.dtype is dt.bool_:
+                if tuple(item.shape) != tuple(view.shape[dim:dim + item.ndim]):
+                    raise IndexError(f"The shape of the mask {list(item.shape)} at index {dim} does not match "
+                                     f"the shape of the indexed tensor {list(view.shape)}")
+                if item.ndim == 0:
+                    view = views.unsqueeze(view, dim)
+                    advanced.append((dim, _mask_positions(item.reshape(1))[0]))
+                    dim += 1
+                    continue
+                for k, positions in enumerate(_mask_positions(item)):
+                    advanced.append((dim + k, positions))
+                dim += item.ndim
+            else:
+                advanced.append((dim, item))
+                dim += 1
+        else:
+            try:
+                i = operator.index(item)
+            except TypeError:
+                raise TypeError(f"invalid index of type {type(item).__name__}; only integers, slices, None, "
+                                f"Ellipsis, lists and integer or boolean tensors are valid indices") from None
+            view = views.select(view, dim, i)
+    return view, advanced
+
+
+def _mask_positions(mask):
+    return nonzero(mask, as_tuple=True)
+
+
+def flat_indices(view, advanced):
+    """Flat indices into ``view`` for the advanced part, shaped like the indexing result."""
+    from .creation import arange
+    check_devices("index", view, *(t for _, t in advanced))
+    dims = [d for d, _ in advanced]
+    from ..layout import broadcast_shapes
+    bshape = broadcast_shapes(*(t.shape for _, t in advanced), op="index")
+    cs = contiguous_strides(view.shape)
+    adjacent = dims == list(range(dims[0], dims[0] + len(dims)))
+    rest = [d for d in range(view.ndim) if d not in dims]
+    block = dims[0] if adjacent else 0
+    positions = {}
+    for k, d in enumerate(rest):
+        positions[d] = k if (adjacent and d < block) else k + len(bshape)
+    ndim_out = len(rest) + len(bshape)
+    flat = None
+    for d, idx in advanced:
+        term = _checked(idx, view.shape[d], d) * cs[d]
+        flat = term if flat is None else flat + term
+    flat = flat.expand(bshape).reshape((1,) * block + tuple(bshape) + (1,) * (ndim_out - block - len(bshape)))
+    for d in rest:
+        shape = [1] * ndim_out
+        shape[positions[d]] = view.shape[d]
+        flat = flat + (arange(view.shape[d], device=view.device) * cs[d]).reshape(shape)
+    out_shape = [0] * ndim_out
+    for d in rest:
+        out_shape[positions[d]] = view.shape[d]
+    out_shape[block:block + len(bshape)] = bshape
+    return flat.expand(out_shape)
+
+
+def getitem(x, index):
+    view, advanced = plan(x, index)
+    if not advanced:
+        return view if view is not x else views.view_of(x, x._layout)
+    return Take.apply(view, flat_indices(view, advanced))
+
+
+def setitem(x, index, value):
+    from .inplace import assign
+    view, advanced = plan(x, index)
+    value = as_operand(value, x)
+    if not advanced:
+        if view is x:
+            view = views.view_of(x, x._layout) if x._base is None else x
+        assign(view if view is not x else x, lambda t: value.to(t.dtype).expand(t.shape), "__setitem__")
+        return
+    flat = flat_indices(view, advanced)
+    if view is x:
+        assign(x, lambda t: IndexPut.apply(t, flat, value.to(t.dtype), False), "index_put_")
+    else:
+        assign(view, lambda t: IndexPut.apply(t, flat, value.to(t.dtype), False), "index_put_")
+
+
+# ----------------------------------------------------------------------------- gather family
+def nonzero(x, as_tuple=False):
+    from .creation import from_host_array
+    compute = dt.compute_dtype(x.dtype)
+    xc = cast(x, compute)
+    flat = from_host_array(np.asarray(kernel("nonzero", x)(buf(xc), xc._layout)), x.device)
+    if x.ndim == 0:
+        coords = []
+    else:
+        coords, rem = [], flat
+        for stride in contiguous_strides(x.shape)[:-1]:
+            coords.append(rem // stride)
+            rem = rem % stride
+        coords.append(rem)
+    if as_tuple:
+        return tuple(coords) if coords else (flat * 0,)
+    from .shape_ops import stack
+    return stack(coords, 1) if coords else flat.reshape((-1, 0))
+
+
+def _along_dim(x_shape, dim, index):
+    """Flat indices into a packed x of ``x_shape`` that pick ``index`` along ``dim`` (gather rule)."""
+    from .creation import arange
+    cs = contiguous_strides(x_shape)
+    index = _checked(index, x_shape[dim], dim)
+    flat = index * cs[dim]
+    for d in range(index.ndim):
+        if d != dim:
+            shape = [1] * index.ndim
+            shape[d] = index.shape[d]
+            flat = flat + (arange(index.shape[d], device=index.device) * cs[d]).reshape(shape)
+    return flat
+
+
+def _check_gather_shapes(op, x, dim, index, src=None):
+    if index.ndim != x.ndim:
+        raise RuntimeError(f"{op}: index tensor must have the same number of dimensions as input tensor "
+                           f"({index.ndim} vs {x.ndim})")
+    for d in range(x.ndim):
+        if d != dim and index.shape[d] > x.shape[d]:
+            raise RuntimeError(f"{op}: size of index {list(index.shape)} does not fit input {list(x.shape)} "
+                               f"at dimension {d}")
+        if src is not None and index.shape[d] > src.shape[d]:
+            raise RuntimeError(f"{op}: size of index {list(index.shape)} does not fit src {list(src.shape)} "
+                               f"at dimension {d}")
+    if index.dtype.is_floating_point or index.dtype is dt.bool_:
+        raise TypeError(f"{op}(): Expected dtype int64 for index, got {index.dtype}")
+
+
+def gather(x, dim, index):
+    dim = normalize_dim(dim, x.ndim, "gather")
+    _check_gather_shapes("gather", x, dim, index)
+    if x.ndim == 0:
+        return Take.apply(x, _checked(index, 1, 0))
+    return Take.apply(x, _along_dim(x.shape, dim, index))
+
+
+def _scatter(op, x, dim, index, src, accumulate):
+    dim = normalize_dim(dim, x.ndim, op)
+    src = as_operand(src, x)
+    _check_gather_shapes(op, x, dim, index, src if src.ndim else None)
+    if src.ndim:
+        src = src[tuple(slice(0, n) for n in index.shape)]
+    return IndexPut.apply(x, _along_dim(x.shape, dim, index), src.to(x.dtype), accumulate)
+
+
+def scatter(x, dim, index, src=None, value=None, reduce=None):
+    if reduce is not None:
+        if reduce != "add":
+            raise NotImplementedError(f"scatter: reduce='{reduce}' is not supported; use 'add'")
+        return _scatter("scatter", x, dim, index, src if src is not None else value, True)
+    return _scatter("scatter", x, dim, index, src if src is not None else value, False)
+
+
+def scatter_add(x, dim, index, src):
+    return _scatter("scatter_add", x, dim, index, src, True)
+
+
+def index_select(x, dim, index):
+    dim = normalize_dim(dim, x.ndim, "index_select")
+    if index.ndim > 1:
+        raise IndexError(f"index_select(): Index is supposed to be a vector, got shape {list(index.shape)}")
+    if index.dtype.is_floating_point or index.dtype is dt.bool_:
+        raise TypeError(f"index_select(): Expected dtype int32/int64 for index, got {index.dtype}")
+    return getitem(x, (slice(None),) * dim + (index.reshape(-1),))
+
+
+def index_add(x, dim, index, source, alpha=1):
+    dim = normalize_dim(dim, x.ndim, "index_add")
+    if alpha != 1:
+        source = source * alpha
+    expanded = index.reshape([-1 if d == dim else 1 for d in range(x.ndim)]).expand(source.shape)
+    return _scatter("index_add", x, dim, expanded, source, True)
+
+
+def masked_fill(x, mask, value):
+    from .elementwise import where
+    if mask.dtype is not dt.bool_:
+        raise TypeError(f"masked_fill only supports boolean masks, but got mask with dtype {mask.dtype}")
+    value = as_operand(value, x).to(x.dtype) if not hasattr(value, "_layout") else value.to(x.dtype)
+    out = where(mask, value, x)
+    if out.shape != x.shape:
+        raise RuntimeError(f"masked_fill: mask of shape {list(mask.shape)} cannot be broadcast to "
+                           f"{list(x.shape)} in place of the input")
+    return out
+
+
+def masked_select(x, mask):
+    if mask.dtype is not dt.bool_:
+        raise TypeError(f"masked_select: expected BoolTensor for mask, got {mask.dtype}")
+    from ..layout import broadcast_shapes
+    shape = broadcast_shapes(x.shape, mask.shape, op="masked_select")
+    return getitem(x.expand(shape), mask.expand(shape))
+
+
+def take(x, index):
+    return Take.apply(x, _checked(index, x.numel(), 0))
+
+

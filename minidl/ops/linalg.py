@@ -1,0 +1,168 @@
+"""Matrix products: matmul (batched, broadcasting, vector cases), mm, bmm, dot, einsum."""
+from __future__ import annotations
+
+import math
+import string
+
+from .. import _dtype as dt
+from ..autograd import Function
+from ..layout import broadcast_shapes
+from .core import buf, cast, check_devices, contiguous_data, kernel, new_like_shape, sum_to
+
+
+class MatMul(Function):
+    """(..., m, k) @ (..., k, n) with broadcast batch dims; BLAS on packed operands."""
+
+    @staticmethod
+    def forward(ctx, a, b):
+        batch = broadcast_shapes(a.shape[:-2], b.shape[:-2], op="matmul")
+        m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
+        compute = dt.compute_dtype(a.dtype)
+        ac = contiguous_data(cast(a.expand(tuple(batch) + (m, k)), compute))
+        bc = contiguous_data(cast(b.expand(tuple(batch) + (k, n)), compute))
+        out = new_like_shape(tuple(batch) + (m, n), compute, a)
+        count = math.prod(batch)
+        if out.numel():
+            kernel("matmul", a)(_packed(ac), _packed(bc), buf(out), count, m, k, n)
+        ctx.save_for_backward(a, b)
+        return cast(out, a.dtype)
+
+    @staticmethod
+    def backward(ctx, g):
+        a, b = ctx.saved_tensors
+        ga = sum_to(g @ b.mT, a.shape) if ctx.needs_input_grad[0] else None
+        gb = sum_to(a.mT @ g, b.shape) if ctx.needs_input_grad[1] else None
+        return ga, gb
+
+
+def _packed(t):
+    start = t._layout.offset
+    return buf(t)[start:start + t.numel()]
+
+
+def matmul(a, b):
+    check_devices("matmul", a, b)
+    if a.dtype is not b.dtype:
+        raise RuntimeError(f"matmul: expected both operands to have the same dtype, but got {a.dtype.name} "
+                           f"and {b.dtype.name}")
+    if a.ndim == 0 or b.ndim == 0:
+        raise RuntimeError(f"matmul: both arguments need to be at least 1D, but they are {a.ndim}D and {b.ndim}D")
+    k_a = a.shape[-1]
+    k_b = b.shape[0] if b.ndim == 1 else b.shape[-2]
+    if k_a != k_b:
+        raise RuntimeError(f"matmul: shapes {list(a.shape)} and {list(b.shape)} cannot be multiplied "
+                           f"({k_a} != {k_b})")
+    if a.ndim == 1 and b.ndim == 1:
+        return MatMul.apply(a.unsqueeze(0), b.unsqueeze(1)).reshape(())
+    if a.ndim == 1:
+        return MatMul.apply(a.unsqueeze(0), b).squeeze(-2)
+    if b.ndim == 1:
+        return MatMul.apply(a, b.unsqueeze(1)).squeeze(-1)
+    return MatMul.apply(a, b)
+
+
+def mm(a, b):
+    if a.ndim != 2 or b.ndim != 2:
+        raise RuntimeError(f"mm: expected 2D tensors, got {a.ndim}D and {b.ndim}D")
+    return matmul(a, b)
+
+
+def bmm(a, b):
+    if a.ndim != 3 or b.ndim != 3:
+        raise RuntimeError(f"bmm: expected 3D tensors, got {a.ndim}D and {b.ndim}D")
+    if a.shape[0] != b.shape[0]:
+        raise RuntimeError(f"bmm: batch sizes differ: {list(a.shape)} and {list(b.shape)}")
+    return matmul(a, b)
+
+
+def dot(a, b):
+    if a.ndim != 1 or b.ndim != 1:
+        raise RuntimeError(f"dot: 1D tensors expected, but got {a.ndim}D and {b.ndim}D tensors")
+    return matmul(a, b)
+
+
+def outer(a, b):
+    return a.reshape((-1, 1)) * b.reshape((1, -1))
+
+
+# ----------------------------------------------------------------------------- einsum
+def _parse(equation, operands):
+    """Expand '...' into fresh letters (right-aligned across operands) and infer the output."""
+    equation = equation.replace(" ", "")
+    lhs, arrow, rhs = equation.partition("->")
+    terms = lhs.split(",")
+    if len(terms) != len(operands):
+        raise RuntimeError(f"einsum(): {len(terms)} subscripts in '{equation}' but {len(operands)} operands")
+    free = [c for c in string.ascii_letters if c not in equation]
+    spans = [op.ndim - (len(t) - 3) if "..." in t else 0 for t, op in zip(terms, operands)]
+    ell = "".join(free[:max(spans, default=0)])
+    expanded = []
+    for term, op, n in zip(terms, operands, spans):
+        term = term.replace("...", ell[len(ell) - n:] if n else "")
+        if len(term) != op.ndim:
+            raise RuntimeError(f"einsum(): subscript '{term}' has {len(term)} letters for an operand with "
+                               f"{op.ndim} dims")
+        expanded.append(term)
+    if arrow:
+        return expanded, rhs.replace("...", ell)
+    letters = "".join(expanded)
+    return expanded, ell + "".join(sorted(c for c in set(letters) if letters.count(c) == 1 and c not in ell))
+
+
+def _diagonalize(term, x):
+    """Repeated letters in one term ('ii') take the diagonal."""
+    while len(set(term)) != len(term):
+        for i, c in enumerate(term):
+            j = term.find(c, i + 1)
+            if j >= 0:
+                x = x.diagonal(0, i, j)
+                term = term[:i] + term[i + 1:j] + term[j + 1:] + c
+                break
+    return term, x
+
+
+def _contract(ta, a, tb, b, keep):
+    """Contract two operands over their shared letters not in ``keep`` via one batched matmul."""
+    shared = [c for c in ta if c in tb]
+    batch = [c for c in shared if c in keep]
+    summed = [c for c in shared if c not in keep]
+    only_a = [c for c in ta if c not in tb]
+    only_b = [c for c in tb if c not in ta]
+    # letters only in one operand and not kept are summed right away
+    a = a.sum([ta.index(c) for c in only_a if c not in keep]) if any(c not in keep for c in only_a) else a
+    ta = "".join(c for c in ta if c in tb or c in keep)
+    b = b.sum([tb.index(c) for c in only_b if c not in keep]) if any(c not in keep for c in only_b) else b
+    tb = "".join(c for c in tb if c in ta or c in keep)
+    only_a = [c for c in ta if c not in tb]
+    only_b = [c for c in tb if c not in ta]
+    sizes = {c: n for t, x in ((ta, a), (tb, b)) for c, n in zip(t, x.shape)}
+    for c in shared:
+        if c in ta and c in tb and a.shape[ta.index(c)] != b.shape[tb.index(c)] and 1 not in (
+                a.shape[ta.index(c)], b.shape[tb.index(c)]):
+            raise RuntimeError(f"einsum(): operands do not broadcast on subscript '{c}': "
+                               f"{a.shape[ta.index(c)]} vs {b.shape[tb.index(c)]}")
+        sizes[c] = max(a.shape[ta.index(c)], b.shape[tb.index(c)])
+    a = a.permute([ta.index(c) for c in batch + only_a + summed]).expand([sizes[c] for c in batch + only_a + summed])
+    b = b.permute([tb.index(c) for c in batch + summed + only_b]).expand([sizes[c] for c in batch + summed + only_b])
+    nb, na, ns, nbb = (math.prod(sizes[c] for c in g) for g in (batch, only_a, summed, only_b))
+    out = matmul(a.reshape((nb, na, ns)), b.reshape((nb, ns, nbb)))
+    term = "".join(batch + only_a + only_b)
+    return term, out.reshape([sizes[c] for c in term])
+
+
+def einsum(equation, *operands):
+    if len(operands) == 1 and isinstance(operands[0], (list, tuple)):
+        operands = tuple(operands[0])
+    terms, out = _parse(equation, operands)
+    pairs = [_diagonalize(t, x) for t, x in zip(terms, operands)]
+    term, x = pairs[0]
+    for i, (tb, b) in enumerate(pairs[1:], 1):
+        later = out + "".join(t for t, _ in pairs[i + 1:])
+        term, x = _contract(term, x, tb, b, later)
+    drop = [i for i, c in enumerate(term) if c not in out]
+    if drop:
+        x = x.sum(drop)
+        term = "".join(c for c in term if c in out)
+    if sorted(term) != sorted(out):
+        raise RuntimeError(f"einsum(): output subscript '{out}' does not match the operands")
+    return x.permute([term.index(c) for c in out]) if term != out else x

@@ -1,0 +1,365 @@
+"""Reductions and scans: sum, prod, amax/amin, max/min with indices, argmax/argmin,
+cumsum/cumprod, softmax/log_softmax, and the composites built on them."""
+from __future__ import annotations
+
+import math
+from collections import namedtuple
+
+from .. import _dtype as dt
+from ..autograd import Function
+from ..layout import normalize_dim, normalize_dims, reduced_shape
+from .core import buf, cast, kernel, new_like_shape
+
+return_types = {op: namedtuple(op, ["values", "indices"]) for op in ("max", "min")}
+
+
+def reduce_raw(op: str, x, dims, keepdim: bool, result_dtype):
+    """The ``reduce`` primitive over ``dims``; result in ``result_dtype``, no autograd."""
+    compute = dt.compute_dtype(result_dtype)
+    if compute is dt.bool_:
+        compute = dt.int64
+    xc = cast(x, compute)
+    out = new_like_shape(reduced_shape(x.shape, dims, keepdim), compute, x)
+    kernel("reduce", x)(op, buf(xc), xc._layout, dims, buf(out))
+    return cast(out, result_dtype)
+
+
+def _dims(x, dim, op):
+    return normalize_dims(dim if dim not in ((), []) else None, x.ndim, op)
+
+
+def _expand_back(g, x, dims, keepdim):
+    """Broadcast a reduced gradient back over the reduced dims of ``x``."""
+    if not keepdim:
+        g = g.reshape(reduced_shape(x.shape, dims, True))
+    return g.expand(x.shape)
+
+
+def _sum_dtype(x, dtype):
+    if dtype is not None:
+        return dt.to_dtype(dtype)
+    return x.dtype if x.dtype.is_floating_point else dt.int64
+
+
+class Sum(Function):
+    @staticmethod
+    def forward(ctx, x, dims, keepdim, dtype):
+        ctx.meta = (x.shape, dims, keepdim)
+        return reduce_raw("sum", x, dims, keepdim, dtype)
+
+    @staticmethod
+    def backward(ctx, g):
+        shape, dims, keepdim = ctx.meta
+        if not keepdim:
+            g = g.reshape(reduced_shape(shape, dims, True))
+        return g.expand(shape), None, None, None
+
+
+def sum(x, dim=None, keepdim=False, dtype=None):
+    return Sum.apply(x, _dims(x, dim, "sum"), keepdim, _sum_dtype(x, dtype))
+
+
+def mean(x, dim=None, keepdim=False, dtype=None):
+    result = dt.to_dtype(dtype) if dtype is not None else x.dtype
+    if not result.is_floating_point:
+        raise RuntimeError(f"mean(): could not infer output dtype. Input dtype must be either a floating "
+                           f"point or complex dtype. Got: {x.dtype.name}")
+    dims = _dims(x, dim, "mean")
+    count = math.prod(x.shape[d] for d in dims)
+    return sum(x, dims, keepdim, result) / count if count else sum(x, dims, keepdim, result) * math.nan
+
+
+class Prod(Function):
+    @staticmethod
+    def forward(ctx, x, dims, keepdim, dtype):
+        y = reduce_raw("prod", x, dims, keepdim, dtype)
+        ctx.save_for_backward(x, y)
+        ctx.meta = (dims, keepdim)
+        return y
+
+    @staticmethod
+    def backward(ctx, g):
+        x, y = ctx.saved_tensors
+        dims, keepdim = ctx.meta
+        g, y = _expand_back(g, x, dims, keepdim), _expand_back(y, x, dims, keepdim)
+        if bool((x == 0).any()):
+            return g * _prod_of_others(x, dims), None, None, None
+        return g * y / x, None, None, None
+
+
+def _prod_of_others(x, dims):
+    """For each element, the product of the other elements of its reduction (zeros allowed)."""
+    flat_dims = tuple(d for d in range(x.ndim) if d not in dims) + tuple(dims)
+    moved = x.permute(flat_dims)
+    kept = moved.shape[:x.ndim - len(dims)]
+    rows = moved.reshape(tuple(kept) + (-1,))
+    ones = rows.new_ones(tuple(kept) + (1,))
+    left = cat_last(ones, rows[..., :-1]).cumprod(-1)
+    right = cat_last(ones, rows.flip(-1)[..., :-1]).cumprod(-1).flip(-1)
+    inverse = [0] * x.ndim
+    for i, d in enumerate(flat_dims):
+        inverse[d] = i
+    return (left * right).reshape(moved.shape).permute(inverse)
+
+
+def cat_last(a, b):
+    from .shape_ops import cat
+    return cat([a, b], -1)
+
+
+def prod(x, dim=None, keepdim=False, dtype=None):
+    return Prod.apply(x, _dims(x, dim, "prod"), keepdim, _sum_dtype(x, dtype))
+
+
+class Extreme(Function):
+    """amax / amin; the gradient is shared evenly between tied extremes, as in PyTorch."""
+
+    @staticmethod
+    def forward(ctx, x, op, dims, keepdim):
+        if x.numel() == 0:
+            raise RuntimeError(f"{op}(): Expected reduction dim to be specified for input.numel() == 0. "
+                               f"Specify the reduction dim with the 'dim' argument.")
+        y = reduce_raw("max" if op == "amax" else "min", x, dims, keepdim, x.dtype)
+        ctx.save_for_backward(x, y)
+        ctx.meta = (dims, keepdim)
+        return y
+
+    @staticmethod
+    def backward(ctx, g):
+        x, y = ctx.saved_tensors
+        dims, keepdim = ctx.meta
+        mask = x == _expand_back(y, x, dims, keepdim)
+        count = mask.sum(dims, keepdim=True)
+        return _expand_back(g, x, dims, keepdim) * mask / count, None, None, None
+
+
+def amax(x, dim=None, keepdim=False):
+    return Extreme.apply(x, "amax", _dims(x, dim, "amax"), keepdim)
+
+
+def amin(x, dim=None, keepdim=False):
+    return Extreme.apply(x, "amin", _dims(x, dim, "amin"), keepdim)
+
+
+def arg_raw(op, x, dim, keepdim):
+    if x.shape[dim] == 0 if x.ndim else False:
+        raise IndexError(f"{op}(): Expected reduction dim {dim} to have non-zero size.")
+    compute = dt.compute_dtype(x.dtype)
+    xc = cast(x, dt.int64 if compute is dt.bool_ else compute)
+    if x.ndim == 0:
+        xc = xc.reshape((1,))
+    out = new_like_shape(reduced_shape(xc.shape, (dim,), keepdim), dt.int64, x)
+    kernel("arg_reduce", x)(op, buf(xc), xc._layout, dim, buf(out))
+    return out.reshape(reduced_shape(x.shape, (dim,), keepdim)) if x.ndim == 0 else out
+
+
+def argmax(x, dim=None, keepdim=False):
+    if dim is None:
+        return arg_raw("argmax", x.reshape(-1), 0, False).reshape((1,) * x.ndim if keepdim else ())
+    return arg_raw("argmax", x, normalize_dim(dim, x.ndim, "argmax"), keepdim)
+
+
+def argmin(x, dim=None, keepdim=False):
+    if dim is None:
+        return arg_raw("argmin", x.reshape(-1), 0, False).reshape((1,) * x.ndim if keepdim else ())
+    return arg_raw("argmin", x, normalize_dim(dim, x.ndim, "argmin"), keepdim)
+
+
+class ExtremeDim(Function):
+    """max/min along one dim, returning (values, indices); the gradient goes to the chosen index."""
+
+    @staticmethod
+    def forward(ctx, x, op, dim, keepdim):
+        indices = arg_raw("argmax" if op == "max" else "argmin", x, dim, True)
+        values = x.gather(dim, indices) if x.ndim else x.clone()
+        if not keepdim:
+            values, indices = values.squeeze(dim), indices.squeeze(dim)
+        ctx.mark_non_differentiable(indices)
+        ctx.save_for_backward(indices)
+        ctx.meta = (x.shape, dim, keepdim)
+        return values, indices
+
+    @staticmethod
+    def backward(ctx, g, _):
+        (indices,) = ctx.saved_tensors
+        shape, dim, keepdim = ctx.meta
+        if not len(shape):
+            return g, None, None, None
+        if not keepdim:
+            g, indices = g.unsqueeze(dim), indices.unsqueeze(dim)
+        return g.new_zeros(shape).scatter(dim, indices, g), None, None, None
+
+
+def _extreme(op, reduce_all, elementwise):
+    def fn(x, dim=None, keepdim=False):
+        if dim is None:
+            return reduce_all(x)
+        if hasattr(dim, "_layout"):
+            return elementwise(x, dim)
+        values, indices = ExtremeDim.apply(x, op, normalize_dim(dim, x.ndim, op), keepdim)
+        return return_types[op](values, indices)
+    fn.__name__ = op
+    return fn
+
+
+def _elementwise_max(a, b):
+    from .elementwise import maximum
+    return maximum(a, b)
+
+
+def _elementwise_min(a, b):
+    from .elementwise import minimum
+    return minimum(a, b)
+
+
+max = _extreme("max", amax, _elementwise_max)
+min = _extreme("min", amin, _elementwise_min)
+
+
+def var(x, dim=None, unbiased=None, keepdim=False, correction=None):
+    if correction is None:
+        correction = 1 if unbiased is None or unbiased else 0
+    dims = _dims(x, dim, "var")
+    count = math.prod(x.shape[d] for d in dims)
+    centered = x - mean(x, dims, keepdim=True)
+    return sum(centered * centered, dims, keepdim) / (count - correction)
+
+
+def std(x, dim=None, unbiased=None, keepdim=False, correction=None):
+    return var(x, dim, unbiased, keepdim, correction).sqrt()
+
+
+def logsumexp(x, dim, keepdim=False):
+    dims = _dims(x, dim, "logsumexp")
+    m = amax(x, dims, keepdim=True).detach()
+    m = m.masked_fill(m.abs() == math.inf, 0)
+    out = (x - m).exp().sum(dims, keepdim=True).log() + m
+    return out if keepdim else out.squeeze(dims)
+
+
+def norm(x, p="fro", dim=None, keepdim=False, dtype=None):
+    if dtype is not None:
+        x = x.to(dtype)
+    dims = _dims(x, dim, "norm")
+    if p in ("fro", 2, 2.0):
+        return sum(x * x, dims, keepdim).sqrt()
+    if p in (math.inf, float("inf")):
+        return amax(x.abs(), dims, keepdim)
+    if p in (-math.inf, float("-inf")):
+        return amin(x.abs(), dims, keepdim)
+    if p == 0:
+        return sum((x != 0).to(x.dtype), dims, keepdim)
+    if p == 1:
+        return sum(x.abs(), dims, keepdim)
+    return sum(x.abs() ** p, dims, keepdim) ** (1.0 / p)
+
+
+def any(x, dim=None, keepdim=False):
+    return sum(x != 0, _dims(x, dim, "any"), keepdim) > 0
+
+
+def all(x, dim=None, keepdim=False):
+    return sum(x == 0, _dims(x, dim, "all"), keepdim) == 0
+
+
+def count_nonzero(x, dim=None):
+    return sum(x != 0, _dims(x, dim, "count_nonzero"))
+
+
+# ----------------------------------------------------------------------------- scans
+def scan_raw(op, x, dim, result_dtype):
+    compute = dt.compute_dtype(result_dtype)
+    if compute is dt.bool_:
+        compute = dt.int64
+    xc = cast(x, compute)
+    out = new_like_shape(x.shape, compute, x)
+    if x.ndim == 0:
+        kernel("copy", x)(buf(xc), xc._layout, buf(out), out._layout)
+    else:
+        kernel("scan", x)(op, buf(xc), xc._layout, dim, buf(out), out._layout)
+    return cast(out, result_dtype)
+
+
+class Cumsum(Function):
+    @staticmethod
+    def forward(ctx, x, dim, dtype):
+        ctx.dim = dim
+        return scan_raw("cumsum", x, dim, dtype)
+
+    @staticmethod
+    def backward(ctx, g):
+        if g.ndim == 0:
+            return g, None, None
+        return g.flip(ctx.dim).cumsum(ctx.dim).flip(ctx.dim), None, None
+
+
+class Cumprod(Function):
+    @staticmethod
+    def forward(ctx, x, dim, dtype):
+        y = scan_raw("cumprod", x, dim, dtype)
+        ctx.dim = dim
+        ctx.save_for_backward(x, y)
+        return y
+
+    @staticmethod
+    def backward(ctx, g):
+        x, y = ctx.saved_tensors
+        if g.ndim == 0:
+            return g, None, None
+        d = ctx.dim
+        return (g * y).flip(d).cumsum(d).flip(d) / x, None, None
+
+
+def cumsum(x, dim, dtype=None):
+    return Cumsum.apply(x, normalize_dim(dim, x.ndim, "cumsum"), _sum_dtype(x, dtype))
+
+
+def cumprod(x, dim, dtype=None):
+    return Cumprod.apply(x, normalize_dim(dim, x.ndim, "cumprod"), _sum_dtype(x, dtype))
+
+
+# ----------------------------------------------------------------------------- softmax family
+class Softmax(Function):
+    @staticmethod
+    def forward(ctx, x, dim):
+        shifted = x - amax(x, dim, keepdim=True)
+        e = shifted.exp()
+        y = e / e.sum(dim, keepdim=True)
+        ctx.dim = dim
+        ctx.save_for_backward(y)
+        return y
+
+    @staticmethod
+    def backward(ctx, g):
+        (y,) = ctx.saved_tensors
+        return y * (g - (g * y).sum(ctx.dim, keepdim=True)), None
+
+
+class LogSoftmax(Function):
+    @staticmethod
+    def forward(ctx, x, dim):
+        y = x - logsumexp(x, dim, keepdim=True)
+        ctx.dim = dim
+        ctx.save_for_backward(y)
+        return y
+
+    @staticmethod
+    def backward(ctx, g):
+        (y,) = ctx.saved_tensors
+        return g - y.exp() * g.sum(ctx.dim, keepdim=True), None
+
+
+def _softmax_input(x, dtype):
+    if dtype is not None:
+        return x.to(dt.to_dtype(dtype))
+    return x if x.dtype.is_floating_point else x.to(dt.get_default_dtype())
+
+
+def softmax(x, dim, dtype=None):
+    x = _softmax_input(x, dtype)
+    return Softmax.apply(x, normalize_dim(dim, x.ndim, "softmax"))
+
+
+def log_softmax(x, dim, dtype=None):
+    x = _softmax_input(x, dtype)
+    return LogSoftmax.apply(x, normalize_dim(dim, x.ndim, "log_softmax"))

@@ -1,0 +1,203 @@
+"""Joining, splitting and rearranging: cat, stack, split, chunk, repeat, tril/triu, flip, roll, pad."""
+from __future__ import annotations
+
+import math
+
+from .. import _dtype as dt
+from .. import layout as L
+from ..autograd import Function
+from . import views
+from .core import buf, check_devices, kernel, new_like_shape
+
+
+class Cat(Function):
+    @staticmethod
+    def forward(ctx, dim, *tensors):
+        result = dt.result_type(*tensors)
+        shape = list(tensors[0].shape)
+        shape[dim] = sum(t.shape[dim] for t in tensors)
+        out = new_like_shape(shape, result, tensors[0])
+        start = 0
+        for t in tensors:
+            part = L.narrow(out._layout, dim, start, t.shape[dim])
+            kernel("copy", t)(buf(t), t._layout, buf(out), part)
+            start += t.shape[dim]
+        ctx.meta = (dim, [t.shape[dim] for t in tensors])
+        return out
+
+    @staticmethod
+    def backward(ctx, g):
+        dim, sizes = ctx.meta
+        grads, start = [], 0
+        for n in sizes:
+            grads.append(g.narrow(dim, start, n))
+            start += n
+        return (None, *grads)
+
+
+def cat(tensors, dim=0):
+    tensors = list(tensors)
+    if not tensors:
+        raise RuntimeError("cat(): expected a non-empty list of Tensors")
+    check_devices("cat", *tensors)
+    # legacy rule, as in PyTorch: 1-D empty tensors are skipped
+    kept = [t for t in tensors if not (t.ndim == 1 and t.numel() == 0)] or tensors[:1]
+    ref = kept[0]
+    if ref.ndim == 0:
+        raise RuntimeError("cat(): zero-dimensional tensor (at position 0) cannot be concatenated")
+    dim = L.normalize_dim(dim, ref.ndim, "cat")
+    for i, t in enumerate(kept):
+        if t.ndim != ref.ndim or any(a != b for d, (a, b) in enumerate(zip(t.shape, ref.shape)) if d != dim):
+            raise RuntimeError(f"cat(): sizes of tensors must match except in dimension {dim}; got "
+                               f"{list(ref.shape)} and {list(t.shape)} (tensor {i})")
+    return Cat.apply(dim, *kept)
+
+
+concat = concatenate = cat
+
+
+def stack(tensors, dim=0):
+    tensors = list(tensors)
+    if not tensors:
+        raise RuntimeError("stack(): expected a non-empty list of Tensors")
+    for i, t in enumerate(tensors):
+        if t.shape != tensors[0].shape:
+            raise RuntimeError(f"stack expects each tensor to be equal size, but got {list(tensors[0].shape)} "
+                               f"at entry 0 and {list(t.shape)} at entry {i}")
+    dim = L.normalize_dim(dim, tensors[0].ndim + 1, "stack")
+    return cat([views.unsqueeze(t, dim) for t in tensors], dim)
+
+
+def split(x, split_size_or_sections, dim=0):
+    dim = L.normalize_dim(dim, x.ndim, "split")
+    n = x.shape[dim]
+    if isinstance(split_size_or_sections, int):
+        size = split_size_or_sections
+        sizes = [min(size, n - s) for s in range(0, n, size)] if n else [0]
+    else:
+        sizes = list(split_size_or_sections)
+        if sum(sizes) != n:
+            raise RuntimeError(f"split_with_sizes expects split_sizes to sum exactly to {n} (input tensor's size "
+                               f"at dimension {dim}), but got split_sizes={sizes}")
+    out, start = [], 0
+    for s in sizes:
+        out.append(views.narrow(x, dim, start, s))
+        start += s
+    return tuple(out)
+
+
+def chunk(x, chunks, dim=0):
+    dim = L.normalize_dim(dim, x.ndim, "chunk")
+    size = math.ceil(x.shape[dim] / chunks) if x.shape[dim] else 1
+    return split(x, max(size, 1), dim)
+
+
+def unbind(x, dim=0):
+    dim = L.normalize_dim(dim, x.ndim, "unbind")
+    return tuple(views.select(x, dim, i) for i in range(x.shape[dim]))
+
+
+def repeat(x, *sizes):
+    sizes = views._shape_arg(sizes)
+    if len(sizes) < x.ndim:
+        raise RuntimeError("Number of dimensions of repeat dims can not be smaller than number of dimensions of "
+                           "tensor")
+    x = x.reshape((1,) * (len(sizes) - x.ndim) + tuple(x.shape))
+    interleaved = []
+    for r, n in zip(sizes, x.shape):
+        interleaved += [r, n]
+    expanded = x.reshape([v for n in x.shape for v in (1, n)]).expand(interleaved)
+    return expanded.reshape([r * n for r, n in zip(sizes, x.shape)])
+
+
+def _tri_mask(x, diagonal, lower):
+    from .creation import arange
+    rows = arange(x.shape[-2], device=x.device).reshape((-1, 1))
+    cols = arange(x.shape[-1], device=x.device).reshape((1, -1))
+    return (cols - rows <= diagonal) if lower else (cols - rows >= diagonal)
+
+
+def tril(x, diagonal=0):
+    if x.ndim < 2:
+        raise RuntimeError("tril: input tensor must have at least 2 dimensions")
+    return x.masked_fill(~_tri_mask(x, diagonal, True), 0)
+
+
+def triu(x, diagonal=0):
+    if x.ndim < 2:
+        raise RuntimeError("triu: input tensor must have at least 2 dimensions")
+    return x.masked_fill(~_tri_mask(x, diagonal, False), 0)
+
+
+def flip(x, dims):
+    dims = (dims,) if isinstance(dims, int) else tuple(dims)
+    dims = tuple(L.normalize_dim(d, x.ndim, "flip") for d in dims)
+    return views.flip_view(x, dims).clone()
+
+
+def roll(x, shifts, dims=None):
+    if dims is None:
+        return roll(x.reshape(-1), shifts, 0).reshape(x.shape)
+    shifts = (shifts,) if isinstance(shifts, int) else tuple(shifts)
+    dims = (dims,) if isinstance(dims, int) else tuple(dims)
+    if len(shifts) != len(dims):
+        raise RuntimeError(f"roll: shifts and dimensions must align. shifts: {len(shifts)}, dims: {len(dims)}")
+    for s, d in zip(shifts, dims):
+        d = L.normalize_dim(d, x.ndim, "roll")
+        n = x.shape[d]
+        if n == 0:
+            continue
+        s %= n
+        if s:
+            x = cat([x.narrow(d, n - s, s), x.narrow(d, 0, n - s)], d)
+    return x
+
+
+class ConstantPad(Function):
+    @staticmethod
+    def forward(ctx, x, pads, value):
+        shape = list(x.shape)
+        for i in range(len(pads) // 2):
+            d = x.ndim - 1 - i
+            shape[d] += pads[2 * i] + pads[2 * i + 1]
+        out = new_like_shape(shape, x.dtype, x)
+        out.fill_(value)
+        region = out._layout
+        ctx.slices = []
+        for i in range(len(pads) // 2):
+            d = x.ndim - 1 - i
+            lo, hi = pads[2 * i], pads[2 * i + 1]
+            start, length = max(lo, 0), x.shape[d] + min(lo, 0) + min(hi, 0)
+            region = L.narrow(region, d, start, max(length, 0))
+            ctx.slices.append((d, -min(lo, 0), start, max(length, 0)))
+        src = x._layout
+        for d, src_start, _, length in ctx.slices:
+            src = L.narrow(src, d, src_start, length)
+        kernel("copy", x)(buf(x), src, buf(out), region)
+        ctx.meta = (x.shape, x.dtype)
+        return out
+
+    @staticmethod
+    def backward(ctx, g):
+        shape, dtype = ctx.meta
+        inner = g
+        for d, _, start, length in ctx.slices:
+            inner = inner.narrow(d, start, length)
+        if inner.shape == shape:
+            return inner, None, None
+        return views.StridedScatter.apply(inner, shape, _inner_layout(shape, ctx.slices)), None, None
+
+
+def _inner_layout(shape, slices):
+    layout = L.Layout(shape)
+    for d, src_start, _, length in slices:
+        layout = L.narrow(layout, d, src_start, length)
+    return layout
+
+
+def pad(x, pad, mode="constant", value=None):
+    if mode != "constant":
+        raise NotImplementedError(f"pad: mode '{mode}' is not supported yet; use 'constant'")
+    if len(pad) % 2 or len(pad) // 2 > x.ndim:
+        raise RuntimeError(f"pad: padding length {len(pad)} must be even and at most 2 * {x.ndim}")
+    return ConstantPad.apply(x, tuple(int(p) for p in pad), 0 if value is None else value)

@@ -1,0 +1,209 @@
+"""View ops: a new layout over the same storage, never a copy.
+
+Each view is a :class:`View` Function whose forward asks ``minidl.layout`` for
+the new layout. Views that rearrange elements one-to-one invert themselves in
+backward (permute, reshape, squeeze ...); views that pick a subset
+(slicing, select, narrow, diagonal) send the gradient back with
+:class:`StridedScatter`: zeros in the input's shape, the gradient written
+through the same view of them.
+"""
+from __future__ import annotations
+
+import math
+import operator
+
+from .. import layout as L
+from .._tensor_base import make
+from ..autograd import Function
+from .core import buf, kernel, new_like_shape, sum_to
+
+
+def view_of(x, layout):
+    """A tensor over ``x``'s storage with ``layout``; views of views share one base."""
+    return make(x._storage, layout, x.dtype, base=x._base if x._base is not None else x)
+
+
+class View(Function):
+    """Generic view: ``layout_fn(x._layout, *params)`` gives the new layout."""
+
+    @classmethod
+    def forward(cls, ctx, x, *params):
+        new = cls.layout_fn(x._layout, *params)
+        ctx.meta = (x.shape, params)
+        ctx.relative = None
+        if cls.backward_kind == "scatter":
+            # the same view taken on a packed tensor of x's shape: where the gradient goes back
+            ctx.relative = cls.layout_fn(L.Layout(x.shape), *params)
+        return view_of(x, new)
+
+    @classmethod
+    def backward(cls, ctx, g):
+        shape, params = ctx.meta
+        if cls.backward_kind == "scatter":
+            gx = StridedScatter.apply(g, shape, ctx.relative)
+        else:
+            gx = cls.inverse(g, shape, *params)
+        return (gx,) + (None,) * len(params)
+
+
+def _view(name, layout_fn, inverse=None):
+    attrs = {"layout_fn": staticmethod(layout_fn), "backward_kind": "scatter" if inverse is None else "inverse"}
+    if inverse is not None:
+        attrs["inverse"] = staticmethod(inverse)
+    cls = type(name, (View,), attrs)
+    globals()[name] = cls
+    return cls.apply
+
+
+class StridedScatter(Function):
+    """Zeros of ``shape`` with ``g`` written through the packed-relative layout ``rel``."""
+
+    @staticmethod
+    def forward(ctx, g, shape, rel):
+        out = new_like_shape(shape, g.dtype, g)
+        out.fill_(0)
+        target = L.Layout(rel.shape, rel.strides, rel.offset + out._layout.offset)
+        kernel("copy", g)(buf(g), g._layout, buf(out), target)
+        ctx.rel = rel
+        return out
+
+    @staticmethod
+    def backward(ctx, gg):
+        gg = gg.contiguous()
+        rel = ctx.rel
+        return view_of(gg, L.Layout(rel.shape, rel.strides, rel.offset + gg._layout.offset)), None, None
+
+
+def _inverse_permutation(dims):
+    inv = [0] * len(dims)
+    for i, d in enumerate(dims):
+        inv[d] = i
+    return inv
+
+
+permute = _view("Permute", L.permute, lambda g, shape, dims: g.permute(
+    _inverse_permutation([L.normalize_dim(d, len(shape)) for d in dims])))
+transpose = _view("Transpose", L.transpose, lambda g, shape, d0, d1: g.transpose(d0, d1))
+expand_ = _view("Expand", L.expand, lambda g, shape, size: sum_to(g, shape))
+unsqueeze = _view("Unsqueeze", L.unsqueeze, lambda g, shape, dim: g.reshape(shape))
+squeeze_ = _view("Squeeze", L.squeeze, lambda g, shape, dims: g.reshape(shape))
+_as_view = _view("ViewAs", lambda layout, shape: L.Layout(shape, L.view_strides(layout, shape), layout.offset),
+                 lambda g, shape, new_shape: g.reshape(shape))
+narrow_ = _view("Narrow", L.narrow)
+select = _view("Select", L.select)
+slice_dim = _view("Slice", L.slice_dim)
+diagonal_ = _view("Diagonal", L.diagonal)
+as_strided_ = _view("AsStrided", lambda layout, size, stride, offset: L.Layout(size, stride, offset))
+flip_view = _view("FlipView", lambda layout, dims: _flip_layout(layout, dims),
+                  lambda g, shape, dims: g.flip(dims))
+
+
+def _flip_layout(layout, dims):
+    for d in dims:
+        layout = L.slice_dim(layout, d, None, None, -1)
+    return layout
+
+
+def _shape_arg(shape):
+    if len(shape) == 1 and not isinstance(shape[0], int) and not hasattr(shape[0], "__index__"):
+        shape = tuple(shape[0])
+    elif len(shape) == 1 and hasattr(shape[0], "_layout"):
+        shape = tuple(shape[0].tolist())
+    return tuple(operator.index(n) for n in shape)
+
+
+def view(x, *shape):
+    shape = L.infer_shape(_shape_arg(shape), x.numel(), "view")
+    if L.view_strides(x._layout, shape) is None:
+        raise RuntimeError(f"view size is not compatible with input tensor's size and stride (at least one "
+                           f"dimension spans across two contiguous subspaces); shape {list(x.shape)} with "
+                           f"strides {list(x.stride())} cannot be viewed as {list(shape)}. Use .reshape(...) "
+                           f"instead.")
+    return _as_view(x, shape)
+
+
+def reshape(x, *shape):
+    """A view when the layout allows it, else a copy (as in PyTorch)."""
+    shape = L.infer_shape(_shape_arg(shape), x.numel(), "reshape")
+    if L.view_strides(x._layout, shape) is None:
+        x = x.contiguous()
+    return _as_view(x, shape)
+
+
+def expand(x, *size):
+    return expand_(x, _shape_arg(size))
+
+
+def squeeze(x, dim=None):
+    return squeeze_(x, dim)
+
+
+def flatten(x, start_dim=0, end_dim=-1):
+    if x.ndim == 0:
+        return reshape(x, (1,))
+    s, e = L.normalize_dim(start_dim, x.ndim, "flatten"), L.normalize_dim(end_dim, x.ndim, "flatten")
+    if s > e:
+        raise RuntimeError("flatten() has invalid args: start_dim cannot come after end_dim")
+    return reshape(x, x.shape[:s] + (math.prod(x.shape[s:e + 1]),) + x.shape[e + 1:])
+
+
+def unflatten(x, dim, sizes):
+    d = L.normalize_dim(dim, x.ndim, "unflatten")
+    sizes = L.infer_shape(tuple(sizes), x.shape[d], "unflatten")
+    return reshape(x, x.shape[:d] + tuple(sizes) + x.shape[d + 1:])
+
+
+def narrow(x, dim, start, length):
+    return narrow_(x, dim, operator.index(start), operator.index(length))
+
+
+def diagonal(x, offset=0, dim1=0, dim2=1):
+    return diagonal_(x, offset, dim1, dim2)
+
+
+def t(x):
+    if x.ndim > 2:
+        raise RuntimeError(f"t() expects a tensor with <= 2 dimensions, but self is {x.ndim}D")
+    return transpose(x, 0, 1) if x.ndim == 2 else x.view(x.shape)
+
+
+def movedim(x, source, destination):
+    src = [source] if isinstance(source, int) else list(source)
+    dst = [destination] if isinstance(destination, int) else list(destination)
+    src = [L.normalize_dim(d, x.ndim, "movedim") for d in src]
+    dst = [L.normalize_dim(d, x.ndim, "movedim") for d in dst]
+    order = [d for d in range(x.ndim) if d not in src]
+    for s, d in sorted(zip(dst, src)):
+        order.insert(s, d)
+    return permute(x, order)
+
+
+def as_strided(x, size, stride, storage_offset=None):
+    offset = x._layout.offset if storage_offset is None else storage_offset
+    lo, hi = L.Layout(size, stride, offset).span()
+    if L.Layout(size).numel and (lo < 0 or hi >= x._storage.buf.size):
+        raise RuntimeError(f"as_strided: size {list(size)}, stride {list(stride)} and offset {offset} reach "
+                           f"outside the storage of {x._storage.buf.size} elements")
+    return as_strided_(x, tuple(size), tuple(stride), offset)
+
+
+class Clone(Function):
+    """A packed copy; the gradient passes straight through."""
+
+    @staticmethod
+    def forward(ctx, x):
+        out = new_like_shape(x.shape, x.dtype, x)
+        kernel("copy", x)(buf(x), x._layout, buf(out), out._layout)
+        return out
+
+    @staticmethod
+    def backward(ctx, g):
+        return g
+
+
+def clone(x, memory_format=None):
+    return Clone.apply(x)
+
+
+def contiguous(x, memory_format=None):
+    return x if x._layout.is_contiguous else Clone.apply(x)
