@@ -35,4 +35,3 @@ class device:
         return f"device(type='{self.type}'" + ("" if self.index is None else f", index={self.index}") + ")"
 
 
-CPU = device("cpu")

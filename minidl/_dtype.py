@@ -132,3 +132,11 @@ def compute_dtype(d: dtype) -> dtype:
     if d.category == 1:
         return int64
     return bool_
+
+
+def arithmetic_dtype(d: dtype) -> dtype:
+    """compute_dtype for arithmetic, where bools count as integers."""
+    return _ARITHMETIC[d]
+
+
+_ARITHMETIC = {d: (int64 if compute_dtype(d) is bool_ else compute_dtype(d)) for d in ALL}

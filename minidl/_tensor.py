@@ -18,12 +18,11 @@ def _inplace_binary(op_cls, name):
         other = as_operand(other, self) if alpha is None else as_operand(other, self) * alpha
         if not grad_enabled() or not (self._requires_grad or other._requires_grad):
             inplace.check_writable(self, name)
-            result = dt.result_type(self, other)
+            result = self.dtype if other.dtype is self.dtype else dt.result_type(self, other)
             if result.category > self.dtype.category:
                 raise RuntimeError(f"{name}: result type {result.name} can't be cast to the desired output "
                                    f"type {self.dtype.name}")
-            compute = dt.compute_dtype(self.dtype if not op_cls.true_division else result)
-            compute = dt.int64 if compute is dt.bool_ else compute
+            compute = dt.arithmetic_dtype(self.dtype if not op_cls.true_division else result)
             ew.binary_raw("binary", op_cls.op, self, other, compute, self.dtype, out=self)
             self._bump_version()
             return self

@@ -92,12 +92,16 @@ class TensorBase(Variable):
     # -- construction hooks used by autograd --------------------------------------------------
     @staticmethod
     def _zeros(shape, dtype, device):
-        from .ops.creation import zeros
-        return zeros(shape, dtype=dtype, device=device)
+        from .ops.creation import filled
+        return filled(shape, 0, dtype, device)
 
     def _ones_like_self(self):
-        from .ops.creation import ones
-        return ones(self.shape, dtype=self.dtype, device=self.device)
+        from .ops.creation import filled
+        return filled(self._layout.shape, 1, self.dtype, self._storage.device)
+
+    def _meta(self):
+        """(shape, dtype, device, class): enough to make zeros standing in for a missing gradient."""
+        return (self._layout.shape, self.dtype, self._storage.device, type(self))
 
     def _alias(self):
         """A new tensor object over the same storage and layout (no autograd history)."""
@@ -137,5 +141,15 @@ def empty(shape, dtype, device) -> TensorBase:
     return make(Storage(buf, device), layout, dtype)
 
 
+_devices: dict = {}
+
+
 def as_device(d) -> Device:
-    return d if isinstance(d, Device) else Device(d if d is not None else "cpu")
+    """The one shared device object for ``d`` (so ops can compare devices with ``is``)."""
+    key = str(d) if d is not None else "cpu"
+    found = _devices.get(key)
+    if found is None:
+        found = Device(key)
+        found = _devices.setdefault(str(found), found)
+        _devices[key] = found
+    return found

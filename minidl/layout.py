@@ -21,13 +21,27 @@ class Size(tuple):
     def __repr__(self) -> str:
         return f"minidl.Size({list(self)})"
 
-    def __getitem__(self, item):
-        got = tuple.__getitem__(self, item)
-        return Size(got) if isinstance(item, slice) else got
+
+_strides_cache: dict = {}
 
 
 def contiguous_strides(shape) -> tuple:
-    """Row-major strides: the last dimension moves fastest."""
+    """Row-major strides: the last dimension moves fastest (memoised: shapes repeat a lot)."""
+    try:
+        return _strides_cache[shape]
+    except (KeyError, TypeError):
+        pass
+    strides = _row_major(shape)
+    if len(_strides_cache) > 4096:
+        _strides_cache.clear()
+    try:
+        _strides_cache[shape] = strides
+    except TypeError:
+        pass
+    return strides
+
+
+def _row_major(shape) -> tuple:
     strides = [1] * len(shape)
     step = 1
     for d in range(len(shape) - 1, -1, -1):
@@ -39,7 +53,7 @@ def contiguous_strides(shape) -> tuple:
 class Layout:
     """Shape + strides + offset. Immutable; derived facts are cached."""
 
-    __slots__ = ("shape", "strides", "offset", "numel", "_contiguous", "_arrays")
+    __slots__ = ("shape", "strides", "offset", "numel", "_contiguous")
 
     def __init__(self, shape, strides=None, offset=0, contiguous=None):
         self.shape = shape if type(shape) is Size else Size(shape)
@@ -47,7 +61,6 @@ class Layout:
         self.offset = offset
         self.numel = math.prod(self.shape)
         self._contiguous = True if strides is None else contiguous
-        self._arrays = None
 
     @property
     def ndim(self) -> int:
@@ -139,7 +152,11 @@ def broadcast_shapes(*shapes, op: str = "broadcast") -> Size:
 
 def expand(layout: Layout, shape, op: str = "expand") -> Layout:
     """View of ``layout`` broadcast to ``shape`` (new or size-1 dims get stride 0); -1 keeps a size."""
+    if shape == layout.shape:
+        return layout
     shape = tuple(shape)
+    if not layout.shape and -1 not in shape:
+        return Layout(shape, (0,) * len(shape), layout.offset)
     lead = len(shape) - layout.ndim
     if lead < 0:
         raise RuntimeError(f"{op}: the number of sizes provided ({len(shape)}) must be greater or equal "
@@ -163,7 +180,7 @@ def expand(layout: Layout, shape, op: str = "expand") -> Layout:
             raise RuntimeError(f"{op}: the expanded size of the tensor ({n}) must match the existing size "
                                f"({have}) at non-singleton dimension {i}; target {list(shape)}, "
                                f"tensor {list(layout.shape)}")
-    if tuple(sizes) == tuple(layout.shape):
+    if tuple(sizes) == layout.shape:
         return layout
     return Layout(sizes, strides, layout.offset)
 

@@ -84,7 +84,10 @@ def run(tensors, grad_tensors, retain_graph, create_graph, capture=None):
             _deliver(buffers, node, nr, g)
     captured = {}
     ready = [n for n in roots if n in deps and deps[n] == 0]
-    with grad_mode.set_grad_enabled(create_graph):
+    state = grad_mode.state
+    previous = state.enabled
+    state.enabled = create_graph
+    try:
         while ready:
             node = ready.pop()
             node_grads = buffers.pop(node, None) or [None] * max(len(node._output_meta), 1)
@@ -92,12 +95,8 @@ def run(tensors, grad_tensors, retain_graph, create_graph, capture=None):
                 node_grads = [g if g is None else apply_hooks(node._pre_hooks.get(nr), g)
                               for nr, g in enumerate(node_grads)]
             if capture is not None:
-                for nr, g in enumerate(node_grads):
-                    if (node, nr) in capture and g is not None:
-                        if isinstance(node, AccumulateGrad):
-                            g = apply_hooks(node.variable._hooks, g)
-                        captured[capture[(node, nr)]] = g
-            if isinstance(node, AccumulateGrad):
+                _capture(node, node_grads, capture, captured)
+            if type(node) is AccumulateGrad:
                 if capture is None and node_grads[0] is not None:
                     node.accumulate(node_grads[0], create_graph)
                 continue
@@ -105,15 +104,28 @@ def run(tensors, grad_tensors, retain_graph, create_graph, capture=None):
             if not retain_graph:
                 node.release()
             for edge, g in zip(node.next_functions, input_grads):
-                if edge is None or edge[0] not in deps:
+                if edge is None:
                     continue
                 child, nr = edge
+                left = deps.get(child)
+                if left is None:
+                    continue
                 if g is not None:
                     _deliver(buffers, child, nr, g)
-                deps[child] -= 1
-                if deps[child] == 0:
+                deps[child] = left - 1
+                if left == 1:
                     ready.append(child)
+    finally:
+        state.enabled = previous
     return captured
+
+
+def _capture(node, node_grads, capture, captured):
+    for nr, g in enumerate(node_grads):
+        if (node, nr) in capture and g is not None:
+            if type(node) is AccumulateGrad:
+                g = apply_hooks(node.variable._hooks, g)
+            captured[capture[(node, nr)]] = g
 
 
 def _deliver(buffers, node, nr, grad):

@@ -9,26 +9,27 @@ ops and user-defined ops use this same class.
 """
 from __future__ import annotations
 
-import weakref
-
 from . import grad_mode
 from .hooks import apply_hooks
 from .variable import Variable
 
 
 class Function:
-    """Base class of ops; an instance is both the ``ctx`` of one call and its graph node."""
+    """Base class of ops; an instance is both the ``ctx`` of one call and its graph node.
 
-    def __init__(self):
-        self.next_functions = ()
-        self.needs_input_grad = ()
-        self._saved = ()
-        self._released = False
-        self._pre_hooks = None     # output index -> list of hooks on that output's gradient
-        self._non_differentiable = ()
-        self._input_meta = ()      # (shape, dtype) per forward argument, None for non-tensors
-        self._output_meta = ()     # (shape, dtype, device, tensor class) per output
-        self._materialize = True
+    Per-node state starts as these class-level defaults and is set on the instance only
+    when it differs, which keeps the construction of a node cheap.
+    """
+
+    next_functions = ()
+    needs_input_grad = ()
+    _saved = ()
+    _released = False
+    _pre_hooks = None          # output index -> list of hooks on that output's gradient
+    _non_differentiable = ()
+    _input_meta = ()           # (shape, dtype) per forward argument, None for non-tensors
+    _output_meta = ()          # (shape, dtype, device, tensor class) per output
+    _materialize = True
 
     # -- subclass API -------------------------------------------------------------------------
     @staticmethod
@@ -93,7 +94,12 @@ class Function:
     @classmethod
     def apply(cls, *args):
         state = grad_mode.state
-        needs_grad = state.enabled and any(isinstance(a, Variable) and a._requires_grad for a in args)
+        needs_grad = False
+        if state.enabled:
+            for a in args:
+                if isinstance(a, Variable) and a._requires_grad:
+                    needs_grad = True
+                    break
         ctx = cls()
         if not needs_grad:
             prev = state.enabled
@@ -102,51 +108,81 @@ class Function:
                 return cls.forward(ctx, *args)
             finally:
                 state.enabled = prev
-        ctx.needs_input_grad = tuple(isinstance(a, Variable) and a._requires_grad for a in args)
+        needs, edges, in_meta = [], [], []
+        for a in args:
+            if isinstance(a, Variable):
+                needs.append(a._requires_grad)
+                edges.append(a._grad_edge())
+                in_meta.append((a.shape, a.dtype))
+            else:
+                needs.append(False)
+                edges.append(None)
+                in_meta.append(None)
+        ctx.needs_input_grad = tuple(needs)
         state.enabled = False
         try:
             outputs = cls.forward(ctx, *args)
         finally:
             state.enabled = True
-        ctx.next_functions = tuple(a._grad_edge() if isinstance(a, Variable) else None for a in args)
-        ctx._input_meta = tuple((a.shape, a.dtype) if isinstance(a, Variable) else None for a in args)
-        single = not isinstance(outputs, tuple)
-        outs = (outputs,) if single else outputs
-        meta = []
-        linked = []
-        for i, out in enumerate(outs):
-            if not isinstance(out, Variable):
-                meta.append(None)
-                linked.append(out)
-                continue
-            if any(out is a for a in args):
+        ctx.next_functions = tuple(edges)
+        ctx._input_meta = tuple(in_meta)
+        if not isinstance(outputs, tuple):
+            out = ctx._link(outputs, 0, args)
+            ctx._output_meta = (out._meta(),) if isinstance(out, Variable) else (None,)
+            return out
+        linked = tuple(ctx._link(out, i, args) for i, out in enumerate(outputs))
+        ctx._output_meta = tuple(out._meta() if isinstance(out, Variable) else None for out in linked)
+        return linked
+
+    def _link(self, out, i, args):
+        """Make ``out`` the ``i``-th output of this node (aliasing it if forward returned an input)."""
+        if not isinstance(out, Variable):
+            return out
+        for a in args:
+            if out is a:
                 out = out._alias()
-            meta.append((out.shape, out.dtype, out.device, type(out)))
-            if id(out) not in ctx._non_differentiable and out.dtype.is_floating_point:
-                out._requires_grad = True
-                out.grad_fn = ctx
-                out._output_nr = i
-            linked.append(out)
-        ctx._output_meta = tuple(meta)
-        return linked[0] if single else tuple(linked)
+                break
+        if out.dtype.is_floating_point and id(out) not in self._non_differentiable:
+            out._requires_grad = True
+            out.grad_fn = self
+            out._output_nr = i
+        return out
 
     def run_backward(self, grads):
         """Call ``backward`` on the gradients of the outputs; returns one gradient per input."""
-        if all(g is None for g in grads):
-            return (None,) * len(self.next_functions)
-        if self._materialize:
-            grads = [g if g is not None or m is None else _zeros_like_meta(m)
-                     for g, m in zip(grads, self._output_meta)]
+        missing = False
+        for g in grads:
+            if g is None:
+                missing = True
+                break
+        if missing:
+            if all(g is None for g in grads):
+                return (None,) * len(self.next_functions)
+            if self._materialize:
+                grads = [g if g is not None or m is None else _zeros_like_meta(m)
+                         for g, m in zip(grads, self._output_meta)]
         result = self.backward(self, *grads)
-        if not isinstance(result, tuple):
+        if type(result) is not tuple:
             result = (result,)
-        if len(result) < len(self.next_functions):
-            if len(result) != 1 or any(self.next_functions[1:]):
+        n = len(self.next_functions)
+        if len(result) != n:
+            if len(result) > n and all(g is None for g in result[n:]):
+                result = result[:n]
+            elif len(result) == 1 and not any(self.next_functions[1:]):
+                result = result + (None,) * (n - 1)
+            else:
                 raise RuntimeError(f"function {self.name()} returned an incorrect number of gradients "
-                                   f"(expected {len(self.next_functions)}, got {len(result)})")
-            result = result + (None,) * (len(self.next_functions) - len(result))
-        return tuple(_check_grad(self, i, g, meta) for i, (g, meta) in
-                     enumerate(zip(result[:len(self.next_functions)], self._input_meta)))
+                                   f"(expected {n}, got {len(result)})")
+        checked = []
+        for i, g in enumerate(result):
+            if g is not None:
+                meta = self._input_meta[i]
+                if meta is None or self.next_functions[i] is None:
+                    g = None
+                elif g.shape != meta[0] or g.dtype is not meta[1]:
+                    g = _conform(self, i, g, meta)
+            checked.append(g)
+        return checked
 
 
 def _zeros_like_meta(meta):
@@ -154,9 +190,8 @@ def _zeros_like_meta(meta):
     return cls._zeros(shape, dtype, device)
 
 
-def _check_grad(node, i, grad, meta):
-    if grad is None or meta is None or node.next_functions[i] is None:
-        return None
+def _conform(node, i, grad, meta):
+    """A gradient that does not match its input: cast its dtype, or explain the shape mismatch."""
     shape, dtype = meta
     if grad.shape != shape:
         raise RuntimeError(f"Function {node.name()} returned an invalid gradient at index {i} - got "
@@ -170,7 +205,6 @@ class AccumulateGrad(Function):
     """The node at a leaf: runs the leaf's hooks, then adds the gradient into ``.grad``."""
 
     def __init__(self, leaf):
-        super().__init__()
         self.variable = leaf
 
     @classmethod
@@ -179,21 +213,17 @@ class AccumulateGrad(Function):
 
     def accumulate(self, grad, create_graph: bool):
         leaf = self.variable
-        grad = apply_hooks(leaf._hooks, grad)
+        if leaf._hooks:
+            grad = apply_hooks(leaf._hooks, grad)
         if leaf.grad is None:
             leaf.grad = grad.clone() if create_graph else grad.detach().clone()
         elif create_graph:
             leaf.grad = leaf.grad + grad
         else:
-            leaf.grad.add_(grad.detach())
-        for hook in leaf._post_acc_hooks or ():
-            hook(leaf)
+            leaf.grad.add_(grad)
+        if leaf._post_acc_hooks:
+            for hook in leaf._post_acc_hooks:
+                hook(leaf)
 
 
-def accumulator_of(leaf) -> AccumulateGrad:
-    """One AccumulateGrad per leaf while some graph holds it."""
-    node = leaf._accumulator() if leaf._accumulator is not None else None
-    if node is None:
-        node = AccumulateGrad(leaf)
-        leaf._accumulator = weakref.ref(node)
-    return node
+Variable._accumulator_class = AccumulateGrad

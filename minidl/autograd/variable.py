@@ -11,6 +11,9 @@ from .hooks import RemovableHandle
 
 
 class Variable:
+    # AccumulateGrad, set by ``autograd.function`` (which defines it and imports this module)
+    _accumulator_class = None
+
     __slots__ = ("_requires_grad", "grad", "grad_fn", "_output_nr", "_accumulator", "_hooks",
                  "_post_acc_hooks", "_retains_grad", "__weakref__")
 
@@ -51,9 +54,13 @@ class Variable:
         if self.grad_fn is not None:
             return (self.grad_fn, self._output_nr)
         if self._requires_grad:
-            from .function import accumulator_of
-            return (accumulator_of(self), 0)
+            node = self._accumulator() if self._accumulator is not None else None
+            if node is None:
+                node = self._accumulator_class(self)
+                self._accumulator = weakref.ref(node)
+            return (node, 0)
         return None
+
 
     # -- hooks ----------------------------------------------------------------------------------
     def register_hook(self, hook) -> RemovableHandle:

@@ -157,6 +157,30 @@ def where_parallel(c, co, cs, a, ao, as_, b, bo, bs, out, oo, os, shape, items):
 
 
 # ----------------------------------------------------------------------------- registered wrappers
+_UNIT = i64([1])
+_ZERO = i64([0])
+_flat_shapes: dict = {}
+
+
+def flat_shape(n):
+    """(shape array, work items) for a packed run of n elements."""
+    got = _flat_shapes.get(n)
+    if got is None:
+        if len(_flat_shapes) > 1024:
+            _flat_shapes.clear()
+        got = _flat_shapes[n] = (i64([n]), work_items((n,)))
+    return got
+
+
+def _flat_stride(layout):
+    """Stride array when the operand reads as one flat run (packed: 1, broadcast scalar: 0), else None."""
+    if layout.is_contiguous:
+        return _UNIT
+    if not any(layout.strides):
+        return _ZERO
+    return None
+
+
 def _plan(out_layout, *layouts):
     """Collapse operands jointly: (shape array, offsets+stride arrays per operand, items, parallel?)."""
     shape, strides = collapse(out_layout.shape, *(l.strides for l in layouts), out_layout.strides)
@@ -168,7 +192,13 @@ def _plan(out_layout, *layouts):
 
 @kernels.register("unary")
 def unary(op, x, xl, out, ol):
-    if ol.numel == 0:
+    n = ol.numel
+    if n == 0:
+        return
+    if xl.is_contiguous and ol.is_contiguous:
+        shape, items = flat_shape(n)
+        (unary_parallel if n >= PARALLEL_MIN else unary_serial)(UNARY_CODE[op], x, xl.offset, _UNIT, out,
+                                                               ol.offset, _UNIT, shape, items)
         return
     shape, ((xo, xs), (oo, os)), items, par = _plan(ol, xl)
     (unary_parallel if par else unary_serial)(UNARY_CODE[op], x, xo, xs, out, oo, os, shape, items)
@@ -176,7 +206,14 @@ def unary(op, x, xl, out, ol):
 
 @kernels.register("binary")
 def binary(op, a, al, b, bl, out, ol):
-    if ol.numel == 0:
+    n = ol.numel
+    if n == 0:
+        return
+    sa, sb = _flat_stride(al), _flat_stride(bl)
+    if sa is not None and sb is not None and ol.is_contiguous:
+        shape, items = flat_shape(n)
+        (binary_parallel if n >= PARALLEL_MIN else binary_serial)(
+            BINARY_CODE[op], a, al.offset, sa, b, bl.offset, sb, out, ol.offset, _UNIT, shape, items)
         return
     shape, ((ao, as_), (bo, bs), (oo, os)), items, par = _plan(ol, al, bl)
     (binary_parallel if par else binary_serial)(BINARY_CODE[op], a, ao, as_, b, bo, bs, out, oo, os,
@@ -210,6 +247,12 @@ def copy(src, sl, dst, dl):
         return
     if dst.dtype == np.bool_ and src.dtype != np.bool_:
         src = src != 0
+    flat = _flat_stride(sl)
+    if flat is not None and dl.is_contiguous:
+        shape, items = flat_shape(dl.numel)
+        (copy_parallel if dl.numel >= PARALLEL_MIN else copy_serial)(src, sl.offset, flat, dst, dl.offset, _UNIT,
+                                                                     shape, items)
+        return
     shape, ((so, ss), (do, ds)), items, par = _plan(dl, sl)
     (copy_parallel if par else copy_serial)(src, so, ss, dst, do, ds, shape, items)
 

@@ -9,6 +9,7 @@ from numba import njit, prange
 
 from .. import kernels
 from ..layout import collapse, reduction_plan
+from .elementwise import flat_shape
 from .strided import PARALLEL_MIN, i64, row_position
 
 REDUCE_CODE = {name: i for i, name in enumerate(kernels.REDUCE_OPS)}
@@ -92,26 +93,37 @@ def scan_kernel(op, x, xo, xstrides, out, oo, ostrides, oshape, n, xs, os):
             out[po + j * os] = acc
 
 
+_UNIT = i64([1])
+
+
 def _outer(shape, strides):
     """Outer dims as arrays, plus a trailing size-1 dim so that ``row_position`` (which skips
     the last dim) walks every outer dim."""
     return i64(tuple(shape) + (1,)), i64(tuple(strides) + (0,))
 
 
+_WHOLE = _outer((1,), (0,))
+
+
 @kernels.register("reduce")
 def reduce(op, x, xl, dims, out):
-    o_shape, o_strides, i_shape, i_strides = reduction_plan(xl, dims)
     if out.size == 0:
         return
     if xl.numel == 0:
         out[:] = 0 if op == "sum" else 1
         return
-    oshape, ostrides = _outer(o_shape, o_strides)
     # sums and products accumulate in 64 bits of the input's kind
     init = (np.int64 if x.dtype == np.int64 else np.float64)(0 if op == "sum" else 1)
+    if len(dims) == xl.ndim and xl.is_contiguous:
+        ishape, istrides = flat_shape(xl.numel)[0], _UNIT
+        oshape, ostrides = _WHOLE
+    else:
+        o_shape, o_strides, i_shape, i_strides = reduction_plan(xl, dims)
+        oshape, ostrides = _outer(o_shape, o_strides)
+        ishape, istrides = i64(i_shape), i64(i_strides)
     par = xl.numel >= PARALLEL_MIN and out.size > 1
     (reduce_parallel if par else reduce_serial)(REDUCE_CODE[op], x, xl.offset, oshape, ostrides,
-                                                i64(i_shape), i64(i_strides), init, out)
+                                                ishape, istrides, init, out)
 
 
 @kernels.register("arg_reduce")

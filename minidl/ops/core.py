@@ -40,22 +40,39 @@ def contiguous_data(t: TensorBase) -> TensorBase:
     return out
 
 
+_SCALAR_LAYOUT = Layout(())
+_scalars: dict = {}
+
+
 def scalar_tensor(value, dtype, device) -> TensorBase:
     """A 0-d tensor holding a Python number, marked as a 'wrapped number' for type promotion."""
     data = np.array([value], dtype=dtype.np)
     storage = Storage(kernels.get("from_host", device.type)(data), device)
-    t = make(storage, Layout(()), dtype)
+    t = make(storage, _SCALAR_LAYOUT, dtype)
     t._wrapped_number = True
     return t
 
 
 def as_operand(x, like: TensorBase) -> TensorBase:
-    """Tensors pass through; Python/numpy numbers become wrapped 0-d tensors on ``like``'s device."""
+    """Tensors pass through; Python/numpy numbers become wrapped 0-d tensors on ``like``'s device.
+
+    Wrapped numbers are internal and never written to, so recent ones are reused (zero is
+    not cached: 0.0 and -0.0 compare equal but differ).
+    """
     if isinstance(x, TensorBase):
         return x
-    if isinstance(x, (bool, int, float, np.number, np.bool_)):
-        return scalar_tensor(x, dt.scalar_dtype(x), like._storage.device)
-    raise TypeError(f"unsupported operand type {type(x).__name__}; expected a Tensor or a number")
+    if not isinstance(x, (bool, int, float, np.number, np.bool_)):
+        raise TypeError(f"unsupported operand type {type(x).__name__}; expected a Tensor or a number")
+    device = like._storage.device
+    key = (type(x), x, device)
+    found = _scalars.get(key) if x else None
+    if found is None:
+        found = scalar_tensor(x, dt.scalar_dtype(x), device)
+        if x and x == x:
+            if len(_scalars) > 512:
+                _scalars.clear()
+            _scalars[key] = found
+    return found
 
 
 def check_devices(op: str, *tensors) -> None:

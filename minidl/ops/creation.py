@@ -106,12 +106,20 @@ def empty(*size, dtype=None, device=None, requires_grad=False):
                           as_device(device)), requires_grad)
 
 
+def filled(shape, value, dtype, device):
+    """A new tensor of ``shape`` holding ``value`` everywhere (no checks: the factories' core)."""
+    t = _empty(shape, dtype, device)
+    if t._layout.numel:
+        scalar = kernels.get("from_host", device.type)(np.array([value], dtype=dtype.np))
+        kernel("copy", t)(scalar, Layout(shape, (0,) * len(shape)), buf(t), t._layout)
+    return t
+
+
 def full(size, fill_value, dtype=None, device=None, requires_grad=False):
     if dtype is None:
         dtype = dt.scalar_dtype(fill_value)
-    t = empty(_size((size,)) if not isinstance(size, numbers.Integral) else (size,), dtype=dtype, device=device)
-    t.fill_(fill_value)
-    return _finish(t, requires_grad)
+    shape = _size((size,)) if not isinstance(size, numbers.Integral) else (size,)
+    return _finish(filled(shape, fill_value, dt.to_dtype(dtype), as_device(device)), requires_grad)
 
 
 def zeros(*size, dtype=None, device=None, requires_grad=False):

@@ -9,7 +9,7 @@ import math
 
 from .. import _dtype as dt
 from ..autograd import Function
-from ..layout import expand
+from ..layout import broadcast_shapes, expand
 from .core import as_operand, broadcast_layouts, buf, cast, check_devices, kernel, new_like_shape, sum_to
 
 
@@ -25,9 +25,13 @@ def unary_raw(op: str, x, result_dtype, out=None):
 
 def binary_raw(kind: str, op: str, a, b, compute, result_dtype, out=None):
     """out = op(a, b) with broadcasting; ``compute`` is the dtype the kernel runs in."""
-    check_devices(op, a, b)
-    shape, _ = broadcast_layouts(op, a, b)
-    ac, bc = cast(a, compute), cast(b, compute)
+    if a._storage.device is not b._storage.device:
+        check_devices(op, a, b)
+    shape = a._layout.shape
+    if b._layout.shape != shape and b._layout.shape:
+        shape = broadcast_shapes(shape, b._layout.shape, op=op)
+    ac = a if a.dtype is compute else cast(a, compute)
+    bc = b if b.dtype is compute else cast(b, compute)
     kernel_out_dtype = dt.bool_ if kind == "compare" else compute
     usable = out is not None and out.dtype is kernel_out_dtype and out.shape == shape and not (
         _overlaps(out, ac) or _overlaps(out, bc))
@@ -113,6 +117,18 @@ square = _unary("Square", "square", lambda x, y, g: g * x * 2, float_only=False)
 
 
 # ----------------------------------------------------------------------------- binary
+def _promote(a, b):
+    """dt.result_type for two operands, with the common cases first."""
+    da, db = a.dtype, b.dtype
+    if da is db:
+        return da
+    if b._wrapped_number and not a._wrapped_number:
+        return da if da.category >= db.category else db
+    if a._wrapped_number and not b._wrapped_number:
+        return db if db.category >= da.category else da
+    return dt.result_type(a, b)
+
+
 class Binary(Function):
     """Broadcasting ``op(a, b)``; subclasses give ``grads(a, b, y, g)`` before un-broadcasting
     (``y``, the output, is saved only for ops that read it)."""
@@ -122,12 +138,10 @@ class Binary(Function):
 
     @classmethod
     def forward(cls, ctx, a, b):
-        result = dt.result_type(a, b)
+        result = _promote(a, b)
         if cls.true_division and not result.is_floating_point:
             result = dt.get_default_dtype()
-        compute = dt.compute_dtype(result)
-        if compute is dt.bool_:
-            compute = dt.int64
+        compute = dt.arithmetic_dtype(result)
         y = binary_raw("binary", cls.op, a, b, compute, result)
         ctx.save_for_backward(a, b, y if cls.saves_output else None)
         return y

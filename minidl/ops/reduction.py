@@ -8,6 +8,7 @@ from collections import namedtuple
 from .. import _dtype as dt
 from ..autograd import Function
 from ..layout import normalize_dim, normalize_dims, reduced_shape
+from . import views
 from .core import buf, cast, kernel, new_like_shape
 
 return_types = {op: namedtuple(op, ["values", "indices"]) for op in ("max", "min")}
@@ -15,9 +16,7 @@ return_types = {op: namedtuple(op, ["values", "indices"]) for op in ("max", "min
 
 def reduce_raw(op: str, x, dims, keepdim: bool, result_dtype):
     """The ``reduce`` primitive over ``dims``; result in ``result_dtype``, no autograd."""
-    compute = dt.compute_dtype(result_dtype)
-    if compute is dt.bool_:
-        compute = dt.int64
+    compute = dt.arithmetic_dtype(result_dtype)
     xc = cast(x, compute)
     out = new_like_shape(reduced_shape(x.shape, dims, keepdim), compute, x)
     kernel("reduce", x)(op, buf(xc), xc._layout, dims, buf(out))
@@ -30,9 +29,7 @@ def _dims(x, dim, op):
 
 def _expand_back(g, x, dims, keepdim):
     """Broadcast a reduced gradient back over the reduced dims of ``x``."""
-    if not keepdim:
-        g = g.reshape(reduced_shape(x.shape, dims, True))
-    return g.expand(x.shape)
+    return views.unreduce(g, x.shape, dims, keepdim)
 
 
 def _sum_dtype(x, dtype):
@@ -50,9 +47,7 @@ class Sum(Function):
     @staticmethod
     def backward(ctx, g):
         shape, dims, keepdim = ctx.meta
-        if not keepdim:
-            g = g.reshape(reduced_shape(shape, dims, True))
-        return g.expand(shape), None, None, None
+        return views.unreduce(g, shape, dims, keepdim), None, None, None
 
 
 def sum(x, dim=None, keepdim=False, dtype=None):
@@ -144,8 +139,7 @@ def amin(x, dim=None, keepdim=False):
 def arg_raw(op, x, dim, keepdim):
     if x.shape[dim] == 0 if x.ndim else False:
         raise IndexError(f"{op}(): Expected reduction dim {dim} to have non-zero size.")
-    compute = dt.compute_dtype(x.dtype)
-    xc = cast(x, dt.int64 if compute is dt.bool_ else compute)
+    xc = cast(x, dt.arithmetic_dtype(x.dtype))
     if x.ndim == 0:
         xc = xc.reshape((1,))
     out = new_like_shape(reduced_shape(xc.shape, (dim,), keepdim), dt.int64, x)
@@ -268,9 +262,7 @@ def count_nonzero(x, dim=None):
 
 # ----------------------------------------------------------------------------- scans
 def scan_raw(op, x, dim, result_dtype):
-    compute = dt.compute_dtype(result_dtype)
-    if compute is dt.bool_:
-        compute = dt.int64
+    compute = dt.arithmetic_dtype(result_dtype)
     xc = cast(x, compute)
     out = new_like_shape(x.shape, compute, x)
     if x.ndim == 0:

@@ -98,6 +98,23 @@ flip_view = _view("FlipView", lambda layout, dims: _flip_layout(layout, dims),
                   lambda g, shape, dims: g.flip(dims))
 
 
+def _unreduce_layout(layout, shape, dims, keepdim):
+    """A reduced tensor's layout broadcast back to the unreduced ``shape`` (stride 0 on ``dims``)."""
+    strides, it = [], iter(layout.strides)
+    for d in range(len(shape)):
+        if d in dims:
+            if keepdim:
+                next(it)
+            strides.append(0)
+        else:
+            strides.append(next(it))
+    return L.Layout(shape, strides, layout.offset)
+
+
+unreduce = _view("Unreduce", _unreduce_layout,
+                 lambda g, shape, full_shape, dims, keepdim: g.sum(dims, keepdim=keepdim))
+
+
 def _flip_layout(layout, dims):
     for d in dims:
         layout = L.slice_dim(layout, d, None, None, -1)
