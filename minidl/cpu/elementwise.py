@@ -11,7 +11,7 @@ from numba import njit, prange
 from .. import kernels
 from ..layout import collapse
 from .scalar_ops import apply_binary, apply_compare, apply_unary
-from .strided import PARALLEL_MIN, i64, item_bounds, row_position, work_items
+from .strided import i64, item_bounds, launch, row_position, work_items
 
 UNARY_CODE = {name: i for i, name in enumerate(kernels.UNARY_OPS)}
 BINARY_CODE = {name: i for i, name in enumerate(kernels.BINARY_OPS)}
@@ -182,12 +182,12 @@ def _flat_stride(layout):
 
 
 def _plan(out_layout, *layouts):
-    """Collapse operands jointly: (shape array, offsets+stride arrays per operand, items, parallel?)."""
+    """Collapse operands jointly: (shape array, (offset, stride array) per operand, work items)."""
     shape, strides = collapse(out_layout.shape, *(l.strides for l in layouts), out_layout.strides)
     args = []
     for layout, st in zip((*layouts, out_layout), strides):
         args.append((layout.offset, i64(st)))
-    return i64(shape), args, work_items(shape), out_layout.numel >= PARALLEL_MIN
+    return i64(shape), args, work_items(shape)
 
 
 @kernels.register("unary")
@@ -197,11 +197,11 @@ def unary(op, x, xl, out, ol):
         return
     if xl.is_contiguous and ol.is_contiguous:
         shape, items = flat_shape(n)
-        (unary_parallel if n >= PARALLEL_MIN else unary_serial)(UNARY_CODE[op], x, xl.offset, _UNIT, out,
-                                                               ol.offset, _UNIT, shape, items)
+        launch(unary_serial, unary_parallel, n, UNARY_CODE[op], x, xl.offset, _UNIT, out, ol.offset, _UNIT,
+               shape, items)
         return
-    shape, ((xo, xs), (oo, os)), items, par = _plan(ol, xl)
-    (unary_parallel if par else unary_serial)(UNARY_CODE[op], x, xo, xs, out, oo, os, shape, items)
+    shape, ((xo, xs), (oo, os)), items = _plan(ol, xl)
+    launch(unary_serial, unary_parallel, n, UNARY_CODE[op], x, xo, xs, out, oo, os, shape, items)
 
 
 @kernels.register("binary")
@@ -212,29 +212,28 @@ def binary(op, a, al, b, bl, out, ol):
     sa, sb = _flat_stride(al), _flat_stride(bl)
     if sa is not None and sb is not None and ol.is_contiguous:
         shape, items = flat_shape(n)
-        (binary_parallel if n >= PARALLEL_MIN else binary_serial)(
-            BINARY_CODE[op], a, al.offset, sa, b, bl.offset, sb, out, ol.offset, _UNIT, shape, items)
+        launch(binary_serial, binary_parallel, n, BINARY_CODE[op], a, al.offset, sa, b, bl.offset, sb, out,
+               ol.offset, _UNIT, shape, items)
         return
-    shape, ((ao, as_), (bo, bs), (oo, os)), items, par = _plan(ol, al, bl)
-    (binary_parallel if par else binary_serial)(BINARY_CODE[op], a, ao, as_, b, bo, bs, out, oo, os,
-                                                shape, items)
+    shape, ((ao, as_), (bo, bs), (oo, os)), items = _plan(ol, al, bl)
+    launch(binary_serial, binary_parallel, n, BINARY_CODE[op], a, ao, as_, b, bo, bs, out, oo, os, shape, items)
 
 
 @kernels.register("compare")
 def compare(op, a, al, b, bl, out, ol):
     if ol.numel == 0:
         return
-    shape, ((ao, as_), (bo, bs), (oo, os)), items, par = _plan(ol, al, bl)
-    (compare_parallel if par else compare_serial)(COMPARE_CODE[op], a, ao, as_, b, bo, bs, out, oo, os,
-                                                  shape, items)
+    shape, ((ao, as_), (bo, bs), (oo, os)), items = _plan(ol, al, bl)
+    launch(compare_serial, compare_parallel, ol.numel, COMPARE_CODE[op], a, ao, as_, b, bo, bs, out, oo, os,
+           shape, items)
 
 
 @kernels.register("where")
 def where(c, cl, a, al, b, bl, out, ol):
     if ol.numel == 0:
         return
-    shape, ((co, cs), (ao, as_), (bo, bs), (oo, os)), items, par = _plan(ol, cl, al, bl)
-    (where_parallel if par else where_serial)(c, co, cs, a, ao, as_, b, bo, bs, out, oo, os, shape, items)
+    shape, ((co, cs), (ao, as_), (bo, bs), (oo, os)), items = _plan(ol, cl, al, bl)
+    launch(where_serial, where_parallel, ol.numel, c, co, cs, a, ao, as_, b, bo, bs, out, oo, os, shape, items)
 
 
 @kernels.register("copy")
@@ -250,11 +249,10 @@ def copy(src, sl, dst, dl):
     flat = _flat_stride(sl)
     if flat is not None and dl.is_contiguous:
         shape, items = flat_shape(dl.numel)
-        (copy_parallel if dl.numel >= PARALLEL_MIN else copy_serial)(src, sl.offset, flat, dst, dl.offset, _UNIT,
-                                                                     shape, items)
+        launch(copy_serial, copy_parallel, dl.numel, src, sl.offset, flat, dst, dl.offset, _UNIT, shape, items)
         return
-    shape, ((so, ss), (do, ds)), items, par = _plan(dl, sl)
-    (copy_parallel if par else copy_serial)(src, so, ss, dst, do, ds, shape, items)
+    shape, ((so, ss), (do, ds)), items = _plan(dl, sl)
+    launch(copy_serial, copy_parallel, dl.numel, src, so, ss, dst, do, ds, shape, items)
 
 
 def _numpy_view(buf, layout):

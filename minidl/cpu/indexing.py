@@ -9,16 +9,17 @@ import numpy as np
 from numba import njit, prange
 
 from .. import kernels
-from .strided import PARALLEL_MIN, i64
+from .strided import i64, launch
 
 
 @njit(inline="always")
 def _flat_position(flat, shape, strides, offset):
     pos = offset
+    rest = flat + 0
     for d in range(shape.size - 1, -1, -1):
         n = shape[d]
-        pos += (flat % n) * strides[d]
-        flat //= n
+        pos += (rest % n) * strides[d]
+        rest //= n
     return pos
 
 
@@ -64,8 +65,7 @@ def nonzero_kernel(x, xo, shape, strides, n):
 def take(src, sl, index, out):
     if index.size == 0:
         return
-    kernel = take_parallel if index.size >= PARALLEL_MIN else take_serial
-    kernel(src, sl.offset, i64(sl.shape), i64(sl.strides), index, out)
+    launch(take_serial, take_parallel, index.size, src, sl.offset, i64(sl.shape), i64(sl.strides), index, out)
 
 
 @kernels.register("put")

@@ -10,7 +10,7 @@ from numba import njit, prange
 from .. import kernels
 from ..layout import collapse, reduction_plan
 from .elementwise import flat_shape
-from .strided import PARALLEL_MIN, i64, row_position
+from .strided import i64, launch, row_position
 
 REDUCE_CODE = {name: i for i, name in enumerate(kernels.REDUCE_OPS)}
 ARG_CODE = {name: i for i, name in enumerate(kernels.ARG_REDUCE_OPS)}
@@ -121,9 +121,9 @@ def reduce(op, x, xl, dims, out):
         o_shape, o_strides, i_shape, i_strides = reduction_plan(xl, dims)
         oshape, ostrides = _outer(o_shape, o_strides)
         ishape, istrides = i64(i_shape), i64(i_strides)
-    par = xl.numel >= PARALLEL_MIN and out.size > 1
-    (reduce_parallel if par else reduce_serial)(REDUCE_CODE[op], x, xl.offset, oshape, ostrides,
-                                                ishape, istrides, init, out)
+    # one output element is one thread's work: a full reduction runs serially
+    launch(reduce_serial, reduce_parallel, xl.numel if out.size > 1 else 0, REDUCE_CODE[op], x, xl.offset,
+           oshape, ostrides, ishape, istrides, init, out)
 
 
 @kernels.register("arg_reduce")

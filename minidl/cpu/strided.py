@@ -5,22 +5,40 @@ A kernel sees an operand as (buffer, offset, strides) over a common shape that
 is cut into *items*: one chunk of at most ``CHUNK`` elements of one row (a row
 is the last dim), so a long 1-D loop still spreads over threads.
 """
+import threading
+
 import numpy as np
 from numba import njit
 
 CHUNK = 4096
-# below this many elements a kernel runs on the calling thread
-PARALLEL_MIN = 1 << 15
+# below this many elements a kernel runs on the calling thread (see benchmarks/README.md)
+PARALLEL_MIN = 1 << 18
+_parallel_lock = threading.Lock()
+
+
+def launch(serial, parallel, numel, *args):
+    """Run ``parallel`` for large work, else ``serial``.
+
+    Numba's workqueue thread pool must not be entered by two threads at once, so a
+    thread that finds it busy (say, a communication thread beside backward) runs serially.
+    """
+    if numel >= PARALLEL_MIN and _parallel_lock.acquire(blocking=False):
+        try:
+            return parallel(*args)
+        finally:
+            _parallel_lock.release()
+    return serial(*args)
 
 
 @njit(inline="always")
 def row_position(row, shape, strides, offset):
     """Buffer position of element 0 of the ``row``-th row (rows run over all dims but the last)."""
     pos = offset
+    rest = row + 0  # a new value: ``row`` may be a prange index, which Numba forbids overwriting
     for d in range(shape.size - 2, -1, -1):
         n = shape[d]
-        pos += (row % n) * strides[d]
-        row //= n
+        pos += (rest % n) * strides[d]
+        rest //= n
     return pos
 
 

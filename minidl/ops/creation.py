@@ -32,7 +32,7 @@ def _finish(t, requires_grad):
 def from_host_array(array: np.ndarray, device, dtype=None):
     """A new tensor holding a copy of a numpy array on ``device``."""
     dtype = dt.from_numpy(array.dtype) if dtype is None else dtype
-    array = np.ascontiguousarray(array, dtype=dtype.np)
+    array = np.asarray(array, dtype=dtype.np, order="C")  # (ascontiguousarray would make 0-d arrays 1-d)
     device = as_device(device)
     storage = Storage(kernels.get("from_host", device.type)(array.reshape(-1)), device)
     return make(storage, Layout(array.shape), dtype)

@@ -81,7 +81,7 @@ def _inverse_permutation(dims):
     return inv
 
 
-permute = _view("Permute", L.permute, lambda g, shape, dims: g.permute(
+permute_ = _view("Permute", L.permute, lambda g, shape, dims: g.permute(
     _inverse_permutation([L.normalize_dim(d, len(shape)) for d in dims])))
 transpose = _view("Transpose", L.transpose, lambda g, shape, d0, d1: g.transpose(d0, d1))
 expand_ = _view("Expand", L.expand, lambda g, shape, size: sum_to(g, shape))
@@ -145,6 +145,11 @@ def reshape(x, *shape):
     if L.view_strides(x._layout, shape) is None:
         x = x.contiguous()
     return _as_view(x, shape)
+
+
+def permute(x, *dims):
+    """permute(1, 0) or permute((1, 0)), as in PyTorch."""
+    return permute_(x, _shape_arg(dims))
 
 
 def expand(x, *size):
