@@ -58,8 +58,8 @@ class Tensor(TensorBase):
                 raise TypeError(f"can't convert {self.device} device type tensor to numpy. Use Tensor.cpu() "
                                 f"to copy the tensor to host memory first.")
             return self.cpu().numpy()
-        from .cpu.elementwise import _numpy_view
-        return _numpy_view(self._storage.buf, self._layout)
+        from .cpu.memory import numpy_view
+        return numpy_view(self._storage.buf, self._layout)
 
     def __array__(self, dtype=None, copy=None):
         array = self.detach().numpy(force=True)
@@ -174,6 +174,18 @@ class Tensor(TensorBase):
     @data.setter
     def data(self, other):
         self._storage, self._layout, self.dtype = other._storage, other._layout, other.dtype
+
+    def view_as(self, other):
+        return self.view(other.shape)
+
+    def reshape_as(self, other):
+        return self.reshape(other.shape)
+
+    def expand_as(self, other):
+        return self.expand(other.shape)
+
+    def type_as(self, other):
+        return self.to(other.dtype)
 
     @property
     def mT(self):

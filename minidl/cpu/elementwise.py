@@ -10,6 +10,7 @@ from numba import njit, prange
 
 from .. import kernels
 from ..layout import collapse
+from .memory import numpy_view
 from .scalar_ops import apply_binary, apply_compare, apply_unary
 from .strided import i64, item_bounds, launch, row_position, work_items
 
@@ -242,7 +243,7 @@ def copy(src, sl, dst, dl):
     if dl.numel == 0:
         return
     if src.dtype == np.float16 or dst.dtype == np.float16:
-        _numpy_view(dst, dl)[...] = _numpy_view(src, sl)
+        numpy_view(dst, dl)[...] = numpy_view(src, sl)
         return
     if dst.dtype == np.bool_ and src.dtype != np.bool_:
         src = src != 0
@@ -253,11 +254,3 @@ def copy(src, sl, dst, dl):
         return
     shape, ((so, ss), (do, ds)), items = _plan(dl, sl)
     launch(copy_serial, copy_parallel, dl.numel, src, so, ss, dst, do, ds, shape, items)
-
-
-def _numpy_view(buf, layout):
-    """A numpy array showing ``layout`` over the 1-D buffer ``buf`` (no copy)."""
-    base = buf[layout.offset:] if layout.offset else buf
-    item = buf.itemsize
-    return np.lib.stride_tricks.as_strided(base, shape=tuple(layout.shape),
-                                           strides=tuple(s * item for s in layout.strides))

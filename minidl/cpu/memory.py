@@ -17,3 +17,11 @@ def from_host(array):
 @kernels.register("to_host")
 def to_host(buf):
     return buf
+
+
+def numpy_view(buf, layout):
+    """A numpy array showing ``layout`` over the 1-D buffer ``buf`` (no copy)."""
+    base = buf[layout.offset:] if layout.offset else buf
+    item = buf.itemsize
+    return np.lib.stride_tricks.as_strided(base, shape=tuple(layout.shape),
+                                           strides=tuple(s * item for s in layout.strides))

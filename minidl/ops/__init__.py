@@ -16,8 +16,8 @@ from .linalg import bmm, dot, einsum, matmul, mm, outer
 from .reduction import (all, amax, amin, any, argmax, argmin, count_nonzero, cumprod, cumsum, log_softmax,
                         logsumexp, max, mean, min, norm, prod, softmax, std, sum, var)
 from .shape_ops import cat, chunk, concat, concatenate, flip, pad, repeat, roll, split, stack, tril, triu, unbind
-from .views import (as_strided, clone, contiguous, diagonal, expand, flatten, movedim, narrow, permute, reshape,
-                    squeeze, t, transpose, unflatten, unsqueeze, view)
+from .views import (as_strided, broadcast_shapes, broadcast_tensors, broadcast_to, clone, contiguous, diagonal, expand,
+                    flatten, movedim, narrow, permute, reshape, squeeze, t, transpose, unflatten, unsqueeze, view)
 
 negative = neg
 absolute = abs
@@ -36,6 +36,6 @@ TENSOR_METHODS = (
     "any", "argmax", "argmin", "count_nonzero", "cumprod", "cumsum", "log_softmax", "logsumexp", "max", "mean",
     "min", "norm", "prod", "softmax", "std", "sum", "var", "chunk", "flip", "repeat", "roll", "split", "tril",
     "triu", "unbind", "as_strided", "clone", "contiguous", "diagonal", "expand", "flatten", "movedim", "narrow",
-    "permute", "reshape", "squeeze", "t", "transpose", "unflatten", "unsqueeze", "view", "negative", "absolute",
+    "permute", "reshape", "squeeze", "broadcast_to", "t", "transpose", "unflatten", "unsqueeze", "view", "negative", "absolute",
     "divide", "swapaxes", "swapdims", "greater", "greater_equal", "less", "less_equal", "not_equal",
 )

@@ -229,3 +229,16 @@ def clone(x, memory_format=None):
 
 def contiguous(x, memory_format=None):
     return x if x._layout.is_contiguous else Clone.apply(x)
+
+
+def broadcast_to(x, shape):
+    return expand_(x, tuple(shape))
+
+
+def broadcast_tensors(*tensors):
+    shape = L.broadcast_shapes(*(t.shape for t in tensors), op="broadcast_tensors")
+    return tuple(expand_(t, tuple(shape)) for t in tensors)
+
+
+def broadcast_shapes(*shapes):
+    return L.broadcast_shapes(*shapes, op="broadcast_shapes")
