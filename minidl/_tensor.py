@@ -160,7 +160,8 @@ class Tensor(TensorBase):
 
     # -- autograd -------------------------------------------------------------------------------
     def detach(self):
-        return _tensor_base.make(self._storage, self._layout, self.dtype, base=self._base if self._base is not None else self)
+        # shares memory (and so the version counter) but is no autograd view: in-place ops on it are allowed
+        return _tensor_base.make(self._storage, self._layout, self.dtype)
 
     def detach_(self):
         self.grad_fn = None
@@ -395,6 +396,14 @@ def _delegate(name, fn):
 
 for _name in ops.TENSOR_METHODS:
     _delegate(_name, getattr(ops, _name))
+
+
+def _where(self, condition, other):
+    """x.where(condition, y) is where(condition, x, y), as in PyTorch."""
+    return ops.where(condition, self, other)
+
+
+Tensor.where = _where
 
 _tensor_base.use_class(Tensor)
 

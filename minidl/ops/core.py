@@ -64,10 +64,13 @@ def as_operand(x, like: TensorBase) -> TensorBase:
     if not isinstance(x, (bool, int, float, np.number, np.bool_)):
         raise TypeError(f"unsupported operand type {type(x).__name__}; expected a Tensor or a number")
     device = like._storage.device
-    key = (type(x), x, device)
+    dtype = dt.scalar_dtype(x)
+    if like.dtype is dt.float64 and dtype.is_floating_point:
+        dtype = dt.float64  # keep the number's double precision; promotion gives float64 anyway
+    key = (type(x), x, device, dtype)
     found = _scalars.get(key) if x else None
     if found is None:
-        found = scalar_tensor(x, dt.scalar_dtype(x), device)
+        found = scalar_tensor(x, dtype, device)
         if x and x == x:
             if len(_scalars) > 512:
                 _scalars.clear()

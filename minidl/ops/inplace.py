@@ -39,6 +39,10 @@ def assign(target, compute, op: str):
     """target <- compute(target), differentiably. ``compute`` builds the new value out of place."""
     check_writable(target, op)
     new = compute(target)
+    node = new.grad_fn
+    if node is not None and any(item is not None and item[0]._storage is target._storage for item in node._saved):
+        # the op saved the value about to be overwritten: compute from a copy (PyTorch's original self)
+        new = compute(target.clone())
     if new.shape != target.shape:
         new = new.expand(target.shape)
     write_into(target, new, op)

@@ -15,7 +15,11 @@ class MatMul(Function):
 
     @staticmethod
     def forward(ctx, a, b):
-        batch = broadcast_shapes(a.shape[:-2], b.shape[:-2], op="matmul")
+        try:
+            batch = broadcast_shapes(a.shape[:-2], b.shape[:-2], op="matmul")
+        except RuntimeError:
+            raise RuntimeError(f"matmul: the batch dimensions of shapes {list(a.shape)} and {list(b.shape)} "
+                               f"cannot be broadcast together") from None
         m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
         compute = dt.compute_dtype(a.dtype)
         ac = contiguous_data(cast(a.expand(tuple(batch) + (m, k)), compute))

@@ -12,6 +12,8 @@ from __future__ import annotations
 import math
 import operator
 
+import numpy as np
+
 from .. import layout as L
 from .._tensor_base import make
 from ..autograd import Function
@@ -93,7 +95,42 @@ narrow_ = _view("Narrow", L.narrow)
 select = _view("Select", L.select)
 slice_dim = _view("Slice", L.slice_dim)
 diagonal_ = _view("Diagonal", L.diagonal)
-as_strided_ = _view("AsStrided", lambda layout, size, stride, offset: L.Layout(size, stride, offset))
+
+
+class AsStrided(View):
+    """A view at absolute storage positions (which may overlap): the gradient is summed per
+    storage position, then read back at the input's positions."""
+    layout_fn = staticmethod(lambda layout, size, stride, offset: L.Layout(size, stride, offset))
+    backward_kind = "storage"
+
+    @classmethod
+    def forward(cls, ctx, x, *params):
+        ctx.input_layout = x._layout
+        return super().forward(ctx, x, *params)
+
+    @classmethod
+    def backward(cls, ctx, g):
+        from .creation import from_host_array
+        from .indexing import IndexPut, Take
+        shape, params = ctx.meta
+        if not g.numel():
+            return (g.new_zeros(shape),) + (None,) * len(params)
+        out_pos, in_pos = _positions(L.Layout(*params)), _positions(ctx.input_layout)
+        both = np.concatenate([out_pos.ravel(), in_pos.ravel()])
+        lo, hi = both.min(), both.max()
+        storage = IndexPut.apply(g.new_zeros(int(hi - lo + 1)), from_host_array(out_pos - lo, g.device), g, True)
+        return (Take.apply(storage, from_host_array(in_pos - lo, g.device)),) + (None,) * len(params)
+
+
+def _positions(layout):
+    """numpy int64 array of the storage position of every element of ``layout``."""
+    pos = np.full(tuple(layout.shape), layout.offset, dtype=np.int64)
+    for d, (n, s) in enumerate(zip(layout.shape, layout.strides)):
+        pos = pos + (np.arange(n, dtype=np.int64) * s).reshape([-1 if i == d else 1 for i in range(pos.ndim)])
+    return pos
+
+
+as_strided_ = AsStrided.apply
 flip_view = _view("FlipView", lambda layout, dims: _flip_layout(layout, dims),
                   lambda g, shape, dims: g.flip(dims))
 
@@ -129,8 +166,15 @@ def _shape_arg(shape):
     return tuple(operator.index(n) for n in shape)
 
 
+def _infer_shape(x, shape, op):
+    try:
+        return L.infer_shape(_shape_arg(shape), x.numel(), op)
+    except RuntimeError as e:
+        raise RuntimeError(f"{e} (a tensor of shape {list(x.shape)})") from None
+
+
 def view(x, *shape):
-    shape = L.infer_shape(_shape_arg(shape), x.numel(), "view")
+    shape = _infer_shape(x, shape, "view")
     if L.view_strides(x._layout, shape) is None:
         raise RuntimeError(f"view size is not compatible with input tensor's size and stride (at least one "
                            f"dimension spans across two contiguous subspaces); shape {list(x.shape)} with "
@@ -141,7 +185,7 @@ def view(x, *shape):
 
 def reshape(x, *shape):
     """A view when the layout allows it, else a copy (as in PyTorch)."""
-    shape = L.infer_shape(_shape_arg(shape), x.numel(), "reshape")
+    shape = _infer_shape(x, shape, "reshape")
     if L.view_strides(x._layout, shape) is None:
         x = x.contiguous()
     return _as_view(x, shape)
