@@ -118,10 +118,10 @@ class Tensor(TensorBase):
         dtype = kwargs.get("dtype")
         device = kwargs.get("device")
         for a in args:
-            if isinstance(a, dt.dtype) or a in (float, int, bool):
-                dtype = a
-            elif isinstance(a, TensorBase):
+            if isinstance(a, TensorBase):   # (first: ``a in (float, ...)`` would compare a tensor)
                 dtype, device = a.dtype, a.device
+            elif isinstance(a, dt.dtype) or a in (float, int, bool):
+                dtype = a
             elif a is not None:
                 device = a
         out = self

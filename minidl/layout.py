@@ -94,6 +94,8 @@ class Layout:
 
 
 def is_contiguous(shape, strides) -> bool:
+    if 0 in shape:
+        return True  # no elements: contiguous whatever the strides, as in PyTorch
     expected = 1
     for n, s in zip(reversed(shape), reversed(strides)):
         if n == 1:

@@ -18,7 +18,9 @@ def _format_array(array: np.ndarray) -> str:
             return np.array2string(array, formatter={"float_kind": lambda v: f"{v:.4e}"}, **options)
         return np.array2string(array, precision=4, floatmode="fixed", **options)
     if array.dtype == np.bool_:
-        return np.array2string(array, formatter={"bool": lambda v: "True" if v else "False"}, **options)
+        width = 5 if not array.all() else 4   # PyTorch pads True to False's width: [ True, False]
+        return np.array2string(array, formatter={"bool": lambda v: ("True" if v else "False").rjust(width)},
+                               **options)
     return np.array2string(array, **options)
 
 

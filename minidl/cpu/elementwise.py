@@ -1,160 +1,32 @@
-"""Elementwise CPU kernels: unary, binary, compare, where and copy.
+"""Elementwise primitives on the CPU: unary, binary, compare, where and copy.
 
-Each primitive is one inlined *item* function (one chunk of one row), driven
-by a serial loop for small tensors and a ``prange`` loop for large ones. A
-unit-stride branch gives the contiguous fast path; everything else (offsets,
-negative or zero strides) takes the general strided loop.
+These wrappers turn layouts into the flat arguments of the kernels in ``jit.py``:
+operands that read as one packed (or broadcast-scalar) run take the unit-stride
+fast path; everything else (offsets, negative or zero strides) is collapsed to
+as few dims as possible and takes the general strided loop.
 """
 import numpy as np
-from numba import njit, prange
 
 from .. import kernels
 from ..layout import collapse
+from .jit import (
+    binary_parallel,
+    binary_serial,
+    compare_parallel,
+    compare_serial,
+    copy_parallel,
+    copy_serial,
+    unary_parallel,
+    unary_serial,
+    where_parallel,
+    where_serial,
+)
 from .memory import numpy_view
-from .scalar_ops import apply_binary, apply_compare, apply_unary
-from .strided import i64, item_bounds, launch, row_position, work_items
+from .strided import i64, launch, work_items
 
 UNARY_CODE = {name: i for i, name in enumerate(kernels.UNARY_OPS)}
 BINARY_CODE = {name: i for i, name in enumerate(kernels.BINARY_OPS)}
 COMPARE_CODE = {name: i for i, name in enumerate(kernels.COMPARE_OPS)}
-
-
-# ----------------------------------------------------------------------------- unary / copy
-@njit(inline="always")
-def _unary_item(op, x, xo, xs, out, oo, os, shape, t):
-    row, lo, hi = item_bounds(t, shape)
-    last = shape.size - 1
-    px = row_position(row, shape, xs, xo)
-    po = row_position(row, shape, os, oo)
-    sx, so = xs[last], os[last]
-    if sx == 1 and so == 1:
-        for j in range(lo, hi):
-            out[po + j] = apply_unary(op, x[px + j])
-    else:
-        for j in range(lo, hi):
-            out[po + j * so] = apply_unary(op, x[px + j * sx])
-
-
-@njit(cache=True, nogil=True)
-def unary_serial(op, x, xo, xs, out, oo, os, shape, items):
-    for t in range(items):
-        _unary_item(op, x, xo, xs, out, oo, os, shape, t)
-
-
-@njit(cache=True, nogil=True, parallel=True)
-def unary_parallel(op, x, xo, xs, out, oo, os, shape, items):
-    for t in prange(items):
-        _unary_item(op, x, xo, xs, out, oo, os, shape, t)
-
-
-@njit(inline="always")
-def _copy_item(x, xo, xs, out, oo, os, shape, t):
-    row, lo, hi = item_bounds(t, shape)
-    last = shape.size - 1
-    px = row_position(row, shape, xs, xo)
-    po = row_position(row, shape, os, oo)
-    sx, so = xs[last], os[last]
-    if sx == 1 and so == 1:
-        for j in range(lo, hi):
-            out[po + j] = x[px + j]
-    else:
-        for j in range(lo, hi):
-            out[po + j * so] = x[px + j * sx]
-
-
-@njit(cache=True, nogil=True)
-def copy_serial(x, xo, xs, out, oo, os, shape, items):
-    for t in range(items):
-        _copy_item(x, xo, xs, out, oo, os, shape, t)
-
-
-@njit(cache=True, nogil=True, parallel=True)
-def copy_parallel(x, xo, xs, out, oo, os, shape, items):
-    for t in prange(items):
-        _copy_item(x, xo, xs, out, oo, os, shape, t)
-
-
-# ----------------------------------------------------------------------------- binary / compare
-@njit(inline="always")
-def _binary_item(op, a, ao, as_, b, bo, bs, out, oo, os, shape, t):
-    row, lo, hi = item_bounds(t, shape)
-    last = shape.size - 1
-    pa = row_position(row, shape, as_, ao)
-    pb = row_position(row, shape, bs, bo)
-    po = row_position(row, shape, os, oo)
-    sa, sb, so = as_[last], bs[last], os[last]
-    if sa == 1 and sb == 1 and so == 1:
-        for j in range(lo, hi):
-            out[po + j] = apply_binary(op, a[pa + j], b[pb + j])
-    elif sa == 1 and sb == 0 and so == 1:
-        y = b[pb]
-        for j in range(lo, hi):
-            out[po + j] = apply_binary(op, a[pa + j], y)
-    else:
-        for j in range(lo, hi):
-            out[po + j * so] = apply_binary(op, a[pa + j * sa], b[pb + j * sb])
-
-
-@njit(cache=True, nogil=True)
-def binary_serial(op, a, ao, as_, b, bo, bs, out, oo, os, shape, items):
-    for t in range(items):
-        _binary_item(op, a, ao, as_, b, bo, bs, out, oo, os, shape, t)
-
-
-@njit(cache=True, nogil=True, parallel=True)
-def binary_parallel(op, a, ao, as_, b, bo, bs, out, oo, os, shape, items):
-    for t in prange(items):
-        _binary_item(op, a, ao, as_, b, bo, bs, out, oo, os, shape, t)
-
-
-@njit(inline="always")
-def _compare_item(op, a, ao, as_, b, bo, bs, out, oo, os, shape, t):
-    row, lo, hi = item_bounds(t, shape)
-    last = shape.size - 1
-    pa = row_position(row, shape, as_, ao)
-    pb = row_position(row, shape, bs, bo)
-    po = row_position(row, shape, os, oo)
-    sa, sb, so = as_[last], bs[last], os[last]
-    for j in range(lo, hi):
-        out[po + j * so] = apply_compare(op, a[pa + j * sa], b[pb + j * sb])
-
-
-@njit(cache=True, nogil=True)
-def compare_serial(op, a, ao, as_, b, bo, bs, out, oo, os, shape, items):
-    for t in range(items):
-        _compare_item(op, a, ao, as_, b, bo, bs, out, oo, os, shape, t)
-
-
-@njit(cache=True, nogil=True, parallel=True)
-def compare_parallel(op, a, ao, as_, b, bo, bs, out, oo, os, shape, items):
-    for t in prange(items):
-        _compare_item(op, a, ao, as_, b, bo, bs, out, oo, os, shape, t)
-
-
-# ----------------------------------------------------------------------------- where
-@njit(inline="always")
-def _where_item(c, co, cs, a, ao, as_, b, bo, bs, out, oo, os, shape, t):
-    row, lo, hi = item_bounds(t, shape)
-    last = shape.size - 1
-    pc = row_position(row, shape, cs, co)
-    pa = row_position(row, shape, as_, ao)
-    pb = row_position(row, shape, bs, bo)
-    po = row_position(row, shape, os, oo)
-    sc, sa, sb, so = cs[last], as_[last], bs[last], os[last]
-    for j in range(lo, hi):
-        out[po + j * so] = a[pa + j * sa] if c[pc + j * sc] else b[pb + j * sb]
-
-
-@njit(cache=True, nogil=True)
-def where_serial(c, co, cs, a, ao, as_, b, bo, bs, out, oo, os, shape, items):
-    for t in range(items):
-        _where_item(c, co, cs, a, ao, as_, b, bo, bs, out, oo, os, shape, t)
-
-
-@njit(cache=True, nogil=True, parallel=True)
-def where_parallel(c, co, cs, a, ao, as_, b, bo, bs, out, oo, os, shape, items):
-    for t in prange(items):
-        _where_item(c, co, cs, a, ao, as_, b, bo, bs, out, oo, os, shape, t)
 
 
 # ----------------------------------------------------------------------------- registered wrappers

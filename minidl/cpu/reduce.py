@@ -1,96 +1,20 @@
-"""Reduction and scan CPU kernels.
+"""Reduction and scan primitives on the CPU (kernels in ``jit.py``).
 
 ``layout.reduction_plan`` splits the input into kept (outer) dims and reduced
 (inner) dims; each outer element is one independent reduction, spread over
 threads with ``prange``. Sums and products accumulate in 64 bits.
 """
 import numpy as np
-from numba import njit, prange
 
 from .. import kernels
 from ..layout import collapse, reduction_plan
 from .elementwise import flat_shape
-from .strided import i64, launch, row_position
+from .jit import arg_reduce_kernel, reduce_parallel, reduce_serial, scan_kernel
+from .strided import i64, launch
 
 REDUCE_CODE = {name: i for i, name in enumerate(kernels.REDUCE_OPS)}
 ARG_CODE = {name: i for i, name in enumerate(kernels.ARG_REDUCE_OPS)}
 SCAN_CODE = {name: i for i, name in enumerate(kernels.SCAN_OPS)}
-
-
-@njit(inline="always")
-def _reduce_one(op, x, base, ishape, istrides, init):
-    last = ishape.size - 1
-    inner = ishape[last]
-    rows = 1
-    for d in range(last):
-        rows *= ishape[d]
-    s = istrides[last]
-    if op == 0 or op == 1:
-        acc = init
-        for r in range(rows):
-            p = row_position(r, ishape, istrides, base)
-            for j in range(inner):
-                acc = acc + x[p + j * s] if op == 0 else acc * x[p + j * s]
-        return acc
-    acc2 = x[base]
-    for r in range(rows):
-        p = row_position(r, ishape, istrides, base)
-        for j in range(inner):
-            v = x[p + j * s]
-            if op == 2:
-                if v > acc2 or v != v:
-                    acc2 = v
-            elif v < acc2 or v != v:
-                acc2 = v
-            if acc2 != acc2:
-                return acc2
-    return acc2
-
-
-@njit(inline="always")
-def _reduce_kernel_body(op, x, xo, oshape, ostrides, ishape, istrides, init, out, o):
-    base = row_position(o, oshape, ostrides, xo)
-    out[o] = _reduce_one(op, x, base, ishape, istrides, init)
-
-
-@njit(cache=True, nogil=True)
-def reduce_serial(op, x, xo, oshape, ostrides, ishape, istrides, init, out):
-    for o in range(out.size):
-        _reduce_kernel_body(op, x, xo, oshape, ostrides, ishape, istrides, init, out, o)
-
-
-@njit(cache=True, nogil=True, parallel=True)
-def reduce_parallel(op, x, xo, oshape, ostrides, ishape, istrides, init, out):
-    for o in prange(out.size):
-        _reduce_kernel_body(op, x, xo, oshape, ostrides, ishape, istrides, init, out, o)
-
-
-@njit(cache=True, nogil=True)
-def arg_reduce_kernel(op, x, xo, oshape, ostrides, n, s, out):
-    for o in range(out.size):
-        base = row_position(o, oshape, ostrides, xo)
-        best = x[base]
-        at = 0
-        for j in range(1, n):
-            if best != best:
-                break
-            v = x[base + j * s]
-            if (v > best if op == 0 else v < best) or v != v:
-                best = v
-                at = j
-        out[o] = at
-
-
-@njit(cache=True, nogil=True)
-def scan_kernel(op, x, xo, xstrides, out, oo, ostrides, oshape, n, xs, os):
-    for o in range(out.size // max(n, 1) if n else 0):
-        px = row_position(o, oshape, xstrides, xo)
-        po = row_position(o, oshape, ostrides, oo)
-        acc = x[px]
-        out[po] = acc
-        for j in range(1, n):
-            acc = acc + x[px + j * xs] if op == 0 else acc * x[px + j * xs]
-            out[po + j * os] = acc
 
 
 _UNIT = i64([1])

@@ -1,4 +1,4 @@
-"""Shared pieces of every CPU kernel: work splitting and row positions.
+"""Shared pieces of the CPU wrappers: how work is split and when threads are used.
 
 A kernel sees an operand as (buffer, offset, strides) over a common shape that
 ``layout.collapse`` has already squeezed to as few dims as possible. The work
@@ -8,9 +8,9 @@ is the last dim), so a long 1-D loop still spreads over threads.
 import threading
 
 import numpy as np
-from numba import njit
 
-CHUNK = 4096
+from .jit import CHUNK
+
 # below this many elements a kernel runs on the calling thread (see benchmarks/README.md)
 PARALLEL_MIN = 1 << 18
 _parallel_lock = threading.Lock()
@@ -28,28 +28,6 @@ def launch(serial, parallel, numel, *args):
         finally:
             _parallel_lock.release()
     return serial(*args)
-
-
-@njit(inline="always")
-def row_position(row, shape, strides, offset):
-    """Buffer position of element 0 of the ``row``-th row (rows run over all dims but the last)."""
-    pos = offset
-    rest = row + 0  # a new value: ``row`` may be a prange index, which Numba forbids overwriting
-    for d in range(shape.size - 2, -1, -1):
-        n = shape[d]
-        pos += (rest % n) * strides[d]
-        rest //= n
-    return pos
-
-
-@njit(inline="always")
-def item_bounds(t, shape):
-    """(row, first column, end column) of work item ``t``."""
-    inner = shape[shape.size - 1]
-    nchunks = (inner + CHUNK - 1) // CHUNK
-    row = t // nchunks
-    lo = (t % nchunks) * CHUNK
-    return row, lo, min(inner, lo + CHUNK)
 
 
 def work_items(shape) -> int:

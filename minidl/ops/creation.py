@@ -48,7 +48,7 @@ def from_numpy(array: np.ndarray):
         raise ValueError(f"from_numpy: strides {array.strides} are not a multiple of the element size {item}")
     strides = tuple(s // item for s in array.strides)
     # flip the negatively strided axes to find the lowest address the array touches
-    low = array[tuple(slice(None, None, -1) if s < 0 else slice(None) for s in strides)]
+    low = array[tuple(slice(None, None, -1) if s < 0 else slice(None) for s in strides) + (Ellipsis,)]  # view if 0-d
     offset = sum(-(n - 1) * s for n, s in zip(array.shape, strides) if s < 0) if array.size else 0
     span = 1 + sum((n - 1) * abs(s) for n, s in zip(array.shape, strides)) if array.size else 0
     flat = np.lib.stride_tricks.as_strided(low, shape=(span,), strides=(item,)) if span else np.empty(0, array.dtype)
@@ -191,6 +191,8 @@ def randn(*size, generator=None, dtype=None, device=None, requires_grad=False):
 
 
 def randint(low, high=None, size=None, generator=None, dtype=None, device=None, requires_grad=False):
+    if size is None and isinstance(high, (tuple, list)):
+        low, high, size = 0, low, high       # randint(high, size), as in PyTorch
     if high is None:
         low, high = 0, low
     if size is None:

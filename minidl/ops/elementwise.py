@@ -30,6 +30,9 @@ def binary_raw(kind: str, op: str, a, b, compute, result_dtype, out=None):
     shape = a._layout.shape
     if b._layout.shape != shape and b._layout.shape:
         shape = broadcast_shapes(shape, b._layout.shape, op=op)
+    if out is not None and out.shape != shape:
+        raise RuntimeError(f"{op}: output with shape {list(out.shape)} doesn't match the broadcast shape "
+                           f"{list(shape)}")
     ac = a if a.dtype is compute else cast(a, compute)
     bc = b if b.dtype is compute else cast(b, compute)
     kernel_out_dtype = dt.bool_ if kind == "compare" else compute
@@ -155,7 +158,7 @@ class Binary(Function):
 
 
 def _pow_grads(a, b, y, g):
-    ga = g * b * a ** (b - 1)
+    ga = g * (b * a ** (b - 1)).masked_fill(b == 0, 0)  # d(a**0)/da is 0, also at a == 0
     log_a = a.log()
     gb = g * (y * log_a).masked_fill((a == 0) & (b >= 0), 0)
     return ga, gb
@@ -193,7 +196,7 @@ def _binary_entry(cls):
     return fn
 
 
-sub = _binary_entry(Sub)
+_sub = _binary_entry(Sub)
 mul = _binary_entry(Mul)
 maximum = _binary_entry(Maximum)
 minimum = _binary_entry(Minimum)
@@ -207,8 +210,11 @@ def add(a, b, alpha=1):
     return _add(a, b if alpha == 1 else b * alpha)
 
 
-def subtract(a, b, alpha=1):
-    return sub(a, b if alpha == 1 else b * alpha)
+def sub(a, b, alpha=1):
+    return _sub(a, b if alpha == 1 else b * alpha)
+
+
+subtract = sub
 
 
 def div(a, b, rounding_mode=None):

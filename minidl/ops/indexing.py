@@ -87,13 +87,15 @@ def _as_index_tensor(item, like):
     return t
 
 
-def _checked(index, size: int, dim: int):
-    """int64 copy of ``index`` with negatives wrapped; IndexError for anything out of range."""
+def _checked(index, size: int, dim: int, wrap: bool = True):
+    """int64 copy of ``index`` with negatives wrapped; IndexError for anything out of range
+    (negatives included when not ``wrap``: the gather family takes none, as in PyTorch)."""
     index = cast(index, dt.int64)
     if index.numel():
         lo, hi = int(index.min()), int(index.max())
-        if lo < -size or hi >= size:
-            bad = lo if lo < -size else hi
+        low = -size if wrap else 0
+        if lo < low or hi >= size:
+            bad = lo if lo < low else hi
             raise IndexError(f"index {bad} is out of bounds for dimension {dim} with size {size}")
         if lo < 0:
             index = index + (index < 0) * size
@@ -183,7 +185,10 @@ def flat_indices(view, advanced):
     check_devices("index", view, *(t for _, t in advanced))
     dims = [d for d, _ in advanced]
     from ..layout import broadcast_shapes
-    bshape = broadcast_shapes(*(t.shape for _, t in advanced), op="index")
+    try:
+        bshape = broadcast_shapes(*(t.shape for _, t in advanced), op="index")
+    except RuntimeError as e:
+        raise IndexError(f"shape mismatch: indexing tensors could not be broadcast together ({e})") from None
     cs = contiguous_strides(view.shape)
     adjacent = dims == list(range(dims[0], dims[0] + len(dims)))
     rest = [d for d in range(view.ndim) if d not in dims]
@@ -248,14 +253,14 @@ def nonzero(x, as_tuple=False):
     if as_tuple:
         return tuple(coords) if coords else (flat * 0,)
     from .shape_ops import stack
-    return stack(coords, 1) if coords else flat.reshape((-1, 0))
+    return stack(coords, 1) if coords else flat.new_zeros((flat.numel(), 0))
 
 
 def _along_dim(x_shape, dim, index):
     """Flat indices into a packed x of ``x_shape`` that pick ``index`` along ``dim`` (gather rule)."""
     from .creation import arange
     cs = contiguous_strides(x_shape)
-    index = _checked(index, x_shape[dim], dim)
+    index = _checked(index, x_shape[dim], dim, wrap=False)
     flat = index * cs[dim]
     for d in range(index.ndim):
         if d != dim:
@@ -315,6 +320,7 @@ def index_select(x, dim, index):
         raise IndexError(f"index_select(): Index is supposed to be a vector, got shape {list(index.shape)}")
     if index.dtype.is_floating_point or index.dtype is dt.bool_:
         raise TypeError(f"index_select(): Expected dtype int32/int64 for index, got {index.dtype}")
+    index = _checked(index, x.shape[dim] if x.ndim else 1, dim, wrap=False)
     return getitem(x, (slice(None),) * dim + (index.reshape(-1),))
 
 
@@ -347,6 +353,8 @@ def masked_select(x, mask):
 
 
 def take(x, index):
+    if index.dtype.is_floating_point or index.dtype is dt.bool_:
+        raise TypeError(f"take(): Expected a long tensor for index, but got {index.dtype}")
     return Take.apply(x, _checked(index, x.numel(), 0))
 
 

@@ -111,9 +111,9 @@ class Extreme(Function):
 
     @staticmethod
     def forward(ctx, x, op, dims, keepdim):
-        if x.numel() == 0:
-            raise RuntimeError(f"{op}(): Expected reduction dim to be specified for input.numel() == 0. "
-                               f"Specify the reduction dim with the 'dim' argument.")
+        if 0 in [x.shape[d] for d in dims]:
+            raise RuntimeError(f"{op}(): Expected reduction dim {[d for d in dims if not x.shape[d]][0]} to have "
+                               f"non-zero size.")
         y = reduce_raw("max" if op == "amax" else "min", x, dims, keepdim, x.dtype)
         ctx.save_for_backward(x, y)
         ctx.meta = (dims, keepdim)
@@ -216,16 +216,18 @@ def var(x, dim=None, unbiased=None, keepdim=False, correction=None):
     dims = _dims(x, dim, "var")
     count = math.prod(x.shape[d] for d in dims)
     centered = x - mean(x, dims, keepdim=True)
-    return sum(centered * centered, dims, keepdim) / (count - correction)
+    # no degrees of freedom left: divide by 0 (nan/inf), as PyTorch does
+    return sum(centered * centered, dims, keepdim) / (count - correction if count > correction else 0)
 
 
 def std(x, dim=None, unbiased=None, keepdim=False, correction=None):
-    return var(x, dim, unbiased, keepdim, correction).sqrt()
+    return _safe_pow(var(x, dim, unbiased, keepdim, correction), 0.5)
 
 
 def logsumexp(x, dim, keepdim=False):
     dims = _dims(x, dim, "logsumexp")
-    m = amax(x, dims, keepdim=True).detach()
+    # (an empty reduction has no max to shift by: its sum of exps is 0, its logsumexp -inf)
+    m = amax(x, dims, keepdim=True).detach() if x.numel() else x.new_zeros(reduced_shape(x.shape, dims, True))
     m = m.masked_fill(m.abs() == math.inf, 0)
     out = (x - m).exp().sum(dims, keepdim=True).log() + m
     return out if keepdim else out.squeeze(dims)
@@ -236,7 +238,7 @@ def norm(x, p="fro", dim=None, keepdim=False, dtype=None):
         x = x.to(dtype)
     dims = _dims(x, dim, "norm")
     if p in ("fro", 2, 2.0):
-        return sum(x * x, dims, keepdim).sqrt()
+        return _safe_pow(sum(x * x, dims, keepdim), 0.5)
     if p in (math.inf, float("inf")):
         return amax(x.abs(), dims, keepdim)
     if p in (-math.inf, float("-inf")):
@@ -245,7 +247,17 @@ def norm(x, p="fro", dim=None, keepdim=False, dtype=None):
         return sum((x != 0).to(x.dtype), dims, keepdim)
     if p == 1:
         return sum(x.abs(), dims, keepdim)
-    return sum(x.abs() ** p, dims, keepdim) ** (1.0 / p)
+    return _safe_pow(sum(_safe_pow(x.abs(), p), dims, keepdim), 1.0 / p)
+
+
+def _safe_pow(v, e):
+    """v ** e for v >= 0, with gradient 0 (not nan) where v == 0, as in PyTorch's norm and std."""
+    from .elementwise import where
+    if not v.requires_grad or e <= 0:
+        return v.sqrt() if e == 0.5 else v ** e
+    zero = v == 0
+    safe = where(zero, 1.0, v)
+    return where(zero, 0.0, safe.sqrt() if e == 0.5 else safe ** e)
 
 
 def any(x, dim=None, keepdim=False):
@@ -299,7 +311,20 @@ class Cumprod(Function):
         if g.ndim == 0:
             return g, None, None
         d = ctx.dim
+        if bool((x == 0).any()):
+            return _cumprod_grad_with_zeros(x, g, d), None, None
         return (g * y).flip(d).cumsum(d).flip(d) / x, None, None
+
+
+def _cumprod_grad_with_zeros(x, g, d):
+    """dL/dx_k = sum over i >= k of g_i * (product of x_j, j <= i, j != k): no division by x."""
+    from .creation import arange
+    xm, gm = x.movedim(d, -1), g.movedim(d, -1)
+    n = xm.shape[-1]
+    k, i = arange(n, device=x.device).reshape((n, 1)), arange(n, device=x.device).reshape((1, n))
+    rows = xm.unsqueeze(-2).expand(tuple(xm.shape[:-1]) + (n, n)).masked_fill(k == i, 1)
+    terms = (rows.cumprod(-1) * gm.unsqueeze(-2)).masked_fill(i < k, 0)
+    return terms.sum(-1).movedim(-1, d)
 
 
 def cumsum(x, dim, dtype=None):
@@ -330,7 +355,8 @@ class Softmax(Function):
 class LogSoftmax(Function):
     @staticmethod
     def forward(ctx, x, dim):
-        y = x - logsumexp(x, dim, keepdim=True)
+        shifted = x - amax(x, dim, keepdim=True)  # subtract the log-sum only after shifting: no cancellation
+        y = shifted - shifted.exp().sum(dim, keepdim=True).log()
         ctx.dim = dim
         ctx.save_for_backward(y)
         return y
@@ -349,9 +375,11 @@ def _softmax_input(x, dtype):
 
 def softmax(x, dim, dtype=None):
     x = _softmax_input(x, dtype)
-    return Softmax.apply(x, normalize_dim(dim, x.ndim, "softmax"))
+    dim = normalize_dim(dim, x.ndim, "softmax")
+    return Softmax.apply(x, dim) if x.numel() else x.clone()
 
 
 def log_softmax(x, dim, dtype=None):
     x = _softmax_input(x, dtype)
-    return LogSoftmax.apply(x, normalize_dim(dim, x.ndim, "log_softmax"))
+    dim = normalize_dim(dim, x.ndim, "log_softmax")
+    return LogSoftmax.apply(x, dim) if x.numel() else x.clone()

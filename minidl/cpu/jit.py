@@ -1,0 +1,452 @@
+"""Every Numba-compiled function of the CPU backend, in one module.
+
+Numba's on-disk cache keys a compiled kernel on the source of *its own file*;
+helpers inlined from another file could change without invalidating it. Keeping
+all jitted code here means any edit recompiles everything that could depend on it.
+The Python wrappers that plan layouts and pick kernels live beside this file.
+
+Kernel shape: each primitive has one inlined *item* function (one chunk of one
+row; a row is the last dim after ``layout.collapse``), driven by a serial loop
+for small tensors and a ``prange`` loop for large ones. Elementwise scalar
+functions are selected by op code (the op's index in ``minidl.kernels``); the
+code is the same for every element, so the branch costs little next to memory.
+"""
+import math
+
+import numpy as np
+from numba import njit, prange, types
+from numba.extending import overload
+
+
+# ----------------------------------------------------------------------------- scalar functions
+# Float-only branches go through these helpers, overloaded per argument type, so that integer
+# kernels never see a float expression: numba unifies the types of all ``return``s, and a float
+# branch would make int64 results round-trip through float64 (losing values beyond 2**53).
+def _float_unary(op, x):
+    """Plain-Python twin of the overload below (runs only with NUMBA_DISABLE_JIT=1)."""
+    return x if isinstance(x, (int, np.integer)) else _float_unary_body(op, x)
+
+
+@overload(_float_unary)
+def _float_unary_impl(op, x):
+    if isinstance(x, types.Integer):
+        return lambda op, x: x  # floor/ceil/round/trunc of an integer; float-only ops never get ints
+    return lambda op, x: _float_unary_body(op, x)
+
+
+@njit(inline="always")
+def _float_unary_body(op, x):
+    if op == 3:
+        return math.exp(x)
+    elif op == 4:
+        return math.log(x) if x > 0 else (-math.inf if x == 0 else math.nan)
+    elif op == 5:
+        return math.log1p(x) if x > -1 else (-math.inf if x == -1 else math.nan)
+    elif op == 6:
+        return math.expm1(x)
+    elif op == 7:
+        return math.sqrt(x) if x >= 0 else math.nan
+    elif op == 8:
+        return 1 / math.sqrt(x) if x > 0 else (math.inf if x == 0 else math.nan)
+    elif op == 9:
+        return 1 / x if x != 0 else math.copysign(math.inf, x)
+    elif op == 10:
+        return math.sin(x)
+    elif op == 11:
+        return math.cos(x)
+    elif op == 12:
+        return math.tan(x)
+    elif op == 13:
+        return math.tanh(x)
+    elif op == 14:
+        if x >= 0:
+            return 1 / (1 + math.exp(-x))
+        e = math.exp(x)
+        return e / (1 + e)
+    elif op == 16:
+        return math.erf(x)
+    elif op == 17:
+        return np.floor(x)
+    elif op == 18:
+        return np.ceil(x)
+    elif op == 19:
+        return np.rint(x)
+    else:
+        return np.trunc(x)
+
+
+def _float_divide(op, x, y):
+    """Plain-Python twin of the overload below (runs only with NUMBA_DISABLE_JIT=1)."""
+    if isinstance(x, (int, np.integer)) and isinstance(y, (int, np.integer)):
+        return x // y
+    return _float_divide_body(op, x, y)
+
+
+@overload(_float_divide)
+def _float_divide_impl(op, x, y):
+    if isinstance(x, types.Integer) and isinstance(y, types.Integer):
+        return lambda op, x, y: x // y  # unused: true division always computes in floating point
+    return lambda op, x, y: _float_divide_body(op, x, y)
+
+
+@njit(inline="always")
+def _float_divide_body(op, x, y):
+    """x / y (op 3), x // y (op 4), x % y (op 5) for floats; IEEE results for y == 0, as in PyTorch."""
+    if y != 0:
+        if op == 3:
+            return x / y
+        return x // y if op == 4 else x % y
+    if op == 5 or x != x or x == 0:
+        return math.nan
+    return math.copysign(math.inf, x) * math.copysign(1.0, y)
+
+
+@njit(inline="always")
+def apply_unary(op, x):
+    if op == 0:
+        return -x
+    elif op == 1:
+        return abs(x)
+    elif op == 2:
+        return (x > 0) - (x < 0) if x == x else x
+    elif op == 15:
+        return x if not x < 0 else x * 0
+    elif op == 21:
+        return x * x
+    else:
+        return _float_unary(op, x)
+
+
+@njit(inline="always")
+def apply_binary(op, x, y):
+    if op == 0:
+        return x + y
+    elif op == 1:
+        return x - y
+    elif op == 2:
+        return x * y
+    elif op == 3 or ((op == 4 or op == 5) and y == 0):
+        return _float_divide(op, x, y)
+    elif op == 4:
+        return x // y
+    elif op == 5:
+        return x % y
+    elif op == 6:
+        return x ** y
+    elif op == 7:
+        return x if (x >= y or x != x) else y
+    else:
+        return x if (x <= y or x != x) else y
+
+
+@njit(inline="always")
+def apply_compare(op, x, y):
+    if op == 0:
+        return x == y
+    elif op == 1:
+        return x != y
+    elif op == 2:
+        return x < y
+    elif op == 3:
+        return x <= y
+    elif op == 4:
+        return x > y
+    elif op == 5:
+        return x >= y
+    elif op == 6:
+        return bool(x) and bool(y)
+    elif op == 7:
+        return bool(x) or bool(y)
+    else:
+        return bool(x) != bool(y)
+
+
+# ----------------------------------------------------------------------------- work splitting
+CHUNK = 4096
+
+
+@njit(inline="always")
+def row_position(row, shape, strides, offset):
+    """Buffer position of element 0 of the ``row``-th row (rows run over all dims but the last)."""
+    pos = offset
+    rest = row + 0  # a new value: ``row`` may be a prange index, which Numba forbids overwriting
+    for d in range(shape.size - 2, -1, -1):
+        n = shape[d]
+        pos += (rest % n) * strides[d]
+        rest //= n
+    return pos
+
+
+@njit(inline="always")
+def item_bounds(t, shape):
+    """(row, first column, end column) of work item ``t``."""
+    inner = shape[shape.size - 1]
+    nchunks = (inner + CHUNK - 1) // CHUNK
+    row = t // nchunks
+    lo = (t % nchunks) * CHUNK
+    return row, lo, min(inner, lo + CHUNK)
+
+
+# ----------------------------------------------------------------------------- unary / copy
+@njit(inline="always")
+def _unary_item(op, x, xo, xs, out, oo, os, shape, t):
+    row, lo, hi = item_bounds(t, shape)
+    last = shape.size - 1
+    px = row_position(row, shape, xs, xo)
+    po = row_position(row, shape, os, oo)
+    sx, so = xs[last], os[last]
+    if sx == 1 and so == 1:
+        for j in range(lo, hi):
+            out[po + j] = apply_unary(op, x[px + j])
+    else:
+        for j in range(lo, hi):
+            out[po + j * so] = apply_unary(op, x[px + j * sx])
+
+
+@njit(cache=True, nogil=True)
+def unary_serial(op, x, xo, xs, out, oo, os, shape, items):
+    for t in range(items):
+        _unary_item(op, x, xo, xs, out, oo, os, shape, t)
+
+
+@njit(cache=True, nogil=True, parallel=True)
+def unary_parallel(op, x, xo, xs, out, oo, os, shape, items):
+    for t in prange(items):
+        _unary_item(op, x, xo, xs, out, oo, os, shape, t)
+
+
+@njit(inline="always")
+def _copy_item(x, xo, xs, out, oo, os, shape, t):
+    row, lo, hi = item_bounds(t, shape)
+    last = shape.size - 1
+    px = row_position(row, shape, xs, xo)
+    po = row_position(row, shape, os, oo)
+    sx, so = xs[last], os[last]
+    if sx == 1 and so == 1:
+        for j in range(lo, hi):
+            out[po + j] = x[px + j]
+    else:
+        for j in range(lo, hi):
+            out[po + j * so] = x[px + j * sx]
+
+
+@njit(cache=True, nogil=True)
+def copy_serial(x, xo, xs, out, oo, os, shape, items):
+    for t in range(items):
+        _copy_item(x, xo, xs, out, oo, os, shape, t)
+
+
+@njit(cache=True, nogil=True, parallel=True)
+def copy_parallel(x, xo, xs, out, oo, os, shape, items):
+    for t in prange(items):
+        _copy_item(x, xo, xs, out, oo, os, shape, t)
+
+
+# ----------------------------------------------------------------------------- binary / compare
+@njit(inline="always")
+def _binary_item(op, a, ao, as_, b, bo, bs, out, oo, os, shape, t):
+    row, lo, hi = item_bounds(t, shape)
+    last = shape.size - 1
+    pa = row_position(row, shape, as_, ao)
+    pb = row_position(row, shape, bs, bo)
+    po = row_position(row, shape, os, oo)
+    sa, sb, so = as_[last], bs[last], os[last]
+    if sa == 1 and sb == 1 and so == 1:
+        for j in range(lo, hi):
+            out[po + j] = apply_binary(op, a[pa + j], b[pb + j])
+    elif sa == 1 and sb == 0 and so == 1:
+        y = b[pb]
+        for j in range(lo, hi):
+            out[po + j] = apply_binary(op, a[pa + j], y)
+    else:
+        for j in range(lo, hi):
+            out[po + j * so] = apply_binary(op, a[pa + j * sa], b[pb + j * sb])
+
+
+@njit(cache=True, nogil=True)
+def binary_serial(op, a, ao, as_, b, bo, bs, out, oo, os, shape, items):
+    for t in range(items):
+        _binary_item(op, a, ao, as_, b, bo, bs, out, oo, os, shape, t)
+
+
+@njit(cache=True, nogil=True, parallel=True)
+def binary_parallel(op, a, ao, as_, b, bo, bs, out, oo, os, shape, items):
+    for t in prange(items):
+        _binary_item(op, a, ao, as_, b, bo, bs, out, oo, os, shape, t)
+
+
+@njit(inline="always")
+def _compare_item(op, a, ao, as_, b, bo, bs, out, oo, os, shape, t):
+    row, lo, hi = item_bounds(t, shape)
+    last = shape.size - 1
+    pa = row_position(row, shape, as_, ao)
+    pb = row_position(row, shape, bs, bo)
+    po = row_position(row, shape, os, oo)
+    sa, sb, so = as_[last], bs[last], os[last]
+    for j in range(lo, hi):
+        out[po + j * so] = apply_compare(op, a[pa + j * sa], b[pb + j * sb])
+
+
+@njit(cache=True, nogil=True)
+def compare_serial(op, a, ao, as_, b, bo, bs, out, oo, os, shape, items):
+    for t in range(items):
+        _compare_item(op, a, ao, as_, b, bo, bs, out, oo, os, shape, t)
+
+
+@njit(cache=True, nogil=True, parallel=True)
+def compare_parallel(op, a, ao, as_, b, bo, bs, out, oo, os, shape, items):
+    for t in prange(items):
+        _compare_item(op, a, ao, as_, b, bo, bs, out, oo, os, shape, t)
+
+
+# ----------------------------------------------------------------------------- where
+@njit(inline="always")
+def _where_item(c, co, cs, a, ao, as_, b, bo, bs, out, oo, os, shape, t):
+    row, lo, hi = item_bounds(t, shape)
+    last = shape.size - 1
+    pc = row_position(row, shape, cs, co)
+    pa = row_position(row, shape, as_, ao)
+    pb = row_position(row, shape, bs, bo)
+    po = row_position(row, shape, os, oo)
+    sc, sa, sb, so = cs[last], as_[last], bs[last], os[last]
+    for j in range(lo, hi):
+        out[po + j * so] = a[pa + j * sa] if c[pc + j * sc] else b[pb + j * sb]
+
+
+@njit(cache=True, nogil=True)
+def where_serial(c, co, cs, a, ao, as_, b, bo, bs, out, oo, os, shape, items):
+    for t in range(items):
+        _where_item(c, co, cs, a, ao, as_, b, bo, bs, out, oo, os, shape, t)
+
+
+@njit(cache=True, nogil=True, parallel=True)
+def where_parallel(c, co, cs, a, ao, as_, b, bo, bs, out, oo, os, shape, items):
+    for t in prange(items):
+        _where_item(c, co, cs, a, ao, as_, b, bo, bs, out, oo, os, shape, t)
+
+
+# ----------------------------------------------------------------------------- reductions and scans
+@njit(inline="always")
+def _reduce_one(op, x, base, ishape, istrides, init):
+    last = ishape.size - 1
+    inner = ishape[last]
+    rows = 1
+    for d in range(last):
+        rows *= ishape[d]
+    s = istrides[last]
+    if op == 0 or op == 1:
+        acc = init
+        for r in range(rows):
+            p = row_position(r, ishape, istrides, base)
+            for j in range(inner):
+                acc = acc + x[p + j * s] if op == 0 else acc * x[p + j * s]
+        return acc
+    acc2 = x[base]
+    for r in range(rows):
+        p = row_position(r, ishape, istrides, base)
+        for j in range(inner):
+            v = x[p + j * s]
+            if op == 2:
+                if v > acc2 or v != v:
+                    acc2 = v
+            elif v < acc2 or v != v:
+                acc2 = v
+            if acc2 != acc2:
+                return acc2
+    return acc2
+
+
+@njit(inline="always")
+def _reduce_kernel_body(op, x, xo, oshape, ostrides, ishape, istrides, init, out, o):
+    base = row_position(o, oshape, ostrides, xo)
+    out[o] = _reduce_one(op, x, base, ishape, istrides, init)
+
+
+@njit(cache=True, nogil=True)
+def reduce_serial(op, x, xo, oshape, ostrides, ishape, istrides, init, out):
+    for o in range(out.size):
+        _reduce_kernel_body(op, x, xo, oshape, ostrides, ishape, istrides, init, out, o)
+
+
+@njit(cache=True, nogil=True, parallel=True)
+def reduce_parallel(op, x, xo, oshape, ostrides, ishape, istrides, init, out):
+    for o in prange(out.size):
+        _reduce_kernel_body(op, x, xo, oshape, ostrides, ishape, istrides, init, out, o)
+
+
+@njit(cache=True, nogil=True)
+def arg_reduce_kernel(op, x, xo, oshape, ostrides, n, s, out):
+    for o in range(out.size):
+        base = row_position(o, oshape, ostrides, xo)
+        best = x[base]
+        at = 0
+        for j in range(1, n):
+            if best != best:
+                break
+            v = x[base + j * s]
+            if (v > best if op == 0 else v < best) or v != v:
+                best = v
+                at = j
+        out[o] = at
+
+
+@njit(cache=True, nogil=True)
+def scan_kernel(op, x, xo, xstrides, out, oo, ostrides, oshape, n, xs, os):
+    for o in range(out.size // max(n, 1) if n else 0):
+        px = row_position(o, oshape, xstrides, xo)
+        po = row_position(o, oshape, ostrides, oo)
+        acc = x[px]
+        out[po] = acc
+        for j in range(1, n):
+            acc = acc + x[px + j * xs] if op == 0 else acc * x[px + j * xs]
+            out[po + j * os] = acc
+
+
+# ----------------------------------------------------------------------------- gather / scatter
+@njit(inline="always")
+def _flat_position(flat, shape, strides, offset):
+    pos = offset
+    rest = flat + 0
+    for d in range(shape.size - 1, -1, -1):
+        n = shape[d]
+        pos += (rest % n) * strides[d]
+        rest //= n
+    return pos
+
+
+@njit(cache=True, nogil=True)
+def take_serial(src, so, shape, strides, index, out):
+    for i in range(index.size):
+        out[i] = src[_flat_position(index[i], shape, strides, so)]
+
+
+@njit(cache=True, nogil=True, parallel=True)
+def take_parallel(src, so, shape, strides, index, out):
+    for i in prange(index.size):
+        out[i] = src[_flat_position(index[i], shape, strides, so)]
+
+
+@njit(cache=True, nogil=True)
+def put_kernel(dst, do, shape, strides, index, values, accumulate):
+    """Serial on purpose: duplicate indices must accumulate without races."""
+    for i in range(index.size):
+        p = _flat_position(index[i], shape, strides, do)
+        if accumulate:
+            dst[p] += values[i]
+        else:
+            dst[p] = values[i]
+
+
+@njit(cache=True, nogil=True)
+def nonzero_kernel(x, xo, shape, strides, n):
+    count = 0
+    for i in range(n):
+        if x[_flat_position(i, shape, strides, xo)]:
+            count += 1
+    out = np.empty(count, np.int64)
+    k = 0
+    for i in range(n):
+        if x[_flat_position(i, shape, strides, xo)]:
+            out[k] = i
+            k += 1
+    return out
