@@ -14,14 +14,18 @@ from .layout import Layout
 
 
 class Storage:
-    """A flat device buffer shared by a tensor and all its views, with their version counter."""
+    """A flat device buffer shared by a tensor and all its views, with their version counter.
 
-    __slots__ = ("buf", "device", "version")
+    ``writable`` is False for memory borrowed read-only (a read-only numpy array).
+    """
 
-    def __init__(self, buf, device):
+    __slots__ = ("buf", "device", "version", "writable")
+
+    def __init__(self, buf, device, writable=True):
         self.buf = buf
         self.device = device
         self.version = 0
+        self.writable = writable
 
 
 class TensorBase(Variable):

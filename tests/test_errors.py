@@ -330,3 +330,19 @@ def test_misc_argument_errors(x):
         minidl.ones(0).amax()
     with pytest.raises(ValueError, match="rounding_mode"):
         minidl.div(x, 2, rounding_mode="up")
+
+
+def test_integer_to_negative_integer_power_raises():
+    with pytest.raises(RuntimeError, match="negative integer powers"):
+        minidl.tensor([1, 2]) ** -1
+    assert minidl.tensor([2, 3]).pow(2).tolist() == [4, 9]
+
+
+def test_writing_into_read_only_numpy_memory_raises():
+    array = np.broadcast_to(np.zeros(3, np.float32), (2, 3))
+    with pytest.warns(UserWarning, match="not writable"):
+        t = minidl.from_numpy(array)
+    for write in (lambda: t.fill_(1.0), lambda: t.add_(1.0), lambda: t.__setitem__(0, 2.0)):
+        with pytest.raises(RuntimeError, match="read-only"):
+            write()
+    assert np.array_equal((t + 1).numpy(), np.ones((2, 3), np.float32))

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import warnings
 
 import numpy as np
 
@@ -52,7 +53,11 @@ def from_numpy(array: np.ndarray):
     offset = sum(-(n - 1) * s for n, s in zip(array.shape, strides) if s < 0) if array.size else 0
     span = 1 + sum((n - 1) * abs(s) for n, s in zip(array.shape, strides)) if array.size else 0
     flat = np.lib.stride_tricks.as_strided(low, shape=(span,), strides=(item,)) if span else np.empty(0, array.dtype)
-    return make(Storage(flat, as_device("cpu")), Layout(array.shape, strides, offset), dtype)
+    if not array.flags.writeable:
+        warnings.warn("from_numpy: the numpy array is not writable; the tensor shares its memory and "
+                      "in-place operations on it will raise", UserWarning, stacklevel=2)
+    return make(Storage(flat, as_device("cpu"), array.flags.writeable), Layout(array.shape, strides, offset),
+                dtype)
 
 
 def _infer_dtype(data):

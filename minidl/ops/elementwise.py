@@ -138,9 +138,12 @@ class Binary(Function):
     op = ""
     true_division = False
     saves_output = False
+    check = None  # optional validation of the operands, e.g. integer ** negative
 
     @classmethod
     def forward(cls, ctx, a, b):
+        if cls.check is not None:
+            cls.check(a, b)
         result = _promote(a, b)
         if cls.true_division and not result.is_floating_point:
             result = dt.get_default_dtype()
@@ -157,6 +160,12 @@ class Binary(Function):
                 None if gb is None or not ctx.needs_input_grad[1] else sum_to(gb, b.shape))
 
 
+def _check_integer_power(a, b):
+    if not a.dtype.is_floating_point and not b.dtype.is_floating_point and b.numel() and bool((b < 0).any()):
+        raise RuntimeError(f"pow: integers to negative integer powers are not allowed ({a.dtype.name} tensor "
+                           f"** {b.dtype.name} with negative values)")
+
+
 def _pow_grads(a, b, y, g):
     ga = g * (b * a ** (b - 1)).masked_fill(b == 0, 0)  # d(a**0)/da is 0, also at a == 0
     log_a = a.log()
@@ -169,9 +178,9 @@ def _max_grads(a, b, y, g, sign=1):
     return g * wa, g * (1 - wa)
 
 
-def _binary(name, op, grads, true_division=False, saves_output=False):
+def _binary(name, op, grads, true_division=False, saves_output=False, check=None):
     cls = type(name, (Binary,), {"op": op, "grads": staticmethod(grads), "true_division": true_division,
-                                 "saves_output": saves_output})
+                                 "saves_output": saves_output, "check": None if check is None else staticmethod(check)})
     globals()[name] = cls
     return cls
 
@@ -180,7 +189,7 @@ Add = _binary("Add", "add", lambda a, b, y, g: (g, g))
 Sub = _binary("Sub", "sub", lambda a, b, y, g: (g, -g))
 Mul = _binary("Mul", "mul", lambda a, b, y, g: (g * b, g * a))
 Div = _binary("Div", "div", lambda a, b, y, g: (g / b, -g * a / (b * b)), true_division=True)
-Pow = _binary("Pow", "pow", _pow_grads, saves_output=True)
+Pow = _binary("Pow", "pow", _pow_grads, saves_output=True, check=_check_integer_power)
 Maximum = _binary("Maximum", "maximum", _max_grads)
 Minimum = _binary("Minimum", "minimum", lambda a, b, y, g: _max_grads(a, b, y, g, -1))
 FloorDivide = _binary("FloorDivide", "floordiv", lambda a, b, y, g: (g * 0, g * 0))

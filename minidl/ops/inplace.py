@@ -15,6 +15,9 @@ from .views import as_strided_, view_of
 
 
 def check_writable(target, op: str):
+    if not target._storage.writable:
+        raise RuntimeError(f"{op}: the tensor's memory is read-only (it was made with from_numpy from a "
+                           f"read-only numpy array); copy it with .clone() before writing")
     if not grad_enabled():
         return
     if target.grad_fn is None and target._requires_grad:
