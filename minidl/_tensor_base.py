@@ -127,14 +127,7 @@ def make(storage: Storage, layout: Layout, dtype, base=None, requires_grad=False
     t.dtype = dtype
     t._base = base
     t._wrapped_number = False
-    t._requires_grad = requires_grad
-    t.grad = None
-    t.grad_fn = None
-    t._output_nr = 0
-    t._accumulator = None
-    t._hooks = None
-    t._post_acc_hooks = None
-    t._retains_grad = False
+    t._init_autograd(requires_grad)
     return t
 
 

@@ -1,0 +1,23 @@
+"""Every tutorial is a runnable script whose claims are ``assert``s: run each one and require success."""
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+TUTORIALS = sorted((ROOT / "tutorials").glob("[0-9][0-9]_*.py"))
+
+
+def test_tutorials_exist():
+    names = {p.name for p in TUTORIALS}
+    assert {"01_tensors_and_strides.py", "02_autograd_from_scratch.py"} <= names
+
+
+@pytest.mark.parametrize("script", TUTORIALS, ids=lambda p: p.name)
+def test_tutorial_runs(script):
+    result = subprocess.run([sys.executable, str(script.relative_to(ROOT))], cwd=ROOT, capture_output=True,
+                            text=True, timeout=300, check=False)
+    assert result.returncode == 0, (f"{script.name} exited with {result.returncode}\n"
+                                    f"--- stdout ---\n{result.stdout[-4000:]}\n--- stderr ---\n{result.stderr[-4000:]}")
+    assert "All claims checked" in result.stdout
