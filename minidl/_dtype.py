@@ -136,7 +136,8 @@ def compute_dtype(d: dtype) -> dtype:
 
 def arithmetic_dtype(d: dtype) -> dtype:
     """compute_dtype for arithmetic, where bools count as integers."""
-    return _ARITHMETIC[d]
+    return ARITHMETIC[d]
 
 
-_ARITHMETIC = {d: (int64 if compute_dtype(d) is bool_ else compute_dtype(d)) for d in ALL}
+# arithmetic_dtype as a table, for the hot paths
+ARITHMETIC = {d: (int64 if compute_dtype(d) is bool_ else compute_dtype(d)) for d in ALL}

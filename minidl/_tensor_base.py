@@ -6,6 +6,8 @@ build, so ops never import the layer above them.
 """
 from __future__ import annotations
 
+import numpy as np
+
 from . import kernels
 from .layout import normalize_dim
 from .autograd.variable import Variable
@@ -100,8 +102,9 @@ class TensorBase(Variable):
         return filled(shape, 0, dtype, device)
 
     def _ones_like_self(self):
-        from .ops.creation import filled
-        return filled(self._layout.shape, 1, self.dtype, self._storage.device)
+        """The implicit gradient of a one-element root: one host value, no fill kernel."""
+        from .ops.creation import from_host_array
+        return from_host_array(np.ones(self._layout.shape, self.dtype.np), self._storage.device, self.dtype)
 
     def _meta(self):
         """(shape, dtype, device, class): enough to make zeros standing in for a missing gradient."""

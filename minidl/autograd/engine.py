@@ -34,6 +34,8 @@ def _root_grads(tensors, grad_tensors):
 
 def _discover(roots, needed_nodes=None):
     """Count incoming edges per reachable node; with ``needed_nodes``, prune to nodes leading to them."""
+    if needed_nodes is None:
+        return _count_edges(roots)
     children = {}
     stack = list(roots)
     while stack:
@@ -42,13 +44,29 @@ def _discover(roots, needed_nodes=None):
             continue
         children[node] = [e[0] for e in node.next_functions if e is not None]
         stack.extend(n for n in children[node] if n not in children)
-    if needed_nodes is not None:
-        needed = _leads_to(children, roots, needed_nodes)
-        children = {n: [c for c in cs if c in needed] for n, cs in children.items() if n in needed}
+    needed = _leads_to(children, roots, needed_nodes)
+    children = {n: [c for c in cs if c in needed] for n, cs in children.items() if n in needed}
     deps = dict.fromkeys(children, 0)
     for cs in children.values():
         for c in cs:
             deps[c] += 1
+    return deps
+
+
+def _count_edges(roots):
+    """Incoming-edge count of every node reachable from the roots (one pass, explicit stack)."""
+    deps = dict.fromkeys(roots, 0)
+    stack = list(roots)
+    while stack:
+        for edge in stack.pop().next_functions:
+            if edge is not None:
+                child = edge[0]
+                count = deps.get(child)
+                if count is None:
+                    deps[child] = 1
+                    stack.append(child)
+                else:
+                    deps[child] = count + 1
     return deps
 
 

@@ -30,6 +30,7 @@ class Function:
     _input_meta = ()           # (shape, dtype) per forward argument, None for non-tensors
     _output_meta = ()          # (shape, dtype, device, tensor class) per output
     _materialize = True
+    _recording = False         # set by apply when this call becomes a graph node
 
     # -- subclass API -------------------------------------------------------------------------
     @staticmethod
@@ -41,8 +42,10 @@ class Function:
         raise NotImplementedError("subclasses of Function must implement backward")
 
     def save_for_backward(self, *tensors):
-        """Keep tensors for backward, with their version, to catch later in-place changes."""
-        self._saved = tuple(None if t is None else (t, t._version) for t in tensors)
+        """Keep tensors for backward, with their version, to catch later in-place changes
+        (nothing to keep when this call records no graph)."""
+        if self._recording:
+            self._saved = tuple(None if t is None else (t, t._version) for t in tensors)
 
     @property
     def saved_tensors(self):
@@ -102,12 +105,13 @@ class Function:
                     break
         ctx = cls()
         if not needs_grad:
-            prev = state.enabled
+            if not state.enabled:
+                return cls.forward(ctx, *args)
             state.enabled = False
             try:
                 return cls.forward(ctx, *args)
             finally:
-                state.enabled = prev
+                state.enabled = True
         needs, edges, in_meta = [], [], []
         for a in args:
             if isinstance(a, Variable):
@@ -119,6 +123,7 @@ class Function:
                 edges.append(None)
                 in_meta.append(None)
         ctx.needs_input_grad = tuple(needs)
+        ctx._recording = True
         state.enabled = False
         try:
             outputs = cls.forward(ctx, *args)

@@ -19,6 +19,11 @@ def buf(t: TensorBase):
 
 
 def new_like_shape(shape, dtype, like: TensorBase) -> TensorBase:
+    """A fresh packed tensor on ``like``'s device (sharing its layout object when that fits)."""
+    layout = like._layout
+    if layout.shape is shape and layout.offset == 0 and layout._contiguous is True:
+        buf = kernels.get("alloc", like._storage.device.type)(layout.numel, dtype)
+        return make(Storage(buf, like._storage.device), layout, dtype)
     return empty(shape, dtype, like._storage.device)
 
 

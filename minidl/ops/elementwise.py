@@ -36,11 +36,15 @@ def binary_raw(kind: str, op: str, a, b, compute, result_dtype, out=None):
     ac = a if a.dtype is compute else cast(a, compute)
     bc = b if b.dtype is compute else cast(b, compute)
     kernel_out_dtype = dt.bool_ if kind == "compare" else compute
-    usable = out is not None and out.dtype is kernel_out_dtype and out.shape == shape and not (
-        _overlaps(out, ac) or _overlaps(out, bc))
-    target = out if usable else new_like_shape(shape, kernel_out_dtype, a)
-    al, bl = expand(ac._layout, shape, op), expand(bc._layout, shape, op)
-    kernel(kind, a)(op, buf(ac), al, buf(bc), bl, buf(target), target._layout)
+    if out is not None and out.dtype is kernel_out_dtype and not (_overlaps(out, ac) or _overlaps(out, bc)):
+        target = out
+    else:
+        target = new_like_shape(shape, kernel_out_dtype, a if a._layout.shape is shape else b)
+    al = ac._layout if ac._layout.shape == shape else expand(ac._layout, shape, op)
+    bl = bc._layout if bc._layout.shape == shape else expand(bc._layout, shape, op)
+    kernel(kind, a)(op, ac._storage.buf, al, bc._storage.buf, bl, target._storage.buf, target._layout)
+    if out is None and target.dtype is result_dtype:
+        return target
     return _finish(target, result_dtype, out)
 
 
@@ -80,7 +84,8 @@ class Unary(Function):
     @classmethod
     def forward(cls, ctx, x):
         y = unary_raw(cls.op, x, cls.result_dtype(x))
-        ctx.save_for_backward(x if cls.saves == "x" else y)
+        if ctx._recording:
+            ctx.save_for_backward(x if cls.saves == "x" else y)
         return y
 
     @classmethod
@@ -147,9 +152,9 @@ class Binary(Function):
         result = _promote(a, b)
         if cls.true_division and not result.is_floating_point:
             result = dt.get_default_dtype()
-        compute = dt.arithmetic_dtype(result)
-        y = binary_raw("binary", cls.op, a, b, compute, result)
-        ctx.save_for_backward(a, b, y if cls.saves_output else None)
+        y = binary_raw("binary", cls.op, a, b, dt.ARITHMETIC[result], result)
+        if ctx._recording:
+            ctx.save_for_backward(a, b, y if cls.saves_output else None)
         return y
 
     @classmethod
