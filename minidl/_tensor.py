@@ -214,43 +214,43 @@ class Tensor(TensorBase):
 
     # -- operators ------------------------------------------------------------------------------
     def __add__(self, other):
-        return ew.Add.apply(self, as_operand(other, self))
+        return ew.Add.apply(self, other if type(other) is Tensor else as_operand(other, self))
 
     def __radd__(self, other):
         return ew.Add.apply(as_operand(other, self), self)
 
     def __sub__(self, other):
-        return ew.Sub.apply(self, as_operand(other, self))
+        return ew.Sub.apply(self, other if type(other) is Tensor else as_operand(other, self))
 
     def __rsub__(self, other):
         return ew.Sub.apply(as_operand(other, self), self)
 
     def __mul__(self, other):
-        return ew.Mul.apply(self, as_operand(other, self))
+        return ew.Mul.apply(self, other if type(other) is Tensor else as_operand(other, self))
 
     def __rmul__(self, other):
         return ew.Mul.apply(as_operand(other, self), self)
 
     def __truediv__(self, other):
-        return ew.Div.apply(self, as_operand(other, self))
+        return ew.Div.apply(self, other if type(other) is Tensor else as_operand(other, self))
 
     def __rtruediv__(self, other):
         return ew.Div.apply(as_operand(other, self), self)
 
     def __floordiv__(self, other):
-        return ew.FloorDivide.apply(self, as_operand(other, self))
+        return ew.FloorDivide.apply(self, other if type(other) is Tensor else as_operand(other, self))
 
     def __rfloordiv__(self, other):
         return ew.FloorDivide.apply(as_operand(other, self), self)
 
     def __mod__(self, other):
-        return ew.Remainder.apply(self, as_operand(other, self))
+        return ew.Remainder.apply(self, other if type(other) is Tensor else as_operand(other, self))
 
     def __rmod__(self, other):
         return ew.Remainder.apply(as_operand(other, self), self)
 
     def __pow__(self, other):
-        return ew.Pow.apply(self, as_operand(other, self))
+        return ew.Pow.apply(self, other if type(other) is Tensor else as_operand(other, self))
 
     def __rpow__(self, other):
         return ew.Pow.apply(as_operand(other, self), self)

@@ -12,7 +12,7 @@ import numpy as np
 from .jit import CHUNK
 
 # below this many elements a kernel runs on the calling thread (see benchmarks/README.md)
-PARALLEL_MIN = 1 << 18
+PARALLEL_MIN = 1 << 17
 _parallel_lock = threading.Lock()
 
 
