@@ -108,7 +108,9 @@ def test_unary_on_views(name, data):
         check(out, ref(a).astype(np.int64) if name != "sign" else np.sign(a), "int64")
     else:
         result = np.float32 if dtype == "int64" else a.dtype
-        check(out, ref(f64(a)), result)
+        with np.errstate(divide="ignore", invalid="ignore"):  # the oracle's own edge cases (log1p(-1))
+            expected = ref(f64(a))
+        check(out, expected, result)
     # the function form is the same op, and the input is untouched
     check(getattr(minidl, name)(t), out.numpy(), out.dtype.np, rtol=0, atol=0)
     np.testing.assert_array_equal(t.numpy(), a)
