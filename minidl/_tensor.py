@@ -3,9 +3,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import _tensor_base
 from . import _dtype as dt
-from . import ops
+from . import _tensor_base, ops
 from ._tensor_base import TensorBase, as_device
 from .ops import elementwise as ew
 from .ops import inplace

@@ -9,10 +9,9 @@ from __future__ import annotations
 import numpy as np
 
 from . import kernels
-from .layout import normalize_dim
-from .autograd.variable import Variable
 from ._device import device as Device
-from .layout import Layout
+from .autograd.variable import Variable
+from .layout import Layout, normalize_dim
 
 
 class Storage:

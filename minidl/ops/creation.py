@@ -9,7 +9,8 @@ import numpy as np
 
 from .. import _dtype as dt
 from .. import kernels
-from .._tensor_base import Storage, as_device, empty as _empty, make
+from .._tensor_base import Storage, as_device, make
+from .._tensor_base import empty as _empty
 from ..layout import Layout
 from ..random import numpy_generator
 from .core import buf, kernel

@@ -10,7 +10,16 @@ import math
 from .. import _dtype as dt
 from ..autograd import Function
 from ..layout import broadcast_shapes, expand
-from .core import as_operand, broadcast_layouts, buf, cast, check_devices, kernel, new_like_shape, sum_to
+from .core import (
+    as_operand,
+    broadcast_layouts,
+    buf,
+    cast,
+    check_devices,
+    kernel,
+    new_like_shape,
+    sum_to,
+)
 
 
 # ----------------------------------------------------------------------------- raw launches

@@ -18,6 +18,7 @@ from ..autograd import Function
 from ..layout import contiguous_strides, normalize_dim
 from . import views
 from .core import as_operand, buf, cast, check_devices, kernel, new_like_shape, sum_to
+from .inplace import assign
 
 
 # ----------------------------------------------------------------------------- the two movers
@@ -221,19 +222,14 @@ def getitem(x, index):
 
 
 def setitem(x, index, value):
-    from .inplace import assign
+    """``x[index] = value``: an in-place write into the basic view, through IndexPut when advanced."""
     view, advanced = plan(x, index)
     value = as_operand(value, x)
     if not advanced:
-        if view is x:
-            view = views.view_of(x, x._layout) if x._base is None else x
-        assign(view if view is not x else x, lambda t: value.to(t.dtype).expand(t.shape), "__setitem__")
+        assign(view, lambda t: value.to(t.dtype).expand(t.shape), "__setitem__")
         return
     flat = flat_indices(view, advanced)
-    if view is x:
-        assign(x, lambda t: IndexPut.apply(t, flat, value.to(t.dtype), False), "index_put_")
-    else:
-        assign(view, lambda t: IndexPut.apply(t, flat, value.to(t.dtype), False), "index_put_")
+    assign(view, lambda t: IndexPut.apply(t, flat, value.to(t.dtype), False), "index_put_")
 
 
 # ----------------------------------------------------------------------------- gather family

@@ -7,7 +7,15 @@ import string
 from .. import _dtype as dt
 from ..autograd import Function
 from ..layout import broadcast_shapes
-from .core import buf, cast, check_devices, contiguous_data, kernel, new_like_shape, sum_to
+from .core import (
+    buf,
+    cast,
+    check_devices,
+    contiguous_data,
+    kernel,
+    new_like_shape,
+    sum_to,
+)
 
 
 class MatMul(Function):
