@@ -8,7 +8,7 @@ from . import _tensor_base, ops
 from ._tensor_base import TensorBase, as_device
 from .ops import elementwise as ew
 from .ops import inplace
-from .ops.core import as_operand, buf, grad_enabled, kernel
+from .ops.core import as_operand, grad_enabled
 
 
 def _inplace_binary(op_cls, name):
@@ -17,6 +17,7 @@ def _inplace_binary(op_cls, name):
         other = as_operand(other, self) if alpha is None else as_operand(other, self) * alpha
         if not grad_enabled() or not (self._requires_grad or other._requires_grad):
             inplace.check_writable(self, name)
+            inplace.check_no_internal_overlap(self, name)
             result = self.dtype if other.dtype is self.dtype else dt.result_type(self, other)
             if result.category > self.dtype.category:
                 raise RuntimeError(f"{name}: result type {result.name} can't be cast to the desired output "
@@ -334,9 +335,7 @@ class Tensor(TensorBase):
             src = src.to(self.device)
         if not grad_enabled() or not (self._requires_grad or src._requires_grad):
             inplace.check_writable(self, "copy_")
-            from .layout import expand
-            kernel("copy", self)(buf(src), expand(src._layout, self.shape, "copy_"), buf(self), self._layout)
-            self._bump_version()
+            inplace.write_into(self, src, "copy_", casting=True)
             return self
         return inplace.assign(self, lambda t: ops.to_dtype(src, t.dtype).expand(t.shape), "copy_")
 

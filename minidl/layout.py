@@ -172,6 +172,8 @@ def expand(layout: Layout, shape, op: str = "expand") -> Layout:
             strides.append(0)
             continue
         have, st = layout.shape[i - lead], layout.strides[i - lead]
+        if n < -1:
+            raise RuntimeError(f"{op}: invalid size {n} in {list(shape)}")
         if n == -1 or n == have:
             sizes.append(have)
             strides.append(st)

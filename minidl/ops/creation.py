@@ -14,6 +14,7 @@ from .._tensor_base import empty as _empty
 from ..layout import Layout
 from ..random import numpy_generator
 from .core import buf, kernel
+from .inplace import check_writable
 
 
 def _size(size):
@@ -230,6 +231,7 @@ def randint_like(x, low, high=None, dtype=None, device=None, generator=None):
 
 def fill_random_(x, draw, generator=None):
     """Overwrite ``x`` in place with host-drawn values (used by uniform_, normal_ ...)."""
+    check_writable(x, "random fill")
     values = from_host_array(np.asarray(draw(numpy_generator(generator), tuple(x.shape))).astype(x.dtype.np),
                              x.device, x.dtype)
     kernel("copy", x)(buf(values), values._layout, buf(x), x._layout)

@@ -28,11 +28,24 @@ def check_writable(target, op: str):
                            f"operation.")
 
 
-def write_into(target, value, op: str):
-    """Copy ``value`` (broadcast to target's shape) into target's memory, converting dtype."""
-    if value.dtype.category > target.dtype.category:
+def check_no_internal_overlap(target, op: str):
+    """Per-element writes into an expanded tensor (several elements, one memory place) are refused."""
+    layout = target._layout
+    if 0 in layout.strides and any(n > 1 and s == 0 for n, s in zip(layout.shape, layout.strides)):
+        raise RuntimeError(f"{op}: unsupported operation: more than one element of the written-to tensor "
+                           f"refers to a single memory location (an expanded tensor); clone() it first")
+
+
+def write_into(target, value, op: str, casting=False):
+    """Copy ``value`` (broadcast to target's shape) into target's memory, converting dtype
+    (to a lower dtype category only with ``casting``, as copy_ does)."""
+    if not casting and value.dtype.category > target.dtype.category:
         raise RuntimeError(f"{op}: result type {value.dtype.name} can't be cast to the desired output type "
                            f"{target.dtype.name}")
+    if value.numel() != 1:
+        check_no_internal_overlap(target, op)
+    if value._storage is target._storage and value._layout is not target._layout:
+        value = value.clone()  # the copy kernel works in chunks: a read must not see earlier writes
     src = L.expand(value._layout, target.shape, op)
     kernel("copy", target)(buf(value), src, buf(target), target._layout)
     target._bump_version()

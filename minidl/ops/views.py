@@ -246,6 +246,9 @@ def movedim(x, source, destination):
 
 def as_strided(x, size, stride, storage_offset=None):
     offset = x._layout.offset if storage_offset is None else storage_offset
+    if any(n < 0 for n in size) or offset < 0:
+        raise RuntimeError(f"as_strided: sizes and storage offset must be non-negative, got size {list(size)} "
+                           f"and offset {offset}")
     lo, hi = L.Layout(size, stride, offset).span()
     if L.Layout(size).numel and (lo < 0 or hi >= x._storage.buf.size):
         raise RuntimeError(f"as_strided: size {list(size)}, stride {list(stride)} and offset {offset} reach "
