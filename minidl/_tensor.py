@@ -159,6 +159,18 @@ class Tensor(TensorBase):
         return self.to(dt.bool_)
 
     # -- autograd -------------------------------------------------------------------------------
+    def _grad_edge(self):
+        """As Variable's, but a view whose memory was written in place since its history was made
+        (through its base or another view) first re-reads its history from the base, as PyTorch does."""
+        base = self._base
+        if base is not None and self._history_version != self._storage.version:
+            self._history_version = self._storage.version
+            if base._requires_grad:
+                fresh = ops.views.as_strided_(base, tuple(self._layout.shape), self._layout.strides,
+                                              self._layout.offset)
+                self.grad_fn, self._output_nr, self._requires_grad = fresh.grad_fn, 0, True
+        return TensorBase._grad_edge(self)
+
     def detach(self):
         # shares memory (and so the version counter) but is no autograd view: in-place ops on it are allowed
         return _tensor_base.make(self._storage, self._layout, self.dtype)

@@ -30,7 +30,8 @@ class Storage:
 
 
 class TensorBase(Variable):
-    __slots__ = ("_storage", "_layout", "dtype", "_base", "_wrapped_number")
+    # _history_version: the storage version that grad_fn describes (see Tensor._grad_edge)
+    __slots__ = ("_storage", "_layout", "dtype", "_base", "_wrapped_number", "_history_version")
 
     # -- structure ------------------------------------------------------------------------------
     @property
@@ -129,6 +130,7 @@ def make(storage: Storage, layout: Layout, dtype, base=None, requires_grad=False
     t.dtype = dtype
     t._base = base
     t._wrapped_number = False
+    t._history_version = storage.version
     t._init_autograd(requires_grad)
     return t
 

@@ -755,3 +755,66 @@ def test_replacing_a_builtin_kernel_is_visible_to_ops():
         minidl.kernels.register("matmul", "cpu")(original)
     assert calls and out.item() == 11.0
     assert minidl.kernels.get("matmul", "cpu") is original
+
+
+# -- regressions from review: views, capture, hooks, mark_dirty (expected values derived by hand) --
+def test_writing_through_one_view_updates_the_history_of_other_views():
+    x = minidl.arange(6.0, requires_grad=True)
+    h = (x * 1).reshape(2, 3)
+    h[0] = 0                      # the first row no longer depends on x
+    h.sum().backward()
+    assert x.grad.tolist() == [0, 0, 0, 1, 1, 1]
+
+    x = minidl.arange(3.0, requires_grad=True)
+    y = x * 1
+    v = y[:2]
+    y.mul_(3)                     # v sees the new values: v = 3 * x[:2]
+    v.sum().backward()
+    assert x.grad.tolist() == [3, 3, 0]
+
+
+def test_grad_with_respect_to_a_non_leaf_leaves_its_history_usable():
+    w = minidl.tensor([1.0, 2.0], requires_grad=True)
+    x = w.exp()
+    (g,) = minidl.autograd.grad((x * 2).sum(), x)
+    assert g.tolist() == [2, 2]
+    x.sum().backward()            # x's own node must not have been run and freed
+    assert np.allclose(w.grad.numpy(), np.exp([1.0, 2.0]))
+
+
+def test_backward_with_inputs_runs_leaf_hooks_once():
+    w = minidl.tensor([1.0, 2.0], requires_grad=True)
+    w.register_hook(lambda g: g * 10)
+    (w * 1).sum().backward(inputs=[w])
+    assert w.grad.tolist() == [10, 10]
+
+
+def test_retain_grad_stores_the_gradient_after_later_hooks():
+    w = minidl.tensor([1.0, 2.0], requires_grad=True)
+    y = w * 2
+    y.retain_grad()
+    y.register_hook(lambda g: g * 3)
+    y.sum().backward()
+    assert y.grad.tolist() == [3, 3]
+    assert w.grad.tolist() == [6, 6]
+
+
+def test_mark_dirty_rebases_the_input_onto_the_custom_function():
+    class SquareInPlace(minidl.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            ctx.mark_dirty(x)
+            ctx.save_for_backward(x.clone())
+            return x.mul_(x)
+
+        @staticmethod
+        def backward(ctx, g):
+            (x,) = ctx.saved_tensors
+            return g * 2 * x
+
+    w = minidl.tensor([2.0, 4.0], requires_grad=True)
+    y = w * 1
+    z = SquareInPlace.apply(y)
+    assert z is y and y.tolist() == [4, 16]
+    (z * z).sum().backward()      # d(w^4)/dw = 4 w^3
+    assert w.grad.tolist() == [32, 256]

@@ -346,3 +346,33 @@ def test_writing_into_read_only_numpy_memory_raises():
         with pytest.raises(RuntimeError, match="read-only"):
             write()
     assert np.array_equal((t + 1).numpy(), np.ones((2, 3), np.float32))
+
+
+def test_negative_sizes_are_rejected_before_any_kernel():
+    with pytest.raises(RuntimeError, match="non-negative"):
+        minidl.as_strided(minidl.arange(6.0), (-2, -3), (10, 10))
+    with pytest.raises(RuntimeError, match="invalid size"):
+        minidl.ones(1).expand(-2)
+
+
+def test_copies_from_overlapping_memory_read_the_old_values():
+    x = minidl.arange(9.0).reshape(3, 3)
+    x.copy_(x.t())
+    assert x.numpy().tolist() == np.arange(9.0).reshape(3, 3).T.tolist()
+    y = minidl.arange(10000.0)
+    y[1:] = y[:-1]                          # longer than one kernel chunk
+    assert np.array_equal(y.numpy(), np.concatenate([[0.0], np.arange(9999.0)]))
+
+
+def test_per_element_writes_into_expanded_tensors_raise_but_fills_do_not():
+    for write in (lambda t: t.add_(1), lambda t: t.mul_(2), lambda t: t.copy_(minidl.ones(3))):
+        with pytest.raises(RuntimeError, match="single memory location"):
+            write(minidl.zeros(1).expand(3))
+    t = minidl.zeros(1).expand(3)
+    t.fill_(2.0)
+    assert t.tolist() == [2, 2, 2]
+
+
+def test_random_fills_refuse_leaves_that_require_grad():
+    with pytest.raises(RuntimeError, match="leaf Variable"):
+        minidl.ones(3, requires_grad=True).uniform_()

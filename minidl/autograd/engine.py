@@ -112,10 +112,14 @@ def run(tensors, grad_tensors, retain_graph, create_graph, capture=None):
             if node._pre_hooks:
                 node_grads = [g if g is None else apply_hooks(node._pre_hooks.get(nr), g)
                               for nr, g in enumerate(node_grads)]
+            if node._retained:
+                _retain(node, node_grads)
             if capture is not None:
                 _capture(node, node_grads, capture, captured)
+                if not any(e is not None and e[0] in deps for e in node.next_functions):
+                    continue  # nothing wanted lies below: don't run (or free) this node
             if type(node) is AccumulateGrad:
-                if capture is None and node_grads[0] is not None:
+                if node_grads[0] is not None:
                     node.accumulate(node_grads[0], create_graph)
                 continue
             input_grads = node.run_backward(node_grads)
@@ -136,6 +140,14 @@ def run(tensors, grad_tensors, retain_graph, create_graph, capture=None):
     finally:
         state.enabled = previous
     return captured
+
+
+def _retain(node, node_grads):
+    """Store the gradients of retain_grad() tensors, after all their hooks ran."""
+    for nr, ref in node._retained.items():
+        t, g = ref(), node_grads[nr]
+        if t is not None and g is not None:
+            t.grad = g.detach().clone() if t.grad is None else t.grad + g.detach()
 
 
 def _capture(node, node_grads, capture, captured):
@@ -159,8 +171,8 @@ def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False, 
         inputs = tuple(inputs) if isinstance(inputs, (list, tuple)) else (inputs,)
         results = grad(tensors, inputs, grad_tensors, retain_graph, create_graph, allow_unused=True)
         for leaf, g in zip(inputs, results):
-            if g is not None:
-                AccumulateGrad(leaf).accumulate(g, create_graph)
+            if g is not None:  # hooks already ran while capturing
+                AccumulateGrad(leaf).accumulate(g, create_graph, run_hooks=False)
         return
     tensors = tuple(tensors) if isinstance(tensors, (list, tuple)) else (tensors,)
     if grad_tensors is not None and not isinstance(grad_tensors, (list, tuple)):

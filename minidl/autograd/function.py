@@ -31,6 +31,8 @@ class Function:
     _output_meta = ()          # (shape, dtype, device, tensor class) per output
     _materialize = True
     _recording = False         # set by apply when this call becomes a graph node
+    _retained = None           # output index -> weakref of a tensor that retain_grad()s it
+    _dirty = ()                # ids of inputs that forward modified in place (mark_dirty)
 
     # -- subclass API -------------------------------------------------------------------------
     @staticmethod
@@ -77,7 +79,9 @@ class Function:
         self._materialize = value
 
     def mark_dirty(self, *tensors):
-        """Accepted for PyTorch compatibility; in-place changes are tracked by version counters."""
+        """Declare inputs that forward modified in place and returns: they become this node's
+        outputs (their history is rebased onto it) and their version is bumped."""
+        self._dirty = tuple(id(t) for t in tensors)
 
     # -- node API -------------------------------------------------------------------------------
     @classmethod
@@ -145,7 +149,14 @@ class Function:
             return out
         for a in args:
             if out is a:
-                out = out._alias()
+                if id(a) not in self._dirty:
+                    out = out._alias()
+                elif a.grad_fn is None and a._requires_grad:
+                    raise RuntimeError(f"{self.name()}: a leaf Variable that requires grad has been used in an "
+                                       f"in-place operation (mark_dirty).")
+                else:
+                    a._bump_version()
+                    a._history_version = a._storage.version
                 break
         if out.dtype.is_floating_point and id(out) not in self._non_differentiable:
             out._requires_grad = True
@@ -216,9 +227,9 @@ class AccumulateGrad(Function):
     def name(cls) -> str:
         return "AccumulateGrad"
 
-    def accumulate(self, grad, create_graph: bool):
+    def accumulate(self, grad, create_graph: bool, run_hooks: bool = True):
         leaf = self.variable
-        if leaf._hooks:
+        if run_hooks and leaf._hooks:
             grad = apply_hooks(leaf._hooks, grad)
         if leaf.grad is None:
             leaf.grad = grad.clone() if create_graph else grad.detach().clone()

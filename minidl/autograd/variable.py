@@ -94,13 +94,10 @@ class Variable:
         if self.grad_fn is None or self._retains_grad:
             return
         self._retains_grad = True
-        ref = weakref.ref(self)
-
-        def keep(grad):
-            t = ref()
-            if t is not None:
-                t.grad = grad.detach().clone() if t.grad is None else t.grad + grad.detach()
-        self.register_hook(keep)
+        node = self.grad_fn
+        if node._retained is None:
+            node._retained = {}
+        node._retained[self._output_nr] = weakref.ref(self)
 
     @property
     def retains_grad(self) -> bool:

@@ -96,6 +96,7 @@ def _rebase(target, new):
         alias = CopySlices.apply(base, new, rel)
         base.grad_fn, base._output_nr, base._requires_grad = alias.grad_fn, 0, True
     target.grad_fn, target._output_nr, target._requires_grad = new.grad_fn, new._output_nr, True
+    target._history_version = target._storage.version
 
 
 class CopySlices(Function):
