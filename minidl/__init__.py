@@ -13,7 +13,7 @@ from ._dtype import dtype
 from .layout import Size
 from .ops import *  # noqa: F401,F403  (the functional API)
 from .ops import TENSOR_METHODS
-from .random import Generator, default_generator, get_rng_state, initial_seed, manual_seed, seed, set_rng_state
+from .ops.random import Generator, default_generator, get_rng_state, initial_seed, manual_seed, seed, set_rng_state
 from ._tensor import Tensor
 from .threads import get_num_threads, set_num_threads
 

@@ -159,6 +159,15 @@ class Tensor(TensorBase):
         return self.to(dt.bool_)
 
     # -- autograd -------------------------------------------------------------------------------
+    @staticmethod
+    def _zeros(shape, dtype, device):
+        """Zeros standing in for a missing gradient (the engine calls this)."""
+        return ops.creation.filled(shape, 0, dtype, device)
+
+    def _ones_like_self(self):
+        """The implicit gradient of a one-element root: one host value, no fill kernel."""
+        return ops.creation.from_host_array(np.ones(self._layout.shape, self.dtype.np), self.device, self.dtype)
+
     def _grad_edge(self):
         """As Variable's, but a view whose memory was written in place since its history was made
         (through its base or another view) first re-reads its history from the base, as PyTorch does."""

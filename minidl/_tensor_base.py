@@ -6,8 +6,6 @@ build, so ops never import the layer above them.
 """
 from __future__ import annotations
 
-import numpy as np
-
 from . import kernels
 from ._device import device as Device
 from .autograd.variable import Variable
@@ -94,17 +92,6 @@ class TensorBase(Variable):
 
     def untyped_storage_id(self) -> int:
         return id(self._storage)
-
-    # -- construction hooks used by autograd --------------------------------------------------
-    @staticmethod
-    def _zeros(shape, dtype, device):
-        from .ops.creation import filled
-        return filled(shape, 0, dtype, device)
-
-    def _ones_like_self(self):
-        """The implicit gradient of a one-element root: one host value, no fill kernel."""
-        from .ops.creation import from_host_array
-        return from_host_array(np.ones(self._layout.shape, self.dtype.np), self._storage.device, self.dtype)
 
     def _meta(self):
         """(shape, dtype, device, class): enough to make zeros standing in for a missing gradient."""

@@ -106,15 +106,6 @@ def is_contiguous(shape, strides) -> bool:
     return True
 
 
-def unravel(flat: int, shape) -> tuple:
-    """Multi-index of the ``flat``-th element in row-major order."""
-    index = []
-    for n in reversed(shape):
-        flat, i = divmod(flat, n)
-        index.append(i)
-    return tuple(reversed(index))
-
-
 # ----------------------------------------------------------------------------- dims
 def normalize_dim(dim, ndim: int, op: str = "op") -> int:
     """Wrap a possibly negative dim; 0-d tensors accept dims -1 and 0 as PyTorch does."""
@@ -323,10 +314,6 @@ def view_strides(layout: Layout, shape):
             base_stride = old_strides[d - 1]
             chunk_numel = view_numel = 1
     return tuple(new_strides) if view_d == -1 else None
-
-
-def as_strided(layout: Layout, shape, strides, offset=None) -> Layout:
-    return Layout(shape, strides, layout.offset if offset is None else offset)
 
 
 # ----------------------------------------------------------------------------- kernel planning

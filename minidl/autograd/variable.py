@@ -1,6 +1,6 @@
 """The autograd half of a Tensor: its place in the graph, its gradient and its hooks.
 
-``Tensor`` (in ``minidl.tensor``) subclasses this; autograd itself only needs
+``Tensor`` (in ``minidl._tensor``, through ``_tensor_base.TensorBase``) subclasses this; autograd itself only needs
 what is here plus a few tensor methods (``shape``, ``detach``, ``clone``, ``add_``).
 """
 from __future__ import annotations

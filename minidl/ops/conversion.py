@@ -7,7 +7,7 @@ from .. import kernels
 from .._tensor_base import Storage, make
 from ..autograd import Function
 from ..layout import Layout
-from .core import buf, cast, contiguous_data, kernel
+from .core import cast, kernel, packed_buffer
 
 
 class ToDtype(Function):
@@ -27,9 +27,7 @@ class ToDevice(Function):
     @staticmethod
     def forward(ctx, x, device):
         ctx.device = x.device
-        packed = contiguous_data(x)
-        start = packed._layout.offset
-        host = np.asarray(kernel("to_host", x)(buf(packed)[start:start + x.numel()]))
+        host = np.asarray(kernel("to_host", x)(packed_buffer(x)))
         storage = Storage(kernels.get("from_host", device.type)(host.copy()), device)
         return make(storage, Layout(x.shape), x.dtype)
 

@@ -49,6 +49,13 @@ _SCALAR_LAYOUT = Layout(())
 _scalars: dict = {}
 
 
+def packed_buffer(t: TensorBase):
+    """The elements of ``t`` as a 1-D buffer slice, packing a copy first if need be."""
+    t = contiguous_data(t)
+    start = t._layout.offset
+    return t._storage.buf[start:start + t._layout.numel]
+
+
 def scalar_tensor(value, dtype, device) -> TensorBase:
     """A 0-d tensor holding a Python number, marked as a 'wrapped number' for type promotion."""
     data = np.array([value], dtype=dtype.np)

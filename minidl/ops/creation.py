@@ -12,9 +12,9 @@ from .. import kernels
 from .._tensor_base import Storage, as_device, make
 from .._tensor_base import empty as _empty
 from ..layout import Layout
-from ..random import numpy_generator
 from .core import buf, kernel
 from .inplace import check_writable
+from .random import numpy_generator
 
 
 def _size(size):
@@ -99,12 +99,13 @@ def as_tensor(data, dtype=None, device=None):
     if hasattr(data, "_layout"):
         out = data if dtype is None else data.to(dtype)
         return out if device is None else out.to(device)
-    if isinstance(data, np.ndarray) and (device is None or as_device(device).type == "cpu"):
+    if isinstance(data, np.ndarray):
         try:
-            t = from_numpy(data)
+            t = from_numpy(data)  # shares memory; moving it to another device below copies
         except TypeError:
             return tensor(data, dtype=dtype, device=device)
-        return t if dtype is None or dt.to_dtype(dtype) is t.dtype else t.to(dtype)
+        t = t if dtype is None else t.to(dtype)
+        return t if device is None else t.to(device)
     return tensor(data, dtype=dtype, device=device)
 
 

@@ -17,17 +17,20 @@ from .. import _dtype as dt
 from ..autograd import Function
 from ..layout import contiguous_strides, normalize_dim
 from . import views
-from .core import as_operand, buf, cast, check_devices, kernel, new_like_shape, sum_to
+from .core import (
+    as_operand,
+    buf,
+    cast,
+    check_devices,
+    kernel,
+    new_like_shape,
+    packed_buffer,
+    sum_to,
+)
 from .inplace import assign
 
 
 # ----------------------------------------------------------------------------- the two movers
-def _flat_buffer(flat):
-    flat = flat.contiguous()
-    start = flat._layout.offset
-    return buf(flat)[start:start + flat.numel()]
-
-
 class Take(Function):
     """out = x.reshape(-1)[flat]; ``flat`` holds valid flat indices and gives the result's shape."""
 
@@ -36,7 +39,7 @@ class Take(Function):
         compute = dt.compute_dtype(x.dtype)
         xc = cast(x, compute)
         out = new_like_shape(flat.shape, compute, x)
-        kernel("take", x)(buf(xc), xc._layout, _flat_buffer(flat), buf(out))
+        kernel("take", x)(buf(xc), xc._layout, packed_buffer(flat), buf(out))
         ctx.save_for_backward(flat)
         ctx.shape = x.shape
         return cast(out, x.dtype)
@@ -55,10 +58,8 @@ class IndexPut(Function):
         compute = dt.compute_dtype(x.dtype)
         out = cast(x, compute)
         out = out.clone() if out is x else out
-        vals = cast(values.expand(flat.shape), compute).contiguous()
-        start = vals._layout.offset
-        kernel("put", x)(buf(out), out._layout, _flat_buffer(flat), buf(vals)[start:start + vals.numel()],
-                         accumulate)
+        vals = cast(values.expand(flat.shape), compute)
+        kernel("put", x)(buf(out), out._layout, packed_buffer(flat), packed_buffer(vals), accumulate)
         ctx.save_for_backward(flat)
         ctx.meta = (values.shape, accumulate)
         return cast(out, x.dtype)
@@ -285,7 +286,7 @@ def gather(x, dim, index):
     dim = normalize_dim(dim, x.ndim, "gather")
     _check_gather_shapes("gather", x, dim, index)
     if x.ndim == 0:
-        return Take.apply(x, _checked(index, 1, 0))
+        return Take.apply(x, _checked(index, 1, 0, wrap=False))
     return Take.apply(x, _along_dim(x.shape, dim, index))
 
 

@@ -7,15 +7,7 @@ import string
 from .. import _dtype as dt
 from ..autograd import Function
 from ..layout import broadcast_shapes
-from .core import (
-    buf,
-    cast,
-    check_devices,
-    contiguous_data,
-    kernel,
-    new_like_shape,
-    sum_to,
-)
+from .core import buf, cast, check_devices, kernel, new_like_shape, packed_buffer, sum_to
 
 
 class MatMul(Function):
@@ -30,12 +22,12 @@ class MatMul(Function):
                                f"cannot be broadcast together") from None
         m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
         compute = dt.compute_dtype(a.dtype)
-        ac = contiguous_data(cast(a.expand(tuple(batch) + (m, k)), compute))
-        bc = contiguous_data(cast(b.expand(tuple(batch) + (k, n)), compute))
+        ac = cast(a.expand(tuple(batch) + (m, k)), compute)
+        bc = cast(b.expand(tuple(batch) + (k, n)), compute)
         out = new_like_shape(tuple(batch) + (m, n), compute, a)
         count = math.prod(batch)
         if out.numel():
-            kernel("matmul", a)(_packed(ac), _packed(bc), buf(out), count, m, k, n)
+            kernel("matmul", a)(packed_buffer(ac), packed_buffer(bc), buf(out), count, m, k, n)
         ctx.save_for_backward(a, b)
         return cast(out, a.dtype)
 
@@ -45,11 +37,6 @@ class MatMul(Function):
         ga = sum_to(g @ b.mT, a.shape) if ctx.needs_input_grad[0] else None
         gb = sum_to(a.mT @ g, b.shape) if ctx.needs_input_grad[1] else None
         return ga, gb
-
-
-def _packed(t):
-    start = t._layout.offset
-    return buf(t)[start:start + t.numel()]
 
 
 def matmul(a, b):

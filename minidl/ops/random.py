@@ -29,7 +29,7 @@ class Generator:
 
     def get_state(self):
         """The whole generator state as a uint8 tensor (opaque, for set_state)."""
-        from .ops.creation import from_numpy
+        from .creation import from_numpy
         s = self._np.bit_generator.state
         raw = (s["state"]["state"].to_bytes(16, "little") + s["state"]["inc"].to_bytes(16, "little")
                + int(s["has_uint32"]).to_bytes(4, "little") + int(s["uinteger"]).to_bytes(4, "little"))
