@@ -376,3 +376,11 @@ def test_per_element_writes_into_expanded_tensors_raise_but_fills_do_not():
 def test_random_fills_refuse_leaves_that_require_grad():
     with pytest.raises(RuntimeError, match="leaf Variable"):
         minidl.ones(3, requires_grad=True).uniform_()
+
+
+def test_index_add_source_must_match_the_input_outside_the_indexed_dim():
+    x = minidl.zeros(3, 4)
+    with pytest.raises(RuntimeError, match="index_add"):
+        x.index_add(0, minidl.tensor([0, 2]), minidl.ones(2, 3))
+    out = x.index_add(0, minidl.tensor([0, 2, 0]), minidl.ones(3, 4))
+    assert out.numpy().tolist() == [[2.0] * 4, [0.0] * 4, [1.0] * 4]

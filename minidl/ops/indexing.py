@@ -323,6 +323,11 @@ def index_select(x, dim, index):
 
 def index_add(x, dim, index, source, alpha=1):
     dim = normalize_dim(dim, x.ndim, "index_add")
+    expected = tuple(index.numel() if d == dim else n for d, n in enumerate(x.shape))
+    if tuple(source.shape) != expected or index.ndim > 1:
+        raise RuntimeError(f"index_add: source of shape {list(source.shape)} does not fit input "
+                           f"{list(x.shape)} with {index.numel()} indices along dim {dim} (expected "
+                           f"{list(expected)})")
     if alpha != 1:
         source = source * alpha
     expanded = index.reshape([-1 if d == dim else 1 for d in range(x.ndim)]).expand(source.shape)
