@@ -574,3 +574,10 @@ def test_repr_like_pytorch():
     assert repr(minidl.Size([2, 3])) == "minidl.Size([2, 3])"
     assert minidl.zeros(2, 3).shape == (2, 3) and isinstance(minidl.zeros(2, 3).shape, tuple)
     assert minidl.zeros(2, 3).size() == (2, 3) and minidl.zeros(2, 3).size(-1) == 3
+
+
+def test_numpy_scalars_keep_their_dtype():
+    assert minidl.as_tensor(np.float64(2.5)).dtype is minidl.float64
+    assert minidl.tensor(np.int32(3)).dtype is minidl.int32
+    assert minidl.tensor(np.float32(1.5)).item() == 1.5
+    assert minidl.tensor(2.5).dtype is minidl.float32  # a Python float takes the default dtype

@@ -84,8 +84,8 @@ def _to_numpy_data(data):
 
 def tensor(data, dtype=None, device=None, requires_grad=False):
     """A new tensor that copies ``data`` (numbers, nested lists, numpy arrays, tensors)."""
-    if isinstance(data, np.ndarray) or hasattr(data, "_layout"):
-        array = _to_numpy_data(data)
+    if isinstance(data, (np.ndarray, np.generic)) or hasattr(data, "_layout"):
+        array = _to_numpy_data(data)  # numpy arrays and numpy scalars keep their dtype, as in PyTorch
         dtype = dt.to_dtype(dtype) if dtype is not None else dt.from_numpy(array.dtype)
     else:
         array = _to_numpy_data(data)
