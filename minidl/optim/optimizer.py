@@ -1,0 +1,183 @@
+"""The Optimizer base: parameter groups, per-parameter state, state_dict in PyTorch's format."""
+from __future__ import annotations
+
+import copy
+from collections import defaultdict
+from itertools import chain
+
+from .._tensor import Tensor
+from ..autograd import no_grad
+
+
+class _RequiredParameter:
+    """Marks a hyperparameter with no default (PyTorch's ``required``)."""
+
+    def __repr__(self):
+        return "<required parameter>"
+
+
+required = _RequiredParameter()
+
+
+class Optimizer:
+    """Base class of all optimizers (``torch.optim.Optimizer``)."""
+
+    def __init__(self, params, defaults: dict):
+        self.defaults = defaults
+        if isinstance(params, Tensor):
+            raise TypeError("params argument given to the optimizer should be an iterable of Tensors or dicts, "
+                            f"but got {type(params).__name__}")
+        self.state: defaultdict = defaultdict(dict)
+        self.param_groups: list[dict] = []
+        param_groups = list(params)
+        if len(param_groups) == 0:
+            raise ValueError("optimizer got an empty parameter list")
+        if not isinstance(param_groups[0], dict):
+            param_groups = [{"params": param_groups}]
+        for group in param_groups:
+            self.add_param_group(group)
+
+    def __getstate__(self):
+        return {"defaults": self.defaults, "state": self.state, "param_groups": self.param_groups}
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+
+    def __repr__(self):
+        lines = [self.__class__.__name__ + " ("]
+        for i, group in enumerate(self.param_groups):
+            lines.append(f"Parameter Group {i}")
+            for key in sorted(group):
+                if key != "params":
+                    lines.append(f"    {key}: {group[key]}")
+        lines.append(")")
+        return "\n".join(lines)
+
+    def add_param_group(self, param_group: dict) -> None:
+        if not isinstance(param_group, dict):
+            raise TypeError(f"param_group must be a dict, but got {type(param_group).__name__}")
+        params = param_group["params"]
+        if isinstance(params, Tensor):
+            param_group["params"] = [params]
+        elif isinstance(params, set):
+            raise TypeError("optimizer parameters need to be organized in ordered collections, but the ordering "
+                            "of tensors in sets will change between runs. Please use a list instead.")
+        else:
+            param_group["params"] = list(params)
+        # named parameters, e.g. model.named_parameters(): (name, tensor) pairs
+        names = [p[0] for p in param_group["params"] if isinstance(p, tuple)]
+        if names:
+            if len(names) != len(param_group["params"]):
+                raise ValueError("all optimizer params should be with/without names. Some param names are missing")
+            param_group["params"] = [p[1] for p in param_group["params"]]
+            param_group["param_names"] = names
+        if self.param_groups and ("param_names" in self.param_groups[0]) != ("param_names" in param_group):
+            raise ValueError("all optimizer param groups should be with/without names.")
+        for param in param_group["params"]:
+            if not isinstance(param, Tensor):
+                raise TypeError("optimizer can only optimize Tensors, but one of the params is "
+                                + type(param).__name__)
+            if not self.defaults.get("differentiable") and not (param.is_leaf or param.retains_grad):
+                raise ValueError("can't optimize a non-leaf Tensor")
+        for name, default in self.defaults.items():
+            if default is required and name not in param_group:
+                raise ValueError(f"parameter group didn't specify a value of required optimization parameter "
+                                 f"{name}")
+            param_group.setdefault(name, default)
+        ids = [id(p) for p in param_group["params"]]
+        if len(set(ids)) != len(ids):
+            raise ValueError("optimizer contains a parameter group with duplicate parameters")
+        seen = set()
+        for group in self.param_groups:
+            seen.update(id(p) for p in group["params"])
+        if not seen.isdisjoint(ids):
+            raise ValueError("some parameters appear in more than one parameter group")
+        self.param_groups.append(param_group)
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                if set_to_none:
+                    p.grad = None
+                else:
+                    g = p.grad
+                    if g.grad_fn is not None:
+                        g.detach_()
+                    else:
+                        g.requires_grad_(False)
+                    with no_grad():
+                        g.zero_()
+
+    def step(self, closure=None):
+        raise NotImplementedError
+
+    # ------------------------------------------------------------------ state_dict
+    def state_dict(self) -> dict:
+        """{'state': {index: {...}}, 'param_groups': [{..., 'params': [indices]}]} (indices count across
+        groups). Tensors in it are the optimizer's own (not copies), as in PyTorch."""
+        mapping: dict[int, int] = {}
+        index = 0
+
+        def pack_group(group):
+            nonlocal index
+            packed = {k: v for k, v in group.items() if k != "params"}
+            for p in group["params"]:
+                if id(p) not in mapping:
+                    mapping[id(p)] = index
+                    index += 1
+            packed["params"] = [mapping[id(p)] for p in group["params"]]
+            return packed
+
+        param_groups = [pack_group(g) for g in self.param_groups]
+        state = {mapping[id(p)]: v for p, v in self.state.items() if id(p) in mapping}
+        return {"state": state, "param_groups": param_groups}
+
+    @staticmethod
+    def _cast_state(param, value, key=None):
+        if isinstance(value, Tensor):
+            if key == "step":
+                return value.clone()
+            out = value.to(dtype=param.dtype) if param.is_floating_point() else value
+            return out.clone() if out is value else out
+        if isinstance(value, dict):
+            return {k: Optimizer._cast_state(param, v, k) for k, v in value.items()}
+        if isinstance(value, (list, tuple)):
+            return type(value)(Optimizer._cast_state(param, v, key) for v in value)
+        return copy.deepcopy(value)
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        groups = self.param_groups
+        saved_groups = state_dict["param_groups"]
+        if len(groups) != len(saved_groups):
+            raise ValueError("loaded state dict has a different number of parameter groups")
+        param_lens = [len(g["params"]) for g in groups]
+        saved_lens = [len(g["params"]) for g in saved_groups]
+        if any(a != b for a, b in zip(param_lens, saved_lens)):
+            raise ValueError("loaded state dict contains a parameter group that doesn't match the size of "
+                             "optimizer's group")
+        id_map = dict(zip(chain.from_iterable(g["params"] for g in saved_groups),
+                          chain.from_iterable(g["params"] for g in groups)))
+        state: defaultdict = defaultdict(dict)
+        for k, v in state_dict["state"].items():
+            if k in id_map:
+                param = id_map[k]
+                state[param] = self._cast_state(param, v)
+            else:
+                state[k] = copy.deepcopy(v)
+        new_groups = []
+        for group, saved in zip(groups, saved_groups):
+            new = {k: copy.deepcopy(v) for k, v in saved.items() if k != "params"}
+            new["params"] = group["params"]
+            new_groups.append(new)
+        self.state = state
+        self.param_groups = new_groups
+
+
+def _call_closure(closure):
+    if closure is None:
+        return None
+    from ..autograd import enable_grad
+    with enable_grad():
+        return closure()
