@@ -1,0 +1,368 @@
+"""nn.functional: layers and losses as functions, composed from the public Tensor API."""
+from __future__ import annotations
+
+import math
+
+import minidl
+
+__all__ = [
+    "linear", "relu", "relu_", "gelu", "silu", "leaky_relu", "elu", "softplus", "sigmoid", "tanh", "logsigmoid",
+    "softmax", "log_softmax", "dropout", "embedding", "layer_norm", "one_hot", "pad", "normalize", "mse_loss",
+    "l1_loss", "smooth_l1_loss", "huber_loss", "nll_loss", "cross_entropy", "binary_cross_entropy",
+    "binary_cross_entropy_with_logits", "kl_div",
+]
+
+
+def _reduce(loss, reduction):
+    if reduction == "mean":
+        return loss.mean()
+    if reduction == "sum":
+        return loss.sum()
+    if reduction == "none":
+        return loss
+    raise ValueError(f"{reduction} is not a valid value for reduction")
+
+
+def _legacy_reduction(size_average, reduce, reduction):
+    if size_average is None and reduce is None:
+        return reduction
+    size_average = True if size_average is None else size_average
+    reduce = True if reduce is None else reduce
+    if not reduce:
+        return "none"
+    return "mean" if size_average else "sum"
+
+
+# -- layers ------------------------------------------------------------------------------------
+def linear(input, weight, bias=None):
+    out = input.matmul(weight.t())
+    return out if bias is None else out + bias
+
+
+def relu(input, inplace: bool = False):
+    return input.relu_() if inplace else input.relu()
+
+
+def relu_(input):
+    return input.relu_()
+
+
+def _inplace_result(input, out, inplace):
+    if inplace:
+        return input.copy_(out)
+    return out
+
+
+def gelu(input, approximate: str = "none"):
+    if approximate == "none":
+        return input * 0.5 * (1.0 + (input * (1.0 / math.sqrt(2.0))).erf())
+    if approximate == "tanh":
+        inner = math.sqrt(2.0 / math.pi) * (input + 0.044715 * input * input * input)
+        return 0.5 * input * (1.0 + inner.tanh())
+    raise RuntimeError(f"approximate argument must be either none or tanh, got {approximate!r}")
+
+
+def silu(input, inplace: bool = False):
+    return _inplace_result(input, input * input.sigmoid(), inplace)
+
+
+def leaky_relu(input, negative_slope: float = 0.01, inplace: bool = False):
+    out = minidl.where(input > 0, input, input * negative_slope)
+    return _inplace_result(input, out, inplace)
+
+
+def elu(input, alpha: float = 1.0, inplace: bool = False):
+    neg = minidl.where(input > 0, 0.0, input)
+    out = minidl.where(input > 0, input, alpha * neg.expm1())
+    return _inplace_result(input, out, inplace)
+
+
+def softplus(input, beta: float = 1.0, threshold: float = 20.0):
+    scaled = input * beta
+    over = scaled > threshold
+    safe = minidl.where(over, 0.0, scaled)
+    return minidl.where(over, input, safe.exp().log1p() / beta)
+
+
+def sigmoid(input):
+    return input.sigmoid()
+
+
+def tanh(input):
+    return input.tanh()
+
+
+def logsigmoid(input):
+    """log(sigmoid(x)), stable on both sides and exact in gradient everywhere."""
+    pos = input >= 0
+    xp = minidl.where(pos, input, 0.0)
+    xn = minidl.where(pos, 0.0, input)
+    return minidl.where(pos, -(-xp).exp().log1p(), xn - xn.exp().log1p())
+
+
+def _softmax_dim(ndim):
+    return 0 if ndim in (0, 1, 3) else 1
+
+
+def softmax(input, dim=None, _stacklevel=3, dtype=None):
+    if dtype is not None:
+        input = input.to(dtype)
+    if dim is None:
+        dim = _softmax_dim(input.ndim)
+    return input.softmax(dim)
+
+
+def log_softmax(input, dim=None, _stacklevel=3, dtype=None):
+    if dtype is not None:
+        input = input.to(dtype)
+    if dim is None:
+        dim = _softmax_dim(input.ndim)
+    return input.log_softmax(dim)
+
+
+def dropout(input, p: float = 0.5, training: bool = True, inplace: bool = False):
+    if p < 0.0 or p > 1.0:
+        raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
+    if not training or p == 0.0:
+        return input
+    if p == 1.0:
+        out = input * 0.0
+    else:
+        mask = minidl.empty(tuple(input.shape), dtype=input.dtype, device=input.device).bernoulli_(1.0 - p)
+        out = input * (mask * (1.0 / (1.0 - p)))
+    return _inplace_result(input, out, inplace)
+
+
+def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0, scale_grad_by_freq=False,
+              sparse=False):
+    if max_norm is not None or scale_grad_by_freq or sparse:
+        raise NotImplementedError("embedding: max_norm, scale_grad_by_freq and sparse are not supported")
+    out = weight[input]
+    if padding_idx is not None:
+        if padding_idx < 0:
+            padding_idx += weight.shape[0]
+        keep = (input != padding_idx).unsqueeze(-1)
+        out = minidl.where(keep, out, out.detach())   # the padding row gets no gradient
+    return out
+
+
+def layer_norm(input, normalized_shape, weight=None, bias=None, eps: float = 1e-5):
+    if isinstance(normalized_shape, int):
+        normalized_shape = (normalized_shape,)
+    normalized_shape = tuple(normalized_shape)
+    k = len(normalized_shape)
+    if tuple(input.shape[input.ndim - k:]) != normalized_shape:
+        raise RuntimeError(f"Given normalized_shape={list(normalized_shape)}, expected input with shape "
+                           f"[*, {', '.join(str(s) for s in normalized_shape)}], but got input of size "
+                           f"{list(input.shape)}")
+    dims = tuple(range(input.ndim - k, input.ndim))
+    mean = input.mean(dims, keepdim=True)
+    centered = input - mean
+    var = (centered * centered).mean(dims, keepdim=True)
+    out = centered * (var + eps).rsqrt()
+    if weight is not None:
+        out = out * weight
+    if bias is not None:
+        out = out + bias
+    return out
+
+
+def one_hot(tensor, num_classes: int = -1):
+    if tensor.dtype is not minidl.int64:
+        raise RuntimeError("one_hot is only applicable to index tensor of type LongTensor.")
+    if num_classes == -1:
+        num_classes = int(tensor.max().item()) + 1 if tensor.numel() else 0
+    if tensor.numel() and (int(tensor.min().item()) < 0 or int(tensor.max().item()) >= num_classes):
+        raise RuntimeError("Class values must be non-negative and smaller than num_classes.")
+    classes = minidl.arange(num_classes, device=tensor.device)
+    return (tensor.unsqueeze(-1) == classes).long()
+
+
+def pad(input, pad, mode: str = "constant", value=None):
+    return minidl.pad(input, pad, mode=mode, value=value)
+
+
+def normalize(input, p: float = 2.0, dim: int = 1, eps: float = 1e-12, out=None):
+    denom = input.norm(p, dim, keepdim=True).clamp(min=eps).expand_as(input)
+    return input / denom
+
+
+# -- losses ------------------------------------------------------------------------------------
+def _check_same_size(input, target, name):
+    if tuple(input.shape) != tuple(target.shape):
+        import warnings
+        warnings.warn(f"Using a target size ({tuple(target.shape)}) that is different to the input size "
+                      f"({tuple(input.shape)}) in {name}. This will likely lead to incorrect results due to "
+                      "broadcasting. Please ensure they have the same size.", stacklevel=3)
+
+
+def mse_loss(input, target, size_average=None, reduce=None, reduction: str = "mean", weight=None):
+    reduction = _legacy_reduction(size_average, reduce, reduction)
+    _check_same_size(input, target, "mse_loss")
+    d = input - target
+    loss = d * d
+    if weight is not None:
+        loss = loss * weight
+    return _reduce(loss, reduction)
+
+
+def l1_loss(input, target, size_average=None, reduce=None, reduction: str = "mean", weight=None):
+    reduction = _legacy_reduction(size_average, reduce, reduction)
+    _check_same_size(input, target, "l1_loss")
+    loss = (input - target).abs()
+    if weight is not None:
+        loss = loss * weight
+    return _reduce(loss, reduction)
+
+
+def smooth_l1_loss(input, target, size_average=None, reduce=None, reduction: str = "mean", beta: float = 1.0):
+    reduction = _legacy_reduction(size_average, reduce, reduction)
+    _check_same_size(input, target, "smooth_l1_loss")
+    if beta < 0:
+        raise RuntimeError("smooth_l1_loss does not support negative values for beta.")
+    d = (input - target).abs()
+    if beta == 0.0:
+        return _reduce(d, reduction)
+    loss = minidl.where(d < beta, 0.5 * d * d / beta, d - 0.5 * beta)
+    return _reduce(loss, reduction)
+
+
+def huber_loss(input, target, reduction: str = "mean", delta: float = 1.0, weight=None):
+    d = (input - target).abs()
+    loss = minidl.where(d < delta, 0.5 * d * d, delta * (d - 0.5 * delta))
+    if weight is not None:
+        loss = loss * weight
+    return _reduce(loss, reduction)
+
+
+def _class_dims(input, target):
+    """(input as (N, C, ...), target as (N, ...), whether a batch dim was added)."""
+    if input.ndim == 1:
+        return input.unsqueeze(0), target.unsqueeze(0), True
+    return input, target, False
+
+
+def nll_loss(input, target, weight=None, size_average=None, ignore_index: int = -100, reduce=None,
+             reduction: str = "mean"):
+    reduction = _legacy_reduction(size_average, reduce, reduction)
+    if input.ndim < 1:
+        raise ValueError(f"Expected 1 or more dimensions (got {input.ndim})")
+    input, target, unbatched = _class_dims(input, target)
+    if target.dtype.is_floating_point:
+        raise RuntimeError("expected scalar type Long but found " + target.dtype.name)
+    if tuple(target.shape) != (input.shape[0],) + tuple(input.shape[2:]):
+        raise ValueError(f"Expected target size {(input.shape[0],) + tuple(input.shape[2:])}, got "
+                         f"{tuple(target.shape)}")
+    n_classes = input.shape[1]
+    valid = target != ignore_index
+    safe = minidl.where(valid, target, 0)
+    if safe.numel():
+        lo, hi = int(safe.min().item()), int(safe.max().item())
+        if lo < 0 or hi >= n_classes:
+            raise IndexError(f"Target {lo if lo < 0 else hi} is out of bounds.")
+    picked = -input.gather(1, safe.unsqueeze(1)).squeeze(1)
+    w = valid.to(input.dtype)
+    if weight is not None:
+        w = w * weight[safe]
+    loss = picked * w
+    if reduction == "none":
+        return loss.squeeze(0) if unbatched else loss
+    if reduction == "sum":
+        return loss.sum()
+    if reduction == "mean":
+        return loss.sum() / w.sum()
+    raise ValueError(f"{reduction} is not a valid value for reduction")
+
+
+def _weight_broadcast(weight, ndim):
+    # weight (C,) against (N, C, d1, ...)
+    return weight.reshape((1, -1) + (1,) * (ndim - 2))
+
+
+def cross_entropy(input, target, weight=None, size_average=None, ignore_index: int = -100, reduce=None,
+                  reduction: str = "mean", label_smoothing: float = 0.0):
+    reduction = _legacy_reduction(size_average, reduce, reduction)
+    if not 0.0 <= label_smoothing <= 1.0:
+        raise ValueError(f"label_smoothing must be between 0.0 and 1.0. Got: {label_smoothing}")
+    class_dim = 0 if input.ndim == 1 else 1
+    n_classes = input.shape[class_dim]
+    logp = input.log_softmax(class_dim)
+    if target.dtype.is_floating_point:   # class probabilities
+        if tuple(target.shape) != tuple(input.shape):
+            raise RuntimeError(f"Expected target of shape {tuple(input.shape)}, got {tuple(target.shape)}")
+        if label_smoothing > 0.0:
+            target = target * (1 - label_smoothing) + label_smoothing / n_classes
+        terms = logp * target
+        if weight is not None:
+            terms = terms * (weight if input.ndim == 1 else _weight_broadcast(weight, input.ndim))
+        if reduction == "none":
+            return -terms.sum(class_dim)
+        if reduction == "sum":
+            return -terms.sum()
+        if reduction == "mean":
+            return -terms.sum() / (input.numel() // n_classes if input.numel() else 1)
+        raise ValueError(f"{reduction} is not a valid value for reduction")
+    nll = nll_loss(logp, target, weight, ignore_index=ignore_index, reduction=reduction)
+    if label_smoothing <= 0.0:
+        return nll
+    lp, tgt, unbatched = _class_dims(logp, target)
+    valid = tgt != ignore_index
+    if weight is not None:
+        smooth = -(lp * _weight_broadcast(weight, lp.ndim)).sum(1)
+    else:
+        smooth = -lp.sum(1)
+    smooth = minidl.where(valid, smooth, 0.0)
+    if reduction == "mean":
+        if weight is not None:
+            denom = (weight[minidl.where(valid, tgt, 0)] * valid.to(weight.dtype)).sum()
+        else:
+            denom = valid.sum()
+        ret = smooth.sum() / denom
+    elif reduction == "sum":
+        ret = smooth.sum()
+    else:
+        ret = smooth.squeeze(0) if unbatched else smooth
+    return (1 - label_smoothing) * nll + ret * (label_smoothing / n_classes)
+
+
+def binary_cross_entropy(input, target, weight=None, size_average=None, reduce=None, reduction: str = "mean"):
+    reduction = _legacy_reduction(size_average, reduce, reduction)
+    if tuple(target.shape) != tuple(input.shape):
+        raise ValueError(f"Using a target size ({tuple(target.shape)}) that is different to the input size "
+                         f"({tuple(input.shape)}) is deprecated. Please ensure they have the same size.")
+    log_x = input.log().clamp(min=-100.0)
+    log_1mx = (1.0 - input).log().clamp(min=-100.0)
+    loss = -(target * log_x + (1.0 - target) * log_1mx)
+    if weight is not None:
+        loss = loss * weight
+    return _reduce(loss, reduction)
+
+
+def binary_cross_entropy_with_logits(input, target, weight=None, size_average=None, reduce=None,
+                                     reduction: str = "mean", pos_weight=None):
+    reduction = _legacy_reduction(size_average, reduce, reduction)
+    if tuple(target.shape) != tuple(input.shape):
+        raise ValueError(f"Target size ({tuple(target.shape)}) must be the same as input size "
+                         f"({tuple(input.shape)})")
+    ls = logsigmoid(input)
+    if pos_weight is not None:
+        log_weight = (pos_weight - 1) * target + 1
+        loss = (1 - target) * input - log_weight * ls
+    else:
+        loss = (1 - target) * input - ls
+    if weight is not None:
+        loss = loss * weight
+    return _reduce(loss, reduction)
+
+
+def kl_div(input, target, size_average=None, reduce=None, reduction: str = "mean", log_target: bool = False):
+    reduction = _legacy_reduction(size_average, reduce, reduction)
+    if log_target:
+        loss = target.exp() * (target - input)
+    else:
+        pos = target > 0
+        safe = minidl.where(pos, target, 1.0)
+        loss = minidl.where(pos, target * safe.log(), 0.0) - target * input
+    if reduction == "batchmean":
+        return loss.sum() / (input.shape[0] if input.ndim else 1)
+    return _reduce(loss, reduction)

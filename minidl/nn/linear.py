@@ -1,0 +1,40 @@
+"""Linear (and Identity re-exported from container)."""
+from __future__ import annotations
+
+import math
+
+import minidl
+
+from . import functional as F
+from . import init
+from .container import Identity  # noqa: F401
+from .module import Module
+from .parameter import Parameter
+
+
+class Linear(Module):
+    """y = x W^T + b, with PyTorch's default initialisation."""
+
+    def __init__(self, in_features: int, out_features: int, bias: bool = True, device=None, dtype=None):
+        super().__init__()
+        self.in_features = in_features
+        self.out_features = out_features
+        self.weight = Parameter(minidl.empty(out_features, in_features, device=device, dtype=dtype))
+        if bias:
+            self.bias = Parameter(minidl.empty(out_features, device=device, dtype=dtype))
+        else:
+            self.register_parameter("bias", None)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        init.kaiming_uniform_(self.weight, a=math.sqrt(5))
+        if self.bias is not None:
+            fan_in, _ = init._calculate_fan_in_and_fan_out(self.weight)
+            bound = 1 / math.sqrt(fan_in) if fan_in > 0 else 0
+            init.uniform_(self.bias, -bound, bound)
+
+    def forward(self, input):
+        return F.linear(input, self.weight, self.bias)
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"

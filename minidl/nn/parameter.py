@@ -1,0 +1,40 @@
+"""Parameter: a Tensor that a Module registers as learnable (requires grad by default)."""
+from __future__ import annotations
+
+import minidl
+from minidl import Tensor
+
+
+class Parameter(Tensor):
+    """``Parameter(data, requires_grad=True)``: shares ``data``'s memory, is a leaf, requires grad."""
+
+    __slots__ = ()
+
+    def __new__(cls, data=None, requires_grad=True):
+        if data is None:
+            data = minidl.empty(0)
+        # a fresh leaf over data's memory (every field set by the core), retagged as a Parameter:
+        # Parameter adds no slots, so the object layouts agree
+        p = data.detach()
+        p.__class__ = cls
+        if requires_grad:
+            p.requires_grad = True
+        return p
+
+    def __init__(self, data=None, requires_grad=True):
+        pass
+
+    def __repr__(self):
+        return "Parameter containing:\n" + super().__repr__()
+
+    __str__ = __repr__
+
+    def __reduce_ex__(self, proto):
+        return (Parameter, (self.detach().clone(), self.requires_grad))
+
+    def __deepcopy__(self, memo):
+        if id(self) in memo:
+            return memo[id(self)]
+        result = Parameter(self.detach().clone(), self.requires_grad)
+        memo[id(self)] = result
+        return result

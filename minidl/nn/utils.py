@@ -1,0 +1,58 @@
+"""nn.utils: gradient clipping and parameter/vector conversion."""
+from __future__ import annotations
+
+import math
+
+import minidl
+from minidl import Tensor
+
+
+def _grads(parameters):
+    if isinstance(parameters, Tensor):
+        parameters = [parameters]
+    return [p.grad for p in parameters if p.grad is not None]
+
+
+def clip_grad_norm_(parameters, max_norm: float, norm_type: float = 2.0, error_if_nonfinite: bool = False,
+                    foreach=None):
+    """Scale all gradients together so that their joint norm is at most max_norm; returns the norm."""
+    grads = _grads(parameters)
+    max_norm, norm_type = float(max_norm), float(norm_type)
+    if not grads:
+        return minidl.tensor(0.0)
+    with minidl.no_grad():
+        if norm_type == math.inf:
+            norms = [g.detach().abs().max() for g in grads]
+            total = norms[0] if len(norms) == 1 else minidl.stack(norms).max()
+        else:
+            norms = [g.detach().norm(norm_type) for g in grads]
+            total = minidl.stack(norms).norm(norm_type)
+        if error_if_nonfinite and not bool(total.isfinite()):
+            raise RuntimeError(f"The total norm of order {norm_type} for gradients from `parameters` is "
+                               "non-finite, so it cannot be clipped. To disable this error and scale the "
+                               "gradients by the non-finite norm anyway, set `error_if_nonfinite=False`")
+        clip_coef = max_norm / (float(total) + 1e-6)
+        if clip_coef < 1.0:
+            for g in grads:
+                g.mul_(clip_coef)
+    return total
+
+
+def clip_grad_value_(parameters, clip_value: float, foreach=None) -> None:
+    clip_value = float(clip_value)
+    with minidl.no_grad():
+        for g in _grads(parameters):
+            g.clamp_(min=-clip_value, max=clip_value)
+
+
+def parameters_to_vector(parameters):
+    return minidl.cat([p.reshape(-1) for p in parameters])
+
+
+def vector_to_parameters(vec, parameters) -> None:
+    pointer = 0
+    with minidl.no_grad():
+        for p in parameters:
+            n = p.numel()
+            p.copy_(vec[pointer:pointer + n].view_as(p))
+            pointer += n
