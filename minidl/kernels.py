@@ -26,7 +26,15 @@ take       (src, src_layout, index, out)                   out[i] = src[flat ind
 put        (dst, dst_layout, index, values, accumulate)    dst[flat index[i]] (+)= values[i]
 nonzero    (x, x_layout) -> int64 buffer                   flat indices of nonzero elements
 matmul     (a, b, out, batch, m, k, n)                     contiguous (batch,m,k) @ (batch,k,n)
+im2col     (x, cols, geom)                                 cols (N,C*kh*kw,oh*ow) = windows of x (N,C,h,w)
+col2im     (cols, x, geom)                                 x += the adjoint of im2col (accumulates)
+max_pool2d (x, out, index, geom)                           out = window max; int64 index in the h*w plane
 =========  ==============================================  ============================================
+
+``geom`` for the last three is ``(planes, h, w, kh, kw, sh, sw, ph, pw, dh, dw, oh, ow)``: planes =
+N*C, image size, kernel size, stride, zero padding, dilation, output size; all buffers are contiguous
+from element 0. Window (i, j) tap (ki, kj) reads image row i*sh - ph + ki*dh, column j*sw - pw + kj*dw
+(outside the image: zero for im2col, skipped by max_pool2d and col2im).
 """
 from __future__ import annotations
 
@@ -42,7 +50,8 @@ ARG_REDUCE_OPS = ("argmax", "argmin")
 SCAN_OPS = ("cumsum", "cumprod")
 
 PRIMITIVES = ("alloc", "from_host", "to_host", "copy", "unary", "binary", "compare", "where",
-              "reduce", "arg_reduce", "scan", "take", "put", "nonzero", "matmul")
+              "reduce", "arg_reduce", "scan", "take", "put", "nonzero", "matmul",
+              "im2col", "col2im", "max_pool2d")
 
 # device type -> module whose import registers that device's kernels
 _BACKEND_MODULES = {"cpu": "minidl.cpu", "cuda": "minidl.cuda"}

@@ -371,6 +371,27 @@ def _setitem_advanced(x, v, w):
     return y
 
 
+# ----------------------------------------------------------------------------- convolution / pooling
+import minidl.nn.functional as _F  # noqa: E402
+from minidl.ops import conv as _conv  # noqa: E402
+
+_w2122 = rn(2, 1, 2, 2)
+op("Im2Col",
+   S("conv2d", lambda x, w, b: _F.conv2d(x, w, b, stride=(2, 1), padding=1), rn(1, 2, 4, 3), rn(2, 2, 2, 2), rn(2)),
+   S("conv2d-groups-dilation", lambda x, w: _F.conv2d(x, w, padding=(1, 0), dilation=(2, 1), groups=2),
+     NC(rn(2, 2, 3, 3), "F"), rn(4, 1, 2, 2)),
+   S("unfold", lambda x: _conv.im2col(x, (2, 1), stride=1, padding=(0, 1)), rn(1, 2, 3, 2)),
+   S("conv2d-input-only", lambda x: _F.conv2d(x, const(_w2122), stride=2), rn(1, 1, 4, 4)))
+op("Col2Im",
+   S("conv_transpose2d", lambda x, w, b: _F.conv_transpose2d(x, w, b, stride=2, padding=1, output_padding=1),
+     rn(1, 2, 2, 2), rn(2, 1, 3, 2), rn(1)),
+   S("fold", lambda c: _conv.col2im(c, (3, 3), 2, padding=1, stride=2), rn(1, 8, 4)))
+op("MaxPool2d",
+   S("max_pool2d", lambda x: _F.max_pool2d(x, 2, stride=1, padding=1), distinct(1, 2, 3, 3)),
+   S("max_pool2d-ceil-dilation", lambda x: _F.max_pool2d(x, 2, stride=2, dilation=(1, 2), ceil_mode=True),
+     NC(distinct(2, 1, 5, 4), "F")))
+
+
 COMPOSITES = [
     S("mean-all", lambda x: x.mean(), rn(3, 4)),
     S("mean-dim-keepdim", lambda x: minidl.mean(x, 1, keepdim=True), NC(rn(3, 4), "F")),
@@ -466,4 +487,6 @@ GRADGRAD = [
     S("as_strided-overlapping", lambda x: x.as_strided((3, 3), (1, 1)) ** 2, rn(5)),
     S("norm-std", lambda x: x.norm(dim=1) + x.std(1), rn(2, 3)),
     S("setitem-nonleaf", _setitem_view, rn(3, 4), rn(2, 2)),
+    S("conv2d", lambda x, w: _F.conv2d(x, w, padding=1, stride=2), rn(1, 1, 3, 3), rn(1, 1, 2, 2)),
+    S("max_pool2d", lambda x: _F.max_pool2d(x, 2, stride=1) ** 2, distinct(1, 1, 3, 3)),
 ]

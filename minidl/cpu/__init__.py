@@ -12,4 +12,4 @@ import numba
 if "NUMBA_THREADING_LAYER" not in os.environ:
     numba.config.THREADING_LAYER = "workqueue"
 
-from . import elementwise, indexing, linalg, memory, reduce  # noqa: E402,F401  (registration)
+from . import conv, elementwise, indexing, linalg, memory, reduce  # noqa: E402,F401  (registration)

@@ -554,3 +554,113 @@ def nonzero_kernel(x, xo, shape, strides, n):
             out[k] = i
             k += 1
     return out
+
+
+# ----------------------------------------------------------------------------- convolution / pooling
+# Planes are the (batch, channel) pairs of a contiguous (N, C, H, W) input, numbered p = n*C + c.
+# A column buffer is contiguous (N, C*kh*kw, oh*ow): plane p owns rows p*kh*kw ... (p+1)*kh*kw - 1.
+# The wrapper validated every size, so no index here can leave its buffer.
+
+@njit(inline="always")
+def _im2col_plane(x, out, p, h, w, kh, kw, sh, sw, ph, pw, dh, dw, oh, ow):
+    L = oh * ow
+    xbase = p * h * w
+    for ki in range(kh):
+        for kj in range(kw):
+            row = (p * kh * kw + ki * kw + kj) * L
+            for i in range(oh):
+                y = i * sh - ph + ki * dh
+                o = row + i * ow
+                if y < 0 or y >= h:
+                    for j in range(ow):
+                        out[o + j] = 0
+                    continue
+                xrow = xbase + y * w
+                for j in range(ow):
+                    xx = j * sw - pw + kj * dw
+                    if xx >= 0 and xx < w:
+                        out[o + j] = x[xrow + xx]
+                    else:
+                        out[o + j] = 0
+
+
+@njit(cache=True, nogil=True)
+def im2col_serial(x, out, planes, h, w, kh, kw, sh, sw, ph, pw, dh, dw, oh, ow):
+    for p in range(planes):
+        _im2col_plane(x, out, p, h, w, kh, kw, sh, sw, ph, pw, dh, dw, oh, ow)
+
+
+@njit(cache=True, nogil=True, parallel=True)
+def im2col_parallel(x, out, planes, h, w, kh, kw, sh, sw, ph, pw, dh, dw, oh, ow):
+    for p in prange(planes):
+        _im2col_plane(x, out, p, h, w, kh, kw, sh, sw, ph, pw, dh, dw, oh, ow)
+
+
+@njit(inline="always")
+def _col2im_plane(col, out, p, h, w, kh, kw, sh, sw, ph, pw, dh, dw, oh, ow):
+    """out[plane p] += the column entries that im2col read from it (one plane: no races)."""
+    L = oh * ow
+    obase = p * h * w
+    for ki in range(kh):
+        for kj in range(kw):
+            row = (p * kh * kw + ki * kw + kj) * L
+            for i in range(oh):
+                y = i * sh - ph + ki * dh
+                if y < 0 or y >= h:
+                    continue
+                c = row + i * ow
+                orow = obase + y * w
+                for j in range(ow):
+                    xx = j * sw - pw + kj * dw
+                    if xx >= 0 and xx < w:
+                        out[orow + xx] += col[c + j]
+
+
+@njit(cache=True, nogil=True)
+def col2im_serial(col, out, planes, h, w, kh, kw, sh, sw, ph, pw, dh, dw, oh, ow):
+    for p in range(planes):
+        _col2im_plane(col, out, p, h, w, kh, kw, sh, sw, ph, pw, dh, dw, oh, ow)
+
+
+@njit(cache=True, nogil=True, parallel=True)
+def col2im_parallel(col, out, planes, h, w, kh, kw, sh, sw, ph, pw, dh, dw, oh, ow):
+    for p in prange(planes):
+        _col2im_plane(col, out, p, h, w, kh, kw, sh, sw, ph, pw, dh, dw, oh, ow)
+
+
+@njit(inline="always")
+def _max_pool_plane(x, out, idx, p, h, w, kh, kw, sh, sw, ph, pw, dh, dw, oh, ow):
+    """Max over each window (padding never wins); idx is the flat h*w position in the plane.
+    The first maximum wins; NaN propagates (it is taken and kept)."""
+    xbase = p * h * w
+    obase = p * oh * ow
+    for i in range(oh):
+        for j in range(ow):
+            best = x[xbase]
+            at = -1
+            for ki in range(kh):
+                y = i * sh - ph + ki * dh
+                if y < 0 or y >= h:
+                    continue
+                for kj in range(kw):
+                    xx = j * sw - pw + kj * dw
+                    if xx < 0 or xx >= w:
+                        continue
+                    v = x[xbase + y * w + xx]
+                    if at < 0 or v > best or (v != v and best == best):
+                        best = v
+                        at = y * w + xx
+            out[obase + i * ow + j] = best
+            idx[obase + i * ow + j] = at
+
+
+@njit(cache=True, nogil=True)
+def max_pool2d_serial(x, out, idx, planes, h, w, kh, kw, sh, sw, ph, pw, dh, dw, oh, ow):
+    for p in range(planes):
+        _max_pool_plane(x, out, idx, p, h, w, kh, kw, sh, sw, ph, pw, dh, dw, oh, ow)
+
+
+@njit(cache=True, nogil=True, parallel=True)
+def max_pool2d_parallel(x, out, idx, planes, h, w, kh, kw, sh, sw, ph, pw, dh, dw, oh, ow):
+    for p in prange(planes):
+        _max_pool_plane(x, out, idx, p, h, w, kh, kw, sh, sw, ph, pw, dh, dw, oh, ow)

@@ -4,13 +4,16 @@ Built only on the public Tensor API (``nn`` sits above ``Tensor``).
 """
 from . import functional, init, utils
 from .activation import ELU, GELU, LeakyReLU, LogSigmoid, LogSoftmax, ReLU, Sigmoid, SiLU, Softmax, Softplus, Tanh
+from .batchnorm import BatchNorm1d, BatchNorm2d, GroupNorm
 from .container import Flatten, Identity, ModuleDict, ModuleList, Sequential, Unflatten
-from .dropout import Dropout
+from .conv import Conv1d, Conv2d, ConvTranspose2d
+from .dropout import Dropout, Dropout2d
 from .linear import Linear
 from .loss import (BCELoss, BCEWithLogitsLoss, CrossEntropyLoss, HuberLoss, KLDivLoss, L1Loss, MSELoss, NLLLoss,
                    SmoothL1Loss)
 from .module import Module
 from .normalization import LayerNorm
+from .pooling import AdaptiveAvgPool2d, AvgPool2d, MaxPool2d
 from .parameter import Parameter
 from .sparse import Embedding
 
@@ -19,4 +22,6 @@ __all__ = [
     "Flatten", "Unflatten", "Linear", "Embedding", "Dropout", "LayerNorm", "ReLU", "GELU", "SiLU", "Tanh",
     "Sigmoid", "LogSigmoid", "LeakyReLU", "ELU", "Softplus", "Softmax", "LogSoftmax", "CrossEntropyLoss",
     "NLLLoss", "MSELoss", "L1Loss", "SmoothL1Loss", "HuberLoss", "BCELoss", "BCEWithLogitsLoss", "KLDivLoss",
+    "Conv1d", "Conv2d", "ConvTranspose2d", "MaxPool2d", "AvgPool2d", "AdaptiveAvgPool2d", "BatchNorm1d",
+    "BatchNorm2d", "GroupNorm", "Dropout2d",
 ]

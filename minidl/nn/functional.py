@@ -366,3 +366,94 @@ def kl_div(input, target, size_average=None, reduce=None, reduction: str = "mean
     if reduction == "batchmean":
         return loss.sum() / (input.shape[0] if input.ndim else 1)
     return _reduce(loss, reduction)
+
+
+# ----------------------------------------------------------------------------- convolution, pooling, normalization
+from minidl.ops import conv as _conv  # noqa: E402
+
+conv1d = _conv.conv1d
+conv2d = _conv.conv2d
+conv_transpose2d = _conv.conv_transpose2d
+max_pool2d = _conv.max_pool2d
+avg_pool2d = _conv.avg_pool2d
+adaptive_avg_pool2d = _conv.adaptive_avg_pool2d
+unfold = _conv.im2col
+fold = _conv.col2im
+
+
+def max_pool2d_with_indices(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,
+                            return_indices=True):
+    return _conv.max_pool2d(input, kernel_size, stride, padding, dilation, ceil_mode, True)
+
+
+def _channel_shape(input):
+    return (1, input.shape[1]) + (1,) * (input.ndim - 2)
+
+
+def batch_norm(input, running_mean, running_var, weight=None, bias=None, training: bool = False,
+               momentum: float = 0.1, eps: float = 1e-5):
+    """Normalize over every dim but the channel dim 1. In training mode the batch statistics are used and
+    the running ones (when given) updated in place with the unbiased variance; else the running ones are used."""
+    if input.ndim < 2:
+        raise ValueError(f"batch_norm: expected at least 2D input, got {input.ndim}D")
+    shape = _channel_shape(input)
+    dims = (0,) + tuple(range(2, input.ndim))
+    if training:
+        count = input.numel() // input.shape[1]
+        if count <= 1:
+            raise ValueError(f"Expected more than 1 value per channel when training, got input size "
+                             f"{list(input.shape)}")
+        mean = input.mean(dims, keepdim=True)
+        var = ((input - mean) ** 2).mean(dims, keepdim=True)
+        if running_mean is not None or running_var is not None:
+            with minidl.no_grad():
+                m = 0.1 if momentum is None else momentum
+                if running_mean is not None:
+                    running_mean.mul_(1 - m).add_(mean.reshape(-1).detach() * m)
+                if running_var is not None:
+                    running_var.mul_(1 - m).add_(var.reshape(-1).detach() * (m * count / (count - 1)))
+    else:
+        if running_mean is None or running_var is None:
+            raise ValueError("batch_norm: running_mean and running_var are required in eval mode")
+        mean, var = running_mean.reshape(shape), running_var.reshape(shape)
+    out = (input - mean) * (var + eps).rsqrt()
+    if weight is not None:
+        out = out * weight.reshape(shape)
+    if bias is not None:
+        out = out + bias.reshape(shape)
+    return out
+
+
+def group_norm(input, num_groups: int, weight=None, bias=None, eps: float = 1e-5):
+    if input.ndim < 2 or input.shape[1] % num_groups:
+        raise RuntimeError(f"group_norm: expected an input with a channel count divisible by {num_groups}, "
+                           f"got shape {list(input.shape)}")
+    n = input.shape[0]
+    x = input.reshape(n, num_groups, -1)
+    mean = x.mean(2, keepdim=True)
+    var = ((x - mean) ** 2).mean(2, keepdim=True)
+    out = ((x - mean) * (var + eps).rsqrt()).reshape(tuple(input.shape))
+    shape = _channel_shape(input)
+    if weight is not None:
+        out = out * weight.reshape(shape)
+    if bias is not None:
+        out = out + bias.reshape(shape)
+    return out
+
+
+def dropout2d(input, p: float = 0.5, training: bool = True, inplace: bool = False):
+    """Zero whole channels: dim 1 of a 4D (N, C, H, W) input, dim 0 of a 3D unbatched (C, H, W) one."""
+    if p < 0.0 or p > 1.0:
+        raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
+    if input.ndim not in (3, 4):
+        raise RuntimeError(f"dropout2d: expected a 3D or 4D input, got {input.ndim}D")
+    if not training or p == 0.0:
+        return input
+    lead = input.ndim - 2
+    shape = tuple(input.shape[:lead]) + (1, 1)
+    if p == 1.0:
+        out = input * 0.0
+    else:
+        mask = minidl.empty(shape, dtype=input.dtype, device=input.device).bernoulli_(1.0 - p)
+        out = input * (mask * (1.0 / (1.0 - p)))
+    return _inplace_result(input, out, inplace)

@@ -1,0 +1,323 @@
+"""Convolution and pooling: im2col / col2im (a Function pair, each the other's adjoint), conv2d and
+conv_transpose2d built on them and matmul, max pooling with argmax indices, average pooling.
+
+Every size is validated here before a kernel runs (Numba does not check bounds).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .. import _dtype as dt
+from ..autograd import Function
+from .core import cast, check_devices, kernel, packed_buffer
+from .creation import tensor, zeros
+
+
+def _pair(v, name):
+    if isinstance(v, (list, tuple)):
+        if len(v) == 1:
+            v = (v[0], v[0])
+        if len(v) != 2:
+            raise ValueError(f"{name} must be an int or a pair of ints, got {v}")
+        return int(v[0]), int(v[1])
+    return int(v), int(v)
+
+
+def _float_compute(op, x):
+    if not x.dtype.is_floating_point:
+        raise RuntimeError(f"{op}: expected a floating-point input, got {x.dtype.name}")
+    return dt.compute_dtype(x.dtype)
+
+
+def _geometry(op, h, w, k, s, p, d, ceil_mode=False):
+    """Output size of a sliding window over (h, w); raises on bad arguments."""
+    for name, v, lo in (("kernel_size", k, 1), ("stride", s, 1), ("dilation", d, 1), ("padding", p, 0)):
+        if min(v) < lo:
+            raise RuntimeError(f"{op}: {name} must be >= {lo}, got {v}")
+    out = []
+    for n, kk, ss, pp, dd in zip((h, w), k, s, p, d):
+        span = n + 2 * pp - dd * (kk - 1) - 1
+        if ceil_mode:
+            o = -(-span // ss) + 1 if span >= 0 else 0
+            if o > 0 and (o - 1) * ss >= n + pp:  # the last window must start inside the input or left pad
+                o -= 1
+        else:
+            o = span // ss + 1 if span >= 0 else 0
+        if o <= 0:
+            raise RuntimeError(f"{op}: input size ({h}x{w}) with padding {p} is too small for kernel {k} "
+                               f"with dilation {d}: output size would be {o}")
+        out.append(o)
+    return tuple(out)
+
+
+class Im2Col(Function):
+    """(N, C, H, W) -> (N, C*kh*kw, oh*ow): every window of the input as a column."""
+
+    @staticmethod
+    def forward(ctx, x, geom):
+        n, c, h, w = x.shape
+        kh, kw, oh, ow = geom[0], geom[1], geom[8], geom[9]
+        compute = _float_compute("im2col", x)
+        xc = cast(x, compute)
+        out = zeros(n, c * kh * kw, oh * ow, dtype=compute, device=x.device)
+        kernel("im2col", x)(packed_buffer(xc), packed_buffer(out), (n * c, h, w) + tuple(geom))
+        ctx.shape, ctx.geom = tuple(x.shape), geom
+        return cast(out, x.dtype)
+
+    @staticmethod
+    def backward(ctx, g):
+        return Col2Im.apply(g, ctx.shape, ctx.geom), None
+
+
+class Col2Im(Function):
+    """The adjoint of Im2Col: sums every column entry back into the image position it came from."""
+
+    @staticmethod
+    def forward(ctx, cols, shape, geom):
+        n, c, h, w = shape
+        kh, kw, oh, ow = geom[0], geom[1], geom[8], geom[9]
+        if tuple(cols.shape) != (n, c * kh * kw, oh * ow):
+            raise RuntimeError(f"col2im: expected columns of shape {(n, c * kh * kw, oh * ow)}, got "
+                               f"{tuple(cols.shape)}")
+        compute = _float_compute("col2im", cols)
+        cc = cast(cols, compute)
+        out = zeros(n, c, h, w, dtype=compute, device=cols.device)
+        kernel("col2im", cols)(packed_buffer(cc), packed_buffer(out), (n * c, h, w) + tuple(geom))
+        ctx.geom = geom
+        return cast(out, cols.dtype)
+
+    @staticmethod
+    def backward(ctx, g):
+        return Im2Col.apply(g, ctx.geom), None, None
+
+
+class MaxPool2d(Function):
+    """Window maxima and their int64 positions in the (H*W) plane (ties: the first wins)."""
+
+    @staticmethod
+    def forward(ctx, x, geom):
+        n, c, h, w = x.shape
+        oh, ow = geom[8], geom[9]
+        compute = _float_compute("max_pool2d", x)
+        xc = cast(x, compute)
+        out = zeros(n, c, oh, ow, dtype=compute, device=x.device)
+        idx = zeros(n, c, oh, ow, dtype=dt.int64, device=x.device)
+        kernel("max_pool2d", x)(packed_buffer(xc), packed_buffer(out), packed_buffer(idx),
+                                (n * c, h, w) + tuple(geom))
+        if out.numel() and int(idx.min()) < 0:
+            raise RuntimeError("max_pool2d: a pooling window lies entirely in the padding")
+        ctx.mark_non_differentiable(idx)
+        ctx.save_for_backward(idx)
+        ctx.shape = tuple(x.shape)
+        return cast(out, x.dtype), idx
+
+    @staticmethod
+    def backward(ctx, g, _gidx=None):
+        (idx,) = ctx.saved_tensors
+        n, c, h, w = ctx.shape
+        flat = zeros(n, c, h * w, dtype=g.dtype, device=g.device)
+        return flat.scatter_add(2, idx.reshape(n, c, -1), g.reshape(n, c, -1)).reshape(n, c, h, w), None
+
+
+# ----------------------------------------------------------------------------- public ops
+def _batched(op, x, spatial=2):
+    if x.ndim == spatial + 2:
+        return x, False
+    if x.ndim == spatial + 1:
+        return x.unsqueeze(0), True
+    raise RuntimeError(f"{op}: expected a {spatial + 1}D (unbatched) or {spatial + 2}D (batched) input, "
+                       f"got {x.ndim}D with shape {list(x.shape)}")
+
+
+def im2col(x, kernel_size, stride=1, padding=0, dilation=1):
+    """(N, C, H, W) -> (N, C*kh*kw, L), like torch.nn.functional.unfold."""
+    k, s, p, d = (_pair(v, n) for v, n in ((kernel_size, "kernel_size"), (stride, "stride"),
+                                           (padding, "padding"), (dilation, "dilation")))
+    if x.ndim != 4:
+        raise RuntimeError(f"im2col: expected a 4D input, got {x.ndim}D")
+    oh, ow = _geometry("im2col", x.shape[2], x.shape[3], k, s, p, d)
+    return Im2Col.apply(x, k + s + p + d + (oh, ow))
+
+
+def col2im(cols, output_size, kernel_size, stride=1, padding=0, dilation=1):
+    """(N, C*kh*kw, L) -> (N, C, H, W), summing overlaps, like torch.nn.functional.fold."""
+    k, s, p, d = (_pair(v, n) for v, n in ((kernel_size, "kernel_size"), (stride, "stride"),
+                                           (padding, "padding"), (dilation, "dilation")))
+    h, w = _pair(output_size, "output_size")
+    if cols.ndim != 3 or cols.shape[1] % (k[0] * k[1]):
+        raise RuntimeError(f"col2im: expected (N, C*{k[0]}*{k[1]}, L) columns, got {list(cols.shape)}")
+    oh, ow = _geometry("col2im", h, w, k, s, p, d)
+    n, c = cols.shape[0], cols.shape[1] // (k[0] * k[1])
+    return Col2Im.apply(cols, (n, c, h, w), k + s + p + d + (oh, ow))
+
+
+def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+    check_devices("conv2d", input, weight, *([bias] if bias is not None else []))
+    x, unbatched = _batched("conv2d", input)
+    if weight.ndim != 4:
+        raise RuntimeError(f"conv2d: expected a 4D weight, got {weight.ndim}D")
+    if x.dtype is not weight.dtype or (bias is not None and bias.dtype is not x.dtype):
+        raise RuntimeError(f"conv2d: input ({x.dtype.name}) and weight/bias must have the same dtype")
+    n, c, h, w = x.shape
+    o, cg, kh, kw = weight.shape
+    groups = int(groups)
+    if groups < 1 or c % groups or o % groups or cg * groups != c:
+        raise RuntimeError(f"conv2d: weight of shape {list(weight.shape)} with groups={groups} does not fit "
+                           f"an input with {c} channels")
+    if bias is not None and tuple(bias.shape) != (o,):
+        raise RuntimeError(f"conv2d: bias must have shape ({o},), got {list(bias.shape)}")
+    s, d = _pair(stride, "stride"), _pair(dilation, "dilation")
+    if isinstance(padding, str):
+        if padding == "valid":
+            p = (0, 0)
+        elif padding == "same":
+            if s != (1, 1):
+                raise RuntimeError("conv2d: padding='same' is not supported for strided convolutions")
+            totals = (d[0] * (kh - 1), d[1] * (kw - 1))
+            p = (totals[0] // 2, totals[1] // 2)
+            extra = (totals[0] % 2, totals[1] % 2)
+            if any(extra):  # odd total: PyTorch puts the extra row/column at the end
+                x = _pad(x, extra)
+                h, w = x.shape[2], x.shape[3]
+        else:
+            raise ValueError(f"conv2d: invalid padding string '{padding}', expected 'valid' or 'same'")
+    else:
+        p = _pair(padding, "padding")
+    oh, ow = _geometry("conv2d", h, w, (kh, kw), s, p, d)
+    cols = Im2Col.apply(x, (kh, kw) + s + p + d + (oh, ow))               # (N, C*kh*kw, L)
+    if groups == 1:
+        out = weight.reshape(o, cg * kh * kw) @ cols                        # (N, O, L)
+    else:
+        cols = cols.reshape(n, groups, cg * kh * kw, oh * ow)
+        out = weight.reshape(groups, o // groups, cg * kh * kw) @ cols      # (N, G, O/G, L)
+    out = out.reshape(n, o, oh, ow)
+    if bias is not None:
+        out = out + bias.reshape(1, o, 1, 1)
+    return out.squeeze(0) if unbatched else out
+
+
+def _pad(x, extra):
+    from .shape_ops import pad
+    return pad(x, (0, extra[1], 0, extra[0]))
+
+
+def conv1d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+    if input.ndim not in (2, 3):
+        raise RuntimeError(f"conv1d: expected a 2D (unbatched) or 3D (batched) input, got {input.ndim}D")
+    if weight.ndim != 3:
+        raise RuntimeError(f"conv1d: expected a 3D weight, got {weight.ndim}D")
+    one = lambda v: v[0] if isinstance(v, (list, tuple)) else v  # noqa: E731
+    pad = padding if isinstance(padding, str) else (0, one(padding))
+    out = conv2d(input.unsqueeze(-2), weight.unsqueeze(-2), bias, (1, one(stride)), pad, (1, one(dilation)),
+                 groups)
+    return out.squeeze(-2)
+
+
+def conv_transpose2d(input, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1, dilation=1):
+    check_devices("conv_transpose2d", input, weight, *([bias] if bias is not None else []))
+    x, unbatched = _batched("conv_transpose2d", input)
+    if weight.ndim != 4:
+        raise RuntimeError(f"conv_transpose2d: expected a 4D weight, got {weight.ndim}D")
+    if x.dtype is not weight.dtype or (bias is not None and bias.dtype is not x.dtype):
+        raise RuntimeError(f"conv_transpose2d: input ({x.dtype.name}) and weight/bias must have the same dtype")
+    n, c, h, w = x.shape
+    ci, og, kh, kw = weight.shape
+    groups = int(groups)
+    if groups < 1 or ci != c or c % groups:
+        raise RuntimeError(f"conv_transpose2d: weight of shape {list(weight.shape)} with groups={groups} does "
+                           f"not fit an input with {c} channels")
+    o = og * groups
+    if bias is not None and tuple(bias.shape) != (o,):
+        raise RuntimeError(f"conv_transpose2d: bias must have shape ({o},), got {list(bias.shape)}")
+    s, p, d, op_ = (_pair(v, nm) for v, nm in ((stride, "stride"), (padding, "padding"), (dilation, "dilation"),
+                                                (output_padding, "output_padding")))
+    if min(s) < 1 or min(d) < 1 or min(p) < 0 or min(op_) < 0:
+        raise RuntimeError("conv_transpose2d: stride and dilation must be >= 1, padding >= 0")
+    if op_[0] >= max(s[0], d[0]) or op_[1] >= max(s[1], d[1]):
+        raise RuntimeError(f"conv_transpose2d: output_padding {op_} must be smaller than stride or dilation")
+    oh = (h - 1) * s[0] - 2 * p[0] + d[0] * (kh - 1) + op_[0] + 1
+    ow = (w - 1) * s[1] - 2 * p[1] + d[1] * (kw - 1) + op_[1] + 1
+    if oh <= 0 or ow <= 0:
+        raise RuntimeError(f"conv_transpose2d: output size would be ({oh}, {ow})")
+    cg = c // groups
+    xs = x.reshape(n, groups, cg, h * w)
+    wt = weight.reshape(groups, cg, og * kh * kw).mT                        # (G, og*kh*kw, cg)
+    cols = (wt @ xs).reshape(n, o * kh * kw, h * w)
+    out = Col2Im.apply(cols, (n, o, oh, ow), (kh, kw) + s + p + d + (h, w))
+    if bias is not None:
+        out = out + bias.reshape(1, o, 1, 1)
+    return out.squeeze(0) if unbatched else out
+
+
+def _pool_args(op, kernel_size, stride, padding, dilation):
+    k = _pair(kernel_size, "kernel_size")
+    s = k if stride is None or (isinstance(stride, (list, tuple)) and len(stride) == 0) else _pair(stride, "stride")
+    p, d = _pair(padding, "padding"), _pair(dilation, "dilation")
+    if min(k) < 1 or min(s) < 1:
+        raise RuntimeError(f"{op}: kernel_size and stride must be positive")
+    if p[0] > k[0] // 2 or p[1] > k[1] // 2:
+        raise RuntimeError(f"{op}: pad should be at most half of effective kernel size, but got pad={p}, "
+                           f"kernel_size={k}")
+    return k, s, p, d
+
+
+def max_pool2d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, return_indices=False):
+    x, unbatched = _batched("max_pool2d", input)
+    k, s, p, d = _pool_args("max_pool2d", kernel_size, stride, padding, dilation)
+    oh, ow = _geometry("max_pool2d", x.shape[2], x.shape[3], k, s, p, d, ceil_mode)
+    out, idx = MaxPool2d.apply(x, k + s + p + d + (oh, ow))
+    if unbatched:
+        out, idx = out.squeeze(0), idx.squeeze(0)
+    return (out, idx) if return_indices else out
+
+
+def _window_counts(n, k, s, p, o, include_pad):
+    """Per output position along one dim: the divisor of average pooling (as PyTorch computes it)."""
+    start = np.arange(o) * s - p
+    end = np.minimum(start + k, n + p)
+    size = end - start
+    if not include_pad:
+        size = np.minimum(end, n) - np.maximum(start, 0)
+    return size
+
+
+def avg_pool2d(input, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True,
+               divisor_override=None):
+    x, unbatched = _batched("avg_pool2d", input)
+    k, s, p, d = _pool_args("avg_pool2d", kernel_size, stride, padding, 1)
+    n, c, h, w = x.shape
+    oh, ow = _geometry("avg_pool2d", h, w, k, s, p, d, ceil_mode)
+    cols = Im2Col.apply(x.reshape(n * c, 1, h, w), k + s + p + d + (oh, ow))   # (N*C, kh*kw, L)
+    total = cols.sum(1).reshape(n, c, oh, ow)
+    if divisor_override:
+        out = total / float(divisor_override)
+    else:
+        ch = _window_counts(h, k[0], s[0], p[0], oh, count_include_pad)
+        cw = _window_counts(w, k[1], s[1], p[1], ow, count_include_pad)
+        inv = tensor(1.0 / np.outer(ch, cw), dtype=x.dtype, device=x.device)
+        out = total * inv
+    return out.squeeze(0) if unbatched else out
+
+
+def _adaptive_matrix(n, o):
+    m = np.zeros((o, n))
+    for i in range(o):
+        a, b = (i * n) // o, -(-((i + 1) * n) // o)
+        m[i, a:b] = 1.0 / (b - a)
+    return m
+
+
+def adaptive_avg_pool2d(input, output_size):
+    x, unbatched = _batched("adaptive_avg_pool2d", input)
+    h, w = x.shape[2], x.shape[3]
+    if isinstance(output_size, int):
+        output_size = (output_size, output_size)
+    oh = h if output_size[0] is None else int(output_size[0])
+    ow = w if output_size[1] is None else int(output_size[1])
+    if oh <= 0 or ow <= 0 or h == 0 or w == 0:
+        raise RuntimeError(f"adaptive_avg_pool2d: invalid output size {output_size} for input {list(x.shape)}")
+    # adaptive windows are rectangles, and a mean over a rectangle is separable: Ph @ x @ Pw^T
+    ph = tensor(_adaptive_matrix(h, oh), dtype=x.dtype, device=x.device)
+    pw = tensor(_adaptive_matrix(w, ow).T.copy(), dtype=x.dtype, device=x.device)
+    out = ph @ x @ pw
+    return out.squeeze(0) if unbatched else out

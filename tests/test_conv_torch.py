@@ -1,0 +1,149 @@
+"""Conv / pool / norm modules against PyTorch: forward and every gradient, weights copied by state_dict name."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import minidl  # noqa: E402
+import minidl.nn as nn  # noqa: E402
+import minidl.nn.functional as F  # noqa: E402
+
+TOL = dict(rtol=1e-6, atol=1e-6)
+
+
+def _copy_state(ours, theirs):
+    state = {k: v for k, v in theirs.state_dict().items()}
+    for name, t in ours.state_dict().items():
+        assert name in state, name
+        src = state[name].detach().numpy()
+        with minidl.no_grad():
+            t.copy_(minidl.tensor(src, dtype=t.dtype))
+    assert set(ours.state_dict()) == set(state)
+
+
+def _compare(make_ours, make_theirs, shape, train=True, steps=1, seed=0):
+    torch.manual_seed(seed)
+    theirs = make_theirs().double()
+    ours = make_ours()
+    ours.to(minidl.float64) if hasattr(ours, "to") else None
+    _copy_state(ours, theirs)
+    ours.train(train)
+    theirs.train(train)
+    rng = np.random.default_rng(seed)
+    for _ in range(steps):
+        x = rng.standard_normal(shape)
+        xt = torch.tensor(x, requires_grad=True)
+        xm = minidl.tensor(x, requires_grad=True)
+        yt, ym = theirs(xt), ours(xm)
+        if isinstance(yt, tuple):
+            np.testing.assert_array_equal(ym[1].numpy(), yt[1].numpy())
+            yt, ym = yt[0], ym[0]
+        np.testing.assert_allclose(ym.detach().numpy(), yt.detach().numpy(), **TOL)
+        u = rng.standard_normal(tuple(yt.shape))
+        (yt * torch.tensor(u)).sum().backward()
+        (ym * minidl.tensor(u)).sum().backward()
+        np.testing.assert_allclose(xm.grad.numpy(), xt.grad.numpy(), **TOL)
+    params_t = dict(theirs.named_parameters())
+    for name, p in ours.named_parameters():
+        np.testing.assert_allclose(p.grad.numpy(), params_t[name].grad.numpy(), err_msg=name, **TOL)
+    buffers_t = dict(theirs.named_buffers())
+    for name, b in ours.named_buffers():
+        np.testing.assert_allclose(b.numpy().astype(np.float64), buffers_t[name].numpy().astype(np.float64),
+                                   err_msg=name, **TOL)
+
+
+CONV2D = [
+    dict(),
+    dict(stride=2, padding=1),
+    dict(stride=(1, 2), padding=(2, 0), dilation=(2, 1), groups=2),
+    dict(padding="same", dilation=2, bias=False),
+    dict(padding="same", groups=4),
+    dict(padding="valid", stride=3, groups=2),
+]
+
+
+@pytest.mark.parametrize("kw", CONV2D, ids=str)
+def test_conv2d(kw):
+    k = (3, 2) if kw.get("padding") != "same" else (2, 3)
+    _compare(lambda: nn.Conv2d(4, 8, k, **kw), lambda: torch.nn.Conv2d(4, 8, k, **kw), (2, 4, 9, 8))
+
+
+@pytest.mark.parametrize("kw", [dict(), dict(stride=2, padding=2, dilation=2, groups=2), dict(padding="same")],
+                         ids=str)
+def test_conv1d(kw):
+    _compare(lambda: nn.Conv1d(4, 6, 3, **kw), lambda: torch.nn.Conv1d(4, 6, 3, **kw), (2, 4, 11))
+
+
+@pytest.mark.parametrize("kw", [dict(), dict(stride=2, padding=1, output_padding=1),
+                                dict(stride=(2, 3), padding=(0, 1), output_padding=(1, 2), groups=2, dilation=(2, 1)),
+                                dict(stride=1, padding=1, dilation=3, output_padding=2, bias=False)], ids=str)
+def test_conv_transpose2d(kw):
+    _compare(lambda: nn.ConvTranspose2d(4, 6, (3, 2), **kw), lambda: torch.nn.ConvTranspose2d(4, 6, (3, 2), **kw),
+             (2, 4, 5, 4))
+
+
+@pytest.mark.parametrize("kw", [dict(kernel_size=2), dict(kernel_size=3, stride=2, padding=1, ceil_mode=True),
+                                dict(kernel_size=(2, 3), stride=(1, 2), dilation=(2, 1), return_indices=True),
+                                dict(kernel_size=3, stride=2, dilation=2, padding=1, ceil_mode=True,
+                                     return_indices=True)], ids=str)
+def test_max_pool2d(kw):
+    _compare(lambda: nn.MaxPool2d(**kw), lambda: torch.nn.MaxPool2d(**kw), (2, 3, 9, 8))
+
+
+@pytest.mark.parametrize("kw", [dict(kernel_size=2), dict(kernel_size=3, stride=2, padding=1, ceil_mode=True),
+                                dict(kernel_size=3, stride=2, padding=1, ceil_mode=True, count_include_pad=False),
+                                dict(kernel_size=(2, 3), stride=(1, 2), padding=(1, 1), divisor_override=5)],
+                         ids=str)
+def test_avg_pool2d(kw):
+    _compare(lambda: nn.AvgPool2d(**kw), lambda: torch.nn.AvgPool2d(**kw), (2, 3, 8, 9))
+
+
+@pytest.mark.parametrize("size", [1, (3, 4), (None, 2), (5, 7)], ids=str)
+def test_adaptive_avg_pool2d(size):
+    _compare(lambda: nn.AdaptiveAvgPool2d(size), lambda: torch.nn.AdaptiveAvgPool2d(size), (2, 3, 7, 9))
+
+
+@pytest.mark.parametrize("kw", [dict(), dict(momentum=None), dict(affine=False, momentum=0.3),
+                                dict(track_running_stats=False)], ids=str)
+@pytest.mark.parametrize("train", [True, False])
+def test_batch_norm2d(kw, train):
+    _compare(lambda: nn.BatchNorm2d(3, **kw), lambda: torch.nn.BatchNorm2d(3, **kw), (4, 3, 3, 2), train, steps=3)
+
+
+@pytest.mark.parametrize("shape", [(5, 3), (4, 3, 6)])
+def test_batch_norm1d(shape):
+    _compare(lambda: nn.BatchNorm1d(3), lambda: torch.nn.BatchNorm1d(3), shape, True, steps=2)
+
+
+@pytest.mark.parametrize("groups", [1, 2, 4])
+def test_group_norm(groups):
+    _compare(lambda: nn.GroupNorm(groups, 4), lambda: torch.nn.GroupNorm(groups, 4), (2, 4, 3, 5))
+
+
+def test_lenet_end_to_end():
+    def lenet(m):
+        return m.Sequential(m.Conv2d(1, 6, 5, padding=2), m.ReLU(), m.MaxPool2d(2), m.Conv2d(6, 16, 5), m.ReLU(),
+                            m.AvgPool2d(2), m.Flatten(), m.Linear(16 * 25, 10))
+    _compare(lambda: lenet(nn), lambda: lenet(torch.nn), (2, 1, 28, 28))
+
+
+def test_default_init_matches_torch_bounds():
+    conv = nn.Conv2d(6, 16, 5)
+    bound = 1 / np.sqrt(6 * 25)
+    w, b = conv.weight.detach().numpy(), conv.bias.detach().numpy()
+    assert np.abs(w).max() <= bound and np.abs(w).max() > 0.8 * bound
+    assert np.abs(b).max() <= bound
+    ct = nn.ConvTranspose2d(6, 4, 3, groups=2)
+    assert tuple(ct.weight.shape) == tuple(torch.nn.ConvTranspose2d(6, 4, 3, groups=2).weight.shape)
+
+
+def test_functional_unfold_fold_match_torch():
+    x = np.random.default_rng(1).standard_normal((2, 3, 6, 5))
+    got = F.unfold(minidl.tensor(x), (2, 3), stride=(2, 1), padding=1, dilation=(1, 2))
+    ref = torch.nn.functional.unfold(torch.tensor(x), (2, 3), stride=(2, 1), padding=1, dilation=(1, 2))
+    np.testing.assert_allclose(got.numpy(), ref.numpy(), **TOL)
+    back = F.fold(got, (6, 5), (2, 3), stride=(2, 1), padding=1, dilation=(1, 2))
+    ref_back = torch.nn.functional.fold(ref, (6, 5), (2, 3), stride=(2, 1), padding=1, dilation=(1, 2))
+    np.testing.assert_allclose(back.numpy(), ref_back.numpy(), **TOL)
