@@ -56,3 +56,20 @@ def vector_to_parameters(vec, parameters) -> None:
             n = p.numel()
             p.copy_(vec[pointer:pointer + n].view_as(p))
             pointer += n
+
+
+def weight_penalty(parameters, p: int = 2):
+    """Regularisation term: the sum over ``parameters`` of ``|w|`` (p=1, L1) or ``w**2`` (p=2, L2).
+
+    Differentiable; add ``lam * weight_penalty(model.parameters(), p)`` to the loss. (L2 through the
+    loss equals SGD's ``weight_decay=2*lam``; with Adam it differs from AdamW's decoupled decay.)
+    """
+    if p not in (1, 2):
+        raise ValueError(f"weight_penalty: p must be 1 (L1) or 2 (L2), got {p}")
+    terms = [(w.abs() if p == 1 else w * w).sum() for w in parameters]
+    if not terms:
+        raise ValueError("weight_penalty: got no parameters")
+    total = terms[0]
+    for term in terms[1:]:
+        total = total + term
+    return total
