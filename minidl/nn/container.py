@@ -47,11 +47,7 @@ class Sequential(Module):
                 delattr(self, key)
         else:
             delattr(self, self._get_item_by_idx(iter(self._modules.keys()), idx))
-        # keep the numbering contiguous, as PyTorch does
-        items = list(self._modules.values())
-        self._modules.clear()
-        for i, m in enumerate(items):
-            self._modules[str(i)] = m
+        _renumber(self)
 
     def __len__(self):
         return len(self._modules)
@@ -117,10 +113,7 @@ class ModuleList(Module):
                 delattr(self, str(k))
         else:
             delattr(self, str(_index(idx, len(self), "ModuleList")))
-        items = list(self._modules.values())
-        self._modules.clear()
-        for i, m in enumerate(items):
-            self._modules[str(i)] = m
+        _renumber(self)
 
     def __len__(self):
         return len(self._modules)
@@ -237,3 +230,11 @@ class Unflatten(Module):
 
     def extra_repr(self):
         return f"dim={self.dim}, unflattened_size={self.unflattened_size}"
+
+
+def _renumber(container) -> None:
+    """Keep the numbering of a Sequential/ModuleList contiguous after a deletion, as PyTorch does."""
+    items = list(container._modules.values())
+    container._modules.clear()
+    for i, m in enumerate(items):
+        container._modules[str(i)] = m

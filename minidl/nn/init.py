@@ -160,3 +160,13 @@ xavier_uniform = xavier_uniform_
 xavier_normal = xavier_normal_
 kaiming_uniform = kaiming_uniform_
 kaiming_normal = kaiming_normal_
+
+
+def default_reset_(weight, bias=None) -> None:
+    """PyTorch's default initialisation of Linear and Conv layers: kaiming_uniform_(a=sqrt(5)) for the
+    weight, U(-1/sqrt(fan_in), 1/sqrt(fan_in)) for the bias."""
+    kaiming_uniform_(weight, a=math.sqrt(5))
+    if bias is not None:
+        fan_in, _ = _calculate_fan_in_and_fan_out(weight)
+        bound = 1 / math.sqrt(fan_in) if fan_in > 0 else 0.0
+        uniform_(bias, -bound, bound)
