@@ -1,8 +1,17 @@
 """One knob for every thread pool minidl uses: Numba's and the BLAS library's."""
 from __future__ import annotations
 
+import os
+
 import numba
 from threadpoolctl import threadpool_limits
+
+# Numba's OpenMP layer spins badly when cores are shared (MPI ranks, a busy machine); its own
+# workqueue pool behaves. Chosen here, at import, because the first parallel kernel *or* the
+# first numba.set_num_threads() starts the pool with whatever layer is set then.
+# NUMBA_THREADING_LAYER still overrides.
+if "NUMBA_THREADING_LAYER" not in os.environ:
+    numba.config.THREADING_LAYER = "workqueue"
 
 _threads = numba.config.NUMBA_NUM_THREADS
 _blas_limit = None

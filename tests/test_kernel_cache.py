@@ -74,3 +74,12 @@ def test_all_jitted_code_lives_in_one_module():
         for name, obj in vars(module).items():
             if isinstance(obj, numba.core.dispatcher.Dispatcher):
                 assert obj.py_func.__module__ == "minidl.cpu.jit", f"{info.name}.{name} is jitted outside jit.py"
+
+
+def test_set_num_threads_before_the_first_op_keeps_the_workqueue_layer():
+    """The first numba.set_num_threads() starts the thread pool: the layer must be chosen before it."""
+    script = ("import minidl, numba; minidl.set_num_threads(2); x = minidl.randn(1 << 18); x + x; "
+              "print(numba.threading_layer())")
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_THREADING_LAYER"}
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, env=env)
+    assert out.returncode == 0 and out.stdout.strip() == "workqueue", out.stderr
