@@ -1,0 +1,350 @@
+"""Time one training step of two small models in minidl beside PyTorch (CPU), in the same run.
+
+A *step* is forward + loss + ``zero_grad`` + backward + ``optimizer.step`` on one synthetic batch
+(random data from a fixed seed, the same numbers for both libraries):
+
+(a) **MLP** 784-512-512-10 with ReLU, batch 128, ``SGD(lr=0.01, momentum=0.9)``, ``cross_entropy``.
+    Target: minidl / torch time **<= 1.0**.
+(b) **LeNet-style CNN** conv(1->32,3)-relu-maxpool2-conv(32->64,3)-relu-maxpool2-
+    linear(1600->128)-relu-linear(128->10) on 1x28x28 inputs, batch 64, ``Adam`` (lr 1e-3),
+    ``cross_entropy``. Target: minidl / torch time **<= 1.2**.
+
+Both run with 1 and with 2 threads (``minidl.set_num_threads(n)`` and ``torch.set_num_threads(n)``
+before each block). Method: each model is warmed up (this also loads or compiles minidl's Numba
+kernels), then timed as rounds of N back-to-back steps, the libraries taking turns round by round;
+the reported figure is the **median over rounds** of the per-step mean. The garbage collector
+stays on.
+
+**Peak memory.** Each (library, model) pair runs in a fresh subprocess that imports only its own
+library: build the model, warm up, ``gc.collect()``, reset the kernel's peak-RSS counter
+(``/proc/self/clear_refs`` <- ``5``), read VmRSS, run 20 steps, read VmHWM. That "growth after
+warm-up" is shown, but it is ~0 whenever each step reuses what the previous one freed (both
+libraries' MLP), so the target is applied to the **peak of training**: a throwaway copy of the
+model first takes two steps on a batch of 2 (loading kernels and lazy library state) and is
+deleted; then the measured model and batch are built, RSS is read, the peak counter is reset, and warm-up + 20 steps run; peak = highest RSS
+- that RSS (gradients, optimizer state, activations, workspace, allocator slack). Where the
+counter cannot be reset, ru_maxrss is used. Target: minidl's peak <= 1.3x PyTorch's.
+
+Usage::
+
+    python benchmarks/train_step.py           # full run, about one minute on 2 cores
+    python benchmarks/train_step.py --quick   # smoke run, ~25 s
+    python benchmarks/train_step.py --threads 1   # only one thread count
+    python benchmarks/train_step.py --profile     # also cProfile minidl's steps (top functions)
+
+The PyTorch columns and the targets are left out when ``import torch`` fails. Keep the machine
+idle (see benchmarks/README.md): on a 2-core box a second thread descheduled by another process
+makes every parallel kernel wait.
+"""
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+MLP_TARGET = 1.0
+LENET_TARGET = 1.2
+MEM_TARGET = 1.3
+MEM_STEPS = 20
+SEED = 0
+
+MODELS = {
+    "mlp": dict(label="MLP 784-512-512-10, batch 128, SGD(momentum 0.9)", batch=128, target=MLP_TARGET),
+    "lenet": dict(label="LeNet CNN 1x28x28, batch 64, Adam", batch=64, target=LENET_TARGET),
+}
+
+
+def _log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def _import(name: str):
+    if name == "torch":
+        try:
+            import torch
+        except Exception:  # noqa: BLE001  (not installed or broken: no torch columns)
+            return None
+        return torch
+    import minidl
+    return minidl
+
+
+# ----------------------------------------------------------------------------- models
+def build(lib, model: str, batch: int | None = None):
+    """A step closure (model, optimizer, one batch) for ``lib`` (minidl or torch); same data for both."""
+    nn, F = lib.nn, lib.nn.functional
+    lib.manual_seed(SEED)
+    rng = np.random.default_rng(SEED)
+    batch = batch or MODELS[model]["batch"]
+    if model == "mlp":
+        net = nn.Sequential(nn.Linear(784, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(),
+                            nn.Linear(512, 10))
+        x = rng.standard_normal((batch, 784), dtype=np.float32)
+        opt = lib.optim.SGD(net.parameters(), lr=0.01, momentum=0.9)
+    else:
+        net = nn.Sequential(
+            nn.Conv2d(1, 32, 3), nn.ReLU(), nn.MaxPool2d(2),
+            nn.Conv2d(32, 64, 3), nn.ReLU(), nn.MaxPool2d(2),
+            nn.Flatten(), nn.Linear(1600, 128), nn.ReLU(), nn.Linear(128, 10))
+        x = rng.standard_normal((batch, 1, 28, 28), dtype=np.float32)
+        opt = lib.optim.Adam(net.parameters(), lr=1e-3)
+    y = rng.integers(0, 10, size=batch).astype(np.int64)
+    xt, yt = lib.from_numpy(x), lib.from_numpy(y)
+
+    def step():
+        out = net(xt)
+        loss = F.cross_entropy(out, yt)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        return loss
+
+    return step
+
+
+def set_threads(libs: dict, n: int) -> None:
+    for lib in libs.values():
+        lib.set_num_threads(n)
+
+
+# ----------------------------------------------------------------------------- timing
+def time_model(libs: dict, model: str, rounds: int, steps: int, warmup: int) -> dict:
+    """Median over ``rounds`` of ms/step (mean of ``steps`` steps); libraries alternate by round."""
+    fns = {name: build(lib, model) for name, lib in libs.items()}
+    for name, fn in fns.items():
+        for _ in range(warmup):
+            fn()
+        loss = float(fn().item())
+        if not np.isfinite(loss):
+            raise RuntimeError(f"{name} {model}: loss is {loss}")
+    per = {name: [] for name in fns}
+    for _ in range(rounds):
+        for name, fn in fns.items():
+            start = time.perf_counter()
+            for _ in range(steps):
+                fn()
+            per[name].append((time.perf_counter() - start) / steps * 1e3)
+    return {name: statistics.median(v) for name, v in per.items()} | {
+        name + "_all": v for name, v in per.items()}
+
+
+# ----------------------------------------------------------------------------- memory
+def _status_kib(field: str) -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    raise KeyError(field)
+
+
+def _reset_peak() -> bool:
+    """Reset VmHWM to the current RSS (``/proc/self/clear_refs`` <- 5, Linux >= 4.0)."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+    except OSError:
+        return False
+    return _status_kib("VmHWM") <= _status_kib("VmRSS") + 64
+
+
+def mem_child(libname: str, model: str, threads: int, warmup: int) -> None:
+    """Runs in a subprocess: prints a JSON line with RSS figures in KiB."""
+    import resource
+    lib = _import(libname)
+    lib.set_num_threads(threads)
+    rss_import = _status_kib("VmRSS")
+    throwaway = build(lib, model, batch=2)    # load (minidl: Numba) kernels and lazy state
+    for _ in range(2):
+        throwaway()
+    del throwaway
+    gc.collect()
+    step = build(lib, model)
+    gc.collect()
+    rss_built = _status_kib("VmRSS")          # parameters and the batch, no step taken yet
+    reset = _reset_peak()
+    for _ in range(warmup):
+        step()
+    gc.collect()
+    hwm_warm = _status_kib("VmHWM")
+    ru_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    reset = _reset_peak() and reset
+    rss_before = _status_kib("VmRSS")
+    for _ in range(MEM_STEPS):
+        step()
+    hwm_steps = _status_kib("VmHWM")
+    if reset:
+        growth = hwm_steps - rss_before
+        working = max(hwm_warm, hwm_steps) - rss_built
+    else:                                       # no reset: fall back to ru_maxrss
+        growth = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - ru_before
+        working = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss_built
+    print(json.dumps(dict(growth=growth, working=working, reset=reset, rss_import=rss_import,
+                          rss_built=rss_built, rss_before=rss_before)))
+
+
+def measure_memory(libnames, model: str, threads: int, warmup: int) -> dict:
+    res = {}
+    for name in libnames:
+        cmd = [sys.executable, os.path.abspath(__file__), "--mem-child", name, model,
+               str(threads), str(warmup)]
+        out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+        res[name] = json.loads(out.strip().splitlines()[-1])
+    return res
+
+
+# ----------------------------------------------------------------------------- profile
+def profile_minidl(minidl, model: str, steps: int, top: int = 25) -> None:
+    import cProfile
+    import pstats
+    step = build(minidl, model)
+    for _ in range(3):
+        step()
+    prof = cProfile.Profile()
+    prof.enable()
+    for _ in range(steps):
+        step()
+    prof.disable()
+    print(f"\n#### cProfile, minidl {model}, {steps} steps, "
+          f"{minidl.get_num_threads()} thread(s) (top {top} by own time)\n\n```")
+    pstats.Stats(prof, stream=sys.stdout).sort_stats("tottime").print_stats(top)
+    print("```")
+
+
+# ----------------------------------------------------------------------------- report
+def _fmt_ratio(r: float, target: float) -> str:
+    return f"{r:.2f}x", ("met" if r <= target else "**missed**")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true", help="short smoke run")
+    ap.add_argument("--threads", type=int, nargs="*", default=[1, 2])
+    ap.add_argument("--no-memory", action="store_true")
+    ap.add_argument("--profile", action="store_true", help="cProfile minidl's steps too")
+    ap.add_argument("--mem-child", nargs=4, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+
+    if args.mem_child:
+        libname, model, threads, warmup = args.mem_child
+        mem_child(libname, model, int(threads), int(warmup))
+        return
+
+    t0 = time.perf_counter()
+    import minidl
+    torch = _import("torch")
+    libs = {"minidl": minidl} | ({"torch": torch} if torch is not None else {})
+    have_torch = torch is not None
+
+    if args.quick:
+        rounds, warmup, steps = 5, 3, {"mlp": 5, "lenet": 3}
+    else:
+        rounds, warmup, steps = 7, 10, {"mlp": 40, "lenet": 12}
+
+    import numba
+    print("## Training step (minidl vs PyTorch, CPU)\n")
+    print(f"Python {platform.python_version()}, minidl {minidl.__version__}, numpy {np.__version__}, "
+          f"numba {numba.__version__}" + (f", torch {torch.__version__}" if have_torch else
+                                          ", torch not importable (no torch columns)"))
+    print(f"{os.cpu_count()} CPUs; load average at start: {os.getloadavg()[0]:.2f}; "
+          f"{rounds} rounds per case, warm-up {warmup} steps"
+          + (" (--quick)" if args.quick else "") + "\n")
+
+    verdicts = []
+    for n in args.threads:
+        set_threads(libs, n)
+        print(f"### {n} thread{'s' if n > 1 else ''} (minidl and torch)\n")
+        hdr = "| model | steps/round | minidl ms/step |"
+        sep = "|---|---:|---:|"
+        if have_torch:
+            hdr += " torch ms/step | minidl / torch | target | verdict |"
+            sep += "---:|---:|---|---|"
+        print(hdr)
+        print(sep)
+        for model, meta in MODELS.items():
+            _log(f"[{time.perf_counter() - t0:6.1f}s] timing {model}, {n} thread(s)")
+            r = time_model(libs, model, rounds, steps[model], warmup)
+            row = f"| {meta['label']} | {steps[model]} | {r['minidl']:.2f} |"
+            if have_torch:
+                ratio = r["minidl"] / r["torch"]
+                rs, verdict = _fmt_ratio(ratio, meta["target"])
+                row += f" {r['torch']:.2f} | {rs} | <= {meta['target']}x | {verdict} |"
+                verdicts.append(f"{model} step time, {n} thread(s): {rs} (target <= "
+                                f"{meta['target']}x) -> {verdict.strip('*').upper()}")
+            print(row, flush=True)
+            _log("    rounds ms/step: " + "; ".join(
+                f"{k}: " + ", ".join(f"{v:.2f}" for v in r[k + '_all']) for k in libs))
+        print()
+
+    try:
+        layer = numba.threading_layer()
+    except ValueError:          # no parallel kernel launched yet
+        layer = "not started"
+    print(f"Numba threading layer in use: {layer} (numba.config.THREADING_LAYER = "
+          f"{numba.config.THREADING_LAYER!r}, NUMBA_THREADING_LAYER = "
+          f"{os.environ.get('NUMBA_THREADING_LAYER', 'unset')})\n")
+
+    if not args.no_memory:
+        mem_threads = max(args.threads)
+        print(f"### Peak memory over {MEM_STEPS} steps after warm-up "
+              f"({mem_threads} thread{'s' if mem_threads > 1 else ''}, one subprocess each)\n")
+        hdr = "| model | minidl peak MiB |"
+        sep = "|---|---:|"
+        if have_torch:
+            hdr += " torch peak MiB | minidl / torch | target | verdict |"
+            sep += "---:|---:|---|---|"
+        hdr += " minidl growth after warm-up MiB |" + (" torch growth after warm-up MiB |"
+                                                       if have_torch else "")
+        sep += "---:|" + ("---:|" if have_torch else "")
+        print(hdr)
+        print(sep)
+        notes = []
+        for model, meta in MODELS.items():
+            _log(f"[{time.perf_counter() - t0:6.1f}s] memory {model}")
+            m = measure_memory(list(libs), model, mem_threads, warmup)
+            w = {k: v["working"] / 1024 for k, v in m.items()}
+            g = {k: v["growth"] / 1024 for k, v in m.items()}
+            row = f"| {meta['label']} | {w['minidl']:.1f} |"
+            if have_torch:
+                ratio = w["minidl"] / max(w["torch"], 1e-9)
+                rs, verdict = _fmt_ratio(ratio, MEM_TARGET)
+                row += f" {w['torch']:.1f} | {rs} | <= {MEM_TARGET}x | {verdict} |"
+                verdicts.append(f"{model} peak memory of training: {rs} (target <= {MEM_TARGET}x)"
+                                f" -> {verdict.strip('*').upper()}")
+            row += f" {g['minidl']:.1f} |" + (f" {g['torch']:.1f} |" if have_torch else "")
+            print(row, flush=True)
+            _log("    " + json.dumps(m))
+            if not all(v["reset"] for v in m.values()):
+                notes.append(f"{model}: peak counter could not be reset; ru_maxrss used")
+        print(f"\npeak = highest RSS during warm-up and the {MEM_STEPS} timed steps - RSS once the "
+              "model and batch exist (gradients, optimizer state, activations, workspace, "
+              f"allocator slack). growth after warm-up = highest RSS during the {MEM_STEPS} steps "
+              "- RSS just before them (about 0 when every step reuses memory freed by the last).")
+        for note in notes:
+            print(f"\nNote: {note}")
+        print()
+
+    if verdicts:
+        print("### Targets\n")
+        for v in verdicts:
+            print(f"- {v}")
+        print()
+
+    if args.profile:
+        minidl.set_num_threads(min(args.threads))   # 1 thread: no parallel-launch noise
+        for model in MODELS:
+            profile_minidl(minidl, model, 20 if model == "mlp" else 10)
+
+    print(f"load average at end: {os.getloadavg()[0]:.2f}; "
+          f"wall time {time.perf_counter() - t0:.0f} s")
+
+
+if __name__ == "__main__":
+    main()
