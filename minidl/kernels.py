@@ -25,7 +25,7 @@ scan       (op, x, x_layout, dim, out)                     inclusive scan along 
 take       (src, src_layout, index, out)                   out[i] = src[flat index[i]] (row-major)
 put        (dst, dst_layout, index, values, accumulate)    dst[flat index[i]] (+)= values[i]
 nonzero    (x, x_layout) -> int64 buffer                   flat indices of nonzero elements
-matmul     (a, b, out, batch, m, k, n)                     contiguous (batch,m,k) @ (batch,k,n)
+matmul     (a, al, b, bl, out, ol)                         (...,m,k) @ (...,k,n), batch dims equal
 im2col     (x, cols, geom)                                 cols (N,C*kh*kw,oh*ow) = windows of x (N,C,h,w)
 col2im     (cols, x, geom)                                 x += the adjoint of im2col (accumulates)
 max_pool2d (x, out, index, geom)                           out = window max; int64 index in the h*w plane

@@ -1,11 +1,13 @@
-"""Matrix multiply on the CPU: BLAS (through numpy) on contiguous operands."""
+"""Matrix multiply on the CPU: BLAS through numpy, which reads transposed operands in place."""
 import numpy as np
 
 from .. import kernels
+from .memory import numpy_view
 
 
 @kernels.register("matmul")
-def matmul(a, b, out, batch, m, k, n):
-    """out (batch, m, n) = a (batch, m, k) @ b (batch, k, n), all contiguous from offset 0."""
-    np.matmul(a[:batch * m * k].reshape(batch, m, k), b[:batch * k * n].reshape(batch, k, n),
-              out=out[:batch * m * n].reshape(batch, m, n))
+def matmul(a, al, b, bl, out, ol):
+    """out = a @ b over layouts of shape (..., m, k), (..., k, n), (..., m, n) with equal batch dims
+    (broadcast ones have stride 0). numpy hands BLAS any operand it can pass with a transpose flag
+    and copies only the ones it cannot."""
+    np.matmul(numpy_view(a, al), numpy_view(b, bl), out=numpy_view(out, ol))

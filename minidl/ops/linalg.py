@@ -7,11 +7,12 @@ import string
 from .. import _dtype as dt
 from ..autograd import Function
 from ..layout import broadcast_shapes
-from .core import buf, cast, check_devices, kernel, new_like_shape, packed_buffer, sum_to
+from .core import buf, cast, check_devices, kernel, new_like_shape, sum_to
 
 
 class MatMul(Function):
-    """(..., m, k) @ (..., k, n) with broadcast batch dims; BLAS on packed operands."""
+    """(..., m, k) @ (..., k, n) with broadcast batch dims. The kernel gets the operands' layouts
+    (transposed or broadcast ones included) and packs nothing itself."""
 
     @staticmethod
     def forward(ctx, a, b):
@@ -22,12 +23,11 @@ class MatMul(Function):
                                f"cannot be broadcast together") from None
         m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
         compute = dt.compute_dtype(a.dtype)
-        ac = cast(a.expand(tuple(batch) + (m, k)), compute)
-        bc = cast(b.expand(tuple(batch) + (k, n)), compute)
+        ac = cast(a, compute).expand(tuple(batch) + (m, k))
+        bc = cast(b, compute).expand(tuple(batch) + (k, n))
         out = new_like_shape(tuple(batch) + (m, n), compute, a)
-        count = math.prod(batch)
         if out.numel():
-            kernel("matmul", a)(packed_buffer(ac), packed_buffer(bc), buf(out), count, m, k, n)
+            kernel("matmul", a)(buf(ac), ac._layout, buf(bc), bc._layout, buf(out), out._layout)
         ctx.save_for_backward(a, b)
         return cast(out, a.dtype)
 
