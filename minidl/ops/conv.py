@@ -151,13 +151,19 @@ def col2im(cols, output_size, kernel_size, stride=1, padding=0, dilation=1):
     return Col2Im.apply(cols, (n, c, h, w), k + s + p + d + (oh, ow))
 
 
-def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
-    check_devices("conv2d", input, weight, *([bias] if bias is not None else []))
-    x, unbatched = _batched("conv2d", input)
+def _conv_inputs(name, input, weight, bias):
+    """Shared checks of conv2d and conv_transpose2d: devices, a 4D weight, one dtype; a batched input."""
+    check_devices(name, input, weight, *([bias] if bias is not None else []))
+    x, unbatched = _batched(name, input)
     if weight.ndim != 4:
-        raise RuntimeError(f"conv2d: expected a 4D weight, got {weight.ndim}D")
+        raise RuntimeError(f"{name}: expected a 4D weight, got {weight.ndim}D")
     if x.dtype is not weight.dtype or (bias is not None and bias.dtype is not x.dtype):
-        raise RuntimeError(f"conv2d: input ({x.dtype.name}) and weight/bias must have the same dtype")
+        raise RuntimeError(f"{name}: input ({x.dtype.name}) and weight/bias must have the same dtype")
+    return x, unbatched
+
+
+def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+    x, unbatched = _conv_inputs("conv2d", input, weight, bias)
     n, c, h, w = x.shape
     o, cg, kh, kw = weight.shape
     groups = int(groups)
@@ -214,12 +220,7 @@ def conv1d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
 
 
 def conv_transpose2d(input, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1, dilation=1):
-    check_devices("conv_transpose2d", input, weight, *([bias] if bias is not None else []))
-    x, unbatched = _batched("conv_transpose2d", input)
-    if weight.ndim != 4:
-        raise RuntimeError(f"conv_transpose2d: expected a 4D weight, got {weight.ndim}D")
-    if x.dtype is not weight.dtype or (bias is not None and bias.dtype is not x.dtype):
-        raise RuntimeError(f"conv_transpose2d: input ({x.dtype.name}) and weight/bias must have the same dtype")
+    x, unbatched = _conv_inputs("conv_transpose2d", input, weight, bias)
     n, c, h, w = x.shape
     ci, og, kh, kw = weight.shape
     groups = int(groups)
