@@ -6,6 +6,8 @@ build, so ops never import the layer above them.
 """
 from __future__ import annotations
 
+import sys
+
 from . import kernels
 from ._device import device as Device
 from .autograd.variable import Variable
@@ -47,6 +49,19 @@ class TensorBase(Variable):
 
     def dim(self) -> int:
         return len(self._layout.shape)
+
+    def _owns_whole_storage(self) -> bool:
+        """True when this tensor is the one packed view of a buffer that nothing else references
+        (no other tensor, view or numpy array; a base only this view refers to is fine), so it
+        may be kept without a defensive copy."""
+        base = self._base
+        if base is not None and sys.getrefcount(base) > 3:  # our _base slot, this local, the argument
+            return False
+        storage = self._storage  # referenced by this local, getrefcount's argument and the tensors
+        holders = 3 if base is None else 4
+        return (storage.writable and self._layout.offset == 0 and self._layout.is_contiguous
+                and self._layout.numel == storage.buf.size
+                and sys.getrefcount(storage) <= holders and sys.getrefcount(storage.buf) <= 2)
 
     def numel(self) -> int:
         return self._layout.numel

@@ -818,3 +818,86 @@ def test_mark_dirty_rebases_the_input_onto_the_custom_function():
     assert z is y and y.tolist() == [4, 16]
     (z * z).sum().backward()      # d(w^4)/dw = 4 w^3
     assert w.grad.tolist() == [32, 256]
+
+
+# -- AccumulateGrad keeps a gradient buffer nobody else can see, and copies every other one ----------
+def _grad_is_private(leaf, *others):
+    """Writing into leaf.grad must not change any other tensor (no hidden aliasing)."""
+    before = [o.detach().numpy().copy() for o in others]
+    leaf.grad.add_(1000.0)
+    return all(np.array_equal(b, o.detach().numpy()) for b, o in zip(before, others))
+
+
+def test_fresh_gradient_is_kept_without_a_copy():
+    made = []
+
+    class Double(Function):
+        @staticmethod
+        def forward(ctx, x):
+            return x * 2.0
+
+        @staticmethod
+        def backward(ctx, g):
+            out = g * 2.0
+            made.append(out.data_ptr())   # the address only: no reference is kept
+            return out
+
+    w = minidl.randn(8, 4, requires_grad=True)
+    Double.apply(w).sum().backward()
+    np.testing.assert_allclose(w.grad.numpy(), 2.0)
+    assert w.grad.data_ptr() == made[0]
+
+
+def test_gradient_shared_with_a_retained_grad_is_copied():
+    x = minidl.randn(5, requires_grad=True)
+    y = x.clone()              # Clone's backward hands its incoming gradient straight through
+    y.retain_grad()
+    (y * 3.0).sum().backward()
+    assert _grad_is_private(x, y.grad)
+
+
+def test_gradient_saved_by_a_hook_is_copied():
+    x = minidl.randn(5, requires_grad=True)
+    kept = []
+    x.register_hook(lambda g: kept.append(g))
+    (x * 2.0).sum().backward()
+    assert _grad_is_private(x, kept[0])
+
+
+def test_user_supplied_gradient_is_copied():
+    x = minidl.randn(5, requires_grad=True)
+    upstream = minidl.ones(5)
+    x.clone().backward(upstream)
+    assert _grad_is_private(x, upstream)
+
+
+def test_one_gradient_reaching_two_leaves_is_not_shared():
+    a = minidl.randn(5, requires_grad=True)
+    b = minidl.randn(5, requires_grad=True)
+    (a + b).backward(minidl.randn(5) * 1.0)
+    assert _grad_is_private(a, b.grad) and _grad_is_private(b, a.grad)
+
+
+def test_gradient_that_is_a_view_is_copied():
+    x = minidl.randn(4, requires_grad=True)
+    y = minidl.randn(4, requires_grad=True)
+    z = minidl.cat([x, y]) * 2.0            # the cat backward gives each input a view of one buffer
+    z.sum().backward()
+    assert _grad_is_private(x, y.grad)
+    np.testing.assert_allclose(x.grad.numpy(), 1002.0)
+
+
+def test_linear_layer_gradients_need_no_copies(monkeypatch):
+    """The weight's gradient arrives through a transpose view and the bias's through a reduction:
+    both are buffers only autograd holds, so backward copies nothing into .grad."""
+    from minidl import kernels
+    layer = minidl.nn.Linear(6, 4)
+    x = minidl.randn(3, 6)
+    loss = layer(x).sum()
+    copies = []
+    copy = kernels.get("copy", "cpu")
+    monkeypatch.setitem(kernels._registry, ("cpu", "copy"), lambda *a: copies.append(a) or copy(*a))
+    loss.backward()
+    assert copies == []
+    np.testing.assert_allclose(layer.weight.grad.numpy(), np.tile(x.numpy().sum(0), (4, 1)), rtol=1e-5)
+    np.testing.assert_allclose(layer.bias.grad.numpy(), 3.0)

@@ -120,7 +120,7 @@ def run(tensors, grad_tensors, retain_graph, create_graph, capture=None):
                     continue  # nothing wanted lies below: don't run (or free) this node
             if type(node) is AccumulateGrad:
                 if node_grads[0] is not None:
-                    node.accumulate(node_grads[0], create_graph)
+                    node.accumulate(node_grads.pop(), create_graph)  # pop: hand over our reference
                 continue
             input_grads = node.run_backward(node_grads)
             if not retain_graph:
@@ -137,6 +137,8 @@ def run(tensors, grad_tensors, retain_graph, create_graph, capture=None):
                 deps[child] = left - 1
                 if left == 1:
                     ready.append(child)
+            # drop this loop's references: AccumulateGrad keeps, without copying, gradients only it holds
+            input_grads = g = None
     finally:
         state.enabled = previous
     return captured

@@ -9,6 +9,8 @@ ops and user-defined ops use this same class.
 """
 from __future__ import annotations
 
+import sys
+
 from . import grad_mode
 from .hooks import apply_hooks
 from .variable import Variable
@@ -217,6 +219,18 @@ def _conform(node, i, grad, meta):
     return grad
 
 
+def _lone_argument_refcount() -> int:
+    """``sys.getrefcount`` of a method argument that nothing else refers to (the engine passes a
+    gradient it popped from its buffer); measured, since it differs across CPython versions."""
+    class Probe:
+        def count(self, x):
+            return sys.getrefcount(x)
+    return Probe().count([object()].pop())
+
+
+_LONE_REFCOUNT = _lone_argument_refcount()
+
+
 class AccumulateGrad(Function):
     """The node at a leaf: runs the leaf's hooks, then adds the gradient into ``.grad``."""
 
@@ -232,7 +246,13 @@ class AccumulateGrad(Function):
         if run_hooks and leaf._hooks:
             grad = apply_hooks(leaf._hooks, grad)
         if leaf.grad is None:
-            leaf.grad = grad.clone() if create_graph else grad.detach().clone()
+            if create_graph:
+                leaf.grad = grad.clone()
+            elif (sys.getrefcount(grad) <= _LONE_REFCOUNT and not grad.requires_grad
+                  and grad._owns_whole_storage()):
+                leaf.grad = grad  # nobody else can see this buffer: keep it instead of copying (as PyTorch does)
+            else:
+                leaf.grad = grad.detach().clone()
         elif create_graph:
             leaf.grad = leaf.grad + grad
         else:

@@ -34,9 +34,18 @@ class MatMul(Function):
     @staticmethod
     def backward(ctx, g):
         a, b = ctx.saved_tensors
-        ga = sum_to(g @ b.mT, a.shape) if ctx.needs_input_grad[0] else None
-        gb = sum_to(a.mT @ g, b.shape) if ctx.needs_input_grad[1] else None
+        ga = sum_to(_product_like(g, b.mT, a), a.shape) if ctx.needs_input_grad[0] else None
+        gb = sum_to(_product_like(a.mT, g, b), b.shape) if ctx.needs_input_grad[1] else None
         return ga, gb
+
+
+def _product_like(x, y, like):
+    """x @ y in ``like``'s memory order: as (y.mT @ x.mT).mT when ``like`` is column-major (say
+    Linear's ``weight.T``), so that the gradient of a transposed weight comes out packed."""
+    shape, strides = like.shape, like.stride()
+    if len(shape) >= 2 and shape[-2] > 1 and strides[-2] == 1 and strides[-1] == shape[-2]:
+        return (y.mT @ x.mT).mT
+    return x @ y
 
 
 def matmul(a, b):
