@@ -29,12 +29,25 @@ matmul     (a, al, b, bl, out, ol)                         (...,m,k) @ (...,k,n)
 im2col     (x, cols, geom)                                 cols (N,C*kh*kw,oh*ow) = windows of x (N,C,h,w)
 col2im     (cols, x, geom)                                 x += the adjoint of im2col (accumulates)
 max_pool2d (x, out, index, geom)                           out = window max; int64 index in the h*w plane
+sgd_step   (p, g, buf, lr, wd, momentum, dampening,        one fused SGD update of packed 1-D buffers
+            nesterov, maximize, first)                     (``torch.optim.SGD``'s formulas, see below)
+adam_step  (p, g, m, v, vmax, beta1, beta2, eps, wd,       one fused Adam/AdamW update (see below)
+            decay, amsgrad, maximize, step_size, bc2)
 =========  ==============================================  ============================================
 
 ``geom`` for the last three is ``(planes, h, w, kh, kw, sh, sw, ph, pw, dh, dw, oh, ow)``: planes =
 N*C, image size, kernel size, stride, zero padding, dilation, output size; all buffers are contiguous
 from element 0. Window (i, j) tap (ki, kj) reads image row i*sh - ph + ki*dh, column j*sw - pw + kj*dw
 (outside the image: zero for im2col, skipped by max_pool2d and col2im).
+
+The optimizer steps update each element in place, with ``d = -g if maximize else g``:
+
+- sgd_step: ``d += wd*p``; with momentum, ``buf = d if first else momentum*buf + (1-dampening)*d``
+  and ``d = d + momentum*buf if nesterov else buf``; then ``p -= lr*d``.
+- adam_step: ``p *= decay`` (AdamW's decoupled decay, 1 otherwise); ``d += wd*p``;
+  ``m += (1-beta1)*(d-m)``; ``v = beta2*v + (1-beta2)*d*d``; with amsgrad ``vmax = max(vmax, v)`` is used
+  for v; ``p -= step_size * m / (sqrt(v)/bc2 + eps)`` (step_size = lr / bias correction 1, bc2 = the
+  square root of bias correction 2).
 """
 from __future__ import annotations
 
@@ -43,7 +56,8 @@ import importlib
 UNARY_OPS = ("neg", "abs", "sign", "exp", "log", "log1p", "expm1", "sqrt", "rsqrt", "reciprocal",
              "sin", "cos", "tan", "tanh", "sigmoid", "relu", "erf", "floor", "ceil", "round",
              "trunc", "square")
-BINARY_OPS = ("add", "sub", "mul", "div", "floordiv", "remainder", "pow", "maximum", "minimum")
+BINARY_OPS = ("add", "sub", "mul", "div", "floordiv", "remainder", "pow", "maximum", "minimum",
+              "gate")  # gate: a where b > 0, else 0 (ReLU's backward in one pass)
 COMPARE_OPS = ("eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or", "logical_xor")
 REDUCE_OPS = ("sum", "prod", "max", "min")
 ARG_REDUCE_OPS = ("argmax", "argmin")
@@ -51,7 +65,7 @@ SCAN_OPS = ("cumsum", "cumprod")
 
 PRIMITIVES = ("alloc", "from_host", "to_host", "copy", "unary", "binary", "compare", "where",
               "reduce", "arg_reduce", "scan", "take", "put", "nonzero", "matmul",
-              "im2col", "col2im", "max_pool2d")
+              "im2col", "col2im", "max_pool2d", "sgd_step", "adam_step")
 
 # device type -> module whose import registers that device's kernels
 _BACKEND_MODULES = {"cpu": "minidl.cpu", "cuda": "minidl.cuda"}

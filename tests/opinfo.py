@@ -188,6 +188,9 @@ op("Maximum",
 op("Minimum",
    S("minimum", minidl.minimum, _m_a, _m_a + nonzero(3, 4)),
    S("minimum-broadcast", minidl.minimum, distinct(3, 4), distinct(4) + 0.1))
+op("Gate",  # ReLU's backward: a where b > 0, else 0
+   S("gate", lambda a, b: minidl.ops.elementwise.Gate.apply(a, b), rn(3, 4), nonzero(3, 4)),
+   S("gate-broadcast", lambda a, b: minidl.ops.elementwise.Gate.apply(a, b), rn(3, 4), nonzero(4)))
 _fd_b = pos(3, 4)
 op("FloorDivide", S("floor_divide", lambda a, b: a // b, _fd_b * frac(3, 4), _fd_b))
 op("Remainder",

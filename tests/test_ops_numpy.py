@@ -164,6 +164,8 @@ BINARY = {
     "pow": (operator.pow, np.power, "positive", "small"),
     "maximum": (minidl.maximum, np.maximum, "normal", "normal"),
     "minimum": (minidl.minimum, np.minimum, "normal", "normal"),
+    "gate": (lambda a, b: minidl.ops.elementwise.Gate.apply(a, b), lambda a, b: np.where(b > 0, a, 0 * a),
+             "normal", "normal"),   # ReLU's backward
 }
 
 
@@ -192,7 +194,7 @@ def test_binary_tensor_tensor_broadcast_views(name, data):
     check(out, _binary_expected(name, ref, a, b, result), result)
 
 
-@pytest.mark.parametrize("name", sorted(set(BINARY) - {"maximum", "minimum"}))   # those take tensors only
+@pytest.mark.parametrize("name", sorted(set(BINARY) - {"maximum", "minimum", "gate"}))   # those take tensors only
 @given(data=st.data())
 def test_binary_with_python_scalars(name, data):
     op, ref, dom_a, _ = BINARY[name]

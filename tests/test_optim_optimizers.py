@@ -156,6 +156,36 @@ def test_trajectory_matches_numpy_reference(cls, ref, kwargs):
     np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12)
 
 
+@pytest.mark.parametrize("cls,ref,kwargs", [
+    (optim.SGD, ref_sgd, dict(lr=0.01, momentum=0.9, nesterov=True, weight_decay=0.1)),
+    (optim.Adam, ref_adam, dict(lr=0.05, weight_decay=0.1, amsgrad=True)),
+    (optim.AdamW, ref_adamw, dict(lr=0.05, weight_decay=0.3))], ids=["SGD", "Adam", "AdamW"])
+def test_fused_update_of_a_non_contiguous_parameter(cls, ref, kwargs):
+    """The fused kernels want packed buffers: a strided parameter goes through a packed copy."""
+    wide = minidl.zeros(3, 2, dtype=minidl.float64)
+    wide[:, 0] = minidl.tensor(W0)
+    w = wide[:, 0].detach().requires_grad_()     # stride 2
+    c = minidl.tensor(C0, dtype=minidl.float64, requires_grad=True)
+    opt = cls([w, c], **kwargs)
+    for _ in range(STEPS):
+        opt.zero_grad()
+        loss_fn(w, c).backward()
+        opt.step()
+    assert w.stride() == (2,)
+    np.testing.assert_allclose(w.detach().numpy(), run_ref(ref, kwargs)[-1, :3], rtol=1e-10, atol=1e-12)
+    np.testing.assert_array_equal(wide[:, 1].numpy(), 0.0)
+
+
+def test_fused_step_rejects_mismatched_state():
+    w = minidl.zeros(3, requires_grad=True)
+    opt = optim.SGD([w], lr=0.1, momentum=0.9)
+    w.grad = minidl.ones(3)
+    opt.step()
+    opt.state[w]["momentum_buffer"] = minidl.zeros(4)
+    with pytest.raises(RuntimeError, match=r"sgd_step: parameter \[3\].*\[4\]"):
+        opt.step()
+
+
 @pytest.mark.parametrize("cls,kwargs", [(optim.SGD, dict(lr=0.01, momentum=0.9)), (optim.Adam, dict(lr=0.1)),
                                         (optim.AdamW, dict(lr=0.1)), (optim.RMSprop, dict(lr=0.01)),
                                         (optim.Adagrad, dict(lr=0.5))])

@@ -135,8 +135,10 @@ def apply_binary(op, x, y):
         return x ** y
     elif op == 7:
         return x if (x >= y or x != x) else y
-    else:
+    elif op == 8:
         return x if (x <= y or x != x) else y
+    else:
+        return x if y > 0 else x * 0
 
 
 @njit(inline="always")
@@ -275,6 +277,9 @@ def _binary_run(op, a, b, out):
     elif op == 2:
         for j in range(out.size):
             out[j] = a[j] * b[j]
+    elif op == 9:
+        for j in range(out.size):
+            out[j] = a[j] if b[j] > 0 else a[j] * 0
     else:
         for j in range(out.size):
             out[j] = apply_binary(op, a[j], b[j])
@@ -664,3 +669,86 @@ def max_pool2d_serial(x, out, idx, planes, h, w, kh, kw, sh, sw, ph, pw, dh, dw,
 def max_pool2d_parallel(x, out, idx, planes, h, w, kh, kw, sh, sw, ph, pw, dh, dw, oh, ow):
     for p in prange(planes):
         _max_pool_plane(x, out, idx, p, h, w, kh, kw, sh, sw, ph, pw, dh, dw, oh, ow)
+
+
+# ----------------------------------------------------------------------------- fused optimizer steps
+# One pass per parameter instead of one per elementwise op; each item updates elements [lo, hi).
+# Factors such as 1 - dampening arrive precomputed (in float64, then rounded) as PyTorch does it.
+@njit(inline="always")
+def _sgd_range(p, g, buf, lr, wd, momentum, keep, nesterov, sign, first, lo, hi):
+    # branches on the flags are selects or hoisted out of the loops, which keeps them vectorised;
+    # sign (-1 to maximize) has the parameters' dtype, so float32 math stays float32
+    ps, gs, bs = p[lo:hi], g[lo:hi], buf[lo:hi]
+    if momentum == 0:
+        for i in range(ps.size):
+            d = gs[i] * sign
+            d = d + wd * ps[i] if wd != 0 else d
+            ps[i] = ps[i] - lr * d
+        return
+    for i in range(ps.size):
+        d = gs[i] * sign
+        d = d + wd * ps[i] if wd != 0 else d
+        b = d if first else bs[i] * momentum + keep * d
+        bs[i] = b
+        d = d + momentum * b if nesterov else b
+        ps[i] = ps[i] - lr * d
+
+
+@njit(cache=True, nogil=True)
+def sgd_serial(p, g, buf, lr, wd, momentum, keep, nesterov, sign, first, items):
+    for t in range(items):
+        _sgd_range(p, g, buf, lr, wd, momentum, keep, nesterov, sign, first,
+                   t * CHUNK, min(p.size, (t + 1) * CHUNK))
+
+
+@njit(cache=True, nogil=True, parallel=True)
+def sgd_parallel(p, g, buf, lr, wd, momentum, keep, nesterov, sign, first, items):
+    for t in prange(items):
+        _sgd_range(p, g, buf, lr, wd, momentum, keep, nesterov, sign, first,
+                   t * CHUNK, min(p.size, (t + 1) * CHUNK))
+
+
+@njit(inline="always")
+def _adam_moments(p, g, m, v, c1, beta2, c2, wd, decay, sign, i):
+    """Decay p (AdamW), then update the moments of element i; returns (new p, m, v)."""
+    pi = p[i] * decay
+    d = g[i] * sign
+    d = d + wd * pi if wd != 0 else d
+    mi = m[i] + c1 * (d - m[i])
+    vi = v[i] * beta2 + c2 * d * d
+    m[i] = mi
+    v[i] = vi
+    return pi, mi, vi
+
+
+@njit(inline="always")
+def _adam_range(p, g, m, v, vmax, c1, beta2, c2, eps, wd, decay, amsgrad, sign, step_size, bc2_sqrt,
+                lo, hi):
+    ps, gs, ms, vs = p[lo:hi], g[lo:hi], m[lo:hi], v[lo:hi]
+    if amsgrad:
+        vm = vmax[lo:hi]
+        for i in range(ps.size):
+            pi, mi, vi = _adam_moments(ps, gs, ms, vs, c1, beta2, c2, wd, decay, sign, i)
+            top = vm[i] if vm[i] >= vi else vi  # a NaN in v is kept
+            vm[i] = top
+            ps[i] = pi - step_size * (mi / (math.sqrt(top) / bc2_sqrt + eps))
+    else:
+        for i in range(ps.size):
+            pi, mi, vi = _adam_moments(ps, gs, ms, vs, c1, beta2, c2, wd, decay, sign, i)
+            ps[i] = pi - step_size * (mi / (math.sqrt(vi) / bc2_sqrt + eps))
+
+
+@njit(cache=True, nogil=True)
+def adam_serial(p, g, m, v, vmax, c1, beta2, c2, eps, wd, decay, amsgrad, sign, step_size, bc2_sqrt,
+                items):
+    for t in range(items):
+        _adam_range(p, g, m, v, vmax, c1, beta2, c2, eps, wd, decay, amsgrad, sign, step_size, bc2_sqrt,
+                    t * CHUNK, min(p.size, (t + 1) * CHUNK))
+
+
+@njit(cache=True, nogil=True, parallel=True)
+def adam_parallel(p, g, m, v, vmax, c1, beta2, c2, eps, wd, decay, amsgrad, sign, step_size, bc2_sqrt,
+                  items):
+    for t in prange(items):
+        _adam_range(p, g, m, v, vmax, c1, beta2, c2, eps, wd, decay, amsgrad, sign, step_size, bc2_sqrt,
+                    t * CHUNK, min(p.size, (t + 1) * CHUNK))

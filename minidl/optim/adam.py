@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from .. import ops
 from ..autograd import no_grad
+from ..ops import fused
 from .optimizer import Optimizer, _call_closure
 
 
@@ -49,27 +50,13 @@ class Adam(Optimizer):
                         state["exp_avg_sq"] = ops.zeros_like(p)
                         if amsgrad:
                             state["max_exp_avg_sq"] = ops.zeros_like(p)
-                    grad = -p.grad if maximize else p.grad
-                    exp_avg, exp_avg_sq = state["exp_avg"], state["exp_avg_sq"]
                     state["step"].add_(1)
-                    if weight_decay != 0:
-                        if decoupled:
-                            p.mul_(1 - lr * weight_decay)
-                        else:
-                            grad = grad.add(p, alpha=weight_decay)
-                    exp_avg.add_(grad - exp_avg, alpha=1 - beta1)  # lerp_(grad, 1 - beta1)
-                    exp_avg_sq.mul_(beta2).add_(grad * grad, alpha=1 - beta2)
                     step = state["step"].item()
-                    bias_correction1 = 1 - beta1 ** step
-                    bias_correction2_sqrt = (1 - beta2 ** step) ** 0.5
-                    step_size = lr / bias_correction1
-                    if amsgrad:
-                        max_sq = state["max_exp_avg_sq"]
-                        max_sq.copy_(ops.maximum(max_sq, exp_avg_sq))
-                        denom = (max_sq.sqrt() / bias_correction2_sqrt).add_(eps)
-                    else:
-                        denom = (exp_avg_sq.sqrt() / bias_correction2_sqrt).add_(eps)
-                    p.add_(exp_avg / denom, alpha=-step_size)
+                    fused.adam_step_(
+                        p, p.grad, state["exp_avg"], state["exp_avg_sq"], state.get("max_exp_avg_sq"),
+                        beta1=beta1, beta2=beta2, eps=eps, weight_decay=0 if decoupled else weight_decay,
+                        decay=1 - lr * weight_decay if decoupled else 1, amsgrad=amsgrad, maximize=maximize,
+                        step_size=lr / (1 - beta1 ** step), bias_correction2_sqrt=(1 - beta2 ** step) ** 0.5)
         return loss
 
 

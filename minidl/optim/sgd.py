@@ -1,7 +1,9 @@
 """Stochastic gradient descent (``torch.optim.SGD``), with momentum and Nesterov momentum."""
 from __future__ import annotations
 
+from .. import ops
 from ..autograd import no_grad
+from ..ops import fused
 from .optimizer import Optimizer, _call_closure
 
 
@@ -31,22 +33,16 @@ class SGD(Optimizer):
         loss = _call_closure(closure)
         with no_grad():
             for group in self.param_groups:
-                lr, momentum, dampening = group["lr"], group["momentum"], group["dampening"]
-                weight_decay, nesterov, maximize = group["weight_decay"], group["nesterov"], group["maximize"]
+                hyper = {k: group[k] for k in ("lr", "weight_decay", "momentum", "dampening", "nesterov", "maximize")}
                 for p in group["params"]:
                     if p.grad is None:
                         continue
-                    grad = -p.grad if maximize else p.grad
-                    if weight_decay != 0:
-                        grad = grad.add(p, alpha=weight_decay)
-                    if momentum != 0:
+                    buf, first = None, False
+                    if group["momentum"] != 0:
                         state = self.state[p]
                         buf = state.get("momentum_buffer")
                         if buf is None:
-                            buf = grad.clone().detach()
-                            state["momentum_buffer"] = buf
-                        else:
-                            buf.mul_(momentum).add_(grad, alpha=1 - dampening)
-                        grad = grad.add(buf, alpha=momentum) if nesterov else buf
-                    p.add_(grad, alpha=-lr)
+                            buf = state["momentum_buffer"] = ops.empty_like(p)
+                            first = True  # the step fills it with the gradient
+                    fused.sgd_step_(p, p.grad, buf, first=first, **hyper)
         return loss

@@ -1,0 +1,50 @@
+"""Fused optimizer updates, one pass over each parameter (like PyTorch's ``fused=True`` kernels).
+
+The element-wise formulas live in the ``sgd_step`` / ``adam_step`` primitives (see
+``minidl.kernels``); these wrappers check the tensors, hand the kernels packed 1-D buffers and
+bump the version counters of everything they wrote, as any in-place op does.
+"""
+from __future__ import annotations
+
+from .core import buf, contiguous_data, kernel
+
+
+def _packed(t):
+    """t's elements as a 1-D slice of its buffer, or None when t is not packed."""
+    layout = t._layout
+    if not layout.is_contiguous:
+        return None
+    return buf(t)[layout.offset:layout.offset + layout.numel]
+
+
+def _run(name, param, tensors, *scalars):
+    """Launch ``name`` on (param, *tensors); unpacked ones go through packed copies written back."""
+    for t in tensors:
+        if t is not None and (t.shape != param.shape or t.dtype is not param.dtype or t.device != param.device):
+            raise RuntimeError(f"{name}: parameter {list(param.shape)} {param.dtype} on {param.device} and its "
+                               f"gradient/state {list(t.shape)} {t.dtype} on {t.device} must match")
+    if not param.dtype.is_floating_point:
+        raise RuntimeError(f"{name}: parameters must be floating point, got {param.dtype}")
+    operands = [param] + [t if t is not None else param for t in tensors]
+    packed = [t if t._layout.is_contiguous else contiguous_data(t) for t in operands]
+    kernel(name, param)(*(_packed(t) for t in packed), *scalars)
+    written = [0] + [i + 1 for i, t in enumerate(tensors) if t is not None and i > 0]  # grad is read only
+    for i in written:
+        if packed[i] is not operands[i]:
+            operands[i].copy_(packed[i])
+        else:
+            operands[i]._bump_version()
+
+
+def sgd_step_(param, grad, momentum_buffer, *, lr, weight_decay, momentum, dampening, nesterov, maximize,
+              first):
+    """One SGD step on ``param`` (and its ``momentum_buffer``, filled from the gradient when ``first``)."""
+    _run("sgd_step", param, (grad, momentum_buffer), lr, weight_decay, momentum, dampening, nesterov,
+         maximize, first)
+
+
+def adam_step_(param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, *, beta1, beta2, eps, weight_decay, decay,
+               amsgrad, maximize, step_size, bias_correction2_sqrt):
+    """One Adam/AdamW step on ``param`` and its moment estimates (``decay``: AdamW's p *= 1 - lr*wd)."""
+    _run("adam_step", param, (grad, exp_avg, exp_avg_sq, max_exp_avg_sq), beta1, beta2, eps, weight_decay,
+         decay, amsgrad, maximize, step_size, bias_correction2_sqrt)
