@@ -315,6 +315,10 @@ op("ConstantPad",
    S("pad-negative", lambda x: minidl.pad(x, (-1, 2, 1, -1)), rn(3, 4)))
 
 # matrix products
+op("Linear",
+   S("linear", minidl.nn.functional.linear, rn(4, 3), NC(rn(5, 3)), rn(5)),
+   S("linear-3d-no-bias", minidl.nn.functional.linear, NC(rn(2, 3, 4), "gap"), rn(2, 4)),
+   S("linear-1d", minidl.nn.functional.linear, rn(3), rn(2, 3), rn(2)))
 op("MatMul",
    S("mm", lambda a, b: a @ b, rn(3, 4), rn(4, 2)),
    S("matmul-batched-broadcast", minidl.matmul, rn(2, 1, 3, 4), rn(3, 4, 2)),

@@ -399,3 +399,13 @@ def test_loss_modules_match_functional():
     assert nn.MSELoss(reduction="none")(a, b).shape == (3, 2)
     with pytest.raises(ValueError):
         F.mse_loss(a, b, reduction="avg")
+
+
+def test_linear_rejects_mismatched_shapes_and_dtypes():
+    F = minidl.nn.functional
+    with pytest.raises(RuntimeError, match=r"linear: input \[2, 3\] and weight \[4, 5\]"):
+        F.linear(minidl.randn(2, 3), minidl.randn(4, 5))
+    with pytest.raises(RuntimeError, match=r"linear: bias of shape \[3\]"):
+        F.linear(minidl.randn(2, 5), minidl.randn(4, 5), minidl.randn(3))
+    with pytest.raises(RuntimeError, match="linear: expected input, weight and bias of one dtype"):
+        F.linear(minidl.randn(2, 5, dtype=minidl.float64), minidl.randn(4, 5))

@@ -372,6 +372,14 @@ SUM_LIKE = {
 }
 
 
+@pytest.mark.parametrize("shape,dims", [((300, 5000), (0,)), ((300, 5000), (1,)), ((6, 50, 4000), (0, 1)),
+                                        ((6, 50, 4000), (0, 2)), ((6, 4000, 50), (0, 2))])
+def test_large_sums_over_leading_and_trailing_dims(shape, dims):
+    """Large enough for several work items and the threaded kernels; each kernel path in turn."""
+    a = np.random.default_rng(3).standard_normal(shape).astype(np.float32)
+    np.testing.assert_allclose(minidl.from_numpy(a).sum(dims).numpy(), f64(a).sum(dims), rtol=2e-6, atol=1e-4)
+
+
 @pytest.mark.parametrize("name", sorted(SUM_LIKE))
 @given(data=st.data())
 def test_sum_like_reductions(name, data):

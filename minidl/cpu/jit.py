@@ -436,6 +436,21 @@ def where_parallel(c, co, cs, a, ao, as_, b, bo, bs, out, oo, os, shape, items):
 
 # ----------------------------------------------------------------------------- reductions and scans
 @njit(inline="always")
+def _sum_run(v, zero):
+    """Sum of a packed run with four independent accumulators (one chain would wait on each add)."""
+    a0 = a1 = a2 = a3 = zero
+    n4 = v.size - v.size % 4
+    for j in range(0, n4, 4):
+        a0 += v[j]
+        a1 += v[j + 1]
+        a2 += v[j + 2]
+        a3 += v[j + 3]
+    for j in range(n4, v.size):
+        a0 += v[j]
+    return (a0 + a1) + (a2 + a3)
+
+
+@njit(inline="always")
 def _reduce_one(op, x, base, ishape, istrides, init):
     last = ishape.size - 1
     inner = ishape[last]
@@ -443,6 +458,12 @@ def _reduce_one(op, x, base, ishape, istrides, init):
     for d in range(last):
         rows *= ishape[d]
     s = istrides[last]
+    if op == 0 and s == 1:
+        acc = init
+        for r in range(rows):
+            p = row_position(r, ishape, istrides, base)
+            acc += _sum_run(x[p:p + inner], init)
+        return acc
     if op == 0 or op == 1:
         acc = init
         for r in range(rows):
@@ -481,6 +502,34 @@ def reduce_serial(op, x, xo, oshape, ostrides, ishape, istrides, init, out):
 def reduce_parallel(op, x, xo, oshape, ostrides, ishape, istrides, init, out):
     for o in prange(out.size):
         _reduce_kernel_body(op, x, xo, oshape, ostrides, ishape, istrides, init, out, o)
+
+
+@njit(inline="always")
+def _sum_columns(x, xo, ishape, istrides, init, out, lo, hi):
+    acc = np.full(hi - lo, init)
+    rows = 1
+    for d in range(ishape.size - 1):
+        rows *= ishape[d]
+    for r in range(rows):
+        run = x[row_position(r, ishape, istrides, xo) + lo:]
+        for j in range(hi - lo):
+            acc[j] += run[j]
+    for j in range(hi - lo):
+        out[lo + j] = acc[j]
+
+
+@njit(cache=True, nogil=True)
+def sum_columns_serial(x, xo, ishape, istrides, init, out, items):
+    """out[j] = sum over the reduced positions of x[position + j]: the kept elements are packed, so
+    whole rows are added at once (a bias gradient summed over the batch)."""
+    for t in range(items):
+        _sum_columns(x, xo, ishape, istrides, init, out, t * CHUNK, min(out.size, (t + 1) * CHUNK))
+
+
+@njit(cache=True, nogil=True, parallel=True)
+def sum_columns_parallel(x, xo, ishape, istrides, init, out, items):
+    for t in prange(items):
+        _sum_columns(x, xo, ishape, istrides, init, out, t * CHUNK, min(out.size, (t + 1) * CHUNK))
 
 
 @njit(cache=True, nogil=True)

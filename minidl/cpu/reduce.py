@@ -9,8 +9,15 @@ import numpy as np
 from .. import kernels
 from ..layout import collapse, reduction_plan
 from .elementwise import flat_shape
-from .jit import arg_reduce_kernel, reduce_parallel, reduce_serial, scan_kernel
-from .strided import i64, launch
+from .jit import (
+    arg_reduce_kernel,
+    reduce_parallel,
+    reduce_serial,
+    scan_kernel,
+    sum_columns_parallel,
+    sum_columns_serial,
+)
+from .strided import i64, launch, work_items
 
 REDUCE_CODE = {name: i for i, name in enumerate(kernels.REDUCE_OPS)}
 ARG_CODE = {name: i for i, name in enumerate(kernels.ARG_REDUCE_OPS)}
@@ -43,6 +50,11 @@ def reduce(op, x, xl, dims, out):
         oshape, ostrides = _WHOLE
     else:
         o_shape, o_strides, i_shape, i_strides = reduction_plan(xl, dims)
+        if op == "sum" and o_strides == (1,):  # kept elements packed: add whole rows
+            ishape, istrides = _outer(i_shape, i_strides)
+            launch(sum_columns_serial, sum_columns_parallel, xl.numel, x, xl.offset, ishape, istrides, init,
+                   out, work_items((out.size,)))
+            return
         oshape, ostrides = _outer(o_shape, o_strides)
         ishape, istrides = i64(i_shape), i64(i_strides)
     # one output element is one thread's work: a full reduction runs serially

@@ -35,8 +35,7 @@ def _legacy_reduction(size_average, reduce, reduction):
 
 # -- layers ------------------------------------------------------------------------------------
 def linear(input, weight, bias=None):
-    out = input.matmul(weight.t())
-    return out if bias is None else out + bias
+    return _linalg.linear(input, weight, bias)
 
 
 def relu(input, inplace: bool = False):
@@ -370,6 +369,7 @@ def kl_div(input, target, size_average=None, reduce=None, reduction: str = "mean
 
 # ----------------------------------------------------------------------------- convolution, pooling, normalization
 from minidl.ops import conv as _conv  # noqa: E402
+from minidl.ops import linalg as _linalg  # noqa: E402
 
 conv1d = _conv.conv1d
 conv2d = _conv.conv2d

@@ -6,30 +6,37 @@ import string
 
 from .. import _dtype as dt
 from ..autograd import Function
-from ..layout import broadcast_shapes
+from ..layout import broadcast_shapes, transpose
 from .core import buf, cast, check_devices, kernel, new_like_shape, sum_to
+from .elementwise import binary_raw
+from .views import view_of
+
+
+def _matmul_raw(a, b):
+    """(..., m, k) @ (..., k, n) with broadcast batch dims, no autograd. The kernel gets the
+    operands' layouts (transposed or broadcast ones included) and packs nothing itself."""
+    try:
+        batch = broadcast_shapes(a.shape[:-2], b.shape[:-2], op="matmul")
+    except RuntimeError:
+        raise RuntimeError(f"matmul: the batch dimensions of shapes {list(a.shape)} and {list(b.shape)} "
+                           f"cannot be broadcast together") from None
+    m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
+    compute = dt.compute_dtype(a.dtype)
+    ac = cast(a, compute).expand(tuple(batch) + (m, k))
+    bc = cast(b, compute).expand(tuple(batch) + (k, n))
+    out = new_like_shape(tuple(batch) + (m, n), compute, a)
+    if out.numel():
+        kernel("matmul", a)(buf(ac), ac._layout, buf(bc), bc._layout, buf(out), out._layout)
+    return cast(out, a.dtype)
 
 
 class MatMul(Function):
-    """(..., m, k) @ (..., k, n) with broadcast batch dims. The kernel gets the operands' layouts
-    (transposed or broadcast ones included) and packs nothing itself."""
+    """(..., m, k) @ (..., k, n) with broadcast batch dims."""
 
     @staticmethod
     def forward(ctx, a, b):
-        try:
-            batch = broadcast_shapes(a.shape[:-2], b.shape[:-2], op="matmul")
-        except RuntimeError:
-            raise RuntimeError(f"matmul: the batch dimensions of shapes {list(a.shape)} and {list(b.shape)} "
-                               f"cannot be broadcast together") from None
-        m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
-        compute = dt.compute_dtype(a.dtype)
-        ac = cast(a, compute).expand(tuple(batch) + (m, k))
-        bc = cast(b, compute).expand(tuple(batch) + (k, n))
-        out = new_like_shape(tuple(batch) + (m, n), compute, a)
-        if out.numel():
-            kernel("matmul", a)(buf(ac), ac._layout, buf(bc), bc._layout, buf(out), out._layout)
         ctx.save_for_backward(a, b)
-        return cast(out, a.dtype)
+        return _matmul_raw(a, b)
 
     @staticmethod
     def backward(ctx, g):
@@ -37,6 +44,29 @@ class MatMul(Function):
         ga = sum_to(_product_like(g, b.mT, a), a.shape) if ctx.needs_input_grad[0] else None
         gb = sum_to(_product_like(a.mT, g, b), b.shape) if ctx.needs_input_grad[1] else None
         return ga, gb
+
+
+class Linear(Function):
+    """``x @ weight.T + bias`` as one node (PyTorch's addmm): the weight's gradient ``g.T @ x``
+    comes out packed like the weight, and no transpose or broadcast nodes enter the graph."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias):
+        out = _matmul_raw(x, view_of(weight, transpose(weight._layout, 0, 1)))
+        if bias is not None:
+            binary_raw("binary", "add", out, bias, out.dtype, out.dtype, out=out)
+        ctx.save_for_backward(x, weight)
+        return out
+
+    @staticmethod
+    def backward(ctx, g):
+        x, weight = ctx.saved_tensors
+        need_x, need_w, need_b = ctx.needs_input_grad
+        gx = g @ weight if need_x else None
+        rows = g.reshape(-1, g.shape[-1])
+        gw = rows.mT @ x.reshape(-1, x.shape[-1]) if need_w else None
+        gb = rows.sum(0) if need_b else None
+        return gx, gw, gb
 
 
 def _product_like(x, y, like):
@@ -67,6 +97,22 @@ def matmul(a, b):
     if b.ndim == 1:
         return MatMul.apply(a, b.unsqueeze(1)).squeeze(-1)
     return MatMul.apply(a, b)
+
+
+def linear(x, weight, bias=None):
+    """``torch.nn.functional.linear``: x (..., in) @ weight (out, in).T + bias (out)."""
+    check_devices("linear", x, weight, *(() if bias is None else (bias,)))
+    if weight.ndim != 2 or x.ndim == 0 or x.shape[-1] != weight.shape[1]:
+        raise RuntimeError(f"linear: input {list(x.shape)} and weight {list(weight.shape)} don't fit: expected "
+                           f"input (..., {weight.shape[1] if weight.ndim == 2 else 'in'}) and weight (out, in)")
+    if bias is not None and bias.shape not in ((weight.shape[0],), ()):
+        raise RuntimeError(f"linear: bias of shape {list(bias.shape)} doesn't match weight {list(weight.shape)}")
+    if x.dtype is not weight.dtype or (bias is not None and bias.dtype is not weight.dtype):
+        raise RuntimeError(f"linear: expected input, weight and bias of one dtype, got {x.dtype.name}, "
+                           f"{weight.dtype.name}" + ("" if bias is None else f" and {bias.dtype.name}"))
+    if x.ndim == 1:
+        return Linear.apply(x.unsqueeze(0), weight, bias).squeeze(0)
+    return Linear.apply(x, weight, bias)
 
 
 def mm(a, b):
