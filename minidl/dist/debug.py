@@ -24,8 +24,8 @@ def call_site() -> str:
     return "?" if frame is None else f"{frame.f_code.co_filename}:{frame.f_lineno}"
 
 
-def fingerprint(op: str, seq: int, tensor=None, **details) -> dict:
-    fp = {"op": op, "seq": seq}
+def fingerprint(collective: str, seq: int, tensor=None, **details) -> dict:
+    fp = {"collective": collective, "seq": seq}
     if tensor is not None:
         fp.update(shape=tuple(tensor.shape), dtype=tensor.dtype.name)
     fp.update({k: repr(v) for k, v in details.items() if v is not None})
@@ -39,6 +39,7 @@ def check(fingerprints, ranks) -> None:
         return {k: v for k, v in fp.items() if k != "site"}
     if all(key(fp) == key(fingerprints[0]) for fp in fingerprints):
         return
-    lines = [f"  rank {r}: {fp['op']}(" + ", ".join(f"{k}={v}" for k, v in fp.items() if k not in ("op", "site"))
+    lines = [f"  rank {r}: {fp['collective']}(" + ", ".join(f"{k}={v}" for k, v in fp.items()
+                                                      if k not in ("collective", "site"))
              + f") at {fp['site']}" for r, fp in zip(ranks, fingerprints)]
     raise DistError("MINIDL_DIST_DEBUG: the ranks called different collectives:\n" + "\n".join(lines))
