@@ -12,6 +12,7 @@ import os
 
 from . import algorithms, debug
 from .algorithms.channel import Channel
+from .backends.base import DEFAULT_CHUNK
 from .work import CommThread
 
 
@@ -20,7 +21,7 @@ class Config:
     backend: str
     algorithm: str = "auto"
     timeout: float = 1800.0
-    chunk_elements: int = 2**31 - 1
+    chunk_elements: int = DEFAULT_CHUNK
     small_bytes: int = 64 * 1024
     debug: bool = False
 

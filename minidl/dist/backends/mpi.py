@@ -11,7 +11,7 @@ import traceback
 import numpy as np
 from mpi4py import MPI
 
-from .base import Communicator, Request
+from .base import DEFAULT_CHUNK, Communicator, Request
 
 ONE_RANK_PER_PROCESS = True
 
@@ -40,7 +40,7 @@ def _mpi_op(op: str, buf):
 class MPICommunicator(Communicator):
     native = frozenset({"all_reduce", "broadcast", "reduce", "all_gather", "barrier"})
 
-    def __init__(self, comm, chunk_elements=2**31 - 1):
+    def __init__(self, comm, chunk_elements=DEFAULT_CHUNK):
         super().__init__(chunk_elements)
         self.comm, self.rank, self.size = comm, comm.Get_rank(), comm.Get_size()
 
@@ -104,7 +104,7 @@ class _Gathered(Request):
         return True
 
 
-def world_communicator(chunk_elements=2**31 - 1, **_):
+def world_communicator(chunk_elements=DEFAULT_CHUNK, **_):
     if MPI.Query_thread() < MPI.THREAD_MULTIPLE:
         raise RuntimeError("init_process_group: the MPI library was initialised without MPI_THREAD_MULTIPLE; "
                            "minidl.dist runs collectives on a communication thread and needs it")
