@@ -1,0 +1,25 @@
+"""minidl.dist: distributed training primitives with torch.distributed's names.
+
+    import minidl.dist as dist
+    dist.init_process_group()                 # under `mpiexec -n N python script.py`
+    dist.all_reduce(t, op=dist.ReduceOp.SUM)  # in place on a minidl tensor
+    dist.sim.run(4, fn)                       # or: N ranks as threads, no mpiexec
+
+Layers: backends (communicators: mpi, sim) -> algorithms (collectives on point-to-point
+messages) -> process groups -> this API. mpi4py is imported only when the mpi backend starts.
+"""
+from . import sim
+from .algorithms import ALGORITHMS
+from .algorithms.channel import DistTimeoutError
+from .backends.base import DistError
+from .collectives import (all_gather, all_reduce, all_reduce_buffer, all_to_all, barrier, broadcast, gather,
+                          reduce, reduce_scatter, scatter)
+from .group import ProcessGroup
+from .objects import all_gather_object, broadcast_object_list
+from .p2p import irecv, isend, recv, send
+from .reduce_op import ReduceOp
+from .state import (GroupMember, destroy_process_group, get_backend, get_rank, get_world_size, init_process_group,
+                    is_available, is_initialized, new_group)
+from .work import Work
+
+group = GroupMember  # torch.distributed.group.WORLD

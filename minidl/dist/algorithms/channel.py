@@ -1,0 +1,68 @@
+"""What a collective algorithm sees: its rank and the group size, and point-to-point messages
+that fail with a clear error instead of hanging (past the collective's deadline, or when a peer
+is gone), naming the collective and the peers that did not deliver.
+
+Ranks here are the group's ranks 0..size-1; error messages translate them to global ranks.
+"""
+from __future__ import annotations
+
+import time
+
+from ..backends.base import DistError, wait_all
+
+
+class DistTimeoutError(DistError):
+    """A collective or point-to-point operation ran past the process group's timeout."""
+
+
+class Channel:
+    def __init__(self, comm, what: str, timeout: float, global_ranks, tag: int = 0):
+        self.comm, self.what, self.timeout, self.tag = comm, what, timeout, tag
+        self.rank, self.size = comm.rank, comm.size
+        self.global_ranks = list(global_ranks)
+        self.deadline = time.monotonic() + timeout
+
+    def wait(self, requests) -> None:
+        wait_all(requests, self.deadline, self._timed_out)
+
+    def _timed_out(self, pending):
+        me = self.global_ranks[self.rank]
+        sends = sorted({self.global_ranks[r.peer] for r in pending if r.kind == "send"})
+        recvs = sorted({self.global_ranks[r.peer] for r in pending if r.kind == "recv" and r.peer is not None})
+        parts = []
+        if recvs:
+            parts.append(f"rank(s) {recvs} did not send what rank {me} waits for")
+        if sends:
+            parts.append(f"rank(s) {sends} did not receive what rank {me} sent")
+        if any(r.kind == "collective" for r in pending):
+            parts.append(f"some of ranks {self.global_ranks} did not join the native collective")
+        if any(r.kind == "recv" and r.peer is None for r in pending):
+            parts.append("no rank sent a message to a receive from any source")
+        return DistTimeoutError(f"{self.what}: timed out after {self.timeout:g} s on rank {me}: " + "; ".join(parts))
+
+    # -- the operations algorithms use ----------------------------------------------------------
+    def isend(self, buf, dst: int):
+        return self.comm.isend(buf, dst, self.tag)
+
+    def irecv(self, buf, src: int):
+        return self.comm.irecv(buf, src, self.tag)
+
+    def send(self, buf, dst: int) -> None:
+        self.wait([self.isend(buf, dst)])
+
+    def recv(self, buf, src: int) -> None:
+        self.wait([self.irecv(buf, src)])
+
+    def exchange(self, send_buf, dst: int, recv_buf, src: int) -> None:
+        """Send to ``dst`` while receiving from ``src`` (both posted first, so rings don't deadlock)."""
+        self.wait([self.irecv(recv_buf, src), self.isend(send_buf, dst)])
+
+    def native(self, name: str, *args) -> None:
+        """Run the backend's own collective ``name``."""
+        self.wait(getattr(self.comm, name)(*args))
+
+    def sub(self, comm, global_ranks) -> "Channel":
+        """A channel over subgroup ``comm`` (whose ranks are ``global_ranks``), same collective and deadline."""
+        ch = Channel(comm, self.what, self.timeout, global_ranks, self.tag)
+        ch.deadline = self.deadline
+        return ch

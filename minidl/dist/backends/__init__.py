@@ -1,0 +1,30 @@
+"""The registry of backends: name -> module path and communicator factory name.
+
+A backend module provides ``world_communicator(**options)`` returning the calling rank's
+communicator over all ranks, and ``ONE_RANK_PER_PROCESS`` (if true, the default group belongs to
+the process and ``abort_on_uncaught_exception()`` makes one rank's crash end the job). "gloo" is accepted as another name for "mpi" (CPU tensors).
+The CUDA work adds "nccl" here.
+"""
+from __future__ import annotations
+
+import importlib
+
+BACKENDS = {
+    "mpi": "minidl.dist.backends.mpi",
+    "sim": "minidl.dist.backends.sim",
+}
+ALIASES = {"gloo": "mpi"}
+
+
+def canonical(name: str) -> str:
+    name = str(name).lower()
+    name = ALIASES.get(name, name)
+    if name not in BACKENDS:
+        raise ValueError(f"init_process_group: unknown backend {name!r}; known: "
+                         f"{', '.join(sorted(BACKENDS) + sorted(ALIASES))}")
+    return name
+
+
+def load(name: str):
+    """The backend's module, imported only now (so mpi4py loads only when MPI is used)."""
+    return importlib.import_module(BACKENDS[canonical(name)])

@@ -1,0 +1,121 @@
+"""The MPI backend over mpi4py's buffer API: messages are the numpy arrays themselves, never
+pickled. Native collectives are the non-blocking MPI ones (Iallreduce ...), so a wait can poll,
+back off and time out like any other.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import traceback
+
+import numpy as np
+from mpi4py import MPI
+
+from .base import DEFAULT_CHUNK, Communicator, Request
+
+ONE_RANK_PER_PROCESS = True
+
+_OPS = {"sum": MPI.SUM, "product": MPI.PROD, "max": MPI.MAX, "min": MPI.MIN}
+# numpy's add/multiply/maximum/minimum on bools are or/and/or/and; MPI wants logical ops there
+_BOOL_OPS = {"sum": MPI.LOR, "product": MPI.LAND, "max": MPI.LOR, "min": MPI.LAND}
+
+
+class _MPIRequest(Request):
+    def __init__(self, req, peer, kind):
+        self.req, self.peer, self.kind = req, peer, kind
+        self.status = MPI.Status()
+
+    def test(self):
+        if self.req.Test(self.status):
+            if self.kind == "recv":
+                self.source = self.status.Get_source()
+            return True
+        return False
+
+
+def _mpi_op(op: str, buf):
+    return (_BOOL_OPS if buf.dtype == np.bool_ else _OPS)[op]
+
+
+class MPICommunicator(Communicator):
+    native = frozenset({"all_reduce", "broadcast", "reduce", "all_gather", "barrier"})
+
+    def __init__(self, comm, chunk_elements=DEFAULT_CHUNK):
+        super().__init__(chunk_elements)
+        self.comm, self.rank, self.size = comm, comm.Get_rank(), comm.Get_size()
+
+    def _isend(self, buf, dst, tag):
+        return _MPIRequest(self.comm.Isend(buf, dst, tag), dst, "send")
+
+    def _irecv(self, buf, src, tag):
+        return _MPIRequest(self.comm.Irecv(buf, MPI.ANY_SOURCE if src is None else src, tag), src, "recv")
+
+    def split(self, color, key):
+        sub = self.comm.Split(MPI.UNDEFINED if color is None else color, key)
+        return None if sub == MPI.COMM_NULL else MPICommunicator(sub, self.chunk_elements)
+
+    def host_name(self):
+        return os.environ.get("MINIDL_DIST_HOSTNAME") or MPI.Get_processor_name()
+
+    def close(self):
+        if self.comm not in (MPI.COMM_WORLD, MPI.COMM_SELF, MPI.COMM_NULL):
+            self.comm.Free()
+
+    # -- native collectives: lists of requests, one per chunk -----------------------------------
+    def all_reduce(self, buf, op):
+        return [_MPIRequest(self.comm.Iallreduce(MPI.IN_PLACE, p, _mpi_op(op, buf)), None, "collective")
+                for p in self._pieces(buf)]
+
+    def broadcast(self, buf, root):
+        return [_MPIRequest(self.comm.Ibcast(p, root), None, "collective") for p in self._pieces(buf)]
+
+    def reduce(self, buf, op, root):
+        # the root reduces in place; the others' buffers are only read
+        send = (lambda p: MPI.IN_PLACE) if self.rank == root else (lambda p: p)
+        return [_MPIRequest(self.comm.Ireduce(send(p), p, _mpi_op(op, buf), root), None, "collective")
+                for p in self._pieces(buf)]
+
+    def all_gather(self, blocks):
+        """``blocks``: (size, m) array whose row ``rank`` holds this rank's data; every row is
+        filled. One request per column chunk (the rows' chunk is gathered through a packed copy
+        only when the chunk doesn't cover whole rows)."""
+        m = blocks.shape[1]
+        if m <= self.chunk_elements:
+            return [_MPIRequest(self.comm.Iallgather(MPI.IN_PLACE, blocks), None, "collective")]
+        return [_Gathered(self.comm, blocks, j, min(j + self.chunk_elements, m))
+                for j in range(0, m, self.chunk_elements)]
+
+    def barrier(self):
+        return [_MPIRequest(self.comm.Ibarrier(), None, "collective")]
+
+
+class _Gathered(Request):
+    """Columns j:k of an all-gather, through a contiguous (size, k-j) staging array."""
+
+    def __init__(self, comm, blocks, j, k):
+        self.blocks, self.j, self.k = blocks, j, k
+        self.stage = np.empty((blocks.shape[0], k - j), blocks.dtype)
+        self.req = comm.Iallgather(np.ascontiguousarray(blocks[comm.Get_rank(), j:k]), self.stage)
+
+    def test(self):
+        if not self.req.Test():
+            return False
+        self.blocks[:, self.j:self.k] = self.stage
+        return True
+
+
+def world_communicator(chunk_elements=DEFAULT_CHUNK, **_):
+    if MPI.Query_thread() < MPI.THREAD_MULTIPLE:
+        raise RuntimeError("init_process_group: the MPI library was initialised without MPI_THREAD_MULTIPLE; "
+                           "minidl.dist runs collectives on a communication thread and needs it")
+    return MPICommunicator(MPI.COMM_WORLD, chunk_elements)
+
+
+def abort_on_uncaught_exception() -> None:
+    """An uncaught exception on one rank prints its traceback, then ends the whole job (as
+    ``python -m mpi4py`` does), so the other ranks don't wait for it forever."""
+    def hook(kind, value, tb):
+        traceback.print_exception(kind, value, tb)
+        sys.stderr.flush()
+        MPI.COMM_WORLD.Abort(1)
+    sys.excepthook = hook

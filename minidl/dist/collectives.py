@@ -1,0 +1,212 @@
+"""The collectives of torch.distributed, in place on minidl tensors: argument checks (naming
+the collective), tensors to flat buffers, the algorithm run on the group's communication
+thread, results written back. async_op=True returns a Work; otherwise they return None.
+Ranks (src, dst) are global ranks, as in torch.distributed; on a rank outside ``group`` the
+calls do nothing.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from . import algorithms
+from .reduce_op import ReduceOp
+from .state import resolve
+from .tensors import Writable, check_like, check_tensor, check_tensor_list, read
+
+
+def _check_op(op, tensor_dtype, what: str) -> ReduceOp:
+    if not isinstance(op, ReduceOp):
+        raise TypeError(f"{what}: op must be a minidl.dist.ReduceOp, got {op!r}")
+    if op is ReduceOp.AVG and tensor_dtype.kind != "f":
+        raise TypeError(f"{what}: ReduceOp.AVG needs a floating-point tensor, got {tensor_dtype}")
+    return op
+
+
+def _finish_avg(array, op, size):
+    if op is ReduceOp.AVG:
+        np.true_divide(array, size, out=array)
+
+
+def all_reduce_buffer(array, op=ReduceOp.SUM, group=None, async_op=False):
+    """all_reduce on a contiguous 1-D numpy array, in place (e.g. a flat gradient bucket):
+    no tensor wrapping and no version bump."""
+    what = "all_reduce"
+    g = resolve(group, what)
+    if g is None:
+        return None
+    if not isinstance(array, np.ndarray) or not array.flags.c_contiguous or array.ndim != 1:
+        raise ValueError(f"{what}: expected a contiguous 1-D numpy array, got {type(array).__name__}")
+    return _all_reduce(g, array, _check_op(op, array.dtype, what), async_op, lambda: None, None)
+
+
+def all_reduce(tensor, op=ReduceOp.SUM, group=None, async_op=False):
+    what = "all_reduce"
+    g = resolve(group, what)
+    if g is None:
+        return None
+    out = Writable(check_tensor(tensor, what), what)
+    return _all_reduce(g, out.array, _check_op(op, out.array.dtype, what), async_op, out.commit, tensor)
+
+
+def _all_reduce(g, array, op, async_op, commit, tensor):
+    c = g.config
+
+    def job(ch):
+        algorithms.all_reduce(ch, array, op.combining, c.algorithm, c.small_bytes, g.hierarchy)
+        _finish_avg(array, op, g.size)
+        commit()
+    return g.submit("all_reduce", job, async_op, dict(tensor=tensor, op=op, numel=array.size))
+
+
+def broadcast(tensor, src, group=None, async_op=False):
+    what = "broadcast"
+    g = resolve(group, what)
+    if g is None:
+        return None
+    root = g.group_rank(src, what, "src")
+    out = Writable(check_tensor(tensor, what), what)
+
+    def job(ch):
+        algorithms.broadcast(ch, out.array, root, g.config.algorithm)
+        if g.rank != root:
+            out.commit()
+    return g.submit(what, job, async_op, dict(tensor=tensor, src=src))
+
+
+def reduce(tensor, dst, op=ReduceOp.SUM, group=None, async_op=False):
+    what = "reduce"
+    g = resolve(group, what)
+    if g is None:
+        return None
+    root = g.group_rank(dst, what, "dst")
+    out = Writable(check_tensor(tensor, what), what)
+    op = _check_op(op, out.array.dtype, what)
+
+    def job(ch):
+        algorithms.reduce(ch, out.array, op.combining, root, g.config.algorithm)
+        if g.rank == root:
+            _finish_avg(out.array, op, g.size)
+            out.commit()
+    return g.submit(what, job, async_op, dict(tensor=tensor, op=op, dst=dst))
+
+
+def _blocks(tensors):
+    """A (len, numel) array holding the tensors' elements, one row each."""
+    blocks = np.empty((len(tensors), tensors[0].numel()), read(tensors[0]).dtype)
+    for row, t in zip(blocks, tensors):
+        row[...] = read(t)
+    return blocks
+
+
+def all_gather(tensor_list, tensor, group=None, async_op=False):
+    what = "all_gather"
+    g = resolve(group, what)
+    if g is None:
+        return None
+    check_tensor(tensor, what)
+    for i, t in enumerate(check_tensor_list(tensor_list, what, "tensor_list", g.size)):
+        check_like(t, tensor, what, f"tensor_list[{i}]", "tensor")
+    outs = [Writable(t, what) for t in tensor_list]
+    blocks = np.empty((g.size, tensor.numel()), outs[0].array.dtype)
+    blocks[g.rank] = read(tensor)
+
+    def job(ch):
+        algorithms.all_gather(ch, blocks, g.config.algorithm)
+        for out, row in zip(outs, blocks):
+            out.array[...] = row
+            out.commit()
+    return g.submit(what, job, async_op, dict(tensor=tensor))
+
+
+def reduce_scatter(output, input_list, op=ReduceOp.SUM, group=None, async_op=False):
+    what = "reduce_scatter"
+    g = resolve(group, what)
+    if g is None:
+        return None
+    out = Writable(check_tensor(output, what, "output"), what)
+    for i, t in enumerate(check_tensor_list(input_list, what, "input_list", g.size)):
+        check_like(t, output, what, f"input_list[{i}]", "output")
+    op = _check_op(op, out.array.dtype, what)
+    blocks = _blocks(input_list)
+
+    def job(ch):
+        algorithms.reduce_scatter(ch, blocks, op.combining)
+        out.array[...] = blocks[g.rank]
+        _finish_avg(out.array, op, g.size)
+        out.commit()
+    return g.submit(what, job, async_op, dict(tensor=output, op=op))
+
+
+def _root_list(tensors, tensor, g, root, what, name):
+    """The list argument of gather/scatter: required on the root, refused elsewhere."""
+    if g.rank != root:
+        if tensors:
+            raise ValueError(f"{what}: {name} must not be given on rank {g.ranks[g.rank]}, only on the root "
+                             f"(rank {g.ranks[root]})")
+        return None
+    if tensors is None:
+        raise ValueError(f"{what}: {name} is required on the root (rank {g.ranks[root]})")
+    for i, t in enumerate(check_tensor_list(tensors, what, name, g.size)):
+        check_like(t, tensor, what, f"{name}[{i}]", "tensor")
+    return tensors
+
+
+def gather(tensor, gather_list=None, dst=0, group=None, async_op=False):
+    what = "gather"
+    g = resolve(group, what)
+    if g is None:
+        return None
+    root = g.group_rank(dst, what, "dst")
+    send = read(check_tensor(tensor, what)).copy()
+    targets = _root_list(gather_list, tensor, g, root, what, "gather_list")
+    outs = [Writable(t, what) for t in targets or ()]
+
+    def job(ch):
+        algorithms.gather(ch, send, [o.array for o in outs], root)
+        for o in outs:
+            o.commit()
+    return g.submit(what, job, async_op, dict(tensor=tensor, dst=dst))
+
+
+def scatter(tensor, scatter_list=None, src=0, group=None, async_op=False):
+    what = "scatter"
+    g = resolve(group, what)
+    if g is None:
+        return None
+    root = g.group_rank(src, what, "src")
+    out = Writable(check_tensor(tensor, what), what)
+    sources = _root_list(scatter_list, tensor, g, root, what, "scatter_list")
+    blocks = None if sources is None else _blocks(sources)
+
+    def job(ch):
+        algorithms.scatter(ch, blocks, out.array, root)
+        out.commit()
+    return g.submit(what, job, async_op, dict(tensor=tensor, src=src))
+
+
+def all_to_all(output_tensor_list, input_tensor_list, group=None, async_op=False):
+    what = "all_to_all"
+    g = resolve(group, what)
+    if g is None:
+        return None
+    check_tensor_list(output_tensor_list, what, "output_tensor_list", g.size)
+    check_tensor_list(input_tensor_list, what, "input_tensor_list", g.size)
+    dtypes = {t.dtype for t in (*output_tensor_list, *input_tensor_list)}
+    if len(dtypes) > 1:
+        raise ValueError(f"{what}: all tensors must have one dtype, got {sorted(d.name for d in dtypes)}")
+    sends = [read(t).copy() for t in input_tensor_list]
+    outs = [Writable(t, what) for t in output_tensor_list]
+
+    def job(ch):
+        algorithms.all_to_all(ch, sends, [o.array for o in outs])
+        for o in outs:
+            o.commit()
+    return g.submit(what, job, async_op, dict(dtype=next(iter(dtypes)).name))
+
+
+def barrier(group=None, async_op=False, device_ids=None):
+    what = "barrier"
+    g = resolve(group, what)
+    if g is None:
+        return None
+    return g.submit(what, lambda ch: algorithms.barrier(ch, g.config.algorithm), async_op)

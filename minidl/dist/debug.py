@@ -1,0 +1,45 @@
+"""MINIDL_DIST_DEBUG=1: before each collective, the ranks exchange a fingerprint of the call
+(op, shape, dtype, reduce op, root, sequence number, call site) and all raise if they differ,
+rather than running mismatched collectives that would hang or compute garbage.
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+from .backends.base import DistError
+
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+
+
+def enabled() -> bool:
+    return os.environ.get("MINIDL_DIST_DEBUG", "0") not in ("", "0")
+
+
+def call_site() -> str:
+    """file:line of the first caller outside minidl.dist."""
+    frame = sys._getframe(1)
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(_PACKAGE_DIR):
+        frame = frame.f_back
+    return "?" if frame is None else f"{frame.f_code.co_filename}:{frame.f_lineno}"
+
+
+def fingerprint(collective: str, seq: int, tensor=None, **details) -> dict:
+    fp = {"collective": collective, "seq": seq}
+    if tensor is not None:
+        fp.update(shape=tuple(tensor.shape), dtype=tensor.dtype.name)
+    fp.update({k: repr(v) for k, v in details.items() if v is not None})
+    fp["site"] = call_site()
+    return fp
+
+
+def check(fingerprints, ranks) -> None:
+    """Raise on every rank if the ranks' fingerprints (``site`` aside) differ."""
+    def key(fp):
+        return {k: v for k, v in fp.items() if k != "site"}
+    if all(key(fp) == key(fingerprints[0]) for fp in fingerprints):
+        return
+    lines = [f"  rank {r}: {fp['collective']}(" + ", ".join(f"{k}={v}" for k, v in fp.items()
+                                                      if k not in ("collective", "site"))
+             + f") at {fp['site']}" for r, fp in zip(ranks, fingerprints)]
+    raise DistError("MINIDL_DIST_DEBUG: the ranks called different collectives:\n" + "\n".join(lines))

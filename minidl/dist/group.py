@@ -1,0 +1,116 @@
+"""ProcessGroup: a set of ranks with its communicators, settings, collective sequence number
+and communication thread. Collectives are submitted as jobs and run on that thread in order.
+
+Users' point-to-point messages and the collectives' own messages travel on two communicators
+(split from the same ranks), so a user's recv never takes a collective's message.
+"""
+from __future__ import annotations
+
+import ast
+import dataclasses
+import os
+
+from . import algorithms, debug
+from .algorithms.channel import Channel
+from .backends.base import DEFAULT_CHUNK
+from .work import CommThread
+
+
+@dataclasses.dataclass
+class Config:
+    backend: str
+    algorithm: str = "auto"
+    timeout: float = 1800.0
+    chunk_elements: int = DEFAULT_CHUNK
+    small_bytes: int = 64 * 1024
+    debug: bool = False
+
+
+class Hierarchy:
+    """This group's ranks by host, and (built at first use, collectively) the per-host and the
+    host-leaders communicators the hierarchical all-reduce runs on."""
+
+    def __init__(self, group, hosts):
+        self.group, self.hosts = group, hosts
+        self.spans_hosts = 1 < len(set(hosts)) < len(hosts)
+        self._channels = None
+
+    def channels(self, ch):
+        if self._channels is None:
+            g, hosts = self.group, self.hosts
+            mine = hosts[g.rank]
+            order = sorted(set(hosts), key=hosts.index)
+            local = g.coll.split(order.index(mine), g.rank)
+            local_ranks = [g.ranks[i] for i in range(g.size) if hosts[i] == mine]
+            leaders = g.coll.split(0 if local.rank == 0 else None, g.rank)
+            leader_ranks = [g.ranks[hosts.index(h)] for h in order]
+            self._channels = (local, local_ranks, leaders, leader_ranks)
+        local, local_ranks, leaders, leader_ranks = self._channels
+        return ch.sub(local, local_ranks), None if leaders is None else ch.sub(leaders, leader_ranks)
+
+
+class ProcessGroup:
+    def __init__(self, comm, global_ranks, config: Config):
+        self.p2p, self.ranks, self.config = comm, list(global_ranks), config
+        self.rank, self.size = comm.rank, comm.size
+        self.coll = comm.split(0, comm.rank)
+        self.seq = 0
+        self.thread = CommThread(f"minidl.dist group of ranks {self.ranks[:8]} rank {self.rank}")
+        names = algorithms.all_gather_bytes(self.channel("init_process_group (host names)"),
+                                            comm.host_name().encode())
+        self.hierarchy = Hierarchy(self, [n.decode() for n in names])
+
+    def __repr__(self):
+        return f"ProcessGroup(backend={self.config.backend!r}, ranks={self.ranks}, rank={self.rank})"
+
+    def channel(self, what: str, comm=None, tag: int = 0) -> Channel:
+        return Channel(comm or self.coll, what, self.config.timeout, self.ranks, tag)
+
+    def group_rank(self, global_rank, what: str, name: str) -> int:
+        """The rank within this group of global rank ``global_rank``, with a clear error."""
+        if global_rank not in self.ranks:
+            raise ValueError(f"{what}: {name}={global_rank} is not a rank of this group (ranks {self.ranks})")
+        return self.ranks.index(global_rank)
+
+    def submit(self, what: str, job, async_op: bool, fingerprint=None):
+        """Run ``job(channel)`` on the communication thread; a Work if async_op, else wait for it.
+        ``fingerprint``: what MINIDL_DIST_DEBUG compares across ranks (tensor, op, root ...)."""
+        self.seq += 1
+        label = f"{what} (collective #{self.seq} of the group)"
+        fp = debug.fingerprint(what, self.seq, **(fingerprint or {})) if self.config.debug else None
+
+        def run():
+            ch = self.channel(label)
+            if fp is not None:
+                found = algorithms.all_gather_bytes(ch, repr(fp).encode())
+                debug.check([ast.literal_eval(f.decode()) for f in found], self.ranks)
+            job(ch)
+        work = self.thread.submit(run)
+        if async_op:
+            return work
+        work.wait()
+        return None
+
+    def close(self) -> None:
+        self.thread.close()
+        self.coll.close()
+        self.p2p.close()
+
+
+def config_from(backend, algorithm, timeout, chunk_elements, small_bytes) -> Config:
+    """Settings from the arguments, else the MINIDL_DIST_* environment, else the defaults."""
+    algorithm = algorithm or os.environ.get("MINIDL_DIST_ALGO", "auto")
+    if algorithm not in algorithms.ALGORITHMS:
+        raise ValueError(f"init_process_group: unknown algorithm {algorithm!r}; one of {algorithms.ALGORITHMS}")
+    if timeout is None:
+        timeout = float(os.environ.get("MINIDL_DIST_TIMEOUT", 1800.0))
+    elif hasattr(timeout, "total_seconds"):
+        timeout = timeout.total_seconds()
+    if float(timeout) <= 0:
+        raise ValueError(f"init_process_group: timeout must be positive, got {timeout}")
+    config = Config(backend, algorithm, float(timeout), debug=debug.enabled())
+    if chunk_elements is not None:
+        config.chunk_elements = int(chunk_elements)
+    if small_bytes is not None:
+        config.small_bytes = int(small_bytes)
+    return config

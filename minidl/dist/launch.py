@@ -1,0 +1,24 @@
+"""How a process finds out it was started by mpiexec, and how many threads each rank may use."""
+from __future__ import annotations
+
+import os
+import sys
+
+# set by MPICH/Hydra (PMI_*), PMIx launchers, Open MPI and MVAPICH
+_LAUNCH_VARS = ("PMI_RANK", "PMI_SIZE", "PMIX_RANK", "OMPI_COMM_WORLD_SIZE", "MV2_COMM_WORLD_SIZE")
+
+
+def launched_by_mpi() -> bool:
+    if any(v in os.environ for v in _LAUNCH_VARS):
+        return True
+    mpi = sys.modules.get("mpi4py.MPI")  # MPI already started by the user's script
+    return mpi is not None and mpi.Is_initialized() and mpi.COMM_WORLD.Get_size() > 1
+
+
+def fit_threads_to_cores(ranks_on_host: int) -> None:
+    """Oversubscribed (more ranks on this host than cores): one compute thread per rank, since
+    more would only fight over the cores."""
+    from .. import set_num_threads
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    if ranks_on_host > cores:
+        set_num_threads(1)

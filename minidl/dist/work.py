@@ -1,0 +1,104 @@
+"""Work handles (what async_op=True returns) and the communication thread that runs a process
+group's collectives one after another, in the order they were issued — the same order on
+every rank. Waiting on a collective only waits for a thread event; the thread itself polls
+the messages with back-off (see backends.base.wait_all), so compute on other threads goes on.
+"""
+from __future__ import annotations
+
+import queue
+import threading
+
+
+class Work:
+    """A pending operation: ``wait()`` blocks until it finished (re-raising its error),
+    ``is_completed()`` says whether it has."""
+
+    def wait(self, timeout=None) -> bool:
+        raise NotImplementedError
+
+    def is_completed(self) -> bool:
+        raise NotImplementedError
+
+    def is_success(self) -> bool:
+        return self.is_completed() and self.exception() is None
+
+    def exception(self):
+        return None
+
+
+class _Job(Work):
+    def __init__(self, fn):
+        self.fn, self.error, self.done = fn, None, threading.Event()
+
+    def run(self):
+        try:
+            self.fn()
+        except BaseException as e:  # handed to whoever waits
+            self.error = e
+        finally:
+            self.done.set()
+
+    def wait(self, timeout=None):
+        if not self.done.wait(None if timeout is None else _seconds(timeout)):
+            raise TimeoutError("Work.wait: the operation did not finish within the given timeout")
+        if self.error is not None:
+            raise self.error
+        return True
+
+    def is_completed(self):
+        return self.done.is_set()
+
+    def exception(self):
+        return self.error
+
+
+def _seconds(timeout):
+    return timeout.total_seconds() if hasattr(timeout, "total_seconds") else float(timeout)
+
+
+class CommThread:
+    """A daemon thread running submitted jobs in order; started at the first job."""
+
+    def __init__(self, name: str):
+        self.name, self.jobs, self.thread = name, queue.SimpleQueue(), None
+
+    def submit(self, fn) -> Work:
+        job = _Job(fn)
+        if self.thread is None:
+            self.thread = threading.Thread(target=self._loop, name=self.name, daemon=True)
+            self.thread.start()
+        self.jobs.put(job)
+        return job
+
+    def _loop(self):
+        while (job := self.jobs.get()) is not None:
+            job.run()
+
+    def close(self) -> None:
+        if self.thread is not None:
+            self.jobs.put(None)
+            self.thread.join()
+            self.thread = None
+
+
+class RequestWork(Work):
+    """Point-to-point requests posted at once (isend/irecv); ``finish`` runs once they completed."""
+
+    def __init__(self, channel, requests, finish=lambda: None):
+        self.channel, self.requests, self.finish, self.finished = channel, requests, finish, False
+
+    def _finish(self):
+        if not self.finished:
+            self.finished = True
+            self.finish()
+
+    def wait(self, timeout=None):
+        self.channel.wait(self.requests)
+        self._finish()
+        return True
+
+    def is_completed(self):
+        self.requests = [r for r in self.requests if not r.test()]
+        if not self.requests:
+            self._finish()
+        return not self.requests

@@ -1,0 +1,76 @@
+"""Run by tests/test_dist_mpi.py under `mpiexec -n N python tests/dist_mpi_script.py MODE`.
+
+cases: every collective under every algorithm, with small chunks and faked hosts, then p2p;
+prints "FAIL ..." lines and "DONE rank r: k failures". mismatch / timeout: expect the error
+and print it. crash: rank 1 raises while rank 0 waits in a collective (the job must end).
+"""
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import numpy as np  # noqa: E402
+
+import minidl  # noqa: E402
+import minidl.dist as dist  # noqa: E402
+from dist_cases import run_all  # noqa: E402
+
+mode = sys.argv[1]
+rank = int(os.environ.get("PMI_RANK", 0))
+
+
+def cases():
+    failures = []
+    dtypes = (minidl.float32, minidl.int64, minidl.bool)
+    for algorithm, chunk in (("ring", None), ("recursive_doubling", 7), ("native", None), ("native", 7),
+                             ("hierarchical", 5), ("auto", None)):
+        if algorithm == "hierarchical":
+            os.environ["MINIDL_DIST_HOSTNAME"] = f"node{rank // 2}"  # fake two ranks per host
+        dist.init_process_group(algorithm=algorithm, chunk_elements=chunk)
+        size = dist.get_world_size()
+        failures += [f"{algorithm}/{chunk}: {f}" for f in run_all(rank, size, dtypes, (0, 1, 7, 301))]
+        out = minidl.zeros(11)
+        if rank == 0:
+            found = sorted(dist.recv(out) for _ in range(size - 1))
+            if found != list(range(1, size)):
+                failures.append(f"recv from any source: {found}")
+        else:
+            dist.send(minidl.full((11,), float(rank)), 0)
+        dist.destroy_process_group()
+        os.environ.pop("MINIDL_DIST_HOSTNAME", None)
+    for f in failures:
+        print("FAIL", f, flush=True)
+    print(f"DONE rank {rank}: {len(failures)} failures", flush=True)
+
+
+def mismatch():
+    os.environ["MINIDL_DIST_DEBUG"] = "1"
+    dist.init_process_group()
+    try:
+        if rank == 0:
+            dist.all_reduce(minidl.zeros(3))
+        else:
+            dist.all_reduce(minidl.zeros(4))
+    except dist.DistError as e:
+        print("CAUGHT", str(e).replace("\n", " | "), flush=True)
+
+
+def timeout():
+    dist.init_process_group(timeout=0.5)
+    if rank == 1:
+        time.sleep(1.2)
+    try:
+        dist.all_reduce(minidl.zeros(3), async_op=True).wait()
+    except dist.DistTimeoutError as e:
+        print("CAUGHT", e, flush=True)
+
+
+def crash():
+    dist.init_process_group()
+    if rank == 1:
+        raise ValueError("rank 1 fails on purpose")
+    dist.all_reduce(minidl.from_numpy(np.zeros(3)))
+
+
+{"cases": cases, "mismatch": mismatch, "timeout": timeout, "crash": crash}[mode]()

@@ -1,0 +1,60 @@
+"""minidl.dist under real `mpiexec -n N`: each launch runs many cases in one script
+(tests/dist_mpi_script.py; startup is the slow part) and is killed, with its whole process
+group, if it outlives its timeout. Skipped where mpi4py or mpiexec are missing."""
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+pytest.importorskip("mpi4py")
+MPIEXEC = shutil.which("mpiexec")
+pytestmark = pytest.mark.skipif(MPIEXEC is None, reason="mpiexec not found")
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SCRIPT = os.path.join(ROOT, "tests", "dist_mpi_script.py")
+
+
+def launch(n, mode, timeout=90):
+    """(exit code, output, seconds) of `mpiexec -n n python dist_mpi_script.py mode`."""
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    env.pop("MINIDL_DIST_DEBUG", None)
+    start = time.monotonic()
+    proc = subprocess.Popen([MPIEXEC, "-n", str(n), sys.executable, SCRIPT, mode], cwd=ROOT, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, _ = proc.communicate()
+        pytest.fail(f"mpiexec -n {n} {mode} hung for {timeout} s; output:\n{out}")
+    return proc.returncode, out, time.monotonic() - start
+
+
+@pytest.mark.parametrize("n", [2, 4])
+def test_every_collective_and_algorithm(n):
+    code, out, _ = launch(n, "cases")
+    assert code == 0, out
+    assert "FAIL" not in out, out
+    for rank in range(n):
+        assert f"DONE rank {rank}: 0 failures" in out, out
+
+
+def test_debug_mode_catches_a_mismatch_on_every_rank():
+    code, out, _ = launch(2, "mismatch")
+    assert code == 0 and out.count("CAUGHT") == 2, out
+    assert "shape=(3,)" in out and "shape=(4,)" in out and "dist_mpi_script.py:" in out, out
+
+
+def test_timeout_names_the_missing_rank():
+    code, out, _ = launch(2, "timeout")
+    assert code == 0, out
+    assert "all_reduce (collective #1 of the group): timed out after 0.5 s on rank 0: rank(s) [1] did not send" in out
+
+
+def test_an_exception_on_one_rank_ends_the_job():
+    code, out, seconds = launch(2, "crash", timeout=60)
+    assert code != 0 and "rank 1 fails on purpose" in out, out
+    assert seconds < 30

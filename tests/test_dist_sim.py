@@ -1,0 +1,194 @@
+"""minidl.dist on the in-process sim backend: every collective against numpy oracles, the
+algorithms, point-to-point, groups, async work, argument errors, and the no-hang guarantees."""
+import time
+
+import numpy as np
+import pytest
+
+import minidl
+import minidl.dist as dist
+from dist_cases import run_all
+
+sim = dist.sim
+
+
+@pytest.mark.parametrize("size", [1, 2, 3, 4, 5])
+@pytest.mark.parametrize("algorithm", ["ring", "recursive_doubling", "auto"])
+def test_every_collective_matches_numpy(size, algorithm):
+    failures = sim.run(size, run_all, size, algorithm=algorithm)
+    assert not any(failures), "\n".join(f for per_rank in failures for f in per_rank[:10])
+
+
+@pytest.mark.parametrize("size", [3, 4])
+def test_small_chunks_split_every_message(size):
+    sizes = (0, 1, 7, 8, 50)
+    failures = sim.run(size, run_all, size, (minidl.float64, minidl.int64), sizes, chunk_elements=7,
+                       algorithm="ring")
+    assert not any(failures), failures
+
+
+@pytest.mark.parametrize("hosts", [["a", "a", "b", "b", "b"], ["a", "b", "a", "b", "c"], ["x"] * 5])
+def test_hierarchical_all_reduce(hosts):
+    def fn(rank):
+        outcomes = []
+        for numel in (0, 1, 13, 4000):
+            t = minidl.from_numpy(np.arange(numel, dtype=np.float64) * (rank + 1))
+            dist.all_reduce(t)
+            outcomes.append(np.array_equal(t.numpy(), np.arange(numel) * 15.0))
+        return outcomes
+    for algorithm in ("hierarchical", "auto"):
+        assert all(all(ok) for ok in sim.run(5, fn, hosts=hosts, algorithm=algorithm))
+
+
+def test_auto_picks_the_hierarchy_when_ranks_span_hosts(monkeypatch):
+    from minidl.dist.algorithms import hierarchical, recursive_doubling
+    calls = []
+    monkeypatch.setattr(hierarchical, "all_reduce", lambda *a: calls.append("hier"))
+    monkeypatch.setattr(recursive_doubling, "all_reduce", lambda *a: calls.append("rd"))
+    sim.run(4, lambda r: dist.all_reduce(minidl.ones(3)), hosts=["a", "a", "b", "b"])
+    sim.run(4, lambda r: dist.all_reduce(minidl.ones(3)))
+    assert calls == ["hier"] * 4 + ["rd"] * 4
+
+
+def test_non_contiguous_tensors_and_version_counter():
+    def fn(rank):
+        base = minidl.from_numpy(np.arange(12, dtype=np.float32).reshape(3, 4) * (rank + 1))
+        view = base.t()  # non-contiguous
+        before = view._version
+        dist.all_reduce(view)
+        bumped = view._version > before
+        return base.numpy().copy(), bumped
+    for got, bumped in sim.run(3, fn):
+        assert bumped
+        np.testing.assert_array_equal(got, np.arange(12).reshape(3, 4) * 6.0)
+
+
+def test_in_place_write_is_seen_by_autograd():
+    def fn(rank):
+        x = minidl.ones(3, requires_grad=True)
+        y = x * 2
+        z = (y * y).sum()  # saves y
+        dist.all_reduce(y)
+        with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+            z.backward()
+    sim.run(2, fn)
+
+
+def test_async_work_and_flat_buffers():
+    def fn(rank):
+        t = minidl.full((1000,), float(rank))
+        work = dist.all_reduce(t, async_op=True)
+        flat = np.full(10, rank + 1.0)
+        work2 = dist.all_reduce_buffer(flat, op=dist.ReduceOp.AVG, async_op=True)
+        assert isinstance(work, dist.Work)
+        assert work.wait() and work2.wait() is True and work.is_completed()
+        return t.numpy()[0], flat[0]
+    assert sim.run(4, fn) == [(6.0, 2.5)] * 4
+
+
+def test_point_to_point():
+    def fn(rank):
+        n = dist.get_world_size()
+        out = minidl.zeros(20)
+        send = dist.isend(minidl.full((20,), float(rank)), (rank + 1) % n, tag=3)
+        recv = dist.irecv(out, (rank - 1) % n, tag=3)
+        recv.wait(), send.wait()
+        assert recv.is_completed() and out.numpy()[0] == (rank - 1) % n
+        if rank == 0:
+            seen = sorted(dist.recv(minidl.zeros(9)) for _ in range(n - 1))
+            assert seen == list(range(1, n))
+        else:
+            dist.send(minidl.full((9,), float(rank)), 0)
+    sim.run(4, fn)
+    sim.run(3, fn, chunk_elements=4)  # any-source receive of a chunked message
+
+
+def test_objects():
+    def fn(rank):
+        found = [None] * 3
+        dist.all_gather_object(found, {"rank": rank})
+        items = ["hello", rank] if rank == 1 else [None, None]
+        dist.broadcast_object_list(items, src=1)
+        return found, items
+    for found, items in sim.run(3, fn):
+        assert found == [{"rank": 0}, {"rank": 1}, {"rank": 2}] and items == ["hello", 1]
+
+
+def test_subgroups():
+    def fn(rank):
+        odd = dist.new_group([1, 3])
+        t = minidl.full((5,), float(rank))
+        dist.all_reduce(t, group=odd)
+        dist.broadcast(t, src=3, group=odd)
+        return dist.get_rank(odd), dist.get_world_size(odd), t.numpy()[0]
+    assert sim.run(4, fn) == [(-1, -1, 0.0), (0, 2, 4.0), (-1, -1, 2.0), (1, 2, 4.0)]
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda r: dist.all_gather([minidl.zeros(2)], minidl.zeros(2)), "all_gather: tensor_list must be a list of 2"),
+    (lambda r: dist.all_gather([minidl.zeros(2), minidl.zeros(3)], minidl.zeros(2)),
+     r"all_gather: tensor_list\[1\] has shape \(3,\)"),
+    (lambda r: dist.reduce_scatter(minidl.zeros(2), [minidl.zeros(2), minidl.zeros(2, dtype=minidl.int64)]),
+     r"reduce_scatter: input_list\[1\] has shape \(2,\) and dtype int64"),
+    (lambda r: dist.broadcast(minidl.zeros(2), src=5), r"broadcast: src=5 is not a rank of this group"),
+    (lambda r: dist.all_reduce(minidl.zeros(2, dtype=minidl.int64), op=dist.ReduceOp.AVG),
+     "all_reduce: ReduceOp.AVG needs a floating-point tensor"),
+    (lambda r: dist.all_reduce(np.zeros(2)), "all_reduce: tensor must be a minidl tensor"),
+    (lambda r: dist.gather(minidl.zeros(2), [minidl.zeros(2)] * 2, dst=1 - r) if r == 0 else
+     dist.gather(minidl.zeros(2), None, dst=0), "gather: gather_list must not be given on rank 0"),
+    (lambda r: dist.send(minidl.zeros(2), r), "send: dst=.* is this rank itself"),
+])
+def test_bad_arguments_name_the_collective(call, message):
+    with pytest.raises((ValueError, TypeError), match=message):
+        sim.run(2, call)
+
+
+def test_uninitialized():
+    with pytest.raises(RuntimeError, match="all_reduce: the default process group is not initialized"):
+        dist.all_reduce(minidl.zeros(2))
+    assert not dist.is_initialized()
+    with pytest.raises(RuntimeError, match="no MPI launch detected"):
+        dist.init_process_group()
+
+
+def test_a_failing_rank_fails_the_others_instead_of_hanging():
+    def fn(rank):
+        if rank == 1:
+            raise KeyError("boom on rank 1")
+        dist.all_reduce(minidl.zeros(100))
+    start = time.monotonic()
+    with pytest.raises(KeyError, match="boom on rank 1"):
+        sim.run(3, fn)
+    assert time.monotonic() - start < 5
+
+
+def test_a_rank_that_returns_early_fails_the_waiting_recv():
+    def fn(rank):
+        if rank == 0:
+            dist.recv(minidl.zeros(2), src=1)
+    with pytest.raises(dist.DistError, match="rank 1 exited and will never deliver"):
+        sim.run(2, fn)
+
+
+def test_timeout_names_the_peers_that_did_not_deliver():
+    def fn(rank):
+        if rank == 2:
+            time.sleep(1.0)
+        dist.all_reduce(minidl.zeros(10), op=dist.ReduceOp.MAX)
+    with pytest.raises(dist.DistTimeoutError, match=r"all_reduce \(collective #1 of the group\): timed out "
+                                                    r"after 0.3 s on rank [01]: rank\(s\) \[[02]\] did not send what rank [01] waits for"):
+        sim.run(3, fn, timeout=0.3, algorithm="ring")
+
+
+def test_debug_mode_reports_mismatched_collectives(monkeypatch):
+    monkeypatch.setenv("MINIDL_DIST_DEBUG", "1")
+
+    def fn(rank):
+        if rank == 0:
+            dist.all_reduce(minidl.zeros(4))
+        else:
+            dist.broadcast(minidl.zeros(4, dtype=minidl.int64), src=0)
+    with pytest.raises(dist.DistError, match=r"(?s)called different collectives.*rank 0: all_reduce\(seq=1, "
+                                             r"shape=\(4,\), dtype=float32.*rank 1: broadcast\(seq=1, shape=\(4,\), "
+                                             r"dtype=int64, src=0\) at .*test_dist_sim.py:\d+"):
+        sim.run(2, fn)
