@@ -604,16 +604,43 @@ def _im2col_plane(x, out, p, chans, planes, h, w, kh, kw, sh, sw, ph, pw, dh, dw
                     out[o + j] = 0
 
 
+@njit(inline="always")
+def _im2col_plane_dense(x, out, p, chans, planes, h, w, kh, kw, oh, ow):
+    """_im2col_plane for stride 1, no padding, no dilation: each tap is a sub-block of the image.
+    (2-D views indexed by loop counters: no index can be negative, so the copies vectorise.)"""
+    L = oh * ow
+    images = planes // chans
+    rstride = images * L
+    base = ((p % chans) * kh * kw * images + p // chans) * L
+    img = x[p * h * w:(p + 1) * h * w].reshape(h, w)
+    for ki in range(kh):
+        for kj in range(kw):
+            row = base + (ki * kw + kj) * rstride
+            dst = out[row:row + L].reshape(oh, ow)
+            src = img[ki:ki + oh, kj:kj + ow]
+            for i in range(oh):
+                for j in range(ow):
+                    dst[i, j] = src[i, j]
+
+
+@njit(inline="always")
+def _im2col_any(x, out, p, chans, planes, h, w, kh, kw, sh, sw, ph, pw, dh, dw, oh, ow):
+    if sh == 1 and sw == 1 and ph == 0 and pw == 0 and dh == 1 and dw == 1:
+        _im2col_plane_dense(x, out, p, chans, planes, h, w, kh, kw, oh, ow)
+    else:
+        _im2col_plane(x, out, p, chans, planes, h, w, kh, kw, sh, sw, ph, pw, dh, dw, oh, ow)
+
+
 @njit(cache=True, nogil=True)
 def im2col_serial(x, out, chans, planes, h, w, kh, kw, sh, sw, ph, pw, dh, dw, oh, ow):
     for p in range(planes):
-        _im2col_plane(x, out, p, chans, planes, h, w, kh, kw, sh, sw, ph, pw, dh, dw, oh, ow)
+        _im2col_any(x, out, p, chans, planes, h, w, kh, kw, sh, sw, ph, pw, dh, dw, oh, ow)
 
 
 @njit(cache=True, nogil=True, parallel=True)
 def im2col_parallel(x, out, chans, planes, h, w, kh, kw, sh, sw, ph, pw, dh, dw, oh, ow):
     for p in prange(planes):
-        _im2col_plane(x, out, p, chans, planes, h, w, kh, kw, sh, sw, ph, pw, dh, dw, oh, ow)
+        _im2col_any(x, out, p, chans, planes, h, w, kh, kw, sh, sw, ph, pw, dh, dw, oh, ow)
 
 
 @njit(inline="always")
@@ -623,9 +650,9 @@ def _col2im_plane(col, out, p, chans, planes, h, w, kh, kw, sh, sw, ph, pw, dh, 
     images = planes // chans
     rstride = images * L
     base = ((p % chans) * kh * kw * images + p // chans) * L
-    obase = p * h * w
+    img = out[p * h * w:(p + 1) * h * w]       # slices indexed from 0 by loop counters vectorise
     for q in range(h * w):
-        out[obase + q] = 0
+        img[q] = 0
     for ki in range(kh):
         for kj in range(kw):
             row = base + (ki * kw + kj) * rstride
@@ -635,14 +662,15 @@ def _col2im_plane(col, out, p, chans, planes, h, w, kh, kw, sh, sw, ph, pw, dh, 
                 y = i * sh - ph + ki * dh
                 if y < 0 or y >= h:
                     continue
-                c = row + i * ow
-                dst = obase + y * w + off
+                c = col[row + i * ow + lo:row + i * ow + hi]
                 if sw == 1:
-                    for j in range(lo, hi):
-                        out[dst + j] += col[c + j]
+                    d = img[y * w + off + lo:y * w + off + hi]
+                    for j in range(hi - lo):
+                        d[j] += c[j]
                 else:
-                    for j in range(lo, hi):
-                        out[dst + j * sw] += col[c + j]
+                    d = img[y * w:(y + 1) * w]
+                    for j in range(hi - lo):
+                        d[(j + lo) * sw + off] += c[j]
 
 
 @njit(cache=True, nogil=True)
