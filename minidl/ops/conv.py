@@ -144,7 +144,7 @@ class Convolution(Function):
         if needs[0]:
             gcols = weight.reshape(G, o // G, -1).mT @ gt                   # (G, C/G*kh*kw, N*L)
             gx = Col2Im.apply(gcols.reshape(-1, n * L), tuple(x.shape), ctx.geom, True)
-        if len(needs) > 2 and needs[2]:
+        if needs[2]:
             gb = gt.reshape(o, n * L).sum(1)
         return gx, gw, gb, None, None
 
