@@ -8,37 +8,42 @@ never Tensors. Elementwise/reduce kernels only ever see the *compute* dtypes
 
 Contract (``op`` is a name from the matching tuple below):
 
-=========  ==============================================  ============================================
-name       signature                                       meaning
-=========  ==============================================  ============================================
-alloc      (numel, dtype) -> buf                           uninitialised buffer
-from_host  (ndarray) -> buf                                copy of a 1-D numpy array onto the device
-to_host    (buf) -> ndarray                                1-D numpy array (shares memory on cpu)
-copy       (src, src_layout, dst, dst_layout)              dst[...] = src[...], converting dtype
-unary      (op, x, x_layout, out, out_layout)              out = op(x)
-binary     (op, a, a_layout, b, b_layout, out, out_layout) out = op(a, b); layouts already broadcast
-compare    (op, a, a_layout, b, b_layout, out, out_layout) as binary, bool out
-where      (c, cl, a, al, b, bl, out, ol)                  out = a if c else b
-reduce     (op, x, x_layout, dims, out)                    reduce dims; out is contiguous over the rest
-arg_reduce (op, x, x_layout, dim, out)                     int64 index of max/min along dim
-scan       (op, x, x_layout, dim, out)                     inclusive scan along dim; out contiguous
-take       (src, src_layout, index, out)                   out[i] = src[flat index[i]] (row-major)
-put        (dst, dst_layout, index, values, accumulate)    dst[flat index[i]] (+)= values[i]
-nonzero    (x, x_layout) -> int64 buffer                   flat indices of nonzero elements
-matmul     (a, al, b, bl, out, ol)                         (...,m,k) @ (...,k,n), batch dims equal
-im2col     (x, cols, geom)                                 cols (N,C*kh*kw,oh*ow) = windows of x (N,C,h,w)
-col2im     (cols, x, geom)                                 x += the adjoint of im2col (accumulates)
-max_pool2d (x, out, index, geom)                           out = window max; int64 index in the h*w plane
-sgd_step   (p, g, buf, lr, wd, momentum, dampening,        one fused SGD update of packed 1-D buffers
-            nesterov, maximize, first)                     (``torch.optim.SGD``'s formulas, see below)
-adam_step  (p, g, m, v, vmax, beta1, beta2, eps, wd,       one fused Adam/AdamW update (see below)
-            decay, amsgrad, maximize, step_size, bc2)
-=========  ==============================================  ============================================
+===================  ===============================================  ==============================================
+name                 signature                                        meaning
+===================  ===============================================  ==============================================
+alloc                (numel, dtype) -> buf                            uninitialised buffer
+from_host            (ndarray) -> buf                                 copy of a 1-D numpy array onto the device
+to_host              (buf) -> ndarray                                 1-D numpy array (shares memory on cpu)
+copy                 (src, src_layout, dst, dst_layout)               dst[...] = src[...], converting dtype
+unary                (op, x, x_layout, out, out_layout)               out = op(x)
+binary               (op, a, a_layout, b, b_layout, out, out_layout)  out = op(a, b); layouts already broadcast
+compare              (op, a, a_layout, b, b_layout, out, out_layout)  as binary, bool out
+where                (c, cl, a, al, b, bl, out, ol)                   out = a if c else b
+reduce               (op, x, x_layout, dims, out)                     reduce dims; out is contiguous over the rest
+arg_reduce           (op, x, x_layout, dim, out)                      int64 index of max/min along dim
+scan                 (op, x, x_layout, dim, out)                      inclusive scan along dim; out contiguous
+take                 (src, src_layout, index, out)                    out[i] = src[flat index[i]] (row-major)
+put                  (dst, dst_layout, index, values, accumulate)     dst[flat index[i]] (+)= values[i]
+nonzero              (x, x_layout) -> int64 buffer                    flat indices of nonzero elements
+matmul               (a, al, b, bl, out, ol)                          (...,m,k) @ (...,k,n), batch dims equal
+im2col               (x, cols, geom, channels=0)                      cols = every window of x (N,C,h,w), see below
+col2im               (cols, x, geom, channels=0)                      x = the adjoint of im2col (overwrites x)
+max_pool2d           (x, out, index, geom)                            out = window max; int64 index in the h*w plane
+max_pool2d_backward  (g, index, grad_in, geom)                        grad_in = 0, then grad_in[plane][index] += g
+sgd_step             (p, g, buf, lr, wd, momentum, dampening,         one fused SGD update of packed 1-D buffers
+                      nesterov, maximize, first)                      (``torch.optim.SGD``'s formulas, see below)
+adam_step            (p, g, m, v, vmax, beta1, beta2, eps, wd,        one fused Adam/AdamW update (see below)
+                      decay, amsgrad, maximize, step_size, bc2)
+===================  ===============================================  ==============================================
 
-``geom`` for the last three is ``(planes, h, w, kh, kw, sh, sw, ph, pw, dh, dw, oh, ow)``: planes =
+``geom`` for im2col, col2im and the two max-pool kernels is ``(planes, h, w, kh, kw, sh, sw, ph, pw, dh, dw, oh, ow)``: planes =
 N*C, image size, kernel size, stride, zero padding, dilation, output size; all buffers are contiguous
 from element 0. Window (i, j) tap (ki, kj) reads image row i*sh - ph + ki*dh, column j*sw - pw + kj*dw
-(outside the image: zero for im2col, skipped by max_pool2d and col2im).
+(outside the image: zero for im2col, skipped by max_pool2d and col2im). The columns of im2col/col2im
+are laid out (C*kh*kw, N, oh*ow) for ``channels`` = C (row c*kh*kw + ki*kw + kj; a convolution is
+then one GEMM over all N*oh*ow positions); ``channels`` = 0 means C = planes, N = 1, i.e. the
+(N, C*kh*kw, oh*ow) layout of ``unfold``. ``max_pool2d_backward`` takes gradients and indices of
+shape (planes, oh*ow) as max_pool2d wrote them and skips indices outside the plane.
 
 The optimizer steps update each element in place, with ``d = -g if maximize else g``:
 
@@ -65,7 +70,7 @@ SCAN_OPS = ("cumsum", "cumprod")
 
 PRIMITIVES = ("alloc", "from_host", "to_host", "copy", "unary", "binary", "compare", "where",
               "reduce", "arg_reduce", "scan", "take", "put", "nonzero", "matmul",
-              "im2col", "col2im", "max_pool2d", "sgd_step", "adam_step")
+              "im2col", "col2im", "max_pool2d", "max_pool2d_backward", "sgd_step", "adam_step")
 
 # device type -> module whose import registers that device's kernels
 _BACKEND_MODULES = {"cpu": "minidl.cpu", "cuda": "minidl.cuda"}

@@ -383,21 +383,31 @@ import minidl.nn.functional as _F  # noqa: E402
 from minidl.ops import conv as _conv  # noqa: E402
 
 _w2122 = rn(2, 1, 2, 2)
-op("Im2Col",
+_g_cm = (2, 2, 1, 2, 1, 0, 1, 1) + _conv._geometry("im2col", 3, 4, (2, 2), (1, 2), (1, 0), (1, 1))  # (4, 2)
+op("Convolution",
    S("conv2d", lambda x, w, b: _F.conv2d(x, w, b, stride=(2, 1), padding=1), rn(1, 2, 4, 3), rn(2, 2, 2, 2), rn(2)),
    S("conv2d-groups-dilation", lambda x, w: _F.conv2d(x, w, padding=(1, 0), dilation=(2, 1), groups=2),
      NC(rn(2, 2, 3, 3), "F"), rn(4, 1, 2, 2)),
+   S("conv2d-input-only", lambda x: _F.conv2d(x, const(_w2122), stride=2), rn(1, 1, 4, 4)),
+   S("conv2d-batch-bias", lambda x, w, b: _F.conv2d(x, w, b), rn(3, 2, 3, 3), NC(rn(2, 2, 2, 2), "gap"), rn(2)))
+op("Im2Col",
    S("unfold", lambda x: _conv.im2col(x, (2, 1), stride=1, padding=(0, 1)), rn(1, 2, 3, 2)),
-   S("conv2d-input-only", lambda x: _F.conv2d(x, const(_w2122), stride=2), rn(1, 1, 4, 4)))
+   S("channel-major", lambda x: _conv.Im2Col.apply(x, _g_cm, True), rn(2, 2, 3, 4)),
+   S("avg_pool2d", lambda x: _F.avg_pool2d(x, 2, stride=1, padding=1), rn(1, 2, 3, 3)))
 op("Col2Im",
    S("conv_transpose2d", lambda x, w, b: _F.conv_transpose2d(x, w, b, stride=2, padding=1, output_padding=1),
      rn(1, 2, 2, 2), rn(2, 1, 3, 2), rn(1)),
-   S("fold", lambda c: _conv.col2im(c, (3, 3), 2, padding=1, stride=2), rn(1, 8, 4)))
+   S("fold", lambda c: _conv.col2im(c, (3, 3), 2, padding=1, stride=2), rn(1, 8, 4)),
+   S("channel-major", lambda c: _conv.Col2Im.apply(c, (2, 2, 3, 4), _g_cm, True), rn(8, 16)))
 op("MaxPool2d",
    S("max_pool2d", lambda x: _F.max_pool2d(x, 2, stride=1, padding=1), distinct(1, 2, 3, 3)),
    S("max_pool2d-ceil-dilation", lambda x: _F.max_pool2d(x, 2, stride=2, dilation=(1, 2), ceil_mode=True),
      NC(distinct(2, 1, 5, 4), "F")))
-
+_pool_x = const(distinct(2, 2, 4, 5))
+op("MaxPool2dGrad",  # the first backward of max pooling, as create_graph records it; linear in g
+   S("max_pool2d-backward",
+     lambda g: minidl.autograd.grad(_F.max_pool2d(_pool_x.requires_grad_(), 2, stride=(1, 2)), _pool_x, g,
+                                    create_graph=True)[0], rn(2, 2, 3, 2)))
 
 COMPOSITES = [
     S("mean-all", lambda x: x.mean(), rn(3, 4)),
@@ -496,4 +506,7 @@ GRADGRAD = [
     S("setitem-nonleaf", _setitem_view, rn(3, 4), rn(2, 2)),
     S("conv2d", lambda x, w: _F.conv2d(x, w, padding=1, stride=2), rn(1, 1, 3, 3), rn(1, 1, 2, 2)),
     S("max_pool2d", lambda x: _F.max_pool2d(x, 2, stride=1) ** 2, distinct(1, 1, 3, 3)),
+    S("max_pool2d-3", lambda x: _F.max_pool2d(x, 2) ** 3, NC(distinct(2, 1, 4, 4), "F")),
+    S("conv2d-bias-groups", lambda x, w, b: _F.conv2d(x, w, b, groups=2) ** 2, rn(2, 2, 3, 3), rn(2, 1, 2, 2),
+      rn(2)),
 ]

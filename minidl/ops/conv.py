@@ -10,7 +10,7 @@ import numpy as np
 from .. import _dtype as dt
 from ..autograd import Function
 from .core import cast, check_devices, kernel, packed_buffer
-from .creation import tensor, zeros
+from .creation import empty, tensor
 
 
 def _pair(v, name):
@@ -50,45 +50,103 @@ def _geometry(op, h, w, k, s, p, d, ceil_mode=False):
     return tuple(out)
 
 
+def _columns(x, geom, channel_major):
+    """im2col of ``x`` in its compute dtype, without autograd (see Im2Col)."""
+    n, c, h, w = x.shape
+    kh, kw, oh, ow = geom[0], geom[1], geom[8], geom[9]
+    compute = _float_compute("im2col", x)
+    xc = cast(x, compute)
+    shape = (c * kh * kw, n * oh * ow) if channel_major else (n, c * kh * kw, oh * ow)
+    out = empty(*shape, dtype=compute, device=x.device)                     # im2col writes every entry
+    kernel("im2col", x)(packed_buffer(xc), packed_buffer(out), (n * c, h, w) + tuple(geom),
+                        c if channel_major else 0)
+    return out
+
+
 class Im2Col(Function):
-    """(N, C, H, W) -> (N, C*kh*kw, oh*ow): every window of the input as a column."""
+    """(N, C, H, W) -> every window of the input as a column: (N, C*kh*kw, oh*ow) as unfold returns
+    it, or with ``channel_major`` (C*kh*kw, N*oh*ow), the layout that makes a convolution one GEMM."""
 
     @staticmethod
-    def forward(ctx, x, geom):
-        n, c, h, w = x.shape
-        kh, kw, oh, ow = geom[0], geom[1], geom[8], geom[9]
-        compute = _float_compute("im2col", x)
-        xc = cast(x, compute)
-        out = zeros(n, c * kh * kw, oh * ow, dtype=compute, device=x.device)
-        kernel("im2col", x)(packed_buffer(xc), packed_buffer(out), (n * c, h, w) + tuple(geom))
-        ctx.shape, ctx.geom = tuple(x.shape), geom
+    def forward(ctx, x, geom, channel_major=False):
+        out = _columns(x, geom, channel_major)
+        ctx.shape, ctx.geom, ctx.channel_major = tuple(x.shape), geom, channel_major
         return cast(out, x.dtype)
 
     @staticmethod
     def backward(ctx, g):
-        return Col2Im.apply(g, ctx.shape, ctx.geom), None
+        return Col2Im.apply(g, ctx.shape, ctx.geom, ctx.channel_major), None, None
 
 
 class Col2Im(Function):
     """The adjoint of Im2Col: sums every column entry back into the image position it came from."""
 
     @staticmethod
-    def forward(ctx, cols, shape, geom):
+    def forward(ctx, cols, shape, geom, channel_major=False):
         n, c, h, w = shape
         kh, kw, oh, ow = geom[0], geom[1], geom[8], geom[9]
-        if tuple(cols.shape) != (n, c * kh * kw, oh * ow):
-            raise RuntimeError(f"col2im: expected columns of shape {(n, c * kh * kw, oh * ow)}, got "
-                               f"{tuple(cols.shape)}")
+        expect = (c * kh * kw, n * oh * ow) if channel_major else (n, c * kh * kw, oh * ow)
+        if tuple(cols.shape) != expect:
+            raise RuntimeError(f"col2im: expected columns of shape {expect}, got {tuple(cols.shape)}")
         compute = _float_compute("col2im", cols)
         cc = cast(cols, compute)
-        out = zeros(n, c, h, w, dtype=compute, device=cols.device)
-        kernel("col2im", cols)(packed_buffer(cc), packed_buffer(out), (n * c, h, w) + tuple(geom))
-        ctx.geom = geom
+        out = empty(n, c, h, w, dtype=compute, device=cols.device)          # col2im overwrites every entry
+        kernel("col2im", cols)(packed_buffer(cc), packed_buffer(out), (n * c, h, w) + tuple(geom),
+                               c if channel_major else 0)
+        ctx.geom, ctx.channel_major = geom, channel_major
         return cast(out, cols.dtype)
 
     @staticmethod
     def backward(ctx, g):
-        return Im2Col.apply(g, ctx.geom), None, None
+        return Im2Col.apply(g, ctx.geom, ctx.channel_major), None, None, None
+
+
+class Convolution(Function):
+    """conv2d as one GEMM per group over all N*oh*ow window positions.
+
+    Forward: cols = im2col(x) laid out (C*kh*kw, N*L) (L = oh*ow), Y = W (O, C*kh*kw) @ cols ->
+    (O, N, L), and one pass that adds the bias while permuting Y to the (N, O, oh, ow) output.
+    Only x is saved (not cols, which is kh*kw times larger): backward recomputes the columns.
+    Backward: g' = g permuted to (O, N*L) once; grad W = g' @ cols^T, grad cols = W^T @ g' (then
+    col2im), grad bias = g' summed over N*L. Written with differentiable ops, so it has a backward too.
+    """
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, geom, groups):
+        n, c, h, w = x.shape
+        o = weight.shape[0]
+        L = geom[8] * geom[9]
+        cols = _columns(x, geom, True)                                      # (C*kh*kw, N*L)
+        if groups == 1:
+            y = weight.reshape(o, -1) @ cols                                # (O, N*L)
+        else:
+            y = weight.reshape(groups, o // groups, -1) @ cols.reshape(groups, -1, n * L)
+        del cols
+        y = y.reshape(o, n, L).permute(1, 0, 2)                             # (N, O, L) view
+        out = y + bias.reshape(1, o, 1) if bias is not None else y.contiguous()
+        if ctx._recording:
+            ctx.save_for_backward(x, weight)
+            ctx.geom, ctx.groups = geom, groups
+        return out.reshape(n, o, geom[8], geom[9])
+
+    @staticmethod
+    def backward(ctx, g):
+        x, weight = ctx.saved_tensors
+        n, o, oh, ow = g.shape
+        G, L = ctx.groups, oh * ow
+        needs = ctx.needs_input_grad
+        gt = g.reshape(n, o, L).permute(1, 0, 2).reshape(G, o // G, n * L)  # one transposing copy
+        gx = gw = gb = None
+        if needs[1]:
+            cols = Im2Col.apply(x, ctx.geom, True).reshape(G, -1, n * L)
+            gw = (gt @ cols.mT).reshape(weight.shape)
+            del cols
+        if needs[0]:
+            gcols = weight.reshape(G, o // G, -1).mT @ gt                   # (G, C/G*kh*kw, N*L)
+            gx = Col2Im.apply(gcols.reshape(-1, n * L), tuple(x.shape), ctx.geom, True)
+        if needs[2]:
+            gb = gt.reshape(o, n * L).sum(1)
+        return gx, gw, gb, None, None
 
 
 class MaxPool2d(Function):
@@ -100,23 +158,46 @@ class MaxPool2d(Function):
         oh, ow = geom[8], geom[9]
         compute = _float_compute("max_pool2d", x)
         xc = cast(x, compute)
-        out = zeros(n, c, oh, ow, dtype=compute, device=x.device)
-        idx = zeros(n, c, oh, ow, dtype=dt.int64, device=x.device)
+        out = empty(n, c, oh, ow, dtype=compute, device=x.device)           # the kernel writes every entry
+        idx = empty(n, c, oh, ow, dtype=dt.int64, device=x.device)
         kernel("max_pool2d", x)(packed_buffer(xc), packed_buffer(out), packed_buffer(idx),
                                 (n * c, h, w) + tuple(geom))
-        if out.numel() and int(idx.min()) < 0:
+        # without padding every window has a tap in the image; with it one may lie in the padding
+        if (geom[4] or geom[5]) and out.numel() and int(idx.min()) < 0:
             raise RuntimeError("max_pool2d: a pooling window lies entirely in the padding")
         ctx.mark_non_differentiable(idx)
-        ctx.save_for_backward(idx)
-        ctx.shape = tuple(x.shape)
+        if ctx._recording:
+            ctx.save_for_backward(idx)
+            ctx.shape, ctx.geom = tuple(x.shape), geom
         return cast(out, x.dtype), idx
 
     @staticmethod
     def backward(ctx, g, _gidx=None):
         (idx,) = ctx.saved_tensors
-        n, c, h, w = ctx.shape
-        flat = zeros(n, c, h * w, dtype=g.dtype, device=g.device)
-        return flat.scatter_add(2, idx.reshape(n, c, -1), g.reshape(n, c, -1)).reshape(n, c, h, w), None
+        return MaxPool2dGrad.apply(g, idx, ctx.shape, ctx.geom), None
+
+
+class MaxPool2dGrad(Function):
+    """The backward of max pooling: each window's gradient added at its argmax (zero elsewhere).
+    Linear in g; its own backward is the gather of the incoming gradient by the same indices."""
+
+    @staticmethod
+    def forward(ctx, g, idx, shape, geom):
+        n, c, h, w = shape
+        compute = _float_compute("max_pool2d_backward", g)
+        gc = cast(g, compute)
+        out = empty(n, c, h, w, dtype=compute, device=g.device)             # the kernel zero-fills it
+        kernel("max_pool2d_backward", g)(packed_buffer(gc), packed_buffer(idx), packed_buffer(out),
+                                         (n * c, h, w) + tuple(geom))
+        if ctx._recording:
+            ctx.save_for_backward(idx)
+        return cast(out, g.dtype)
+
+    @staticmethod
+    def backward(ctx, gg):
+        (idx,) = ctx.saved_tensors
+        n, c, oh, ow = idx.shape
+        return gg.reshape(n, c, -1).gather(2, idx.reshape(n, c, -1)).reshape(n, c, oh, ow), None, None, None
 
 
 # ----------------------------------------------------------------------------- public ops
@@ -190,15 +271,7 @@ def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     else:
         p = _pair(padding, "padding")
     oh, ow = _geometry("conv2d", h, w, (kh, kw), s, p, d)
-    cols = Im2Col.apply(x, (kh, kw) + s + p + d + (oh, ow))               # (N, C*kh*kw, L)
-    if groups == 1:
-        out = weight.reshape(o, cg * kh * kw) @ cols                        # (N, O, L)
-    else:
-        cols = cols.reshape(n, groups, cg * kh * kw, oh * ow)
-        out = weight.reshape(groups, o // groups, cg * kh * kw) @ cols      # (N, G, O/G, L)
-    out = out.reshape(n, o, oh, ow)
-    if bias is not None:
-        out = out + bias.reshape(1, o, 1, 1)
+    out = Convolution.apply(x, weight, bias, (kh, kw) + s + p + d + (oh, ow), groups)
     return out.squeeze(0) if unbatched else out
 
 
