@@ -61,6 +61,9 @@ CONV2D = [
     dict(padding="same", dilation=2, bias=False),
     dict(padding="same", groups=4),
     dict(padding="valid", stride=3, groups=2),
+    dict(padding=(2, 1), padding_mode="reflect"),
+    dict(padding=1, stride=2, padding_mode="replicate"),
+    dict(padding="same", dilation=(1, 2), padding_mode="circular"),
 ]
 
 
@@ -68,6 +71,16 @@ CONV2D = [
 def test_conv2d(kw):
     k = (3, 2) if kw.get("padding") != "same" else (2, 3)
     _compare(lambda: nn.Conv2d(4, 8, k, **kw), lambda: torch.nn.Conv2d(4, 8, k, **kw), (2, 4, 9, 8))
+    assert repr(nn.Conv2d(4, 8, k, **kw)) == repr(torch.nn.Conv2d(4, 8, k, **kw))
+
+
+def test_conv1d_circular_padding_and_padding_mode_errors():
+    kw = dict(padding=2, padding_mode="circular")
+    _compare(lambda: nn.Conv1d(3, 4, 3, **kw), lambda: torch.nn.Conv1d(3, 4, 3, **kw), (2, 3, 7))
+    with pytest.raises(ValueError, match="padding_mode must be one of"):
+        nn.Conv2d(1, 1, 3, padding_mode="mirror")
+    with pytest.raises(ValueError, match='Only "zeros" padding mode is supported for ConvTranspose2d'):
+        nn.ConvTranspose2d(1, 1, 3, padding_mode="reflect")
 
 
 @pytest.mark.parametrize("kw", [dict(), dict(stride=2, padding=2, dilation=2, groups=2), dict(padding="same")],

@@ -194,6 +194,25 @@ def test_dropout():
     assert out is z and set(np.unique(z.numpy())) == {0.0, 2.0}
 
 
+@pytest.mark.parametrize("mode,np_mode", [("reflect", "reflect"), ("replicate", "edge"), ("circular", "wrap")])
+@pytest.mark.parametrize("pad", [(1, 2), (2, 0, 1, 3), (3, 3)])
+def test_pad_modes_against_numpy_with_gradients(mode, np_mode, pad):
+    x = RNG.standard_normal((2, 4, 5))
+    out = fd_check(lambda x: F.pad(x, pad, mode=mode), [x])
+    widths = [(0, 0)] * (3 - len(pad) // 2) + [tuple(pad[i:i + 2]) for i in range(len(pad) - 2, -1, -2)]
+    np.testing.assert_array_equal(out.detach().numpy(), np.pad(x, widths, mode=np_mode))
+
+
+def test_pad_mode_errors():
+    x = minidl.randn(1, 2, 3)
+    with pytest.raises(RuntimeError, match=r"pad: reflect padding \(3, 0\) of dim 2 .* at most 2"):
+        F.pad(x, (3, 0), mode="reflect")
+    with pytest.raises(NotImplementedError, match="pad: mode 'mirror'"):
+        F.pad(x, (1, 1), mode="mirror")
+    with pytest.raises(RuntimeError, match="doesn't take in value"):
+        F.pad(x, (1, 1), mode="replicate", value=2.0)
+
+
 def test_one_hot_pad_normalize():
     t = minidl.tensor([[0, 2], [1, 0]])
     oh = F.one_hot(t, 4)

@@ -28,8 +28,11 @@ class _ConvNd(Module):
         n = self._n
         if groups <= 0 or in_channels % groups or out_channels % groups:
             raise ValueError("in_channels and out_channels must be divisible by groups (a positive integer)")
-        if padding_mode != "zeros":
-            raise NotImplementedError(f"padding_mode '{padding_mode}' is not supported; use 'zeros'")
+        if padding_mode not in ("zeros", "reflect", "replicate", "circular"):
+            raise ValueError(f"padding_mode must be one of 'zeros', 'reflect', 'replicate', 'circular', got "
+                             f"'{padding_mode}'")
+        if self._transposed and padding_mode != "zeros":
+            raise ValueError(f'Only "zeros" padding mode is supported for {type(self).__name__}')
         if isinstance(padding, str):
             if padding not in ("same", "valid"):
                 raise ValueError(f"Invalid padding string '{padding}', should be one of {{'valid', 'same'}}")
@@ -57,16 +60,34 @@ class _ConvNd(Module):
     def reset_parameters(self) -> None:
         init.default_reset_(self.weight, self.bias)
 
+    def _padded(self, input):
+        """(input, padding) for the convolution: modes other than 'zeros' pad the input first
+        (F.pad, last dim first) and convolve it unpadded, as PyTorch does."""
+        if self.padding_mode == "zeros":
+            return input, self.padding
+        if self.padding == "valid":
+            return input, 0
+        pads = []
+        for i in reversed(range(self._n)):
+            if self.padding == "same":
+                total = self.dilation[i] * (self.kernel_size[i] - 1)
+                pads += [total // 2, total - total // 2]
+            else:
+                pads += [self.padding[i]] * 2
+        return F.pad(input, pads, mode=self.padding_mode), 0
+
     def extra_repr(self) -> str:
         s = f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, stride={self.stride}"
         if self.padding != (0,) * self._n:
-            s += f", padding={self.padding!r}" if isinstance(self.padding, str) else f", padding={self.padding}"
+            s += f", padding={self.padding}"
         if self.dilation != (1,) * self._n:
             s += f", dilation={self.dilation}"
         if self._transposed and self.output_padding != (0,) * self._n:
             s += f", output_padding={self.output_padding}"
         if self.groups != 1:
             s += f", groups={self.groups}"
+        if self.padding_mode != "zeros":
+            s += f", padding_mode={self.padding_mode}"
         if self.bias is None:
             s += ", bias=False"
         return s
@@ -76,14 +97,16 @@ class Conv1d(_ConvNd):
     _n = 1
 
     def forward(self, input):
-        return F.conv1d(input, self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups)
+        input, padding = self._padded(input)
+        return F.conv1d(input, self.weight, self.bias, self.stride, padding, self.dilation, self.groups)
 
 
 class Conv2d(_ConvNd):
     _n = 2
 
     def forward(self, input):
-        return F.conv2d(input, self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups)
+        input, padding = self._padded(input)
+        return F.conv2d(input, self.weight, self.bias, self.stride, padding, self.dilation, self.groups)
 
 
 class ConvTranspose2d(_ConvNd):

@@ -195,9 +195,38 @@ def _inner_layout(shape, slices):
     return layout
 
 
+def _source_positions(mode, n, lo, hi):
+    """For one padded dim of size n: which input position each output position reads."""
+    positions = range(-lo, n + hi)
+    if mode == "reflect":
+        period = 2 * (n - 1)
+        return [period - i % period if i % period >= n else i % period for i in positions]
+    if mode == "replicate":
+        return [min(max(i, 0), n - 1) for i in positions]
+    return [i % n for i in positions]  # circular
+
+
 def pad(x, pad, mode="constant", value=None):
-    if mode != "constant":
-        raise NotImplementedError(f"pad: mode '{mode}' is not supported yet; use 'constant'")
+    """``torch.nn.functional.pad``: pads the last len(pad) // 2 dims, last dim first. The
+    non-constant modes gather (differentiably) the input positions each output reads."""
     if len(pad) % 2 or len(pad) // 2 > x.ndim:
         raise RuntimeError(f"pad: padding length {len(pad)} must be even and at most 2 * {x.ndim}")
-    return ConstantPad.apply(x, tuple(int(p) for p in pad), 0 if value is None else value)
+    pad = tuple(int(p) for p in pad)
+    if mode == "constant":
+        return ConstantPad.apply(x, pad, 0 if value is None else value)
+    if mode not in ("reflect", "replicate", "circular"):
+        raise NotImplementedError(f"pad: mode '{mode}' is not one of 'constant', 'reflect', 'replicate', "
+                                  f"'circular'")
+    if value:
+        raise RuntimeError(f"pad: padding mode '{mode}' doesn't take in value argument")
+    from .creation import tensor
+    for i in range(len(pad) // 2):
+        d, (lo, hi) = x.ndim - 1 - i, pad[2 * i:2 * i + 2]
+        n = x.shape[d]
+        limit = {"reflect": n - 1, "circular": n, "replicate": math.inf if n else 0}[mode]
+        if max(lo, hi) > limit or min(lo, hi) < -n:
+            raise RuntimeError(f"pad: {mode} padding ({lo}, {hi}) of dim {d} of an input of shape "
+                               f"{list(x.shape)} must be at most {limit} (and the dim non-empty)")
+        index = tensor(_source_positions(mode, n, lo, hi), dtype=dt.int64, device=x.device)
+        x = x.index_select(d, index)
+    return x
