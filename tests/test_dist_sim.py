@@ -124,6 +124,20 @@ def test_subgroups():
     assert sim.run(4, fn) == [(-1, -1, 0.0), (0, 2, 4.0), (-1, -1, 2.0), (1, 2, 4.0)]
 
 
+def test_new_group_can_pick_its_own_algorithm(monkeypatch):
+    from minidl.dist.algorithms import ring
+    calls = []
+    monkeypatch.setattr(ring, "all_reduce", lambda *a: calls.append("ring"))
+
+    def fn(rank):
+        dist.all_reduce(minidl.ones(3), group=dist.new_group(algorithm="ring"))
+        dist.all_reduce(minidl.ones(3))  # the default group keeps "auto": recursive doubling here
+        with pytest.raises(ValueError, match="unknown algorithm 'bogus'"):
+            dist.new_group(algorithm="bogus")
+    sim.run(2, fn)
+    assert calls == ["ring"] * 2
+
+
 @pytest.mark.parametrize("call, message", [
     (lambda r: dist.all_gather([minidl.zeros(2)], minidl.zeros(2)), "all_gather: tensor_list must be a list of 2"),
     (lambda r: dist.all_gather([minidl.zeros(2), minidl.zeros(3)], minidl.zeros(2)),
