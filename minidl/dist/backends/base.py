@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import time
 
+import numpy as np
+
 ANY_SOURCE = None
 DEFAULT_CHUNK = 2**31 - 1
 
@@ -81,6 +83,16 @@ class Communicator:
         if chunk_elements < 1:
             raise ValueError(f"chunk_elements must be positive, got {chunk_elements}")
         self.chunk_elements = int(chunk_elements)
+        self._scratch = np.empty(0, np.uint8)
+
+    def scratch(self, numel: int, dtype) -> np.ndarray:
+        """A receive buffer kept between collectives (which run one at a time per communicator):
+        a fresh large array costs a page fault per 4 KiB on every call. It stays as large as the
+        largest one asked for."""
+        nbytes = numel * np.dtype(dtype).itemsize
+        if self._scratch.size < nbytes:
+            self._scratch = np.empty(nbytes, np.uint8)
+        return self._scratch[:nbytes].view(dtype)
 
     def _pieces(self, buf):
         c = self.chunk_elements
