@@ -86,6 +86,26 @@ def test_async_work_and_flat_buffers():
     assert sim.run(4, fn) == [(6.0, 2.5)] * 4
 
 
+def test_blocking_calls_run_on_the_caller_only_when_nothing_is_queued(monkeypatch):
+    import threading
+    from minidl.dist.algorithms import recursive_doubling
+    where = []
+
+    def slow_first(ch, buf, op):
+        where.append(threading.current_thread().name)
+        time.sleep(0.05 if len(where) <= 2 else 0)  # keeps the async call pending
+    monkeypatch.setattr(recursive_doubling, "all_reduce", slow_first)
+
+    def fn(rank):
+        work = dist.all_reduce(minidl.ones(3), async_op=True)
+        dist.all_reduce(minidl.ones(3))  # queued behind it: same thread, same order on every rank
+        work.wait()
+        dist.all_reduce(minidl.ones(3))  # nothing pending: runs right here
+    sim.run(2, fn)
+    assert sorted(where) == sorted(["minidl.dist group of ranks [0, 1] rank 0"] * 2 + ["sim rank 0"]
+                                   + ["minidl.dist group of ranks [0, 1] rank 1"] * 2 + ["sim rank 1"])
+
+
 def test_point_to_point():
     def fn(rank):
         n = dist.get_world_size()
@@ -122,6 +142,20 @@ def test_subgroups():
         dist.broadcast(t, src=3, group=odd)
         return dist.get_rank(odd), dist.get_world_size(odd), t.numpy()[0]
     assert sim.run(4, fn) == [(-1, -1, 0.0), (0, 2, 4.0), (-1, -1, 2.0), (1, 2, 4.0)]
+
+
+def test_new_group_can_pick_its_own_algorithm(monkeypatch):
+    from minidl.dist.algorithms import ring
+    calls = []
+    monkeypatch.setattr(ring, "all_reduce", lambda *a: calls.append("ring"))
+
+    def fn(rank):
+        dist.all_reduce(minidl.ones(3), group=dist.new_group(algorithm="ring"))
+        dist.all_reduce(minidl.ones(3))  # the default group keeps "auto": recursive doubling here
+        with pytest.raises(ValueError, match="unknown algorithm 'bogus'"):
+            dist.new_group(algorithm="bogus")
+    sim.run(2, fn)
+    assert calls == ["ring"] * 2
 
 
 @pytest.mark.parametrize("call, message", [

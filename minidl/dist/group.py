@@ -63,8 +63,11 @@ class ProcessGroup:
     def __repr__(self):
         return f"ProcessGroup(backend={self.config.backend!r}, ranks={self.ranks}, rank={self.rank})"
 
-    def channel(self, what: str, comm=None, tag: int = 0) -> Channel:
-        return Channel(comm or self.coll, what, self.config.timeout, self.ranks, tag)
+    def channel(self, what: str, comm=None, tag: int = 0, spin: bool = True) -> Channel:
+        """``spin``: may the waits poll without sleeping for a while (see backends.base.wait_all);
+        not on the communication thread, whose spinning would take a core from the compute."""
+        comm = comm or self.coll
+        return Channel(comm, what, self.config.timeout, self.ranks, tag, comm.spin if spin else 0.0)
 
     def group_rank(self, global_rank, what: str, name: str) -> int:
         """The rank within this group of global rank ``global_rank``, with a clear error."""
@@ -79,13 +82,13 @@ class ProcessGroup:
         label = f"{what} (collective #{self.seq} of the group)"
         fp = debug.fingerprint(what, self.seq, **(fingerprint or {})) if self.config.debug else None
 
-        def run():
-            ch = self.channel(label)
+        def run(inline):
+            ch = self.channel(label, spin=inline)
             if fp is not None:
                 found = algorithms.all_gather_bytes(ch, repr(fp).encode())
                 debug.check([ast.literal_eval(f.decode()) for f in found], self.ranks)
             job(ch)
-        work = self.thread.submit(run)
+        work = self.thread.submit(run, wait=not async_op)
         if async_op:
             return work
         work.wait()

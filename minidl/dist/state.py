@@ -91,16 +91,18 @@ def init_process_group(backend=None, init_method=None, timeout=None, world_size=
 
 
 def new_group(ranks=None, timeout=None, backend=None, pg_options=None, use_local_synchronization=False,
-              group_desc=None):
+              group_desc=None, *, algorithm=None):
     """A group of some of the default group's ranks. Every rank of the default group must call it
-    (in the same order as its other new_group calls); ranks outside get GroupMember.NON_GROUP_MEMBER."""
+    (in the same order as its other new_group calls); ranks outside get GroupMember.NON_GROUP_MEMBER.
+    ``algorithm`` (a minidl extension) overrides the default group's, e.g. to compare algorithms."""
     world = resolve(None, "new_group")
     ranks = sorted(world.ranks if ranks is None else set(int(r) for r in ranks))
     bad = [r for r in ranks if r not in world.ranks]
     if bad or not ranks:
         raise ValueError(f"new_group: ranks {bad or ranks} are not ranks of the world (0..{world.size - 1})")
-    config = world.config if timeout is None else dataclasses.replace(
-        world.config, timeout=config_from(world.config.backend, world.config.algorithm, timeout, None, None).timeout)
+    given = config_from(world.config.backend, algorithm or world.config.algorithm, timeout, None, None)
+    config = dataclasses.replace(world.config, algorithm=given.algorithm,
+                                 timeout=world.config.timeout if timeout is None else given.timeout)
     comm = world.p2p.split(0 if world.rank in ranks else None, world.rank)
     if comm is None:
         return GroupMember.NON_GROUP_MEMBER

@@ -2,6 +2,8 @@
 group's collectives one after another, in the order they were issued — the same order on
 every rank. Waiting on a collective only waits for a thread event; the thread itself polls
 the messages with back-off (see backends.base.wait_all), so compute on other threads goes on.
+A blocking call made while the thread has nothing to do runs on the caller's thread instead
+(the same order, without two thread wake-ups per call).
 """
 from __future__ import annotations
 
@@ -30,12 +32,13 @@ class _Job(Work):
     def __init__(self, fn):
         self.fn, self.error, self.done = fn, None, threading.Event()
 
-    def run(self):
+    def run(self, finished):
         try:
             self.fn()
         except BaseException as e:  # handed to whoever waits
             self.error = e
         finally:
+            finished()
             self.done.set()
 
     def wait(self, timeout=None):
@@ -57,22 +60,43 @@ def _seconds(timeout):
 
 
 class CommThread:
-    """A daemon thread running submitted jobs in order; started at the first job."""
+    """A daemon thread running submitted jobs in order; started at the first queued job."""
 
     def __init__(self, name: str):
         self.name, self.jobs, self.thread = name, queue.SimpleQueue(), None
+        self.lock = threading.Lock()     # guards ``pending``
+        self.running = threading.Lock()  # held by whichever thread runs a job
+        self.pending = 0                 # jobs submitted and not finished
 
-    def submit(self, fn) -> Work:
-        job = _Job(fn)
+    def submit(self, fn, wait: bool = False) -> Work:
+        """Run ``fn(inline)``: queued for the thread (inline=False), or, when ``wait`` and no
+        job is queued or running, right here (inline=True; returns once it is done)."""
+        with self.lock:
+            self.pending += 1
+            inline = wait and self.pending == 1
+            if inline:
+                self.running.acquire()  # free: nothing else is pending
+        job = _Job(lambda: fn(inline))
+        if inline:
+            try:
+                job.run(self._finished)
+            finally:
+                self.running.release()
+            return job
         if self.thread is None:
             self.thread = threading.Thread(target=self._loop, name=self.name, daemon=True)
             self.thread.start()
         self.jobs.put(job)
         return job
 
+    def _finished(self):
+        with self.lock:
+            self.pending -= 1
+
     def _loop(self):
         while (job := self.jobs.get()) is not None:
-            job.run()
+            with self.running:
+                job.run(self._finished)
 
     def close(self) -> None:
         if self.thread is not None:

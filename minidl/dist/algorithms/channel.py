@@ -16,14 +16,15 @@ class DistTimeoutError(DistError):
 
 
 class Channel:
-    def __init__(self, comm, what: str, timeout: float, global_ranks, tag: int = 0):
-        self.comm, self.what, self.timeout, self.tag = comm, what, timeout, tag
+    def __init__(self, comm, what: str, timeout: float, global_ranks, tag: int = 0, spin: float = 0.0):
+        """``spin``: seconds each wait may poll before it sleeps (backends.base.wait_all)."""
+        self.comm, self.what, self.timeout, self.tag, self.spin = comm, what, timeout, tag, spin
         self.rank, self.size = comm.rank, comm.size
         self.global_ranks = list(global_ranks)
         self.deadline = time.monotonic() + timeout
 
     def wait(self, requests) -> None:
-        wait_all(requests, self.deadline, self._timed_out)
+        wait_all(requests, self.deadline, self._timed_out, self.spin)
 
     def _timed_out(self, pending):
         me = self.global_ranks[self.rank]
@@ -63,6 +64,6 @@ class Channel:
 
     def sub(self, comm, global_ranks) -> "Channel":
         """A channel over subgroup ``comm`` (whose ranks are ``global_ranks``), same collective and deadline."""
-        ch = Channel(comm, self.what, self.timeout, global_ranks, self.tag)
+        ch = Channel(comm, self.what, self.timeout, global_ranks, self.tag, self.spin)
         ch.deadline = self.deadline
         return ch

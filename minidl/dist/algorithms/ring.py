@@ -7,8 +7,6 @@ then all-gather (n-1 steps passing the reduced blocks on). Each rank sends 2(n-1
 """
 from __future__ import annotations
 
-import numpy as np
-
 
 def block_bounds(numel: int, n: int):
     """(start, stop) of n nearly equal blocks covering numel elements (the first ones 1 longer)."""
@@ -23,7 +21,7 @@ def reduce_scatter(ch, buf, op, bounds) -> None:
     n, r = ch.size, ch.rank
     if n == 1:
         return
-    incoming = np.empty(max(b - a for a, b in bounds), buf.dtype)
+    incoming = ch.comm.scratch(max(b - a for a, b in bounds), buf.dtype)
     right, left = (r + 1) % n, (r - 1) % n
     for step in range(n - 1):
         sa, sb = bounds[(r - step - 1) % n]

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import time
 
+import numpy as np
+
 ANY_SOURCE = None
 DEFAULT_CHUNK = 2**31 - 1
 
@@ -68,16 +70,29 @@ class _AnySourceRecv(Request):
 
 class Communicator:
     """A set of ``size`` ranks that can message each other. Subclasses implement ``_isend``,
-    ``_irecv``, ``split`` and ``host_name``; ``native`` names the collectives they run themselves."""
+    ``_irecv``, ``split`` and ``host_name``; ``native`` names the collectives they run themselves;
+    ``spin``: seconds a wait polls without sleeping (0 where a spinning rank would hold a core or
+    the GIL that the ranks it waits for need)."""
 
     rank: int
     size: int
     native: frozenset = frozenset()
+    spin: float = 0.0
 
     def __init__(self, chunk_elements=DEFAULT_CHUNK):
         if chunk_elements < 1:
             raise ValueError(f"chunk_elements must be positive, got {chunk_elements}")
         self.chunk_elements = int(chunk_elements)
+        self._scratch = np.empty(0, np.uint8)
+
+    def scratch(self, numel: int, dtype) -> np.ndarray:
+        """A receive buffer kept between collectives (which run one at a time per communicator):
+        a fresh large array costs a page fault per 4 KiB on every call. It stays as large as the
+        largest one asked for."""
+        nbytes = numel * np.dtype(dtype).itemsize
+        if self._scratch.size < nbytes:
+            self._scratch = np.empty(nbytes, np.uint8)
+        return self._scratch[:nbytes].view(dtype)
 
     def _pieces(self, buf):
         c = self.chunk_elements
@@ -113,15 +128,22 @@ class Communicator:
         pass
 
 
-def wait_all(requests, deadline: float, on_timeout) -> None:
-    """Poll ``requests`` until all completed, sleeping between polls with a back-off growing to
-    1 ms (ranks often outnumber cores, so spinning would starve the ranks we wait for).
-    Past ``deadline`` (time.monotonic()), raise ``on_timeout(pending_requests)``."""
+def wait_all(requests, deadline: float, on_timeout, spin: float = 0.0) -> None:
+    """Poll ``requests`` until all completed: first back to back for up to ``spin`` seconds (a
+    message at GB/s lands within microseconds, far below what a sleep can resolve: ~50 us on
+    Linux), then sleeping between polls with a back-off growing to 1 ms, so ranks that outnumber
+    the cores don't starve the ranks they wait for. Past ``deadline`` (time.monotonic()), raise
+    ``on_timeout(pending_requests)``."""
     pending = [r for r in requests if not r.test()]
+    if not pending:
+        return
+    stop_spinning = time.monotonic() + spin
     delay = 0.0
     while pending:
-        if time.monotonic() > deadline:
+        now = time.monotonic()
+        if now > deadline:
             raise on_timeout(pending)
-        time.sleep(delay)
-        delay = min(max(2 * delay, 2e-6), 1e-3)
+        if now > stop_spinning:
+            time.sleep(delay)
+            delay = min(max(2 * delay, 2e-6), 1e-3)
         pending = [r for r in pending if not r.test()]

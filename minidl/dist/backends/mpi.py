@@ -14,6 +14,7 @@ from mpi4py import MPI
 from .base import DEFAULT_CHUNK, Communicator, Request
 
 ONE_RANK_PER_PROCESS = True
+SPIN_SECONDS = 2e-3  # how long a wait polls before sleeping, when every rank has a core
 
 _OPS = {"sum": MPI.SUM, "product": MPI.PROD, "max": MPI.MAX, "min": MPI.MIN}
 # numpy's add/multiply/maximum/minimum on bools are or/and/or/and; MPI wants logical ops there
@@ -40,9 +41,9 @@ def _mpi_op(op: str, buf):
 class MPICommunicator(Communicator):
     native = frozenset({"all_reduce", "broadcast", "reduce", "all_gather", "barrier"})
 
-    def __init__(self, comm, chunk_elements=DEFAULT_CHUNK):
+    def __init__(self, comm, chunk_elements=DEFAULT_CHUNK, spin=0.0):
         super().__init__(chunk_elements)
-        self.comm, self.rank, self.size = comm, comm.Get_rank(), comm.Get_size()
+        self.comm, self.rank, self.size, self.spin = comm, comm.Get_rank(), comm.Get_size(), spin
 
     def _isend(self, buf, dst, tag):
         return _MPIRequest(self.comm.Isend(buf, dst, tag), dst, "send")
@@ -52,7 +53,7 @@ class MPICommunicator(Communicator):
 
     def split(self, color, key):
         sub = self.comm.Split(MPI.UNDEFINED if color is None else color, key)
-        return None if sub == MPI.COMM_NULL else MPICommunicator(sub, self.chunk_elements)
+        return None if sub == MPI.COMM_NULL else MPICommunicator(sub, self.chunk_elements, self.spin)
 
     def host_name(self):
         return os.environ.get("MINIDL_DIST_HOSTNAME") or MPI.Get_processor_name()
@@ -108,7 +109,17 @@ def world_communicator(chunk_elements=DEFAULT_CHUNK, **_):
     if MPI.Query_thread() < MPI.THREAD_MULTIPLE:
         raise RuntimeError("init_process_group: the MPI library was initialised without MPI_THREAD_MULTIPLE; "
                            "minidl.dist runs collectives on a communication thread and needs it")
-    return MPICommunicator(MPI.COMM_WORLD, chunk_elements)
+    return MPICommunicator(MPI.COMM_WORLD, chunk_elements, 0.0 if _oversubscribed() else SPIN_SECONDS)
+
+
+def _oversubscribed() -> bool:
+    """More ranks on this node than cores: then a spinning wait steals the core of the rank it
+    waits for. (Collective over COMM_WORLD.)"""
+    local = MPI.COMM_WORLD.Split_type(MPI.COMM_TYPE_SHARED)
+    ranks_here = local.Get_size()
+    local.Free()
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return ranks_here > cores
 
 
 def abort_on_uncaught_exception() -> None:

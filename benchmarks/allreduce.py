@@ -1,0 +1,139 @@
+"""All-reduce bandwidth of minidl.dist's own algorithms beside MPI_Allreduce, nccl-tests style.
+
+    python benchmarks/allreduce.py                 # launches mpiexec -n 2 and -n 4 itself
+    python benchmarks/allreduce.py --ranks 2 --quick
+    mpiexec -n 2 python benchmarks/allreduce.py    # one rank count, run directly
+
+For float32 messages of 4 KiB .. 64 MiB (powers of 4), in one run: our ring, our "auto" path,
+our recursive doubling (up to 1 MiB), "native" (MPI_Iallreduce through minidl.dist's
+communication thread) and the baseline, ``comm.Allreduce(MPI.IN_PLACE, buf)`` called directly
+through mpi4py. Each size is warmed up and checked against the exact sum, then timed: every timed
+run starts after a barrier, its time is the slowest rank's, the variants take turns run by run,
+and the median of the runs is reported. algbw = bytes / time; busbw = algbw * 2(n-1)/n (the
+bytes each rank must send and receive, so numbers compare across n and with a link's peak).
+Target (issue 4): our ring >= 1.0x MPI's busbw from 1 MiB up, >= 0.5x below; it only applies when
+the ranks have a core each.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+OURS = ("ring", "auto", "recursive_doubling", "native")
+BASELINE = "MPI_Allreduce"
+
+
+def parse_args():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--ranks", type=int, nargs="+", default=[2, 4], help="rank counts to launch (driver mode)")
+    p.add_argument("--quick", action="store_true", help="smoke run: up to 1 MiB, 5 timed runs")
+    p.add_argument("--runs", type=int, default=5, help="timed runs per size and variant, at least (default 5)")
+    p.add_argument("--rd-max", type=int, default=1 << 20, help="largest size (bytes) for recursive doubling")
+    return p.parse_args()
+
+
+def sizes(quick: bool):
+    top = 1 << (20 if quick else 26)
+    return [4 << 10 << 2 * k for k in range(20) if 4 << 10 << 2 * k <= top]
+
+
+def human(nbytes: int) -> str:
+    return f"{nbytes >> 20} MiB" if nbytes >= 1 << 20 else f"{nbytes >> 10} KiB"
+
+
+def timed_runs(nbytes: int, floor: int) -> int:
+    """More runs for small messages (cheap, and noisier), at least ``floor``."""
+    return max(floor, min(50, (16 << 20) // nbytes))
+
+
+def worker(args) -> None:
+    from mpi4py import MPI
+
+    import minidl.dist as dist
+    dist.init_process_group()
+    comm, n, rank = MPI.COMM_WORLD, dist.get_world_size(), dist.get_rank()
+    groups = {name: dist.new_group(algorithm=name) for name in OURS}
+    calls = {name: (lambda buf, g=g: dist.all_reduce_buffer(buf, group=g)) for name, g in groups.items()}
+    calls[BASELINE] = lambda buf: comm.Allreduce(MPI.IN_PLACE, buf)
+    results = {}  # (nbytes, variant) -> median seconds
+    for nbytes in sizes(args.quick):
+        variants = [v for v in (BASELINE, *OURS) if v != "recursive_doubling" or nbytes <= args.rd_max]
+        source = np.full(nbytes // 4, rank + 1, np.float32)
+        buf = np.empty_like(source)
+        for v in variants:  # warm-up, and the exact answer
+            for _ in range(2):
+                buf[...] = source
+                calls[v](buf)
+            if not np.all(buf == n * (n + 1) / 2):
+                raise AssertionError(f"{v} at {human(nbytes)}: wrong sum on rank {rank}")
+        times = {v: [] for v in variants}
+        for _ in range(timed_runs(nbytes, args.runs if not args.quick else 5)):
+            for v in variants:
+                buf[...] = source
+                comm.Barrier()
+                start = time.perf_counter()
+                calls[v](buf)
+                times[v].append(comm.allreduce(time.perf_counter() - start, op=MPI.MAX))
+        results.update({(nbytes, v): statistics.median(t) for v, t in times.items()})
+    if rank == 0:
+        report(results, n)
+    dist.destroy_process_group()
+
+
+def report(results, n: int) -> None:
+    cores = len(os.sched_getaffinity(0))
+    factor = 2 * (n - 1) / n
+    note = f"oversubscribed: {n} ranks on {cores} cores, target not applicable" if n > cores else \
+        f"{n} ranks on {cores} cores"
+    print(f"\n### n = {n} ({note})\n")
+    print("| size | MPI µs | ring µs | MPI algbw GB/s | ring algbw GB/s | MPI busbw GB/s | ring busbw GB/s "
+          "| ring / MPI | target |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+    sizes_seen = sorted({s for s, _ in results})
+    for s in sizes_seen:
+        mpi, ring = results[s, BASELINE], results[s, "ring"]
+        ratio = mpi / ring
+        need = 1.0 if s >= 1 << 20 else 0.5
+        verdict = "n/a" if n > cores else ("met" if ratio >= need else "missed")
+        print(f"| {human(s)} | {mpi * 1e6:,.0f} | {ring * 1e6:,.0f} | {s / mpi / 1e9:.2f} | {s / ring / 1e9:.2f} "
+              f"| {factor * s / mpi / 1e9:.2f} | {factor * s / ring / 1e9:.2f} | {ratio:.2f}x | "
+              f"{verdict} (≥ {need}x) |")
+    print(f"\nbusbw GB/s of every variant (x = busbw / MPI_Allreduce's), n = {n}:\n")
+    names = (BASELINE, *OURS)
+    print("| size | " + " | ".join(names) + " |")
+    print("|---:|" + "---:|" * len(names))
+    for s in sizes_seen:
+        cells = []
+        for v in names:
+            t = results.get((s, v))
+            cells.append("–" if t is None else f"{factor * s / t / 1e9:.2f} ({results[s, BASELINE] / t:.2f}x)")
+        print(f"| {human(s)} | " + " | ".join(cells) + " |")
+    sys.stdout.flush()
+
+
+def driver(args) -> int:
+    import shutil
+    mpiexec = shutil.which("mpiexec")
+    if mpiexec is None:
+        sys.exit("allreduce.py: mpiexec not found (install an MPI and mpi4py: pip install -e '.[mpi]')")
+    import numpy
+    print(f"# all-reduce, float32; {os.cpu_count()} cores; python {sys.version.split()[0]}, numpy {numpy.__version__}")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p))
+    worst = 0
+    for n in args.ranks:
+        cmd = [mpiexec, "-n", str(n), sys.executable, os.path.abspath(__file__), *sys.argv[1:]]
+        worst = max(worst, subprocess.run(cmd, env=env, check=False).returncode)
+    return worst
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, ROOT)
+    from minidl.dist.launch import launched_by_mpi
+    sys.exit(worker(parse_args()) if launched_by_mpi() else driver(parse_args()))
