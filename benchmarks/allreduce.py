@@ -119,8 +119,8 @@ def report(results, n: int) -> None:
 
 
 def driver(args) -> int:
-    import shutil
-    mpiexec = shutil.which("mpiexec")
+    from minidl.dist.launch import find_mpiexec
+    mpiexec = find_mpiexec()
     if mpiexec is None:
         sys.exit("allreduce.py: mpiexec not found (install an MPI and mpi4py: pip install -e '.[mpi]')")
     import numpy

@@ -2,7 +2,6 @@
 (tests/dist_mpi_script.py; startup is the slow part) and is killed, with its whole process
 group, if it outlives its timeout. Skipped where mpi4py or mpiexec are missing."""
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -10,8 +9,10 @@ import time
 
 import pytest
 
+from minidl.dist.launch import find_mpiexec
+
 pytest.importorskip("mpi4py")
-MPIEXEC = shutil.which("mpiexec")
+MPIEXEC = find_mpiexec()
 pytestmark = pytest.mark.skipif(MPIEXEC is None, reason="mpiexec not found")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT = os.path.join(ROOT, "tests", "dist_mpi_script.py")

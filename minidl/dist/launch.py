@@ -8,6 +8,14 @@ import sys
 _LAUNCH_VARS = ("PMI_RANK", "PMI_SIZE", "PMIX_RANK", "OMPI_COMM_WORLD_SIZE", "MV2_COMM_WORLD_SIZE")
 
 
+def find_mpiexec():
+    """The mpiexec beside this Python (the ``mpich`` wheel installs one into the environment's
+    bin/, found even when the environment is not activated), else the one on PATH, else None."""
+    import shutil
+    beside = os.path.join(os.path.dirname(sys.executable), "mpiexec")
+    return beside if os.access(beside, os.X_OK) else shutil.which("mpiexec")
+
+
 def launched_by_mpi() -> bool:
     if any(v in os.environ for v in _LAUNCH_VARS):
         return True
