@@ -18,7 +18,9 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def _run(*args, cwd):
-    out = subprocess.run([sys.executable, *args], cwd=cwd, capture_output=True, text=True, timeout=600)
+    """Run with this checkout's minidl (not whichever one is installed)."""
+    out = subprocess.run([sys.executable, *args], cwd=cwd, capture_output=True, text=True, timeout=600,
+                         env=dict(os.environ, PYTHONPATH=str(ROOT)))
     assert out.returncode == 0, out.stderr[-2000:]
     return out.stdout
 
