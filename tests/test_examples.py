@@ -70,4 +70,4 @@ def test_digits_ddp_runs_under_mpiexec_and_its_checkpoint_loads_in_one_process(t
     model = make_model("cnn")
     model.load_state_dict(minidl.load(str(tmp_path / "digits-cnn-ddp.safetensors"))["model"])
     accuracy = evaluate(model, DataLoader(Digits(train=False), batch_size=256))
-    assert abs(accuracy - printed) < 1e-9 and accuracy > 0.3  # 8 steps already beat chance (0.1)
+    assert abs(accuracy - printed) <= 5e-5 and accuracy > 0.3  # printed to 4 places; 8 steps beat chance
