@@ -1,7 +1,7 @@
 """Run by tests/test_dist_mpi.py under `mpiexec -n N python tests/dist_mpi_script.py MODE`.
 
 cases: every collective under every algorithm, with small chunks and faked hosts, then p2p;
-prints "FAIL ..." lines and "DONE rank r: k failures". mismatch / timeout: expect the error
+prints "FAIL ..." lines and "DONE rank r: k failures". ddp: tests/ddp_cases.py, reported alike. mismatch / timeout: expect the error
 and print it. crash: rank 1 raises while rank 0 waits in a collective (the job must end).
 """
 import os
@@ -14,6 +14,7 @@ import numpy as np  # noqa: E402
 
 import minidl  # noqa: E402
 import minidl.dist as dist  # noqa: E402
+import ddp_cases  # noqa: E402
 from dist_cases import run_all  # noqa: E402
 
 mode = sys.argv[1]
@@ -39,9 +40,18 @@ def cases():
             dist.send(minidl.full((11,), float(rank)), 0)
         dist.destroy_process_group()
         os.environ.pop("MINIDL_DIST_HOSTNAME", None)
+    report(failures)
+
+
+def report(failures):
     for f in failures:
         print("FAIL", f, flush=True)
     print(f"DONE rank {rank}: {len(failures)} failures", flush=True)
+
+
+def ddp():
+    dist.init_process_group()
+    report(ddp_cases.run_all(rank, dist.get_world_size()))
 
 
 def mismatch():
@@ -73,4 +83,4 @@ def crash():
     dist.all_reduce(minidl.from_numpy(np.zeros(3)))
 
 
-{"cases": cases, "mismatch": mismatch, "timeout": timeout, "crash": crash}[mode]()
+{"cases": cases, "ddp": ddp, "mismatch": mismatch, "timeout": timeout, "crash": crash}[mode]()

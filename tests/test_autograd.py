@@ -901,3 +901,23 @@ def test_linear_layer_gradients_need_no_copies(monkeypatch):
     assert copies == []
     np.testing.assert_allclose(layer.weight.grad.numpy(), np.tile(x.numpy().sum(0), (4, 1)), rtol=1e-5)
     np.testing.assert_allclose(layer.bias.grad.numpy(), 3.0)
+
+
+def test_queued_callback_runs_once_after_every_hook():
+    w = minidl.ones(3, requires_grad=True)
+    events = []
+
+    def hook(leaf):
+        events.append("hook")
+        if len(events) == 1:
+            minidl.autograd.queue_callback(lambda: events.append(("done", leaf.grad.tolist())))
+    w.register_post_accumulate_grad_hook(hook)
+    (w * 2).sum().backward()
+    assert events == ["hook", ("done", [2.0, 2.0, 2.0])]
+    (w * 2).sum().backward()  # a new pass queues anew: the first one's callback is not run again
+    assert events[2:] == ["hook"]
+
+
+def test_queue_callback_outside_backward_is_refused():
+    with pytest.raises(RuntimeError, match="no backward pass is running"):
+        minidl.autograd.queue_callback(lambda: None)

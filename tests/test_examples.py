@@ -1,14 +1,26 @@
 """The examples run as a user runs them, and learn what they claim to learn."""
+import importlib.util
+import os
 import re
+import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
+
+import minidl
+from minidl.utils.data import DataLoader
+from minidl.vision.datasets import Digits
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def _run(*args, cwd):
-    out = subprocess.run([sys.executable, *args], cwd=cwd, capture_output=True, text=True, timeout=600)
+    """Run with this checkout's minidl (not whichever one is installed)."""
+    out = subprocess.run([sys.executable, *args], cwd=cwd, capture_output=True, text=True, timeout=600,
+                         env=dict(os.environ, PYTHONPATH=str(ROOT)))
     assert out.returncode == 0, out.stderr[-2000:]
     return out.stdout
 
@@ -32,3 +44,30 @@ def test_cuda_device_is_refused_clearly(tmp_path):
     out = subprocess.run([sys.executable, str(ROOT / "examples" / "train_digits.py"), "--device", "cuda"],
                          cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert out.returncode != 0 and "CUDA backend is not available" in out.stderr
+
+
+def test_digits_ddp_runs_under_mpiexec_and_its_checkpoint_loads_in_one_process(tmp_path):
+    mpiexec = shutil.which("mpiexec")
+    if mpiexec is None or importlib.util.find_spec("mpi4py") is None:
+        pytest.skip("mpiexec or mpi4py not found")
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    proc = subprocess.Popen([mpiexec, "-n", "2", sys.executable, str(ROOT / "examples" / "train_digits_ddp.py"),
+                             "--epochs", "1", "--limit-batches", "8"], cwd=tmp_path, env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        out, _ = proc.communicate(timeout=120)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        pytest.fail(f"train_digits_ddp.py hung: {proc.communicate()[0]}")
+    assert proc.returncode == 0, out
+    assert out.count("final test accuracy") == 1 and out.count("epoch   1") == 1, out  # rank 0 alone prints
+    printed = float(re.search(r"final test accuracy ([\d.]+)", out).group(1))
+    sys.path.insert(0, str(ROOT / "examples"))
+    try:
+        from train_digits import evaluate, make_model
+    finally:
+        sys.path.pop(0)
+    model = make_model("cnn")
+    model.load_state_dict(minidl.load(str(tmp_path / "digits-cnn-ddp.safetensors"))["model"])
+    accuracy = evaluate(model, DataLoader(Digits(train=False), batch_size=256))
+    assert abs(accuracy - printed) <= 5e-5 and accuracy > 0.3  # printed to 4 places; 8 steps beat chance

@@ -1,4 +1,5 @@
 """Every tutorial is a runnable script whose claims are ``assert``s: run each one and require success."""
+import os
 import pathlib
 import subprocess
 import sys
@@ -18,7 +19,7 @@ def test_tutorials_exist():
 @pytest.mark.parametrize("script", TUTORIALS, ids=lambda p: p.name)
 def test_tutorial_runs(script):
     result = subprocess.run([sys.executable, str(script.relative_to(ROOT))], cwd=ROOT, capture_output=True,
-                            text=True, timeout=300, check=False)
+                            env=dict(os.environ, PYTHONPATH=str(ROOT)), text=True, timeout=300, check=False)
     assert result.returncode == 0, (f"{script.name} exited with {result.returncode}\n"
                                     f"--- stdout ---\n{result.stdout[-4000:]}\n--- stderr ---\n{result.stderr[-4000:]}")
     assert "All claims checked" in result.stdout

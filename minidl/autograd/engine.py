@@ -5,12 +5,27 @@
 2. Run nodes whose gradients are complete (all incoming edges delivered),
    summing gradients that arrive at the same node output along several paths.
 3. Free each node's saved tensors after it ran, unless ``retain_graph``.
+4. Run the callbacks queued during the pass (``queue_callback``), e.g. DDP waiting for its
+   gradient all-reduces once every hook has fired.
 """
 from __future__ import annotations
+
+import threading
 
 from . import grad_mode
 from .function import AccumulateGrad
 from .hooks import apply_hooks
+
+
+_passes = threading.local()  # per thread: a stack of the running passes' callback lists
+
+
+def queue_callback(callback) -> None:
+    """Run ``callback()`` once the backward pass now running has finished (called from a hook)."""
+    stack = getattr(_passes, "stack", None)
+    if not stack:
+        raise RuntimeError("queue_callback: no backward pass is running (call it from a hook during backward)")
+    stack[-1].append(callback)
 
 
 def _root_grads(tensors, grad_tensors):
@@ -102,6 +117,18 @@ def run(tensors, grad_tensors, retain_graph, create_graph, capture=None):
             _deliver(buffers, node, nr, g)
     captured = {}
     ready = [n for n in roots if n in deps and deps[n] == 0]
+    callbacks = []
+    _passes.__dict__.setdefault("stack", []).append(callbacks)
+    try:
+        _walk(ready, deps, buffers, capture, captured, retain_graph, create_graph)
+        while callbacks:
+            callbacks.pop(0)()
+    finally:
+        _passes.stack.pop()
+    return captured
+
+
+def _walk(ready, deps, buffers, capture, captured, retain_graph, create_graph):
     state = grad_mode.state
     previous = state.enabled
     state.enabled = create_graph
@@ -141,7 +168,6 @@ def run(tensors, grad_tensors, retain_graph, create_graph, capture=None):
             input_grads = g = None
     finally:
         state.enabled = previous
-    return captured
 
 
 def _retain(node, node_grads):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import queue
 import threading
+import time
 
 
 class Work:
@@ -29,8 +30,10 @@ class Work:
 
 
 class _Job(Work):
+    """``finished_at``: time.perf_counter() when the job ended (for timelines)."""
+
     def __init__(self, fn):
-        self.fn, self.error, self.done = fn, None, threading.Event()
+        self.fn, self.error, self.done, self.finished_at = fn, None, threading.Event(), None
 
     def run(self, finished):
         try:
@@ -38,6 +41,7 @@ class _Job(Work):
         except BaseException as e:  # handed to whoever waits
             self.error = e
         finally:
+            self.finished_at = time.perf_counter()
             finished()
             self.done.set()
 
@@ -126,3 +130,34 @@ class RequestWork(Work):
         if not self.requests:
             self._finish()
         return not self.requests
+
+
+class Future:
+    """What a DDP communication hook returns (torch.futures.Future-like): ``wait()`` waits for
+    the work, then returns ``value_fn()``; ``then(fn)`` chains ``fn(future)`` after it."""
+
+    def __init__(self, work, value_fn):
+        self.work, self.value_fn, self._done, self._value = work, value_fn, False, None
+
+    @property
+    def finished_at(self):
+        return getattr(self.work, "finished_at", None)
+
+    def wait(self):
+        if not self._done:
+            self.work.wait()
+            self._value, self._done = self.value_fn(), True
+        return self._value
+
+    def value(self):
+        if not self._done:
+            raise RuntimeError("Future.value: the future has not completed; call wait() first")
+        return self._value
+
+    def is_completed(self) -> bool:
+        return self._done or self.work.is_completed()
+
+    done = is_completed
+
+    def then(self, fn) -> "Future":
+        return Future(self, lambda: fn(self))

@@ -2,7 +2,7 @@
 
 Built only on the public Tensor API (``nn`` sits above ``Tensor``).
 """
-from . import functional, init, utils
+from . import functional, init, parallel, utils
 from .activation import ELU, GELU, LeakyReLU, LogSigmoid, LogSoftmax, ReLU, Sigmoid, SiLU, Softmax, Softplus, Tanh
 from .batchnorm import BatchNorm1d, BatchNorm2d, GroupNorm
 from .container import Flatten, Identity, ModuleDict, ModuleList, Sequential, Unflatten
@@ -18,7 +18,7 @@ from .parameter import Parameter
 from .sparse import Embedding
 
 __all__ = [
-    "functional", "init", "utils", "Module", "Parameter", "Sequential", "ModuleList", "ModuleDict", "Identity",
+    "functional", "init", "parallel", "utils", "Module", "Parameter", "Sequential", "ModuleList", "ModuleDict", "Identity",
     "Flatten", "Unflatten", "Linear", "Embedding", "Dropout", "LayerNorm", "ReLU", "GELU", "SiLU", "Tanh",
     "Sigmoid", "LogSigmoid", "LeakyReLU", "ELU", "Softplus", "Softmax", "LogSoftmax", "CrossEntropyLoss",
     "NLLLoss", "MSELoss", "L1Loss", "SmoothL1Loss", "HuberLoss", "BCELoss", "BCEWithLogitsLoss", "KLDivLoss",

@@ -1,0 +1,109 @@
+"""DistributedDataParallel: a Module wrapping ``module`` (so its state_dict keys carry the
+``module.`` prefix) that keeps the replicas identical — rank 0's parameters and buffers are
+broadcast at construction, buffers again at every forward — and averages gradients across
+ranks during backward (see reducer.py for how communication overlaps the backward).
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+
+import numpy as np
+
+from .. import is_grad_enabled, no_grad
+from ..nn.module import Module
+from ..ops.creation import from_numpy
+from .collectives import broadcast
+from .reducer import Reducer
+from .state import resolve
+from .tensors import read
+
+
+def _broadcast_coalesced(tensors, group, src):
+    """Broadcast ``tensors`` from ``src``, one collective per dtype (not one per tensor)."""
+    by_dtype = {}
+    for t in tensors:
+        by_dtype.setdefault(t.dtype, []).append(t)
+    for same in by_dtype.values():
+        flat = from_numpy(np.concatenate([read(t) for t in same]))
+        broadcast(flat, src, group)
+        start = 0
+        with no_grad():
+            for t in same:
+                t.copy_(flat[start:start + t.numel()].reshape(tuple(t.shape)))
+                start += t.numel()
+
+
+def _tensors_in(output):
+    if hasattr(output, "grad_fn"):
+        return [output]
+    if isinstance(output, dict):
+        output = list(output.values())
+    if isinstance(output, (list, tuple)):
+        return [t for o in output for t in _tensors_in(o)]
+    return []
+
+
+class DistributedDataParallel(Module):
+    """torch.nn.parallel.DistributedDataParallel for CPU tensors. minidl additions (keyword
+    only): ``timeline=True`` (or env MINIDL_DDP_TIMELINE=1) records, per backward, when each
+    bucket's all-reduce was launched and finished (``ddp.timeline``, seconds from backward's start).
+    fp16 compression is a communication hook, as in torch:
+    ``ddp.register_comm_hook(None, minidl.dist.ddp_comm_hooks.fp16_compress_hook)``."""
+
+    def __init__(self, module, device_ids=None, output_device=None, dim=0, broadcast_buffers=True,
+                 process_group=None, bucket_cap_mb=25, find_unused_parameters=False, gradient_as_bucket_view=False,
+                 static_graph=False, *, timeline=None):
+        super().__init__()
+        if not isinstance(module, Module):
+            raise TypeError(f"DistributedDataParallel: module must be a minidl.nn.Module, got {type(module).__name__}")
+        for name, ids in (("device_ids", device_ids), ("output_device", output_device)):
+            if ids is not None and any(str(d) not in ("cpu", "None") for d in np.atleast_1d(ids)):
+                raise ValueError(f"DistributedDataParallel: {name}={ids!r}: only CPU modules are supported; "
+                                 f"leave {name}=None")
+        if bucket_cap_mb is None or bucket_cap_mb <= 0:
+            raise ValueError(f"DistributedDataParallel: bucket_cap_mb must be positive, got {bucket_cap_mb}")
+        group = resolve(process_group, "DistributedDataParallel")
+        if group is None:
+            raise ValueError("DistributedDataParallel: this rank is not a member of process_group")
+        self.module, self.process_group, self.dim = module, group, dim
+        self.broadcast_buffers, self.require_backward_grad_sync = broadcast_buffers, True
+        self._src = group.ranks[0]
+        named = [(n, p) for n, p in module.named_parameters() if p.requires_grad]
+        if not named:
+            raise RuntimeError("DistributedDataParallel: the module has no parameter that requires a gradient")
+        _broadcast_coalesced([p for _, p in module.named_parameters()] + list(module.buffers()), group, self._src)
+        if timeline is None:
+            timeline = os.environ.get("MINIDL_DDP_TIMELINE", "0") not in ("", "0")
+        self.reducer = Reducer([p for _, p in named], {id(p): n for n, p in named}, group,
+                               int(bucket_cap_mb * 1024 * 1024), find_unused_parameters, static_graph,
+                               gradient_as_bucket_view, timeline)
+
+    def forward(self, *inputs, **kwargs):
+        if self.broadcast_buffers and self.training:
+            buffers = list(self.module.buffers())
+            if buffers:
+                _broadcast_coalesced(buffers, self.process_group, self._src)
+        output = self.module(*inputs, **kwargs)
+        self.reducer.prepare(_tensors_in(output), self.require_backward_grad_sync and is_grad_enabled())
+        return output
+
+    @contextlib.contextmanager
+    def no_sync(self):
+        """Backward passes inside keep their gradients local (accumulating in ``.grad``); the first
+        backward after it reduces the accumulated sum."""
+        previous, self.require_backward_grad_sync = self.require_backward_grad_sync, False
+        try:
+            yield
+        finally:
+            self.require_backward_grad_sync = previous
+
+    def register_comm_hook(self, state, hook):
+        """``hook(state, bucket)`` -> a Future-like (``wait()`` returns the reduced bucket tensor)
+        replaces the default averaging all-reduce; see minidl.dist.ddp_comm_hooks."""
+        self.reducer.register_comm_hook(state, hook)
+
+    @property
+    def timeline(self) -> list:
+        """The last synced backward: a ``backward`` entry, then one per bucket (start/end in seconds)."""
+        return self.reducer.timeline
