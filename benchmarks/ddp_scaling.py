@@ -14,7 +14,6 @@ On a 2-core machine n=2 is the ideal case (one core per rank); keep the machine 
 import argparse
 import json
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -64,7 +63,9 @@ def worker(args):
 
 
 def launch(n, args):
-    cmd = [shutil.which("mpiexec") or "mpiexec", "-n", str(n), sys.executable, os.path.abspath(__file__), "--worker",
+    sys.path.insert(0, ROOT)
+    from minidl.dist.launch import find_mpiexec
+    cmd = [find_mpiexec() or "mpiexec", "-n", str(n), sys.executable, os.path.abspath(__file__), "--worker",
            "--batch", str(args.batch), "--steps", str(args.steps), "--warmup", str(args.warmup),
            "--repeats", str(args.repeats)]
     out = subprocess.run(cmd, env=dict(os.environ, PYTHONPATH=ROOT), capture_output=True, text=True, timeout=600)

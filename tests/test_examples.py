@@ -2,7 +2,6 @@
 import importlib.util
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
@@ -47,7 +46,8 @@ def test_cuda_device_is_refused_clearly(tmp_path):
 
 
 def test_digits_ddp_runs_under_mpiexec_and_its_checkpoint_loads_in_one_process(tmp_path):
-    mpiexec = shutil.which("mpiexec")
+    from minidl.dist.launch import find_mpiexec
+    mpiexec = find_mpiexec()
     if mpiexec is None or importlib.util.find_spec("mpi4py") is None:
         pytest.skip("mpiexec or mpi4py not found")
     env = dict(os.environ, PYTHONPATH=str(ROOT))
