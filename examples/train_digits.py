@@ -44,6 +44,25 @@ def evaluate(model, loader):
     return correct / total
 
 
+def train_epoch(model, loader, optimizer, desc, limit=None, show=True):
+    """One pass over ``loader`` (at most ``limit`` batches) with a progress bar; the mean loss."""
+    model.train()
+    total_loss = seen = 0.0
+    batches = len(loader) if limit is None else min(len(loader), limit)
+    bar = tqdm(loader, total=batches, desc=desc, leave=False, file=sys.stdout, disable=None if show else True)
+    for step, (images, labels) in enumerate(bar):
+        if step == batches:
+            break
+        loss = F.cross_entropy(model(images), labels)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        total_loss += loss.item() * labels.shape[0]
+        seen += labels.shape[0]
+        bar.set_postfix(loss=f"{total_loss / seen:.4f}")
+    return total_loss / seen
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", choices=["cnn", "mlp"], default="cnn")
@@ -82,20 +101,10 @@ def main(argv=None):
     began = time.perf_counter()
     accuracy = evaluate(model, test_loader)
     for epoch in range(start_epoch, epochs):
-        model.train()
-        total_loss = seen = 0.0
-        bar = tqdm(train_loader, desc=f"epoch {epoch + 1}/{epochs}", leave=False, file=sys.stdout, disable=None)
-        for images, labels in bar:
-            loss = F.cross_entropy(model(images), labels)
-            optimizer.zero_grad()
-            loss.backward()
-            optimizer.step()
-            total_loss += loss.item() * labels.shape[0]
-            seen += labels.shape[0]
-            bar.set_postfix(loss=f"{total_loss / seen:.4f}")
+        loss = train_epoch(model, train_loader, optimizer, f"epoch {epoch + 1}/{epochs}")
         scheduler.step()
         accuracy = evaluate(model, test_loader)
-        print(f"epoch {epoch + 1:3d}  loss {total_loss / seen:.4f}  test accuracy {accuracy:.4f}  "
+        print(f"epoch {epoch + 1:3d}  loss {loss:.4f}  test accuracy {accuracy:.4f}  "
               f"({time.perf_counter() - began:.1f} s)")
         minidl.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
                      "scheduler": scheduler.state_dict(), "epoch": epoch + 1, "rng": minidl.get_rng_state(),

@@ -15,19 +15,16 @@ import os
 import sys
 import time
 
-from tqdm import tqdm
-
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import minidl  # noqa: E402
 import minidl.dist as dist  # noqa: E402
-from minidl.nn import functional as F  # noqa: E402
 from minidl.nn.parallel import DistributedDataParallel  # noqa: E402
 from minidl.optim import Adam  # noqa: E402
 from minidl.optim.lr_scheduler import CosineAnnealingLR  # noqa: E402
 from minidl.utils.data import DataLoader, DistributedSampler  # noqa: E402
 from minidl.vision.datasets import Digits  # noqa: E402
-from train_digits import evaluate, make_model  # noqa: E402
+from train_digits import evaluate, make_model, train_epoch  # noqa: E402
 
 
 def main(argv=None):
@@ -57,26 +54,13 @@ def main(argv=None):
 
     began = time.perf_counter()
     for epoch in range(args.epochs):
-        model.train()
         sampler.set_epoch(epoch)
-        total_loss = seen = 0.0
-        batches = len(loader) if args.limit_batches is None else min(len(loader), args.limit_batches)
-        bar = tqdm(loader, total=batches, desc=f"epoch {epoch + 1}/{args.epochs}", leave=False, file=sys.stdout,
-                   disable=True if rank else None)
-        for step, (images, labels) in enumerate(bar):
-            if step == batches:
-                break
-            loss = F.cross_entropy(model(images), labels)
-            optimizer.zero_grad()
-            loss.backward()
-            optimizer.step()
-            total_loss += loss.item() * labels.shape[0]
-            seen += labels.shape[0]
-            bar.set_postfix(loss=f"{total_loss / seen:.4f}")
+        loss = train_epoch(model, loader, optimizer, f"epoch {epoch + 1}/{args.epochs}", args.limit_batches,
+                           show=rank == 0)
         scheduler.step()
         if rank == 0:
             accuracy = evaluate(model.module, test_loader)
-            say(f"epoch {epoch + 1:3d}  rank-0 loss {total_loss / seen:.4f}  test accuracy {accuracy:.4f}  "
+            say(f"epoch {epoch + 1:3d}  rank-0 loss {loss:.4f}  test accuracy {accuracy:.4f}  "
                 f"({time.perf_counter() - began:.1f} s)")
             minidl.save({"model": model.module.state_dict(), "optimizer": optimizer.state_dict(),
                          "scheduler": scheduler.state_dict(), "epoch": epoch + 1}, args.checkpoint)
