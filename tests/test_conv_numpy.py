@@ -224,3 +224,45 @@ def test_modules_shapes_and_state_dict_names():
     assert tuple(nn.Conv1d(4, 6, 3)(minidl.randn(2, 4, 10)).shape) == (2, 6, 8)
     assert tuple(nn.AvgPool2d(2)(minidl.randn(1, 2, 5, 5)).shape) == (1, 2, 2, 2)
     assert tuple(nn.BatchNorm1d(3)(minidl.randn(4, 3)).shape) == (4, 3)
+
+
+def _first_argmax_pool(x, k, s):
+    """Loop reference of max pooling without padding: value and the first row-major argmax (NaN wins)."""
+    n, c, h, w = x.shape
+    oh, ow = (h - k) // s[0] + 1, (w - k) // s[1] + 1
+    val, idx = np.empty((n, c, oh, ow)), np.empty((n, c, oh, ow), np.int64)
+    for i in range(oh):
+        for j in range(ow):
+            win = x[:, :, i * s[0]:i * s[0] + k, j * s[1]:j * s[1] + k].reshape(n, c, -1)
+            nan = np.isnan(win)
+            at = np.where(nan.any(-1), nan.argmax(-1), win.argmax(-1))
+            val[:, :, i, j] = np.take_along_axis(win, at[..., None], -1)[..., 0]
+            idx[:, :, i, j] = (i * s[0] + at // k) * w + j * s[1] + at % k
+    return val, idx
+
+
+@pytest.mark.parametrize("stride", [(2, 2), (1, 1), (1, 2), (3, 2)], ids=str)
+def test_max_pool_2x2_ties_nan_and_inf(stride):
+    # the 2x2 window has its own kernel: ties keep the first tap, NaN and inf-inf windows still exact
+    x = rng.integers(0, 3, size=(2, 3, 7, 8)).astype(float)         # many ties
+    x[0, 0, 1, 1] = np.nan
+    x[1, 2, 4, 4:6] = np.inf, -np.inf
+    x[1, 1, 2, 2] = -np.inf
+    got, idx = F.max_pool2d(minidl.tensor(x), 2, stride, return_indices=True)
+    val, at = _first_argmax_pool(x, 2, stride)
+    np.testing.assert_array_equal(got.numpy(), val)
+    np.testing.assert_array_equal(idx.numpy(), at)
+
+
+def test_conv_backward_twice_with_retain_graph():
+    # the first backward uses the columns kept by forward and drops them; the second recomputes them
+    x = minidl.tensor(rng.standard_normal((2, 3, 6, 5)), requires_grad=True)
+    w = minidl.tensor(rng.standard_normal((4, 3, 3, 2)), requires_grad=True)
+    y = F.conv2d(x, w, stride=(2, 1), padding=1)
+    g = minidl.tensor(rng.standard_normal(tuple(y.shape)))
+    first = minidl.autograd.grad(y, (x, w), g, retain_graph=True)
+    second = minidl.autograd.grad(y, (x, w), g)
+    for a, b in zip(first, second):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
+    ref = ref_conv2d(x.detach().numpy(), w.detach().numpy(), None, (2, 1), (1, 1), (1, 1), 1)
+    np.testing.assert_allclose(y.detach().numpy(), ref, atol=1e-12)
