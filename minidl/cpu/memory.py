@@ -20,8 +20,9 @@ def to_host(buf):
 
 
 def numpy_view(buf, layout):
-    """A numpy array showing ``layout`` over the 1-D buffer ``buf`` (no copy)."""
-    base = buf[layout.offset:] if layout.offset else buf
+    """A numpy array showing ``layout`` over the 1-D buffer ``buf`` (no copy). The ndarray
+    constructor checks that every element lies inside ``buf`` (and is ~9x cheaper than as_strided)."""
     item = buf.itemsize
-    return np.lib.stride_tricks.as_strided(base, shape=tuple(layout.shape),
-                                           strides=tuple(s * item for s in layout.strides))
+    shape = tuple(layout.shape)
+    offset = 0 if 0 in shape else layout.offset * item        # an empty view may point past the end
+    return np.ndarray(shape, buf.dtype, buf, offset, tuple(s * item for s in layout.strides))
