@@ -169,6 +169,7 @@ class MaxPool2d(Function):
         if (geom[4] or geom[5]) and out.numel() and int(idx.min()) < 0:
             raise RuntimeError("max_pool2d: a pooling window lies entirely in the padding")
         ctx.mark_non_differentiable(idx)
+        ctx.set_materialize_grads(False)                                     # no zeros for idx's gradient
         if ctx._recording:
             ctx.save_for_backward(idx)
             ctx.shape, ctx.geom = tuple(x.shape), geom

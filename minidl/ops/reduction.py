@@ -169,6 +169,7 @@ class ExtremeDim(Function):
         if not keepdim:
             values, indices = values.squeeze(dim), indices.squeeze(dim)
         ctx.mark_non_differentiable(indices)
+        ctx.set_materialize_grads(False)                                     # no zeros for the indices' gradient
         ctx.save_for_backward(indices)
         ctx.meta = (x.shape, dim, keepdim)
         return values, indices
