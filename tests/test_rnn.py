@@ -36,6 +36,29 @@ def _state_arg(states):
 
 
 # -- PyTorch ---------------------------------------------------------------------------------------
+def _match_torch(torch, mine, theirs, arrays, rng):
+    """Copy theirs' weights by name, run both on arrays = (input, *states): outputs, shapes, and the gradients
+    of the input, the states and every parameter (under random cotangents of every output) must agree."""
+    assert list(mine.state_dict()) == list(theirs.state_dict())
+    mine.load_state_dict({k: minidl.tensor(v.numpy()) for k, v in theirs.state_dict().items()})
+    m_in = [minidl.tensor(a, requires_grad=True) for a in arrays]
+    t_in = [torch.tensor(a, requires_grad=True) for a in arrays]
+    m_out = _as_list(mine(m_in[0], _state_arg(m_in[1:])))
+    t_out = _as_list(theirs(t_in[0], _state_arg(t_in[1:])))
+    assert [tuple(m.shape) for m in m_out] == [tuple(t.shape) for t in t_out]
+    cotangents = [rng.standard_normal(tuple(t.shape)) for t in t_out]
+    sum((m * minidl.tensor(u)).sum() for m, u in zip(m_out, cotangents)).backward()
+    sum((t * torch.tensor(u)).sum() for t, u in zip(t_out, cotangents)).backward()
+    for m, t in zip(m_out, t_out):
+        np.testing.assert_allclose(_np(m), t.detach().numpy(), rtol=TOL, atol=TOL)
+    for m, t in zip(m_in, t_in):
+        np.testing.assert_allclose(_np(m.grad), t.grad.numpy(), rtol=TOL, atol=TOL)
+    t_params = dict(theirs.named_parameters())
+    assert [n for n, _ in mine.named_parameters()] == list(t_params)
+    for name, p in mine.named_parameters():
+        np.testing.assert_allclose(_np(p.grad), t_params[name].grad.numpy(), rtol=TOL, atol=TOL, err_msg=name)
+
+
 LAYER_CASES = [
     ("RNN", {}, (5, 3), 1),
     ("RNN", {"nonlinearity": "relu", "num_layers": 2, "bidirectional": True, "bias": False}, (4, 2), 0),
@@ -56,28 +79,11 @@ def test_layer_forward_and_all_gradients_match_torch(torch, cls, kwargs, lead, n
     torch.manual_seed(0)
     theirs = getattr(torch.nn, cls)(3, 4, **kwargs).double().eval()
     mine = getattr(nn, cls)(3, 4, **kwargs).double().eval()
-    assert list(mine.state_dict()) == list(theirs.state_dict())
-    mine.load_state_dict({k: minidl.tensor(v.numpy()) for k, v in theirs.state_dict().items()})
     batch = () if len(lead) == 1 else (lead[0] if kwargs.get("batch_first") else lead[1],)
     layers = (2 if kwargs.get("bidirectional") else 1) * kwargs.get("num_layers", 1)
     state_sizes = [kwargs.get("proj_size") or 4, 4][:n_states]
     arrays = [rng.standard_normal(lead + (3,))] + [rng.standard_normal((layers,) + batch + (s,)) for s in state_sizes]
-    m_in = [minidl.tensor(a, requires_grad=True) for a in arrays]
-    t_in = [torch.tensor(a, requires_grad=True) for a in arrays]
-    m_out = _as_list(mine(m_in[0], _state_arg(m_in[1:])))
-    t_out = _as_list(theirs(t_in[0], _state_arg(t_in[1:])))
-    assert [tuple(m.shape) for m in m_out] == [tuple(t.shape) for t in t_out]
-    cotangents = [rng.standard_normal(tuple(t.shape)) for t in t_out]
-    sum((m * minidl.tensor(u)).sum() for m, u in zip(m_out, cotangents)).backward()
-    sum((t * torch.tensor(u)).sum() for t, u in zip(t_out, cotangents)).backward()
-    for m, t in zip(m_out, t_out):
-        np.testing.assert_allclose(_np(m), t.detach().numpy(), rtol=TOL, atol=TOL)
-    for m, t in zip(m_in, t_in):
-        np.testing.assert_allclose(_np(m.grad), t.grad.numpy(), rtol=TOL, atol=TOL)
-    t_params = dict(theirs.named_parameters())
-    assert [n for n, _ in mine.named_parameters()] == list(t_params)
-    for name, p in mine.named_parameters():
-        np.testing.assert_allclose(_np(p.grad), t_params[name].grad.numpy(), rtol=TOL, atol=TOL, err_msg=name)
+    _match_torch(torch, mine, theirs, arrays, rng)
 
 
 CELL_CASES = [("RNNCell", {}), ("RNNCell", {"nonlinearity": "relu", "bias": False}), ("LSTMCell", {}),
@@ -91,22 +97,9 @@ def test_cell_forward_and_all_gradients_match_torch(torch, cls, kwargs, batch, w
     torch.manual_seed(1)
     theirs = getattr(torch.nn, cls)(3, 4, **kwargs).double()
     mine = getattr(nn, cls)(3, 4, **kwargs).double()
-    mine.load_state_dict({k: minidl.tensor(v.numpy()) for k, v in theirs.state_dict().items()})
     n_states = (2 if cls == "LSTMCell" else 1) if with_state else 0
     arrays = [rng.standard_normal(batch + (3,))] + [rng.standard_normal(batch + (4,)) for _ in range(n_states)]
-    m_in = [minidl.tensor(a, requires_grad=True) for a in arrays]
-    t_in = [torch.tensor(a, requires_grad=True) for a in arrays]
-    m_out, t_out = _as_list(mine(m_in[0], _state_arg(m_in[1:]))), _as_list(theirs(t_in[0], _state_arg(t_in[1:])))
-    cotangents = [rng.standard_normal(tuple(t.shape)) for t in t_out]
-    sum((m * minidl.tensor(u)).sum() for m, u in zip(m_out, cotangents)).backward()
-    sum((t * torch.tensor(u)).sum() for t, u in zip(t_out, cotangents)).backward()
-    for m, t in zip(m_out, t_out):
-        np.testing.assert_allclose(_np(m), t.detach().numpy(), rtol=TOL, atol=TOL)
-    for m, t in zip(m_in, t_in):
-        np.testing.assert_allclose(_np(m.grad), t.grad.numpy(), rtol=TOL, atol=TOL)
-    t_params = dict(theirs.named_parameters())
-    for name, p in mine.named_parameters():
-        np.testing.assert_allclose(_np(p.grad), t_params[name].grad.numpy(), rtol=TOL, atol=TOL, err_msg=name)
+    _match_torch(torch, mine, theirs, arrays, rng)
 
 
 @pytest.mark.parametrize("cls, args, kwargs", [
