@@ -50,6 +50,11 @@ _MODES = {"RNN_TANH": (1, _rnn_tanh_step), "RNN_RELU": (1, _rnn_relu_step), "LST
           "GRU": (3, _gru_step)}
 
 
+def _check_positive(owner, arg, value):
+    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+        raise ValueError(f"{owner}: {arg} must be a positive integer, got {value!r}")
+
+
 def _rnn_mode(nonlinearity, owner):
     if nonlinearity not in ("tanh", "relu"):
         raise ValueError(f"{owner}: unknown nonlinearity {nonlinearity!r}, expected 'tanh' or 'relu'")
@@ -74,7 +79,7 @@ class _RecurrentBase(Module):
 
     def reset_parameters(self) -> None:
         """Every parameter ~ U(-1/sqrt(hidden_size), 1/sqrt(hidden_size)), as PyTorch."""
-        bound = 1.0 / math.sqrt(self.hidden_size) if self.hidden_size > 0 else 0.0
+        bound = 1.0 / math.sqrt(self.hidden_size)
         for p in self.parameters():
             init.uniform_(p, -bound, bound)
 
@@ -115,11 +120,10 @@ class RNNBase(_RecurrentBase):
         name = type(self).__name__
         if mode not in _MODES:
             raise ValueError(f"{name}: unknown mode {mode!r}, expected one of {sorted(_MODES)}")
-        if (not isinstance(dropout, numbers.Number) or isinstance(dropout, bool) or not 0 <= dropout <= 1):
+        if not isinstance(dropout, numbers.Number) or isinstance(dropout, bool) or not 0 <= dropout <= 1:
             raise ValueError(f"{name}: dropout must be a probability in [0, 1], got {dropout!r}")
-        for arg, value in (("hidden_size", hidden_size), ("num_layers", num_layers)):
-            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-                raise ValueError(f"{name}: {arg} must be a positive integer, got {value!r}")
+        _check_positive(name, "hidden_size", hidden_size)
+        _check_positive(name, "num_layers", num_layers)
         if proj_size and mode != "LSTM":
             raise ValueError(f"{name}: proj_size is only supported by LSTM")
         if not isinstance(proj_size, int) or not (proj_size == 0 or 0 < proj_size < hidden_size):
@@ -143,10 +147,6 @@ class RNNBase(_RecurrentBase):
                               hidden_size, proj_size, bias, factory)
             for layer in range(num_layers) for d in range(directions)]
         self.reset_parameters()
-
-    @property
-    def _flat_weights_names(self):
-        return [n for names in self._weight_names for n in names if n is not None]
 
     @property
     def all_weights(self):
@@ -255,8 +255,7 @@ class RNNCellBase(_RecurrentBase):
 
     def __init__(self, mode, input_size: int, hidden_size: int, bias: bool = True, device=None, dtype=None):
         super().__init__()
-        if not isinstance(hidden_size, int) or isinstance(hidden_size, bool) or hidden_size <= 0:
-            raise ValueError(f"{type(self).__name__}: hidden_size must be a positive integer, got {hidden_size!r}")
+        _check_positive(type(self).__name__, "hidden_size", hidden_size)
         self.input_size, self.hidden_size, self.bias = input_size, hidden_size, bias
         gates, self._step = _MODES[mode]
         self._add_weights("", input_size, gates * hidden_size, hidden_size, 0, bias,
