@@ -2,9 +2,8 @@
 updates to running RMS of gradients, so the units of the update match the parameter's."""
 from __future__ import annotations
 
-from .. import ops
 from ..autograd import no_grad
-from .optimizer import Optimizer, _call_closure, _check_non_negative, _params_with_grad, _update_grad
+from .optimizer import Optimizer, _call_closure, _check_non_negative, _init_state, _params_with_grad, _update_grad
 
 
 class Adadelta(Optimizer):
@@ -23,10 +22,7 @@ class Adadelta(Optimizer):
         with no_grad():
             for group, p, state in _params_with_grad(self):
                 rho, eps = group["rho"], group["eps"]
-                if len(state) == 0:
-                    state["step"] = ops.tensor(0.0)
-                    state["square_avg"] = ops.zeros_like(p)
-                    state["acc_delta"] = ops.zeros_like(p)
+                _init_state(state, p, "square_avg", "acc_delta")
                 state["step"].add_(1)
                 grad = _update_grad(p, group)
                 square_avg, acc_delta = state["square_avg"], state["acc_delta"]

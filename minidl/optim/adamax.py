@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from .. import ops
 from ..autograd import no_grad
-from .optimizer import Optimizer, _call_closure, _check_betas, _check_non_negative, _params_with_grad, _update_grad
+from .optimizer import (Optimizer, _call_closure, _check_betas, _check_non_negative, _init_state, _params_with_grad,
+                        _update_grad)
 
 
 class Adamax(Optimizer):
@@ -22,10 +23,7 @@ class Adamax(Optimizer):
         with no_grad():
             for group, p, state in _params_with_grad(self):
                 beta1, beta2 = group["betas"]
-                if len(state) == 0:
-                    state["step"] = ops.tensor(0.0)
-                    state["exp_avg"] = ops.zeros_like(p)
-                    state["exp_inf"] = ops.zeros_like(p)
+                _init_state(state, p, "exp_avg", "exp_inf")
                 state["step"].add_(1)
                 grad = _update_grad(p, group)
                 exp_avg, exp_inf = state["exp_avg"], state["exp_inf"]

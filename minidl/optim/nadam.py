@@ -2,9 +2,8 @@
 the next momentum coefficient — and PyTorch's momentum warm-up ``mu_t = beta1 (1 - 0.96^(t psi) / 2)``."""
 from __future__ import annotations
 
-from .. import ops
 from ..autograd import no_grad
-from .optimizer import (Optimizer, _call_closure, _check_betas, _check_non_negative, _params_with_grad,
+from .optimizer import (Optimizer, _call_closure, _check_betas, _check_non_negative, _init_state, _params_with_grad,
                         _update_grad, _update_moments_)
 
 
@@ -25,12 +24,8 @@ class NAdam(Optimizer):
         with no_grad():
             for group, p, state in _params_with_grad(self):
                 lr, (beta1, beta2), psi = group["lr"], group["betas"], group["momentum_decay"]
-                if len(state) == 0:
-                    state["step"] = ops.tensor(0.0)
-                    # a float32 scalar as in PyTorch, so that trajectories agree to the last bit
-                    state["mu_product"] = ops.tensor(1.0)
-                    state["exp_avg"] = ops.zeros_like(p)
-                    state["exp_avg_sq"] = ops.zeros_like(p)
+                # mu_product a float32 scalar as in PyTorch, so that trajectories agree to the last bit
+                _init_state(state, p, "exp_avg", "exp_avg_sq", mu_product=1.0)
                 step = state["step"].add_(1).item()
                 grad = _update_grad(p, group, decoupled=group["decoupled_weight_decay"])
                 mu = beta1 * (1.0 - 0.5 * 0.96 ** (step * psi))

@@ -5,6 +5,7 @@ import copy
 from collections import defaultdict
 from itertools import chain
 
+from .. import ops
 from .._tensor import Tensor
 from ..autograd import no_grad
 
@@ -134,10 +135,14 @@ class Optimizer:
         state = {mapping[id(p)]: v for p, v in self.state.items() if id(p) in mapping}
         return {"state": state, "param_groups": param_groups}
 
+    # scalars kept in float32 whatever the parameter's dtype; loading keeps them so, so that a resumed run
+    # retraces an uninterrupted one (PyTorch casts mu_product to the parameter's dtype, and drifts)
+    _SCALAR_STATE = ("step", "mu_product")
+
     @staticmethod
     def _cast_state(param, value, key=None):
         if isinstance(value, Tensor):
-            if key == "step":
+            if key in Optimizer._SCALAR_STATE:
                 return value.clone()
             out = value.to(dtype=param.dtype) if param.is_floating_point() else value
             return out.clone() if out is value else out
@@ -189,6 +194,17 @@ def _params_with_grad(optimizer):
         for p in group["params"]:
             if p.grad is not None:
                 yield group, p, optimizer.state[p]
+
+
+def _init_state(state, p, *buffers, **scalars) -> None:
+    """A parameter's state on its first step, keys in PyTorch's order: the step count, scalars, and
+    zero buffers shaped like the parameter (scalars are float32 tensors, as in PyTorch)."""
+    if len(state) == 0:
+        state["step"] = ops.tensor(0.0)
+        for name, value in scalars.items():
+            state[name] = ops.tensor(value)
+        for name in buffers:
+            state[name] = ops.zeros_like(p)
 
 
 def _update_grad(p, group, decoupled=False):

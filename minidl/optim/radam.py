@@ -3,9 +3,8 @@ of the adaptive learning rate, and plain bias-corrected momentum SGD while that 
 (the approximated SMA length ``rho_t`` is 5 or less)."""
 from __future__ import annotations
 
-from .. import ops
 from ..autograd import no_grad
-from .optimizer import (Optimizer, _call_closure, _check_betas, _check_non_negative, _params_with_grad,
+from .optimizer import (Optimizer, _call_closure, _check_betas, _check_non_negative, _init_state, _params_with_grad,
                         _update_grad, _update_moments_)
 
 
@@ -26,10 +25,7 @@ class RAdam(Optimizer):
         with no_grad():
             for group, p, state in _params_with_grad(self):
                 lr, (beta1, beta2) = group["lr"], group["betas"]
-                if len(state) == 0:
-                    state["step"] = ops.tensor(0.0)
-                    state["exp_avg"] = ops.zeros_like(p)
-                    state["exp_avg_sq"] = ops.zeros_like(p)
+                _init_state(state, p, "exp_avg", "exp_avg_sq")
                 step = state["step"].add_(1).item()
                 grad = _update_grad(p, group, decoupled=group["decoupled_weight_decay"])
                 exp_avg, exp_avg_sq = state["exp_avg"], state["exp_avg_sq"]
