@@ -11,13 +11,14 @@ from pathlib import Path
 import numpy as np
 
 from ..utils.data import Dataset
+from .image_readers import _missing
 
 __all__ = ["MovieLens", "TextDataset"]
 
 
 def _read_text(path: Path, encoding: str) -> str:
     if not path.is_file():
-        raise FileNotFoundError(f"{path} not found. minidl never downloads datasets: place the file there")
+        raise _missing(path)
     raw = path.read_bytes()
     try:
         return raw.decode(encoding)
