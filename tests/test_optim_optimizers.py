@@ -188,7 +188,9 @@ def test_fused_step_rejects_mismatched_state():
 
 @pytest.mark.parametrize("cls,kwargs", [(optim.SGD, dict(lr=0.01, momentum=0.9)), (optim.Adam, dict(lr=0.1)),
                                         (optim.AdamW, dict(lr=0.1)), (optim.RMSprop, dict(lr=0.01)),
-                                        (optim.Adagrad, dict(lr=0.5))])
+                                        (optim.Adagrad, dict(lr=0.5)), (optim.Adadelta, dict(lr=20.0)),
+                                        (optim.Adamax, dict(lr=0.1)), (optim.NAdam, dict(lr=0.1)),
+                                        (optim.RAdam, dict(lr=0.1))])
 def test_convergence_loss_falls(cls, kwargs):
     w, c = make_params()
     opt = cls([w, c], **kwargs)
@@ -207,7 +209,9 @@ def test_convergence_loss_falls(cls, kwargs):
 
 STATEFUL = [(optim.SGD, dict(lr=0.01, momentum=0.9, nesterov=True)), (optim.Adam, dict(lr=0.05, amsgrad=True)),
             (optim.AdamW, dict(lr=0.05)), (optim.RMSprop, dict(momentum=0.5, centered=True)),
-            (optim.Adagrad, dict(lr=0.1, lr_decay=0.01))]
+            (optim.Adagrad, dict(lr=0.1, lr_decay=0.01)), (optim.Adadelta, dict(lr=0.5, weight_decay=0.1)),
+            (optim.Adamax, dict(lr=0.05)), (optim.NAdam, dict(lr=0.05, decoupled_weight_decay=True, weight_decay=0.1)),
+            (optim.RAdam, dict(lr=0.05))]
 
 
 @pytest.mark.parametrize("cls,kwargs", STATEFUL, ids=[c.__name__ for c, _ in STATEFUL])

@@ -55,6 +55,13 @@ CASES = (
     + [("Adagrad", dict(lr=0.1, **kw)) for kw in
        grid(lr_decay=[0, 0.1], weight_decay=[0, 0.1], initial_accumulator_value=[0, 0.3], maximize=[False, True])]
     + [("Adagrad", dict(eps=1e-3))]
+    + [("Adadelta", kw) for kw in grid(weight_decay=[0, 0.1], maximize=[False, True])]
+    + [("Adadelta", dict(lr=0.3, rho=0.5, eps=1e-3))]
+    + [("Adamax", dict(lr=0.05, **kw)) for kw in grid(weight_decay=[0, 0.1], maximize=[False, True])]
+    + [("Adamax", dict(betas=(0.5, 0.8), eps=1e-3))]
+    + [(name, dict(lr=0.05, **kw)) for name in ("NAdam", "RAdam") for kw in
+       grid(weight_decay=[0, 0.1], decoupled_weight_decay=[False, True], maximize=[False, True])]
+    + [("NAdam", dict(momentum_decay=0.3, betas=(0.8, 0.9))), ("RAdam", dict(betas=(0.7, 0.9), eps=1e-4))]
 )
 
 
@@ -77,7 +84,8 @@ def test_matches_torch(name, kwargs):
         assert mg[k] == tg[k], k
 
 
-@pytest.mark.parametrize("name", ["SGD", "Adam", "AdamW", "RMSprop", "Adagrad"])
+@pytest.mark.parametrize("name", ["SGD", "Adam", "AdamW", "RMSprop", "Adagrad", "Adadelta", "Adamax", "NAdam",
+                                  "RAdam"])
 def test_param_groups_match_torch(name):
     kwargs = {"momentum": 0.9} if name in ("SGD", "RMSprop") else {}
     got, _ = trajectory(minidl, name, kwargs, steps=10, groups=True)
@@ -85,7 +93,8 @@ def test_param_groups_match_torch(name):
     np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-10)
 
 
-@pytest.mark.parametrize("name", ["SGD", "Adam", "RMSprop", "Adagrad"])
+@pytest.mark.parametrize("name", ["SGD", "Adam", "RMSprop", "Adagrad", "Adadelta", "Adamax", "NAdam", "RAdam",
+                                  "LBFGS"])
 def test_defaults_match_torch(name):
     import inspect
     msig = inspect.signature(getattr(optim, name))
@@ -191,7 +200,9 @@ def test_scheduler_resume_with_last_epoch_matches_torch(key):
 
 @pytest.mark.parametrize("name,kwargs", [("SGD", dict(lr=0.05, momentum=0.9, nesterov=True)),
                                          ("Adam", dict(lr=0.05, amsgrad=True)), ("AdamW", dict(lr=0.05)),
-                                         ("RMSprop", dict(momentum=0.5, centered=True)), ("Adagrad", dict(lr=0.1))])
+                                         ("RMSprop", dict(momentum=0.5, centered=True)), ("Adagrad", dict(lr=0.1)),
+                                         ("Adadelta", dict(weight_decay=0.1)), ("Adamax", dict(lr=0.05)),
+                                         ("NAdam", dict(lr=0.05)), ("RAdam", dict(lr=0.05))])
 def test_float32_matches_torch_and_keeps_dtype(name, kwargs):
     out = {}
     for lib in (minidl, torch):

@@ -5,6 +5,7 @@ import copy
 from collections import defaultdict
 from itertools import chain
 
+from .. import ops
 from .._tensor import Tensor
 from ..autograd import no_grad
 
@@ -134,10 +135,14 @@ class Optimizer:
         state = {mapping[id(p)]: v for p, v in self.state.items() if id(p) in mapping}
         return {"state": state, "param_groups": param_groups}
 
+    # scalars kept in float32 whatever the parameter's dtype; loading keeps them so, so that a resumed run
+    # retraces an uninterrupted one (PyTorch casts mu_product to the parameter's dtype, and drifts)
+    _SCALAR_STATE = ("step", "mu_product")
+
     @staticmethod
     def _cast_state(param, value, key=None):
         if isinstance(value, Tensor):
-            if key == "step":
+            if key in Optimizer._SCALAR_STATE:
                 return value.clone()
             out = value.to(dtype=param.dtype) if param.is_floating_point() else value
             return out.clone() if out is value else out
@@ -181,3 +186,55 @@ def _call_closure(closure):
     from ..autograd import enable_grad
     with enable_grad():
         return closure()
+
+
+def _params_with_grad(optimizer):
+    """(group, param, state) for every parameter that has a gradient, the loop of every update rule."""
+    for group in optimizer.param_groups:
+        for p in group["params"]:
+            if p.grad is not None:
+                yield group, p, optimizer.state[p]
+
+
+def _init_state(state, p, *buffers, **scalars) -> None:
+    """A parameter's state on its first step, keys in PyTorch's order: the step count, scalars, and
+    zero buffers shaped like the parameter (scalars are float32 tensors, as in PyTorch)."""
+    if len(state) == 0:
+        state["step"] = ops.tensor(0.0)
+        for name, value in scalars.items():
+            state[name] = ops.tensor(value)
+        for name in buffers:
+            state[name] = ops.zeros_like(p)
+
+
+def _update_grad(p, group, decoupled=False):
+    """The gradient an update rule sees: negated under ``maximize``, with L2 weight decay added; decoupled
+    decay (AdamW-style) shrinks the parameter by ``lr * weight_decay`` instead and leaves the gradient."""
+    grad = -p.grad if group.get("maximize") else p.grad
+    weight_decay = group["weight_decay"]
+    if weight_decay != 0:
+        if decoupled:
+            p.mul_(1 - group["lr"] * weight_decay)
+        else:
+            grad = grad.add(p, alpha=weight_decay)
+    return grad
+
+
+def _update_moments_(exp_avg, exp_avg_sq, grad, beta1, beta2) -> None:
+    """Adam's running averages of the gradient and of its square, in place."""
+    exp_avg.add_(grad - exp_avg, alpha=1 - beta1)
+    exp_avg_sq.mul_(beta2).add_(grad * grad, alpha=1 - beta2)
+
+
+def _check_betas(betas) -> None:
+    for i, beta in enumerate(betas):
+        if not 0.0 <= beta < 1.0:
+            raise ValueError(f"Invalid beta parameter at index {i}: {beta}")
+
+
+def _check_non_negative(**values) -> None:
+    """PyTorch's argument checks: lr, eps, weight_decay ... must be >= 0."""
+    names = {"lr": "learning rate", "eps": "epsilon value"}
+    for name, value in values.items():
+        if not 0.0 <= value:
+            raise ValueError(f"Invalid {names.get(name, name + ' value')}: {value}")

@@ -1,6 +1,8 @@
-"""Datasets, as in ``torchvision.datasets``: the embedded 8x8 handwritten digits (no download, ever).
+"""Datasets, as in ``torchvision.datasets`` (no download, ever): the embedded 8x8 handwritten digits, and
+readers for files the user has placed: MNIST, FashionMNIST, CIFAR10 (``image_readers``), MovieLens and
+TextDataset (``text_readers``).
 
-The data (1,797 images, 10 classes, pixels 0..16; UCI optdigits via scikit-learn) is read from
+The digits (1,797 images, 10 classes, pixels 0..16; UCI optdigits via scikit-learn) are read from
 scikit-learn when it is installed, else from the copy shipped in ``minidl/vision/data/``.
 """
 from __future__ import annotations
@@ -11,8 +13,11 @@ from pathlib import Path
 import numpy as np
 
 from ..utils.data import Dataset
+from .image_readers import CIFAR10, MNIST, FashionMNIST, VisionDataset, read_idx
+from .text_readers import MovieLens, TextDataset
 
-__all__ = ["Digits", "load_digits", "digits_split"]
+__all__ = ["Digits", "load_digits", "digits_split", "VisionDataset", "MNIST", "FashionMNIST", "CIFAR10",
+           "read_idx", "MovieLens", "TextDataset"]
 
 DATA_FILE = Path(__file__).with_name("data") / "digits.csv.gz"
 N_SAMPLES = 1797
