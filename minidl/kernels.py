@@ -22,6 +22,8 @@ where                (c, cl, a, al, b, bl, out, ol)                   out = a if
 reduce               (op, x, x_layout, dims, out)                     reduce dims; out is contiguous over the rest
 arg_reduce           (op, x, x_layout, dim, out)                      int64 index of max/min along dim
 scan                 (op, x, x_layout, dim, out)                      inclusive scan along dim; out contiguous
+argsort              (x, x_layout, dim, descending, out)              stable int64 sort order along dim, NaN largest;
+                                                                      out contiguous in x's shape
 take                 (src, src_layout, index, out)                    out[i] = src[flat index[i]] (row-major)
 put                  (dst, dst_layout, index, values, accumulate)     dst[flat index[i]] (+)= values[i]
 nonzero              (x, x_layout) -> int64 buffer                    flat indices of nonzero elements
@@ -62,14 +64,14 @@ UNARY_OPS = ("neg", "abs", "sign", "exp", "log", "log1p", "expm1", "sqrt", "rsqr
              "sin", "cos", "tan", "tanh", "sigmoid", "relu", "erf", "floor", "ceil", "round",
              "trunc", "square")
 BINARY_OPS = ("add", "sub", "mul", "div", "floordiv", "remainder", "pow", "maximum", "minimum",
-              "gate")  # gate: a where b > 0, else 0 (ReLU's backward in one pass)
+              "gate", "atan2")  # gate: a where b > 0, else 0 (ReLU's backward in one pass)
 COMPARE_OPS = ("eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or", "logical_xor")
 REDUCE_OPS = ("sum", "prod", "max", "min")
 ARG_REDUCE_OPS = ("argmax", "argmin")
 SCAN_OPS = ("cumsum", "cumprod")
 
 PRIMITIVES = ("alloc", "from_host", "to_host", "copy", "unary", "binary", "compare", "where",
-              "reduce", "arg_reduce", "scan", "take", "put", "nonzero", "matmul",
+              "reduce", "arg_reduce", "scan", "argsort", "take", "put", "nonzero", "matmul",
               "im2col", "col2im", "max_pool2d", "max_pool2d_backward", "sgd_step", "adam_step")
 
 # device type -> module whose import registers that device's kernels
