@@ -180,6 +180,24 @@ class Tensor(TensorBase):
                 self.grad_fn, self._output_nr, self._requires_grad = fresh.grad_fn, 0, True
         return TensorBase._grad_edge(self)
 
+    # -- pickling and shared memory ---------------------------------------------------------------
+    def __reduce_ex__(self, protocol):
+        """Storage, layout and dtype (tensors over one storage share it again when unpickled
+        together); no autograd history, as in PyTorch."""
+        if self.grad_fn is not None and self._requires_grad:
+            raise RuntimeError("Can't pickle a non-leaf tensor that requires grad (it has autograd history); "
+                               "pickle .detach() instead")
+        return (_rebuild, (self._storage, self._layout, self.dtype, self._requires_grad))
+
+    def share_memory_(self):
+        """Move the storage into memory other processes can map, in place (views follow). Sent to
+        processes through minidl.multiprocessing, the tensor then shares its memory with them."""
+        self._storage.share_()
+        return self
+
+    def is_shared(self) -> bool:
+        return self._storage.shared is not None
+
     def detach(self):
         # shares memory (and so the version counter) but is no autograd view: in-place ops on it are allowed
         return _tensor_base.make(self._storage, self._layout, self.dtype)
@@ -439,6 +457,12 @@ class Tensor(TensorBase):
 
     def random_(self, low=0, high=None, generator=None):
         return ops.creation.fill_random_(self, lambda g, s: g.integers(low, high, s), generator)
+
+
+def _rebuild(storage, layout, dtype, requires_grad):
+    t = _tensor_base.make(storage, layout, dtype)
+    t._requires_grad = requires_grad
+    return t
 
 
 def _delegate(name, fn):

@@ -14,6 +14,9 @@ name                 signature                                        meaning
 alloc                (numel, dtype) -> buf                            uninitialised buffer
 from_host            (ndarray) -> buf                                 copy of a 1-D numpy array onto the device
 to_host              (buf) -> ndarray                                 1-D numpy array (shares memory on cpu)
+share_memory         (buf) -> (buf, handle)                           a copy of buf in memory other processes can
+                                                                      map; handle (picklable) names it
+open_shared          (handle) -> buf                                  the buffer another process shared (same memory)
 copy                 (src, src_layout, dst, dst_layout)               dst[...] = src[...], converting dtype
 unary                (op, x, x_layout, out, out_layout)               out = op(x)
 binary               (op, a, a_layout, b, b_layout, out, out_layout)  out = op(a, b); layouts already broadcast
@@ -70,8 +73,8 @@ REDUCE_OPS = ("sum", "prod", "max", "min")
 ARG_REDUCE_OPS = ("argmax", "argmin")
 SCAN_OPS = ("cumsum", "cumprod")
 
-PRIMITIVES = ("alloc", "from_host", "to_host", "copy", "unary", "binary", "compare", "where",
-              "reduce", "arg_reduce", "scan", "argsort", "take", "put", "nonzero", "matmul",
+PRIMITIVES = ("alloc", "from_host", "to_host", "share_memory", "open_shared", "copy", "unary", "binary",
+              "compare", "where", "reduce", "arg_reduce", "scan", "argsort", "take", "put", "nonzero", "matmul",
               "im2col", "col2im", "max_pool2d", "max_pool2d_backward", "sgd_step", "adam_step")
 
 # device type -> module whose import registers that device's kernels
