@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from test_ops_numpy import check
 
 import minidl
+from minidl.layout import Layout
 
 NAN, INF = math.nan, math.inf
 
@@ -501,6 +502,10 @@ def test_new_and_as_helpers_match_torch():
 
 
 # ----------------------------------------------------------------------------- errors
+def _argsort_kernel(*args):
+    return minidl.kernels.get("argsort", "cpu")(*args)
+
+
 @pytest.mark.parametrize("call,error,match", [
     (lambda: minidl.arange(3.0).topk(4), RuntimeError, "topk: k \\(4\\) is out of range"),
     (lambda: minidl.arange(3.0).sort(1), IndexError, "sort: dimension out of range"),
@@ -533,6 +538,11 @@ def test_new_and_as_helpers_match_torch():
     (lambda: minidl.tensor([1, 2]).frac(), RuntimeError, "frac: expected a floating point"),
     (lambda: minidl.tensor([1, 2]).round(decimals=1), RuntimeError, "round: decimals=1 needs"),
     (lambda: minidl.isclose(minidl.ones(1), minidl.ones(1), rtol=-1), RuntimeError, "isclose: rtol"),
+    # the kernel wrapper checks what Numba would not
+    (lambda: _argsort_kernel(np.zeros(3), Layout((3,)), 1, False, np.zeros(3, np.int64)), ValueError,
+     "argsort: dim 1 is out of range"),
+    (lambda: _argsort_kernel(np.zeros(4), Layout((4,)), 0, False, np.zeros(3, np.int64)), ValueError,
+     "argsort: expected an int64 output of 4 elements"),
 ])
 def test_errors_name_the_op(call, error, match):
     with pytest.raises(error, match=match):

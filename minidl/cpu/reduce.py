@@ -89,6 +89,8 @@ def scan(op, x, xl, dim, out, ol):
 
 @kernels.register("argsort")
 def argsort(x, xl, dim, descending, out):
+    if not 0 <= dim < xl.ndim:
+        raise ValueError(f"argsort: dim {dim} is out of range for a {xl.ndim}-D layout")
     n = xl.shape[dim]
     if xl.numel == 0:
         return
