@@ -17,7 +17,8 @@ from .ops.random import Generator, default_generator, get_rng_state, initial_see
 from ._tensor import Tensor
 from .serialization import load, save
 from .threads import get_num_threads, set_num_threads
-from . import nn, optim, utils  # noqa: E402  (above the Tensor layer: import it)
+from . import amp, backends, cuda, multiprocessing, nn, optim, utils  # noqa: E402  (above the Tensor layer)
+from .amp import autocast
 
 half, float, double = float16, float32, float64
 short, int, long = int16, int32, int64

@@ -180,6 +180,24 @@ class Tensor(TensorBase):
                 self.grad_fn, self._output_nr, self._requires_grad = fresh.grad_fn, 0, True
         return TensorBase._grad_edge(self)
 
+    # -- pickling and shared memory ---------------------------------------------------------------
+    def __reduce_ex__(self, protocol):
+        """Storage, layout and dtype (tensors over one storage share it again when unpickled
+        together); no autograd history, as in PyTorch."""
+        if self.grad_fn is not None and self._requires_grad:
+            raise RuntimeError("Can't pickle a non-leaf tensor that requires grad (it has autograd history); "
+                               "pickle .detach() instead")
+        return (_rebuild, (self._storage, self._layout, self.dtype, self._requires_grad))
+
+    def share_memory_(self):
+        """Move the storage into memory other processes can map, in place (views follow). Sent to
+        processes through minidl.multiprocessing, the tensor then shares its memory with them."""
+        self._storage.share_()
+        return self
+
+    def is_shared(self) -> bool:
+        return self._storage.shared is not None
+
     def detach(self):
         # shares memory (and so the version counter) but is no autograd view: in-place ops on it are allowed
         return _tensor_base.make(self._storage, self._layout, self.dtype)
@@ -377,10 +395,40 @@ class Tensor(TensorBase):
     relu_ = _inplace_unary(ew.relu, "relu_")
     sigmoid_ = _inplace_unary(ew.sigmoid, "sigmoid_")
     tanh_ = _inplace_unary(ew.tanh, "tanh_")
+    floor_ = _inplace_unary(ew.floor, "floor_")
+    ceil_ = _inplace_unary(ew.ceil, "ceil_")
+    round_ = _inplace_unary(ew.round, "round_")
+    trunc_ = _inplace_unary(ew.trunc, "trunc_")
+    frac_ = _inplace_unary(ew.frac, "frac_")
+    sign_ = _inplace_unary(ew.sign, "sign_")
+    reciprocal_ = _inplace_unary(ew.reciprocal, "reciprocal_")
+    rsqrt_ = _inplace_unary(ew.rsqrt, "rsqrt_")
+    square_ = _inplace_unary(ew.square, "square_")
+    sin_ = _inplace_unary(ew.sin, "sin_")
+    cos_ = _inplace_unary(ew.cos, "cos_")
+    tan_ = _inplace_unary(ew.tan, "tan_")
+    erf_ = _inplace_unary(ew.erf, "erf_")
+    expm1_ = _inplace_unary(ew.expm1, "expm1_")
+    log1p_ = _inplace_unary(ew.log1p, "log1p_")
+    nan_to_num_ = _inplace_unary(ew.nan_to_num, "nan_to_num_")
+    clamp_min_ = _inplace_unary(ew.clamp_min, "clamp_min_")
+    clamp_max_ = _inplace_unary(ew.clamp_max, "clamp_max_")
+    lerp_ = _inplace_unary(ew.lerp, "lerp_")
+    addcmul_ = _inplace_unary(ew.addcmul, "addcmul_")
+    addcdiv_ = _inplace_unary(ew.addcdiv, "addcdiv_")
+    addmm_ = _inplace_unary(ops.addmm, "addmm_")
+    baddbmm_ = _inplace_unary(ops.baddbmm, "baddbmm_")
+    remainder_ = _inplace_binary(ew.Remainder, "remainder_")
+    floor_divide_ = _inplace_binary(ew.FloorDivide, "floor_divide_")
+    atan2_ = arctan2_ = _inplace_binary(ew.Atan2, "atan2_")
+    true_divide_ = div_
     masked_fill_ = _inplace_unary(ops.masked_fill, "masked_fill_")
+    masked_scatter_ = _inplace_unary(ops.masked_scatter, "masked_scatter_")
     scatter_ = _inplace_unary(ops.scatter, "scatter_")
     scatter_add_ = _inplace_unary(ops.scatter_add, "scatter_add_")
     index_add_ = _inplace_unary(ops.index_add, "index_add_")
+    index_copy_ = _inplace_unary(ops.index_copy, "index_copy_")
+    index_fill_ = _inplace_unary(ops.index_fill, "index_fill_")
 
     def index_put_(self, indices, values, accumulate=False):
         if accumulate:
@@ -399,10 +447,22 @@ class Tensor(TensorBase):
         return ops.creation.fill_random_(self, lambda g, s: g.normal(mean, std, s), generator)
 
     def bernoulli_(self, p=0.5, generator=None):
-        return ops.creation.fill_random_(self, lambda g, s: g.random(s) < p, generator)
+        """Fill with 0/1 draws, 1 with probability p (a number, or a tensor broadcast to self)."""
+        return ops.creation.fill_random_(self, lambda g, s: ops.creation.bernoulli_draws(g, s, p), generator)
+
+    def exponential_(self, lambd=1.0, generator=None):
+        if not lambd > 0:
+            raise RuntimeError(f"exponential_: expects lambd > 0.0, but found lambd={lambd}")
+        return ops.creation.fill_random_(self, lambda g, s: g.exponential(1.0 / lambd, s), generator)
 
     def random_(self, low=0, high=None, generator=None):
         return ops.creation.fill_random_(self, lambda g, s: g.integers(low, high, s), generator)
+
+
+def _rebuild(storage, layout, dtype, requires_grad):
+    t = _tensor_base.make(storage, layout, dtype)
+    t._requires_grad = requires_grad
+    return t
 
 
 def _delegate(name, fn):

@@ -17,16 +17,39 @@ from .layout import Layout, normalize_dim
 class Storage:
     """A flat device buffer shared by a tensor and all its views, with their version counter.
 
-    ``writable`` is False for memory borrowed read-only (a read-only numpy array).
+    ``writable`` is False for memory borrowed read-only (a read-only numpy array). ``shared`` is
+    the handle of the buffer when it lives in memory other processes can map, else None.
     """
 
-    __slots__ = ("buf", "device", "version", "writable")
+    __slots__ = ("buf", "device", "version", "writable", "shared")
 
-    def __init__(self, buf, device, writable=True):
+    def __init__(self, buf, device, writable=True, shared=None):
         self.buf = buf
         self.device = device
         self.version = 0
         self.writable = writable
+        self.shared = shared
+
+    def share_(self):
+        """Move the buffer into memory other processes can map; every tensor over it follows."""
+        if self.shared is None:
+            self.buf, self.shared = kernels.get("share_memory", self.device.type)(self.buf)
+
+    def __reduce__(self):
+        """Pickled by value, through host memory (minidl.multiprocessing sends shared ones by handle)."""
+        host = kernels.get("to_host", self.device.type)(self.buf)
+        return (storage_from_host, (host, str(self.device), self.writable))
+
+
+def storage_from_host(array, device, writable=True) -> Storage:
+    device = as_device(device)
+    return Storage(kernels.get("from_host", device.type)(array), device, writable)
+
+
+def open_shared(handle, device, writable=True) -> Storage:
+    """The storage another process shared, mapped into this one (same memory, not a copy)."""
+    device = as_device(device)
+    return Storage(kernels.get("open_shared", device.type)(handle), device, writable, shared=handle)
 
 
 class TensorBase(Variable):

@@ -14,6 +14,9 @@ name                 signature                                        meaning
 alloc                (numel, dtype) -> buf                            uninitialised buffer
 from_host            (ndarray) -> buf                                 copy of a 1-D numpy array onto the device
 to_host              (buf) -> ndarray                                 1-D numpy array (shares memory on cpu)
+share_memory         (buf) -> (buf, handle)                           a copy of buf in memory other processes can
+                                                                      map; handle (picklable) names it
+open_shared          (handle) -> buf                                  the buffer another process shared (same memory)
 copy                 (src, src_layout, dst, dst_layout)               dst[...] = src[...], converting dtype
 unary                (op, x, x_layout, out, out_layout)               out = op(x)
 binary               (op, a, a_layout, b, b_layout, out, out_layout)  out = op(a, b); layouts already broadcast
@@ -22,6 +25,8 @@ where                (c, cl, a, al, b, bl, out, ol)                   out = a if
 reduce               (op, x, x_layout, dims, out)                     reduce dims; out is contiguous over the rest
 arg_reduce           (op, x, x_layout, dim, out)                      int64 index of max/min along dim
 scan                 (op, x, x_layout, dim, out)                      inclusive scan along dim; out contiguous
+argsort              (x, x_layout, dim, descending, out)              stable int64 sort order along dim, NaN largest;
+                                                                      out contiguous in x's shape
 take                 (src, src_layout, index, out)                    out[i] = src[flat index[i]] (row-major)
 put                  (dst, dst_layout, index, values, accumulate)     dst[flat index[i]] (+)= values[i]
 nonzero              (x, x_layout) -> int64 buffer                    flat indices of nonzero elements
@@ -62,14 +67,14 @@ UNARY_OPS = ("neg", "abs", "sign", "exp", "log", "log1p", "expm1", "sqrt", "rsqr
              "sin", "cos", "tan", "tanh", "sigmoid", "relu", "erf", "floor", "ceil", "round",
              "trunc", "square")
 BINARY_OPS = ("add", "sub", "mul", "div", "floordiv", "remainder", "pow", "maximum", "minimum",
-              "gate")  # gate: a where b > 0, else 0 (ReLU's backward in one pass)
+              "gate", "atan2")  # gate: a where b > 0, else 0 (ReLU's backward in one pass)
 COMPARE_OPS = ("eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or", "logical_xor")
 REDUCE_OPS = ("sum", "prod", "max", "min")
 ARG_REDUCE_OPS = ("argmax", "argmin")
 SCAN_OPS = ("cumsum", "cumprod")
 
-PRIMITIVES = ("alloc", "from_host", "to_host", "copy", "unary", "binary", "compare", "where",
-              "reduce", "arg_reduce", "scan", "take", "put", "nonzero", "matmul",
+PRIMITIVES = ("alloc", "from_host", "to_host", "share_memory", "open_shared", "copy", "unary", "binary",
+              "compare", "where", "reduce", "arg_reduce", "scan", "argsort", "take", "put", "nonzero", "matmul",
               "im2col", "col2im", "max_pool2d", "max_pool2d_backward", "sgd_step", "adam_step")
 
 # device type -> module whose import registers that device's kernels

@@ -196,6 +196,12 @@ op("FloorDivide", S("floor_divide", lambda a, b: a // b, _fd_b * frac(3, 4), _fd
 op("Remainder",
    S("remainder", lambda a, b: a % b, _fd_b * frac(3, 4), _fd_b),
    S("remainder-scalar", lambda a: minidl.remainder(a, 1.0), frac(5)))
+op("Atan2",
+   S("atan2-broadcast", minidl.atan2, rn(3, 4), nonzero(4)),
+   S("atan2-noncontig-scalar", lambda y: minidl.atan2(y, -0.5), NC(rn(3, 2), "F")))
+op("LogAddExp",
+   S("logaddexp-broadcast", minidl.logaddexp, rn(3, 4), NC(rn(4), "neg")),
+   S("logaddexp-far-apart", lambda a, b: a.logaddexp(b * 30), rn(5), rn(5)))
 _where_mask = rn(3, 4) > 0
 op("Where",
    S("where-broadcast", lambda a, b: minidl.where(const(_where_mask), a, b), rn(3, 4), rn(4)),
@@ -477,6 +483,38 @@ COMPOSITES = [
       rn(4)),
     S("inplace-unary-on-view", lambda x: _tanh_row(x), rn(3, 4)),
     S("sigmoid-of-matmul-sum", lambda a, b: (a @ b).sigmoid().sum(0), rn(3, 4), rn(4, 2)),
+    # the Tensor API beyond the basics (tests/test_tensor_api.py)
+    S("sort-values", lambda x: x.sort(1).values, distinct(3, 4)),
+    S("sort-descending-dim0", lambda x: minidl.sort(x, 0, descending=True)[0], NC(distinct(4, 3), "F")),
+    S("topk", lambda x: x.topk(2, largest=False).values, distinct(3, 5)),
+    S("msort", minidl.msort, NC(distinct(4, 2), "neg")),
+    S("cdist-p2", lambda a, b: minidl.cdist(a, b), rn(2, 4, 3), rn(5, 3)),
+    S("cdist-p2-matmul", lambda a, b: minidl.cdist(a, b, compute_mode="use_mm_for_euclid_dist"), rn(4, 3), rn(2, 3)),
+    S("cdist-p1", lambda a, b: minidl.cdist(a, b, 1), rn(3, 2), rn(4, 2)),
+    S("cdist-p3", lambda a, b: minidl.cdist(a, b, 3), rn(3, 2), rn(4, 2)),
+    S("cdist-inf", lambda a, b: minidl.cdist(a, b, float("inf")), distinct(3, 2), distinct(2, 2) + 0.05),
+    S("lerp-scalar-weights", lambda s, e: s.lerp(e, 0.3) + minidl.lerp(s, e, 0.8), rn(3, 4), rn(4)),
+    S("lerp-tensor-weight", minidl.lerp, rn(3, 4), rn(3, 4), avoid((3, 4), [-0.5, 0.5])),
+    S("addmm-beta-alpha", lambda x, a, b: minidl.addmm(x, a, b, beta=0.5, alpha=-2), rn(4), rn(3, 2), rn(2, 4)),
+    S("baddbmm", lambda x, a, b: x.baddbmm(a, b, alpha=3), rn(2, 3, 4), NC(rn(2, 3, 2), "gap"), rn(2, 2, 4)),
+    S("var_mean", lambda x: minidl.var_mean(x, 1, correction=0), rn(3, 4)),
+    S("std_mean", lambda x: minidl.std_mean(x, (0, 2), keepdim=True), NC(rn(2, 3, 4), "gap")),
+    S("diag-vector-offset", lambda v: minidl.diag(v, -1), rn(3)),
+    S("diag-matrix", lambda m: m.diag(1), NC(rn(3, 4), "F")),
+    S("trace", minidl.trace, rn(3, 4)),
+    S("nan_to_num", lambda x: minidl.nan_to_num(x, posinf=2.0), np.array([[1.5, np.nan], [np.inf, -0.3]])),
+    S("frac", minidl.frac, frac(3, 4)),
+    S("round-decimals", lambda x: x.round(decimals=1) * x, frac(4) + 0.02),
+    S("fmax-fmin", lambda a, b: minidl.fmax(a, b) + b.fmin(a) * 2, distinct(3, 4), distinct(4) + 0.1),
+    S("addcmul-addcdiv", lambda x, a, b: minidl.addcmul(x, a, b, value=2) + x.addcdiv(a, b, value=-0.5), rn(3, 4),
+      rn(4), nonzero(3, 4)),
+    S("clamp_min-clamp_max", lambda x: minidl.clamp_min(x, -0.5) + x.clamp_max(0.5), avoid((3, 4), [-0.5, 0.5])),
+    S("masked_scatter", lambda x, s: x.masked_scatter(const(_mask34), s), rn(3, 4), rn(12)),
+    S("index_fill-value-tensor", lambda x, v: minidl.index_fill(x, 1, const([0, 2]), v), rn(3, 4), rn()),
+    S("index_copy", lambda x, s: x.index_copy(0, const([2, 0]), s), rn(3, 4), NC(rn(2, 4), "F")),
+    S("bincount-weights", lambda w: minidl.bincount(const([1, 3, 1, 0]), w), rn(4)),
+    S("inplace-twins-nonleaf", lambda x, w: (x * 1).sin_().lerp_(w, 0.25).addcmul_(w, x).atan2_(w).square_(),
+      rn(3, 4), pos(4)),
 ]
 
 
@@ -509,4 +547,7 @@ GRADGRAD = [
     S("max_pool2d-3", lambda x: _F.max_pool2d(x, 2) ** 3, NC(distinct(2, 1, 4, 4), "F")),
     S("conv2d-bias-groups", lambda x, w, b: _F.conv2d(x, w, b, groups=2) ** 2, rn(2, 2, 3, 3), rn(2, 1, 2, 2),
       rn(2)),
+    S("atan2", minidl.atan2, rn(3), nonzero(3)),
+    S("logaddexp", minidl.logaddexp, rn(2, 3), rn(3)),
+    S("sort-cdist", lambda a, b: minidl.cdist(a, b).sort(1).values ** 2, rn(3, 2), rn(4, 2)),
 ]

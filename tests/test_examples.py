@@ -39,6 +39,13 @@ def test_digits_mlp_trains_checkpoints_and_resumes(tmp_path):
     assert "resumed from digits-mlp.safetensors at epoch 12" in resumed and "epoch  14" in resumed
 
 
+def test_hogwild_processes_train_one_shared_model(tmp_path):
+    out = _run(str(ROOT / "examples" / "hogwild.py"), "--processes", "2", "--steps", "100", cwd=tmp_path)
+    before = float(re.search(r"test loss before: ([\d.]+)", out).group(1))
+    after = float(re.search(r"test loss after .*: ([\d.]+)", out).group(1))
+    assert after < 0.01 * before
+
+
 def test_cuda_device_is_refused_clearly(tmp_path):
     out = subprocess.run([sys.executable, str(ROOT / "examples" / "train_digits.py"), "--device", "cuda"],
                          cwd=tmp_path, capture_output=True, text=True, timeout=120)

@@ -108,7 +108,7 @@ def apply_unary(op, x):
     elif op == 1:
         return abs(x)
     elif op == 2:
-        return (x > 0) - (x < 0) if x == x else x
+        return (x > 0) - (x < 0)  # 0 for NaN, as in PyTorch
     elif op == 15:
         return x if not x < 0 else x * 0
     elif op == 21:
@@ -137,6 +137,8 @@ def apply_binary(op, x, y):
         return x if (x >= y or x != x) else y
     elif op == 8:
         return x if (x <= y or x != x) else y
+    elif op == 10:
+        return _atan2(x, y)
     else:
         return x if y > 0 else x * 0
 
@@ -951,3 +953,57 @@ def adam_parallel(p, g, m, v, vmax, c1, beta2, c2, eps, wd, decay, amsgrad, sign
     for t in prange(items):
         _adam_range(p, g, m, v, vmax, c1, beta2, c2, eps, wd, decay, amsgrad, sign, step_size, bc2_sqrt,
                     t * CHUNK, min(p.size, (t + 1) * CHUNK))
+
+
+# ----------------------------------------------------------------------------- atan2 / sorting
+def _atan2(y, x):
+    """Plain-Python twin of the overload below (runs only with NUMBA_DISABLE_JIT=1)."""
+    return math.atan2(y, x)
+
+
+@overload(_atan2)
+def _atan2_impl(y, x):
+    if isinstance(y, types.Integer) and isinstance(x, types.Integer):
+        return lambda y, x: y  # unused: atan2 always computes in floating point
+    return lambda y, x: math.atan2(y, x)
+
+
+@njit(inline="always")
+def _argsort_row(x, px, n, s, descending, out, po, so):
+    """The stable sort order of the n values x[px + j*s], written to out[po + j*so]: ascending with
+    NaNs last, or descending with NaNs first (NaN counts as the largest value, as in PyTorch).
+    Descending reads the row backwards, sorts ascending and writes backwards, so ties keep their order."""
+    keys = np.empty(n, x.dtype)
+    pos = np.empty(n, np.int64)
+    m = 0
+    for j in range(n):
+        i = n - 1 - j if descending else j
+        v = x[px + i * s]
+        if v == v:
+            keys[m] = v
+            pos[m] = i
+            m += 1
+    order = np.argsort(keys[:m], kind="mergesort")
+    first = n - m if descending else 0
+    for j in range(m):
+        out[po + (first + j) * so] = pos[order[m - 1 - j]] if descending else pos[order[j]]
+    k = 0 if descending else m
+    for i in range(n):
+        v = x[px + i * s]
+        if v != v:
+            out[po + k * so] = i
+            k += 1
+
+
+@njit(cache=True, nogil=True)
+def argsort_serial(x, xo, oshape, xstrides, out, ostrides, n, xs, os, descending):
+    for r in range(out.size // n):
+        _argsort_row(x, row_position(r, oshape, xstrides, xo), n, xs, descending, out,
+                     row_position(r, oshape, ostrides, 0), os)
+
+
+@njit(cache=True, nogil=True, parallel=True)
+def argsort_parallel(x, xo, oshape, xstrides, out, ostrides, n, xs, os, descending):
+    for r in prange(out.size // n):
+        _argsort_row(x, row_position(r, oshape, xstrides, xo), n, xs, descending, out,
+                     row_position(r, oshape, ostrides, 0), os)

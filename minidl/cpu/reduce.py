@@ -1,4 +1,4 @@
-"""Reduction and scan primitives on the CPU (kernels in ``jit.py``).
+"""Reduction, scan and sort primitives on the CPU (kernels in ``jit.py``).
 
 ``layout.reduction_plan`` splits the input into kept (outer) dims and reduced
 (inner) dims; each outer element is one independent reduction, spread over
@@ -7,10 +7,12 @@ threads with ``prange``. Sums and products accumulate in 64 bits.
 import numpy as np
 
 from .. import kernels
-from ..layout import collapse, reduction_plan
+from ..layout import collapse, contiguous_strides, reduction_plan
 from .elementwise import flat_shape
 from .jit import (
     arg_reduce_kernel,
+    argsort_parallel,
+    argsort_serial,
     reduce_parallel,
     reduce_serial,
     scan_kernel,
@@ -83,3 +85,22 @@ def scan(op, x, xl, dim, out, ol):
     _, ostrides = _outer(o_shape, os)
     scan_kernel(SCAN_CODE[op], x, xl.offset, xstrides, out, ol.offset, ostrides, oshape, xl.shape[dim],
                 xl.strides[dim], ol.strides[dim])
+
+
+@kernels.register("argsort")
+def argsort(x, xl, dim, descending, out):
+    if not 0 <= dim < xl.ndim:
+        raise ValueError(f"argsort: dim {dim} is out of range for a {xl.ndim}-D layout")
+    n = xl.shape[dim]
+    if xl.numel == 0:
+        return
+    if out.size != xl.numel or out.dtype != np.int64:
+        raise ValueError(f"argsort: expected an int64 output of {xl.numel} elements, got {out.size} {out.dtype}")
+    kept = [d for d in range(xl.ndim) if d != dim]
+    o_strides = contiguous_strides(xl.shape)
+    o_shape, (xs, os) = collapse([xl.shape[d] for d in kept], [xl.strides[d] for d in kept],
+                                 [o_strides[d] for d in kept])
+    oshape, xstrides = _outer(o_shape, xs)
+    _, ostrides = _outer(o_shape, os)
+    launch(argsort_serial, argsort_parallel, xl.numel if xl.numel > n else 0, x, xl.offset, oshape, xstrides,
+           out, ostrides, n, xl.strides[dim], o_strides[dim], bool(descending))

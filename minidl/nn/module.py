@@ -345,6 +345,10 @@ class Module:
     def type(self, dst_type):
         return self._apply(lambda t: t.type(dst_type))
 
+    def share_memory(self):
+        """Move parameters and buffers into shared memory (see minidl.multiprocessing)."""
+        return self._apply(lambda t: t.share_memory_())
+
     # -- state ----------------------------------------------------------------------------------
     def _save_to_state_dict(self, destination, prefix, keep_vars):
         for name, param in self._parameters.items():

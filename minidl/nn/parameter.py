@@ -30,7 +30,8 @@ class Parameter(Tensor):
     __str__ = __repr__
 
     def __reduce_ex__(self, proto):
-        return (Parameter, (self.detach().clone(), self.requires_grad))
+        # over the same storage (not a clone), so that a parameter in shared memory stays shared
+        return (Parameter, (self.detach(), self.requires_grad))
 
     def __deepcopy__(self, memo):
         if id(self) in memo:

@@ -230,6 +230,59 @@ def randint_like(x, low, high=None, dtype=None, device=None, generator=None):
     return randint(low, high, x.shape, generator=generator, **_like(x, dtype, device))
 
 
+def _host(x) -> np.ndarray:
+    return np.asarray(x.detach().cpu().numpy() if hasattr(x, "_layout") else x, dtype=np.float64)
+
+
+def bernoulli_draws(g: np.random.Generator, shape, probabilities) -> np.ndarray:
+    """bool array of ``shape``: True with the given probabilities (a number or a tensor)."""
+    p = _host(probabilities)
+    if p.size and not ((p >= 0) & (p <= 1)).all():
+        raise RuntimeError("bernoulli: expected all probabilities in [0, 1]")
+    return g.random(shape) < p
+
+
+def bernoulli(x, p=None, generator=None):
+    """0/1 draws in x's shape and dtype, with probabilities x (or ``p`` when given)."""
+    draws = bernoulli_draws(numpy_generator(generator), tuple(x.shape), x if p is None else p)
+    return from_host_array(draws.astype(x.dtype.np), x.device, x.dtype)
+
+
+def multinomial(probs, num_samples, replacement=False, generator=None):
+    """``num_samples`` category indices per row of ``probs`` (1-D or 2-D, non-negative weights that
+    need not sum to 1). With replacement by the inverse of the cumulative weights; without, as the
+    categories whose exponential draws divided by their weights are smallest (the same law as
+    drawing one at a time and removing it)."""
+    if probs.ndim not in (1, 2) or not probs.dtype.is_floating_point:
+        raise RuntimeError(f"multinomial: expected a 1-D or 2-D floating point tensor of probabilities, got a "
+                           f"{probs.ndim}-D {probs.dtype.name} tensor")
+    if num_samples <= 0:
+        raise RuntimeError(f"multinomial: cannot sample {num_samples} <= 0 samples")
+    p = _host(probs).reshape(-1, probs.shape[-1])
+    if not (np.isfinite(p) & (p >= 0)).all():
+        raise RuntimeError("multinomial: probability tensor contains either inf, nan or element < 0")
+    if p.shape[1] == 0 or (p.sum(1) <= 0).any():
+        raise RuntimeError("multinomial: invalid multinomial distribution (sum of probabilities <= 0)")
+    g = numpy_generator(generator)
+    if replacement:
+        cdf = np.cumsum(p, axis=1)
+        u = g.random((p.shape[0], num_samples)) * cdf[:, -1:]
+        last = p.shape[1] - 1 - np.argmax(p[:, ::-1] > 0, axis=1)   # a rounded-up u must not pass it
+        out = np.stack([np.minimum(np.searchsorted(c, v, side="right"), k) for c, v, k in zip(cdf, u, last)])
+    else:
+        if num_samples > p.shape[1]:
+            raise RuntimeError(f"multinomial: cannot sample {num_samples} > prob_dist.size(-1) = {p.shape[1]} "
+                               f"samples without replacement")
+        if ((p > 0).sum(1) < num_samples).any():
+            raise RuntimeError(f"multinomial: fewer than {num_samples} categories have a non-zero probability; "
+                               f"cannot sample them without replacement")
+        with np.errstate(divide="ignore"):
+            keys = g.exponential(size=p.shape) / p
+        out = np.argsort(keys, axis=1, kind="stable")[:, :num_samples]
+    out = out.reshape(tuple(probs.shape[:-1]) + (num_samples,))
+    return from_host_array(out.astype(np.int64), probs.device)
+
+
 def fill_random_(x, draw, generator=None):
     """Overwrite ``x`` in place with host-drawn values (used by uniform_, normal_ ...)."""
     check_writable(x, "random fill")

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from .. import _dtype as dt
 from ..autograd import Function
 from ..layout import broadcast_shapes, expand
@@ -128,9 +130,27 @@ relu = _unary("Relu", "relu", lambda x, y, g: Gate.apply(g, y), float_only=False
 erf = _unary("Erf", "erf", lambda x, y, g: g * (-x * x).exp() * (2 / math.sqrt(math.pi)))
 floor = _unary("Floor", "floor", lambda x, y, g: g * 0, float_only=False)
 ceil = _unary("Ceil", "ceil", lambda x, y, g: g * 0, float_only=False)
-round = _unary("Round", "round", lambda x, y, g: g * 0, float_only=False)
+_round = _unary("Round", "round", lambda x, y, g: g * 0, float_only=False)
 trunc = _unary("Trunc", "trunc", lambda x, y, g: g * 0, float_only=False)
 square = _unary("Square", "square", lambda x, y, g: g * x * 2, float_only=False)
+
+
+def round(x, decimals=0):
+    """Round half to even, at ``decimals`` places after the point (before it when negative)."""
+    if not decimals:
+        return _round(x)
+    if not x.dtype.is_floating_point:
+        raise RuntimeError(f"round: decimals={decimals} needs a floating point tensor, got {x.dtype.name}")
+    if decimals > 0:
+        return _round(x * 10.0 ** decimals) / 10.0 ** decimals
+    return _round(x / 10.0 ** -decimals) * 10.0 ** -decimals
+
+
+def frac(x):
+    """The fractional part ``x - trunc(x)``, with x's sign; its gradient is the identity."""
+    if not x.dtype.is_floating_point:
+        raise RuntimeError(f"frac: expected a floating point tensor, got {x.dtype.name}")
+    return x - trunc(x)
 
 
 # ----------------------------------------------------------------------------- binary
@@ -212,6 +232,14 @@ FloorDivide = _binary("FloorDivide", "floordiv", lambda a, b, y, g: (g * 0, g * 
 Remainder = _binary("Remainder", "remainder", lambda a, b, y, g: (g, -g * (a / b).floor()))
 
 
+def _atan2_grads(a, b, y, g):
+    r = a * a + b * b
+    return g * b / r, -g * a / r
+
+
+Atan2 = _binary("Atan2", "atan2", _atan2_grads, true_division=True)
+
+
 def _binary_entry(cls):
     def fn(a, b):
         if not hasattr(a, "_layout"):
@@ -229,6 +257,7 @@ remainder = _binary_entry(Remainder)
 _add = _binary_entry(Add)
 _div = _binary_entry(Div)
 _pow = _binary_entry(Pow)
+atan2 = arctan2 = _binary_entry(Atan2)
 
 
 def add(a, b, alpha=1):
@@ -370,3 +399,107 @@ def clamp(x, min=None, max=None):
 
 
 clip = clamp
+
+
+def clamp_min(x, min):
+    return clamp(x, min=min)
+
+
+def clamp_max(x, max):
+    return clamp(x, max=max)
+
+
+# ----------------------------------------------------------------------------- composites
+def _operands(a, b):
+    if not hasattr(a, "_layout"):
+        a = as_operand(a, b)
+    return a, as_operand(b, a)
+
+
+def fmax(a, b):
+    """maximum that ignores NaN (NaN only when both are); ties send the gradient to ``a``."""
+    a, b = _operands(a, b)
+    return where((a >= b) | isnan(b), a, b)
+
+
+def fmin(a, b):
+    a, b = _operands(a, b)
+    return where((a <= b) | isnan(b), a, b)
+
+
+def lerp(start, end, weight):
+    """start + weight * (end - start), computed from the nearer end so that weight 1 gives ``end``."""
+    end = as_operand(end, start)
+    diff = end - start
+    if not hasattr(weight, "_layout"):
+        return start + weight * diff if -0.5 < weight < 0.5 else end - diff * (1 - weight)
+    return where(weight.abs() < 0.5, start + weight * diff, end - diff * (1 - weight))
+
+
+def addcmul(x, tensor1, tensor2, value=1):
+    return x + tensor1 * tensor2 * value if value != 1 else x + tensor1 * tensor2
+
+
+def addcdiv(x, tensor1, tensor2, value=1):
+    return x + tensor1 / tensor2 * value if value != 1 else x + tensor1 / tensor2
+
+
+def nan_to_num(x, nan=0.0, posinf=None, neginf=None):
+    """NaN and infinities replaced by finite values (by default the dtype's extremes); the gradient
+    passes where x is finite."""
+    if not x.dtype.is_floating_point:
+        return x.clone()
+    info = np.finfo(x.dtype.np)
+    out = where(isnan(x), nan, x)
+    out = where(x == math.inf, float(info.max) if posinf is None else posinf, out)
+    return where(x == -math.inf, float(info.min) if neginf is None else neginf, out)
+
+
+class LogAddExp(Function):
+    """log(exp(a) + exp(b)) without overflow."""
+
+    @staticmethod
+    def forward(ctx, a, b):
+        check_devices("logaddexp", a, b)
+        result = _promote(a, b)
+        if not result.is_floating_point:
+            result = dt.get_default_dtype()
+        a, b = cast(a, result), cast(b, result)
+        top = maximum(a, b)
+        out = top + (-(a - b).abs()).exp().log1p()
+        ctx.save_for_backward(a, b)
+        return where(isinf(top) & (a == b), top, out)  # inf + inf is inf, not inf - inf's NaN
+
+    @staticmethod
+    def backward(ctx, g):
+        a, b = ctx.saved_tensors
+        ga = sum_to(g * (a - b).sigmoid(), a.shape) if ctx.needs_input_grad[0] else None
+        gb = sum_to(g * (b - a).sigmoid(), b.shape) if ctx.needs_input_grad[1] else None
+        return ga, gb
+
+
+def logaddexp(a, b):
+    return LogAddExp.apply(*_operands(a, b))
+
+
+def isclose(a, b, rtol=1e-05, atol=1e-08, equal_nan=False):
+    """|a - b| <= atol + rtol * |b| for finite values; equal infinities are close too."""
+    if rtol < 0 or atol < 0:
+        raise RuntimeError(f"isclose: rtol ({rtol}) and atol ({atol}) must be non-negative")
+    a, b = (t.detach() for t in _operands(a, b))
+    result = dt.result_type(a, b)
+    if not result.is_floating_point:
+        result = dt.float64
+    a, b = a.to(result), b.to(result)
+    error = (a - b).abs()
+    close = (a == b) | (isfinite(error) & (error <= atol + rtol * b.abs()))
+    return close | (isnan(a) & isnan(b)) if equal_nan else close
+
+
+def allclose(a, b, rtol=1e-05, atol=1e-08, equal_nan=False) -> bool:
+    return bool(isclose(a, b, rtol, atol, equal_nan).all())
+
+
+def equal(a, b) -> bool:
+    """Same shape and the same values."""
+    return tuple(a.shape) == tuple(b.shape) and bool((a == b).all())

@@ -321,17 +321,50 @@ def index_select(x, dim, index):
     return getitem(x, (slice(None),) * dim + (index.reshape(-1),))
 
 
-def index_add(x, dim, index, source, alpha=1):
-    dim = normalize_dim(dim, x.ndim, "index_add")
+def _index_along(op, x, dim, index, source, accumulate):
+    """x with its slices ``index`` along ``dim`` set to (or increased by) the slices of ``source``
+    (of x's shape but for index.numel() slices along ``dim``; a function of that shape gives it)."""
+    dim = normalize_dim(dim, x.ndim, op)
+    if index.ndim > 1:
+        raise IndexError(f"{op}(): Index is supposed to be a vector, got shape {list(index.shape)}")
     expected = tuple(index.numel() if d == dim else n for d, n in enumerate(x.shape))
-    if tuple(source.shape) != expected or index.ndim > 1:
-        raise RuntimeError(f"index_add: source of shape {list(source.shape)} does not fit input "
+    if callable(source):
+        source = source(expected)
+    if tuple(source.shape) != expected:
+        raise RuntimeError(f"{op}: source of shape {list(source.shape)} does not fit input "
                            f"{list(x.shape)} with {index.numel()} indices along dim {dim} (expected "
                            f"{list(expected)})")
-    if alpha != 1:
-        source = source * alpha
-    expanded = index.reshape([-1 if d == dim else 1 for d in range(x.ndim)]).expand(source.shape)
-    return _scatter("index_add", x, dim, expanded, source, True)
+    expanded = index.reshape([-1 if d == dim else 1 for d in range(x.ndim)]).expand(expected)
+    return _scatter(op, x, dim, expanded, source, accumulate)
+
+
+def index_add(x, dim, index, source, alpha=1):
+    return _index_along("index_add", x, dim, index, source if alpha == 1 else source * alpha, True)
+
+
+def index_copy(x, dim, index, source):
+    return _index_along("index_copy", x, dim, index, source, False)
+
+
+def index_fill(x, dim, index, value):
+    """x with its slices ``index`` along ``dim`` set to ``value`` (a number or a 0-d tensor)."""
+    value = as_operand(value, x)
+    if value.ndim:
+        raise RuntimeError(f"index_fill: only supports a 0-dimensional value tensor, got {value.ndim}-D")
+    return _index_along("index_fill", x, dim, index, value.expand, False)
+
+
+def masked_scatter(x, mask, source):
+    """x with the places where ``mask`` (broadcast to x) is True filled, in order, from the first
+    elements of ``source``."""
+    if mask.dtype is not dt.bool_:
+        raise TypeError(f"masked_scatter: expected a bool mask, got {mask.dtype}")
+    positions = nonzero(mask.expand(x.shape).reshape(-1), as_tuple=True)[0]
+    count = positions.numel()
+    if source.numel() < count:
+        raise RuntimeError(f"masked_scatter: source has {source.numel()} elements, fewer than the {count} "
+                           f"True places of the mask")
+    return IndexPut.apply(x, positions, source.reshape(-1)[:count].to(x.dtype), False)
 
 
 def masked_fill(x, mask, value):

@@ -6,10 +6,11 @@ import string
 
 from .. import _dtype as dt
 from ..autograd import Function
-from ..layout import broadcast_shapes, transpose
+from ..layout import Layout, broadcast_shapes, transpose
+from ..layout import diagonal as diagonal_layout
 from .core import buf, cast, check_devices, kernel, new_like_shape, sum_to
 from .elementwise import binary_raw
-from .views import view_of
+from .views import StridedScatter, view_of
 
 
 def _matmul_raw(a, b):
@@ -137,6 +138,65 @@ def dot(a, b):
 
 def outer(a, b):
     return a.reshape((-1, 1)) * b.reshape((1, -1))
+
+
+def _add_product(op, x, product, beta, alpha):
+    """beta * x + alpha * product, in product's shape; x is not read when beta is 0 (its NaNs stay out)."""
+    if broadcast_shapes(x.shape, product.shape, op=op) != product.shape:
+        raise RuntimeError(f"{op}: input of shape {list(x.shape)} does not broadcast to the product's shape "
+                           f"{list(product.shape)}")
+    if alpha != 1:
+        product = product * alpha
+    if beta == 0:
+        return product
+    return product + (x if beta == 1 else x * beta)
+
+
+def addmm(x, mat1, mat2, beta=1, alpha=1):
+    """beta * x + alpha * (mat1 @ mat2) for matrices mat1, mat2."""
+    return _add_product("addmm", x, mm(mat1, mat2), beta, alpha)
+
+
+def baddbmm(x, batch1, batch2, beta=1, alpha=1):
+    """beta * x + alpha * (batch1 @ batch2) for batches of matrices (b, n, m) and (b, m, p)."""
+    return _add_product("baddbmm", x, bmm(batch1, batch2), beta, alpha)
+
+
+def diag(x, diagonal=0):
+    """A 1-D x as the ``diagonal``-th diagonal of a square matrix; a 2-D x's diagonal, copied."""
+    if x.ndim == 1:
+        n = x.shape[0] + abs(diagonal)
+        return StridedScatter.apply(x, (n, n), diagonal_layout(Layout((n, n)), diagonal, 0, 1))
+    if x.ndim == 2:
+        return x.diagonal(diagonal).clone()
+    raise RuntimeError(f"diag: expected a 1-D or 2-D tensor, got {x.ndim}-D")
+
+
+def trace(x):
+    if x.ndim != 2:
+        raise RuntimeError(f"trace: expected a matrix, got a {x.ndim}-D tensor")
+    return x.diagonal().sum()
+
+
+def cdist(x1, x2, p=2.0, compute_mode="use_mm_for_euclid_dist_if_necessary"):
+    """p-norm distances between the rows of x1 (..., P, M) and x2 (..., R, M): (..., P, R).
+
+    For p = 2 and more than 25 rows (or ``compute_mode='use_mm_for_euclid_dist'``) through
+    |a|^2 + |b|^2 - 2 a.b, one matrix product, as PyTorch does; otherwise from the differences."""
+    from .reduction import _safe_pow, norm
+    if x1.ndim < 2 or x2.ndim < 2 or x1.shape[-1] != x2.shape[-1]:
+        raise RuntimeError(f"cdist: expected x1 (..., P, M) and x2 (..., R, M) with the same M, got "
+                           f"{list(x1.shape)} and {list(x2.shape)}")
+    if p < 0:
+        raise RuntimeError(f"cdist: only supports non-negative p values, got {p}")
+    modes = ("use_mm_for_euclid_dist_if_necessary", "use_mm_for_euclid_dist", "donot_use_mm_for_euclid_dist")
+    if compute_mode not in modes:
+        raise ValueError(f"cdist: compute_mode must be one of {modes}, got {compute_mode!r}")
+    large = x1.shape[-2] > 25 or x2.shape[-2] > 25
+    if p == 2 and (compute_mode == modes[1] or (compute_mode == modes[0] and large)):
+        squares = (x1 * x1).sum(-1, keepdim=True) + (x2 * x2).sum(-1).unsqueeze(-2) - 2 * matmul(x1, x2.mT)
+        return _safe_pow(squares.clamp_min(0), 0.5)
+    return norm(x1.unsqueeze(-2) - x2.unsqueeze(-3), p, dim=-1)
 
 
 # ----------------------------------------------------------------------------- einsum

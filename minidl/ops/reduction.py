@@ -211,18 +211,36 @@ max = _extreme("max", amax, _elementwise_max)
 min = _extreme("min", amin, _elementwise_min)
 
 
-def var(x, dim=None, unbiased=None, keepdim=False, correction=None):
+def _var_mean(x, dim, unbiased, keepdim, correction, op):
+    """(variance, mean) over ``dim``, dividing by count - correction (by default 1: unbiased)."""
+    if isinstance(dim, bool):  # var(x, False): unbiased given in dim's place, as PyTorch allows
+        dim, unbiased = None, dim
     if correction is None:
         correction = 1 if unbiased is None or unbiased else 0
-    dims = _dims(x, dim, "var")
+    dims = _dims(x, dim, op)
     count = math.prod(x.shape[d] for d in dims)
-    centered = x - mean(x, dims, keepdim=True)
+    m = mean(x, dims, keepdim=True)
+    centered = x - m
     # no degrees of freedom left: divide by 0 (nan/inf), as PyTorch does
-    return sum(centered * centered, dims, keepdim) / (count - correction if count > correction else 0)
+    v = sum(centered * centered, dims, keepdim) / (count - correction if count > correction else 0)
+    return v, (m if keepdim or not dims else m.squeeze(dims))
+
+
+def var(x, dim=None, unbiased=None, keepdim=False, correction=None):
+    return _var_mean(x, dim, unbiased, keepdim, correction, "var")[0]
 
 
 def std(x, dim=None, unbiased=None, keepdim=False, correction=None):
     return _safe_pow(var(x, dim, unbiased, keepdim, correction), 0.5)
+
+
+def var_mean(x, dim=None, unbiased=None, keepdim=False, correction=None):
+    return _var_mean(x, dim, unbiased, keepdim, correction, "var_mean")
+
+
+def std_mean(x, dim=None, unbiased=None, keepdim=False, correction=None):
+    v, m = _var_mean(x, dim, unbiased, keepdim, correction, "std_mean")
+    return _safe_pow(v, 0.5), m
 
 
 def logsumexp(x, dim, keepdim=False):

@@ -68,6 +68,28 @@ def stack(tensors, dim=0):
     return cat([views.unsqueeze(t, dim) for t in tensors], dim)
 
 
+def meshgrid(*tensors, indexing=None):
+    """Coordinate grids (expanded views) from 1-D tensors: ``indexing='ij'`` (the default) gives
+    the grid the shape (len(t0), len(t1), ...); 'xy' swaps the first two dims, as numpy's default."""
+    if len(tensors) == 1 and isinstance(tensors[0], (list, tuple)):
+        tensors = tuple(tensors[0])
+    if indexing is None:
+        indexing = "ij"
+    if indexing not in ("ij", "xy"):
+        raise ValueError(f"meshgrid: indexing must be 'ij' or 'xy', got {indexing!r}")
+    for i, t in enumerate(tensors):
+        if t.ndim > 1:
+            raise RuntimeError(f"meshgrid: expected 0-D or 1-D tensors, got a {t.ndim}-D tensor at position {i}")
+    n = len(tensors)
+    axes = list(range(n))
+    if indexing == "xy" and n >= 2:
+        axes[0], axes[1] = 1, 0
+    shape = [0] * n
+    for t, axis in zip(tensors, axes):
+        shape[axis] = t.numel()
+    return tuple(t.reshape([-1 if d == axis else 1 for d in range(n)]).expand(shape) for t, axis in zip(tensors, axes))
+
+
 def split(x, split_size_or_sections, dim=0):
     dim = L.normalize_dim(dim, x.ndim, "split")
     n = x.shape[dim]

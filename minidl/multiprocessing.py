@@ -1,0 +1,20 @@
+"""Python's :mod:`multiprocessing`, with tensors sent between processes by shared memory.
+
+A tensor whose storage was moved to shared memory (``share_memory_()``) travels to another process
+(Process arguments under spawn, queues, pipes) as a handle to that memory, not a copy, so several
+processes can update one model's parameters (Hogwild training); under fork the children inherit the
+memory anyway. Other tensors are copied, as any pickled object is.
+"""
+from multiprocessing import *  # noqa: F401,F403
+from multiprocessing import reduction
+
+from ._tensor_base import Storage, open_shared
+
+
+def _reduce_storage(storage):
+    if storage.shared is None:
+        return storage.__reduce__()
+    return (open_shared, (storage.shared, str(storage.device), storage.writable))
+
+
+reduction.ForkingPickler.register(Storage, _reduce_storage)
