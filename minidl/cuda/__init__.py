@@ -17,5 +17,8 @@ def device_count() -> int:
 
 
 def is_available() -> bool:
-    return device_count() > 0
+    """True when a GPU can run minidl's kernels: CuPy sees one *and* the CUDA primitives are
+    registered (until they are, scripts that test this fall back to the CPU, as they should)."""
+    from .. import kernels
+    return bool(kernels.registered("cuda")) and device_count() > 0
 
