@@ -22,7 +22,8 @@ from .jit import (
     where_serial,
 )
 from .memory import numpy_view
-from .strided import PARALLEL_MIN, i64, launch, work_items
+from . import strided
+from .strided import i64, launch, work_items
 
 UNARY_CODE = {name: i for i, name in enumerate(kernels.UNARY_OPS)}
 BINARY_CODE = {name: i for i, name in enumerate(kernels.BINARY_OPS)}
@@ -85,7 +86,7 @@ def binary(op, a, al, b, bl, out, ol):
     sa, sb = _flat_stride(al), _flat_stride(bl)
     if sa is not None and sb is not None and ol.is_contiguous:
         shape, items = flat_shape(n)
-        if n < PARALLEL_MIN:  # the common small case, without launch's indirection
+        if n < strided.PARALLEL_MIN:  # the common small case, without launch's indirection
             binary_serial(BINARY_CODE[op], a, al.offset, sa, b, bl.offset, sb, out, ol.offset, _UNIT, shape, items)
         else:
             launch(binary_serial, binary_parallel, n, BINARY_CODE[op], a, al.offset, sa, b, bl.offset, sb, out,

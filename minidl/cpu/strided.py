@@ -12,8 +12,10 @@ import numpy as np
 from .. import threads
 from .jit import CHUNK
 
-# below this many elements a kernel runs on the calling thread (see benchmarks/README.md)
-PARALLEL_MIN = 1 << 17
+# below this many elements (units of work) a kernel runs on the calling thread: inside a training
+# step each parallel launch wakes the pool's sleeping workers (~50-90 µs on a small VM), which
+# only pays off for multi-millisecond kernels (see benchmarks/README.md)
+PARALLEL_MIN = 1 << 22
 _parallel_lock = threading.Lock()
 
 
