@@ -892,3 +892,23 @@ def test_large_strided_views_take_the_parallel_kernels(monkeypatch, request):
     check(z, exp, np.float32)
     i = minidl.arange(2 ** 19) * 3
     check(i // 7 + (i % 5), np.arange(2 ** 19) * 3 // 7 + (np.arange(2 ** 19) * 3) % 5, np.int64)
+
+
+@pytest.mark.parametrize("ndim", [1, 2, 3, 4, 5])
+def test_serial_row_loops_on_layouts_that_do_not_collapse(ndim):
+    """Serial kernels walk up to three dims with local strides and fall back to per-row positions
+    above that: permuted, reversed and broadcast operands of every rank against numpy."""
+    rng = np.random.default_rng(ndim)
+    shape = (3, 4, 5, 2, 3)[:ndim]
+    a = rng.standard_normal(shape[::-1]).astype(np.float32)
+    b = rng.standard_normal(shape[:-1] + (1,)).astype(np.float32)     # one value per row: a bias
+    x = minidl.tensor(a).permute(*range(ndim - 1, -1, -1))              # no two dims merge
+    an = a.transpose(*range(ndim - 1, -1, -1))
+    if ndim > 1:
+        x, an = x.flip(0), an[::-1]
+    y = minidl.tensor(b)
+    check(x + y, f64(an) + f64(b), np.float32)
+    check(x * 2.0 - x.flip(-1), f64(an) * 2.0 - f64(an[..., ::-1]), np.float32)
+    check(x.exp(), np.exp(f64(an)), np.float32)
+    check(x.contiguous(), an, np.float32)
+    check(x > y, an > b, np.bool_)
