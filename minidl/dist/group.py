@@ -88,10 +88,9 @@ class ProcessGroup:
                 found = algorithms.all_gather_bytes(ch, repr(fp).encode())
                 debug.check([ast.literal_eval(f.decode()) for f in found], self.ranks)
             job(ch)
-        work = self.thread.submit(run, wait=not async_op)
         if async_op:
-            return work
-        work.wait()
+            return self.thread.submit(run)
+        self.thread.run(run)
         return None
 
     def close(self) -> None:

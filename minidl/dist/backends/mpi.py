@@ -22,14 +22,20 @@ _BOOL_OPS = {"sum": MPI.LOR, "product": MPI.LAND, "max": MPI.LOR, "min": MPI.LAN
 
 
 class _MPIRequest(Request):
+    """``source``: the peer, or for a receive from any source (peer None) the sender once done."""
+
     def __init__(self, req, peer, kind):
-        self.req, self.peer, self.kind = req, peer, kind
-        self.status = MPI.Status()
+        self.req, self.peer, self.kind, self.source = req, peer, kind, peer
 
     def test(self):
-        if self.req.Test(self.status):
-            if self.kind == "recv":
-                self.source = self.status.Get_source()
+        return self.req.Test()
+
+
+class _AnySourceMPIRequest(_MPIRequest):
+    def test(self):
+        status = MPI.Status()
+        if self.req.Test(status):
+            self.source = status.Get_source()
             return True
         return False
 
@@ -49,7 +55,9 @@ class MPICommunicator(Communicator):
         return _MPIRequest(self.comm.Isend(buf, dst, tag), dst, "send")
 
     def _irecv(self, buf, src, tag):
-        return _MPIRequest(self.comm.Irecv(buf, MPI.ANY_SOURCE if src is None else src, tag), src, "recv")
+        if src is None:
+            return _AnySourceMPIRequest(self.comm.Irecv(buf, MPI.ANY_SOURCE, tag), None, "recv")
+        return _MPIRequest(self.comm.Irecv(buf, src, tag), src, "recv")
 
     def split(self, color, key):
         sub = self.comm.Split(MPI.UNDEFINED if color is None else color, key)
