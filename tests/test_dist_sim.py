@@ -133,6 +133,40 @@ def test_blocking_calls_run_on_the_caller_only_when_nothing_is_queued(monkeypatc
                                    + ["minidl.dist group of ranks [0, 1] rank 1"] * 2 + ["sim rank 1"])
 
 
+def test_an_error_in_a_blocking_call_leaves_the_group_usable(monkeypatch):
+    import threading
+    from minidl.dist.algorithms import recursive_doubling
+    real, failed, where = recursive_doubling.all_reduce, set(), []
+
+    def fails_once_per_rank(ch, buf, op):
+        where.append(threading.current_thread().name)
+        if ch.rank not in failed:
+            failed.add(ch.rank)
+            raise ValueError(f"boom on rank {ch.rank}")
+        real(ch, buf, op)
+    monkeypatch.setattr(recursive_doubling, "all_reduce", fails_once_per_rank)
+
+    def fn(rank):
+        t = minidl.full((3,), float(rank + 1))
+        with pytest.raises(ValueError, match=f"boom on rank {rank}"):
+            dist.all_reduce(t)
+        dist.all_reduce(t)  # nothing left pending: runs here again, and right
+        return t.numpy().tolist()
+    assert sim.run(2, fn) == [[3.0] * 3] * 2
+    assert sorted(where) == ["sim rank 0"] * 2 + ["sim rank 1"] * 2
+
+
+def test_read_only_tensor_is_refused():
+    def fn(rank):
+        array = np.zeros(3, np.float32)
+        array.flags.writeable = False
+        with pytest.warns(UserWarning, match="not writable"):
+            t = minidl.from_numpy(array)
+        with pytest.raises(RuntimeError, match="all_reduce: the tensor's memory is read-only"):
+            dist.all_reduce(t)
+    sim.run(1, fn)
+
+
 def test_point_to_point():
     def fn(rank):
         n = dist.get_world_size()
