@@ -10,7 +10,9 @@ otherwise), the same call on groups that force our ring, our recursive doubling 
 and "native" (MPI_Iallreduce through minidl.dist's waits), and the baseline,
 ``comm.Allreduce(MPI.IN_PLACE, buf)`` called directly through mpi4py. Each size is warmed up and
 checked against the exact sum, then timed: every timed run starts after a barrier, its time is
-the slowest rank's, the variants take turns run by run, and the median of the runs is reported.
+the slowest rank's, the variants take turns run by run (in a new random order every round: the
+one right after MPI_Allreduce runs measurably slower, at 4 MiB by up to ~30%), and the median of
+the runs is reported.
 algbw = bytes / time; busbw = algbw * 2(n-1)/n (the bytes each rank must send and receive, so
 numbers compare across n and with a link's peak). Target (issue 4): >= 1.0x MPI's busbw from
 1 MiB up, >= 0.5x below; it only applies when the ranks have a core each. The load average is
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import random
 import statistics
 import subprocess
 import sys
@@ -81,12 +84,14 @@ def worker(args) -> None:
             if not np.all(buf == n * (n + 1) / 2):
                 raise AssertionError(f"{v} at {human(nbytes)}: wrong sum on rank {rank}")
         times = {v: [] for v in calls}
+        order, shuffle = list(calls), random.Random(nbytes).shuffle  # the same orders on every rank
         for _ in range(timed_runs(nbytes, args.runs if not args.quick else 5)):
-            for v, call in calls.items():
+            shuffle(order)
+            for v in order:
                 buf[...] = source
                 comm.Barrier()
                 start = time.perf_counter()
-                call()
+                calls[v]()
                 times[v].append(comm.allreduce(time.perf_counter() - start, op=MPI.MAX))
         results.update({(nbytes, v): statistics.median(ts) for v, ts in times.items()})
     if rank == 0:
