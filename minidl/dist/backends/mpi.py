@@ -14,7 +14,10 @@ from mpi4py import MPI
 from .base import DEFAULT_CHUNK, Communicator, Request
 
 ONE_RANK_PER_PROCESS = True
-SPIN_SECONDS = 2e-3  # how long a wait polls before sleeping, when every rank has a core
+# How long a wait polls before sleeping, when every rank has a core (MPI's own waits poll without
+# end). 10 ms outlasts a ring step of 16-64 MiB even on a loaded machine; with 2 ms such steps
+# ended asleep, stalling the peer's rendezvous too (16 MiB: 2-10 ms instead of ~2 ms).
+SPIN_SECONDS = 10e-3
 
 _OPS = {"sum": MPI.SUM, "product": MPI.PROD, "max": MPI.MAX, "min": MPI.MIN}
 # numpy's add/multiply/maximum/minimum on bools are or/and/or/and; MPI wants logical ops there
