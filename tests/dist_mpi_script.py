@@ -1,8 +1,8 @@
 """Run by tests/test_dist_mpi.py under `mpiexec -n N python tests/dist_mpi_script.py MODE`.
 
-cases: every collective under every algorithm, with small chunks and faked hosts, then p2p;
-prints "FAIL ..." lines and "DONE rank r: k failures". ddp: tests/ddp_cases.py, reported alike. mismatch / timeout: expect the error
-and print it. crash: rank 1 raises while rank 0 waits in a collective (the job must end).
+cases: every collective under every algorithm, with small chunks, small ring segments and faked
+hosts, then p2p; prints "FAIL ..." lines and "DONE rank r: k failures". ddp: tests/ddp_cases.py,
+reported alike. mismatch / timeout: expect the error and print it. crash: rank 1 raises while rank 0 waits in a collective (the job must end).
 """
 import os
 import sys
@@ -24,13 +24,16 @@ rank = int(os.environ.get("PMI_RANK", 0))
 def cases():
     failures = []
     dtypes = (minidl.float32, minidl.int64, minidl.bool)
-    for algorithm, chunk in (("ring", None), ("recursive_doubling", 7), ("native", None), ("native", 7),
-                             ("hierarchical", 5), ("auto", None)):
+    for algorithm, options in (("ring", {}), ("ring", dict(segment_bytes=24)),
+                               ("ring", dict(segment_bytes=40, chunk_elements=3)),
+                               ("recursive_doubling", dict(chunk_elements=7)), ("native", {}),
+                               ("native", dict(chunk_elements=7)), ("hierarchical", dict(chunk_elements=5)),
+                               ("auto", {})):
         if algorithm == "hierarchical":
             os.environ["MINIDL_DIST_HOSTNAME"] = f"node{rank // 2}"  # fake two ranks per host
-        dist.init_process_group(algorithm=algorithm, chunk_elements=chunk)
+        dist.init_process_group(algorithm=algorithm, **options)
         size = dist.get_world_size()
-        failures += [f"{algorithm}/{chunk}: {f}" for f in run_all(rank, size, dtypes, (0, 1, 7, 301))]
+        failures += [f"{algorithm}/{options}: {f}" for f in run_all(rank, size, dtypes, (0, 1, 7, 301))]
         out = minidl.zeros(11)
         if rank == 0:
             found = sorted(dist.recv(out) for _ in range(size - 1))

@@ -7,7 +7,7 @@ import pytest
 
 import minidl
 import minidl.dist as dist
-from dist_cases import run_all
+from dist_cases import DTYPES, run_all
 
 sim = dist.sim
 
@@ -25,6 +25,33 @@ def test_small_chunks_split_every_message(size):
     failures = sim.run(size, run_all, size, (minidl.float64, minidl.int64), sizes, chunk_elements=7,
                        algorithm="ring")
     assert not any(failures), failures
+
+
+@pytest.mark.parametrize("size", [2, 3, 4])
+@pytest.mark.parametrize("options", [dict(segment_bytes=24), dict(segment_bytes=40, chunk_elements=3)])
+def test_ring_pipelined_in_segments(size, options):
+    """Small segments: blocks of every length (0, 1, odd, not divisible by the segment count) are
+    cut into segments, in all-reduce, reduce-scatter and all-gather, with and without chunks."""
+    failures = sim.run(size, run_all, size, DTYPES, (0, 1, 7, 301), algorithm="ring", **options)
+    assert not any(failures), "\n".join(f for per_rank in failures for f in per_rank[:10])
+
+
+def test_segment_count_follows_segment_bytes(monkeypatch):
+    from minidl.dist.backends.sim import SimCommunicator
+    sends = []
+    isend = SimCommunicator.isend
+    monkeypatch.setattr(SimCommunicator, "isend", lambda self, buf, dst, tag=0: sends.append((buf.dtype, buf.size))
+                        or isend(self, buf, dst, tag))
+
+    def fn(rank):
+        t = minidl.from_numpy(np.arange(1000.0) * (rank + 1))
+        dist.all_reduce(t)
+        return np.array_equal(t.numpy(), np.arange(1000.0) * 3)
+    assert sim.run(2, fn, algorithm="ring", segment_bytes=800) == [True, True]
+    # per rank: 500-element blocks in 5 segments of 100 float64, 2 ring steps
+    assert [n for dtype, n in sends if dtype == np.float64] == [100] * 20
+    with pytest.raises(ValueError, match="segment_bytes must be positive"):
+        sim.run(1, lambda r: None, segment_bytes=0)
 
 
 @pytest.mark.parametrize("hosts", [["a", "a", "b", "b", "b"], ["a", "b", "a", "b", "c"], ["x"] * 5])
@@ -104,6 +131,40 @@ def test_blocking_calls_run_on_the_caller_only_when_nothing_is_queued(monkeypatc
     sim.run(2, fn)
     assert sorted(where) == sorted(["minidl.dist group of ranks [0, 1] rank 0"] * 2 + ["sim rank 0"]
                                    + ["minidl.dist group of ranks [0, 1] rank 1"] * 2 + ["sim rank 1"])
+
+
+def test_an_error_in_a_blocking_call_leaves_the_group_usable(monkeypatch):
+    import threading
+    from minidl.dist.algorithms import recursive_doubling
+    real, failed, where = recursive_doubling.all_reduce, set(), []
+
+    def fails_once_per_rank(ch, buf, op):
+        where.append(threading.current_thread().name)
+        if ch.rank not in failed:
+            failed.add(ch.rank)
+            raise ValueError(f"boom on rank {ch.rank}")
+        real(ch, buf, op)
+    monkeypatch.setattr(recursive_doubling, "all_reduce", fails_once_per_rank)
+
+    def fn(rank):
+        t = minidl.full((3,), float(rank + 1))
+        with pytest.raises(ValueError, match=f"boom on rank {rank}"):
+            dist.all_reduce(t)
+        dist.all_reduce(t)  # nothing left pending: runs here again, and right
+        return t.numpy().tolist()
+    assert sim.run(2, fn) == [[3.0] * 3] * 2
+    assert sorted(where) == ["sim rank 0"] * 2 + ["sim rank 1"] * 2
+
+
+def test_read_only_tensor_is_refused():
+    def fn(rank):
+        array = np.zeros(3, np.float32)
+        array.flags.writeable = False
+        with pytest.warns(UserWarning, match="not writable"):
+            t = minidl.from_numpy(array)
+        with pytest.raises(RuntimeError, match="all_reduce: the tensor's memory is read-only"):
+            dist.all_reduce(t)
+    sim.run(1, fn)
 
 
 def test_point_to_point():

@@ -52,7 +52,7 @@ def _all_reduce(g, array, op, async_op, commit, tensor):
     c = g.config
 
     def job(ch):
-        algorithms.all_reduce(ch, array, op.combining, c.algorithm, c.small_bytes, g.hierarchy)
+        algorithms.all_reduce(ch, array, op.combining, c.algorithm, c.small_bytes, c.segment_bytes, g.hierarchy)
         _finish_avg(array, op, g.size)
         commit()
     return g.submit("all_reduce", job, async_op, dict(tensor=tensor, op=op, numel=array.size))
@@ -111,7 +111,7 @@ def all_gather(tensor_list, tensor, group=None, async_op=False):
     blocks[g.rank] = read(tensor)
 
     def job(ch):
-        algorithms.all_gather(ch, blocks, g.config.algorithm)
+        algorithms.all_gather(ch, blocks, g.config.algorithm, g.config.segment_bytes)
         for out, row in zip(outs, blocks):
             out.array[...] = row
             out.commit()
@@ -130,7 +130,7 @@ def reduce_scatter(output, input_list, op=ReduceOp.SUM, group=None, async_op=Fal
     blocks = _blocks(input_list)
 
     def job(ch):
-        algorithms.reduce_scatter(ch, blocks, op.combining)
+        algorithms.reduce_scatter(ch, blocks, op.combining, g.config.segment_bytes)
         out.array[...] = blocks[g.rank]
         _finish_avg(out.array, op, g.size)
         out.commit()

@@ -23,6 +23,7 @@ class Config:
     timeout: float = 1800.0
     chunk_elements: int = DEFAULT_CHUNK
     small_bytes: int = 64 * 1024
+    segment_bytes: int = algorithms.ring.SEGMENT_BYTES
     debug: bool = False
 
 
@@ -88,10 +89,9 @@ class ProcessGroup:
                 found = algorithms.all_gather_bytes(ch, repr(fp).encode())
                 debug.check([ast.literal_eval(f.decode()) for f in found], self.ranks)
             job(ch)
-        work = self.thread.submit(run, wait=not async_op)
         if async_op:
-            return work
-        work.wait()
+            return self.thread.submit(run)
+        self.thread.run(run)
         return None
 
     def close(self) -> None:
@@ -100,7 +100,7 @@ class ProcessGroup:
         self.p2p.close()
 
 
-def config_from(backend, algorithm, timeout, chunk_elements, small_bytes) -> Config:
+def config_from(backend, algorithm, timeout, chunk_elements, small_bytes, segment_bytes) -> Config:
     """Settings from the arguments, else the MINIDL_DIST_* environment, else the defaults."""
     algorithm = algorithm or os.environ.get("MINIDL_DIST_ALGO", "auto")
     if algorithm not in algorithms.ALGORITHMS:
@@ -116,4 +116,8 @@ def config_from(backend, algorithm, timeout, chunk_elements, small_bytes) -> Con
         config.chunk_elements = int(chunk_elements)
     if small_bytes is not None:
         config.small_bytes = int(small_bytes)
+    if segment_bytes is not None:
+        if int(segment_bytes) < 1:
+            raise ValueError(f"init_process_group: segment_bytes must be positive, got {segment_bytes}")
+        config.segment_bytes = int(segment_bytes)
     return config

@@ -56,13 +56,13 @@ def resolve(group, what: str):
 
 def init_process_group(backend=None, init_method=None, timeout=None, world_size=-1, rank=-1, store=None,
                        group_name="", pg_options=None, *, algorithm=None, chunk_elements=None,
-                       small_message_bytes=None):
+                       small_message_bytes=None, segment_bytes=None):
     """Start this rank's default process group.
 
     backend: "mpi" (or "gloo", the same here) for processes started by mpiexec; "sim" for ranks
     as threads (store= the SimWorld; minidl.dist.sim.run does this); None: "mpi" when launched
     by mpiexec. timeout: seconds or a timedelta (env MINIDL_DIST_TIMEOUT; default 30 min).
-    algorithm / chunk_elements / small_message_bytes: see minidl.dist.algorithms.
+    algorithm / chunk_elements / small_message_bytes / segment_bytes: see minidl.dist.algorithms.
     """
     if is_initialized():
         raise RuntimeError("init_process_group: trying to initialize the default process group twice")
@@ -75,7 +75,7 @@ def init_process_group(backend=None, init_method=None, timeout=None, world_size=
                                "with `mpiexec -n N python script.py`, or pass backend='mpi' (or 'sim')")
         backend = "mpi"
     name = backends.canonical(backend)
-    config = config_from(name, algorithm, timeout, chunk_elements, small_message_bytes)
+    config = config_from(name, algorithm, timeout, chunk_elements, small_message_bytes, segment_bytes)
     module = backends.load(name)
     comm = module.world_communicator(chunk_elements=config.chunk_elements, world=store, rank=rank)
     for given, actual, what in ((world_size, comm.size, "world_size"), (rank, comm.rank, "rank")):
@@ -100,7 +100,8 @@ def new_group(ranks=None, timeout=None, backend=None, pg_options=None, use_local
     bad = [r for r in ranks if r not in world.ranks]
     if bad or not ranks:
         raise ValueError(f"new_group: ranks {bad or ranks} are not ranks of the world (0..{world.size - 1})")
-    given = config_from(world.config.backend, algorithm or world.config.algorithm, timeout, None, None)
+    given = config_from(world.config.backend, algorithm or world.config.algorithm, timeout, None, None,
+                        None)
     config = dataclasses.replace(world.config, algorithm=given.algorithm,
                                  timeout=world.config.timeout if timeout is None else given.timeout)
     comm = world.p2p.split(0 if world.rank in ranks else None, world.rank)

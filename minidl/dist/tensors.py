@@ -45,11 +45,14 @@ class Writable:
     makes the writes the tensor's."""
 
     def __init__(self, t, what: str):
-        view = t.detach().numpy()
-        if not view.flags.writeable:
+        layout = t._layout
+        self.tensor, self.copied = t, not layout.is_contiguous
+        if self.copied:
+            self.array = np.ascontiguousarray(t.detach().numpy()).reshape(-1)
+        else:  # the storage's own elements: a slice, not a strided view of a detached alias
+            self.array = t._storage.buf[layout.offset:layout.offset + layout.numel]
+        if not t._storage.writable:
             raise RuntimeError(f"{what}: the tensor's memory is read-only")
-        self.tensor, self.copied = t, not t.is_contiguous()
-        self.array = np.ascontiguousarray(view).reshape(-1)
 
     def commit(self) -> None:
         t = self.tensor

@@ -72,21 +72,32 @@ class CommThread:
         self.running = threading.Lock()  # held by whichever thread runs a job
         self.pending = 0                 # jobs submitted and not finished
 
-    def submit(self, fn, wait: bool = False) -> Work:
-        """Run ``fn(inline)``: queued for the thread (inline=False), or, when ``wait`` and no
-        job is queued or running, right here (inline=True; returns once it is done)."""
+    def run(self, fn) -> None:
+        """Run ``fn(inline)`` and return once it is done (re-raising its error): right here
+        (inline=True) when no job is queued or running — no Work, no thread wake-up — else
+        queued behind them (inline=False)."""
         with self.lock:
+            inline = self.pending == 0
             self.pending += 1
-            inline = wait and self.pending == 1
             if inline:
                 self.running.acquire()  # free: nothing else is pending
-        job = _Job(lambda: fn(inline))
-        if inline:
-            try:
-                job.run(self._finished)
-            finally:
-                self.running.release()
-            return job
+        if not inline:
+            self._queue(fn).wait()
+            return
+        try:
+            fn(True)
+        finally:
+            self.running.release()
+            self._finished()
+
+    def submit(self, fn) -> Work:
+        """Queue ``fn(False)`` for the thread; the Work says when it is done."""
+        with self.lock:
+            self.pending += 1
+        return self._queue(fn)
+
+    def _queue(self, fn) -> Work:
+        job = _Job(lambda: fn(False))
         if self.thread is None:
             self.thread = threading.Thread(target=self._loop, name=self.name, daemon=True)
             self.thread.start()

@@ -8,6 +8,9 @@ among them. ``algorithm`` (init_process_group(algorithm=...) or MINIDL_DIST_ALGO
 
 The other collectives have one algorithm each (tree broadcast/reduce, ring all-gather and
 reduce-scatter, direct gather/scatter/all-to-all, dissemination barrier), or native.
+
+init_process_group's ``small_message_bytes`` (default 64 KiB) is ``small_bytes`` here;
+``segment_bytes`` (default ring.SEGMENT_BYTES) is the size of the segments the ring pipelines.
 """
 from __future__ import annotations
 
@@ -22,16 +25,17 @@ def _native(ch, name, algorithm):
     return algorithm == "native" and name in ch.comm.native
 
 
-def all_reduce(ch, buf, op, algorithm, small_bytes, hierarchy) -> None:
-    """``hierarchy``: has ``.spans_hosts`` and ``.channels(ch)`` -> (local, leaders or None)."""
+def all_reduce(ch, buf, op, algorithm, small_bytes, segment_bytes, hierarchy) -> None:
+    """``hierarchy``: has ``.spans_hosts`` and ``.channels(ch)`` -> (local, leaders or None);
+    ``segment_bytes``: the ring's pipelining segments (algorithms.ring)."""
     if _native(ch, "all_reduce", algorithm):
         ch.native("all_reduce", buf, op.value)
     elif algorithm == "hierarchical" or (algorithm in ("auto", "native") and hierarchy.spans_hosts):
-        hierarchical.all_reduce(*hierarchy.channels(ch), buf, op)
+        hierarchical.all_reduce(*hierarchy.channels(ch), buf, op, segment_bytes)
     elif algorithm == "recursive_doubling" or (algorithm != "ring" and buf.nbytes <= small_bytes):
         recursive_doubling.all_reduce(ch, buf, op)
     else:
-        ring.all_reduce(ch, buf, op)
+        ring.all_reduce(ch, buf, op, segment_bytes)
 
 
 def broadcast(ch, buf, root, algorithm) -> None:
@@ -48,19 +52,22 @@ def reduce(ch, buf, op, root, algorithm) -> None:
         tree.reduce(ch, buf, op, root)
 
 
-def all_gather(ch, blocks, algorithm) -> None:
+def _rows(ch, blocks):
+    m = blocks.shape[1]
+    return [(i * m, (i + 1) * m) for i in range(ch.size)]
+
+
+def all_gather(ch, blocks, algorithm, segment_bytes=ring.SEGMENT_BYTES) -> None:
     """``blocks``: (size, m) array, row ``rank`` filled in; afterwards every row is."""
     if _native(ch, "all_gather", algorithm):
         ch.native("all_gather", blocks)
     else:
-        m = blocks.shape[1]
-        ring.all_gather(ch, blocks.reshape(-1), [(i * m, (i + 1) * m) for i in range(ch.size)])
+        ring.all_gather(ch, blocks.reshape(-1), _rows(ch, blocks), segment_bytes)
 
 
-def reduce_scatter(ch, blocks, op) -> None:
+def reduce_scatter(ch, blocks, op, segment_bytes) -> None:
     """``blocks``: (size, m) array; afterwards row ``rank`` holds the reduction of everyone's row."""
-    m = blocks.shape[1]
-    ring.reduce_scatter(ch, blocks.reshape(-1), op, [(i * m, (i + 1) * m) for i in range(ch.size)])
+    ring.reduce_scatter(ch, blocks.reshape(-1), op, _rows(ch, blocks), segment_bytes)
 
 
 def barrier(ch, algorithm) -> None:

@@ -55,8 +55,10 @@ class Channel:
         self.wait([self.irecv(buf, src)])
 
     def exchange(self, send_buf, dst: int, recv_buf, src: int) -> None:
-        """Send to ``dst`` while receiving from ``src`` (both posted first, so rings don't deadlock)."""
-        self.wait([self.irecv(recv_buf, src), self.isend(send_buf, dst)])
+        """Send to ``dst`` while receiving from ``src`` (both posted first, so rings don't deadlock;
+        the send first, so that its rendezvous starts while the receive is posted)."""
+        comm, tag = self.comm, self.tag
+        self.wait([comm.isend(send_buf, dst, tag), comm.irecv(recv_buf, src, tag)])
 
     def native(self, name: str, *args) -> None:
         """Run the backend's own collective ``name``."""

@@ -88,8 +88,8 @@ class Communicator:
     def scratch(self, numel: int, dtype) -> np.ndarray:
         """A receive buffer kept between collectives (which run one at a time per communicator):
         a fresh large array costs a page fault per 4 KiB on every call. It stays as large as the
-        largest one asked for."""
-        nbytes = numel * np.dtype(dtype).itemsize
+        largest one asked for. ``dtype``: a numpy dtype."""
+        nbytes = numel * dtype.itemsize
         if self._scratch.size < nbytes:
             self._scratch = np.empty(nbytes, np.uint8)
         return self._scratch[:nbytes].view(dtype)
@@ -99,14 +99,16 @@ class Communicator:
         return [buf[i:i + c] for i in range(0, max(buf.size, 1), c)]
 
     def isend(self, buf, dst: int, tag: int = 0) -> Request:
+        if buf.size <= self.chunk_elements:
+            return self._isend(buf, dst, tag)
         return _Pieces([self._isend(p, dst, tag) for p in self._pieces(buf)], dst, "send")
 
     def irecv(self, buf, src, tag: int = 0) -> Request:
+        if buf.size <= self.chunk_elements:
+            return self._irecv(buf, src, tag)
         pieces = self._pieces(buf)
-        if src is ANY_SOURCE and len(pieces) > 1:
-            return _AnySourceRecv(self, pieces, tag)
         if src is ANY_SOURCE:
-            return self._irecv(pieces[0], None, tag)
+            return _AnySourceRecv(self, pieces, tag)
         return _Pieces([self._irecv(p, src, tag) for p in pieces], src, "recv")
 
     # -- implemented by backends ----------------------------------------------------------------

@@ -14,7 +14,10 @@ from mpi4py import MPI
 from .base import DEFAULT_CHUNK, Communicator, Request
 
 ONE_RANK_PER_PROCESS = True
-SPIN_SECONDS = 2e-3  # how long a wait polls before sleeping, when every rank has a core
+# How long a wait polls before sleeping, when every rank has a core (MPI's own waits poll without
+# end). 10 ms outlasts a ring step of 16-64 MiB even on a loaded machine; with 2 ms such steps
+# ended asleep, stalling the peer's rendezvous too (16 MiB: 2-10 ms instead of ~2 ms).
+SPIN_SECONDS = 10e-3
 
 _OPS = {"sum": MPI.SUM, "product": MPI.PROD, "max": MPI.MAX, "min": MPI.MIN}
 # numpy's add/multiply/maximum/minimum on bools are or/and/or/and; MPI wants logical ops there
@@ -22,14 +25,20 @@ _BOOL_OPS = {"sum": MPI.LOR, "product": MPI.LAND, "max": MPI.LOR, "min": MPI.LAN
 
 
 class _MPIRequest(Request):
+    """``source``: the peer, or for a receive from any source (peer None) the sender once done."""
+
     def __init__(self, req, peer, kind):
-        self.req, self.peer, self.kind = req, peer, kind
-        self.status = MPI.Status()
+        self.req, self.peer, self.kind, self.source = req, peer, kind, peer
 
     def test(self):
-        if self.req.Test(self.status):
-            if self.kind == "recv":
-                self.source = self.status.Get_source()
+        return self.req.Test()
+
+
+class _AnySourceMPIRequest(_MPIRequest):
+    def test(self):
+        status = MPI.Status()
+        if self.req.Test(status):
+            self.source = status.Get_source()
             return True
         return False
 
@@ -49,7 +58,9 @@ class MPICommunicator(Communicator):
         return _MPIRequest(self.comm.Isend(buf, dst, tag), dst, "send")
 
     def _irecv(self, buf, src, tag):
-        return _MPIRequest(self.comm.Irecv(buf, MPI.ANY_SOURCE if src is None else src, tag), src, "recv")
+        if src is None:
+            return _AnySourceMPIRequest(self.comm.Irecv(buf, MPI.ANY_SOURCE, tag), None, "recv")
+        return _MPIRequest(self.comm.Irecv(buf, src, tag), src, "recv")
 
     def split(self, color, key):
         sub = self.comm.Split(MPI.UNDEFINED if color is None else color, key)
