@@ -16,16 +16,19 @@ from .views import StridedScatter, view_of
 def _matmul_raw(a, b):
     """(..., m, k) @ (..., k, n) with broadcast batch dims, no autograd. The kernel gets the
     operands' layouts (transposed or broadcast ones included) and packs nothing itself."""
-    try:
-        batch = broadcast_shapes(a.shape[:-2], b.shape[:-2], op="matmul")
-    except RuntimeError:
-        raise RuntimeError(f"matmul: the batch dimensions of shapes {list(a.shape)} and {list(b.shape)} "
-                           f"cannot be broadcast together") from None
     m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
     compute = dt.compute_dtype(a.dtype)
-    ac = cast(a, compute).expand(tuple(batch) + (m, k))
-    bc = cast(b, compute).expand(tuple(batch) + (k, n))
-    out = new_like_shape(tuple(batch) + (m, n), compute, a)
+    ac, bc = cast(a, compute), cast(b, compute)
+    if a.ndim == 2 and b.ndim == 2:                # the common case: nothing to broadcast
+        batch = ()
+    else:
+        try:
+            batch = tuple(broadcast_shapes(a.shape[:-2], b.shape[:-2], op="matmul"))
+        except RuntimeError:
+            raise RuntimeError(f"matmul: the batch dimensions of shapes {list(a.shape)} and {list(b.shape)} "
+                               f"cannot be broadcast together") from None
+        ac, bc = ac.expand(batch + (m, k)), bc.expand(batch + (k, n))
+    out = new_like_shape(batch + (m, n), compute, a)
     if out.numel():
         kernel("matmul", a)(buf(ac), ac._layout, buf(bc), bc._layout, buf(out), out._layout)
     return cast(out, a.dtype)
