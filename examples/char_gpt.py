@@ -164,8 +164,12 @@ def main(argv=None):
     rng = np.random.default_rng(args.seed)
     model = GPT(len(chars), args.context, args.width, args.heads, args.layers, args.dropout).to(device)
     optimizer = AdamW(param_groups(model, args.weight_decay), lr=args.lr, betas=(0.9, 0.95))
-    warmup = max(1, args.steps // 20)
-    schedule = LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / warmup) * 0.5 * (1 + math.cos(math.pi * s / args.steps)))
+    warmup = max(1, args.steps // 20)     # linear warm-up, then a cosine decay to zero
+
+    def lr_factor(step):
+        return min(1.0, (step + 1) / warmup) * 0.5 * (1 + math.cos(math.pi * step / args.steps))
+
+    schedule = LambdaLR(optimizer, lr_factor)
     print(f"{args.data.name}: {len(text)} characters, {len(chars)} distinct; unigram entropy "
           f"{unigram_entropy(data, len(chars)):.3f} nats/char")
     print(f"GPT: {args.layers} layers, width {args.width}, {args.heads} heads, context {args.context}, "

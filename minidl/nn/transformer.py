@@ -94,7 +94,8 @@ class MultiheadAttention(Module):
                 key_padding_mask = key_padding_mask.unsqueeze(0)
         q, k, v = self._project(query, key, value)
         n, L, S = q.shape[0], q.shape[2], k.shape[2]
-        masks = [self._mask(attn_mask, "attn_mask", n, L, S), self._mask(key_padding_mask, "key_padding_mask", n, L, S)]
+        masks = [self._mask(attn_mask, "attn_mask", n, L, S),
+                 self._mask(key_padding_mask, "key_padding_mask", n, L, S)]
         if self.bias_k is not None:
             k, v = (_append_key(t, b.reshape(1, self.num_heads, 1, self.head_dim).expand(n, -1, -1, -1))
                     for t, b in ((k, self.bias_k), (v, self.bias_v)))
@@ -137,13 +138,13 @@ class MultiheadAttention(Module):
         """The input projections, as (N, heads, seq, head_dim) views. Self-attention (one tensor for
         query, key and value) is one matmul with all of in_proj_weight; key is value, one for both."""
         E, w, b = self.embed_dim, self.in_proj_weight, self.in_proj_bias
-        bq, bk, bv = (None,) * 3 if b is None else (b[:E], b[E:2 * E], b[2 * E:])
+        if w is not None and query is key and key is value:
+            return self._heads(F.linear(query, w, b), 3)
+        bq, bk, bv = (None,) * 3 if b is None else b.split(E)
         if w is None:
             return (self._heads(F.linear(query, self.q_proj_weight, bq)),
                     self._heads(F.linear(key, self.k_proj_weight, bk)),
                     self._heads(F.linear(value, self.v_proj_weight, bv)))
-        if query is key and key is value:
-            return self._heads(F.linear(query, w, b), 3)
         q = self._heads(F.linear(query, w[:E], bq))
         if key is value:
             return (q,) + self._heads(F.linear(key, w[E:], None if b is None else b[E:]), 2)
@@ -239,16 +240,8 @@ class TransformerEncoderLayer(Module):
                  activation="relu", layer_norm_eps: float = 1e-5, batch_first: bool = False,
                  norm_first: bool = False, bias: bool = True, device=None, dtype=None):
         super().__init__()
-        kw = dict(device=device, dtype=dtype)
-        self.self_attn = MultiheadAttention(d_model, nhead, dropout=dropout, bias=bias, batch_first=batch_first,
-                                            **kw)
-        _init_feedforward(self, d_model, dim_feedforward, dropout, bias, kw)
-        self.norm_first = norm_first
-        self.norm1 = LayerNorm(d_model, eps=layer_norm_eps, bias=bias, **kw)
-        self.norm2 = LayerNorm(d_model, eps=layer_norm_eps, bias=bias, **kw)
-        self.dropout1 = Dropout(dropout)
-        self.dropout2 = Dropout(dropout)
-        self.activation = _activation(activation)
+        _build_layer(self, 2, d_model, nhead, dim_feedforward, dropout, activation, layer_norm_eps, batch_first,
+                     norm_first, bias, dict(device=device, dtype=dtype))
 
     def forward(self, src, src_mask=None, src_key_padding_mask=None, is_causal: bool = False):
         x = src
@@ -267,20 +260,8 @@ class TransformerDecoderLayer(Module):
                  activation="relu", layer_norm_eps: float = 1e-5, batch_first: bool = False,
                  norm_first: bool = False, bias: bool = True, device=None, dtype=None):
         super().__init__()
-        kw = dict(device=device, dtype=dtype)
-        self.self_attn = MultiheadAttention(d_model, nhead, dropout=dropout, bias=bias, batch_first=batch_first,
-                                            **kw)
-        self.multihead_attn = MultiheadAttention(d_model, nhead, dropout=dropout, bias=bias,
-                                                 batch_first=batch_first, **kw)
-        _init_feedforward(self, d_model, dim_feedforward, dropout, bias, kw)
-        self.norm_first = norm_first
-        self.norm1 = LayerNorm(d_model, eps=layer_norm_eps, bias=bias, **kw)
-        self.norm2 = LayerNorm(d_model, eps=layer_norm_eps, bias=bias, **kw)
-        self.norm3 = LayerNorm(d_model, eps=layer_norm_eps, bias=bias, **kw)
-        self.dropout1 = Dropout(dropout)
-        self.dropout2 = Dropout(dropout)
-        self.dropout3 = Dropout(dropout)
-        self.activation = _activation(activation)
+        _build_layer(self, 3, d_model, nhead, dim_feedforward, dropout, activation, layer_norm_eps, batch_first,
+                     norm_first, bias, dict(device=device, dtype=dtype))
 
     def forward(self, tgt, memory, tgt_mask=None, memory_mask=None, tgt_key_padding_mask=None,
                 memory_key_padding_mask=None, tgt_is_causal: bool = False, memory_is_causal: bool = False):
@@ -299,11 +280,22 @@ class TransformerDecoderLayer(Module):
         return self.dropout2(x)
 
 
-def _init_feedforward(layer, d_model, dim_feedforward, dropout, bias, kw) -> None:
-    """The feed-forward block's modules, registered in PyTorch's order (state_dict keys follow it)."""
+def _build_layer(layer, blocks, d_model, nhead, dim_feedforward, dropout, activation, eps, batch_first, norm_first,
+                 bias, kw) -> None:
+    """The modules of an encoder (2 blocks) or decoder (3 blocks: with cross-attention) layer, registered
+    in PyTorch's order, which the state_dict keys follow."""
+    for name in ("self_attn", "multihead_attn")[:blocks - 1]:
+        setattr(layer, name, MultiheadAttention(d_model, nhead, dropout=dropout, bias=bias, batch_first=batch_first,
+                                                **kw))
     layer.linear1 = Linear(d_model, dim_feedforward, bias=bias, **kw)
     layer.dropout = Dropout(dropout)
     layer.linear2 = Linear(dim_feedforward, d_model, bias=bias, **kw)
+    layer.norm_first = norm_first
+    for i in range(1, blocks + 1):
+        setattr(layer, f"norm{i}", LayerNorm(d_model, eps=eps, bias=bias, **kw))
+    for i in range(1, blocks + 1):
+        setattr(layer, f"dropout{i}", Dropout(dropout))
+    layer.activation = _activation(activation)
 
 
 def _sa_block(layer, x, attn_mask, key_padding_mask, is_causal):
