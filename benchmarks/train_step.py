@@ -34,7 +34,7 @@ Usage::
     python benchmarks/train_step.py           # full run, about one minute on 2 cores
     python benchmarks/train_step.py --quick   # smoke run, ~25 s
     python benchmarks/train_step.py --threads 1   # only one thread count
-    python benchmarks/train_step.py --profile     # also cProfile minidl's steps (top functions)
+    python benchmarks/train_step.py --profile     # also cProfile minidl's steps and time its kernels
     python benchmarks/train_step.py --models transformer   # only some of the models
 
 The PyTorch columns and the targets are left out when ``import torch`` fails. Keep the machine
@@ -232,6 +232,42 @@ def profile_minidl(minidl, model: str, steps: int, top: int = 25) -> None:
           f"{minidl.get_num_threads()} thread(s) (top {top} by own time)\n\n```")
     pstats.Stats(prof, stream=sys.stdout).sort_stats("tottime").print_stats(top)
     print("```")
+    kernel_times(minidl, step, model, steps)
+
+
+def kernel_times(minidl, step, model: str, steps: int, top: int = 20) -> None:
+    """Each registered CPU kernel wrapped with a timer for ``steps`` steps: where the step's time goes,
+    by kernel and operation (the op name a kernel gets, e.g. 'mul'), and what is left for Python."""
+    from minidl import kernels
+    kernels.get("alloc", "cpu")                 # the backend registers its kernels on first use
+    originals = dict(kernels._registry)
+    totals: dict = {}
+
+    def timed(name, fn):
+        def run(*args, **kwargs):
+            start = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                key = (name, next((a for a in args if isinstance(a, str)), ""))
+                calls, secs = totals.get(key, (0, 0.0))
+                totals[key] = (calls + 1, secs + time.perf_counter() - start)
+        return run
+
+    kernels._registry.update({key: timed(key[1], fn) for key, fn in originals.items() if key[0] == "cpu"})
+    try:
+        start = time.perf_counter()
+        for _ in range(steps):
+            step()
+        wall = (time.perf_counter() - start) / steps * 1e3
+    finally:
+        kernels._registry.update(originals)
+    in_kernels = sum(secs for _, secs in totals.values()) / steps * 1e3
+    print(f"\n#### Kernel time, minidl {model}: {wall:.2f} ms/step = {in_kernels:.2f} ms in kernels + "
+          f"{wall - in_kernels:.2f} ms outside them (Python, and host work such as drawing random numbers)\n")
+    print("| kernel | op | calls/step | ms/step |\n|---|---|---:|---:|")
+    for (name, op), (calls, secs) in sorted(totals.items(), key=lambda kv: -kv[1][1])[:top]:
+        print(f"| {name} | {op} | {calls / steps:.0f} | {secs / steps * 1e3:.3f} |")
 
 
 # ----------------------------------------------------------------------------- report
