@@ -31,7 +31,7 @@ counter cannot be reset, ru_maxrss is used. Target: minidl's peak <= 1.3x PyTorc
 
 Usage::
 
-    python benchmarks/train_step.py           # full run, about one minute on 2 cores
+    python benchmarks/train_step.py           # full run, about two minutes on 2 cores
     python benchmarks/train_step.py --quick   # smoke run, ~25 s
     python benchmarks/train_step.py --threads 1   # only one thread count
     python benchmarks/train_step.py --profile     # also cProfile minidl's steps and time its kernels
