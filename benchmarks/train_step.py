@@ -1,4 +1,4 @@
-"""Time one training step of two small models in minidl beside PyTorch (CPU), in the same run.
+"""Time one training step of three small models in minidl beside PyTorch (CPU), in the same run.
 
 A *step* is forward + loss + ``zero_grad`` + backward + ``optimizer.step`` on one synthetic batch
 (random data from a fixed seed, the same numbers for both libraries):
@@ -8,8 +8,12 @@ A *step* is forward + loss + ``zero_grad`` + backward + ``optimizer.step`` on on
 (b) **LeNet-style CNN** conv(1->32,3)-relu-maxpool2-conv(32->64,3)-relu-maxpool2-
     linear(1600->128)-relu-linear(128->10) on 1x28x28 inputs, batch 64, ``Adam`` (lr 1e-3),
     ``cross_entropy``. Target: minidl / torch time **<= 1.2**.
+(c) **Transformer encoder layer** ``TransformerEncoderLayer(d_model=128, nhead=4, dim_feedforward=512,
+    batch_first=True)`` (post-norm, ReLU, dropout 0.1 in training mode) on a batch of 16 sequences of
+    64 vectors, ``Adam`` (lr 1e-3), ``mse_loss`` against a fixed random target.
+    Target: minidl / torch time **<= 1.3**.
 
-Both run with 1 and with 2 threads (``minidl.set_num_threads(n)`` and ``torch.set_num_threads(n)``
+All run with 1 and with 2 threads (``minidl.set_num_threads(n)`` and ``torch.set_num_threads(n)``
 before each block). Method: each model is warmed up (this also loads or compiles minidl's Numba
 kernels), then timed as rounds of N back-to-back steps, the libraries taking turns round by round;
 the reported figure is the **median over rounds** of the per-step mean. The garbage collector
@@ -27,10 +31,11 @@ counter cannot be reset, ru_maxrss is used. Target: minidl's peak <= 1.3x PyTorc
 
 Usage::
 
-    python benchmarks/train_step.py           # full run, about one minute on 2 cores
+    python benchmarks/train_step.py           # full run, about two minutes on 2 cores
     python benchmarks/train_step.py --quick   # smoke run, ~25 s
     python benchmarks/train_step.py --threads 1   # only one thread count
-    python benchmarks/train_step.py --profile     # also cProfile minidl's steps (top functions)
+    python benchmarks/train_step.py --profile     # also cProfile minidl's steps and time its kernels
+    python benchmarks/train_step.py --models transformer   # only some of the models
 
 The PyTorch columns and the targets are left out when ``import torch`` fails. Keep the machine
 idle (see benchmarks/README.md): on a 2-core box a second thread descheduled by another process
@@ -52,6 +57,7 @@ import numpy as np
 
 MLP_TARGET = 1.0
 LENET_TARGET = 1.2
+TRANSFORMER_TARGET = 1.3
 MEM_TARGET = 1.3
 MEM_STEPS = 20
 SEED = 0
@@ -59,7 +65,10 @@ SEED = 0
 MODELS = {
     "mlp": dict(label="MLP 784-512-512-10, batch 128, SGD(momentum 0.9)", batch=128, target=MLP_TARGET),
     "lenet": dict(label="LeNet CNN 1x28x28, batch 64, Adam", batch=64, target=LENET_TARGET),
+    "transformer": dict(label="TransformerEncoderLayer d128 h4 ff512, seq 64, batch 16, Adam", batch=16,
+                        target=TRANSFORMER_TARGET),
 }
+SEQ, D_MODEL = 64, 128
 
 
 def _log(msg: str) -> None:
@@ -89,19 +98,26 @@ def build(lib, model: str, batch: int | None = None):
                             nn.Linear(512, 10))
         x = rng.standard_normal((batch, 784), dtype=np.float32)
         opt = lib.optim.SGD(net.parameters(), lr=0.01, momentum=0.9)
-    else:
+    elif model == "lenet":
         net = nn.Sequential(
             nn.Conv2d(1, 32, 3), nn.ReLU(), nn.MaxPool2d(2),
             nn.Conv2d(32, 64, 3), nn.ReLU(), nn.MaxPool2d(2),
             nn.Flatten(), nn.Linear(1600, 128), nn.ReLU(), nn.Linear(128, 10))
         x = rng.standard_normal((batch, 1, 28, 28), dtype=np.float32)
         opt = lib.optim.Adam(net.parameters(), lr=1e-3)
-    y = rng.integers(0, 10, size=batch).astype(np.int64)
+    else:
+        net = nn.TransformerEncoderLayer(d_model=D_MODEL, nhead=4, dim_feedforward=512, batch_first=True)
+        x = rng.standard_normal((batch, SEQ, D_MODEL), dtype=np.float32)
+        opt = lib.optim.Adam(net.parameters(), lr=1e-3)
+    if model == "transformer":
+        y, loss_fn = rng.standard_normal(x.shape, dtype=np.float32), F.mse_loss
+    else:
+        y, loss_fn = rng.integers(0, 10, size=batch).astype(np.int64), F.cross_entropy
     xt, yt = lib.from_numpy(x), lib.from_numpy(y)
 
     def step():
         out = net(xt)
-        loss = F.cross_entropy(out, yt)
+        loss = loss_fn(out, yt)
         opt.zero_grad()
         loss.backward()
         opt.step()
@@ -216,6 +232,42 @@ def profile_minidl(minidl, model: str, steps: int, top: int = 25) -> None:
           f"{minidl.get_num_threads()} thread(s) (top {top} by own time)\n\n```")
     pstats.Stats(prof, stream=sys.stdout).sort_stats("tottime").print_stats(top)
     print("```")
+    kernel_times(minidl, step, model, steps)
+
+
+def kernel_times(minidl, step, model: str, steps: int, top: int = 20) -> None:
+    """Each registered CPU kernel wrapped with a timer for ``steps`` steps: where the step's time goes,
+    by kernel and operation (the op name a kernel gets, e.g. 'mul'), and what is left for Python."""
+    from minidl import kernels
+    kernels.get("alloc", "cpu")                 # the backend registers its kernels on first use
+    originals = dict(kernels._registry)
+    totals: dict = {}
+
+    def timed(name, fn):
+        def run(*args, **kwargs):
+            start = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                key = (name, next((a for a in args if isinstance(a, str)), ""))
+                calls, secs = totals.get(key, (0, 0.0))
+                totals[key] = (calls + 1, secs + time.perf_counter() - start)
+        return run
+
+    kernels._registry.update({key: timed(key[1], fn) for key, fn in originals.items() if key[0] == "cpu"})
+    try:
+        start = time.perf_counter()
+        for _ in range(steps):
+            step()
+        wall = (time.perf_counter() - start) / steps * 1e3
+    finally:
+        kernels._registry.update(originals)
+    in_kernels = sum(secs for _, secs in totals.values()) / steps * 1e3
+    print(f"\n#### Kernel time, minidl {model}: {wall:.2f} ms/step = {in_kernels:.2f} ms in kernels + "
+          f"{wall - in_kernels:.2f} ms outside them (Python, and host work such as drawing random numbers)\n")
+    print("| kernel | op | calls/step | ms/step |\n|---|---|---:|---:|")
+    for (name, op), (calls, secs) in sorted(totals.items(), key=lambda kv: -kv[1][1])[:top]:
+        print(f"| {name} | {op} | {calls / steps:.0f} | {secs / steps * 1e3:.3f} |")
 
 
 # ----------------------------------------------------------------------------- report
@@ -227,6 +279,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="short smoke run")
     ap.add_argument("--threads", type=int, nargs="*", default=[1, 2])
+    ap.add_argument("--models", nargs="*", choices=list(MODELS), default=list(MODELS))
     ap.add_argument("--no-memory", action="store_true")
     ap.add_argument("--profile", action="store_true", help="cProfile minidl's steps too")
     ap.add_argument("--mem-child", nargs=4, help=argparse.SUPPRESS)
@@ -242,11 +295,12 @@ def main() -> None:
     torch = _import("torch")
     libs = {"minidl": minidl} | ({"torch": torch} if torch is not None else {})
     have_torch = torch is not None
+    models = {name: MODELS[name] for name in args.models}
 
     if args.quick:
-        rounds, warmup, steps = 5, 3, {"mlp": 5, "lenet": 3}
+        rounds, warmup, steps = 5, 3, {"mlp": 5, "lenet": 3, "transformer": 3}
     else:
-        rounds, warmup, steps = 7, 10, {"mlp": 40, "lenet": 12}
+        rounds, warmup, steps = 7, 10, {"mlp": 40, "lenet": 12, "transformer": 12}
 
     import numba
     print("## Training step (minidl vs PyTorch, CPU)\n")
@@ -268,7 +322,7 @@ def main() -> None:
             sep += "---:|---:|---|---|"
         print(hdr)
         print(sep)
-        for model, meta in MODELS.items():
+        for model, meta in models.items():
             _log(f"[{time.perf_counter() - t0:6.1f}s] timing {model}, {n} thread(s)")
             r = time_model(libs, model, rounds, steps[model], warmup)
             row = f"| {meta['label']} | {steps[model]} | {r['minidl']:.2f} |"
@@ -306,7 +360,7 @@ def main() -> None:
         print(hdr)
         print(sep)
         notes = []
-        for model, meta in MODELS.items():
+        for model, meta in models.items():
             _log(f"[{time.perf_counter() - t0:6.1f}s] memory {model}")
             m = measure_memory(list(libs), model, mem_threads, warmup)
             w = {k: v["working"] / 1024 for k, v in m.items()}
@@ -339,7 +393,7 @@ def main() -> None:
 
     if args.profile:
         minidl.set_num_threads(min(args.threads))   # 1 thread: no parallel-launch noise
-        for model in MODELS:
+        for model in models:
             profile_minidl(minidl, model, 20 if model == "mlp" else 10)
 
     print(f"load average at end: {os.getloadavg()[0]:.2f}; "

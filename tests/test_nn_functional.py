@@ -152,6 +152,15 @@ def test_layer_norm():
         F.layer_norm(T(x), (5,))
 
 
+def test_layer_norm_second_order_gradients():
+    """layer_norm is one node with a closed-form backward; under create_graph that backward must
+    stay differentiable in x, weight and bias (finite differences of the first gradients)."""
+    from test_gradcheck import gradgradcheck
+    gradgradcheck(lambda x, w, b: F.layer_norm(x, (4,), w, b), [RNG.standard_normal((2, 4)),
+                                                                RNG.standard_normal(4), RNG.standard_normal(4)])
+    gradgradcheck(lambda x: F.layer_norm(x, (2, 3)), [RNG.standard_normal((2, 2, 3))])
+
+
 def test_embedding_and_padding_idx():
     w = RNG.standard_normal((6, 3))
     idx = minidl.tensor([[0, 2, 5], [2, 2, 1]])

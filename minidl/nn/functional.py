@@ -4,6 +4,7 @@ from __future__ import annotations
 import math
 
 import minidl
+from minidl.autograd import Function
 
 __all__ = [
     "linear", "relu", "relu_", "gelu", "silu", "leaky_relu", "elu", "softplus", "sigmoid", "tanh", "logsigmoid",
@@ -154,16 +155,46 @@ def layer_norm(input, normalized_shape, weight=None, bias=None, eps: float = 1e-
         raise RuntimeError(f"Given normalized_shape={list(normalized_shape)}, expected input with shape "
                            f"[*, {', '.join(str(s) for s in normalized_shape)}], but got input of size "
                            f"{list(input.shape)}")
-    dims = tuple(range(input.ndim - k, input.ndim))
-    mean = input.mean(dims, keepdim=True)
-    centered = input - mean
-    var = (centered * centered).mean(dims, keepdim=True)
-    out = centered * (var + eps).rsqrt()
-    if weight is not None:
-        out = out * weight
-    if bias is not None:
-        out = out + bias
-    return out
+    return _LayerNorm.apply(input, weight, bias, tuple(range(input.ndim - k, input.ndim)), eps)
+
+
+class _LayerNorm(Function):
+    """Layer norm as one graph node. Its backward is the closed form
+    ``rstd * (gy - mean(gy) - xhat * mean(gy * xhat))`` with ``gy = g * weight``: about half the
+    elementwise passes of differentiating the composed ops (a transformer step runs two per block)."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, dims, eps):
+        xhat, rstd = _standardize(x, dims, eps)
+        ctx.dims, ctx.eps = dims, eps
+        ctx.save_for_backward(x, xhat, rstd, weight)
+        out = xhat if weight is None else xhat * weight
+        return out if bias is None else out + bias
+
+    @staticmethod
+    def backward(ctx, g):
+        x, xhat, rstd, weight = ctx.saved_tensors
+        dims = ctx.dims
+        if minidl.is_grad_enabled():   # create_graph: xhat, rstd as functions of x, so higher orders stay exact
+            xhat, rstd = _standardize(x, dims, ctx.eps)
+        lead = tuple(range(x.ndim - len(dims)))
+        need_x, need_w, need_b = ctx.needs_input_grad[:3]
+        gx = gw = gb = None
+        if need_x:
+            gy = g if weight is None else g * weight
+            gx = (gy - gy.mean(dims, keepdim=True) - xhat * (gy * xhat).mean(dims, keepdim=True)) * rstd
+        if need_w:
+            gw = (g * xhat).sum(lead) if lead else g * xhat
+        if need_b:
+            gb = g.sum(lead) if lead else g
+        return gx, gw, gb, None, None
+
+
+def _standardize(x, dims, eps):
+    """(x - mean) / sqrt(var + eps) over ``dims`` (biased variance), and that 1 / sqrt(var + eps)."""
+    centered = x - x.mean(dims, keepdim=True)
+    rstd = ((centered * centered).mean(dims, keepdim=True) + eps).rsqrt()
+    return centered * rstd, rstd
 
 
 def one_hot(tensor, num_classes: int = -1):
@@ -457,3 +488,98 @@ def dropout2d(input, p: float = 0.5, training: bool = True, inplace: bool = Fals
         mask = minidl.empty(shape, dtype=input.dtype, device=input.device).bernoulli_(1.0 - p)
         out = input * (mask * (1.0 / (1.0 - p)))
     return _inplace_result(input, out, inplace)
+
+
+# ----------------------------------------------------------------------------- attention
+__all__ += ["scaled_dot_product_attention"]
+
+
+def _attention(query, key, value, mask, dropout_p: float, scale: float):
+    """softmax(query @ key^T * scale + mask) @ value, and the weights (after dropout).
+
+    ``mask`` is None, bool (True = the key takes part) or additive float, broadcastable to the
+    scores (..., L, S). A query row that no key may take part in gets all-zero weights, as
+    PyTorch's SDPA gives, where a plain softmax would give NaN (and NaN gradients).
+    """
+    scores = (query @ key.mT) * scale   # scaling the packed scores, not a strided view of the query: cheaper
+    dead = None
+    if mask is not None:
+        if mask.dtype is minidl.bool:
+            scores = scores.masked_fill(mask.logical_not(), -math.inf)
+            dead = mask.any(-1, keepdim=True).logical_not()
+        else:
+            scores = scores + mask
+            dead = (mask == -math.inf).all(-1, keepdim=True)
+        if not bool(dead.any()):
+            dead = None
+    if dead is not None:
+        scores = scores.masked_fill(dead, 0.0)   # finite rows: softmax and its gradient stay finite
+    weights = scores.softmax(-1)
+    if dead is not None:
+        weights = weights.masked_fill(dead, 0.0)
+    if dropout_p > 0.0:
+        weights = dropout(weights, dropout_p)
+    return weights @ value, weights
+
+
+def _check_attention_mask(mask, scores_shape, where: str) -> None:
+    if mask.dtype is not minidl.bool and not mask.dtype.is_floating_point:
+        raise TypeError(f"{where}: attn_mask must be bool or floating point, got {mask.dtype}")
+    try:
+        fits = minidl.broadcast_shapes(tuple(mask.shape), scores_shape) == tuple(scores_shape)
+    except RuntimeError:
+        fits = False
+    if not fits:
+        raise RuntimeError(f"{where}: attn_mask of shape {list(mask.shape)} does not broadcast to the "
+                           f"attention scores' shape {list(scores_shape)} (..., L, S)")
+
+
+def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p: float = 0.0,
+                                 is_causal: bool = False, scale=None, enable_gqa: bool = False):
+    """Attention over (..., L, E) queries, (..., S, E) keys and (..., S, Ev) values; leading dims
+    broadcast. Boolean ``attn_mask``: True = take part; float: added to the scores. ``is_causal``:
+    query i sees keys 0..i (top-left aligned). Dropout on the weights applies whenever
+    ``dropout_p > 0`` (the functional form has no training flag). Fully masked rows give zeros."""
+    where = "scaled_dot_product_attention"
+    if min(query.ndim, key.ndim, value.ndim) < 2:
+        raise RuntimeError(f"{where}: query, key and value need at least 2 dims (..., seq, features), got "
+                           f"shapes {list(query.shape)}, {list(key.shape)}, {list(value.shape)}")
+    if query.shape[-1] != key.shape[-1] or key.shape[-2] != value.shape[-2]:
+        raise RuntimeError(f"{where}: expected query (..., L, E), key (..., S, E) and value (..., S, Ev), got "
+                           f"{list(query.shape)}, {list(key.shape)} and {list(value.shape)}")
+    if not (query.dtype is key.dtype is value.dtype):
+        raise RuntimeError(f"{where}: expected query, key and value of one dtype, got {query.dtype}, "
+                           f"{key.dtype} and {value.dtype}")
+    if not 0.0 <= dropout_p <= 1.0:
+        raise ValueError(f"{where}: dropout_p must be between 0 and 1, got {dropout_p}")
+    if enable_gqa:
+        key, value = _repeat_kv_heads(key, query.shape[-3]), _repeat_kv_heads(value, query.shape[-3])
+    try:
+        batch = minidl.broadcast_shapes(tuple(query.shape[:-2]), tuple(key.shape[:-2]), tuple(value.shape[:-2]))
+    except RuntimeError:
+        raise RuntimeError(f"{where}: the batch dims of query {list(query.shape)}, key {list(key.shape)} and "
+                           f"value {list(value.shape)} do not broadcast") from None
+    L, S = query.shape[-2], key.shape[-2]
+    if is_causal:
+        if attn_mask is not None:
+            raise RuntimeError(f"{where}: pass either attn_mask or is_causal=True, not both")
+        attn_mask = minidl.ones(L, S, dtype=minidl.bool, device=query.device).tril()
+    elif attn_mask is not None:
+        _check_attention_mask(attn_mask, tuple(batch) + (L, S), where)
+        if attn_mask.dtype is not minidl.bool:
+            attn_mask = attn_mask.to(query.dtype)
+    scale = 1.0 / math.sqrt(query.shape[-1]) if scale is None else float(scale)
+    return _attention(query, key, value, attn_mask, dropout_p, scale)[0]
+
+
+def _repeat_kv_heads(x, heads: int):
+    """Grouped-query attention: (..., Hkv, S, E) -> (..., heads, S, E), each key head serving
+    heads // Hkv consecutive query heads."""
+    if x.ndim < 3 or heads % x.shape[-3]:
+        raise RuntimeError(f"scaled_dot_product_attention(enable_gqa=True): {heads} query heads are not a "
+                           f"multiple of the key/value heads of shape {list(x.shape)} (..., H, S, E)")
+    groups = heads // x.shape[-3]
+    if groups == 1:
+        return x
+    lead, (h, s, e) = tuple(x.shape[:-3]), tuple(x.shape[-3:])
+    return x.unsqueeze(-3).expand(lead + (h, groups, s, e)).reshape(lead + (heads, s, e))
