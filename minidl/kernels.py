@@ -39,6 +39,8 @@ sgd_step             (p, g, buf, lr, wd, momentum, dampening,         one fused 
                       nesterov, maximize, first)                      (``torch.optim.SGD``'s formulas, see below)
 adam_step            (p, g, m, v, vmax, beta1, beta2, eps, wd,        one fused Adam/AdamW update (see below)
                       decay, amsgrad, maximize, step_size, bc2)
+softmax              (x, out, n, log)                                 (log_)softmax of each packed row of n elements
+softmax_backward     (y, g, out, n, log)                              its gradient from the output y (see below)
 ===================  ===============================================  ==============================================
 
 ``geom`` for im2col, col2im and the two max-pool kernels is ``(planes, h, w, kh, kw, sh, sw, ph, pw, dh, dw, oh, ow)``: planes =
@@ -58,6 +60,10 @@ The optimizer steps update each element in place, with ``d = -g if maximize else
   ``m += (1-beta1)*(d-m)``; ``v = beta2*v + (1-beta2)*d*d``; with amsgrad ``vmax = max(vmax, v)`` is used
   for v; ``p -= step_size * m / (sqrt(v)/bc2 + eps)`` (step_size = lr / bias correction 1, bc2 = the
   square root of bias correction 2).
+
+The softmax pair works on packed rows (buffers of rows * n elements from element 0), max-shifted so
+that logits of any magnitude stay finite: softmax ``y = exp(x - m) / sum(exp(x - m))``, log-softmax
+``y = (x - m) - log(sum(exp(x - m)))``; backward ``y * (g - sum(g*y))``, resp. ``g - exp(y) * sum(g)``.
 """
 from __future__ import annotations
 
@@ -75,7 +81,8 @@ SCAN_OPS = ("cumsum", "cumprod")
 
 PRIMITIVES = ("alloc", "from_host", "to_host", "share_memory", "open_shared", "copy", "unary", "binary",
               "compare", "where", "reduce", "arg_reduce", "scan", "argsort", "take", "put", "nonzero", "matmul",
-              "im2col", "col2im", "max_pool2d", "max_pool2d_backward", "sgd_step", "adam_step")
+              "im2col", "col2im", "max_pool2d", "max_pool2d_backward", "sgd_step", "adam_step", "softmax",
+              "softmax_backward")
 
 # device type -> module whose import registers that device's kernels
 _BACKEND_MODULES = {"cpu": "minidl.cpu", "cuda": "minidl.cuda"}

@@ -1081,3 +1081,85 @@ def argsort_parallel(x, xo, oshape, xstrides, out, ostrides, n, xs, os, descendi
     for r in prange(out.size // n):
         _argsort_row(x, row_position(r, oshape, xstrides, xo), n, xs, descending, out,
                      row_position(r, oshape, ostrides, 0), os)
+
+
+# ----------------------------------------------------------------------------- softmax
+# Packed rows of n elements; the rows r0 .. r1 - 1 of a block at a time, so that exp runs as one
+# vectorised pass over the block (``tmp`` is a scratch buffer of the same size as ``out``).
+@njit(fastmath={"reassoc"})
+def _dot_run(a, b, zero):
+    """sum(a * b) of two packed runs, vectorised like _sum_run."""
+    acc = zero
+    for j in range(a.size):
+        acc += a[j] * b[j]
+    return acc
+
+
+@njit(inline="always")
+def _row_max(x):
+    """Max of a row; NaN if it holds one (then the whole row's softmax is NaN, as in PyTorch)."""
+    m = x[0]
+    for j in range(1, x.size):
+        v = x[j]
+        if v > m or v != v:
+            m = v
+    return m
+
+
+@njit(inline="always")
+def _softmax_rows(x, out, tmp, r0, r1, n, log, zero):
+    for r in range(r0, r1):
+        row, shifted = x[r * n:(r + 1) * n], out[r * n:(r + 1) * n]
+        m = _row_max(row)
+        for j in range(n):
+            shifted[j] = row[j] - m
+    _exp_run(out[r0 * n:r1 * n], tmp[r0 * n:r1 * n])
+    for r in range(r0, r1):
+        e, y = tmp[r * n:(r + 1) * n], out[r * n:(r + 1) * n]
+        s = _sum_run(e, zero)
+        if log:
+            ls = math.log(s)
+            for j in range(n):
+                y[j] = y[j] - ls
+        else:
+            for j in range(n):
+                y[j] = e[j] / s
+
+
+@njit(inline="always")
+def _softmax_backward_rows(y, g, out, tmp, r0, r1, n, log, zero):
+    if log:
+        _exp_run(y[r0 * n:r1 * n], tmp[r0 * n:r1 * n])
+    for r in range(r0, r1):
+        yr, gr, o = y[r * n:(r + 1) * n], g[r * n:(r + 1) * n], out[r * n:(r + 1) * n]
+        if log:
+            s = _sum_run(gr, zero)
+            e = tmp[r * n:(r + 1) * n]
+            for j in range(n):
+                o[j] = gr[j] - e[j] * s
+        else:
+            s = _dot_run(gr, yr, zero)
+            for j in range(n):
+                o[j] = yr[j] * (gr[j] - s)
+
+
+@njit(cache=True, nogil=True)
+def softmax_serial(x, out, tmp, rows, n, log, zero, blocks):
+    _softmax_rows(x, out, tmp, 0, rows, n, log, zero)
+
+
+@njit(cache=True, nogil=True, parallel=True)
+def softmax_parallel(x, out, tmp, rows, n, log, zero, blocks):
+    for b in prange(blocks):
+        _softmax_rows(x, out, tmp, rows * b // blocks, rows * (b + 1) // blocks, n, log, zero)
+
+
+@njit(cache=True, nogil=True)
+def softmax_backward_serial(y, g, out, tmp, rows, n, log, zero, blocks):
+    _softmax_backward_rows(y, g, out, tmp, 0, rows, n, log, zero)
+
+
+@njit(cache=True, nogil=True, parallel=True)
+def softmax_backward_parallel(y, g, out, tmp, rows, n, log, zero, blocks):
+    for b in prange(blocks):
+        _softmax_backward_rows(y, g, out, tmp, rows * b // blocks, rows * (b + 1) // blocks, n, log, zero)

@@ -9,7 +9,7 @@ from .. import _dtype as dt
 from ..autograd import Function
 from ..layout import normalize_dim, normalize_dims, reduced_shape
 from . import views
-from .core import buf, cast, kernel, new_like_shape
+from .core import buf, cast, grad_enabled, kernel, new_like_shape, packed_buffer
 
 return_types = {op: namedtuple(op, ["values", "indices"]) for op in ("max", "min")}
 
@@ -355,35 +355,36 @@ def cumprod(x, dim, dtype=None):
 
 
 # ----------------------------------------------------------------------------- softmax family
+def _rowwise(name, dim, like, *inputs, log):
+    """The ``name`` primitive over the rows along ``dim``: inputs moved to put ``dim`` last and
+    packed (no copy when it already is), the result moved back (and packed, as PyTorch returns it)."""
+    compute = dt.compute_dtype(like.dtype)
+    last = dim >= like.ndim - 1                                # a 0-d tensor is one row of one
+    rows = [cast(t, compute) if last else cast(t, compute).movedim(dim, -1) for t in inputs]
+    out = new_like_shape(rows[0].shape, compute, rows[0])
+    kernel(name, like)(*(packed_buffer(t) for t in rows), buf(out), like.shape[dim] if like.ndim else 1, log)
+    return cast(out if last else out.movedim(-1, dim).contiguous(), like.dtype)
+
+
 class Softmax(Function):
+    """softmax (``log`` False) and log_softmax (``log`` True) along ``dim`` as one fused kernel each
+    way. Under create_graph the backward is written with differentiable ops instead."""
+
     @staticmethod
-    def forward(ctx, x, dim):
-        shifted = x - amax(x, dim, keepdim=True)
-        e = shifted.exp()
-        y = e / e.sum(dim, keepdim=True)
-        ctx.dim = dim
+    def forward(ctx, x, dim, log):
+        y = _rowwise("softmax", dim, x, x, log=log)
+        ctx.dim, ctx.log = dim, log
         ctx.save_for_backward(y)
         return y
 
     @staticmethod
     def backward(ctx, g):
         (y,) = ctx.saved_tensors
-        return y * (g - (g * y).sum(ctx.dim, keepdim=True)), None
-
-
-class LogSoftmax(Function):
-    @staticmethod
-    def forward(ctx, x, dim):
-        shifted = x - amax(x, dim, keepdim=True)  # subtract the log-sum only after shifting: no cancellation
-        y = shifted - shifted.exp().sum(dim, keepdim=True).log()
-        ctx.dim = dim
-        ctx.save_for_backward(y)
-        return y
-
-    @staticmethod
-    def backward(ctx, g):
-        (y,) = ctx.saved_tensors
-        return g - y.exp() * g.sum(ctx.dim, keepdim=True), None
+        if not grad_enabled():
+            return _rowwise("softmax_backward", ctx.dim, y, y, g, log=ctx.log), None, None
+        if ctx.log:
+            return g - y.exp() * g.sum(ctx.dim, keepdim=True), None, None
+        return y * (g - (g * y).sum(ctx.dim, keepdim=True)), None, None
 
 
 def _softmax_input(x, dtype):
@@ -395,10 +396,10 @@ def _softmax_input(x, dtype):
 def softmax(x, dim, dtype=None):
     x = _softmax_input(x, dtype)
     dim = normalize_dim(dim, x.ndim, "softmax")
-    return Softmax.apply(x, dim) if x.numel() else x.clone()
+    return Softmax.apply(x, dim, False) if x.numel() else x.clone()
 
 
 def log_softmax(x, dim, dtype=None):
     x = _softmax_input(x, dtype)
     dim = normalize_dim(dim, x.ndim, "log_softmax")
-    return LogSoftmax.apply(x, dim) if x.numel() else x.clone()
+    return Softmax.apply(x, dim, True) if x.numel() else x.clone()
