@@ -103,21 +103,21 @@ def estimate_loss(model, data, args, rng, device, rounds=4):
     return total / rounds
 
 
-def sample(model, prompt, length, temperature, top_k, rng, device):
-    """Continue ``prompt`` (token ids) one character at a time. minidl has no topk or multinomial
-    yet, so the last position's logits are sampled with numpy."""
+def sample(model, prompt, length, temperature, top_k, device):
+    """Continue ``prompt`` (token ids) one character at a time: the last position's logits,
+    divided by the temperature, cut to the ``top_k`` most likely characters, then sampled."""
     model.eval()
-    ids = list(prompt)
+    ids = minidl.tensor([list(prompt)], device=device)
     with minidl.no_grad():
         for _ in range(length):
-            window = minidl.tensor([ids[-model.context:]], device=device)
-            logits = model(window)[0, -1].cpu().numpy().astype(np.float64) / temperature
-            if top_k is not None and top_k < logits.size:
-                logits[logits < np.partition(logits, -top_k)[-top_k]] = -np.inf
-            p = np.exp(logits - logits.max())
-            ids.append(int(rng.choice(logits.size, p=p / p.sum())))
+            logits = model(ids[:, -model.context:])[:, -1, :] / temperature
+            if top_k is not None and top_k < logits.shape[-1]:
+                kth = minidl.topk(logits, top_k).values[:, -1:]
+                logits = logits.masked_fill(logits < kth, float("-inf"))
+            nxt = minidl.multinomial(F.softmax(logits, dim=-1), num_samples=1)
+            ids = minidl.cat([ids, nxt], dim=1)
     model.train()
-    return ids
+    return ids[0].tolist()
 
 
 def unigram_entropy(data, vocab):
@@ -191,7 +191,7 @@ def main(argv=None):
           f"val loss {estimate_loss(model, val, args, rng, device, 16):.4f}  "
           f"in {time.perf_counter() - start:.0f} s")
     prompt = [code[c] for c in args.prompt if c in code] or [0]
-    out = sample(model, prompt, args.sample_length, args.temperature, args.top_k, rng, device)
+    out = sample(model, prompt, args.sample_length, args.temperature, args.top_k, device)
     print("sample:\n" + "".join(chars[i] for i in out))
 
 
