@@ -352,7 +352,9 @@ def unary_serial(op, x, xo, xs, out, oo, os, shape, items):
     o0, o1, o2 = _strides3(os)
     for i in range(n0):
         for j in range(n1):
-            _unary_span(op, x, xo + i * x0 + j * x1, x2, out, oo + i * o0 + j * o1, o2, 0, inner)
+            for lo in range(0, inner, CHUNK):    # exp makes three passes: keep them in cache
+                _unary_span(op, x, xo + i * x0 + j * x1, x2, out, oo + i * o0 + j * o1, o2, lo,
+                            min(inner, lo + CHUNK))
 
 
 @njit(cache=True, nogil=True, parallel=True)
@@ -1145,7 +1147,9 @@ def _softmax_backward_rows(y, g, out, tmp, r0, r1, n, log, zero):
 
 @njit(cache=True, nogil=True)
 def softmax_serial(x, out, tmp, rows, n, log, zero, blocks):
-    _softmax_rows(x, out, tmp, 0, rows, n, log, zero)
+    step = max(1, CHUNK // n)                   # blocks of rows that stay in cache across passes
+    for r in range(0, rows, step):
+        _softmax_rows(x, out, tmp, r, min(rows, r + step), n, log, zero)
 
 
 @njit(cache=True, nogil=True, parallel=True)
@@ -1156,7 +1160,9 @@ def softmax_parallel(x, out, tmp, rows, n, log, zero, blocks):
 
 @njit(cache=True, nogil=True)
 def softmax_backward_serial(y, g, out, tmp, rows, n, log, zero, blocks):
-    _softmax_backward_rows(y, g, out, tmp, 0, rows, n, log, zero)
+    step = max(1, CHUNK // n)
+    for r in range(0, rows, step):
+        _softmax_backward_rows(y, g, out, tmp, r, min(rows, r + step), n, log, zero)
 
 
 @njit(cache=True, nogil=True, parallel=True)
