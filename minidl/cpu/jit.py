@@ -466,18 +466,8 @@ def _compare_item(op, a, ao, as_, b, bo, bs, out, oo, os, shape, t):
 
 @njit(cache=True, nogil=True)
 def compare_serial(op, a, ao, as_, b, bo, bs, out, oo, os, shape, items):
-    if shape.size > 3:
-        for t in range(items):
-            _compare_item(op, a, ao, as_, b, bo, bs, out, oo, os, shape, t)
-        return
-    n0, n1, inner = _extent3(shape)
-    a0, a1, a2 = _strides3(as_)
-    b0, b1, b2 = _strides3(bs)
-    o0, o1, o2 = _strides3(os)
-    for i in range(n0):
-        for j in range(n1):
-            _compare_span(op, a, ao + i * a0 + j * a1, a2, b, bo + i * b0 + j * b1, b2, out, oo + i * o0 + j * o1, o2,
-                       0, inner)
+    for t in range(items):                      # masks are rarely on a hot path: no row walk here
+        _compare_item(op, a, ao, as_, b, bo, bs, out, oo, os, shape, t)
 
 
 @njit(cache=True, nogil=True, parallel=True)
