@@ -85,7 +85,7 @@ PRIMITIVES = ("alloc", "from_host", "to_host", "share_memory", "open_shared", "c
               "softmax_backward")
 
 # device type -> module whose import registers that device's kernels
-_BACKEND_MODULES = {"cpu": "minidl.cpu", "cuda": "minidl.cuda"}
+_BACKEND_MODULES = {"cpu": "minidl.cpu", "cuda": "minidl.cuda.primitives"}
 _registry: dict = {}
 
 

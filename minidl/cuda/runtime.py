@@ -1,0 +1,200 @@
+"""Where minidl's CUDA kernels run: CuPy on a real GPU, or the simulator on the CPU.
+
+The primitives in ``minidl/cuda/primitives`` see one small interface, whichever runs them:
+``xp`` (the array module of the buffers: cupy, or numpy under the simulator), ``module(name)``
+(a compiled ``csrc/<name>.cu``), ``launch`` (a 1-D grid-stride launch sized for the device),
+``layout_arg`` (a Layout as the kernels' struct) and the deferred index errors. The simulator is
+switched on by ``MINIDL_CUDA_SIM=1`` or :func:`minidl.cuda.sim_enable`; it is for tests and for
+reading kernels on machines without a GPU, not for speed.
+"""
+from __future__ import annotations
+
+import functools
+import importlib.util
+import os
+
+import numpy as np
+
+CSRC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "csrc")
+MAX_DIMS = 8
+BLOCK = 256
+LAYOUT_DTYPE = np.dtype([("ndim", "<i8"), ("offset", "<i8"), ("shape", "<i8", (MAX_DIMS,)),
+                         ("strides", "<i8", (MAX_DIMS,))])
+
+
+class Unavailable(RuntimeError):
+    pass
+
+
+@functools.lru_cache(maxsize=None)
+def source(name: str) -> str:
+    """The text compiled for ``csrc/<name>.cu``: common.cuh, then the file."""
+    with open(os.path.join(CSRC, "common.cuh")) as f:
+        common = f.read()
+    with open(os.path.join(CSRC, f"{name}.cu")) as f:
+        return common + "\n" + f.read()
+
+
+def kernel_files() -> list:
+    return sorted(f[:-3] for f in os.listdir(CSRC) if f.endswith(".cu"))
+
+
+class CupyRuntime:
+    """A real GPU through CuPy: NVRTC compiles, cuBLAS multiplies, CuPy's pool allocates."""
+    name = "cupy"
+
+    def __init__(self):
+        import cupy
+        self.cupy = self.xp = cupy
+        self.max_blocks = 32 * cupy.cuda.Device().attributes["MultiProcessorCount"]
+
+    def compile(self, text: str):
+        module = self.cupy.RawModule(code=text, options=("--std=c++17",))
+        return module.get_function
+
+    def device_count(self) -> int:
+        return self.cupy.cuda.runtime.getDeviceCount()
+
+    def synchronize(self) -> None:
+        self.cupy.cuda.Device().synchronize()
+
+    def to_numpy(self, buf):
+        return self.cupy.asnumpy(buf)
+
+
+class SimRuntime:
+    """The simulator: buffers are numpy arrays, kernels run as fibers on the CPU."""
+    name = "sim"
+    xp = np
+    max_blocks = 2  # a few blocks test the grid-stride logic; more only cost time
+
+    def compile(self, text: str):
+        from .sim import SimModule
+        return SimModule(text).function
+
+    def device_count(self) -> int:
+        return 1
+
+    def synchronize(self) -> None:
+        pass
+
+    def to_numpy(self, buf):
+        return buf.copy()
+
+
+_runtime = None
+_sim_requested = os.environ.get("MINIDL_CUDA_SIM", "") not in ("", "0")
+
+
+def sim_enable(on: bool = True) -> None:
+    """Run device 'cuda' on the simulator (for tests; a real GPU is not used while it is on)."""
+    global _runtime, _sim_requested
+    _sim_requested = on
+    _runtime = None
+
+
+def _make():
+    if _sim_requested:
+        return SimRuntime()
+    if importlib.util.find_spec("cupy") is None:
+        raise Unavailable("minidl's CUDA backend needs CuPy (pip install 'minidl[cuda]') and an NVIDIA GPU; "
+                          "MINIDL_CUDA_SIM=1 runs its kernels on the CPU simulator instead")
+    try:
+        rt = CupyRuntime()
+        if rt.device_count() > 0:
+            return rt
+    except Exception as e:  # CuPy without a driver or device: its errors vary by version
+        raise Unavailable(f"CUDA is not available: CuPy found no usable GPU ({e})") from None
+    raise Unavailable("CUDA is not available: CuPy found no GPU")
+
+
+def get():
+    """The active runtime (made on first use); raises Unavailable when there is none."""
+    global _runtime
+    if _runtime is None:
+        _runtime = _make()
+    return _runtime
+
+
+def available() -> bool:
+    try:
+        get()
+        return True
+    except Unavailable:
+        return False
+
+
+_modules: dict = {}
+
+
+def module(name: str):
+    """``csrc/<name>.cu`` compiled for the active runtime: a ``function(kernel_name)`` getter."""
+    rt = get()
+    key = (rt.name, name)
+    found = _modules.get(key)
+    if found is None:
+        found = _modules[key] = functools.lru_cache(maxsize=None)(rt.compile(source(name)))
+    return found
+
+
+def launch(kernel, n: int, *args, block: int = BLOCK, shared_mem: int = 0) -> None:
+    """Run a grid-stride kernel over n work items (nothing when n == 0)."""
+    if n <= 0:
+        return
+    grid = min((n + block - 1) // block, get().max_blocks)
+    kernel((grid,), (block,), args, shared_mem=shared_mem)
+
+
+def launch_rows(kernel, rows: int, *args, block: int = BLOCK, shared_mem: int = 0) -> None:
+    """Run a block-per-row kernel (rows stepped by gridDim.x) with one block per row, up to the cap."""
+    if rows <= 0:
+        return
+    kernel((min(rows, get().max_blocks),), (block,), args, shared_mem=shared_mem)
+
+
+def layout_arg(shape, strides, offset: int = 0, op: str = "cuda kernel"):
+    """The kernels' ``Layout`` struct for (shape, strides, offset), passed by value."""
+    if len(shape) > MAX_DIMS:
+        raise ValueError(f"{op}: a layout of {len(shape)} dims that do not merge exceeds the CUDA kernels' "
+                         f"limit of {MAX_DIMS} (shape {tuple(shape)}, strides {tuple(strides)})")
+    arg = np.zeros(1, LAYOUT_DTYPE)
+    arg["ndim"] = max(len(shape), 1)
+    arg["offset"] = offset
+    arg["shape"][0, :len(shape)] = shape
+    arg["strides"][0, :len(strides)] = strides
+    if not len(shape):
+        arg["shape"][0, 0] = 1
+    return arg
+
+
+def i32(v):
+    return np.int32(v)
+
+
+def i64(v):
+    return np.int64(v)
+
+
+_error_buffers: dict = {}
+
+
+def error_buffer():
+    """The device's int64[3] index-error record (see report_index_error in common.cuh)."""
+    rt = get()
+    buf = _error_buffers.get(rt.name)
+    if buf is None:
+        buf = _error_buffers[rt.name] = rt.xp.zeros(3, dtype=np.int64)
+    return buf
+
+
+def raise_pending_errors() -> None:
+    """Raise the IndexError a kernel recorded since the last check (called where the host waits
+    for the device anyway: synchronize, copies to the host)."""
+    buf = _error_buffers.get(get().name)
+    if buf is None:
+        return
+    code, index, size = (int(v) for v in get().to_numpy(buf))
+    if code:
+        buf[...] = 0
+        raise IndexError(f"index {index} is out of bounds for dimension with size {size} "
+                         f"(reported by a CUDA kernel at this synchronisation)")

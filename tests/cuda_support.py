@@ -1,0 +1,19 @@
+"""Running CUDA tests without a GPU: the ``cuda`` fixture gives device 'cuda' on a real GPU when
+CuPy sees one, else on the simulator (minidl/cuda/sim: the same kernel sources compiled by g++
+and run on the CPU), which checks the kernels' index math on every machine with a C++ compiler."""
+import shutil
+
+import pytest
+
+from minidl.cuda import runtime
+
+
+def cuda_device():
+    """Switch device 'cuda' to a runtime (a GPU if there is one) and return its name, or skip."""
+    runtime.sim_enable(False)
+    if runtime.available():
+        return runtime.get().name
+    if shutil.which("g++") is None:
+        pytest.skip("no GPU and no g++ for the CUDA simulator")
+    runtime.sim_enable(True)
+    return runtime.get().name
