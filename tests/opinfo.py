@@ -117,9 +117,12 @@ def avoid(shape, points, lo=-1.5, hi=1.5, gap=0.05):
     raise AssertionError("could not draw values away from the given points")
 
 
+DEVICE = "cpu"  # where const() puts its tensors (test_cuda_ops runs the samples on "cuda" too)
+
+
 def const(values, dtype=None):
-    """A constant (no grad) tensor: index tensors, masks, fixed operands."""
-    return minidl.tensor(np.asarray(values), dtype=dtype)
+    """A constant (no grad) tensor on DEVICE: index tensors, masks, fixed operands."""
+    return minidl.tensor(np.asarray(values), dtype=dtype, device=DEVICE)
 
 
 class Sample:
@@ -373,7 +376,7 @@ op("CopySlices", S("setitem-view-of-nonleaf", _setitem_view, rn(3, 4), rn(2, 2))
 
 # ----------------------------------------------------------------------------- composites
 _mask34 = rn(3, 4) > 0
-_dup_idx = const([[0, 1, 0], [2, 2, 1]])
+_dup_idx = [[0, 1, 0], [2, 2, 1]]
 
 
 def _setitem_advanced(x, v, w):
@@ -408,11 +411,16 @@ op("MaxPool2d",
    S("max_pool2d", lambda x: _F.max_pool2d(x, 2, stride=1, padding=1), distinct(1, 2, 3, 3)),
    S("max_pool2d-ceil-dilation", lambda x: _F.max_pool2d(x, 2, stride=2, dilation=(1, 2), ceil_mode=True),
      NC(distinct(2, 1, 5, 4), "F")))
-_pool_x = const(distinct(2, 2, 4, 5))
+_pool_x = distinct(2, 2, 4, 5)
+
+
+def _max_pool_backward(g):
+    x = const(_pool_x).requires_grad_()
+    return minidl.autograd.grad(_F.max_pool2d(x, 2, stride=(1, 2)), x, g, create_graph=True)[0]
+
+
 op("MaxPool2dGrad",  # the first backward of max pooling, as create_graph records it; linear in g
-   S("max_pool2d-backward",
-     lambda g: minidl.autograd.grad(_F.max_pool2d(_pool_x.requires_grad_(), 2, stride=(1, 2)), _pool_x, g,
-                                    create_graph=True)[0], rn(2, 2, 3, 2)))
+   S("max_pool2d-backward", _max_pool_backward, rn(2, 2, 3, 2)))
 
 COMPOSITES = [
     S("mean-all", lambda x: x.mean(), rn(3, 4)),
@@ -465,10 +473,10 @@ COMPOSITES = [
     S("index_add", lambda x, s: x.index_add(0, const([0, 2, 0]), s), rn(3, 4), rn(3, 4)),
     S("index_add-alpha-dim1", lambda x, s: x.index_add(1, const([3, 1]), s, alpha=2.0), NC(rn(3, 4), "F"),
       rn(3, 2)),
-    S("gather-dups", lambda x: minidl.gather(x, 0, _dup_idx), rn(3, 3)),
+    S("gather-dups", lambda x: minidl.gather(x, 0, const(_dup_idx)), rn(3, 3)),
     S("scatter-public", lambda x, s: minidl.scatter(x, 0, const([[2, 0, 1]]), s), rn(3, 3), rn(1, 3)),
     S("scatter-value", lambda x: x.scatter(1, const([[1], [0]]), value=2.0), rn(2, 3)),
-    S("scatter_add-public", lambda x, s: minidl.scatter_add(x, 1, _dup_idx, s), NC(rn(2, 3), "F"), rn(2, 3)),
+    S("scatter_add-public", lambda x, s: minidl.scatter_add(x, 1, const(_dup_idx), s), NC(rn(2, 3), "F"), rn(2, 3)),
     S("index_select", lambda x: x.index_select(1, const([3, 0, 3])), rn(2, 4)),
     S("masked_select-broadcast", lambda x: x.masked_select(const(_mask34)), rn(4)),
     S("split", lambda x: x.split([1, 3], 1), rn(2, 4)),
