@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import importlib.util
 import os
+import struct
 
 import numpy as np
 
@@ -152,19 +153,21 @@ def launch_rows(kernel, rows: int, *args, block: int = BLOCK, shared_mem: int = 
     kernel((min(rows, get().max_blocks),), (block,), args, shared_mem=shared_mem)
 
 
+_PACK = struct.Struct(f"<{2 + 2 * MAX_DIMS}q")
+_PAD = (0,) * MAX_DIMS
+
+
 def layout_arg(shape, strides, offset: int = 0, op: str = "cuda kernel"):
-    """The kernels' ``Layout`` struct for (shape, strides, offset), passed by value."""
-    if len(shape) > MAX_DIMS:
-        raise ValueError(f"{op}: a layout of {len(shape)} dims that do not merge exceeds the CUDA kernels' "
+    """The kernels' ``Layout`` struct for (shape, strides, offset), passed by value (packed with
+    ``struct``: a few µs cheaper per operand than filling a structured array field by field)."""
+    ndim = len(shape)
+    if ndim > MAX_DIMS:
+        raise ValueError(f"{op}: a layout of {ndim} dims that do not merge exceeds the CUDA kernels' "
                          f"limit of {MAX_DIMS} (shape {tuple(shape)}, strides {tuple(strides)})")
-    arg = np.zeros(1, LAYOUT_DTYPE)
-    arg["ndim"] = max(len(shape), 1)
-    arg["offset"] = offset
-    arg["shape"][0, :len(shape)] = shape
-    arg["strides"][0, :len(strides)] = strides
-    if not len(shape):
-        arg["shape"][0, 0] = 1
-    return arg
+    if not ndim:
+        shape, strides, ndim = (1,), (0,), 1
+    raw = _PACK.pack(ndim, offset, *shape, *_PAD[ndim:], *strides, *_PAD[ndim:])
+    return np.frombuffer(raw, LAYOUT_DTYPE)
 
 
 def i32(v):
