@@ -26,6 +26,11 @@ REDUCE_CODE, ARG_CODE, SCAN_CODE = codes(kernels.REDUCE_OPS), codes(kernels.ARG_
 WIDE = {np.dtype(np.float32): np.dtype(np.float64)}  # partials of float32 sums and products
 
 
+def _check_dtype(x, op):
+    if x.dtype not in (np.float32, np.float64, np.int64):
+        raise TypeError(f"{op}: the CUDA kernels take float32, float64 and int64 buffers, not {x.dtype}")
+
+
 def _pow2(n: int) -> int:
     """The smallest power of two >= n (1 for n <= 1)."""
     return 1 << max(int(n) - 1, 0).bit_length()
@@ -78,6 +83,7 @@ def _reduce(op, x, outer, inner, out):
 
 @kernels.register("reduce", "cuda")
 def reduce(op, x, xl, dims, out):
+    _check_dtype(x, "reduce")
     o_shape, o_strides, i_shape, i_strides = reduction_plan(xl, dims)
     outputs = math.prod(o_shape)
     if out.size != outputs or out.dtype != x.dtype:
@@ -105,6 +111,7 @@ def _arg_reduce(op, x, x_indices, outer, inner, out):
 
 @kernels.register("arg_reduce", "cuda")
 def arg_reduce(op, x, xl, dim, out):
+    _check_dtype(x, "arg_reduce")
     kept = [d for d in range(xl.ndim) if d != dim]
     o_shape, (o_strides,) = collapse([xl.shape[d] for d in kept], [xl.strides[d] for d in kept])
     outputs = math.prod(o_shape)
@@ -119,6 +126,7 @@ def arg_reduce(op, x, xl, dim, out):
 
 @kernels.register("scan", "cuda")
 def scan(op, x, xl, dim, out, ol):
+    _check_dtype(x, "scan")
     if tuple(ol.shape) != tuple(xl.shape) or out.dtype != x.dtype:
         raise ValueError(f"scan: the output ({tuple(ol.shape)}, {out.dtype}) does not match the input "
                          f"({tuple(xl.shape)}, {x.dtype})")
@@ -143,6 +151,7 @@ def scan(op, x, xl, dim, out, ol):
 
 @kernels.register("argsort", "cuda")
 def argsort(x, xl, dim, descending, out):
+    _check_dtype(x, "argsort")
     if not 0 <= dim < xl.ndim:
         raise ValueError(f"argsort: dim {dim} is out of range for a {xl.ndim}-D layout")
     if xl.numel == 0:

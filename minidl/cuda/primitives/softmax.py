@@ -1,5 +1,7 @@
 """Softmax and log-softmax over packed rows on the GPU (csrc/softmax.cu): a warp per short row, a
 block per long one."""
+import numpy as np
+
 from ... import kernels
 from .. import runtime
 from .common import kernel
@@ -16,6 +18,8 @@ def _rows(name, n, *bufs):
     if size % n or any(b.size < size or b.dtype != bufs[0].dtype for b in bufs[1:]):
         raise ValueError(f"{name}: buffers of {[b.size for b in bufs]} elements and dtypes "
                          f"{[b.dtype.name for b in bufs]} do not hold the same whole rows of {n}")
+    if bufs[0].dtype not in (np.float32, np.float64):
+        raise TypeError(f"{name}: the CUDA kernels take float32 and float64 rows, not {bufs[0].dtype}")
     return size // n
 
 
