@@ -272,7 +272,7 @@ def test_argsort_long_rows_merge_sorted_tiles(tile, dtype, rng, monkeypatch):
 
 
 def test_argsort_many_rows_and_sizes(rng):
-    for shape in [(1, 1), (40, 1), (40, 2), (3, 5), (2, 3000)]:
+    for shape in [(1, 1), (40, 1), (40, 2), (3, 5), (300, 40), (2, 3000)]:  # (300, 40): 38 blocks of 8 rows
         c, g = both(rng.integers(0, 4, shape), minidl.int64)
         for descending in (False, True):
             np.testing.assert_array_equal(*argsort_both(c, g, 1, descending)[::-1], err_msg=str(shape))
