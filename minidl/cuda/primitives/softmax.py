@@ -1,0 +1,45 @@
+"""Softmax and log-softmax over packed rows on the GPU (csrc/softmax.cu): a warp per short row, a
+block per long one."""
+import numpy as np
+
+from ... import kernels
+from .. import runtime
+from .common import kernel
+
+FILE = "softmax"
+WARP_ROW_MAX = 1024  # rows up to this long get a warp each (8 rows per block), longer ones a block
+
+
+def _rows(name, n, *bufs):
+    """The number of rows, after checking that the buffers hold the same whole rows of n."""
+    if n < 1:
+        raise ValueError(f"{name}: rows must have at least one element, got n={n}")
+    size = bufs[0].size
+    if size % n or any(b.size < size or b.dtype != bufs[0].dtype for b in bufs[1:]):
+        raise ValueError(f"{name}: buffers of {[b.size for b in bufs]} elements and dtypes "
+                         f"{[b.dtype.name for b in bufs]} do not hold the same whole rows of {n}")
+    if bufs[0].dtype not in (np.float32, np.float64):
+        raise TypeError(f"{name}: the CUDA kernels take float32 and float64 rows, not {bufs[0].dtype}")
+    return size // n
+
+
+def _launch(name, n, rows, log, *bufs):
+    lanes = 32 if n <= WARP_ROW_MAX else runtime.BLOCK
+    runtime.launch_rows(kernel(FILE, name, bufs[0].dtype), -(-rows // (runtime.BLOCK // lanes)), *bufs,
+                        runtime.i64(rows), runtime.i64(n), runtime.i32(bool(log)), runtime.i32(lanes))
+
+
+@kernels.register("softmax", "cuda")
+def softmax(x, out, n, log):
+    n = int(n)
+    rows = _rows("softmax", n, x, out)
+    if rows:
+        _launch("softmax", n, rows, log, x, out)
+
+
+@kernels.register("softmax_backward", "cuda")
+def softmax_backward(y, g, out, n, log):
+    n = int(n)
+    rows = _rows("softmax_backward", n, y, g, out)
+    if rows:
+        _launch("softmax_backward", n, rows, log, y, g, out)
