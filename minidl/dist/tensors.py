@@ -8,7 +8,7 @@ tensor's version counter, as an in-place op does, so autograd notices a changed 
 from __future__ import annotations
 
 from .. import _tensor, no_grad
-from ..ops.core import contiguous_data
+from ..ops.core import contiguous_data, packed_buffer
 from .backends import TENSOR_DEVICE
 
 
@@ -39,15 +39,9 @@ def check_like(t, ref, what: str, name: str, ref_name: str):
                          f"has shape {tuple(ref.shape)} and dtype {ref.dtype.name}; they must match")
 
 
-def _flat(t):
-    """A contiguous tensor's elements: a 1-D slice of its storage."""
-    layout = t._layout
-    return t._storage.buf[layout.offset:layout.offset + layout.numel]
-
-
 def read(t):
     """The tensor's elements as a contiguous 1-D array of its device (its memory when it is contiguous)."""
-    return _flat(contiguous_data(t))
+    return packed_buffer(t)
 
 
 class Writable:
@@ -58,7 +52,7 @@ class Writable:
         if not t._storage.writable:
             raise RuntimeError(f"{what}: the tensor's memory is read-only")
         self.tensor, self.staged = t, contiguous_data(t)  # t itself when contiguous
-        self.array = _flat(self.staged)
+        self.array = packed_buffer(self.staged)
 
     def commit(self) -> None:
         t = self.tensor
