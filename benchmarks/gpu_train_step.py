@@ -18,7 +18,6 @@ import argparse
 import statistics
 
 import numpy as np
-
 from gpu_ops import banner, setup, timer
 from train_step import MODELS, build
 

@@ -30,7 +30,7 @@ import tempfile
 import numpy as np
 
 import minidl
-import minidl.cuda.primitives  # noqa: F401  (registers the built-in CUDA primitives)
+import minidl.cuda.primitives  # registers the built-in CUDA primitives
 from minidl import kernels
 from minidl.cuda import runtime
 from minidl.layout import Layout

@@ -207,7 +207,7 @@ def import_cupy():
                            f"install NCCL (pip install nvidia-nccl-cu13) or use backend='mpi' with CPU tensors")
     try:
         count = cupy.cuda.runtime.getDeviceCount()
-    except Exception as e:  # no driver: CuPy's errors vary by version
+    except Exception as e:  # noqa: BLE001  (no driver: CuPy's errors vary by version)
         raise RuntimeError(f"{what}: CuPy found no usable GPU ({e})") from None
     if count == 0:
         raise RuntimeError(f"{what}: CuPy found no GPU")
