@@ -87,8 +87,9 @@ def _import(name: str):
 
 
 # ----------------------------------------------------------------------------- models
-def build(lib, model: str, batch: int | None = None):
-    """A step closure (model, optimizer, one batch) for ``lib`` (minidl or torch); same data for both."""
+def build(lib, model: str, batch: int | None = None, device: str = "cpu"):
+    """A step closure (model, optimizer, one batch) for ``lib`` (minidl or torch) on ``device``;
+    same data for both."""
     nn, F = lib.nn, lib.nn.functional
     lib.manual_seed(SEED)
     rng = np.random.default_rng(SEED)
@@ -97,23 +98,25 @@ def build(lib, model: str, batch: int | None = None):
         net = nn.Sequential(nn.Linear(784, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(),
                             nn.Linear(512, 10))
         x = rng.standard_normal((batch, 784), dtype=np.float32)
-        opt = lib.optim.SGD(net.parameters(), lr=0.01, momentum=0.9)
     elif model == "lenet":
         net = nn.Sequential(
             nn.Conv2d(1, 32, 3), nn.ReLU(), nn.MaxPool2d(2),
             nn.Conv2d(32, 64, 3), nn.ReLU(), nn.MaxPool2d(2),
             nn.Flatten(), nn.Linear(1600, 128), nn.ReLU(), nn.Linear(128, 10))
         x = rng.standard_normal((batch, 1, 28, 28), dtype=np.float32)
-        opt = lib.optim.Adam(net.parameters(), lr=1e-3)
     else:
         net = nn.TransformerEncoderLayer(d_model=D_MODEL, nhead=4, dim_feedforward=512, batch_first=True)
         x = rng.standard_normal((batch, SEQ, D_MODEL), dtype=np.float32)
+    net.to(device)
+    if model == "mlp":
+        opt = lib.optim.SGD(net.parameters(), lr=0.01, momentum=0.9)
+    else:
         opt = lib.optim.Adam(net.parameters(), lr=1e-3)
     if model == "transformer":
         y, loss_fn = rng.standard_normal(x.shape, dtype=np.float32), F.mse_loss
     else:
         y, loss_fn = rng.integers(0, 10, size=batch).astype(np.int64), F.cross_entropy
-    xt, yt = lib.from_numpy(x), lib.from_numpy(y)
+    xt, yt = lib.from_numpy(x).to(device), lib.from_numpy(y).to(device)
 
     def step():
         out = net(xt)

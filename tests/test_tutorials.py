@@ -13,7 +13,7 @@ TUTORIALS = sorted((ROOT / "tutorials").glob("[0-9][0-9]_*.py"))
 def test_tutorials_exist():
     names = {p.name for p in TUTORIALS}
     assert {"01_tensors_and_strides.py", "02_autograd_from_scratch.py",
-            "03_training_a_classifier.py", "05_allreduce_from_scratch.py"} <= names
+            "03_training_a_classifier.py", "04_cuda_kernels.py", "05_allreduce_from_scratch.py"} <= names
 
 
 @pytest.mark.parametrize("script", TUTORIALS, ids=lambda p: p.name)

@@ -92,7 +92,7 @@ def reduce(tensor, dst, op=ReduceOp.SUM, group=None, async_op=False):
 
 def _blocks(tensors):
     """A (len, numel) array holding the tensors' elements, one row each."""
-    blocks = np.empty((len(tensors), tensors[0].numel()), read(tensors[0]).dtype)
+    blocks = np.empty_like(read(tensors[0]), shape=(len(tensors), tensors[0].numel()))  # on their device
     for row, t in zip(blocks, tensors):
         row[...] = read(t)
     return blocks
@@ -107,7 +107,7 @@ def all_gather(tensor_list, tensor, group=None, async_op=False):
     for i, t in enumerate(check_tensor_list(tensor_list, what, "tensor_list", g.size)):
         check_like(t, tensor, what, f"tensor_list[{i}]", "tensor")
     outs = [Writable(t, what) for t in tensor_list]
-    blocks = np.empty((g.size, tensor.numel()), outs[0].array.dtype)
+    blocks = np.empty_like(outs[0].array, shape=(g.size, tensor.numel()))  # on the tensors' device
     blocks[g.rank] = read(tensor)
 
     def job(ch):

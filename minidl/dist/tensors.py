@@ -1,22 +1,26 @@
-"""Tensors as the flat numpy buffers the algorithms work on, and back.
+"""Tensors as the flat buffers the algorithms work on, and back: 1-D arrays of the tensor's
+device (numpy on the CPU, cupy on a GPU), which the backend of that device moves.
 
-A contiguous CPU tensor is used in place (``t.detach().numpy()`` shares its memory); a
-non-contiguous one goes through a contiguous copy that is copied back. A write bumps the
+A contiguous tensor is used in place (a slice of its storage); a non-contiguous one goes
+through a contiguous copy on its device that is copied back. A write bumps the
 tensor's version counter, as an in-place op does, so autograd notices a changed saved tensor.
 """
 from __future__ import annotations
 
-import numpy as np
-
 from .. import _tensor, no_grad
-from ..ops.creation import from_numpy
+from ..ops.core import contiguous_data, packed_buffer
+from .backends import TENSOR_DEVICE
 
 
 def check_tensor(t, what: str, name: str = "tensor"):
     if not isinstance(t, _tensor.Tensor):
         raise TypeError(f"{what}: {name} must be a minidl tensor, got {type(t).__name__}")
-    if t.device.type != "cpu":
-        raise RuntimeError(f"{what}: {name} is on {t.device}; this backend handles CPU tensors")
+    from .state import get_backend  # the default group's backend, which every group shares
+    backend = get_backend()
+    wanted = TENSOR_DEVICE.get(backend, "cpu")
+    if t.device.type != wanted:
+        raise RuntimeError(f"{what}: {name} is on {t.device}; the {backend} backend handles {wanted} tensors "
+                           f"(use backend='nccl' for CUDA tensors, 'mpi' for CPU tensors)")
     return t
 
 
@@ -35,9 +39,9 @@ def check_like(t, ref, what: str, name: str, ref_name: str):
                          f"has shape {tuple(ref.shape)} and dtype {ref.dtype.name}; they must match")
 
 
-def read(t) -> np.ndarray:
-    """The tensor's elements as a contiguous 1-D array (its memory when it is contiguous)."""
-    return np.ascontiguousarray(t.detach().numpy()).reshape(-1)
+def read(t):
+    """The tensor's elements as a contiguous 1-D array of its device (its memory when it is contiguous)."""
+    return packed_buffer(t)
 
 
 class Writable:
@@ -45,19 +49,15 @@ class Writable:
     makes the writes the tensor's."""
 
     def __init__(self, t, what: str):
-        layout = t._layout
-        self.tensor, self.copied = t, not layout.is_contiguous
-        if self.copied:
-            self.array = np.ascontiguousarray(t.detach().numpy()).reshape(-1)
-        else:  # the storage's own elements: a slice, not a strided view of a detached alias
-            self.array = t._storage.buf[layout.offset:layout.offset + layout.numel]
         if not t._storage.writable:
             raise RuntimeError(f"{what}: the tensor's memory is read-only")
+        self.tensor, self.staged = t, contiguous_data(t)  # t itself when contiguous
+        self.array = packed_buffer(self.staged)
 
     def commit(self) -> None:
         t = self.tensor
-        if self.copied:
-            with no_grad():
-                t.copy_(from_numpy(self.array.reshape(tuple(t.shape))))  # bumps the version itself
-        else:
+        if self.staged is t:
             t._bump_version()
+        else:
+            with no_grad():
+                t.copy_(self.staged)  # bumps the version itself

@@ -12,7 +12,7 @@ def all_reduce(ch, buf, op) -> None:
     n, r = ch.size, ch.rank
     p = 1 << (n.bit_length() - 1)
     extra = n - p
-    incoming = ch.comm.scratch(buf.size, buf.dtype)
+    incoming = ch.comm.scratch(buf.size, buf)
     if r < 2 * extra:
         if r % 2 == 0:
             ch.send(buf, r + 1)

@@ -36,7 +36,7 @@ def _steps(ch, buf, op, bounds, steps, segment_bytes) -> None:
     longest = bounds[0][1] - bounds[0][0]
     segments = max(1, min(longest, longest * buf.dtype.itemsize // segment_bytes))
     if steps[0] < n - 1:  # receives to reduce: segment k lands in slot k of a block-sized scratch
-        scratch = ch.comm.scratch(longest, buf.dtype)
+        scratch = ch.comm.scratch(longest, buf)
     comm, tag, right, left = ch.comm, ch.tag, (r + 1) % n, (r - 1) % n
 
     def post(s, k):

@@ -3,7 +3,7 @@
 A backend module provides ``world_communicator(**options)`` returning the calling rank's
 communicator over all ranks, and ``ONE_RANK_PER_PROCESS`` (if true, the default group belongs to
 the process and ``abort_on_uncaught_exception()`` makes one rank's crash end the job). "gloo" is accepted as another name for "mpi" (CPU tensors).
-The CUDA work adds "nccl" here.
+"nccl" moves CUDA tensors (``TENSOR_DEVICE``); the others CPU tensors.
 """
 from __future__ import annotations
 
@@ -11,9 +11,11 @@ import importlib
 
 BACKENDS = {
     "mpi": "minidl.dist.backends.mpi",
+    "nccl": "minidl.dist.backends.nccl",
     "sim": "minidl.dist.backends.sim",
 }
 ALIASES = {"gloo": "mpi"}
+TENSOR_DEVICE = {"nccl": "cuda"}  # the device type of the tensors a backend moves, where not "cpu"
 
 
 def canonical(name: str) -> str:

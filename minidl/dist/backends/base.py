@@ -85,10 +85,12 @@ class Communicator:
         self.chunk_elements = int(chunk_elements)
         self._scratch = np.empty(0, np.uint8)
 
-    def scratch(self, numel: int, dtype) -> np.ndarray:
+    def scratch(self, numel: int, like) -> np.ndarray:
         """A receive buffer kept between collectives (which run one at a time per communicator):
         a fresh large array costs a page fault per 4 KiB on every call. It stays as large as the
-        largest one asked for. ``dtype``: a numpy dtype."""
+        largest one asked for. ``like``: the buffer it receives for (its dtype; its memory, for a
+        backend that moves device buffers too)."""
+        dtype = like.dtype
         nbytes = numel * dtype.itemsize
         if self._scratch.size < nbytes:
             self._scratch = np.empty(nbytes, np.uint8)
