@@ -96,6 +96,17 @@ def test_nonzero_sizes_across_tiles_and_blocks(rng, n):
     assert host(kernels.get("nonzero", "cuda")(zeros, Layout((n,)))).size == 0
 
 
+def test_nonzero_offsets_scan_walks_several_chunks(rng):
+    """The one-block scan of per-tile counts, with more tiles than threads (large inputs)."""
+    from minidl.cuda import runtime
+    counts = rng.integers(0, 257, 2500)
+    _, gpu_counts = both(counts)
+    _, offsets = both(np.zeros(counts.size + 1, np.int64))
+    runtime.launch_rows(runtime.module("indexing")("exclusive_scan_i64"), 1, gpu_counts, runtime.i64(counts.size),
+                        offsets, block=1024)
+    np.testing.assert_array_equal(host(offsets), np.concatenate([[0], np.cumsum(counts)]))
+
+
 def test_tensor_indexing_on_cuda_matches_cpu(rng):
     x = minidl.tensor(rng.standard_normal((5, 7)))
     g = x.to("cuda")

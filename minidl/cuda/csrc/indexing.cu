@@ -107,7 +107,8 @@ __device__ __forceinline__ long long block_inclusive_scan(long long v, long long
     }
 FOR_COMPUTE_DTYPES(NONZERO_KERNELS)
 
-// offsets[t] = counts[0] + ... + counts[t-1] for t <= tiles (offsets[tiles] is the total); one block.
+// offsets[t] = counts[0] + ... + counts[t-1] for t <= tiles (offsets[tiles] is the total); launched
+// as one block (of up to 1024 threads), which walks the counts blockDim.x at a time.
 extern "C" __global__ void exclusive_scan_i64(const long long *counts, long long tiles, long long *offsets) {
     __shared__ long long warp_sums[32];
     long long running = 0;

@@ -52,7 +52,7 @@ def nonzero(x, xl):
     counts = rt.xp.empty(tiles, np.int64)
     offsets = rt.xp.empty(tiles + 1, np.int64)
     runtime.launch_rows(kernel(FILE, "nonzero_count", x.dtype, "nonzero"), tiles, x, layout, runtime.i64(n), counts)
-    kernel(FILE, "exclusive_scan_i64")((1,), (runtime.BLOCK,), (counts, runtime.i64(tiles), offsets))
+    runtime.launch_rows(kernel(FILE, "exclusive_scan_i64"), 1, counts, runtime.i64(tiles), offsets, block=1024)
     total = int(rt.to_numpy(offsets[tiles:])[0])
     out = rt.xp.empty(total, np.int64)
     if total:
