@@ -27,8 +27,12 @@ arg_reduce           (op, x, x_layout, dim, out)                      int64 inde
 scan                 (op, x, x_layout, dim, out)                      inclusive scan along dim; out contiguous
 argsort              (x, x_layout, dim, descending, out)              stable int64 sort order along dim, NaN largest;
                                                                       out contiguous in x's shape
-take                 (src, src_layout, index, out)                    out[i] = src[flat index[i]] (row-major)
-put                  (dst, dst_layout, index, values, accumulate)     dst[flat index[i]] (+)= values[i]
+take                 (src, src_layout, index, out)                    out[i] = src[flat index[i]] (row-major); an
+                                                                      index outside [0, numel) is an IndexError,
+                                                                      raised at once on cpu, at the next
+                                                                      synchronisation on cuda
+put                  (dst, dst_layout, index, values, accumulate)     dst[flat index[i]] (+)= values[i], checked
+                                                                      as take (cpu then writes nothing)
 nonzero              (x, x_layout) -> int64 buffer                    flat indices of nonzero elements
 matmul               (a, al, b, bl, out, ol)                          (...,m,k) @ (...,k,n), batch dims equal
 im2col               (x, cols, geom, channels=0)                      cols = every window of x (N,C,h,w), see below

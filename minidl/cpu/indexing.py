@@ -3,7 +3,8 @@
 Every indexing op in ``minidl/ops/indexing.py`` reduces to these: the op turns
 its index expression into flat indices of the source's logical shape, and the
 kernel maps each flat index through the source layout to a buffer position.
-Indices are validated by the op before a kernel runs: Numba does not check.
+The kernels check each flat index against the source's element count (Numba does not check
+bounds) and the wrappers raise IndexError at once, before put writes anything.
 """
 import numpy as np
 
@@ -12,17 +13,23 @@ from .jit import nonzero_kernel, put_kernel, take_parallel, take_serial
 from .strided import i64, launch
 
 
+def _raise_out_of_range(index, n):
+    bad = index[(index < 0) | (index >= n)][0]
+    raise IndexError(f"index {bad} is out of bounds for dimension with size {n}")
+
+
 @kernels.register("take")
 def take(src, sl, index, out):
-    if index.size == 0:
-        return
-    launch(take_serial, take_parallel, index.size, src, sl.offset, i64(sl.shape), i64(sl.strides), index, out)
+    if index.size and launch(take_serial, take_parallel, index.size, src, sl.offset, i64(sl.shape), i64(sl.strides),
+                             sl.numel, index, out):
+        _raise_out_of_range(index, sl.numel)
 
 
 @kernels.register("put")
 def put(dst, dl, index, values, accumulate):
-    if index.size:
-        put_kernel(dst, dl.offset, i64(dl.shape), i64(dl.strides), index, values, accumulate)
+    if index.size and put_kernel(dst, dl.offset, i64(dl.shape), i64(dl.strides), dl.numel, index, values,
+                                 accumulate):
+        _raise_out_of_range(index, dl.numel)
 
 
 @kernels.register("nonzero")

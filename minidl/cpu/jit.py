@@ -636,27 +636,45 @@ def _flat_position(flat, shape, strides, offset):
     return pos
 
 
+# take and put check every flat index against the element count n and skip bad ones, returning
+# how many there were (the wrapper raises IndexError); put checks them all before writing any.
 @njit(cache=True, nogil=True)
-def take_serial(src, so, shape, strides, index, out):
+def take_serial(src, so, shape, strides, n, index, out):
+    bad = 0
     for i in range(index.size):
-        out[i] = src[_flat_position(index[i], shape, strides, so)]
+        f = index[i]
+        if f < 0 or f >= n:
+            bad += 1
+        else:
+            out[i] = src[_flat_position(f, shape, strides, so)]
+    return bad
 
 
 @njit(cache=True, nogil=True, parallel=True)
-def take_parallel(src, so, shape, strides, index, out):
+def take_parallel(src, so, shape, strides, n, index, out):
+    bad = 0
     for i in prange(index.size):
-        out[i] = src[_flat_position(index[i], shape, strides, so)]
+        f = index[i]
+        if f < 0 or f >= n:
+            bad += 1
+        else:
+            out[i] = src[_flat_position(f, shape, strides, so)]
+    return bad
 
 
 @njit(cache=True, nogil=True)
-def put_kernel(dst, do, shape, strides, index, values, accumulate):
+def put_kernel(dst, do, shape, strides, n, index, values, accumulate):
     """Serial on purpose: duplicate indices must accumulate without races."""
+    for i in range(index.size):
+        if index[i] < 0 or index[i] >= n:
+            return 1
     for i in range(index.size):
         p = _flat_position(index[i], shape, strides, do)
         if accumulate:
             dst[p] += values[i]
         else:
             dst[p] = values[i]
+    return 0
 
 
 @njit(cache=True, nogil=True)

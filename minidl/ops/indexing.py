@@ -4,8 +4,9 @@ Basic indices (ints, slices, None, Ellipsis) become views. Advanced indices
 (integer/boolean tensors and lists) become *flat indices* into the basic view's
 shape, laid out in the result's shape by numpy's placement rule; then one of
 two Functions moves the data: :class:`Take` (gather) and :class:`IndexPut`
-(scatter, optionally accumulating). Each is the other's backward. Every index
-is range-checked here, before any kernel runs.
+(scatter, optionally accumulating). Each is the other's backward. Index ranges
+are checked by kernels, never by reading indices back to the host: a bad index
+raises IndexError at once on the CPU, and at the next synchronisation on a GPU.
 """
 from __future__ import annotations
 
@@ -14,8 +15,9 @@ import operator
 import numpy as np
 
 from .. import _dtype as dt
+from .._tensor_base import Storage, make
 from ..autograd import Function
-from ..layout import contiguous_strides, normalize_dim
+from ..layout import Layout, contiguous_strides, normalize_dim
 from . import views
 from .core import (
     as_operand,
@@ -32,7 +34,8 @@ from .inplace import assign
 
 # ----------------------------------------------------------------------------- the two movers
 class Take(Function):
-    """out = x.reshape(-1)[flat]; ``flat`` holds valid flat indices and gives the result's shape."""
+    """out = x.reshape(-1)[flat]; ``flat`` holds flat indices (the kernel checks their range) and
+    gives the result's shape."""
 
     @staticmethod
     def forward(ctx, x, flat):
@@ -89,18 +92,26 @@ def _as_index_tensor(item, like):
     return t
 
 
-def _checked(index, size: int, dim: int, wrap: bool = True):
-    """int64 copy of ``index`` with negatives wrapped; IndexError for anything out of range
-    (negatives included when not ``wrap``: the gather family takes none, as in PyTorch)."""
+def _wrapped(index, size: int):
+    """int64 ``index`` with its negatives in [-size, 0) wrapped, on the device (no waiting);
+    the rest is left as it is, so a kernel reports an out-of-range index as it was given."""
+    from .elementwise import where
     index = cast(index, dt.int64)
+    return where((index < 0) & (index >= -size), index + size, index)
+
+
+def _checked(index, size: int, dim: int, op: str, wrap: bool = True):
+    """int64 ``index``, wrapped when ``wrap`` (the gather family takes no negatives, as in
+    PyTorch), with its range checked by the take kernel: a gather through a layout of ``size``
+    elements that all alias one reads nothing else but checks every index against ``size``."""
+    index = _wrapped(index, size) if wrap else cast(index, dt.int64)
     if index.numel():
-        lo, hi = int(index.min()), int(index.max())
-        low = -size if wrap else 0
-        if lo < low or hi >= size:
-            bad = lo if lo < low else hi
-            raise IndexError(f"index {bad} is out of bounds for dimension {dim} with size {size}")
-        if lo < 0:
-            index = index + (index < 0) * size
+        packed = packed_buffer(index)
+        try:
+            kernel("take", index)(packed, Layout((size,), (0,)), packed,
+                                  buf(new_like_shape(index.shape, dt.int64, index)))
+        except IndexError as e:  # raised here on the CPU; a GPU reports at its next synchronisation
+            raise IndexError(f"{op}: {e} (dimension {dim})") from None
     return index
 
 
@@ -181,8 +192,9 @@ def _mask_positions(mask):
     return nonzero(mask, as_tuple=True)
 
 
-def flat_indices(view, advanced):
-    """Flat indices into ``view`` for the advanced part, shaped like the indexing result."""
+def flat_indices(view, advanced, wrap: bool = True):
+    """Flat indices into ``view`` for the advanced part, shaped like the indexing result
+    (negative indices wrap when ``wrap``)."""
     from .creation import arange
     check_devices("index", view, *(t for _, t in advanced))
     dims = [d for d, _ in advanced]
@@ -201,7 +213,7 @@ def flat_indices(view, advanced):
     ndim_out = len(rest) + len(bshape)
     flat = None
     for d, idx in advanced:
-        term = _checked(idx, view.shape[d], d) * cs[d]
+        term = _checked(idx, view.shape[d], d, "index", wrap) * cs[d]
         flat = term if flat is None else flat + term
     flat = flat.expand(bshape).reshape((1,) * block + tuple(bshape) + (1,) * (ndim_out - block - len(bshape)))
     for d in rest:
@@ -235,10 +247,10 @@ def setitem(x, index, value):
 
 # ----------------------------------------------------------------------------- gather family
 def nonzero(x, as_tuple=False):
-    from .creation import from_host_array
     compute = dt.compute_dtype(x.dtype)
     xc = cast(x, compute)
-    flat = from_host_array(np.asarray(kernel("nonzero", x)(buf(xc), xc._layout)), x.device)
+    found = kernel("nonzero", x)(buf(xc), xc._layout)
+    flat = make(Storage(found, x._storage.device), Layout((found.size,)), dt.int64)
     if x.ndim == 0:
         coords = []
     else:
@@ -253,11 +265,11 @@ def nonzero(x, as_tuple=False):
     return stack(coords, 1) if coords else flat.new_zeros((flat.numel(), 0))
 
 
-def _along_dim(x_shape, dim, index):
+def _along_dim(op, x_shape, dim, index):
     """Flat indices into a packed x of ``x_shape`` that pick ``index`` along ``dim`` (gather rule)."""
     from .creation import arange
     cs = contiguous_strides(x_shape)
-    index = _checked(index, x_shape[dim], dim, wrap=False)
+    index = _checked(index, x_shape[dim], dim, op, wrap=False)
     flat = index * cs[dim]
     for d in range(index.ndim):
         if d != dim:
@@ -286,8 +298,8 @@ def gather(x, dim, index):
     dim = normalize_dim(dim, x.ndim, "gather")
     _check_gather_shapes("gather", x, dim, index)
     if x.ndim == 0:
-        return Take.apply(x, _checked(index, 1, 0, wrap=False))
-    return Take.apply(x, _along_dim(x.shape, dim, index))
+        return Take.apply(x, cast(index, dt.int64))  # the kernel checks the range of one element
+    return Take.apply(x, _along_dim("gather", x.shape, dim, index))
 
 
 def _scatter(op, x, dim, index, src, accumulate):
@@ -296,7 +308,7 @@ def _scatter(op, x, dim, index, src, accumulate):
     _check_gather_shapes(op, x, dim, index, src if src.ndim else None)
     if src.ndim:
         src = src[tuple(slice(0, n) for n in index.shape)]
-    return IndexPut.apply(x, _along_dim(x.shape, dim, index), src.to(x.dtype), accumulate)
+    return IndexPut.apply(x, _along_dim(op, x.shape, dim, index), src.to(x.dtype), accumulate)
 
 
 def scatter(x, dim, index, src=None, value=None, reduce=None):
@@ -317,8 +329,8 @@ def index_select(x, dim, index):
         raise IndexError(f"index_select(): Index is supposed to be a vector, got shape {list(index.shape)}")
     if index.dtype.is_floating_point or index.dtype is dt.bool_:
         raise TypeError(f"index_select(): Expected dtype int32/int64 for index, got {index.dtype}")
-    index = _checked(index, x.shape[dim] if x.ndim else 1, dim, wrap=False)
-    return getitem(x, (slice(None),) * dim + (index.reshape(-1),))
+    view, advanced = plan(x, (slice(None),) * dim + (index.reshape(-1),))
+    return Take.apply(view, flat_indices(view, advanced, wrap=False))
 
 
 def _index_along(op, x, dim, index, source, accumulate):
@@ -390,6 +402,6 @@ def masked_select(x, mask):
 def take(x, index):
     if index.dtype.is_floating_point or index.dtype is dt.bool_:
         raise TypeError(f"take(): Expected a long tensor for index, but got {index.dtype}")
-    return Take.apply(x, _checked(index, x.numel(), 0))
+    return Take.apply(x, _wrapped(index, x.numel()))  # the kernel checks the range
 
 

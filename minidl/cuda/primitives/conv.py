@@ -1,0 +1,67 @@
+"""Convolution and pooling primitives on the GPU (csrc/conv.cu), with the CPU's geometry checks."""
+import numpy as np
+
+from ... import kernels
+from ...cpu.conv import _channels, _check
+from .. import runtime
+from .common import kernel
+
+FILE = "conv"
+GEOMETRY = np.dtype([(name, "<i8") for name in ("planes", "h", "w", "kh", "kw", "sh", "sw", "ph", "pw", "dh", "dw",
+                                                "oh", "ow")])
+
+
+def _geometry(g):
+    """The kernels' Geometry struct, passed by value."""
+    return np.array(tuple(g), GEOMETRY)
+
+
+def _float_kernel(name, dtype):
+    if np.dtype(dtype) not in (np.float32, np.float64):
+        raise TypeError(f"{name}: no CUDA kernel for dtype {np.dtype(dtype).name} (float32 and float64 only)")
+    return kernel(FILE, name, dtype)
+
+
+def _check_pool_buffers(name, values, like, index, n):
+    if values.size < n or index.size < n or values.dtype != like.dtype or index.dtype != np.int64:
+        raise ValueError(f"{name}: output or index buffer too small or of the wrong dtype")
+
+
+@kernels.register("im2col", "cuda")
+def im2col(x, out, geom, channels=0):
+    g = _check(geom, x, out, "im2col")
+    c = _channels(channels, g[0], "im2col")
+    if out.dtype != x.dtype:
+        raise TypeError("im2col: dtypes differ")
+    n = g[0] * g[3] * g[4] * g[11] * g[12]
+    runtime.launch(_float_kernel("im2col", x.dtype), n, x, out, _geometry(g), runtime.i64(c))
+
+
+@kernels.register("col2im", "cuda")
+def col2im(cols, out, geom, channels=0):
+    g = _check(geom, out, cols, "col2im")
+    c = _channels(channels, g[0], "col2im")
+    if out.dtype != cols.dtype:
+        raise TypeError("col2im: dtypes differ")
+    runtime.launch(_float_kernel("col2im", out.dtype), g[0] * g[1] * g[2], cols, out, _geometry(g), runtime.i64(c))
+
+
+@kernels.register("max_pool2d", "cuda")
+def max_pool2d(x, out, index, geom):
+    g = _check(geom, x, None, "max_pool2d")
+    n = g[0] * g[11] * g[12]
+    _check_pool_buffers("max_pool2d", out, x, index, n)
+    if g[1] * g[2]:
+        runtime.launch(_float_kernel("max_pool2d", x.dtype), n, x, out, index, _geometry(g))
+
+
+@kernels.register("max_pool2d_backward", "cuda")
+def max_pool2d_backward(grad_out, index, grad_in, geom):
+    g = _check(geom, grad_in, None, "max_pool2d_backward")
+    planes, hw, L = g[0], g[1] * g[2], g[11] * g[12]
+    _check_pool_buffers("max_pool2d_backward", grad_out, grad_in, index, planes * L)
+    kern = _float_kernel("max_pool2d_backward", grad_in.dtype)
+    grad_in[:planes * hw] = 0
+    if hw:
+        runtime.launch(kern, planes * L, grad_out, index, grad_in, runtime.i64(planes), runtime.i64(hw),
+                       runtime.i64(L))
