@@ -4,4 +4,4 @@ Each wrapper checks its arguments, turns layouts into the kernels' ``Layout`` st
 a kernel of ``minidl/cuda/csrc`` through ``minidl.cuda.runtime`` (CuPy on a GPU, or the
 simulator). Importing needs neither CuPy nor a GPU; running a kernel needs one of the runtimes.
 """
-from . import elementwise, memory  # noqa: F401  (registration)
+from . import elementwise, memory, random  # noqa: F401  (registration)
