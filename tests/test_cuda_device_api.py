@@ -1,6 +1,10 @@
 """The device API as PyTorch scripts use it, on device 'cuda' (a GPU, or the simulator): factories
 with device=, Tensor.to/.cuda/.cpu, Module.to, minidl.cuda's functions, clear errors when devices
 are mixed, optimizers, DataLoader batches and checkpoints with GPU tensors."""
+import contextlib
+import os
+import traceback
+
 import numpy as np
 import pytest
 
@@ -242,3 +246,68 @@ def test_optimizer_state_follows_its_parameters_device():
     moved = minidl.optim.SGD([q], lr=0.1, momentum=0.9)
     moved.load_state_dict(state)
     assert moved.state[q]["momentum_buffer"].is_cuda
+
+
+# ----------------------------------------------------------------------------- no hidden host round-trips
+@contextlib.contextmanager
+def host_transfers():
+    """Every copy between host and device made inside the block, each as 'kind (bytes): the minidl
+    calls that made it', innermost first."""
+    seen = []
+
+    def listener(kind, nbytes):
+        frames = [f for f in traceback.extract_stack()[:-2] if "/minidl/" in f.filename.replace(os.sep, "/")]
+        where = " <- ".join(f"{os.path.basename(f.filename)}:{f.lineno} {f.name}" for f in reversed(frames[-10:]))
+        seen.append(f"{kind} ({nbytes} B): {where}")
+
+    runtime.transfer_listeners.append(listener)
+    try:
+        yield seen
+    finally:
+        runtime.transfer_listeners.remove(listener)
+
+
+def test_transfers_are_counted():
+    with host_transfers() as seen:
+        x = minidl.tensor([1.0, 2.0], device="cuda")
+        x.tolist()
+    assert [s.split(" ")[0] for s in seen if not s.startswith("error")] == ["from_host", "to_host"]
+    assert "creation.py" in seen[0]
+
+
+def _mlp():
+    return nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Dropout(0.2), nn.Linear(16, 4))
+
+
+def _cnn():
+    return nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.BatchNorm2d(4), nn.ReLU(), nn.MaxPool2d(2),
+                         nn.Flatten(), nn.Dropout(0.1), nn.Linear(4 * 4 * 4, 4))
+
+
+@pytest.mark.parametrize("make, shape, optimizer", [
+    (_mlp, (6, 8), lambda ps: minidl.optim.SGD(ps, lr=0.1, momentum=0.9)),
+    (_cnn, (6, 1, 8, 8), lambda ps: minidl.optim.Adam(ps, lr=1e-3)),
+    (_cnn, (6, 1, 8, 8), lambda ps: minidl.optim.SGD(ps, lr=0.1, momentum=0.9, nesterov=True)),
+], ids=["mlp-dropout-sgd", "cnn-adam", "cnn-sgd"])
+def test_a_training_step_makes_no_host_transfer_but_the_loss_item(make, shape, optimizer):
+    needs("matmul", "reduce", "take", "put", "im2col", "col2im", "max_pool2d", "max_pool2d_backward", "sgd_step",
+          "adam_step", "softmax", "softmax_backward")
+    minidl.manual_seed(0)
+    model = make().to("cuda")
+    opt = optimizer(model.parameters())
+    x, y = minidl.randn(*shape, device="cuda"), minidl.randint(0, 4, (shape[0],), device="cuda")
+
+    def step():
+        loss = minidl.nn.functional.cross_entropy(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        return loss
+
+    first = step().item()   # the first step makes the optimizer's state and caches constants
+    with host_transfers() as seen:
+        loss = step()
+    assert seen == [], "hidden host transfers in a training step:\n" + "\n".join(seen)
+    with host_transfers() as seen:
+        last = loss.item()
+    assert len([s for s in seen if s.startswith("to_host")]) == 1 and last < first + 1

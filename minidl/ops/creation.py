@@ -184,8 +184,26 @@ def arange(start, end=None, step=1, dtype=None, device=None, requires_grad=False
         dtype = dt.get_default_dtype() if any(isinstance(v, float) for v in values) else dt.int64
     dtype = dt.to_dtype(dtype)
     count = max(0, math.ceil((values[1] - values[0]) / values[2]))
-    array = (values[0] + np.arange(count, dtype=np.float64 if dtype.is_floating_point else np.int64) * values[2])
-    return _finish(from_host_array(array.astype(dtype.np), device or "cpu", dtype), requires_grad)
+    device = as_device(device)
+    key = (dtype, device, count, values[0], values[2])
+    source = _ranges.get(key) if device.type != "cpu" else None
+    if source is None:
+        array = (values[0] + np.arange(count, dtype=np.float64 if dtype.is_floating_point else np.int64) * values[2])
+        source = from_host_array(array.astype(dtype.np), device, dtype)
+        if device.type == "cpu" or count > _RANGE_CACHE_MAX:
+            return _finish(source, requires_grad)
+        if len(_ranges) > 256:
+            _ranges.clear()
+        _ranges[key] = source
+    out = _empty(source.shape, dtype, device)
+    kernel("copy", out)(buf(source), source._layout, buf(out), out._layout)
+    return _finish(out, requires_grad)
+
+
+# arange on a GPU copies a cached device copy (models make the same positions or row indices every
+# step; a copy from the host would wait for the bus each time)
+_ranges: dict = {}
+_RANGE_CACHE_MAX = 1 << 16
 
 
 def linspace(start, end, steps, dtype=None, device=None, requires_grad=False):

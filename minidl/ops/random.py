@@ -44,7 +44,7 @@ class Generator:
         return from_numpy(np.frombuffer(_STATE.pack(self._seed, self._offset), dtype=np.uint8).copy())
 
     def set_state(self, new_state) -> "Generator":
-        raw = bytes(np.asarray(new_state.numpy() if hasattr(new_state, "numpy") else new_state, np.uint8))
+        raw = bytes(np.asarray(new_state.cpu().numpy() if hasattr(new_state, "_layout") else new_state, np.uint8))
         if len(raw) != _STATE.size:
             raise RuntimeError(f"set_state: expected a state of {_STATE.size} bytes (seed, offset), got {len(raw)}")
         self._seed, self._offset = _STATE.unpack(raw)
