@@ -179,7 +179,10 @@ class Tensor(TensorBase):
         return ops.creation.filled(shape, 0, dtype, device)
 
     def _ones_like_self(self):
-        """The implicit gradient of a one-element root (a fill from a cached device scalar: no host copy)."""
+        """The implicit gradient of a one-element root: one host value on the CPU (no kernel), a fill
+        from a cached device scalar on a GPU (no copy from the host)."""
+        if self.device.type == "cpu":
+            return ops.creation.from_host_array(np.ones(self._layout.shape, self.dtype.np), self.device, self.dtype)
         return ops.creation.filled(self._layout.shape, 1, self.dtype, self.device)
 
     def _grad_edge(self):

@@ -2,6 +2,7 @@
 import numpy as np
 
 from .. import kernels
+from .jit import CHUNK
 from .random_jit import random_parallel, random_serial
 from .strided import launch, work_items
 
@@ -31,4 +32,4 @@ def random(kind, out, seed, offset, a, b):
     width = span(kind, a, b)
     a, b = (np.int64(a), np.int64(0)) if code == 2 else (np.float64(a), np.float64(b))
     launch(random_serial, random_parallel, out.size, np.int64(code), out, np.uint64(seed % (1 << 64)),
-           np.uint64(offset % (1 << 64)), a, b, width, work_items((out.size,)))
+           np.uint64(offset % (1 << 64)), a, b, width, np.int64(CHUNK), work_items((out.size,)))

@@ -9,8 +9,6 @@ import math
 import numpy as np
 from numba import njit, prange
 
-from .jit import CHUNK
-
 _LO = np.uint64(0xFFFFFFFF)
 _32 = np.uint64(32)
 _M0, _M1 = np.uint64(0xD2511F53), np.uint64(0xCD9E8D57)
@@ -60,12 +58,12 @@ def _draw_range(kind, out, seed, offset, a, b, span, lo, hi):
 
 
 @njit(cache=True, nogil=True)
-def random_serial(kind, out, seed, offset, a, b, span, items):
+def random_serial(kind, out, seed, offset, a, b, span, chunk, items):
     for t in range(items):
-        _draw_range(kind, out, seed, offset, a, b, span, t * CHUNK, min(out.size, (t + 1) * CHUNK))
+        _draw_range(kind, out, seed, offset, a, b, span, t * chunk, min(out.size, (t + 1) * chunk))
 
 
 @njit(cache=True, nogil=True, parallel=True)
-def random_parallel(kind, out, seed, offset, a, b, span, items):
+def random_parallel(kind, out, seed, offset, a, b, span, chunk, items):
     for t in prange(items):
-        _draw_range(kind, out, seed, offset, a, b, span, t * CHUNK, min(out.size, (t + 1) * CHUNK))
+        _draw_range(kind, out, seed, offset, a, b, span, t * chunk, min(out.size, (t + 1) * chunk))

@@ -174,6 +174,12 @@ def full_like(x, fill_value, dtype=None, device=None, requires_grad=False):
     return full(x.shape, fill_value, requires_grad=requires_grad, **_like(x, dtype, device))
 
 
+# arange on a GPU copies a cached device copy (models make the same positions or row indices every
+# step; a copy from the host would wait for the bus each time)
+_ranges: dict = {}
+_RANGE_CACHE_MAX = 1 << 16
+
+
 def arange(start, end=None, step=1, dtype=None, device=None, requires_grad=False):
     if end is None:
         start, end = 0, start
@@ -198,12 +204,6 @@ def arange(start, end=None, step=1, dtype=None, device=None, requires_grad=False
     out = _empty(source.shape, dtype, device)
     kernel("copy", out)(buf(source), source._layout, buf(out), out._layout)
     return _finish(out, requires_grad)
-
-
-# arange on a GPU copies a cached device copy (models make the same positions or row indices every
-# step; a copy from the host would wait for the bus each time)
-_ranges: dict = {}
-_RANGE_CACHE_MAX = 1 << 16
 
 
 def linspace(start, end, steps, dtype=None, device=None, requires_grad=False):
