@@ -3,6 +3,7 @@
     python examples/train_digits.py                  # CNN, 98%+ on the 20% hold-out
     python examples/train_digits.py --model mlp      # MLP, 97%+
     python examples/train_digits.py --resume         # continue from the last checkpoint
+    python examples/train_digits.py --device cuda    # on a GPU (MINIDL_CUDA_SIM=1: the CPU simulator)
 
 The script is written as a PyTorch user would write it: swap `minidl` for `torch` (and
 `minidl.vision` for `torchvision`-style code) and it reads the same.
@@ -34,17 +35,18 @@ def make_model(kind: str) -> nn.Module:
     )
 
 
-def evaluate(model, loader):
+def evaluate(model, loader, device="cpu"):
     model.eval()
     correct = total = 0
     with minidl.no_grad():
         for images, labels in loader:
+            images, labels = images.to(device), labels.to(device)
             correct += (model(images).argmax(1) == labels).sum().item()
             total += labels.shape[0]
     return correct / total
 
 
-def train_epoch(model, loader, optimizer, desc, limit=None, show=True):
+def train_epoch(model, loader, optimizer, desc, limit=None, show=True, device="cpu"):
     """One pass over ``loader`` (at most ``limit`` batches) with a progress bar; the mean loss."""
     model.train()
     total_loss = seen = 0.0
@@ -53,6 +55,7 @@ def train_epoch(model, loader, optimizer, desc, limit=None, show=True):
     for step, (images, labels) in enumerate(bar):
         if step == batches:
             break
+        images, labels = images.to(device, non_blocking=True), labels.to(device, non_blocking=True)
         loss = F.cross_entropy(model(images), labels)
         optimizer.zero_grad()
         loss.backward()
@@ -73,10 +76,12 @@ def main(argv=None):
     parser.add_argument("--checkpoint", default=None, help="default: digits-<model>.safetensors")
     parser.add_argument("--resume", action="store_true", help="continue from the checkpoint")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--limit-batches", type=int, default=None, help="train on at most this many batches an epoch")
     args = parser.parse_args(argv)
-    if minidl.device(args.device).type != "cpu":
-        sys.exit(f"error: device '{args.device}': the CUDA backend is not available yet in minidl "
-                 f"(use --device cpu)")
+    device = minidl.device(args.device)
+    if device.type == "cuda" and not minidl.cuda.is_available():
+        sys.exit(f"error: device '{args.device}': the CUDA backend is not available here (it needs CuPy and an "
+                 f"NVIDIA GPU; MINIDL_CUDA_SIM=1 runs it on the CPU simulator); use --device cpu")
     epochs = args.epochs or (15 if args.model == "cnn" else 60)
     checkpoint = args.checkpoint or f"digits-{args.model}.safetensors"
 
@@ -84,31 +89,37 @@ def main(argv=None):
     generator = minidl.Generator().manual_seed(args.seed)
     train_loader = DataLoader(Digits(train=True), batch_size=args.batch_size, shuffle=True, generator=generator)
     test_loader = DataLoader(Digits(train=False), batch_size=256)
-    model = make_model(args.model)
+    model = make_model(args.model).to(device)
     optimizer = Adam(model.parameters(), lr=args.lr)
     scheduler = CosineAnnealingLR(optimizer, T_max=epochs)
     start_epoch = 0
     if args.resume and os.path.exists(checkpoint):
-        state = minidl.load(checkpoint)
+        state = minidl.load(checkpoint, map_location=device)
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
         scheduler.load_state_dict(state["scheduler"])
         minidl.set_rng_state(state["rng"])
         generator.set_state(state["loader_rng"])
+        if "cuda_rng" in state:
+            minidl.cuda.set_rng_state(state["cuda_rng"], device)
         start_epoch = state["epoch"]
         print(f"resumed from {checkpoint} at epoch {start_epoch}")
 
     began = time.perf_counter()
-    accuracy = evaluate(model, test_loader)
+    accuracy = evaluate(model, test_loader, device)
     for epoch in range(start_epoch, epochs):
-        loss = train_epoch(model, train_loader, optimizer, f"epoch {epoch + 1}/{epochs}")
+        loss = train_epoch(model, train_loader, optimizer, f"epoch {epoch + 1}/{epochs}", args.limit_batches,
+                           device=device)
         scheduler.step()
-        accuracy = evaluate(model, test_loader)
+        accuracy = evaluate(model, test_loader, device)
         print(f"epoch {epoch + 1:3d}  loss {loss:.4f}  test accuracy {accuracy:.4f}  "
               f"({time.perf_counter() - began:.1f} s)")
-        minidl.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
-                     "scheduler": scheduler.state_dict(), "epoch": epoch + 1, "rng": minidl.get_rng_state(),
-                     "loader_rng": generator.get_state()}, checkpoint)
+        state = {"model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                 "scheduler": scheduler.state_dict(), "epoch": epoch + 1, "rng": minidl.get_rng_state(),
+                 "loader_rng": generator.get_state()}
+        if device.type == "cuda":
+            state["cuda_rng"] = minidl.cuda.get_rng_state(device)  # dropout draws on the GPU
+        minidl.save(state, checkpoint)
     print(f"final test accuracy {accuracy:.4f} ({args.model}, {time.perf_counter() - began:.1f} s); "
           f"checkpoint: {checkpoint}")
     return accuracy

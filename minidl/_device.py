@@ -9,6 +9,8 @@ class device:
         if isinstance(spec, device):
             self.type, self.index = spec.type, spec.index
             return
+        if isinstance(spec, int) and not isinstance(spec, bool):
+            spec = f"cuda:{spec}"  # a bare ordinal names a GPU, as in PyTorch
         spec = str(spec)
         kind, _, num = spec.partition(":")
         if kind not in ("cpu", "cuda"):

@@ -114,22 +114,26 @@ class Tensor(TensorBase):
     __str__ = __repr__
 
     def to(self, *args, **kwargs):
-        """to(dtype) / to(device) / to(device, dtype) / to(other_tensor)."""
-        dtype = kwargs.get("dtype")
-        device = kwargs.get("device")
+        """to(dtype) / to(device, dtype) / to(other_tensor), with PyTorch's non_blocking and copy
+        (non_blocking is accepted; copies between devices are synchronous here)."""
+        dtype, device, copy = kwargs.get("dtype"), kwargs.get("device"), kwargs.get("copy", False)
+        flags = []
         for a in args:
             if isinstance(a, TensorBase):   # (first: ``a in (float, ...)`` would compare a tensor)
                 dtype, device = a.dtype, a.device
+            elif isinstance(a, bool):
+                flags.append(a)             # positional non_blocking, copy
             elif isinstance(a, dt.dtype) or a in (float, int, bool):
                 dtype = a
             elif a is not None:
                 device = a
+        copy = copy or (len(flags) > 1 and flags[1])
         out = self
         if device is not None and as_device(device) != self.device:
             out = ops.to_device(out, as_device(device))
         if dtype is not None and dt.to_dtype(dtype) is not out.dtype:
             out = ops.to_dtype(out, dt.to_dtype(dtype))
-        return out
+        return out.clone() if copy and out is self else out
 
     def type(self, dtype=None):
         return self.dtype if dtype is None else self.to(dtype)
@@ -137,8 +141,18 @@ class Tensor(TensorBase):
     def cpu(self):
         return self.to("cpu")
 
-    def cuda(self, device=None):
+    def cuda(self, device=None, non_blocking=False):
         return self.to("cuda" if device is None else f"cuda:{device}" if isinstance(device, int) else device)
+
+    def pin_memory(self, device=None):
+        """This CPU tensor itself: host memory is not page-locked here (copies to the GPU are
+        synchronous either way), so pinning only checks that the tensor is on the CPU."""
+        if self.device.type != "cpu":
+            raise RuntimeError(f"cannot pin '{self.device}' memory: only CPU tensors can be pinned")
+        return self
+
+    def is_pinned(self, device=None) -> bool:
+        return False
 
     def float(self):
         return self.to(dt.float32)
@@ -165,8 +179,11 @@ class Tensor(TensorBase):
         return ops.creation.filled(shape, 0, dtype, device)
 
     def _ones_like_self(self):
-        """The implicit gradient of a one-element root: one host value, no fill kernel."""
-        return ops.creation.from_host_array(np.ones(self._layout.shape, self.dtype.np), self.device, self.dtype)
+        """The implicit gradient of a one-element root: one host value on the CPU (no kernel), a fill
+        from a cached device scalar on a GPU (no copy from the host)."""
+        if self.device.type == "cpu":
+            return ops.creation.from_host_array(np.ones(self._layout.shape, self.dtype.np), self.device, self.dtype)
+        return ops.creation.filled(self._layout.shape, 1, self.dtype, self.device)
 
     def _grad_edge(self):
         """As Variable's, but a view whose memory was written in place since its history was made
@@ -441,22 +458,21 @@ class Tensor(TensorBase):
         return self
 
     def uniform_(self, a=0.0, b=1.0, generator=None):
-        return ops.creation.fill_random_(self, lambda g, s: g.uniform(a, b, s), generator)
+        return ops.creation.fill_random_(self, "uniform", float(a), float(b), generator, "uniform_")
 
     def normal_(self, mean=0.0, std=1.0, generator=None):
-        return ops.creation.fill_random_(self, lambda g, s: g.normal(mean, std, s), generator)
+        return ops.creation.fill_random_(self, "normal", float(mean), float(std), generator, "normal_")
 
     def bernoulli_(self, p=0.5, generator=None):
         """Fill with 0/1 draws, 1 with probability p (a number, or a tensor broadcast to self)."""
-        return ops.creation.fill_random_(self, lambda g, s: ops.creation.bernoulli_draws(g, s, p), generator)
+        return ops.creation.bernoulli_(self, p, generator)
 
     def exponential_(self, lambd=1.0, generator=None):
-        if not lambd > 0:
-            raise RuntimeError(f"exponential_: expects lambd > 0.0, but found lambd={lambd}")
-        return ops.creation.fill_random_(self, lambda g, s: g.exponential(1.0 / lambd, s), generator)
+        return ops.creation.exponential_(self, lambd, generator)
 
     def random_(self, low=0, high=None, generator=None):
-        return ops.creation.fill_random_(self, lambda g, s: g.integers(low, high, s), generator)
+        low, high = (0, low) if high is None else (low, high)
+        return ops.creation.fill_random_(self, "integers", int(low), int(high), generator, "random_")
 
 
 def _rebuild(storage, layout, dtype, requires_grad):

@@ -172,7 +172,7 @@ _devices: dict = {}
 
 def as_device(d) -> Device:
     """The one shared device object for ``d`` (so ops can compare devices with ``is``)."""
-    key = str(d) if d is not None else "cpu"
+    key = "cpu" if d is None else f"cuda:{d}" if isinstance(d, int) and not isinstance(d, bool) else str(d)
     found = _devices.get(key)
     if found is None:
         found = Device(key)

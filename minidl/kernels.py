@@ -45,6 +45,8 @@ adam_step            (p, g, m, v, vmax, beta1, beta2, eps, wd,        one fused 
                       decay, amsgrad, maximize, step_size, bc2)
 softmax              (x, out, n, log)                                 (log_)softmax of each packed row of n elements
 softmax_backward     (y, g, out, n, log)                              its gradient from the output y (see below)
+random               (kind, out, seed, offset, a, b)                  fill the whole 1-D buffer out with draws of a
+                                                                      RANDOM_KINDS kind from Philox (see below)
 ===================  ===============================================  ==============================================
 
 ``geom`` for im2col, col2im and the two max-pool kernels is ``(planes, h, w, kh, kw, sh, sw, ph, pw, dh, dw, oh, ow)``: planes =
@@ -68,6 +70,17 @@ The optimizer steps update each element in place, with ``d = -g if maximize else
 The softmax pair works on packed rows (buffers of rows * n elements from element 0), max-shifted so
 that logits of any magnitude stay finite: softmax ``y = exp(x - m) / sum(exp(x - m))``, log-softmax
 ``y = (x - m) - log(sum(exp(x - m)))``; backward ``y * (g - sum(g*y))``, resp. ``g - exp(y) * sum(g)``.
+
+``random`` is counter-based, so every device gives the same numbers: element i is made from the four
+32-bit words w0..w3 of Philox4x32-10 (Salmon et al., SC'11) with key (seed mod 2^32, seed >> 32) and
+counter (c mod 2^32, c >> 32, 0, 0), c = offset + i (seed, offset: unsigned 64-bit). With
+``u24 = (w0 >> 8) * 2^-24``, ``u53(x, y) = ((y << 32 | x) >> 11) * 2^-53``, all arithmetic in float64
+without fused multiply-adds, rounded once to out's dtype:
+
+- uniform (float32, float64 out): ``a + (b - a) * u``, u = u24 for float32, u53(w0, w1) for float64;
+- normal (float32, float64): ``a + b * sqrt(-2 log(u53(w0, w1) + 2^-53)) * cos(2 pi u53(w2, w3))``;
+- integers (int64 out; a, b integers, a < b): ``a + ((w1 << 32 | w0) mod (b - a))`` in 64-bit
+  unsigned arithmetic (the whole 64-bit range when b - a wraps to 0).
 """
 from __future__ import annotations
 
@@ -82,11 +95,12 @@ COMPARE_OPS = ("eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or", 
 REDUCE_OPS = ("sum", "prod", "max", "min")
 ARG_REDUCE_OPS = ("argmax", "argmin")
 SCAN_OPS = ("cumsum", "cumprod")
+RANDOM_KINDS = ("uniform", "normal", "integers")
 
 PRIMITIVES = ("alloc", "from_host", "to_host", "share_memory", "open_shared", "copy", "unary", "binary",
               "compare", "where", "reduce", "arg_reduce", "scan", "argsort", "take", "put", "nonzero", "matmul",
               "im2col", "col2im", "max_pool2d", "max_pool2d_backward", "sgd_step", "adam_step", "softmax",
-              "softmax_backward")
+              "softmax_backward", "random")
 
 # device type -> module whose import registers that device's kernels
 _BACKEND_MODULES = {"cpu": "minidl.cpu", "cuda": "minidl.cuda.primitives"}

@@ -18,7 +18,9 @@ import tempfile
 import numpy as np
 import safetensors.numpy
 
+from . import cuda
 from ._tensor import Tensor
+from ._tensor_base import as_device
 from .ops.creation import from_numpy
 
 _SKELETON_KEY = "minidl.skeleton"
@@ -34,7 +36,7 @@ def _encode(obj, path: str, tensors: dict):
         while name in tensors:
             name += "'"
         tensors[name] = np.array(obj.detach().cpu().numpy(force=True), order="C")  # keeps 0-d shapes
-        return {"$tensor": name}
+        return {"$tensor": name} if obj.device.type == "cpu" else {"$tensor": name, "device": str(obj.device)}
     if obj is None or isinstance(obj, (bool, str)):
         return obj
     if isinstance(obj, (int, np.integer)):
@@ -57,17 +59,37 @@ def _encode(obj, path: str, tensors: dict):
                     f"cannot hold (tensors, numbers, strings, None, lists, tuples and dicts only)")
 
 
-def _decode(node, tensors: dict):
+def _place(t, saved: str, map_location):
+    """The loaded CPU tensor ``t`` on the device PyTorch's ``map_location`` rules pick: the saved
+    device by default; a device (or its name) for all; a dict from saved to target device names;
+    or a callable (tensor, saved location) -> tensor, None meaning the default."""
+    target = saved
+    if callable(map_location):
+        moved = map_location(t, saved)
+        if moved is not None:
+            return moved
+    elif isinstance(map_location, dict):
+        target = map_location.get(saved, saved)
+    elif map_location is not None:
+        target = map_location
+    target = as_device(target)
+    if target.type == "cuda" and not cuda.is_available():
+        raise RuntimeError(f"minidl.load: a tensor was saved on {saved} but CUDA is not available; on a machine "
+                           f"without a GPU pass map_location='cpu' (or a device) to minidl.load")
+    return t.to(target)
+
+
+def _decode(node, tensors: dict, map_location=None):
     if isinstance(node, list):
-        return [_decode(v, tensors) for v in node]
+        return [_decode(v, tensors, map_location) for v in node]
     if isinstance(node, dict):
         if "$tensor" in node:
-            return tensors[node["$tensor"]]
+            return _place(tensors[node["$tensor"]], node.get("device", "cpu"), map_location)
         if "$float" in node:
             return float(node["$float"])
         if "$tuple" in node:
-            return tuple(_decode(v, tensors) for v in node["$tuple"])
-        return {_decode(k, tensors): _decode(v, tensors) for k, v in node["$dict"]}
+            return tuple(_decode(v, tensors, map_location) for v in node["$tuple"])
+        return {_decode(k, tensors): _decode(v, tensors, map_location) for k, v in node["$dict"]}
     return node
 
 
@@ -119,7 +141,8 @@ def _metadata(data: bytes, name: str) -> dict:
 
 
 def load(f, map_location=None, weights_only=True):
-    """Read what ``save`` wrote; ``map_location`` moves every tensor to that device.
+    """Read what ``save`` wrote. Tensors go back to the device they were saved from, unless
+    ``map_location`` (as in ``torch.load``: a device, a dict of device names, or a callable) says otherwise.
 
     ``weights_only`` is accepted for PyTorch compatibility: loading never runs code anyway.
     """
@@ -134,15 +157,10 @@ def load(f, map_location=None, weights_only=True):
         arrays = safetensors.numpy.load(data)
     except Exception as e:  # the package reports corruption with its own exception types
         raise RuntimeError(f"minidl.load: {name} is corrupted or not a safetensors file ({e})") from None
-    tensors = {}
-    for key, array in arrays.items():
-        t = from_numpy(array if array.flags.writeable else array.copy())
-        if map_location is not None:
-            t = t.to(map_location if not callable(map_location) else map_location(t, "cpu"))
-        tensors[key] = t
-    if metadata.get(_FORMAT_KEY) is None:
-        return tensors  # a plain safetensors file: its tensors by name
+    tensors = {key: from_numpy(array if array.flags.writeable else array.copy()) for key, array in arrays.items()}
+    if metadata.get(_FORMAT_KEY) is None:  # a plain safetensors file: its tensors by name
+        return {key: _place(t, "cpu", map_location) for key, t in tensors.items()}
     try:
-        return _decode(json.loads(metadata[_SKELETON_KEY]), tensors)
+        return _decode(json.loads(metadata[_SKELETON_KEY]), tensors, map_location)
     except (KeyError, TypeError, ValueError) as e:
         raise RuntimeError(f"minidl.load: {name} has a damaged minidl skeleton ({e!r})") from None

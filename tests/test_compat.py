@@ -35,9 +35,20 @@ def test_backends_names_exist_in_torch():
 
 def test_cuda_unavailable_without_cupy(monkeypatch):
     import importlib.util
+
+    from minidl.cuda import runtime
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "cupy" else real(name, *a))
+    monkeypatch.setattr(runtime, "_sim_requested", False)   # (tests before may have switched the simulator on)
+    monkeypatch.setattr(runtime, "_runtime", None)
     assert minidl.cuda.is_available() is False and minidl.cuda.device_count() == 0
+
+
+def test_cuda_available_on_the_simulator(monkeypatch):
+    from minidl.cuda import runtime
+    monkeypatch.setattr(runtime, "_sim_requested", True)   # what minidl.cuda.sim_enable() sets
+    monkeypatch.setattr(runtime, "_runtime", None)
+    assert minidl.cuda.is_available() and minidl.cuda.device_count() == 1
 
 
 def test_import_minidl_imports_no_gpu_library():

@@ -61,7 +61,8 @@ def test_results_correct_with_jit_disabled():
 
 
 def test_all_jitted_code_lives_in_one_module():
-    """Numba's cache only notices edits to a kernel's own file, so inlined helpers must share it."""
+    """Numba's cache only notices edits to a kernel's own file, so inlined helpers must share it
+    (random_jit.py is the one self-contained exception: it inlines nothing from jit.py)."""
     import importlib
     import pkgutil
 
@@ -73,7 +74,8 @@ def test_all_jitted_code_lives_in_one_module():
         module = importlib.import_module(f"minidl.cpu.{info.name}")
         for name, obj in vars(module).items():
             if isinstance(obj, numba.core.dispatcher.Dispatcher):
-                assert obj.py_func.__module__ == "minidl.cpu.jit", f"{info.name}.{name} is jitted outside jit.py"
+                assert obj.py_func.__module__ in ("minidl.cpu.jit", "minidl.cpu.random_jit"), \
+                    f"{info.name}.{name} is jitted outside jit.py"
 
 
 def test_set_num_threads_before_the_first_op_keeps_the_workqueue_layer():

@@ -1,24 +1,140 @@
-"""The package of the CUDA backend (its kernels are to come). Imported by ``import minidl``, so it
-imports nothing heavy: for now, whether a GPU can be used, as ``torch.cuda`` tells scripts."""
-import importlib.util
+"""``minidl.cuda``, as ``torch.cuda``: whether device 'cuda' can run, synchronisation, memory
+statistics and the GPUs' random generators.
 
+Imported by ``import minidl``, so it imports nothing heavy: CuPy is loaded by the runtime the
+first time a function here (or a CUDA tensor) needs the device. Device 'cuda' runs on a GPU
+through CuPy, or on the CPU simulator after :func:`sim_enable` / ``MINIDL_CUDA_SIM=1``.
+"""
 from . import amp  # noqa: F401  (torch.cuda.amp's spelling)
+from . import runtime
+from .runtime import sim_enable  # noqa: F401
 
-
-def device_count() -> int:
-    """How many GPUs CuPy sees (0 without CuPy, a driver or a GPU)."""
-    if importlib.util.find_spec("cupy") is None:
-        return 0
-    try:
-        import cupy
-        return cupy.cuda.runtime.getDeviceCount()
-    except Exception:  # CuPy installed but no usable driver or device: its errors vary by version
-        return 0
+_current = [0]
 
 
 def is_available() -> bool:
-    """True when a GPU can run minidl's kernels: CuPy sees one *and* the CUDA primitives are
-    registered (until they are, scripts that test this fall back to the CPU, as they should)."""
-    from .. import kernels
-    return bool(kernels.registered("cuda")) and device_count() > 0
+    """True when device 'cuda' can run kernels: CuPy with a GPU, or the simulator when enabled."""
+    return runtime.available()
 
+
+def device_count() -> int:
+    return runtime.get().device_count() if runtime.available() else 0
+
+
+def _index(device) -> int:
+    """The GPU index of ``device`` (None: the current one), checked against the device count."""
+    from .._device import device as Device
+    if device is None:
+        return _current[0]
+    if isinstance(device, int):
+        index = device
+    else:
+        d = Device(device)
+        if d.type != "cuda":
+            raise ValueError(f"Expected a cuda device, but got: {d}")
+        index = d.index
+    count = device_count()
+    if not 0 <= index < count:
+        raise RuntimeError(f"CUDA error: invalid device ordinal {index} ({count} device(s) available)")
+    return index
+
+
+def _require() -> None:
+    if not runtime.available():
+        runtime.get()  # raises runtime.Unavailable, which says why
+
+
+def current_device() -> int:
+    _require()
+    return _current[0]
+
+
+def set_device(device) -> None:
+    """Make ``device`` the current GPU (CuPy allocates and launches there)."""
+    _require()
+    index = _index(device)
+    _current[0] = index
+    rt = runtime.get()
+    if rt.name == "cupy":
+        rt.cupy.cuda.Device(index).use()
+
+
+def synchronize(device=None) -> None:
+    """Wait for every kernel launched so far; raises the IndexError a kernel recorded meanwhile."""
+    _require()
+    _index(device)
+    runtime.get().synchronize()
+    runtime.raise_pending_errors()
+
+
+def memory_allocated(device=None) -> int:
+    """Bytes held by live CUDA buffers (CuPy's pool in use; the simulator's live arrays)."""
+    _require()
+    _index(device)
+    return runtime.get().memory_allocated()
+
+
+def max_memory_allocated(device=None) -> int:
+    _require()
+    _index(device)
+    return runtime.max_memory_allocated()
+
+
+def reset_peak_memory_stats(device=None) -> None:
+    _require()
+    _index(device)
+    runtime.reset_peak_memory_stats()
+
+
+def empty_cache() -> None:
+    """Give the memory pool's unused blocks back to the driver (nothing to do in the simulator)."""
+    if runtime.available():
+        runtime.get().empty_cache()
+
+
+# ----------------------------------------------------------------------------- random generators
+def _generator(device=None):
+    from ..ops.random import device_generator
+    return device_generator(f"cuda:{_index(device) if device is not None else _current[0]}")
+
+
+def manual_seed(seed: int) -> None:
+    """Seed the current GPU's generator."""
+    from ..ops.random import seed_cuda
+    seed_cuda(int(seed), _current[0])
+
+
+def manual_seed_all(seed: int) -> None:
+    from ..ops.random import seed_cuda
+    seed_cuda(int(seed))
+
+
+def seed() -> None:
+    _generator().seed()
+
+
+def seed_all() -> None:
+    from ..ops.random import seed_cuda
+    seed_cuda(_generator().seed())
+
+
+def initial_seed() -> int:
+    return _generator().initial_seed()
+
+
+def get_rng_state(device="cuda"):
+    """The generator state of a GPU: a CPU uint8 tensor of 16 bytes (seed, offset)."""
+    return _generator(device).get_state()
+
+
+def set_rng_state(new_state, device="cuda") -> None:
+    _generator(device).set_state(new_state)
+
+
+def get_rng_state_all() -> list:
+    return [get_rng_state(i) for i in range(device_count())]
+
+
+def set_rng_state_all(new_states) -> None:
+    for i, state in enumerate(new_states):
+        set_rng_state(state, i)

@@ -13,6 +13,7 @@ import functools
 import importlib.util
 import os
 import struct
+import weakref
 
 import numpy as np
 
@@ -62,6 +63,12 @@ class CupyRuntime:
     def to_numpy(self, buf):
         return self.cupy.asnumpy(buf)
 
+    def memory_allocated(self) -> int:
+        return self.cupy.get_default_memory_pool().used_bytes()
+
+    def empty_cache(self) -> None:
+        self.cupy.get_default_memory_pool().free_all_blocks()
+
 
 class SimRuntime:
     """The simulator: buffers are numpy arrays, kernels run as fibers on the CPU."""
@@ -79,8 +86,21 @@ class SimRuntime:
     def synchronize(self) -> None:
         pass
 
+    def __init__(self):
+        self.live_bytes = 0
+
     def to_numpy(self, buf):
         return buf.copy()
+
+    def memory_allocated(self) -> int:
+        """Bytes of the device buffers still alive (each is counted until it is garbage)."""
+        return self.live_bytes
+
+    def empty_cache(self) -> None:
+        pass
+
+    def _free(self, nbytes: int) -> None:
+        self.live_bytes -= nbytes
 
 
 _runtime = None
@@ -196,8 +216,39 @@ def raise_pending_errors() -> None:
     buf = _error_buffers.get(get().name)
     if buf is None:
         return
+    note_transfer("error check", buf.nbytes)
     code, index, size = (int(v) for v in get().to_numpy(buf))
     if code:
         buf[...] = 0
         raise IndexError(f"index {index} is out of bounds for dimension with size {size} "
                          f"(reported by a CUDA kernel at this synchronisation)")
+
+
+# ---------------------------------------------------------------------------- accounting
+_peak = {"bytes": 0}
+transfer_listeners: list = []  # functions (kind, nbytes) told of every host <-> device copy
+
+
+def note_transfer(kind: str, nbytes: int) -> None:
+    """Record a copy between host and device ("from_host", "to_host", "error check"): each one
+    waits for the device or the bus, which is what a training step must avoid."""
+    for listener in transfer_listeners:
+        listener(kind, nbytes)
+
+
+def track(buf):
+    """Account a new device buffer (live bytes in the simulator, the peak on both runtimes)."""
+    rt = get()
+    if isinstance(rt, SimRuntime):
+        rt.live_bytes += buf.nbytes
+        weakref.finalize(buf, rt._free, buf.nbytes)
+    _peak["bytes"] = max(_peak["bytes"], rt.memory_allocated())
+    return buf
+
+
+def max_memory_allocated() -> int:
+    return max(_peak["bytes"], get().memory_allocated())
+
+
+def reset_peak_memory_stats() -> None:
+    _peak["bytes"] = get().memory_allocated()

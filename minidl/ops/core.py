@@ -1,6 +1,8 @@
 """Helpers every op uses: launching primitives on tensors, casting, scalars, broadcasting grads."""
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from .. import _dtype as dt
@@ -68,8 +70,8 @@ def scalar_tensor(value, dtype, device) -> TensorBase:
 def as_operand(x, like: TensorBase) -> TensorBase:
     """Tensors pass through; Python/numpy numbers become wrapped 0-d tensors on ``like``'s device.
 
-    Wrapped numbers are internal and never written to, so recent ones are reused (zero is
-    not cached: 0.0 and -0.0 compare equal but differ).
+    Wrapped numbers are internal and never written to, so recent ones are reused: on a GPU each
+    new one is a copy from the host. (0.0 and -0.0 compare equal but differ: the sign is in the key.)
     """
     if isinstance(x, TensorBase):
         return x
@@ -79,11 +81,11 @@ def as_operand(x, like: TensorBase) -> TensorBase:
     dtype = dt.scalar_dtype(x)
     if like.dtype is dt.float64 and dtype.is_floating_point:
         dtype = dt.float64  # keep the number's double precision; promotion gives float64 anyway
-    key = (type(x), x, device, dtype)
-    found = _scalars.get(key) if x else None
+    key = (type(x), x, math.copysign(1.0, x) if isinstance(x, (float, np.floating)) else 0, device, dtype)
+    found = _scalars.get(key)
     if found is None:
         found = scalar_tensor(x, dtype, device)
-        if x and x == x:
+        if x == x:
             if len(_scalars) > 512:
                 _scalars.clear()
             _scalars[key] = found

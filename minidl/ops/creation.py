@@ -12,9 +12,10 @@ from .. import kernels
 from .._tensor_base import Storage, as_device, make
 from .._tensor_base import empty as _empty
 from ..layout import Layout
-from .core import buf, kernel
+from ..autograd import grad_mode
+from .core import buf, cast, kernel
 from .inplace import check_writable
-from .random import numpy_generator
+from .random import draw, numpy_generator
 
 
 def _size(size):
@@ -114,12 +115,27 @@ def empty(*size, dtype=None, device=None, requires_grad=False):
                           as_device(device)), requires_grad)
 
 
+_fill_values: dict = {}
+
+
+def _device_value(value, dtype, device):
+    """A one-element device buffer holding ``value`` as ``dtype``, cached by its bytes (so -0.0 and
+    NaN are their own entries): filling zeros every step then copies nothing from the host."""
+    host = np.array([value], dtype=dtype.np)
+    key = (dtype, device, host.tobytes())
+    found = _fill_values.get(key)
+    if found is None:
+        if len(_fill_values) > 512:
+            _fill_values.clear()
+        found = _fill_values[key] = kernels.get("from_host", device.type)(host)
+    return found
+
+
 def filled(shape, value, dtype, device):
     """A new tensor of ``shape`` holding ``value`` everywhere (no checks: the factories' core)."""
     t = _empty(shape, dtype, device)
     if t._layout.numel:
-        scalar = kernels.get("from_host", device.type)(np.array([value], dtype=dtype.np))
-        kernel("copy", t)(scalar, Layout(shape, (0,) * len(shape)), buf(t), t._layout)
+        kernel("copy", t)(_device_value(value, dtype, device), Layout(shape, (0,) * len(shape)), buf(t), t._layout)
     return t
 
 
@@ -158,6 +174,12 @@ def full_like(x, fill_value, dtype=None, device=None, requires_grad=False):
     return full(x.shape, fill_value, requires_grad=requires_grad, **_like(x, dtype, device))
 
 
+# arange on a GPU copies a cached device copy (models make the same positions or row indices every
+# step; a copy from the host would wait for the bus each time)
+_ranges: dict = {}
+_RANGE_CACHE_MAX = 1 << 16
+
+
 def arange(start, end=None, step=1, dtype=None, device=None, requires_grad=False):
     if end is None:
         start, end = 0, start
@@ -168,8 +190,20 @@ def arange(start, end=None, step=1, dtype=None, device=None, requires_grad=False
         dtype = dt.get_default_dtype() if any(isinstance(v, float) for v in values) else dt.int64
     dtype = dt.to_dtype(dtype)
     count = max(0, math.ceil((values[1] - values[0]) / values[2]))
-    array = (values[0] + np.arange(count, dtype=np.float64 if dtype.is_floating_point else np.int64) * values[2])
-    return _finish(from_host_array(array.astype(dtype.np), device or "cpu", dtype), requires_grad)
+    device = as_device(device)
+    key = (dtype, device, count, values[0], values[2])
+    source = _ranges.get(key) if device.type != "cpu" else None
+    if source is None:
+        array = (values[0] + np.arange(count, dtype=np.float64 if dtype.is_floating_point else np.int64) * values[2])
+        source = from_host_array(array.astype(dtype.np), device, dtype)
+        if device.type == "cpu" or count > _RANGE_CACHE_MAX:
+            return _finish(source, requires_grad)
+        if len(_ranges) > 256:
+            _ranges.clear()
+        _ranges[key] = source
+    out = _empty(source.shape, dtype, device)
+    kernel("copy", out)(buf(source), source._layout, buf(out), out._layout)
+    return _finish(out, requires_grad)
 
 
 def linspace(start, end, steps, dtype=None, device=None, requires_grad=False):
@@ -184,18 +218,26 @@ def eye(n, m=None, dtype=None, device=None, requires_grad=False):
 
 
 # ----------------------------------------------------------------------------- random
-def _random(draw, size, dtype, device, requires_grad, generator):
+def _float_dtype(dtype, op: str):
+    """The dtype a float draw is made in for ``dtype`` (float16 rounds a float32 draw)."""
+    if not dtype.is_floating_point:
+        raise RuntimeError(f"{op}: expected a floating point dtype, got {dtype.name}")
+    return dtype if dtype is dt.float64 else dt.float32
+
+
+def _random(kind, size, dtype, device, a, b, requires_grad, generator, op):
     dtype = dt.to_dtype(dtype) if dtype is not None else dt.get_default_dtype()
-    array = draw(numpy_generator(generator), _size(size))
-    return _finish(from_host_array(np.asarray(array).astype(dtype.np), device or "cpu", dtype), requires_grad)
+    compute = dt.int64 if kind == "integers" else _float_dtype(dtype, op)
+    out = draw(kind, _size(size), compute, device or "cpu", a, b, generator)
+    return _finish(cast(out, dtype), requires_grad)
 
 
 def rand(*size, generator=None, dtype=None, device=None, requires_grad=False):
-    return _random(lambda g, s: g.random(s), size, dtype, device, requires_grad, generator)
+    return _random("uniform", size, dtype, device, 0.0, 1.0, requires_grad, generator, "rand")
 
 
 def randn(*size, generator=None, dtype=None, device=None, requires_grad=False):
-    return _random(lambda g, s: g.standard_normal(s), size, dtype, device, requires_grad, generator)
+    return _random("normal", size, dtype, device, 0.0, 1.0, requires_grad, generator, "randn")
 
 
 def randint(low, high=None, size=None, generator=None, dtype=None, device=None, requires_grad=False):
@@ -205,17 +247,18 @@ def randint(low, high=None, size=None, generator=None, dtype=None, device=None, 
         low, high = 0, low
     if size is None:
         raise TypeError("randint() missing required argument 'size'")
-    return _random(lambda g, s: g.integers(low, high, s), (size,), dtype or dt.int64, device, requires_grad,
-                   generator)
+    return _random("integers", (size,), dtype or dt.int64, device, int(low), int(high), requires_grad, generator,
+                   "randint")
 
 
 def randperm(n, generator=None, dtype=None, device=None, requires_grad=False):
+    """A host draw (a shuffle is host work; the DataLoader's runs outside the training step)."""
     array = numpy_generator(generator).permutation(n)
     return _finish(from_host_array(array.astype(dt.to_dtype(dtype or dt.int64).np), device or "cpu"), requires_grad)
 
 
 def normal(mean, std, size, generator=None, dtype=None, device=None, requires_grad=False):
-    return _random(lambda g, s: g.normal(mean, std, s), (size,), dtype, device, requires_grad, generator)
+    return _random("normal", (size,), dtype, device, float(mean), float(std), requires_grad, generator, "normal")
 
 
 def rand_like(x, dtype=None, device=None, requires_grad=False, generator=None):
@@ -234,18 +277,35 @@ def _host(x) -> np.ndarray:
     return np.asarray(x.detach().cpu().numpy() if hasattr(x, "_layout") else x, dtype=np.float64)
 
 
-def bernoulli_draws(g: np.random.Generator, shape, probabilities) -> np.ndarray:
-    """bool array of ``shape``: True with the given probabilities (a number or a tensor)."""
-    p = _host(probabilities)
-    if p.size and not ((p >= 0) & (p <= 1)).all():
-        raise RuntimeError("bernoulli: expected all probabilities in [0, 1]")
-    return g.random(shape) < p
+def _store(x, values):
+    """Write ``values`` (x's shape) into x in place, converting to x's dtype."""
+    kernel("copy", x)(buf(values), values._layout, buf(x), x._layout)
+    x._bump_version()
+    return x
+
+
+def bernoulli_(x, p=0.5, generator=None):
+    """Fill x with 0/1 draws, 1 with probability p (a number, or a tensor broadcast to x): uniform
+    draws compared with p on x's device. A CPU tensor p is checked to lie in [0, 1]; a GPU one is
+    not (that check would wait for the device)."""
+    check_writable(x, "bernoulli_")
+    is_tensor = hasattr(p, "_layout")
+    if not is_tensor or p.device.type == "cpu":
+        q = _host(p)
+        if q.size and not ((q >= 0) & (q <= 1)).all():
+            raise RuntimeError("bernoulli: expected all probabilities in [0, 1]")
+    wide = x.dtype is dt.float64 or (is_tensor and p.dtype is dt.float64)
+    u = draw("uniform", tuple(x.shape), dt.float64 if wide else dt.float32, x.device, 0.0, 1.0, generator)
+    with grad_mode.no_grad():
+        mask = u < (p.detach() if is_tensor else float(p))
+    if mask.shape != x.shape:
+        raise RuntimeError(f"bernoulli_: probabilities of shape {tuple(p.shape)} do not broadcast to {tuple(x.shape)}")
+    return _store(x, mask)
 
 
 def bernoulli(x, p=None, generator=None):
     """0/1 draws in x's shape and dtype, with probabilities x (or ``p`` when given)."""
-    draws = bernoulli_draws(numpy_generator(generator), tuple(x.shape), x if p is None else p)
-    return from_host_array(draws.astype(x.dtype.np), x.device, x.dtype)
+    return bernoulli_(_empty(tuple(x.shape), x.dtype, x.device), x if p is None else p, generator)
 
 
 def multinomial(probs, num_samples, replacement=False, generator=None):
@@ -283,11 +343,18 @@ def multinomial(probs, num_samples, replacement=False, generator=None):
     return from_host_array(out.astype(np.int64), probs.device)
 
 
-def fill_random_(x, draw, generator=None):
-    """Overwrite ``x`` in place with host-drawn values (used by uniform_, normal_ ...)."""
-    check_writable(x, "random fill")
-    values = from_host_array(np.asarray(draw(numpy_generator(generator), tuple(x.shape))).astype(x.dtype.np),
-                             x.device, x.dtype)
-    kernel("copy", x)(buf(values), values._layout, buf(x), x._layout)
-    x._bump_version()
-    return x
+def fill_random_(x, kind, a, b, generator=None, op="random fill"):
+    """Overwrite ``x`` in place with draws of ``kind`` (see kernels.RANDOM_KINDS) made on its device."""
+    check_writable(x, op)
+    compute = dt.int64 if kind == "integers" else _float_dtype(x.dtype, op)
+    return _store(x, draw(kind, tuple(x.shape), compute, x.device, a, b, generator))
+
+
+def exponential_(x, lambd=1.0, generator=None):
+    """-log(1 - u) / lambd of uniform draws u, on x's device."""
+    if not lambd > 0:
+        raise RuntimeError(f"exponential_: expects lambd > 0.0, but found lambd={lambd}")
+    check_writable(x, "exponential_")
+    u = draw("uniform", tuple(x.shape), _float_dtype(x.dtype, "exponential_"), x.device, 0.0, 1.0, generator)
+    with grad_mode.no_grad():
+        return _store(x, u.neg().log1p().neg() / float(lambd))

@@ -1,67 +1,103 @@
-"""Random number generation: a seeded generator whose state can be saved and restored.
+"""Random number generation: counter-based generators whose whole state is (seed, offset).
 
-Numbers are drawn on the host with numpy's PCG64 and copied to the tensor's
-device, so a seed gives the same values on every device.
+Tensor draws run the ``random`` primitive (Philox4x32-10) on the tensor's own device: element i of
+a draw is a function of (seed, offset + i) only, so nothing crosses to the host and a seed gives
+the same numbers on every device. Each draw advances ``offset`` by the elements it used. Work
+that is host work anyway (the DataLoader's shuffles, randperm, multinomial) draws from a numpy
+generator seeded with the current (seed, offset), then advances offset by one.
 """
 from __future__ import annotations
 
+import struct
+
 import numpy as np
 
-_STATE_BYTES = 40  # 128-bit state, 128-bit increment, has_uint32 flag, cached uint32
+from .. import kernels
+from .._tensor_base import as_device
+from .._tensor_base import empty as _empty
+
+DEFAULT_SEED = 67280421310721
+_STATE = struct.Struct("<QQ")  # seed, offset
 
 
 class Generator:
     def __init__(self, device="cpu"):
-        self.device = device
-        self._seed = 67280421310721
-        self._np = np.random.Generator(np.random.PCG64(self._seed))
+        self.device = as_device(device)
+        self._seed = DEFAULT_SEED
+        self._offset = 0
 
     def manual_seed(self, seed: int) -> "Generator":
-        self._seed = int(seed)
-        self._np = np.random.Generator(np.random.PCG64(self._seed))
+        self._seed = int(seed) % (1 << 64)  # negative seeds wrap, as in PyTorch
+        self._offset = 0
         return self
 
     def seed(self) -> int:
+        """Seed from the operating system's entropy; returns the new seed."""
         return self.manual_seed(int(np.random.SeedSequence().entropy) % (1 << 63))._seed
 
     def initial_seed(self) -> int:
         return self._seed
 
     def get_state(self):
-        """The whole generator state as a uint8 tensor (opaque, for set_state)."""
+        """(seed, offset) as 16 bytes of a CPU uint8 tensor (for set_state and checkpoints)."""
         from .creation import from_numpy
-        s = self._np.bit_generator.state
-        raw = (s["state"]["state"].to_bytes(16, "little") + s["state"]["inc"].to_bytes(16, "little")
-               + int(s["has_uint32"]).to_bytes(4, "little") + int(s["uinteger"]).to_bytes(4, "little"))
-        return from_numpy(np.frombuffer(raw, dtype=np.uint8).copy())
+        return from_numpy(np.frombuffer(_STATE.pack(self._seed, self._offset), dtype=np.uint8).copy())
 
     def set_state(self, new_state) -> "Generator":
-        raw = bytes(np.asarray(new_state.numpy() if hasattr(new_state, "numpy") else new_state, np.uint8))
-        if len(raw) != _STATE_BYTES:
-            raise RuntimeError(f"set_state: expected a state of {_STATE_BYTES} bytes, got {len(raw)}")
-        bit_gen = np.random.PCG64()
-        bit_gen.state = {"bit_generator": "PCG64",
-                         "state": {"state": int.from_bytes(raw[:16], "little"),
-                                   "inc": int.from_bytes(raw[16:32], "little")},
-                         "has_uint32": int.from_bytes(raw[32:36], "little"),
-                         "uinteger": int.from_bytes(raw[36:40], "little")}
-        self._np = np.random.Generator(bit_gen)
+        raw = bytes(np.asarray(new_state.cpu().numpy() if hasattr(new_state, "_layout") else new_state, np.uint8))
+        if len(raw) != _STATE.size:
+            raise RuntimeError(f"set_state: expected a state of {_STATE.size} bytes (seed, offset), got {len(raw)}")
+        self._seed, self._offset = _STATE.unpack(raw)
         return self
+
+    def claim(self, count: int):
+        """(seed, offset) for a draw of ``count`` counters, which the generator then moves past."""
+        offset = self._offset
+        self._offset = (offset + count) % (1 << 64)
+        return self._seed, offset
 
     @property
     def numpy(self) -> np.random.Generator:
-        return self._np
+        """A numpy generator for one host-side draw (a fresh stream for every use)."""
+        seed, offset = self.claim(1)
+        return np.random.Generator(np.random.PCG64([seed, offset]))
 
 
 default_generator = Generator()
+_cuda_generators: dict = {}   # cuda device index -> its default generator
+_cuda_seed = [DEFAULT_SEED]   # the seed new ones start from
+
+
+def device_generator(device) -> Generator:
+    """The default generator of ``device`` (one per GPU, as in PyTorch; the CPU's for 'cpu')."""
+    device = as_device(device)
+    if device.type == "cpu":
+        return default_generator
+    found = _cuda_generators.get(device.index)
+    if found is None:
+        found = _cuda_generators[device.index] = Generator(device).manual_seed(_cuda_seed[0])
+    return found
+
+
+def seed_cuda(seed: int, index=None) -> None:
+    """Seed one GPU's default generator, or (index None) all of them, present and future."""
+    if index is None:
+        _cuda_seed[0] = seed
+        for g in _cuda_generators.values():
+            g.manual_seed(seed)
+    else:
+        device_generator(f"cuda:{index}").manual_seed(seed)
 
 
 def manual_seed(seed: int) -> Generator:
+    seed_cuda(seed)
     return default_generator.manual_seed(seed)
 
 
 def seed() -> int:
-    return default_generator.seed()
+    value = default_generator.seed()
+    seed_cuda(value)
+    return value
 
 
 def initial_seed() -> int:
@@ -78,3 +114,14 @@ def set_rng_state(new_state) -> None:
 
 def numpy_generator(generator=None) -> np.random.Generator:
     return (generator or default_generator).numpy
+
+
+def draw(kind: str, shape, dtype, device, a, b, generator=None):
+    """A new tensor of ``shape`` filled on ``device`` by the random primitive (``kind`` in
+    kernels.RANDOM_KINDS; dtype float32/float64, int64 for integers)."""
+    device = as_device(device)
+    out = _empty(shape, dtype, device)
+    if out._layout.numel:
+        seed, offset = (generator or device_generator(device)).claim(out._layout.numel)
+        kernels.get("random", device.type)(kind, out._storage.buf, seed, offset, a, b)
+    return out

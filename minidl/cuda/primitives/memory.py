@@ -7,18 +7,21 @@ from .. import runtime
 
 @kernels.register("alloc", "cuda")
 def alloc(numel, dtype):
-    return runtime.get().xp.empty(numel, dtype.np)
+    return runtime.track(runtime.get().xp.empty(numel, dtype.np))
 
 
 @kernels.register("from_host", "cuda")
 def from_host(array):
-    return runtime.get().xp.array(np.ascontiguousarray(array).reshape(-1))
+    array = np.ascontiguousarray(array).reshape(-1)
+    runtime.note_transfer("from_host", array.nbytes)
+    return runtime.track(runtime.get().xp.array(array))
 
 
 @kernels.register("to_host", "cuda")
 def to_host(buf):
     """The host copy waits for the device, so deferred kernel errors surface here."""
     rt = runtime.get()
+    runtime.note_transfer("to_host", buf.nbytes)
     host = rt.to_numpy(buf)
     runtime.raise_pending_errors()
     return host

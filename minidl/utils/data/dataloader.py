@@ -260,7 +260,7 @@ class DataLoader:
         self.dataset = dataset
         self.num_workers = num_workers
         self.prefetch_factor = prefetch_factor
-        self.pin_memory = pin_memory  # CPU tensors only for now: pinning is a no-op
+        self.pin_memory = pin_memory  # accepted; batches stay in ordinary host memory (see Tensor.pin_memory)
         self.pin_memory_device = pin_memory_device
         self.timeout = timeout
         self.worker_init_fn = worker_init_fn

@@ -1,0 +1,69 @@
+"""Numba kernels of the ``random`` primitive: Philox4x32-10 per element, then the kind's transform.
+
+The formulas are the contract's (minidl/kernels.py), written to round exactly as the CUDA kernels
+in csrc/random.cu do, so a seed gives bit-identical tensors on both devices. All integer math is
+in uint64 (Numba turns uint64/int64 mixes into floats, hence the typed constants).
+"""
+import math
+
+import numpy as np
+from numba import njit, prange
+
+_LO = np.uint64(0xFFFFFFFF)
+_32 = np.uint64(32)
+_M0, _M1 = np.uint64(0xD2511F53), np.uint64(0xCD9E8D57)
+_W0, _W1 = np.uint64(0x9E3779B9), np.uint64(0xBB67AE85)
+_2_24 = 2.0 ** -24
+_2_53 = 2.0 ** -53
+_TWO_PI = 2.0 * math.pi
+
+
+@njit(inline="always")
+def philox(c0, c1, c2, c3, k0, k1):
+    """The four output words of Philox4x32-10 (each a uint64 below 2^32)."""
+    for r in range(10):
+        if r:
+            k0 = (k0 + _W0) & _LO
+            k1 = (k1 + _W1) & _LO
+        p0 = _M0 * c0
+        p1 = _M1 * c2
+        c0, c1, c2, c3 = ((p1 >> _32) ^ c1 ^ k0, p1 & _LO, (p0 >> _32) ^ c3 ^ k1, p0 & _LO)
+    return c0, c1, c2, c3
+
+
+@njit(inline="always")
+def _u53(x, y):
+    return np.float64(((y << _32) | x) >> np.uint64(11)) * _2_53
+
+
+@njit(inline="always")
+def _draw(kind, out, seed, offset, a, b, span, i):
+    c = offset + np.uint64(i)
+    w0, w1, w2, w3 = philox(c & _LO, c >> _32, np.uint64(0), np.uint64(0), seed & _LO, seed >> _32)
+    if kind == 2:
+        bits = (w1 << _32) | w0
+        out[i] = a + np.int64(bits % span if span else bits)
+    elif kind == 1:
+        radius = math.sqrt(-2.0 * math.log(_u53(w0, w1) + _2_53))
+        out[i] = a + b * (radius * math.cos(_TWO_PI * _u53(w2, w3)))
+    else:
+        u = np.float64(w0 >> np.uint64(8)) * _2_24 if out.itemsize == 4 else _u53(w0, w1)
+        out[i] = a + (b - a) * u
+
+
+@njit(inline="always")
+def _draw_range(kind, out, seed, offset, a, b, span, lo, hi):
+    for i in range(lo, hi):
+        _draw(kind, out, seed, offset, a, b, span, i)
+
+
+@njit(cache=True, nogil=True)
+def random_serial(kind, out, seed, offset, a, b, span, chunk, items):
+    for t in range(items):
+        _draw_range(kind, out, seed, offset, a, b, span, t * chunk, min(out.size, (t + 1) * chunk))
+
+
+@njit(cache=True, nogil=True, parallel=True)
+def random_parallel(kind, out, seed, offset, a, b, span, chunk, items):
+    for t in prange(items):
+        _draw_range(kind, out, seed, offset, a, b, span, t * chunk, min(out.size, (t + 1) * chunk))
