@@ -116,8 +116,6 @@ def test_mixing_devices_names_both(name):
         _mixes()[name]()
 
 
-@pytest.mark.xfail(reason="gather/scatter/take/put pass index tensors to the kernels unchecked: ops/indexing.py's "
-                          "Take and IndexPut need check_devices (helper of branch cuda-index)", strict=False)
 @pytest.mark.parametrize("op", ["gather", "take", "scatter_add", "cross_entropy"])
 def test_mixing_devices_in_index_ops(op):
     needs("take", "put", "reduce")

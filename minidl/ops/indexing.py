@@ -280,6 +280,7 @@ def _along_dim(op, x_shape, dim, index):
 
 
 def _check_gather_shapes(op, x, dim, index, src=None):
+    check_devices(op, x, index, *(() if src is None else (src,)))
     if index.ndim != x.ndim:
         raise RuntimeError(f"{op}: index tensor must have the same number of dimensions as input tensor "
                            f"({index.ndim} vs {x.ndim})")
@@ -402,6 +403,7 @@ def masked_select(x, mask):
 def take(x, index):
     if index.dtype.is_floating_point or index.dtype is dt.bool_:
         raise TypeError(f"take(): Expected a long tensor for index, but got {index.dtype}")
+    check_devices("take", x, index)
     return Take.apply(x, _wrapped(index, x.numel()))  # the kernel checks the range
 
 
