@@ -24,7 +24,7 @@ compare              (op, a, a_layout, b, b_layout, out, out_layout)  as binary,
 where                (c, cl, a, al, b, bl, out, ol)                   out = a if c else b
 reduce               (op, x, x_layout, dims, out)                     reduce dims; out is contiguous over the rest
 arg_reduce           (op, x, x_layout, dim, out)                      int64 index of max/min along dim
-scan                 (op, x, x_layout, dim, out)                      inclusive scan along dim; out contiguous
+scan                 (op, x, x_layout, dim, out, out_layout)          inclusive scan along dim
 argsort              (x, x_layout, dim, descending, out)              stable int64 sort order along dim, NaN largest;
                                                                       out contiguous in x's shape
 take                 (src, src_layout, index, out)                    out[i] = src[flat index[i]] (row-major); an
@@ -33,6 +33,13 @@ take                 (src, src_layout, index, out)                    out[i] = s
                                                                       synchronisation on cuda
 put                  (dst, dst_layout, index, values, accumulate)     dst[flat index[i]] (+)= values[i], checked
                                                                       as take (cpu then writes nothing)
+check_index          (index, size, stride, wrap, out)                 out = stride * index, after adding size to
+                                                                      negative ones when wrap (packed int64): the
+                                                                      term of a flat index; an index outside
+                                                                      [-size, size) (wrap) or [0, size) is an
+                                                                      IndexError reported as given, raised as
+                                                                      take's (its out is 2**62: beyond any tensor,
+                                                                      so the take or put that follows skips it)
 nonzero              (x, x_layout) -> int64 buffer                    flat indices of nonzero elements
 matmul               (a, al, b, bl, out, ol)                          (...,m,k) @ (...,k,n), batch dims equal
 im2col               (x, cols, geom, channels=0)                      cols = every window of x (N,C,h,w), see below
@@ -98,9 +105,9 @@ SCAN_OPS = ("cumsum", "cumprod")
 RANDOM_KINDS = ("uniform", "normal", "integers")
 
 PRIMITIVES = ("alloc", "from_host", "to_host", "share_memory", "open_shared", "copy", "unary", "binary",
-              "compare", "where", "reduce", "arg_reduce", "scan", "argsort", "take", "put", "nonzero", "matmul",
-              "im2col", "col2im", "max_pool2d", "max_pool2d_backward", "sgd_step", "adam_step", "softmax",
-              "softmax_backward", "random")
+              "compare", "where", "reduce", "arg_reduce", "scan", "argsort", "take", "put", "check_index",
+              "nonzero", "matmul", "im2col", "col2im", "max_pool2d", "max_pool2d_backward", "sgd_step", "adam_step",
+              "softmax", "softmax_backward", "random")
 
 # device type -> module whose import registers that device's kernels
 _BACKEND_MODULES = {"cpu": "minidl.cpu", "cuda": "minidl.cuda.primitives"}

@@ -185,3 +185,28 @@ def test_matmul_rejects_layouts_outside_the_buffer():
     _, gpu = both(np.zeros(6, np.float32))
     with pytest.raises(ValueError, match="matmul"):
         kernels.get("matmul", "cuda")(gpu, Layout((2, 3)), gpu, Layout((3, 2), (1, 3), 1), gpu, Layout((2, 2)))
+
+
+@pytest.mark.parametrize("wrap", [False, True])
+def test_check_index_terms_match_the_cpu_and_numpy(wrap):
+    index = np.array([0, 3, -1, -4, 2, 1] * 50, np.int64)
+    if not wrap:
+        index = np.abs(index) % 4
+    expected = np.where(index < 0, index + 4, index) * 7
+    for device in ("cpu", "cuda"):
+        buf = kernels.get("from_host", device)(index)
+        out = kernels.get("alloc", device)(index.size, minidl.int64)
+        kernels.get("check_index", device)(buf, 4, 7, wrap, out)
+        np.testing.assert_array_equal(kernels.get("to_host", device)(out), expected, err_msg=device)
+
+
+def test_check_index_reports_the_index_as_given():
+    index = np.array([1, -5, 9], np.int64)
+    out = np.empty(3, np.int64)
+    with pytest.raises(IndexError, match="index -5 is out of bounds for dimension with size 4"):
+        kernels.get("check_index", "cpu")(index, 4, 1, True, out)
+    g = kernels.get("alloc", "cuda")(3, minidl.int64)
+    kernels.get("check_index", "cuda")(kernels.get("from_host", "cuda")(index), 4, 1, True, g)
+    with pytest.raises(IndexError, match="index (-5|9) is out of bounds"):  # whichever thread came first
+        kernels.get("to_host", "cuda")(g)
+    assert list(kernels.get("to_host", "cuda")(g)) == [1, 1 << 62, 1 << 62]  # bad terms lie beyond any tensor

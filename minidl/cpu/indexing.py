@@ -9,7 +9,7 @@ bounds) and the wrappers raise IndexError at once, before put writes anything.
 import numpy as np
 
 from .. import kernels
-from .jit import nonzero_kernel, put_kernel, take_parallel, take_serial
+from .jit import check_index_kernel, nonzero_kernel, put_kernel, take_parallel, take_serial
 from .strided import i64, launch
 
 
@@ -30,6 +30,13 @@ def put(dst, dl, index, values, accumulate):
     if index.size and put_kernel(dst, dl.offset, i64(dl.shape), i64(dl.strides), dl.numel, index, values,
                                  accumulate):
         _raise_out_of_range(index, dl.numel)
+
+
+@kernels.register("check_index")
+def check_index(index, size, stride, wrap, out):
+    bad = check_index_kernel(index, size, stride, bool(wrap), out) if index.size else -1
+    if bad >= 0:
+        raise IndexError(f"index {index[bad]} is out of bounds for dimension with size {size}")
 
 
 @kernels.register("nonzero")

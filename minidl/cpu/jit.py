@@ -663,6 +663,20 @@ def take_parallel(src, so, shape, strides, n, index, out):
 
 
 @njit(cache=True, nogil=True)
+def check_index_kernel(index, size, stride, wrap, out):
+    """out = stride * index (+ size where negative, when wrap); the position of the first index
+    out of range, or -1."""
+    bad = -1
+    for i in range(index.size):
+        v = index[i]
+        w = v + size if wrap and v < 0 else v
+        if (w < 0 or w >= size) and bad < 0:
+            bad = i
+        out[i] = w * stride
+    return bad
+
+
+@njit(cache=True, nogil=True)
 def put_kernel(dst, do, shape, strides, n, index, values, accumulate):
     """Serial on purpose: duplicate indices must accumulate without races."""
     for i in range(index.size):

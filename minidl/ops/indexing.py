@@ -92,27 +92,17 @@ def _as_index_tensor(item, like):
     return t
 
 
-def _wrapped(index, size: int):
-    """int64 ``index`` with its negatives in [-size, 0) wrapped, on the device (no waiting);
-    the rest is left as it is, so a kernel reports an out-of-range index as it was given."""
-    from .elementwise import where
+def _checked(index, size: int, stride: int, dim, op: str, wrap: bool = True):
+    """``stride * index``, packed int64, its negatives wrapped first when ``wrap`` (the gather
+    family takes none, as in PyTorch) and its range checked: one kernel, no waiting."""
     index = cast(index, dt.int64)
-    return where((index < 0) & (index >= -size), index + size, index)
-
-
-def _checked(index, size: int, dim: int, op: str, wrap: bool = True):
-    """int64 ``index``, wrapped when ``wrap`` (the gather family takes no negatives, as in
-    PyTorch), with its range checked by the take kernel: a gather through a layout of ``size``
-    elements that all alias one reads nothing else but checks every index against ``size``."""
-    index = _wrapped(index, size) if wrap else cast(index, dt.int64)
+    out = new_like_shape(index.shape, dt.int64, index)
     if index.numel():
-        packed = packed_buffer(index)
         try:
-            kernel("take", index)(packed, Layout((size,), (0,)), packed,
-                                  buf(new_like_shape(index.shape, dt.int64, index)))
+            kernel("check_index", index)(packed_buffer(index), size, stride, wrap, buf(out))
         except IndexError as e:  # raised here on the CPU; a GPU reports at its next synchronisation
-            raise IndexError(f"{op}: {e} (dimension {dim})") from None
-    return index
+            raise IndexError(f"{op}: {e}" + ("" if dim is None else f" (dimension {dim})")) from None
+    return out
 
 
 def _normalize(index, x):
@@ -213,7 +203,7 @@ def flat_indices(view, advanced, wrap: bool = True):
     ndim_out = len(rest) + len(bshape)
     flat = None
     for d, idx in advanced:
-        term = _checked(idx, view.shape[d], d, "index", wrap) * cs[d]
+        term = _checked(idx, view.shape[d], cs[d], d, "index", wrap)
         flat = term if flat is None else flat + term
     flat = flat.expand(bshape).reshape((1,) * block + tuple(bshape) + (1,) * (ndim_out - block - len(bshape)))
     for d in rest:
@@ -269,8 +259,7 @@ def _along_dim(op, x_shape, dim, index):
     """Flat indices into a packed x of ``x_shape`` that pick ``index`` along ``dim`` (gather rule)."""
     from .creation import arange
     cs = contiguous_strides(x_shape)
-    index = _checked(index, x_shape[dim], dim, op, wrap=False)
-    flat = index * cs[dim]
+    flat = _checked(index, x_shape[dim], cs[dim], dim, op, wrap=False)
     for d in range(index.ndim):
         if d != dim:
             shape = [1] * index.ndim
@@ -404,6 +393,6 @@ def take(x, index):
     if index.dtype.is_floating_point or index.dtype is dt.bool_:
         raise TypeError(f"take(): Expected a long tensor for index, but got {index.dtype}")
     check_devices("take", x, index)
-    return Take.apply(x, _wrapped(index, x.numel()))  # the kernel checks the range
+    return Take.apply(x, _checked(index, x.numel(), 1, None, "take"))
 
 

@@ -5,6 +5,24 @@
 
 #define FULL_MASK 0xffffffffu
 
+// ---------------------------------------------------------------------------- check_index
+// out = stride * index, wrapped by size where negative (when wrap). A bad index is reported as
+// given and its term becomes 2^62: any flat index summed from it lies beyond every tensor (and
+// below 2^63), so the take or put that follows skips it instead of touching a wrong element.
+extern "C" __global__ void check_index(const long long *index, long long size, long long stride, int wrap,
+                                       long long *out, long long n, long long *error) {
+    GRID_STRIDE_LOOP(i, n) {
+        long long v = index[i];
+        long long w = (wrap && v < 0) ? v + size : v;
+        if (w < 0 || w >= size) {
+            report_index_error(error, v, size);
+            out[i] = 1ll << 62;
+        } else {
+            out[i] = w * stride;
+        }
+    }
+}
+
 // ---------------------------------------------------------------------------- take / put
 #define TAKE_KERNEL(suffix, T)                                                                    \
     extern "C" __global__ void take_##suffix(const T *src, const Layout sl, const long long *index, \

@@ -1,4 +1,4 @@
-"""Gather/scatter primitives on the GPU (csrc/indexing.cu): take, put, nonzero.
+"""Gather/scatter primitives on the GPU (csrc/indexing.cu): take, put, check_index, nonzero.
 
 take and put check their indices inside the kernel; a bad one surfaces as IndexError at the next
 synchronisation (runtime.raise_pending_errors), so launching them never waits for the device.
@@ -37,6 +37,17 @@ def put(dst, dl, index, values, accumulate):
     runtime.launch(kernel(FILE, "put", dst.dtype), n, dst, runtime.layout_arg(dl.shape, dl.strides, dl.offset, "put"),
                    index, values, runtime.i32(bool(accumulate)), runtime.i64(n), runtime.i64(dl.numel),
                    runtime.error_buffer())
+
+
+@kernels.register("check_index", "cuda")
+def check_index(index, size, stride, wrap, out):
+    n = index.size
+    _check_index(index, "check_index")
+    if out.size < n or out.dtype != np.int64:
+        raise ValueError(f"check_index: output buffer of {out.size} {out.dtype} elements cannot hold {n} int64")
+    runtime.launch(kernel(FILE, "check_index"), n, index, runtime.i64(size), runtime.i64(stride),
+                   runtime.i32(bool(wrap)), out,
+                   runtime.i64(n), runtime.error_buffer())
 
 
 @kernels.register("nonzero", "cuda")
