@@ -3,8 +3,10 @@ CuPy sees one, else on the simulator (minidl/cuda/sim: the same kernel sources c
 and run on the CPU), which checks the kernels' index math on every machine with a C++ compiler."""
 import shutil
 
+import numpy as np
 import pytest
 
+from minidl import kernels
 from minidl.cuda import runtime
 
 
@@ -17,3 +19,13 @@ def cuda_device():
         pytest.skip("no GPU and no g++ for the CUDA simulator")
     runtime.sim_enable(True)
     return runtime.get().name
+
+
+def both(array):
+    """The same 1-D buffer on the CPU and on 'cuda'."""
+    array = np.ascontiguousarray(array).reshape(-1)
+    return array.copy(), kernels.get("from_host", "cuda")(array)
+
+
+def host(buf):
+    return kernels.get("to_host", "cuda")(buf)

@@ -7,21 +7,12 @@ import pytest
 
 from minidl import kernels
 
-from cuda_support import cuda_device
+from cuda_support import both, cuda_device, host
 
 
 @pytest.fixture(scope="module", autouse=True)
 def cuda():
     return cuda_device()
-
-
-def both(array):
-    array = np.ascontiguousarray(array).reshape(-1)
-    return array.copy(), kernels.get("from_host", "cuda")(array)
-
-
-def host(buf):
-    return kernels.get("to_host", "cuda")(buf)
 
 
 def geometry(n, c, h, w, kh, kw, sh, sw, ph, pw, dh, dw):

@@ -8,7 +8,7 @@ import minidl
 from minidl import kernels
 from minidl.layout import Layout
 
-from cuda_support import cuda_device
+from cuda_support import both, cuda_device, host
 
 DTYPES = [np.float32, np.float64, np.int64, np.bool_]
 
@@ -16,16 +16,6 @@ DTYPES = [np.float32, np.float64, np.int64, np.bool_]
 @pytest.fixture(scope="module", autouse=True)
 def cuda():
     return cuda_device()
-
-
-def both(array):
-    """The same 1-D buffer on the CPU and on 'cuda'."""
-    array = np.ascontiguousarray(array).reshape(-1)
-    return array.copy(), kernels.get("from_host", "cuda")(array)
-
-
-def host(buf):
-    return kernels.get("to_host", "cuda")(buf)
 
 
 def data(rng, dtype, n):

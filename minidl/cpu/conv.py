@@ -5,36 +5,16 @@ All operands are contiguous 1-D buffers from offset 0; ``geom`` is the tuple
 ``minidl.kernels``. Sizes are checked here before a kernel runs: Numba does not check.
 """
 from .. import kernels
+from ..primitive_checks import conv_channels, conv_geometry
 from .jit import (col2im_parallel, col2im_serial, im2col_parallel, im2col_serial, max_pool2d_backward_parallel,
                   max_pool2d_backward_serial, max_pool2d_parallel, max_pool2d_serial)
 from .strided import launch
 
 
-def _check(geom, image, cols, name):
-    if len(geom) != 13:
-        raise ValueError(f"{name}: expected 13 geometry values, got {len(geom)}")
-    planes, h, w, kh, kw, sh, sw, ph, pw, dh, dw, oh, ow = (int(v) for v in geom)
-    if min(planes, h, w, oh, ow, ph, pw) < 0 or min(kh, kw, sh, sw, dh, dw) < 1:
-        raise ValueError(f"{name}: invalid geometry {geom}")
-    if image.size < planes * h * w:
-        raise ValueError(f"{name}: image buffer has {image.size} elements, needs {planes * h * w}")
-    if cols is not None and cols.size < planes * kh * kw * oh * ow:
-        raise ValueError(f"{name}: column buffer has {cols.size} elements, needs {planes * kh * kw * oh * ow}")
-    return planes, h, w, kh, kw, sh, sw, ph, pw, dh, dw, oh, ow
-
-
-def _channels(channels, planes, name):
-    """The C of the (C*kh*kw, planes/C, oh*ow) column layout; 0 means planes (unfold's layout)."""
-    c = int(channels) or planes
-    if planes and (c < 1 or planes % c):
-        raise ValueError(f"{name}: channels={channels} does not divide the {planes} planes")
-    return c or 1
-
-
 @kernels.register("im2col")
 def im2col(x, out, geom, channels=0):
-    g = _check(geom, x, out, "im2col")
-    c = _channels(channels, g[0], "im2col")
+    g = conv_geometry(geom, x, out, "im2col")
+    c = conv_channels(channels, g[0], "im2col")
     if out.dtype != x.dtype:
         raise TypeError("im2col: dtypes differ")
     if g[0] * g[3] * g[4] * g[11] * g[12]:
@@ -43,8 +23,8 @@ def im2col(x, out, geom, channels=0):
 
 @kernels.register("col2im")
 def col2im(cols, out, geom, channels=0):
-    g = _check(geom, out, cols, "col2im")
-    c = _channels(channels, g[0], "col2im")
+    g = conv_geometry(geom, out, cols, "col2im")
+    c = conv_channels(channels, g[0], "col2im")
     if out.dtype != cols.dtype:
         raise TypeError("col2im: dtypes differ")
     if g[0] * g[1] * g[2]:
@@ -53,7 +33,7 @@ def col2im(cols, out, geom, channels=0):
 
 @kernels.register("max_pool2d")
 def max_pool2d(x, out, index, geom):
-    g = _check(geom, x, None, "max_pool2d")
+    g = conv_geometry(geom, x, None, "max_pool2d")
     n = g[0] * g[11] * g[12]
     if out.size < n or index.size < n or out.dtype != x.dtype or index.dtype.kind != "i" or index.itemsize != 8:
         raise ValueError("max_pool2d: output or index buffer too small or of the wrong dtype")
@@ -63,7 +43,7 @@ def max_pool2d(x, out, index, geom):
 
 @kernels.register("max_pool2d_backward")
 def max_pool2d_backward(grad_out, index, grad_in, geom):
-    g = _check(geom, grad_in, None, "max_pool2d_backward")
+    g = conv_geometry(geom, grad_in, None, "max_pool2d_backward")
     planes, hw, L = g[0], g[1] * g[2], g[11] * g[12]
     if grad_out.size < planes * L or index.size < planes * L or grad_out.dtype != grad_in.dtype \
             or index.dtype.kind != "i" or index.itemsize != 8:

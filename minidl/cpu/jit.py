@@ -638,15 +638,21 @@ def _flat_position(flat, shape, strides, offset):
 
 # take and put check every flat index against the element count n and skip bad ones, returning
 # how many there were (the wrapper raises IndexError); put checks them all before writing any.
+@njit(inline="always")
+def _take_one(src, so, shape, strides, n, index, out, i):
+    """Gather element i; 1 when its index is out of range (then nothing is read), else 0."""
+    f = index[i]
+    if f < 0 or f >= n:
+        return 1
+    out[i] = src[_flat_position(f, shape, strides, so)]
+    return 0
+
+
 @njit(cache=True, nogil=True)
 def take_serial(src, so, shape, strides, n, index, out):
     bad = 0
     for i in range(index.size):
-        f = index[i]
-        if f < 0 or f >= n:
-            bad += 1
-        else:
-            out[i] = src[_flat_position(f, shape, strides, so)]
+        bad += _take_one(src, so, shape, strides, n, index, out, i)
     return bad
 
 
@@ -654,11 +660,7 @@ def take_serial(src, so, shape, strides, n, index, out):
 def take_parallel(src, so, shape, strides, n, index, out):
     bad = 0
     for i in prange(index.size):
-        f = index[i]
-        if f < 0 or f >= n:
-            bad += 1
-        else:
-            out[i] = src[_flat_position(f, shape, strides, so)]
+        bad += _take_one(src, so, shape, strides, n, index, out, i)
     return bad
 
 

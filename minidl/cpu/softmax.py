@@ -3,6 +3,7 @@ instead of the five elementwise ops and two reductions of the composed formula."
 import numpy as np
 
 from .. import kernels
+from ..primitive_checks import softmax_rows
 from .jit import softmax_backward_parallel, softmax_backward_serial, softmax_parallel, softmax_serial
 from .strided import launch
 
@@ -10,14 +11,9 @@ _BLOCK = 1 << 14          # elements per parallel work block (whole rows)
 
 
 def _rows(name, n, *bufs):
-    if n < 1:
-        raise ValueError(f"{name}: rows must have at least one element, got n={n}")
-    size = bufs[0].size
-    if size % n or any(b.size < size or b.dtype != bufs[0].dtype for b in bufs[1:]):
-        raise ValueError(f"{name}: buffers of {[b.size for b in bufs]} elements and dtypes "
-                         f"{[b.dtype.name for b in bufs]} do not hold the same whole rows of {n}")
-    rows = size // n
-    return rows, max(1, min(rows, size // _BLOCK))
+    """(rows, parallel work blocks of whole rows)."""
+    rows = softmax_rows(name, n, *bufs)
+    return rows, max(1, min(rows, bufs[0].size // _BLOCK))
 
 
 @kernels.register("softmax")

@@ -2,7 +2,7 @@
 import numpy as np
 
 from ... import kernels
-from ...cpu.conv import _channels, _check
+from ...primitive_checks import conv_channels, conv_geometry
 from .. import runtime
 from .common import kernel
 
@@ -29,8 +29,8 @@ def _check_pool_buffers(name, values, like, index, n):
 
 @kernels.register("im2col", "cuda")
 def im2col(x, out, geom, channels=0):
-    g = _check(geom, x, out, "im2col")
-    c = _channels(channels, g[0], "im2col")
+    g = conv_geometry(geom, x, out, "im2col")
+    c = conv_channels(channels, g[0], "im2col")
     if out.dtype != x.dtype:
         raise TypeError("im2col: dtypes differ")
     n = g[0] * g[3] * g[4] * g[11] * g[12]
@@ -39,8 +39,8 @@ def im2col(x, out, geom, channels=0):
 
 @kernels.register("col2im", "cuda")
 def col2im(cols, out, geom, channels=0):
-    g = _check(geom, out, cols, "col2im")
-    c = _channels(channels, g[0], "col2im")
+    g = conv_geometry(geom, out, cols, "col2im")
+    c = conv_channels(channels, g[0], "col2im")
     if out.dtype != cols.dtype:
         raise TypeError("col2im: dtypes differ")
     runtime.launch(_float_kernel("col2im", out.dtype), g[0] * g[1] * g[2], cols, out, _geometry(g), runtime.i64(c))
@@ -48,7 +48,7 @@ def col2im(cols, out, geom, channels=0):
 
 @kernels.register("max_pool2d", "cuda")
 def max_pool2d(x, out, index, geom):
-    g = _check(geom, x, None, "max_pool2d")
+    g = conv_geometry(geom, x, None, "max_pool2d")
     n = g[0] * g[11] * g[12]
     _check_pool_buffers("max_pool2d", out, x, index, n)
     if g[1] * g[2]:
@@ -57,7 +57,7 @@ def max_pool2d(x, out, index, geom):
 
 @kernels.register("max_pool2d_backward", "cuda")
 def max_pool2d_backward(grad_out, index, grad_in, geom):
-    g = _check(geom, grad_in, None, "max_pool2d_backward")
+    g = conv_geometry(geom, grad_in, None, "max_pool2d_backward")
     planes, hw, L = g[0], g[1] * g[2], g[11] * g[12]
     _check_pool_buffers("max_pool2d_backward", grad_out, grad_in, index, planes * L)
     kern = _float_kernel("max_pool2d_backward", grad_in.dtype)

@@ -3,6 +3,7 @@ block per long one."""
 import numpy as np
 
 from ... import kernels
+from ...primitive_checks import softmax_rows
 from .. import runtime
 from .common import kernel
 
@@ -11,16 +12,11 @@ WARP_ROW_MAX = 1024  # rows up to this long get a warp each (8 rows per block), 
 
 
 def _rows(name, n, *bufs):
-    """The number of rows, after checking that the buffers hold the same whole rows of n."""
-    if n < 1:
-        raise ValueError(f"{name}: rows must have at least one element, got n={n}")
-    size = bufs[0].size
-    if size % n or any(b.size < size or b.dtype != bufs[0].dtype for b in bufs[1:]):
-        raise ValueError(f"{name}: buffers of {[b.size for b in bufs]} elements and dtypes "
-                         f"{[b.dtype.name for b in bufs]} do not hold the same whole rows of {n}")
+    """The number of rows (the shared checks, and a dtype with a kernel)."""
+    rows = softmax_rows(name, n, *bufs)
     if bufs[0].dtype not in (np.float32, np.float64):
         raise TypeError(f"{name}: the CUDA kernels take float32 and float64 rows, not {bufs[0].dtype}")
-    return size // n
+    return rows
 
 
 def _launch(name, n, rows, log, *bufs):

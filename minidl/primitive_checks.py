@@ -1,0 +1,34 @@
+"""Argument checks of the primitives that every device's kernels share (before any kernel runs:
+Numba does not check bounds, and a CUDA kernel reading past a buffer corrupts memory silently)."""
+
+
+def conv_geometry(geom, image, cols, name):
+    if len(geom) != 13:
+        raise ValueError(f"{name}: expected 13 geometry values, got {len(geom)}")
+    planes, h, w, kh, kw, sh, sw, ph, pw, dh, dw, oh, ow = (int(v) for v in geom)
+    if min(planes, h, w, oh, ow, ph, pw) < 0 or min(kh, kw, sh, sw, dh, dw) < 1:
+        raise ValueError(f"{name}: invalid geometry {geom}")
+    if image.size < planes * h * w:
+        raise ValueError(f"{name}: image buffer has {image.size} elements, needs {planes * h * w}")
+    if cols is not None and cols.size < planes * kh * kw * oh * ow:
+        raise ValueError(f"{name}: column buffer has {cols.size} elements, needs {planes * kh * kw * oh * ow}")
+    return planes, h, w, kh, kw, sh, sw, ph, pw, dh, dw, oh, ow
+
+
+def conv_channels(channels, planes, name):
+    """The C of the (C*kh*kw, planes/C, oh*ow) column layout; 0 means planes (unfold's layout)."""
+    c = int(channels) or planes
+    if planes and (c < 1 or planes % c):
+        raise ValueError(f"{name}: channels={channels} does not divide the {planes} planes")
+    return c or 1
+
+
+def softmax_rows(name, n, *bufs) -> int:
+    """The number of rows, after checking that the buffers hold the same whole rows of n."""
+    if n < 1:
+        raise ValueError(f"{name}: rows must have at least one element, got n={n}")
+    size = bufs[0].size
+    if size % n or any(b.size < size or b.dtype != bufs[0].dtype for b in bufs[1:]):
+        raise ValueError(f"{name}: buffers of {[b.size for b in bufs]} elements and dtypes "
+                         f"{[b.dtype.name for b in bufs]} do not hold the same whole rows of {n}")
+    return size // n
