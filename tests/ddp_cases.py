@@ -41,15 +41,16 @@ def mine(t, rank):
     return t[PER_RANK * rank:PER_RANK * (rank + 1)]
 
 
-def make(rank, **options):
-    """A DDP model whose ranks start different (so the broadcast matters) and its reference."""
+def make(rank, device="cpu", **options):
+    """A DDP model on ``device`` whose ranks start different (so the broadcast matters), and its
+    reference on the CPU."""
     minidl.manual_seed(rank)  # under sim all ranks share one generator: the weights differ anyway
-    model = Net().double()
+    model = Net().double().to(device)
     with minidl.no_grad():
         model.scale.fill_(1.0 + rank)
     ddp = DDP(model, **options)
     ref = Net().double()
-    ref.load_state_dict(model.state_dict())
+    ref.load_state_dict({k: v.cpu() for k, v in model.state_dict().items()})
     return ddp, ref
 
 
@@ -59,23 +60,23 @@ def differs(ddp, ref, what, tol=1e-10):
         if (p.grad is None) != (q.grad is None):
             out.append(f"{what}: {name}.grad is {'None' if p.grad is None else 'set'} but the reference's is not")
         elif p.grad is not None:
-            err = float((p.grad - q.grad).abs().max())
+            err = float((p.grad.cpu() - q.grad).abs().max())
             if not err <= tol:
                 out.append(f"{what}: {name}.grad differs by {err:.3g}")
     return out
 
 
-def steps_match_single_process(rank, size, **options):
-    ddp, ref = make(rank, **options)
+def steps_match_single_process(rank, size, device="cpu", **options):
+    ddp, ref = make(rank, device, **options)
     opts = [minidl.optim.SGD(m.parameters(), lr=0.1, momentum=0.9) for m in (ddp, ref)]
     failures = []
     for step in range(3):
         x, y = batch(size, step)
         for o in opts:
             o.zero_grad()
-        F.cross_entropy(ddp(mine(x, rank)), mine(y, rank)).backward()
+        F.cross_entropy(ddp(mine(x, rank).to(device)), mine(y, rank).to(device)).backward()
         F.cross_entropy(ref(x), y).backward()
-        failures += differs(ddp, ref, f"step {step} {options}")
+        failures += differs(ddp, ref, f"step {step} {device} {options}")
         for o in opts:
             o.step()
     return failures
@@ -182,7 +183,7 @@ def view_grads(rank, size):
     for _ in range(2):
         F.cross_entropy(ddp(mine(x, rank)), mine(y, rank)).backward()
     bucket = ddp.reducer.buckets[0]
-    if not np.shares_memory(bucket.params[0].grad.numpy(), bucket.array):
+    if not np.shares_memory(bucket.params[0].grad.numpy(), bucket.flat.numpy()):
         failures.append("gradient_as_bucket_view: .grad is not a view of the bucket")
     return failures
 

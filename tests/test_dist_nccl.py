@@ -278,13 +278,15 @@ def test_tensor_buffers_stay_on_the_device(cuda):
     assert column._version > version
 
 
-def test_backend_refuses_tensors_of_the_other_device(cuda):
-    t = minidl.ones(3, device="cuda")
-
-    def rank(_):
-        minidl.dist.all_reduce(t)
-    with pytest.raises(RuntimeError, match=r"all_reduce: tensor is on cuda:0; the sim backend handles cpu tensors"):
-        minidl.dist.sim.run(1, rank)
+def test_backend_refuses_tensors_of_the_other_device(cuda, monkeypatch):
+    from minidl.dist import state
+    from minidl.dist.tensors import check_tensor
+    monkeypatch.setattr(state, "get_backend", lambda: "mpi")
+    with pytest.raises(RuntimeError, match=r"all_reduce: tensor is on cuda:0; the mpi backend handles cpu tensors"):
+        check_tensor(minidl.ones(3, device="cuda"), "all_reduce")
+    monkeypatch.setattr(state, "get_backend", lambda: "nccl")
+    with pytest.raises(RuntimeError, match=r"broadcast: tensor is on cpu; the nccl backend handles cuda tensors"):
+        check_tensor(minidl.ones(3), "broadcast")
 
 
 # -- on a GPU -------------------------------------------------------------------------------------------

@@ -8,30 +8,45 @@ from __future__ import annotations
 import contextlib
 import os
 
-import numpy as np
-
-from .. import is_grad_enabled, no_grad
+from .. import cat, device as Device, is_grad_enabled, no_grad
 from ..nn.module import Module
-from ..ops.creation import from_numpy
 from .collectives import broadcast
 from .reducer import Reducer
 from .state import resolve
-from .tensors import read
 
 
 def _broadcast_coalesced(tensors, group, src):
-    """Broadcast ``tensors`` from ``src``, one collective per dtype (not one per tensor)."""
-    by_dtype = {}
+    """Broadcast ``tensors`` from ``src``, one collective per dtype and device (not one per tensor)."""
+    by_kind = {}
     for t in tensors:
-        by_dtype.setdefault(t.dtype, []).append(t)
-    for same in by_dtype.values():
-        flat = from_numpy(np.concatenate([read(t) for t in same]))
+        by_kind.setdefault((t.dtype, t.device), []).append(t)
+    for same in by_kind.values():
+        with no_grad():
+            flat = cat([t.detach().reshape(-1) for t in same])
         broadcast(flat, src, group)
         start = 0
         with no_grad():
             for t in same:
                 t.copy_(flat[start:start + t.numel()].reshape(tuple(t.shape)))
                 start += t.numel()
+
+
+def _check_device_ids(module, device_ids, output_device):
+    """As in torch: a module on one device; device_ids=[that device] (an int means a GPU) or None."""
+    devices = {p.device for p in module.parameters()}
+    if len(devices) > 1:
+        raise ValueError(f"DistributedDataParallel: the module's parameters are on several devices "
+                         f"({sorted(map(str, devices))}); put it on one device per process")
+    ids = [] if device_ids is None else list(device_ids) if isinstance(device_ids, (list, tuple)) else [device_ids]
+    if len(ids) > 1:
+        raise ValueError(f"DistributedDataParallel: device_ids={device_ids!r}: one device per process")
+    for name, d in [("device_ids", i) for i in ids] + [("output_device", output_device)]:
+        if d is None or not devices:
+            continue
+        wanted = Device("cuda", d) if isinstance(d, int) else Device(d)
+        if wanted not in devices:
+            raise ValueError(f"DistributedDataParallel: {name} names {wanted}, but the module is on "
+                             f"{next(iter(devices))}; move it there first (module.to({str(wanted)!r}))")
 
 
 def _tensors_in(output):
@@ -45,7 +60,7 @@ def _tensors_in(output):
 
 
 class DistributedDataParallel(Module):
-    """torch.nn.parallel.DistributedDataParallel for CPU tensors. minidl additions (keyword
+    """torch.nn.parallel.DistributedDataParallel (a module on one device per process). minidl additions (keyword
     only): ``timeline=True`` (or env MINIDL_DDP_TIMELINE=1) records, per backward, when each
     bucket's all-reduce was launched and finished (``ddp.timeline``, seconds from backward's start).
     fp16 compression is a communication hook, as in torch:
@@ -57,10 +72,7 @@ class DistributedDataParallel(Module):
         super().__init__()
         if not isinstance(module, Module):
             raise TypeError(f"DistributedDataParallel: module must be a minidl.nn.Module, got {type(module).__name__}")
-        for name, ids in (("device_ids", device_ids), ("output_device", output_device)):
-            if ids is not None and any(str(d) not in ("cpu", "None") for d in np.atleast_1d(ids)):
-                raise ValueError(f"DistributedDataParallel: {name}={ids!r}: only CPU modules are supported; "
-                                 f"leave {name}=None")
+        _check_device_ids(module, device_ids, output_device)
         if bucket_cap_mb is None or bucket_cap_mb <= 0:
             raise ValueError(f"DistributedDataParallel: bucket_cap_mb must be positive, got {bucket_cap_mb}")
         group = resolve(process_group, "DistributedDataParallel")

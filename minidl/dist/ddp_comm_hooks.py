@@ -3,9 +3,7 @@ starts reducing ``bucket.buffer()`` and returns a Future whose value is the aver
 ``state`` is the process group to use (None: the default group), as in torch."""
 from __future__ import annotations
 
-import numpy as np
-
-from ..ops.creation import from_numpy
+from .. import float16, no_grad
 from .collectives import all_reduce_buffer
 from .reduce_op import ReduceOp
 from .state import get_world_size
@@ -17,14 +15,19 @@ class GradBucket:
     (sharing the bucket's memory), ``parameters()`` the parameters in it, ``index()`` its number
     (bucket 0 holds the last parameters, whose gradients are ready first)."""
 
-    def __init__(self, index, array, params):
-        self._index, self.array, self._params = index, array, params
+    def __init__(self, index, flat, params):
+        self._index, self.flat, self._params = index, flat, params
 
     def index(self) -> int:
         return self._index
 
     def buffer(self):
-        return from_numpy(self.array)
+        return self.flat
+
+    @property
+    def array(self):
+        """The flat buffer of the tensor's device (numpy on the CPU): what the collectives reduce."""
+        return self.flat._storage.buf
 
     def parameters(self) -> list:
         return list(self._params)
@@ -39,10 +42,12 @@ def allreduce_hook(process_group, bucket: GradBucket) -> Future:
 def fp16_compress_hook(process_group, bucket: GradBucket) -> Future:
     """Halve the bytes sent: divide by the world size, all-reduce in float16, cast back."""
     size = get_world_size(process_group)
-    half = (bucket.array / size).astype(np.float16)
-    work = all_reduce_buffer(half, ReduceOp.SUM, process_group, async_op=True)
+    with no_grad():
+        half = (bucket.buffer() / size).to(float16)  # a fresh packed tensor: its buffer is all of it
+    work = all_reduce_buffer(half._storage.buf, ReduceOp.SUM, process_group, async_op=True)
 
     def decompress():
-        bucket.array[...] = half
+        with no_grad():
+            bucket.buffer().copy_(half)
         return bucket.buffer()
     return Future(work, decompress)

@@ -11,8 +11,9 @@ import time
 
 import numpy as np
 
+from .. import no_grad
 from ..autograd import queue_callback
-from ..ops.creation import from_numpy
+from ..ops.creation import zeros
 from .collectives import all_reduce_buffer
 from .ddp_comm_hooks import GradBucket, allreduce_hook
 
@@ -20,11 +21,12 @@ FIRST_BUCKET_BYTES = 1024 * 1024
 
 
 def assign_buckets(params, cap_bytes, first_cap_bytes=FIRST_BUCKET_BYTES):
-    """Parameter indices per bucket: reverse order, one dtype per bucket, a bucket closed once it
-    holds ``first_cap_bytes`` (the first) or ``cap_bytes`` (the others)."""
+    """Parameter indices per bucket: reverse order, one dtype and device per bucket, a bucket closed
+    once it holds ``first_cap_bytes`` (the first) or ``cap_bytes`` (the others)."""
     buckets, current, size = [], [], 0
     for i in reversed(range(len(params))):
-        if current and params[i].dtype is not params[current[-1]].dtype:
+        last = params[current[-1]] if current else None
+        if last is not None and (params[i].dtype is not last.dtype or params[i].device != last.device):
             buckets.append(current)
             current, size = [], 0
         current.append(i)
@@ -36,12 +38,14 @@ def assign_buckets(params, cap_bytes, first_cap_bytes=FIRST_BUCKET_BYTES):
 
 
 class _Bucket:
+    """A flat tensor on the parameters' device, and one view of it (a slot) per parameter."""
+
     def __init__(self, index, params):
         self.params = params
-        self.array = np.zeros(sum(p.numel() for p in params), params[0].dtype.np)
+        self.flat = zeros(sum(p.numel() for p in params), dtype=params[0].dtype, device=params[0].device)
         ends = np.cumsum([p.numel() for p in params])
-        self.slots = [self.array[e - p.numel():e].reshape(tuple(p.shape)) for p, e in zip(params, ends)]
-        self.grad_bucket = GradBucket(index, self.array, params)
+        self.slots = [self.flat[e - p.numel():e].view(tuple(p.shape)) for p, e in zip(params, ends)]
+        self.grad_bucket = GradBucket(index, self.flat, params)
         self.reset()
 
     def reset(self):
@@ -106,7 +110,8 @@ class Reducer:
         queue_callback(self._finish)
         for p in self.unused:
             b, k = self.where[id(p)]
-            b.slots[k][...] = 0
+            with no_grad():
+                b.slots[k].zero_()
             self._mark(b, k)
 
     def _grad_ready(self, p):
@@ -114,10 +119,12 @@ class Reducer:
             return
         self._begin()
         b, k = self.where[id(p)]
-        if not (self.as_view and p.grad.data_ptr() == b.slots[k].ctypes.data):
-            b.slots[k][...] = p.grad.detach().numpy()
+        slot = b.slots[k]
+        if not (self.as_view and p.grad.data_ptr() == slot.data_ptr()):
+            with no_grad():
+                slot.copy_(p.grad)
             if self.as_view:
-                p.grad = from_numpy(b.slots[k])  # later accumulations land in the bucket itself
+                p.grad = slot  # later accumulations land in the bucket itself
         self._mark(b, k)
 
     def _mark(self, b, k):
@@ -148,17 +155,17 @@ class Reducer:
                 f"were not used in producing the loss: pass find_unused_parameters=True to DistributedDataParallel "
                 f"(their gradients then count as zero), or make every parameter take part in the output.")
         used = self._globally_used() if self.detect_unused else None
-        for b in self.buckets:
-            result = np.asarray(b.result.detach().numpy()).reshape(-1)
-            if not np.shares_memory(result, b.array):
-                b.array[...] = result
-            for p, slot in zip(b.params, b.slots):
-                if used is None or used[id(p)]:
-                    p.grad = from_numpy(slot if self.as_view else slot.copy())
+        with no_grad():
+            for b in self.buckets:
+                if b.result.data_ptr() != b.flat.data_ptr():  # a hook may return a new tensor
+                    b.flat.copy_(b.result.reshape(-1))
+                for p, slot in zip(b.params, b.slots):
+                    if used is None or used[id(p)]:
+                        p.grad = slot if self.as_view else slot.clone()
         if self.record:
             self.timeline = [dict(name="backward", start=0.0, end=end - self.t0)] + [
                 dict(name=f"bucket {b.grad_bucket.index()}", start=b.launched - self.t0,
-                     end=b.finished - self.t0, numel=b.array.size) for b in self.buckets]
+                     end=b.finished - self.t0, numel=b.flat.numel()) for b in self.buckets]
 
     def _globally_used(self):
         """Whether any rank used each parameter: one that no rank used keeps its .grad (as in torch)."""
