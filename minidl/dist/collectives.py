@@ -28,14 +28,14 @@ def _finish_avg(array, op, size):
 
 
 def all_reduce_buffer(array, op=ReduceOp.SUM, group=None, async_op=False):
-    """all_reduce on a contiguous 1-D numpy array, in place (e.g. a flat gradient bucket):
+    """all_reduce on a contiguous 1-D array of the backend's device, in place (a gradient bucket):
     no tensor wrapping and no version bump."""
     what = "all_reduce"
     g = resolve(group, what)
     if g is None:
         return None
-    if not isinstance(array, np.ndarray) or not array.flags.c_contiguous or array.ndim != 1:
-        raise ValueError(f"{what}: expected a contiguous 1-D numpy array, got {type(array).__name__}")
+    if getattr(array, "ndim", None) != 1 or not array.flags.c_contiguous:  # numpy, or cupy under nccl
+        raise ValueError(f"{what}: expected a contiguous 1-D array, got {type(array).__name__}")
     return _all_reduce(g, array, _check_op(op, array.dtype, what), async_op, lambda: None, None)
 
 
