@@ -18,10 +18,22 @@ class DistTimeoutError(DistError):
 class Channel:
     def __init__(self, comm, what: str, timeout: float, global_ranks, tag: int = 0, spin: float = 0.0):
         """``spin``: seconds each wait may poll before it sleeps (backends.base.wait_all)."""
-        self.comm, self.what, self.timeout, self.tag, self.spin = comm, what, timeout, tag, spin
+        self.comm, self.name, self.timeout, self.tag, self.spin = comm, what, timeout, tag, spin
         self.rank, self.size = comm.rank, comm.size
         self.global_ranks = list(global_ranks)
+        self.seq = None
         self.deadline = time.monotonic() + timeout
+
+    def start(self, what: str, seq: int, spin: float) -> "Channel":
+        """Reuse this channel for a group's collective number ``seq`` (they run one at a time):
+        a fresh deadline, and a label formatted only if an error needs it."""
+        self.name, self.seq, self.spin = what, seq, spin
+        self.deadline = time.monotonic() + self.timeout
+        return self
+
+    @property
+    def what(self) -> str:
+        return self.name if self.seq is None else f"{self.name} (collective #{self.seq} of the group)"
 
     def wait(self, requests) -> None:
         wait_all(requests, self.deadline, self._timed_out, self.spin)
@@ -66,6 +78,6 @@ class Channel:
 
     def sub(self, comm, global_ranks) -> "Channel":
         """A channel over subgroup ``comm`` (whose ranks are ``global_ranks``), same collective and deadline."""
-        ch = Channel(comm, self.what, self.timeout, global_ranks, self.tag, self.spin)
-        ch.deadline = self.deadline
+        ch = Channel(comm, self.name, self.timeout, global_ranks, self.tag, self.spin)
+        ch.seq, ch.deadline = self.seq, self.deadline
         return ch
