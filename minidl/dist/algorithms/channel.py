@@ -40,6 +40,7 @@ class Channel:
 
     def _timed_out(self, pending):
         me = self.global_ranks[self.rank]
+        pending = [part for r in pending for part in r.unfinished()]
         sends = sorted({self.global_ranks[r.peer] for r in pending if r.kind == "send"})
         recvs = sorted({self.global_ranks[r.peer] for r in pending if r.kind == "recv" and r.peer is not None})
         parts = []
@@ -67,10 +68,8 @@ class Channel:
         self.wait([self.irecv(buf, src)])
 
     def exchange(self, send_buf, dst: int, recv_buf, src: int) -> None:
-        """Send to ``dst`` while receiving from ``src`` (both posted first, so rings don't deadlock;
-        the send first, so that its rendezvous starts while the receive is posted)."""
-        comm, tag = self.comm, self.tag
-        self.wait([comm.isend(send_buf, dst, tag), comm.irecv(recv_buf, src, tag)])
+        """Send to ``dst`` while receiving from ``src`` (both posted first, so rings don't deadlock)."""
+        self.wait(self.comm.exchange(send_buf, dst, recv_buf, src, self.tag))
 
     def native(self, name: str, *args) -> None:
         """Run the backend's own collective ``name``."""
