@@ -36,7 +36,7 @@ def all_reduce_buffer(array, op=ReduceOp.SUM, group=None, async_op=False):
         return None
     if not isinstance(array, np.ndarray) or not array.flags.c_contiguous or array.ndim != 1:
         raise ValueError(f"{what}: expected a contiguous 1-D numpy array, got {type(array).__name__}")
-    return _all_reduce(g, array, _check_op(op, array.dtype, what), async_op, lambda: None, None)
+    return _all_reduce(g, array, _check_op(op, array.dtype, what), async_op, None, None)
 
 
 def all_reduce(tensor, op=ReduceOp.SUM, group=None, async_op=False):
@@ -45,16 +45,16 @@ def all_reduce(tensor, op=ReduceOp.SUM, group=None, async_op=False):
     if g is None:
         return None
     out = Writable(check_tensor(tensor, what), what)
-    return _all_reduce(g, out.array, _check_op(op, out.array.dtype, what), async_op, out.commit, tensor)
+    return _all_reduce(g, out.array, _check_op(op, out.array.dtype, what), async_op, out, tensor)
 
 
-def _all_reduce(g, array, op, async_op, commit, tensor):
-    c = g.config
-
+def _all_reduce(g, array, op, async_op, out, tensor):
+    """``out``: the Writable whose ``array`` this is, if any."""
     def job(ch):
-        algorithms.all_reduce(ch, array, op.combining, c.algorithm, c.small_bytes, c.segment_bytes, g.hierarchy)
+        algorithms.all_reduce(ch, array, op.combining, g.config, g.hierarchy)
         _finish_avg(array, op, g.size)
-        commit()
+        if out is not None:
+            out.commit()
     return g.submit("all_reduce", job, async_op, dict(tensor=tensor, op=op, numel=array.size))
 
 

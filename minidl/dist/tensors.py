@@ -44,6 +44,8 @@ class Writable:
     """A tensor's elements as a contiguous 1-D ``array`` a collective may write; ``commit()``
     makes the writes the tensor's."""
 
+    __slots__ = ("tensor", "copied", "array")
+
     def __init__(self, t, what: str):
         layout = t._layout
         self.tensor, self.copied = t, not layout.is_contiguous
