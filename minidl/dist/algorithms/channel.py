@@ -69,7 +69,7 @@ class Channel:
 
     def exchange(self, send_buf, dst: int, recv_buf, src: int) -> None:
         """Send to ``dst`` while receiving from ``src`` (both posted first, so rings don't deadlock)."""
-        self.wait(self.comm.exchange(send_buf, dst, recv_buf, src, self.tag))
+        wait_all(self.comm.exchange(send_buf, dst, recv_buf, src, self.tag), self.deadline, self._timed_out, self.spin)
 
     def native(self, name: str, *args) -> None:
         """Run the backend's own collective ``name``."""
