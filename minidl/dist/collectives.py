@@ -17,13 +17,13 @@ from .tensors import Writable, check_like, check_tensor, check_tensor_list, read
 def _check_op(op, tensor_dtype, what: str) -> ReduceOp:
     if not isinstance(op, ReduceOp):
         raise TypeError(f"{what}: op must be a minidl.dist.ReduceOp, got {op!r}")
-    if op is ReduceOp.AVG and tensor_dtype.kind != "f":
+    if op.divides and tensor_dtype.kind != "f":
         raise TypeError(f"{what}: ReduceOp.AVG needs a floating-point tensor, got {tensor_dtype}")
     return op
 
 
 def _finish_avg(array, op, size):
-    if op is ReduceOp.AVG:
+    if op.divides:
         np.true_divide(array, size, out=array)
 
 

@@ -81,8 +81,11 @@ class CommThread:
         if self.pending:
             self.submit(fn).wait()
             return
-        with self.running:
+        self.running.acquire()  # not ``with``: ~50 ns more, on every small blocking collective
+        try:
             fn(True)
+        finally:
+            self.running.release()
 
     def submit(self, fn) -> Work:
         """Queue ``fn(False)`` for the thread; the Work says when it is done."""
