@@ -17,13 +17,13 @@ from .tensors import Writable, check_like, check_tensor, check_tensor_list, read
 def _check_op(op, tensor_dtype, what: str) -> ReduceOp:
     if not isinstance(op, ReduceOp):
         raise TypeError(f"{what}: op must be a minidl.dist.ReduceOp, got {op!r}")
-    if op is ReduceOp.AVG and tensor_dtype.kind != "f":
+    if op.divides and tensor_dtype.kind != "f":
         raise TypeError(f"{what}: ReduceOp.AVG needs a floating-point tensor, got {tensor_dtype}")
     return op
 
 
 def _finish_avg(array, op, size):
-    if op is ReduceOp.AVG:
+    if op.divides:
         np.true_divide(array, size, out=array)
 
 
@@ -36,7 +36,7 @@ def all_reduce_buffer(array, op=ReduceOp.SUM, group=None, async_op=False):
         return None
     if getattr(array, "ndim", None) != 1 or not array.flags.c_contiguous:  # numpy, or cupy under nccl
         raise ValueError(f"{what}: expected a contiguous 1-D array, got {type(array).__name__}")
-    return _all_reduce(g, array, _check_op(op, array.dtype, what), async_op, lambda: None, None)
+    return _all_reduce(g, array, _check_op(op, array.dtype, what), async_op, None, None)
 
 
 def all_reduce(tensor, op=ReduceOp.SUM, group=None, async_op=False):
@@ -45,17 +45,19 @@ def all_reduce(tensor, op=ReduceOp.SUM, group=None, async_op=False):
     if g is None:
         return None
     out = Writable(check_tensor(tensor, what), what)
-    return _all_reduce(g, out.array, _check_op(op, out.array.dtype, what), async_op, out.commit, tensor)
+    return _all_reduce(g, out.array, _check_op(op, out.array.dtype, what), async_op, out, tensor)
 
 
-def _all_reduce(g, array, op, async_op, commit, tensor):
-    c = g.config
-
+def _all_reduce(g, array, op, async_op, out, tensor):
+    """``out``: the Writable whose ``array`` this is, if any."""
     def job(ch):
-        algorithms.all_reduce(ch, array, op.combining, c.algorithm, c.small_bytes, c.segment_bytes, g.hierarchy)
+        algorithms.all_reduce(ch, array, op.combining, g.config, g.hierarchy)
         _finish_avg(array, op, g.size)
-        commit()
-    return g.submit("all_reduce", job, async_op, dict(tensor=tensor, op=op, numel=array.size))
+        if out is not None:
+            out.commit()
+    # the fingerprint only when debugging: small all-reduces are mostly Python like this dict
+    fingerprint = dict(tensor=tensor, op=op, numel=array.size) if g.config.debug else None
+    return g.submit("all_reduce", job, async_op, fingerprint)
 
 
 def broadcast(tensor, src, group=None, async_op=False):

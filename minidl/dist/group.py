@@ -56,6 +56,7 @@ class ProcessGroup:
         self.rank, self.size = comm.rank, comm.size
         self.coll = comm.split(0, comm.rank)
         self.seq = 0
+        self.collective_channel = self.channel("")  # reused by every collective (see submit)
         self.thread = CommThread(f"minidl.dist group of ranks {self.ranks[:8]} rank {self.rank}")
         names = algorithms.all_gather_bytes(self.channel("init_process_group (host names)"),
                                             comm.host_name().encode())
@@ -80,11 +81,11 @@ class ProcessGroup:
         """Run ``job(channel)`` on the communication thread; a Work if async_op, else wait for it.
         ``fingerprint``: what MINIDL_DIST_DEBUG compares across ranks (tensor, op, root ...)."""
         self.seq += 1
-        label = f"{what} (collective #{self.seq} of the group)"
-        fp = debug.fingerprint(what, self.seq, **(fingerprint or {})) if self.config.debug else None
+        seq = self.seq
+        fp = debug.fingerprint(what, seq, **(fingerprint or {})) if self.config.debug else None
 
         def run(inline):
-            ch = self.channel(label, spin=inline)
+            ch = self.collective_channel.start(what, seq, self.coll.spin if inline else 0.0)
             if fp is not None:
                 found = algorithms.all_gather_bytes(ch, repr(fp).encode())
                 debug.check([ast.literal_eval(f.decode()) for f in found], self.ranks)

@@ -25,11 +25,12 @@ _process = {}  # "default": the process's default group, "subgroups": groups mad
 
 
 def _state():
-    return _thread.__dict__ if "default" in _thread.__dict__ else _process
+    mine = _thread.__dict__
+    return mine if "default" in mine else _process
 
 
 def _default():
-    return _state().get("default")
+    return _thread.__dict__.get("default") or _process.get("default")
 
 
 def is_available() -> bool:

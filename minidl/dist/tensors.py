@@ -57,6 +57,8 @@ class Writable:
     """A tensor's elements as a contiguous 1-D ``array`` a collective may write; ``commit()``
     makes the writes the tensor's."""
 
+    __slots__ = ("tensor", "staged", "array")
+
     def __init__(self, t, what: str):
         if not t._storage.writable:
             raise RuntimeError(f"{what}: the tensor's memory is read-only")

@@ -70,33 +70,27 @@ class CommThread:
         self.name, self.jobs, self.thread = name, queue.SimpleQueue(), None
         self.lock = threading.Lock()     # guards ``pending``
         self.running = threading.Lock()  # held by whichever thread runs a job
-        self.pending = 0                 # jobs submitted and not finished
+        self.pending = 0                 # jobs queued and not finished
 
     def run(self, fn) -> None:
         """Run ``fn(inline)`` and return once it is done (re-raising its error): right here
         (inline=True) when no job is queued or running — no Work, no thread wake-up — else
-        queued behind them (inline=False)."""
-        with self.lock:
-            inline = self.pending == 0
-            self.pending += 1
-            if inline:
-                self.running.acquire()  # free: nothing else is pending
-        if not inline:
-            self._queue(fn).wait()
+        queued behind them (inline=False). ``pending`` only counts queued jobs: it drops to 0
+        once the last one finished, and ``running`` keeps an inline run from overlapping it
+        (or a job queued from another thread meanwhile)."""
+        if self.pending:
+            self.submit(fn).wait()
             return
+        self.running.acquire()  # not ``with``: ~50 ns more, on every small blocking collective
         try:
             fn(True)
         finally:
             self.running.release()
-            self._finished()
 
     def submit(self, fn) -> Work:
         """Queue ``fn(False)`` for the thread; the Work says when it is done."""
         with self.lock:
             self.pending += 1
-        return self._queue(fn)
-
-    def _queue(self, fn) -> Work:
         job = _Job(lambda: fn(False))
         if self.thread is None:
             self.thread = threading.Thread(target=self._loop, name=self.name, daemon=True)

@@ -25,17 +25,18 @@ def _native(ch, name, algorithm):
     return algorithm == "native" and name in ch.comm.native
 
 
-def all_reduce(ch, buf, op, algorithm, small_bytes, segment_bytes, hierarchy) -> None:
-    """``hierarchy``: has ``.spans_hosts`` and ``.channels(ch)`` -> (local, leaders or None);
-    ``segment_bytes``: the ring's pipelining segments (algorithms.ring)."""
+def all_reduce(ch, buf, op, config, hierarchy) -> None:
+    """``config``: has ``.algorithm``, ``.small_bytes`` and ``.segment_bytes`` (the ring's pipelining
+    segments); ``hierarchy``: has ``.spans_hosts`` and ``.channels(ch)`` -> (local, leaders or None)."""
+    algorithm = config.algorithm
     if _native(ch, "all_reduce", algorithm):
         ch.native("all_reduce", buf, op.value)
     elif algorithm == "hierarchical" or (algorithm in ("auto", "native") and hierarchy.spans_hosts):
-        hierarchical.all_reduce(*hierarchy.channels(ch), buf, op, segment_bytes)
-    elif algorithm == "recursive_doubling" or (algorithm != "ring" and buf.nbytes <= small_bytes):
+        hierarchical.all_reduce(*hierarchy.channels(ch), buf, op, config.segment_bytes)
+    elif algorithm == "recursive_doubling" or (algorithm != "ring" and buf.nbytes <= config.small_bytes):
         recursive_doubling.all_reduce(ch, buf, op)
     else:
-        ring.all_reduce(ch, buf, op, segment_bytes)
+        ring.all_reduce(ch, buf, op, config.segment_bytes)
 
 
 def broadcast(ch, buf, root, algorithm) -> None:

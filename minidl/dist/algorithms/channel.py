@@ -18,16 +18,29 @@ class DistTimeoutError(DistError):
 class Channel:
     def __init__(self, comm, what: str, timeout: float, global_ranks, tag: int = 0, spin: float = 0.0):
         """``spin``: seconds each wait may poll before it sleeps (backends.base.wait_all)."""
-        self.comm, self.what, self.timeout, self.tag, self.spin = comm, what, timeout, tag, spin
+        self.comm, self.name, self.timeout, self.tag, self.spin = comm, what, timeout, tag, spin
         self.rank, self.size = comm.rank, comm.size
         self.global_ranks = list(global_ranks)
+        self.seq = None
         self.deadline = time.monotonic() + timeout
+
+    def start(self, what: str, seq: int, spin: float) -> "Channel":
+        """Reuse this channel for a group's collective number ``seq`` (they run one at a time):
+        a fresh deadline, and a label formatted only if an error needs it."""
+        self.name, self.seq, self.spin = what, seq, spin
+        self.deadline = time.monotonic() + self.timeout
+        return self
+
+    @property
+    def what(self) -> str:
+        return self.name if self.seq is None else f"{self.name} (collective #{self.seq} of the group)"
 
     def wait(self, requests) -> None:
         wait_all(requests, self.deadline, self._timed_out, self.spin)
 
     def _timed_out(self, pending):
         me = self.global_ranks[self.rank]
+        pending = [part for r in pending for part in r.unfinished()]
         sends = sorted({self.global_ranks[r.peer] for r in pending if r.kind == "send"})
         recvs = sorted({self.global_ranks[r.peer] for r in pending if r.kind == "recv" and r.peer is not None})
         parts = []
@@ -55,10 +68,8 @@ class Channel:
         self.wait([self.irecv(buf, src)])
 
     def exchange(self, send_buf, dst: int, recv_buf, src: int) -> None:
-        """Send to ``dst`` while receiving from ``src`` (both posted first, so rings don't deadlock;
-        the send first, so that its rendezvous starts while the receive is posted)."""
-        comm, tag = self.comm, self.tag
-        self.wait([comm.isend(send_buf, dst, tag), comm.irecv(recv_buf, src, tag)])
+        """Send to ``dst`` while receiving from ``src`` (both posted first, so rings don't deadlock)."""
+        wait_all(self.comm.exchange(send_buf, dst, recv_buf, src, self.tag), self.deadline, self._timed_out, self.spin)
 
     def native(self, name: str, *args) -> None:
         """Run the backend's own collective ``name``."""
@@ -66,6 +77,6 @@ class Channel:
 
     def sub(self, comm, global_ranks) -> "Channel":
         """A channel over subgroup ``comm`` (whose ranks are ``global_ranks``), same collective and deadline."""
-        ch = Channel(comm, self.what, self.timeout, global_ranks, self.tag, self.spin)
-        ch.deadline = self.deadline
+        ch = Channel(comm, self.name, self.timeout, global_ranks, self.tag, self.spin)
+        ch.seq, ch.deadline = self.seq, self.deadline
         return ch

@@ -7,28 +7,41 @@ the p remaining ranks double; the odd ranks then hand the result back.
 """
 from __future__ import annotations
 
+import functools
 
-def all_reduce(ch, buf, op) -> None:
-    n, r = ch.size, ch.rank
+
+@functools.lru_cache(maxsize=None)
+def schedule(n: int, r: int):
+    """(sits_out_with, folds_in, partners) of rank r: the odd neighbour it hands its data to and
+    gets the result from, if it sits the doubling out; the even neighbour whose data it takes
+    first and hands the result to, if any; and the ranks it swaps with, round by round.
+    Computed once per (n, r): at 4 KiB an all-reduce is mostly Python."""
     p = 1 << (n.bit_length() - 1)
     extra = n - p
-    incoming = ch.comm.scratch(buf.size, buf)
-    if r < 2 * extra:
-        if r % 2 == 0:
-            ch.send(buf, r + 1)
-            ch.recv(buf, r + 1)
-            return
-        ch.recv(incoming, r - 1)
-        op.ufunc(buf, incoming, out=buf)
-        virtual = r // 2
-    else:
-        virtual = r - extra
+    if r < 2 * extra and r % 2 == 0:
+        return r + 1, None, ()
+    virtual = r // 2 if r < 2 * extra else r - extra
+    partners = []
     mask = 1
     while mask < p:
         partner = virtual ^ mask
-        peer = 2 * partner + 1 if partner < extra else partner + extra
+        partners.append(2 * partner + 1 if partner < extra else partner + extra)
+        mask <<= 1
+    return None, r - 1 if r < 2 * extra else None, tuple(partners)
+
+
+def all_reduce(ch, buf, op) -> None:
+    sits_out_with, folds_in, partners = schedule(ch.size, ch.rank)
+    if sits_out_with is not None:
+        ch.send(buf, sits_out_with)
+        ch.recv(buf, sits_out_with)
+        return
+    incoming = ch.comm.scratch(buf.size, buf)
+    if folds_in is not None:
+        ch.recv(incoming, folds_in)
+        op.ufunc(buf, incoming, out=buf)
+    for peer in partners:
         ch.exchange(buf, peer, incoming, peer)
         op.ufunc(buf, incoming, out=buf)  # a+b here, b+a there: bitwise equal, ops commute
-        mask <<= 1
-    if r < 2 * extra:
-        ch.send(buf, r - 1)
+    if folds_in is not None:
+        ch.send(buf, folds_in)

@@ -48,15 +48,16 @@ def _steps(ch, buf, op, bounds, steps, segment_bytes) -> None:
             into = scratch[slot:slot + rb - ra]
         else:
             into = buf[ra:rb]
-        return [comm.isend(buf[sa:sb], right, tag), comm.irecv(into, left, tag)], buf[ra:rb], into
+        return comm.isend(buf[sa:sb], right, tag), comm.irecv(into, left, tag), buf[ra:rb], into
 
     pending = [post(steps[0], k) for k in range(segments)]
     for s in steps:
         for k in range(segments):
-            requests, mine, incoming = pending[k]
-            ch.wait(requests)  # the send too: a later step may write where it read
-            if s < n - 1:
+            send, recv, mine, incoming = pending[k]
+            ch.wait([recv])
+            if s < n - 1:  # while the right neighbour may still be taking what we sent
                 op.ufunc(mine, incoming, out=mine)
+            ch.wait([send])  # before a later step writes where it read
             if s != steps[-1]:
                 pending[k] = post(s + 1, k)
 

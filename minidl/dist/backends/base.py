@@ -31,6 +31,11 @@ class Request:
     def test(self) -> bool:
         raise NotImplementedError
 
+    def unfinished(self) -> list:
+        """The single sends and receives behind this request that have not completed (what a
+        timeout message names)."""
+        return [self]
+
 
 class _Pieces(Request):
     """A message sent or received as several chunks; complete when every chunk is."""
@@ -84,6 +89,7 @@ class Communicator:
             raise ValueError(f"chunk_elements must be positive, got {chunk_elements}")
         self.chunk_elements = int(chunk_elements)
         self._scratch = np.empty(0, np.uint8)
+        self._scratch_key = None
 
     def scratch(self, numel: int, like) -> np.ndarray:
         """A receive buffer kept between collectives (which run one at a time per communicator):
@@ -91,10 +97,12 @@ class Communicator:
         largest one asked for. ``like``: the buffer it receives for (its dtype; its memory, for a
         backend that moves device buffers too)."""
         dtype = like.dtype
-        nbytes = numel * dtype.itemsize
-        if self._scratch.size < nbytes:
-            self._scratch = np.empty(nbytes, np.uint8)
-        return self._scratch[:nbytes].view(dtype)
+        if (numel, dtype) != self._scratch_key:  # the view is kept too: making one costs ~0.3 us
+            nbytes = numel * dtype.itemsize
+            if self._scratch.size < nbytes:
+                self._scratch = np.empty(nbytes, np.uint8)
+            self._scratch_key, self._scratch_view = (numel, dtype), self._scratch[:nbytes].view(dtype)
+        return self._scratch_view
 
     def _pieces(self, buf):
         c = self.chunk_elements
@@ -112,6 +120,11 @@ class Communicator:
         if src is ANY_SOURCE:
             return _AnySourceRecv(self, pieces, tag)
         return _Pieces([self._irecv(p, src, tag) for p in pieces], src, "recv")
+
+    def exchange(self, send_buf, dst: int, recv_buf, src: int, tag: int = 0) -> list:
+        """Send to ``dst`` and receive from ``src``: the requests (the send posted first, so that its
+        rendezvous starts while the receive is posted)."""
+        return [self.isend(send_buf, dst, tag), self.irecv(recv_buf, src, tag)]
 
     # -- implemented by backends ----------------------------------------------------------------
     def _isend(self, buf, dst, tag) -> Request:

@@ -43,6 +43,21 @@ class _AnySourceMPIRequest(_MPIRequest):
         return False
 
 
+class _MPIExchange(Request):
+    """A send and a receive tested together by one MPI_Testall (a small collective's step)."""
+
+    def __init__(self, comm, send_buf, dst, recv_buf, src, tag):
+        self.requests = [comm.Isend(send_buf, dst, tag), comm.Irecv(recv_buf, src, tag)]
+        self.dst, self.src = dst, src
+
+    def test(self):
+        return MPI.Request.Testall(self.requests)
+
+    def unfinished(self):
+        send, recv = self.requests
+        return [r for r in (_MPIRequest(send, self.dst, "send"), _MPIRequest(recv, self.src, "recv")) if not r.test()]
+
+
 def _mpi_op(op: str, buf):
     return (_BOOL_OPS if buf.dtype == np.bool_ else _OPS)[op]
 
@@ -61,6 +76,11 @@ class MPICommunicator(Communicator):
         if src is None:
             return _AnySourceMPIRequest(self.comm.Irecv(buf, MPI.ANY_SOURCE, tag), None, "recv")
         return _MPIRequest(self.comm.Irecv(buf, src, tag), src, "recv")
+
+    def exchange(self, send_buf, dst, recv_buf, src, tag=0):
+        if src is None or send_buf.size > self.chunk_elements or recv_buf.size > self.chunk_elements:
+            return super().exchange(send_buf, dst, recv_buf, src, tag)
+        return [_MPIExchange(self.comm, send_buf, dst, recv_buf, src, tag)]
 
     def split(self, color, key):
         sub = self.comm.Split(MPI.UNDEFINED if color is None else color, key)
