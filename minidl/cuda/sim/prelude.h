@@ -13,7 +13,7 @@
 #define __host__
 #define __forceinline__ inline
 #define __restrict__ __restrict
-#define __shared__ static
+#define __shared__ static __attribute__((section("minidl_shared")))  // poisoned at each block's start
 #define __align__(n) alignas(n)
 
 struct uint3 { unsigned int x, y, z; };

@@ -1,12 +1,19 @@
-// The simulator's launch: blocks one after another; inside a block, one fiber per thread, run
-// round-robin until each finishes or waits at a barrier (__syncthreads: the whole block; a warp
-// shuffle or __syncwarp: its warp), then released together once every live member has arrived.
+// The simulator's launch: blocks one after another; inside a block, one fiber per thread, each run
+// until it finishes or waits at a barrier (__syncthreads: the whole block; a warp shuffle or
+// __syncwarp: its warp), the waiting ones released together once every live member has arrived.
+// Between barriers the threads run in a new pseudo-random order each time (fixed seed, so runs
+// repeat): a kernel that lacks a barrier, reading what another thread has not yet written, then
+// fails in tests instead of passing by the luck of a fixed order.
 #include <ucontext.h>
 #include <cstdio>
+#include <cstring>
 #include <vector>
 
 uint3 threadIdx, blockIdx;
 dim3 blockDim, gridDim;
+
+// every __shared__ array lies in this section (prelude.h); the linker marks its bounds
+extern char __start_minidl_shared[] __attribute__((weak)), __stop_minidl_shared[] __attribute__((weak));
 
 namespace {
 
@@ -26,6 +33,18 @@ ucontext_t scheduler_context;
 int current = 0;
 void (*kernel_wrapper)(void **) = nullptr;
 void **kernel_args = nullptr;
+std::vector<int> order;
+unsigned long long shuffle_state = 0x9E3779B97F4A7C15ull;
+
+void shuffle_order() {  // Fisher-Yates with xorshift64
+    for (int i = (int)order.size() - 1; i > 0; --i) {
+        shuffle_state ^= shuffle_state << 13;
+        shuffle_state ^= shuffle_state >> 7;
+        shuffle_state ^= shuffle_state << 17;
+        int j = (int)(shuffle_state % (unsigned long long)(i + 1));
+        int t = order[i]; order[i] = order[j]; order[j] = t;
+    }
+}
 
 void yield_as(State state) {
     fibers[current].state = state;
@@ -95,13 +114,20 @@ extern "C" int minidl_sim_launch(void (*wrapper)(void **), unsigned gx, unsigned
     kernel_wrapper = wrapper;
     kernel_args = args;
     fibers.resize(threads);
+    order.resize(threads);
+    for (int t = 0; t < threads; ++t) order[t] = t;
     exchange_slots.assign(threads, 0);
     if (stacks.size() < (size_t)threads * kStack) stacks.resize((size_t)threads * kStack);
-    shared_memory.assign(shared_bytes + 16, 0);
+    shared_memory.resize(shared_bytes + 16);
     for (unsigned z = 0; z < gz; ++z)
     for (unsigned y = 0; y < gy; ++y)
     for (unsigned x = 0; x < gx; ++x) {
         blockIdx = uint3{x, y, z};
+        // shared memory starts undefined on a GPU: fill it with 0xff bytes (NaN, -1), so a kernel
+        // that reads before writing fails here instead of seeing the last block's values
+        if (__start_minidl_shared != __stop_minidl_shared)
+            std::memset(__start_minidl_shared, 0xff, __stop_minidl_shared - __start_minidl_shared);
+        std::memset(shared_memory.data(), 0xff, shared_memory.size());
         for (int t = 0; t < threads; ++t) {
             Fiber &f = fibers[t];
             f.index = uint3{(unsigned)t % bx, ((unsigned)t / bx) % by, (unsigned)t / (bx * by)};
@@ -113,7 +139,8 @@ extern "C" int minidl_sim_launch(void (*wrapper)(void **), unsigned gx, unsigned
             makecontext(&f.context, fiber_main, 0);
         }
         for (;;) {
-            for (int t = 0; t < threads; ++t) {
+            shuffle_order();
+            for (int t : order) {
                 while (fibers[t].state == RUNNING) {
                     current = t;
                     threadIdx = fibers[t].index;
