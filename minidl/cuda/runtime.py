@@ -190,6 +190,9 @@ def layout_arg(shape, strides, offset: int = 0, op: str = "cuda kernel"):
     return np.frombuffer(raw, LAYOUT_DTYPE)
 
 
+NULL = np.uint64(0)  # a null pointer argument: 8 bytes of zero, as CuPy passes a numpy scalar by value
+
+
 def i32(v):
     return np.int32(v)
 

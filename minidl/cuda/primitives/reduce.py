@@ -21,7 +21,6 @@ THREADS = 256           # REDUCE_THREADS in reduce.cu
 MIN_PER_LANE = 16       # a split leaves each thread at least this many elements of its chunk
 WARP_SCAN_MAX = 512     # scan rows up to this long get a warp each, longer ones a block
 TILE = 2048             # argsort rows up to this long sort in shared memory, longer ones merge tiles
-NULL = np.uint64(0)     # a null pointer argument
 REDUCE_CODE, ARG_CODE, SCAN_CODE = codes(kernels.REDUCE_OPS), codes(kernels.ARG_REDUCE_OPS), codes(kernels.SCAN_OPS)
 WIDE = {np.dtype(np.float32): np.dtype(np.float64)}  # partials of float32 sums and products
 
@@ -101,7 +100,7 @@ def _arg_reduce(op, x, x_indices, outer, inner, out):
     outputs, chunks = tiling[0], tiling[2]
     name = f"arg_reduce_{suffix(x.dtype, 'arg_reduce')}"
     if chunks == 1:
-        _launch(name, x, ARG_CODE[op], (x_indices,), outer, inner, tiling, NULL, out)
+        _launch(name, x, ARG_CODE[op], (x_indices,), outer, inner, tiling, runtime.NULL, out)
         return
     xp = runtime.get().xp
     values, indices = xp.empty(outputs * chunks, x.dtype), xp.empty(outputs * chunks, np.int64)
@@ -121,7 +120,7 @@ def arg_reduce(op, x, xl, dim, out):
         return
     if xl.shape[dim] == 0:
         raise ValueError(f"arg_reduce: {op} of an empty dim {dim}")
-    _arg_reduce(op, x, NULL, (o_shape, o_strides, xl.offset), ((xl.shape[dim],), (xl.strides[dim],), 0), out)
+    _arg_reduce(op, x, runtime.NULL, (o_shape, o_strides, xl.offset), ((xl.shape[dim],), (xl.strides[dim],), 0), out)
 
 
 @kernels.register("scan", "cuda")
@@ -171,13 +170,13 @@ def argsort(x, xl, dim, descending, out):
     segments = rows * -(-n // tile)
     launch = dict(block=THREADS, shared_mem=per_block * slots * (x.itemsize + 4))
     if n <= tile:
-        runtime.launch_rows(tiles_kernel, -(-segments // per_block), *sort_args, NULL, NULL, out, *out_args,
-                            **launch)
+        runtime.launch_rows(tiles_kernel, -(-segments // per_block), *sort_args, runtime.NULL, runtime.NULL, out,
+                            *out_args, **launch)
         return
     xp = runtime.get().xp
     keys = [xp.empty(xl.numel, x.dtype) for _ in range(2)]
     order = [xp.empty(xl.numel, np.int64) for _ in range(2)]
-    runtime.launch_rows(tiles_kernel, -(-segments // per_block), *sort_args, keys[0], order[0], NULL, *out_args,
+    runtime.launch_rows(tiles_kernel, -(-segments // per_block), *sort_args, keys[0], order[0], runtime.NULL, *out_args,
                         **launch)
     merge = runtime.module("sort")(f"argsort_merge_{suffix(x.dtype, 'argsort')}")
     width, now = tile, 0

@@ -46,10 +46,21 @@ def kernel_signatures(source: str) -> dict:
 
 
 def _wrappers(kernels: dict) -> str:
-    lines = []
+    """Per kernel: the launch wrapper, and a description of each parameter for the checks in
+    ``_check_argument`` (bytes; kind 0 integer, 1 floating, 2 pointer, 3 struct; for a pointer,
+    the bytes and kind of what it points at)."""
+    lines = ["#include <type_traits>",
+             "template <class T> constexpr long long minidl_kind() { return std::is_floating_point<T>::value ? 1 :",
+             "    std::is_pointer<T>::value ? 2 : std::is_class<T>::value ? 3 : 0; }",
+             "template <class T> constexpr long long minidl_pointee() { using P = typename std::remove_cv<",
+             "    typename std::remove_pointer<T>::type>::type; return std::is_pointer<T>::value ?",
+             "    (long long)sizeof(P) * 4 + minidl_kind<P>() : 0; }"]
     for name, types in kernels.items():
         args = ", ".join(f"*({t} *)a[{i}]" for i, t in enumerate(types))
         lines.append(f'extern "C" void minidl_sim__{name}(void **a) {{ {name}({args}); }}')
+        described = " ".join(f"d[{3 * i}] = sizeof({t}); d[{3 * i + 1}] = minidl_kind<{t}>(); "
+                             f"d[{3 * i + 2}] = minidl_pointee<{t}>();" for i, t in enumerate(types))
+        lines.append(f'extern "C" void minidl_params__{name}(long long *d) {{ {described} }}')
     return "\n".join(lines)
 
 
@@ -95,11 +106,16 @@ class SimFunction:
     def __init__(self, lib, name, nargs):
         self.lib, self.name, self.nargs = lib, name, nargs
         self.wrapper = ctypes.cast(getattr(lib, f"minidl_sim__{name}"), ctypes.c_void_p)
+        described = (ctypes.c_longlong * max(3 * nargs, 1))()
+        getattr(lib, f"minidl_params__{name}")(described)
+        self.params = [tuple(described[3 * i:3 * i + 3]) for i in range(nargs)]
 
     def __call__(self, grid, block, args, shared_mem=0):
         if len(args) != self.nargs:
             raise TypeError(f"cuda sim: kernel {self.name} takes {self.nargs} arguments, got {len(args)}")
         grid, block = _dim3(grid), _dim3(block)
+        for i, (a, param) in enumerate(zip(args, self.params)):
+            _check_argument(self.name, i, a, *param)
         keep = [_argument(a) for a in args]  # the values the pointers point at stay alive
         pointers = (ctypes.c_void_p * max(len(keep), 1))(*(ctypes.addressof(k) for k in keep))
         error = ctypes.create_string_buffer(256)
@@ -113,6 +129,28 @@ class SimFunction:
 def _dim3(v):
     v = tuple(int(x) for x in (v if isinstance(v, tuple) else (v,)))
     return v + (1,) * (3 - len(v))
+
+
+_KINDS = {"i": 0, "u": 0, "b": 0, "f": 1, "V": 3}
+_NAMES = ("an integer", "a floating-point value", "a pointer", "a struct")
+
+
+def _check_argument(kernel, i, a, size, kind, pointee):
+    """What a GPU would silently misread: a scalar of the wrong width or kind (np.int32 for a long
+    long, a float for an int), a buffer of the wrong element type, a value for a pointer."""
+    where = f"cuda sim: kernel {kernel}, argument {i}"
+    if kind == 2:
+        if isinstance(a, np.uint64) and a == 0:  # runtime.NULL
+            return
+        if not (isinstance(a, np.ndarray) and a.dtype.names is None):
+            raise TypeError(f"{where}: expects a pointer (a device buffer), got {type(a).__name__}")
+        size, kind = pointee // 4, pointee % 4  # a struct (float16's bits) fits any dtype of its size
+        if pointee and (a.itemsize != size or (kind != 3 and _KINDS.get(a.dtype.kind, 3) != kind)):
+            raise TypeError(f"{where}: expects a buffer of {_NAMES[kind]} of {size} bytes, got {a.dtype}")
+        return
+    got = a.dtype
+    if got.itemsize != size or _KINDS.get(got.kind, 3) != kind:
+        raise TypeError(f"{where}: expects {_NAMES[kind]} of {size} bytes, got {got} ({got.itemsize} bytes)")
 
 
 def _argument(a):
