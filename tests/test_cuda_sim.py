@@ -103,3 +103,16 @@ def test_a_barrier_some_threads_never_reach_is_an_error(module):
 def test_wrong_argument_count_is_refused(module):
     with pytest.raises(TypeError, match="takes 1 arguments, got 2"):
         module.function("xor_butterfly")((1,), (32,), (np.zeros(32, np.int64), np.int64(1)))
+
+
+def test_arguments_a_gpu_would_misread_are_refused(module):
+    """CuPy passes a numpy scalar's bytes as they are: an int32 where the kernel takes a long long,
+    or a float64 buffer for a float*, would be misread on a GPU without an error."""
+    x, out = np.arange(4, dtype=np.float32), np.zeros(1, np.float32)
+    pair = np.zeros(1, np.dtype([("n", "<i8"), ("scale", "<f4")], align=True))
+    with pytest.raises(TypeError, match="argument 0: expects a buffer of a floating-point value of 4 bytes"):
+        module.function("block_sums")((1,), (32,), (x.astype(np.float64), out, pair))
+    with pytest.raises(TypeError, match="argument 2: expects a struct of 16 bytes"):
+        module.function("block_sums")((1,), (32,), (x, out, np.int64(4)))
+    with pytest.raises(TypeError, match="argument 0: expects a pointer"):
+        module.function("xor_butterfly")((1,), (32,), (np.int64(0),))
