@@ -132,7 +132,7 @@ def test_sgd_step_matches_cpu(rng, dtype, momentum, nesterov, first, maximize, w
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-@pytest.mark.parametrize("amsgrad,maximize,wd,decay", itertools.product([False, True], [False, True], [0.0, 0.01],
-                                                                       [1.0, 0.999]))
+@pytest.mark.parametrize("amsgrad,maximize,wd,decay",
+                         list(itertools.product([False, True], [False, True], [0.0, 0.01], [1.0, 0.999])))
 def test_adam_step_matches_cpu(rng, dtype, amsgrad, maximize, wd, decay):
     run_both(rng, "adam_step", dtype, 5, 0.9, 0.999, 1e-8, wd, decay, amsgrad, maximize, 0.01, 0.3)
