@@ -60,6 +60,10 @@ class CupyRuntime:
     def synchronize(self) -> None:
         self.cupy.cuda.Device().synchronize()
 
+    def device_id(self) -> int:
+        """CuPy's current device: where buffers are allocated and kernels launched."""
+        return self.cupy.cuda.runtime.getDevice()
+
     def to_numpy(self, buf):
         return self.cupy.asnumpy(buf)
 
@@ -85,6 +89,9 @@ class SimRuntime:
 
     def synchronize(self) -> None:
         pass
+
+    def device_id(self) -> int:
+        return 0
 
     def __init__(self):
         self.live_bytes = 0
@@ -202,25 +209,32 @@ def i64(v):
 
 
 _error_buffers: dict = {}
+_unchecked: set = set()  # error buffers a kernel was handed since the last check
 
 
 def error_buffer():
-    """The device's int64[3] index-error record (see report_index_error in common.cuh)."""
+    """The current device's int64[3] index-error record (see report_index_error in common.cuh)."""
     rt = get()
-    buf = _error_buffers.get(rt.name)
+    key = (rt.name, rt.device_id())
+    buf = _error_buffers.get(key)
     if buf is None:
-        buf = _error_buffers[rt.name] = rt.xp.zeros(3, dtype=np.int64)
+        buf = _error_buffers[key] = rt.xp.zeros(3, dtype=np.int64)
+    _unchecked.add(key)
     return buf
 
 
 def raise_pending_errors() -> None:
     """Raise the IndexError a kernel recorded since the last check (called where the host waits
-    for the device anyway: synchronize, copies to the host)."""
-    buf = _error_buffers.get(get().name)
-    if buf is None:
+    for the device anyway: synchronize, copies to the host). Reading the record is one more copy,
+    so it is read only when an indexing kernel ran since."""
+    rt = get()
+    key = (rt.name, rt.device_id())
+    if key not in _unchecked:
         return
+    _unchecked.discard(key)
+    buf = _error_buffers[key]
     note_transfer("error check", buf.nbytes)
-    code, index, size = (int(v) for v in get().to_numpy(buf))
+    code, index, size = (int(v) for v in rt.to_numpy(buf))
     if code:
         buf[...] = 0
         raise IndexError(f"index {index} is out of bounds for dimension with size {size} "

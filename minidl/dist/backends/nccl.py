@@ -236,4 +236,7 @@ def world_communicator(chunk_elements=DEFAULT_CHUNK, cupy=None, **_):
                            f"{count}); NCCL needs one GPU per rank: start at most {count} ranks per node")
     device = cupy.cuda.Device(local)
     device.use()
+    from ...cuda import runtime, set_device
+    if runtime.available():  # (not with a stand-in cupy in tests)
+        set_device(local)  # so current_device(), the generators and the error records agree
     return NCCLCommunicator(base.comm, cupy, device, base.chunk_elements, base.spin)
