@@ -21,15 +21,31 @@ def suffix(dtype, op: str) -> str:
         raise TypeError(f"{op}: no CUDA kernel for dtype {np.dtype(dtype).name}") from None
 
 
+_kernels: dict = {}
+_joint: dict = {}
+
+
 def kernel(file: str, name: str, dtype=None, op: str = None):
-    """The compiled kernel ``name`` (with the dtype's suffix when a dtype is given) of csrc/<file>.cu."""
-    if dtype is not None:
-        name = f"{name}_{suffix(dtype, op or name)}"
-    return runtime.module(file)(name)
+    """The compiled kernel ``name`` (with the dtype's suffix when a dtype is given) of csrc/<file>.cu.
+    Memoised: every launch asks, and on a GPU the Python around a launch is most of its cost."""
+    key = (runtime.get(), file, name, dtype)
+    found = _kernels.get(key)
+    if found is None:
+        full = name if dtype is None else f"{name}_{suffix(dtype, op or name)}"
+        found = _kernels[key] = runtime.module(file)(full)
+    return found
 
 
 def joint_layouts(out_layout, *layouts, op: str):
     """Layout structs for operands that share ``out_layout``'s shape, with dims merged where all
-    operands allow it (fewer dims: cheaper index math in every thread)."""
-    shape, strides = collapse(out_layout.shape, *(l.strides for l in layouts), out_layout.strides)
-    return [runtime.layout_arg(shape, st, l.offset, op) for l, st in zip((*layouts, out_layout), strides)]
+    operands allow it (fewer dims: cheaper index math in every thread). Memoised by the layouts
+    (shapes repeat step after step); the structs are read-only, so they are shared."""
+    key = (out_layout.shape, out_layout.strides, out_layout.offset, *((l.strides, l.offset) for l in layouts))
+    found = _joint.get(key)
+    if found is None:
+        shape, strides = collapse(out_layout.shape, *(l.strides for l in layouts), out_layout.strides)
+        found = [runtime.layout_arg(shape, st, l.offset, op) for l, st in zip((*layouts, out_layout), strides)]
+        if len(_joint) > 4096:
+            _joint.clear()
+        _joint[key] = found
+    return found
