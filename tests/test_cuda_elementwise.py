@@ -100,3 +100,16 @@ def test_float16_rounding_matches_numpy_bit_for_bit():
     with np.errstate(over="ignore"):  # (beyond 65504 numpy rounds to inf, as it should)
         expected = probes.astype(np.float16)
     np.testing.assert_array_equal(got.view(np.uint16), expected.view(np.uint16))
+
+
+def test_packed_kernels_over_several_steps_per_thread(rng):
+    """Runs long enough for the packed kernels' 4-way loop (and its remainder), from offsets, with a
+    broadcast scalar operand and a fill."""
+    n = 4 * 2 * 256 * 3 + 7  # several 4-element steps per thread of the simulator's grid, plus a tail
+    base = rng.standard_normal(n + 3)
+    cpu = minidl.tensor(base, dtype=minidl.float32)[3:]  # offset 3
+    gpu = minidl.tensor(base, dtype=minidl.float32).to("cuda")[3:]
+    np.testing.assert_allclose(gpu.exp().cpu().numpy(), cpu.exp().numpy(), rtol=2e-6)
+    np.testing.assert_array_equal((gpu * 2.5 - gpu).cpu().numpy(), (cpu * 2.5 - cpu).numpy())
+    np.testing.assert_array_equal(gpu.double().cpu().numpy(), cpu.double().numpy())
+    np.testing.assert_array_equal(minidl.full((n,), 1.5, device="cuda").cpu().numpy(), np.full(n, 1.5, np.float32))

@@ -35,6 +35,20 @@ __device__ __forceinline__ long long position(const Layout &l, long long i) {
     for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < (n);     \
          i += (long long)blockDim.x * gridDim.x)
 
+// The packed fast path: the operands are runs of n elements (a broadcast scalar has stride 0), so
+// there is no index math; each thread takes 4 elements a grid-stride apart per step (each load
+// of a warp still coalesced) and issues their loads before any store, keeping enough bytes in
+// flight to run at memory bandwidth. BODY(i) handles element i.
+#define PACKED_LOOP(n, BODY)                                                                   \
+    {                                                                                          \
+        const long long s_ = (long long)blockDim.x * gridDim.x;                                \
+        long long i_ = (long long)blockIdx.x * blockDim.x + threadIdx.x;                       \
+        for (; i_ + 3 * s_ < (n); i_ += 4 * s_) {                                              \
+            BODY(i_) BODY(i_ + s_) BODY(i_ + 2 * s_) BODY(i_ + 3 * s_)                         \
+        }                                                                                      \
+        for (; i_ < (n); i_ += s_) { BODY(i_) }                                                \
+    }
+
 // error[0] == 0 while all is well; the first failing thread stores (1, index, size).
 __device__ __forceinline__ void report_index_error(long long *error, long long index, long long size) {
     if (atomicCAS((unsigned long long *)error, 0ull, 1ull) == 0ull) {

@@ -88,6 +88,28 @@ template <class T> __device__ __forceinline__ T apply_unary(int op, T x) {
 FOR_FLOAT_DTYPES(UNARY_KERNEL)
 UNARY_KERNEL(i64, long long)
 
+// Packed operands: the op is a template argument, so the loop holds no switch.
+template <int OP, class T>
+__device__ __forceinline__ void unary_packed_loop(const T *__restrict__ x, T *__restrict__ out, long long n) {
+#define UNARY_PACKED_BODY(i) out[i] = apply_unary(OP, x[i]);
+    PACKED_LOOP(n, UNARY_PACKED_BODY)
+#undef UNARY_PACKED_BODY
+}
+
+#define UNARY_CASE(k) case k: unary_packed_loop<k>(x + xo, out + oo, n); break;
+#define UNARY_PACKED_KERNEL(suffix, T)                                                            \
+    extern "C" __global__ void __launch_bounds__(256) unary_packed_##suffix(                      \
+            int op, const T *x, long long xo, T *out, long long oo, long long n) {                \
+        switch (op) {                                                                             \
+            UNARY_CASE(0) UNARY_CASE(1) UNARY_CASE(2) UNARY_CASE(3) UNARY_CASE(4) UNARY_CASE(5)   \
+            UNARY_CASE(6) UNARY_CASE(7) UNARY_CASE(8) UNARY_CASE(9) UNARY_CASE(10) UNARY_CASE(11) \
+            UNARY_CASE(12) UNARY_CASE(13) UNARY_CASE(14) UNARY_CASE(15) UNARY_CASE(16)            \
+            UNARY_CASE(17) UNARY_CASE(18) UNARY_CASE(19) UNARY_CASE(20) UNARY_CASE(21)            \
+        }                                                                                         \
+    }
+FOR_FLOAT_DTYPES(UNARY_PACKED_KERNEL)
+UNARY_PACKED_KERNEL(i64, long long)
+
 // ---------------------------------------------------------------------------- binary
 // x / y (op 3), x // y (op 4), x % y (op 5) in floating point with Python's floor semantics
 // (the remainder takes the divisor's sign) and IEEE results for y == 0, as on the CPU.
@@ -164,6 +186,28 @@ __device__ __forceinline__ bool apply_binary(int op, bool x, bool y) {
                                                                    b[position(bl, i)]);           \
     }
 FOR_COMPUTE_DTYPES(BINARY_KERNEL)
+
+// Packed operands; a and b have stride 1 or 0 (a broadcast scalar, such as a bias or a number).
+template <int OP, class T>
+__device__ __forceinline__ void binary_packed_loop(const T *__restrict__ a, long long sa, const T *__restrict__ b,
+                                                   long long sb, T *__restrict__ out, long long n) {
+#define BINARY_PACKED_BODY(i) out[i] = apply_binary(OP, a[(i) * sa], b[(i) * sb]);
+    PACKED_LOOP(n, BINARY_PACKED_BODY)
+#undef BINARY_PACKED_BODY
+}
+
+#define BINARY_CASE(k) case k: binary_packed_loop<k>(a + ao, sa, b + bo, sb, out + oo, n); break;
+#define BINARY_PACKED_KERNEL(suffix, T)                                                           \
+    extern "C" __global__ void __launch_bounds__(256) binary_packed_##suffix(                     \
+            int op, const T *a, long long ao, long long sa, const T *b, long long bo, long long sb, \
+            T *out, long long oo, long long n) {                                                  \
+        switch (op) {                                                                             \
+            BINARY_CASE(0) BINARY_CASE(1) BINARY_CASE(2) BINARY_CASE(3) BINARY_CASE(4)            \
+            BINARY_CASE(5) BINARY_CASE(6) BINARY_CASE(7) BINARY_CASE(8) BINARY_CASE(9)            \
+            BINARY_CASE(10)                                                                       \
+        }                                                                                         \
+    }
+FOR_COMPUTE_DTYPES(BINARY_PACKED_KERNEL)
 
 // ---------------------------------------------------------------------------- compare and where
 template <class T> __device__ __forceinline__ bool apply_compare(int op, T x, T y) {
@@ -247,10 +291,23 @@ template <> struct Cast<half_t> {
     __device__ static half_t from(half_t v) { return v; }
 };
 
+// packed: src is a run (stride 1) or a scalar (stride 0, a fill), dst a run
+template <class S, class D>
+__device__ __forceinline__ void copy_packed_loop(const S *__restrict__ src, long long ss, D *__restrict__ dst,
+                                                 long long n) {
+#define COPY_PACKED_BODY(i) dst[i] = Cast<D>::from(src[(i) * ss]);
+    PACKED_LOOP(n, COPY_PACKED_BODY)
+#undef COPY_PACKED_BODY
+}
+
 #define COPY_KERNEL(s_suffix, S, d_suffix, D)                                                     \
     extern "C" __global__ void copy_##s_suffix##_##d_suffix(const S *src, const Layout sl, D *dst, \
                                                             const Layout dl, long long n) {       \
         GRID_STRIDE_LOOP(i, n) dst[position(dl, i)] = Cast<D>::from(src[position(sl, i)]);        \
+    }                                                                                             \
+    extern "C" __global__ void __launch_bounds__(256) copy_packed_##s_suffix##_##d_suffix(        \
+            const S *src, long long so, long long ss, D *dst, long long do_, long long n) {       \
+        copy_packed_loop(src + so, ss, dst + do_, n);                                             \
     }
 #define COPY_FROM(s_suffix, S)                                                                    \
     COPY_KERNEL(s_suffix, S, b8, bool) COPY_KERNEL(s_suffix, S, u8, unsigned char)                \

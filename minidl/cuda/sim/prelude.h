@@ -12,6 +12,7 @@
 #define __device__
 #define __host__
 #define __forceinline__ inline
+#define __launch_bounds__(...)
 #define __restrict__ __restrict
 #define __shared__ static __attribute__((section("minidl_shared")))  // poisoned at each block's start
 #define __align__(n) alignas(n)
