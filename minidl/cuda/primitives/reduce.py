@@ -135,8 +135,10 @@ def scan(op, x, xl, dim, out, ol):
     rows, n = math.prod(o_shape), xl.shape[dim]
     if rows == 0 or n == 0:
         return
-    if rows >= THREADS and abs(xs[-1]) < abs(xl.strides[dim]):
-        mode, launch = 2, runtime.launch          # a thread per row: neighbouring rows are adjacent
+    if rows >= THREADS and abs(xs[-1]) < abs(xl.strides[dim]) and (n <= THREADS or rows >= 64 * THREADS):
+        # a thread per row: neighbouring rows are adjacent (coalesced), but each thread walks its
+        # row serially, so only for short rows or enough rows to fill a GPU
+        mode, launch = 2, runtime.launch
     elif n <= WARP_SCAN_MAX:
         mode, launch, rows_per_block = 1, runtime.launch_rows, THREADS // 32
     else:
