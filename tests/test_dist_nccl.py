@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 import minidl
+from minidl.dist.backends.base import DistError
 from minidl.dist import ReduceOp
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -87,6 +88,9 @@ class FakeDevice:
         self.index = index
 
     def use(self):
+        pass
+
+    def synchronize(self):
         pass
 
 
@@ -201,6 +205,19 @@ def test_sends_and_receives_go_out_as_one_group_at_the_first_wait():
     assert lib.calls == [("groupStart",), ("send", ptr(out), 20, lib.NCCL_UINT8, 2, 7),
                          ("recv", ptr(into), 24, lib.NCCL_UINT8, 0, 7), ("groupEnd",)]
     assert requests[0].test() and len(lib.calls) == 4  # issued once
+
+
+def test_a_group_that_fails_to_issue_fails_its_requests(monkeypatch):
+    comm, lib = communicator()
+    monkeypatch.setattr(comm, "nccl", types.SimpleNamespace(send=lambda *a: (_ for _ in ()).throw(RuntimeError("x")),
+                                                            recv=lambda *a: None))
+    requests = [comm.irecv(device(np.zeros(3, np.int64)), 0), comm.isend(device(np.zeros(2, np.float32)), 2)]
+    with pytest.raises(RuntimeError, match="x"):
+        comm.flush()
+    assert lib.calls[-1] == ("groupEnd",)  # the group is closed even so
+    for r in requests:
+        with pytest.raises(DistError, match=f"the {r.kind} with rank {r.peer} could not be issued"):
+            r.test()
 
 
 def test_receive_from_any_source_is_refused():

@@ -56,11 +56,13 @@ class _Grouped(Request):
 
     def __init__(self, comm, peer, kind):
         self.comm, self.peer, self.kind, self.source = comm, peer, kind, peer
-        self.event = None
+        self.event = self.failure = None
 
     def test(self):
-        if self.event is None:
+        if self.event is None and self.failure is None:
             self.comm.flush()
+        if self.failure is not None:
+            raise DistError(f"nccl: the {self.kind} with rank {self.peer} could not be issued: {self.failure}")
         return self.event.done
 
 
@@ -120,6 +122,10 @@ class NCCLCommunicator(mpi.MPICommunicator):
         try:
             for _, method, args in queued:
                 getattr(self.nccl, method)(*args, self.stream)
+        except Exception as e:  # the requests must fail as DistErrors, not wait for an event never made
+            for request, _, _ in queued:
+                request.failure = e
+            raise
         finally:
             self.lib.groupEnd()
         event = self._record()
@@ -189,6 +195,7 @@ class NCCLCommunicator(mpi.MPICommunicator):
 
     def close(self):
         self.flush()
+        self.device.synchronize()  # NCCL work still queued on the stream must finish first
         self.nccl.destroy()
         super().close()
 
