@@ -76,7 +76,7 @@ extern "C" __global__ void who_f32(float *block_of, float *thread_of, long long 
 """
 # Things to notice, which every minidl kernel follows:
 # - Buffers are plain pointers, and a Layout travels *by value* next to each one (a struct
-#   of 136 bytes): the kernel never needs a contiguous copy of a view.
+#   of 144 bytes): the kernel never needs a contiguous copy of a view.
 # - Scalars have exact C types (float a, long long n); the host must pass values of exactly
 #   those types (np.float32, np.int64), because a launch copies raw bytes.
 # - The kernel does no bounds check on the buffers: the Python wrapper validates first.
