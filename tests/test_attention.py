@@ -552,6 +552,7 @@ def test_encoder_stack_matches_torch(torch):
                        [rng.standard_normal((3, 5, 8))], [_padding(rng, 3, 5)])
 
 
+@pytest.mark.filterwarnings("ignore:Support for mismatched key_padding_mask:UserWarning")  # torch's own
 @pytest.mark.parametrize("norm_first", [False, True])
 @pytest.mark.parametrize("batch_first", [False, True])
 def test_decoder_layer_and_stack_match_torch(torch, norm_first, batch_first):

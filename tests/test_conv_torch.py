@@ -67,6 +67,7 @@ CONV2D = [
 ]
 
 
+@pytest.mark.filterwarnings("ignore:Using padding='same':UserWarning")  # torch's note on its own copy
 @pytest.mark.parametrize("kw", CONV2D, ids=str)
 def test_conv2d(kw):
     k = (3, 2) if kw.get("padding") != "same" else (2, 3)
