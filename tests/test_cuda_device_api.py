@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import minidl
-from minidl import kernels, nn
+from minidl import nn
 from minidl.cuda import runtime
 from minidl.utils.data import DataLoader, TensorDataset
 from tests.cuda_support import cuda_device
@@ -22,13 +22,6 @@ def cuda():
 
 def host(t):
     return t.detach().cpu().numpy()
-
-
-def needs(*primitives):
-    """Skip until the CUDA primitives a test needs are merged (other branches bring them)."""
-    missing = [p for p in primitives if p not in kernels.registered("cuda")]
-    if missing:
-        pytest.skip(f"no CUDA kernel yet for {', '.join(missing)}")
 
 
 # ----------------------------------------------------------------------------- factories and moves
@@ -118,7 +111,6 @@ def test_mixing_devices_names_both(name):
 
 @pytest.mark.parametrize("op", ["gather", "take", "scatter_add", "cross_entropy"])
 def test_mixing_devices_in_index_ops(op):
-    needs("take", "put", "reduce")
     x, i = minidl.ones(2, 3, device="cuda"), minidl.tensor([[0], [1]])
     calls = {"gather": lambda: x.gather(1, i), "take": lambda: x.take(i),
              "scatter_add": lambda: x.scatter_add(1, i, minidl.ones(2, 1, device="cuda")),
@@ -179,7 +171,6 @@ def test_unavailable_runtime_is_explained(monkeypatch):
 
 # ----------------------------------------------------------------------------- training pieces
 def test_optimizer_built_before_to_trains_on_the_gpu():
-    needs("sgd_step", "matmul", "reduce")
     model = nn.Linear(3, 1)
     optimizer = minidl.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
     model.to("cuda")
@@ -288,8 +279,6 @@ def _cnn():
     (_cnn, (6, 1, 8, 8), lambda ps: minidl.optim.SGD(ps, lr=0.1, momentum=0.9, nesterov=True)),
 ], ids=["mlp-dropout-sgd", "cnn-adam", "cnn-sgd"])
 def test_a_training_step_makes_no_host_transfer_but_the_loss_item(make, shape, optimizer):
-    needs("matmul", "reduce", "take", "put", "im2col", "col2im", "max_pool2d", "max_pool2d_backward", "sgd_step",
-          "adam_step", "softmax", "softmax_backward")
     minidl.manual_seed(0)
     model = make().to("cuda")
     opt = optimizer(model.parameters())
