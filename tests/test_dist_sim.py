@@ -54,6 +54,30 @@ def test_segment_count_follows_segment_bytes(monkeypatch):
         sim.run(1, lambda r: None, segment_bytes=0)
 
 
+def test_ring_reduces_through_a_window_of_recycled_slots(monkeypatch):
+    """The reduce-scatter cuts its blocks into segments of at most REDUCE_SEGMENT_BYTES that land in
+    WINDOW scratch slots, reused in turn (small enough to stay in cache), not in a block-sized
+    scratch; the all-gather keeps whole-block messages; the result is still exact."""
+    from minidl.dist.algorithms import ring
+    from minidl.dist.backends.sim import SimCommunicator
+    monkeypatch.setattr(ring, "REDUCE_SEGMENT_BYTES", 800)
+    asked, sends = [], []
+    scratch, isend = SimCommunicator.scratch, SimCommunicator.isend
+    monkeypatch.setattr(SimCommunicator, "scratch", lambda self, numel, like: asked.append(numel)
+                        or scratch(self, numel, like))
+    monkeypatch.setattr(SimCommunicator, "isend", lambda self, buf, dst, tag=0:
+                        sends.append((self.rank, buf.dtype, buf.size)) or isend(self, buf, dst, tag))
+
+    def fn(rank):
+        t = minidl.from_numpy(np.arange(3000.0) * (rank + 1))
+        dist.all_reduce(t)
+        return np.array_equal(t.numpy(), np.arange(3000.0) * 6)
+    assert sim.run(3, fn, algorithm="ring") == [True] * 3
+    # per rank: 1000-element blocks; 2 reduce steps of 10 segments of 100 float64, 2 gather steps
+    assert asked == [ring.WINDOW * 100] * 3
+    assert sorted(n for rank, dtype, n in sends if rank == 0 and dtype == np.float64) == [100] * 20 + [1000] * 2
+
+
 @pytest.mark.parametrize("hosts", [["a", "a", "b", "b", "b"], ["a", "b", "a", "b", "c"], ["x"] * 5])
 def test_hierarchical_all_reduce(hosts):
     def fn(rank):
