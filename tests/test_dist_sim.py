@@ -1,5 +1,6 @@
 """minidl.dist on the in-process sim backend: every collective against numpy oracles, the
 algorithms, point-to-point, groups, async work, argument errors, and the no-hang guarantees."""
+import sys
 import time
 
 import numpy as np
@@ -155,6 +156,22 @@ def test_blocking_calls_run_on_the_caller_only_when_nothing_is_queued(monkeypatc
     sim.run(2, fn)
     assert sorted(where) == sorted(["minidl.dist group of ranks [0, 1] rank 0"] * 2 + ["sim rank 0"]
                                    + ["minidl.dist group of ranks [0, 1] rank 1"] * 2 + ["sim rank 1"])
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="timer slack is a Linux setting")
+def test_a_communication_thread_for_a_rank_with_a_core_sleeps_precisely():
+    """Its waits sleep between polls: Linux's default 50 us timer slack would stall every message
+    of a pipelined collective, so such a thread asks for 1 us; one sharing a core keeps the
+    default (as does the calling thread)."""
+    import ctypes
+    from minidl.dist.work import SLACK_NS, CommThread
+    get_slack = lambda: ctypes.CDLL(None).prctl(30, 0, 0, 0, 0)  # noqa: E731  PR_GET_TIMERSLACK
+    seen = {}
+    for precise in (True, False):
+        thread = CommThread("test", precise_sleeps=precise)
+        thread.submit(lambda inline: seen.setdefault(precise, get_slack())).wait()
+        thread.close()
+    assert seen[True] == SLACK_NS and seen[False] == get_slack() != SLACK_NS
 
 
 def test_an_error_in_a_blocking_call_leaves_the_group_usable(monkeypatch):

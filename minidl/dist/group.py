@@ -57,7 +57,8 @@ class ProcessGroup:
         self.coll = comm.split(0, comm.rank)
         self.seq = 0
         self.collective_channel = self.channel("")  # reused by every collective (see submit)
-        self.thread = CommThread(f"minidl.dist group of ranks {self.ranks[:8]} rank {self.rank}")
+        self.thread = CommThread(f"minidl.dist group of ranks {self.ranks[:8]} rank {self.rank}",
+                                 precise_sleeps=self.coll.spin > 0)  # waits spin: a core per rank
         names = algorithms.all_gather_bytes(self.channel("init_process_group (host names)"),
                                             comm.host_name().encode())
         self.hierarchy = Hierarchy(self, [n.decode() for n in names])

@@ -7,9 +7,13 @@ A blocking call made while the thread has nothing to do runs on the caller's thr
 """
 from __future__ import annotations
 
+import ctypes
 import queue
 import threading
 import time
+
+PR_SET_TIMERSLACK = 29  # linux/prctl.h
+SLACK_NS = 1000
 
 
 class Work:
@@ -64,10 +68,12 @@ def _seconds(timeout):
 
 
 class CommThread:
-    """A daemon thread running submitted jobs in order; started at the first queued job."""
+    """A daemon thread running submitted jobs in order; started at the first queued job.
+    ``precise_sleeps``: see _precise_sleeps (for ranks that have a core each)."""
 
-    def __init__(self, name: str):
+    def __init__(self, name: str, precise_sleeps: bool = False):
         self.name, self.jobs, self.thread = name, queue.SimpleQueue(), None
+        self.precise_sleeps = precise_sleeps
         self.lock = threading.Lock()     # guards ``pending``
         self.running = threading.Lock()  # held by whichever thread runs a job
         self.pending = 0                 # jobs queued and not finished
@@ -103,6 +109,8 @@ class CommThread:
             self.pending -= 1
 
     def _loop(self):
+        if self.precise_sleeps:
+            _precise_sleeps()
         while (job := self.jobs.get()) is not None:
             with self.running:
                 job.run(self._finished)
@@ -112,6 +120,19 @@ class CommThread:
             self.jobs.put(None)
             self.thread.join()
             self.thread = None
+
+
+def _precise_sleeps() -> None:
+    """Let this thread's sleeps end within ~1 us of when they were asked to (Linux wakes a thread
+    up to 50 us late by default, its "timer slack"). The communication thread's waits sleep
+    between polls, and MPICH moves a message only inside a poll: every message of a pipelined
+    collective would otherwise cost an oversleep with its transfer stalled (benchmarks/README.md,
+    "All-reduce"). Only where every rank has a core: with more ranks than cores the extra wake-ups
+    take the core from the rank being waited for. Elsewhere than Linux: the default."""
+    try:
+        ctypes.CDLL(None).prctl(PR_SET_TIMERSLACK, SLACK_NS, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
 
 
 class RequestWork(Work):
