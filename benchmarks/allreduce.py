@@ -7,7 +7,9 @@
 For float32 messages of 4 KiB .. 64 MiB (powers of 4), in one run: ``dist.all_reduce(tensor)``
 on the default group (what users get: the "auto" algorithm unless MINIDL_DIST_ALGO says
 otherwise), the same call on groups that force our ring, our recursive doubling (up to 1 MiB)
-and "native" (MPI_Iallreduce through minidl.dist's waits), and the baseline,
+and "native" (MPI_Iallreduce through minidl.dist's waits), ``dist.all_reduce(tensor,
+async_op=True).wait()`` (run by the group's communication thread, whose waits sleep between polls:
+what DistributedDataParallel's buckets get), and the baseline,
 ``comm.Allreduce(MPI.IN_PLACE, buf)`` called directly through mpi4py. Each size is warmed up and
 checked against the exact sum, then timed: every timed run starts after a barrier, its time is
 the slowest rank's, the variants take turns run by run (in a new random order every round: the
@@ -33,6 +35,7 @@ import numpy as np
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT = "dist.all_reduce"  # the default group, default algorithm
 FORCED = ("ring", "recursive_doubling", "native")  # groups made with new_group(algorithm=...)
+ASYNC = "async_op=True"  # the default group's communication thread
 BASELINE = "MPI_Allreduce"
 
 
@@ -74,7 +77,8 @@ def worker(args) -> None:
         source = np.full(nbytes // 4, rank + 1, np.float32)
         buf = np.empty_like(source)
         t = minidl.from_numpy(buf)  # shares buf's memory
-        calls = {BASELINE: lambda: comm.Allreduce(MPI.IN_PLACE, buf), DEFAULT: lambda: dist.all_reduce(t)}
+        calls = {BASELINE: lambda: comm.Allreduce(MPI.IN_PLACE, buf), DEFAULT: lambda: dist.all_reduce(t),
+                 ASYNC: lambda: dist.all_reduce(t, async_op=True).wait()}
         calls.update({name: (lambda g=g: dist.all_reduce(t, group=g)) for name, g in groups.items()
                       if name != "recursive_doubling" or nbytes <= args.rd_max})
         for v, call in calls.items():  # warm-up, and the exact answer
@@ -119,7 +123,7 @@ def report(results, n: int, default_algorithm: str) -> None:
               + " | ".join(f"{factor * s / t / 1e9:.2f}" for t in us) + f" | ≥ {need}x | "
               + " | ".join(verdicts) + " |")
     print(f"\nalgbw / busbw GB/s of every variant (x = busbw / MPI_Allreduce's), n = {n}:\n")
-    names = (BASELINE, DEFAULT, *FORCED)
+    names = (BASELINE, DEFAULT, ASYNC, *FORCED)
     print("| size | " + " | ".join(names) + " |")
     print("|---:|" + "---:|" * len(names))
     for s in sizes_seen:
