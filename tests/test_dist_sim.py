@@ -56,9 +56,9 @@ def test_segment_count_follows_segment_bytes(monkeypatch):
 
 
 def test_ring_reduces_through_a_window_of_recycled_slots(monkeypatch):
-    """The reduce-scatter cuts its blocks into segments of at most REDUCE_SEGMENT_BYTES that land in
-    WINDOW scratch slots, reused in turn (small enough to stay in cache), not in a block-sized
-    scratch; the all-gather keeps whole-block messages; the result is still exact."""
+    """The reduce-scatter cuts its blocks into segments of REDUCE_SEGMENT_BYTES that land in WINDOW
+    scratch slots, reused in turn (small enough to stay in cache), not in a block-sized scratch;
+    the all-gather keeps whole-block messages; the result is still exact."""
     from minidl.dist.algorithms import ring
     from minidl.dist.backends.sim import SimCommunicator
     monkeypatch.setattr(ring, "REDUCE_SEGMENT_BYTES", 800)
@@ -172,6 +172,15 @@ def test_a_communication_thread_for_a_rank_with_a_core_sleeps_precisely():
         thread.submit(lambda inline: seen.setdefault(precise, get_slack())).wait()
         thread.close()
     assert seen[True] == SLACK_NS and seen[False] == get_slack() != SLACK_NS
+
+
+def test_groups_whose_waits_spin_get_a_precise_communication_thread(monkeypatch):
+    from minidl.dist.backends.sim import SimCommunicator
+    from minidl.dist.state import resolve
+    precise = lambda rank: resolve(None, "test").thread.precise_sleeps  # noqa: E731
+    assert sim.run(2, precise) == [False, False]  # the sim's waits only sleep
+    monkeypatch.setattr(SimCommunicator, "spin", 1e-3)
+    assert sim.run(2, precise) == [True, True]
 
 
 def test_an_error_in_a_blocking_call_leaves_the_group_usable(monkeypatch):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ctypes
 import queue
+import sys
 import threading
 import time
 
@@ -129,10 +130,14 @@ def _precise_sleeps() -> None:
     collective would otherwise cost an oversleep with its transfer stalled (benchmarks/README.md,
     "All-reduce"). Only where every rank has a core: with more ranks than cores the extra wake-ups
     take the core from the rank being waited for. Elsewhere than Linux: the default."""
+    if not sys.platform.startswith("linux"):
+        return
     try:
-        ctypes.CDLL(None).prctl(PR_SET_TIMERSLACK, SLACK_NS, 0, 0, 0)
-    except (OSError, AttributeError):
-        pass
+        prctl = ctypes.CDLL(None).prctl
+    except (OSError, AttributeError):  # no C library to ask
+        return
+    prctl.argtypes = [ctypes.c_int] + [ctypes.c_ulong] * 4
+    prctl(PR_SET_TIMERSLACK, SLACK_NS, 0, 0, 0)
 
 
 class RequestWork(Work):

@@ -11,9 +11,9 @@ Blocks of 2 x ``segment_bytes`` or more are cut into segments that pipeline thro
 (step, segment) units run in order with ``WINDOW`` of them in flight, so one arrives while
 another is being added, and a segment travels on before the rest of its block is done. Each
 message costs a rendezvous, so the all-gather keeps large segments. The reduce-scatter cuts
-finer, into segments of at most ``REDUCE_SEGMENT_BYTES`` that land in ``WINDOW`` recycled scratch
-slots: small enough to still be in cache when they are added, where a block-sized scratch would
-be read back from memory. That is what puts the ring ahead of MPI_Allreduce at 16 MiB and up
+finer, into segments of ``REDUCE_SEGMENT_BYTES`` (up to twice that, as the block divides) that
+land in ``WINDOW`` recycled scratch slots: small enough to still be in cache when they are added,
+where a block-sized scratch would be read back from memory. That is what puts the ring ahead of MPI_Allreduce at 16 MiB and up
 (measured in benchmarks/README.md, "All-reduce").
 """
 from __future__ import annotations
