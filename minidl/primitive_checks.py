@@ -1,5 +1,6 @@
 """Argument checks of the primitives that every device's kernels share (before any kernel runs:
 Numba does not check bounds, and a CUDA kernel reading past a buffer corrupts memory silently)."""
+import numpy as np
 
 
 def conv_geometry(geom, image, cols, name):
@@ -21,6 +22,22 @@ def conv_channels(channels, planes, name):
     if planes and (c < 1 or planes % c):
         raise ValueError(f"{name}: channels={channels} does not divide the {planes} planes")
     return c or 1
+
+
+def conv_columns(name, image, cols, geom, channels):
+    """im2col/col2im: the checked geometry and channel count; image and columns share a dtype."""
+    g = conv_geometry(geom, image, cols, name)
+    c = conv_channels(channels, g[0], name)
+    if cols.dtype != image.dtype:
+        raise TypeError(f"{name}: dtypes differ")
+    return g, c
+
+
+def pool_buffers(name, values, like, index, n, what="output"):
+    """max_pool2d's per-output buffers: ``values`` (of ``like``'s dtype) and an int64 ``index``,
+    n elements each."""
+    if values.size < n or index.size < n or values.dtype != like.dtype or index.dtype != np.int64:
+        raise ValueError(f"{name}: {what} or index buffer too small or of the wrong dtype")
 
 
 def softmax_rows(name, n, *bufs) -> int:

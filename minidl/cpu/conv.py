@@ -5,7 +5,7 @@ All operands are contiguous 1-D buffers from offset 0; ``geom`` is the tuple
 ``minidl.kernels``. Sizes are checked here before a kernel runs: Numba does not check.
 """
 from .. import kernels
-from ..primitive_checks import conv_channels, conv_geometry
+from ..primitive_checks import conv_columns, conv_geometry, pool_buffers
 from .jit import (col2im_parallel, col2im_serial, im2col_parallel, im2col_serial, max_pool2d_backward_parallel,
                   max_pool2d_backward_serial, max_pool2d_parallel, max_pool2d_serial)
 from .strided import launch
@@ -13,20 +13,14 @@ from .strided import launch
 
 @kernels.register("im2col")
 def im2col(x, out, geom, channels=0):
-    g = conv_geometry(geom, x, out, "im2col")
-    c = conv_channels(channels, g[0], "im2col")
-    if out.dtype != x.dtype:
-        raise TypeError("im2col: dtypes differ")
+    g, c = conv_columns("im2col", x, out, geom, channels)
     if g[0] * g[3] * g[4] * g[11] * g[12]:
         launch(im2col_serial, im2col_parallel, g[0] * g[3] * g[4] * g[11] * g[12], x, out, c, *g)
 
 
 @kernels.register("col2im")
 def col2im(cols, out, geom, channels=0):
-    g = conv_geometry(geom, out, cols, "col2im")
-    c = conv_channels(channels, g[0], "col2im")
-    if out.dtype != cols.dtype:
-        raise TypeError("col2im: dtypes differ")
+    g, c = conv_columns("col2im", out, cols, geom, channels)
     if g[0] * g[1] * g[2]:
         launch(col2im_serial, col2im_parallel, g[0] * (g[1] * g[2] + g[3] * g[4] * g[11] * g[12]), cols, out, c, *g)
 
@@ -35,8 +29,7 @@ def col2im(cols, out, geom, channels=0):
 def max_pool2d(x, out, index, geom):
     g = conv_geometry(geom, x, None, "max_pool2d")
     n = g[0] * g[11] * g[12]
-    if out.size < n or index.size < n or out.dtype != x.dtype or index.dtype.kind != "i" or index.itemsize != 8:
-        raise ValueError("max_pool2d: output or index buffer too small or of the wrong dtype")
+    pool_buffers("max_pool2d", out, x, index, n)
     if n and g[1] * g[2]:
         launch(max_pool2d_serial, max_pool2d_parallel, n * g[3] * g[4], x, out, index, *g)
 
@@ -45,9 +38,7 @@ def max_pool2d(x, out, index, geom):
 def max_pool2d_backward(grad_out, index, grad_in, geom):
     g = conv_geometry(geom, grad_in, None, "max_pool2d_backward")
     planes, hw, L = g[0], g[1] * g[2], g[11] * g[12]
-    if grad_out.size < planes * L or index.size < planes * L or grad_out.dtype != grad_in.dtype \
-            or index.dtype.kind != "i" or index.itemsize != 8:
-        raise ValueError("max_pool2d_backward: gradient or index buffer too small or of the wrong dtype")
+    pool_buffers("max_pool2d_backward", grad_out, grad_in, index, planes * L, "gradient")
     if planes * hw:
         launch(max_pool2d_backward_serial, max_pool2d_backward_parallel, planes * (hw + L), grad_out, index,
                grad_in, planes, hw, L)

@@ -2,7 +2,7 @@
 import numpy as np
 
 from ... import kernels
-from ...primitive_checks import conv_channels, conv_geometry
+from ...primitive_checks import conv_columns, conv_geometry, pool_buffers
 from .. import runtime
 from .common import kernel
 
@@ -22,27 +22,16 @@ def _float_kernel(name, dtype):
     return kernel(FILE, name, dtype)
 
 
-def _check_pool_buffers(name, values, like, index, n):
-    if values.size < n or index.size < n or values.dtype != like.dtype or index.dtype != np.int64:
-        raise ValueError(f"{name}: output or index buffer too small or of the wrong dtype")
-
-
 @kernels.register("im2col", "cuda")
 def im2col(x, out, geom, channels=0):
-    g = conv_geometry(geom, x, out, "im2col")
-    c = conv_channels(channels, g[0], "im2col")
-    if out.dtype != x.dtype:
-        raise TypeError("im2col: dtypes differ")
+    g, c = conv_columns("im2col", x, out, geom, channels)
     n = g[0] * g[3] * g[4] * g[11] * g[12]
     runtime.launch(_float_kernel("im2col", x.dtype), n, x, out, _geometry(g), runtime.i64(c))
 
 
 @kernels.register("col2im", "cuda")
 def col2im(cols, out, geom, channels=0):
-    g = conv_geometry(geom, out, cols, "col2im")
-    c = conv_channels(channels, g[0], "col2im")
-    if out.dtype != cols.dtype:
-        raise TypeError("col2im: dtypes differ")
+    g, c = conv_columns("col2im", out, cols, geom, channels)
     runtime.launch(_float_kernel("col2im", out.dtype), g[0] * g[1] * g[2], cols, out, _geometry(g), runtime.i64(c))
 
 
@@ -50,7 +39,7 @@ def col2im(cols, out, geom, channels=0):
 def max_pool2d(x, out, index, geom):
     g = conv_geometry(geom, x, None, "max_pool2d")
     n = g[0] * g[11] * g[12]
-    _check_pool_buffers("max_pool2d", out, x, index, n)
+    pool_buffers("max_pool2d", out, x, index, n)
     if g[1] * g[2]:
         runtime.launch(_float_kernel("max_pool2d", x.dtype), n, x, out, index, _geometry(g))
 
@@ -59,7 +48,7 @@ def max_pool2d(x, out, index, geom):
 def max_pool2d_backward(grad_out, index, grad_in, geom):
     g = conv_geometry(geom, grad_in, None, "max_pool2d_backward")
     planes, hw, L = g[0], g[1] * g[2], g[11] * g[12]
-    _check_pool_buffers("max_pool2d_backward", grad_out, grad_in, index, planes * L)
+    pool_buffers("max_pool2d_backward", grad_out, grad_in, index, planes * L, "gradient")
     kern = _float_kernel("max_pool2d_backward", grad_in.dtype)
     grad_in[:planes * hw] = 0
     if hw:
