@@ -32,9 +32,10 @@ def piece(start: int, stop: int, k: int, parts: int):
 
 
 def _steps(ch, buf, op, bounds, steps, segment_bytes) -> None:
-    """Ring steps ``steps`` (a range within 0 .. 2n-3) over the blocks ``bounds`` of ``buf`` (the
-    first one the longest), pipelined in segments of at least ``segment_bytes`` (one per block
-    when they are smaller)."""
+    """Ring steps ``steps`` of one phase (the reduce-scatter's 0 .. n-2, reducing with ``op``, or
+    the all-gather's n-1 .. 2n-3, ``op`` None) over the blocks ``bounds`` of ``buf`` (the first one
+    the longest), pipelined in segments of at least ``segment_bytes`` (one per block when they are
+    smaller)."""
     n, r = ch.size, ch.rank
     if n == 1 or not steps:
         return
@@ -42,7 +43,7 @@ def _steps(ch, buf, op, bounds, steps, segment_bytes) -> None:
     segments = max(1, min(longest, longest * buf.dtype.itemsize // segment_bytes))
     first, units = steps[0], len(steps) * segments  # unit i: segment i % segments of step first + i // segments
     window = min(WINDOW, segments)  # so a segment's previous step is done before its next is posted
-    if first < n - 1:  # receives to reduce: unit i lands in scratch slot i % window
+    if op is not None:  # receives to reduce: unit i lands in scratch slot i % window
         slot_len = longest // segments + (longest % segments > 0)  # the longest segment
         scratch = ch.comm.scratch(window * slot_len, buf)
     comm, tag, right, left = ch.comm, ch.tag, (r + 1) % n, (r - 1) % n
@@ -52,18 +53,18 @@ def _steps(ch, buf, op, bounds, steps, segment_bytes) -> None:
         s, k = first + i // segments, i % segments
         sa, sb = piece(*bounds[(r - s - 1) % n], k, segments)
         ra, rb = piece(*bounds[(r - s - 2) % n], k, segments)
-        if s < n - 1:
+        if op is not None:
             slot = i % window * slot_len
             into = scratch[slot:slot + rb - ra]
         else:
             into = buf[ra:rb]
-        return s, comm.isend(buf[sa:sb], right, tag), comm.irecv(into, left, tag), buf[ra:rb], into
+        return comm.isend(buf[sa:sb], right, tag), comm.irecv(into, left, tag), buf[ra:rb], into
 
     in_flight = [post(i) for i in range(window)]  # unit i at i % window
     for i in range(units):
-        s, send, recv, mine, incoming = in_flight[i % window]
+        send, recv, mine, incoming = in_flight[i % window]
         ch.wait([recv])
-        if s < n - 1:  # while the right neighbour may still be taking what we sent
+        if op is not None:  # while the right neighbour may still be taking what we sent
             op.ufunc(mine, incoming, out=mine)
         ch.wait([send])  # before a later unit writes where it read
         if i + window < units:
