@@ -2,6 +2,11 @@
 Numba does not check bounds, and a CUDA kernel reading past a buffer corrupts memory silently)."""
 import numpy as np
 
+from .kernels import RANDOM_KINDS
+
+_RANDOM_CODES = {kind: i for i, kind in enumerate(RANDOM_KINDS)}
+_RANDOM_OUT_DTYPES = {"uniform": ("float32", "float64"), "normal": ("float32", "float64"), "integers": ("int64",)}
+
 
 def conv_geometry(geom, image, cols, name):
     if len(geom) != 13:
@@ -49,3 +54,25 @@ def softmax_rows(name, n, *bufs) -> int:
         raise ValueError(f"{name}: buffers of {[b.size for b in bufs]} elements and dtypes "
                          f"{[b.dtype.name for b in bufs]} do not hold the same whole rows of {n}")
     return size // n
+
+
+def random_arguments(kind, out, a, b) -> int:
+    """The ``random`` primitive's checks; returns the kind's code (its place in RANDOM_KINDS)."""
+    if kind not in _RANDOM_CODES:
+        raise ValueError(f"random: unknown kind {kind!r}; expected one of {RANDOM_KINDS}")
+    if out.dtype.name not in _RANDOM_OUT_DTYPES[kind]:
+        raise TypeError(f"random: kind {kind!r} fills {' or '.join(_RANDOM_OUT_DTYPES[kind])} buffers, "
+                        f"not {out.dtype.name}")
+    if kind == "integers" and not a < b:
+        raise ValueError(f"random: integers need low < high, got [{a}, {b})")
+    return _RANDOM_CODES[kind]
+
+
+def random_span(kind, a, b) -> np.uint64:
+    """b - a as the kernels' unsigned 64-bit range (0 for the whole range, and for float kinds)."""
+    return np.uint64((int(b) - int(a)) % (1 << 64) if kind == "integers" else 0)
+
+
+def random_stream(seed, offset):
+    """The Philox key and counter start as the kernels take them (unsigned 64-bit)."""
+    return np.uint64(seed % (1 << 64)), np.uint64(offset % (1 << 64))
