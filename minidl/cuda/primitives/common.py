@@ -21,6 +21,16 @@ def suffix(dtype, op: str) -> str:
         raise TypeError(f"{op}: no CUDA kernel for dtype {np.dtype(dtype).name}") from None
 
 
+FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
+
+
+def require_dtype(dtype, allowed, op: str) -> None:
+    """For kernels compiled for some dtypes only: a clear error for the others."""
+    if np.dtype(dtype) not in allowed:
+        raise TypeError(f"{op}: no CUDA kernel for dtype {np.dtype(dtype).name} "
+                        f"({', '.join(d.name for d in allowed)} only)")
+
+
 _kernels: dict = {}
 _joint: dict = {}
 

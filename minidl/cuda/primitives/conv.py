@@ -4,7 +4,7 @@ import numpy as np
 from ... import kernels
 from ...primitive_checks import conv_columns, conv_geometry, pool_buffers
 from .. import runtime
-from .common import kernel
+from .common import FLOATS, kernel, require_dtype
 
 FILE = "conv"
 GEOMETRY = np.dtype([(name, "<i8") for name in ("planes", "h", "w", "kh", "kw", "sh", "sw", "ph", "pw", "dh", "dw",
@@ -17,8 +17,7 @@ def _geometry(g):
 
 
 def _float_kernel(name, dtype):
-    if np.dtype(dtype) not in (np.float32, np.float64):
-        raise TypeError(f"{name}: no CUDA kernel for dtype {np.dtype(dtype).name} (float32 and float64 only)")
+    require_dtype(dtype, FLOATS, name)
     return kernel(FILE, name, dtype)
 
 

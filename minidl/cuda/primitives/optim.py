@@ -1,17 +1,15 @@
 """Fused optimizer updates on the GPU (csrc/optim.cu): one thread per element, one launch per
 parameter. Scalars go in the parameters' dtype, as on the CPU."""
-import numpy as np
 
 from ... import kernels
 from .. import runtime
-from .common import kernel
+from .common import FLOATS, kernel, require_dtype
 
 FILE = "optim"
 
 
 def _kernel(name, param, buffers):
-    if param.dtype not in (np.float32, np.float64):
-        raise TypeError(f"{name}: no CUDA kernel for dtype {param.dtype.name} (float32 and float64 only)")
+    require_dtype(param.dtype, FLOATS, name)
     for b in buffers:
         if b.size != param.size or b.dtype != param.dtype:
             raise ValueError(f"{name}: every buffer must hold {param.size} {param.dtype} elements, got {b.size} "

@@ -13,9 +13,10 @@ import numpy as np
 from ... import kernels
 from ...layout import Layout, collapse, contiguous_strides, reduction_plan
 from .. import runtime
-from .common import codes, kernel, suffix
+from .common import FLOATS, codes, kernel, require_dtype, suffix
 from .elementwise import copy
 
+REDUCIBLE = (*FLOATS, np.dtype(np.int64))  # the dtypes reduce.cu and sort.cu are compiled for
 FILE = "reduce"
 THREADS = 256           # REDUCE_THREADS in reduce.cu
 MIN_PER_LANE = 16       # a split leaves each thread at least this many elements of its chunk
@@ -23,11 +24,6 @@ WARP_SCAN_MAX = 512     # scan rows up to this long get a warp each, longer ones
 TILE = 2048             # argsort rows up to this long sort in shared memory, longer ones merge tiles
 REDUCE_CODE, ARG_CODE, SCAN_CODE = codes(kernels.REDUCE_OPS), codes(kernels.ARG_REDUCE_OPS), codes(kernels.SCAN_OPS)
 WIDE = {np.dtype(np.float32): np.dtype(np.float64)}  # partials of float32 sums and products
-
-
-def _check_dtype(x, op):
-    if x.dtype not in (np.float32, np.float64, np.int64):
-        raise TypeError(f"{op}: the CUDA kernels take float32, float64 and int64 buffers, not {x.dtype}")
 
 
 def _pow2(n: int) -> int:
@@ -56,7 +52,7 @@ def _tiling(o_shape, o_strides, i_shape, i_strides):
 
 def _launch(name, x, op_code, first, outer, inner, tiling, *last):
     outputs, extent, chunks, chunk, per_block, columns = tiling
-    runtime.launch_rows(runtime.module(FILE)(name), -(-outputs // per_block) * chunks, runtime.i32(op_code), x,
+    runtime.launch_rows(kernel(FILE, name), -(-outputs // per_block) * chunks, runtime.i32(op_code), x,
                         *first, runtime.layout_arg(*outer), runtime.layout_arg(*inner), runtime.i64(outputs),
                         runtime.i64(extent), runtime.i64(chunks), runtime.i64(chunk), runtime.i32(per_block),
                         runtime.i32(columns), *last, block=THREADS)
@@ -82,7 +78,7 @@ def _reduce(op, x, outer, inner, out):
 
 @kernels.register("reduce", "cuda")
 def reduce(op, x, xl, dims, out):
-    _check_dtype(x, "reduce")
+    require_dtype(x.dtype, REDUCIBLE, "reduce")
     o_shape, o_strides, i_shape, i_strides = reduction_plan(xl, dims)
     outputs = math.prod(o_shape)
     if out.size != outputs or out.dtype != x.dtype:
@@ -110,7 +106,7 @@ def _arg_reduce(op, x, x_indices, outer, inner, out):
 
 @kernels.register("arg_reduce", "cuda")
 def arg_reduce(op, x, xl, dim, out):
-    _check_dtype(x, "arg_reduce")
+    require_dtype(x.dtype, REDUCIBLE, "arg_reduce")
     kept = [d for d in range(xl.ndim) if d != dim]
     o_shape, (o_strides,) = collapse([xl.shape[d] for d in kept], [xl.strides[d] for d in kept])
     outputs = math.prod(o_shape)
@@ -125,7 +121,7 @@ def arg_reduce(op, x, xl, dim, out):
 
 @kernels.register("scan", "cuda")
 def scan(op, x, xl, dim, out, ol):
-    _check_dtype(x, "scan")
+    require_dtype(x.dtype, REDUCIBLE, "scan")
     if tuple(ol.shape) != tuple(xl.shape) or out.dtype != x.dtype:
         raise ValueError(f"scan: the output ({tuple(ol.shape)}, {out.dtype}) does not match the input "
                          f"({tuple(xl.shape)}, {x.dtype})")
@@ -152,7 +148,7 @@ def scan(op, x, xl, dim, out, ol):
 
 @kernels.register("argsort", "cuda")
 def argsort(x, xl, dim, descending, out):
-    _check_dtype(x, "argsort")
+    require_dtype(x.dtype, REDUCIBLE, "argsort")
     if not 0 <= dim < xl.ndim:
         raise ValueError(f"argsort: dim {dim} is out of range for a {xl.ndim}-D layout")
     if xl.numel == 0:
@@ -165,7 +161,7 @@ def argsort(x, xl, dim, descending, out):
     rows, tile = xl.numel // n, TILE
     slots = _pow2(min(n, tile))
     per_block = max(1, 2 * THREADS // slots)
-    tiles_kernel = runtime.module("sort")(f"argsort_tiles_{suffix(x.dtype, 'argsort')}")
+    tiles_kernel = kernel("sort", "argsort_tiles", x.dtype, "argsort")
     sort_args = (x, runtime.layout_arg(o_shape, xs, xl.offset, "argsort"), runtime.i64(xl.strides[dim]),
                  runtime.i64(n), runtime.i64(tile), runtime.i32(slots), runtime.i32(bool(descending)))
     out_args = (runtime.layout_arg(o_shape, os, 0, "argsort"), runtime.i64(o_strides[dim]), runtime.i64(rows))
@@ -180,7 +176,7 @@ def argsort(x, xl, dim, descending, out):
     order = [xp.empty(xl.numel, np.int64) for _ in range(2)]
     runtime.launch_rows(tiles_kernel, -(-segments // per_block), *sort_args, keys[0], order[0], runtime.NULL, *out_args,
                         **launch)
-    merge = runtime.module("sort")(f"argsort_merge_{suffix(x.dtype, 'argsort')}")
+    merge = kernel("sort", "argsort_merge", x.dtype, "argsort")
     width, now = tile, 0
     while width < n:
         runtime.launch(merge, xl.numel, keys[now], order[now], keys[1 - now], order[1 - now], runtime.i64(rows),

@@ -1,11 +1,10 @@
 """Softmax and log-softmax over packed rows on the GPU (csrc/softmax.cu): a warp per short row, a
 block per long one."""
-import numpy as np
 
 from ... import kernels
 from ...primitive_checks import softmax_rows
 from .. import runtime
-from .common import kernel
+from .common import FLOATS, kernel, require_dtype
 
 FILE = "softmax"
 WARP_ROW_MAX = 1024  # rows up to this long get a warp each (8 rows per block), longer ones a block
@@ -14,8 +13,7 @@ WARP_ROW_MAX = 1024  # rows up to this long get a warp each (8 rows per block), 
 def _rows(name, n, *bufs):
     """The number of rows (the shared checks, and a dtype with a kernel)."""
     rows = softmax_rows(name, n, *bufs)
-    if bufs[0].dtype not in (np.float32, np.float64):
-        raise TypeError(f"{name}: the CUDA kernels take float32 and float64 rows, not {bufs[0].dtype}")
+    require_dtype(bufs[0].dtype, FLOATS, name)
     return rows
 
 
