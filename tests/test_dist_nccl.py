@@ -207,6 +207,15 @@ def test_sends_and_receives_go_out_as_one_group_at_the_first_wait():
     assert requests[0].test() and len(lib.calls) == 4  # issued once
 
 
+def test_an_exchange_of_device_buffers_goes_through_nccl():
+    """Recursive doubling and all-to-all exchange through one call, which MPI's fast path must not take."""
+    comm, lib = communicator()
+    out, into = device(np.arange(4, dtype=np.float32)), device(np.zeros(4, np.float32))
+    assert all(r.test() for r in comm.exchange(out, 2, into, 0))
+    assert lib.calls == [("groupStart",), ("send", ptr(out), 16, lib.NCCL_UINT8, 2, 7),
+                         ("recv", ptr(into), 16, lib.NCCL_UINT8, 0, 7), ("groupEnd",)]
+
+
 def test_a_group_that_fails_to_issue_fails_its_requests(monkeypatch):
     comm, lib = communicator()
     monkeypatch.setattr(comm, "nccl", types.SimpleNamespace(send=lambda *a: (_ for _ in ()).throw(RuntimeError("x")),

@@ -27,7 +27,7 @@ import numpy as np
 from mpi4py import MPI
 
 from . import mpi
-from .base import DEFAULT_CHUNK, DistError, Request
+from .base import DEFAULT_CHUNK, Communicator, DistError, Request
 
 ONE_RANK_PER_PROCESS = True
 abort_on_uncaught_exception = mpi.abort_on_uncaught_exception
@@ -105,6 +105,12 @@ class NCCLCommunicator(mpi.MPICommunicator):
             raise DistError("nccl: a receive from any source is impossible (NCCL messages name their peer); "
                             "pass src")
         return self._queue("recv", src, _pointer(buf), buf.nbytes, self.lib.NCCL_UINT8, src)
+
+    def exchange(self, send_buf, dst, recv_buf, src, tag=0):
+        """Device buffers as a queued send and receive (MPI's one-call exchange is for host memory)."""
+        if on_device(send_buf) or on_device(recv_buf):
+            return Communicator.exchange(self, send_buf, dst, recv_buf, src, tag)
+        return super().exchange(send_buf, dst, recv_buf, src, tag)
 
     def _queue(self, kind, peer, *args):
         self.device.use()
