@@ -44,7 +44,7 @@ def all_reduce(tensor, op=ReduceOp.SUM, group=None, async_op=False):
     g = resolve(group, what)
     if g is None:
         return None
-    out = Writable(check_tensor(tensor, what), what)
+    out = Writable(check_tensor(tensor, what, g.config.backend), what)
     return _all_reduce(g, out.array, _check_op(op, out.array.dtype, what), async_op, out, tensor)
 
 
@@ -66,7 +66,7 @@ def broadcast(tensor, src, group=None, async_op=False):
     if g is None:
         return None
     root = g.group_rank(src, what, "src")
-    out = Writable(check_tensor(tensor, what), what)
+    out = Writable(check_tensor(tensor, what, g.config.backend), what)
 
     def job(ch):
         algorithms.broadcast(ch, out.array, root, g.config.algorithm)
@@ -81,7 +81,7 @@ def reduce(tensor, dst, op=ReduceOp.SUM, group=None, async_op=False):
     if g is None:
         return None
     root = g.group_rank(dst, what, "dst")
-    out = Writable(check_tensor(tensor, what), what)
+    out = Writable(check_tensor(tensor, what, g.config.backend), what)
     op = _check_op(op, out.array.dtype, what)
 
     def job(ch):
@@ -105,8 +105,8 @@ def all_gather(tensor_list, tensor, group=None, async_op=False):
     g = resolve(group, what)
     if g is None:
         return None
-    check_tensor(tensor, what)
-    for i, t in enumerate(check_tensor_list(tensor_list, what, "tensor_list", g.size)):
+    check_tensor(tensor, what, g.config.backend)
+    for i, t in enumerate(check_tensor_list(tensor_list, what, g.config.backend, "tensor_list", g.size)):
         check_like(t, tensor, what, f"tensor_list[{i}]", "tensor")
     outs = [Writable(t, what) for t in tensor_list]
     blocks = np.empty_like(outs[0].array, shape=(g.size, tensor.numel()))  # on the tensors' device
@@ -125,8 +125,8 @@ def reduce_scatter(output, input_list, op=ReduceOp.SUM, group=None, async_op=Fal
     g = resolve(group, what)
     if g is None:
         return None
-    out = Writable(check_tensor(output, what, "output"), what)
-    for i, t in enumerate(check_tensor_list(input_list, what, "input_list", g.size)):
+    out = Writable(check_tensor(output, what, g.config.backend, "output"), what)
+    for i, t in enumerate(check_tensor_list(input_list, what, g.config.backend, "input_list", g.size)):
         check_like(t, output, what, f"input_list[{i}]", "output")
     op = _check_op(op, out.array.dtype, what)
     blocks = _blocks(input_list)
@@ -148,7 +148,7 @@ def _root_list(tensors, tensor, g, root, what, name):
         return None
     if tensors is None:
         raise ValueError(f"{what}: {name} is required on the root (rank {g.ranks[root]})")
-    for i, t in enumerate(check_tensor_list(tensors, what, name, g.size)):
+    for i, t in enumerate(check_tensor_list(tensors, what, g.config.backend, name, g.size)):
         check_like(t, tensor, what, f"{name}[{i}]", "tensor")
     return tensors
 
@@ -159,7 +159,7 @@ def gather(tensor, gather_list=None, dst=0, group=None, async_op=False):
     if g is None:
         return None
     root = g.group_rank(dst, what, "dst")
-    send = read(check_tensor(tensor, what)).copy()
+    send = read(check_tensor(tensor, what, g.config.backend)).copy()
     targets = _root_list(gather_list, tensor, g, root, what, "gather_list")
     outs = [Writable(t, what) for t in targets or ()]
 
@@ -176,7 +176,7 @@ def scatter(tensor, scatter_list=None, src=0, group=None, async_op=False):
     if g is None:
         return None
     root = g.group_rank(src, what, "src")
-    out = Writable(check_tensor(tensor, what), what)
+    out = Writable(check_tensor(tensor, what, g.config.backend), what)
     sources = _root_list(scatter_list, tensor, g, root, what, "scatter_list")
     blocks = None if sources is None else _blocks(sources)
 
@@ -191,8 +191,8 @@ def all_to_all(output_tensor_list, input_tensor_list, group=None, async_op=False
     g = resolve(group, what)
     if g is None:
         return None
-    check_tensor_list(output_tensor_list, what, "output_tensor_list", g.size)
-    check_tensor_list(input_tensor_list, what, "input_tensor_list", g.size)
+    check_tensor_list(output_tensor_list, what, g.config.backend, "output_tensor_list", g.size)
+    check_tensor_list(input_tensor_list, what, g.config.backend, "input_tensor_list", g.size)
     dtypes = {t.dtype for t in (*output_tensor_list, *input_tensor_list)}
     if len(dtypes) > 1:
         raise ValueError(f"{what}: all tensors must have one dtype, got {sorted(d.name for d in dtypes)}")

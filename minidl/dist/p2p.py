@@ -23,7 +23,7 @@ def isend(tensor, dst, group=None, tag=0):
         return None
     peer = _peer(g, dst, what, "dst")
     ch = g.channel(f"{what} to rank {dst} (tag {tag})", comm=g.p2p, tag=tag)
-    return RequestWork(ch, [ch.isend(read(check_tensor(tensor, what)), peer)])
+    return RequestWork(ch, [ch.isend(read(check_tensor(tensor, what, g.config.backend)), peer)])
 
 
 def irecv(tensor, src=None, group=None, tag=0):
@@ -32,7 +32,7 @@ def irecv(tensor, src=None, group=None, tag=0):
     if g is None:
         return None
     peer = None if src is None else _peer(g, src, what, "src")
-    out = Writable(check_tensor(tensor, what), what)
+    out = Writable(check_tensor(tensor, what, g.config.backend), what)
     ch = g.channel(f"{what} from {'any rank' if src is None else f'rank {src}'} (tag {tag})", comm=g.p2p, tag=tag)
     request = ch.comm.irecv(out.array, peer, tag)
     work = RequestWork(ch, [request], out.commit)

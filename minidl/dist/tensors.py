@@ -12,11 +12,10 @@ from ..ops.core import contiguous_data, packed_buffer
 from .backends import TENSOR_DEVICE
 
 
-def check_tensor(t, what: str, name: str = "tensor"):
+def check_tensor(t, what: str, backend: str, name: str = "tensor"):
+    """``t`` is a tensor on the device ``backend`` (the group's) moves."""
     if not isinstance(t, _tensor.Tensor):
         raise TypeError(f"{what}: {name} must be a minidl tensor, got {type(t).__name__}")
-    from .state import get_backend  # the default group's backend, which every group shares
-    backend = get_backend()
     wanted = TENSOR_DEVICE.get(backend, "cpu")
     if t.device.type != wanted and not _simulated_cuda(backend, t):
         raise RuntimeError(f"{what}: {name} is on {t.device}; the {backend} backend handles {wanted} tensors "
@@ -33,12 +32,12 @@ def _simulated_cuda(backend, t) -> bool:
     return runtime.available() and runtime.get().name == "sim"
 
 
-def check_tensor_list(ts, what: str, name: str, length: int):
+def check_tensor_list(ts, what: str, backend: str, name: str, length: int):
     if not isinstance(ts, (list, tuple)) or len(ts) != length:
         got = f"{len(ts)} entries" if isinstance(ts, (list, tuple)) else type(ts).__name__
         raise ValueError(f"{what}: {name} must be a list of {length} tensors (the group size), got {got}")
     for i, t in enumerate(ts):
-        check_tensor(t, what, f"{name}[{i}]")
+        check_tensor(t, what, backend, f"{name}[{i}]")
     return ts
 
 
