@@ -13,10 +13,19 @@ from minidl.cuda import runtime
 def cuda_device():
     """Switch device 'cuda' to a runtime (a GPU if there is one) and return its name, or skip."""
     runtime.sim_enable(False)
-    if runtime.available():
+    if runtime.gpu_available():
         return runtime.get().name
     if shutil.which("g++") is None:
         pytest.skip("no GPU and no g++ for the CUDA simulator")
+    runtime.sim_enable(True)
+    return runtime.get().name
+
+
+def sim_cuda_device():
+    """Switch device 'cuda' to the simulator even where a GPU is (for tests that need host arrays
+    behind 'cuda' tensors), or skip."""
+    if shutil.which("g++") is None:
+        pytest.skip("no g++ for the CUDA simulator")
     runtime.sim_enable(True)
     return runtime.get().name
 

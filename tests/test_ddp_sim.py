@@ -4,7 +4,7 @@ buffers, state_dict keys, bucketing and the overlap timeline."""
 import pytest
 
 import minidl.dist as dist
-from cuda_support import cuda_device
+from cuda_support import sim_cuda_device
 from ddp_cases import run_all, steps_match_single_process
 from minidl.dist.reducer import assign_buckets
 import minidl
@@ -20,7 +20,7 @@ def test_ddp_equals_single_process(size):
 def test_ddp_on_cuda_tensors_equals_single_process(options):
     """The reducer's buckets live on the parameters' device; the sim world passes CUDA-simulator
     buffers (host memory) as it passes CPU ones, so the device-generic path runs without a GPU."""
-    cuda_device()
+    sim_cuda_device()  # the sim world moves host arrays, even where a GPU is
     failures = dist.sim.run(2, lambda rank: steps_match_single_process(rank, 2, "cuda", **options))
     assert not any(failures), "\n".join(f for per_rank in failures for f in per_rank[:10])
 

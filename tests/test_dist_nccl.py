@@ -283,10 +283,10 @@ def test_reduction_of_an_unsupported_dtype_says_so():
 # -- the tensor layer on CUDA tensors (the simulator's: numpy buffers) --------------------------------
 @pytest.fixture
 def cuda():
-    from cuda_support import cuda_device
+    from cuda_support import sim_cuda_device
 
     import minidl.cuda.primitives  # noqa: F401  (registers the CUDA primitives)
-    return cuda_device()
+    return sim_cuda_device()  # these tests need host arrays behind 'cuda' tensors, even where a GPU is
 
 
 def test_tensor_buffers_stay_on_the_device(cuda):

@@ -122,8 +122,19 @@ def sim_enable(on: bool = True) -> None:
 
 
 def _make():
-    if _sim_requested:
-        return SimRuntime()
+    return SimRuntime() if _sim_requested else _gpu_runtime()
+
+
+def gpu_available() -> bool:
+    """Whether CuPy sees a real GPU, whether or not device 'cuda' runs on the simulator now."""
+    try:
+        _gpu_runtime()
+        return True
+    except Unavailable:
+        return False
+
+
+def _gpu_runtime():
     if importlib.util.find_spec("cupy") is None:
         raise Unavailable("minidl's CUDA backend needs CuPy (pip install 'minidl[cuda]') and an NVIDIA GPU; "
                           "MINIDL_CUDA_SIM=1 runs its kernels on the CPU simulator instead")
