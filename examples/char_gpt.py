@@ -148,9 +148,9 @@ def main(argv=None):
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     device = minidl.device(args.device)
-    if device.type != "cpu":
-        sys.exit(f"error: device '{args.device}': the CUDA backend is not available yet in minidl "
-                 f"(use --device cpu)")
+    if device.type == "cuda" and not minidl.cuda.is_available():
+        sys.exit(f"error: device '{args.device}': the CUDA backend is not available here (it needs CuPy and an "
+                 f"NVIDIA GPU; MINIDL_CUDA_SIM=1 runs it on the CPU simulator); use --device cpu")
 
     text = args.data.read_text(encoding="utf-8")
     chars = sorted(set(text))
