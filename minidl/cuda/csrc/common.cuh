@@ -49,6 +49,16 @@ __device__ __forceinline__ long long position(const Layout &l, long long i) {
         for (; i_ < (n); i_ += s_) { BODY(i_) }                                                \
     }
 
+#define FULL_MASK 0xffffffffu  // every lane of a warp, for the shuffles
+
+// float math per type, for kernels templated on float and double
+__device__ __forceinline__ float m_exp(float x) { return expf(x); }
+__device__ __forceinline__ double m_exp(double x) { return exp(x); }
+__device__ __forceinline__ float m_log(float x) { return logf(x); }
+__device__ __forceinline__ double m_log(double x) { return log(x); }
+__device__ __forceinline__ float m_sqrt(float x) { return sqrtf(x); }
+__device__ __forceinline__ double m_sqrt(double x) { return sqrt(x); }
+
 // error[0] == 0 while all is well; the first failing thread stores (1, index, size).
 __device__ __forceinline__ void report_index_error(long long *error, long long index, long long size) {
     if (atomicCAS((unsigned long long *)error, 0ull, 1ull) == 0ull) {

@@ -3,8 +3,6 @@
 // recorded with report_index_error (the host raises IndexError at its next synchronisation) and
 // its element is skipped, so no thread reads or writes outside the buffer.
 
-#define FULL_MASK 0xffffffffu
-
 // ---------------------------------------------------------------------------- check_index
 // out = stride * index, wrapped by size where negative (when wrap). A bad index is reported as
 // given and its term becomes 2^62: any flat index summed from it lies beyond every tensor (and

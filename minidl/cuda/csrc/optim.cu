@@ -20,9 +20,6 @@
     }
 FOR_FLOAT_DTYPES(SGD_KERNEL)
 
-__device__ __forceinline__ float m_sqrt(float x) { return sqrtf(x); }
-__device__ __forceinline__ double m_sqrt(double x) { return sqrt(x); }
-
 // c1 = 1 - beta1, c2 = 1 - beta2; vmax is read and written only with amsgrad.
 #define ADAM_KERNEL(suffix, T)                                                                    \
     extern "C" __global__ void adam_step_##suffix(T *p, const T *g, T *m, T *v, T *vmax, T c1,     \

@@ -13,7 +13,6 @@
 // is split into `chunks` of `chunk` elements, each a separate block; the partials land in a scratch
 // buffer (outputs x chunks) that a second launch reduces (see primitives/reduce.py).
 
-#define FULL_MASK 0xffffffffu
 #define REDUCE_THREADS 256  // the block size of reduce and arg_reduce launches (the scratch of combine_lanes)
 
 template <class T> struct Wide { typedef T type; };

@@ -3,13 +3,6 @@
 // (`lanes` = 32 or blockDim.x); the row max and sums are reductions across the lanes, in the
 // row's dtype as on the CPU, and exp is taken once per element.
 
-#define FULL_MASK 0xffffffffu
-
-__device__ __forceinline__ float m_exp(float x) { return expf(x); }
-__device__ __forceinline__ double m_exp(double x) { return exp(x); }
-__device__ __forceinline__ float m_log(float x) { return logf(x); }
-__device__ __forceinline__ double m_log(double x) { return log(x); }
-
 // Every lane gets the max (MAX, NaN winning) or the sum of v over the row's lanes; a block-wide
 // row synchronises, so all threads of the block call this.
 template <bool MAX, class T> __device__ T lanes_reduce(T v, int lanes) {
