@@ -43,7 +43,7 @@ def _check_device_ids(module, device_ids, output_device):
     for name, d in [("device_ids", i) for i in ids] + [("output_device", output_device)]:
         if d is None or not devices:
             continue
-        wanted = Device("cuda", d) if isinstance(d, int) else Device(d)
+        wanted = Device(d)  # an int is a CUDA index, as in PyTorch
         if wanted not in devices:
             raise ValueError(f"DistributedDataParallel: {name} names {wanted}, but the module is on "
                              f"{next(iter(devices))}; move it there first (module.to({str(wanted)!r}))")

@@ -7,6 +7,7 @@ from .. import float16, no_grad
 from .collectives import all_reduce_buffer
 from .reduce_op import ReduceOp
 from .state import get_world_size
+from .tensors import read
 from .work import Future
 
 
@@ -27,7 +28,7 @@ class GradBucket:
     @property
     def array(self):
         """The flat buffer of the tensor's device (numpy on the CPU): what the collectives reduce."""
-        return self.flat._storage.buf
+        return read(self.flat)
 
     def parameters(self) -> list:
         return list(self._params)
@@ -43,8 +44,8 @@ def fp16_compress_hook(process_group, bucket: GradBucket) -> Future:
     """Halve the bytes sent: divide by the world size, all-reduce in float16, cast back."""
     size = get_world_size(process_group)
     with no_grad():
-        half = (bucket.buffer() / size).to(float16)  # a fresh packed tensor: its buffer is all of it
-    work = all_reduce_buffer(half._storage.buf, ReduceOp.SUM, process_group, async_op=True)
+        half = (bucket.buffer() / size).to(float16)  # a fresh packed tensor: read() is its memory
+    work = all_reduce_buffer(read(half), ReduceOp.SUM, process_group, async_op=True)
 
     def decompress():
         with no_grad():

@@ -113,7 +113,6 @@ class NCCLCommunicator(mpi.MPICommunicator):
         return super().exchange(send_buf, dst, recv_buf, src, tag)
 
     def _queue(self, kind, peer, *args):
-        self.device.use()
         request = _Grouped(self, peer, kind)
         self.queued.append((request, kind, args))
         return request
