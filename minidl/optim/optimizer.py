@@ -145,8 +145,7 @@ class Optimizer:
             if key in Optimizer._SCALAR_STATE:
                 return value.clone()
             # state follows its parameter's device (a checkpoint saved on one device loads onto another)
-            out = value.to(device=param.device, dtype=param.dtype if param.is_floating_point() else None)
-            return out.clone() if out is value else out
+            return value.to(device=param.device, dtype=param.dtype if param.is_floating_point() else None, copy=True)
         if isinstance(value, dict):
             return {k: Optimizer._cast_state(param, v, k) for k, v in value.items()}
         if isinstance(value, (list, tuple)):
