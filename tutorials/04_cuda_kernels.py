@@ -102,9 +102,8 @@ section("2. Grid, block, and the grid-stride loop")
 # launcher (runtime.launch) uses 256 threads a block and caps the grid (32 blocks per
 # multiprocessor on a GPU, 2 on the simulator): past that, more blocks only cost scheduling.
 n, grid, block = 19, 2, 4
-block_of, thread_of = np.full(n, -1, np.float32), np.full(n, -1, np.float32)
-if runtime.get().name == "cupy":
-    block_of, thread_of = runtime.get().xp.asarray(block_of), runtime.get().xp.asarray(thread_of)
+xp = runtime.get().xp  # cupy on a GPU, numpy on the simulator
+block_of, thread_of = xp.full(n, -1, np.float32), xp.full(n, -1, np.float32)
 who_f32((grid,), (block,), (block_of, thread_of, np.int64(n)))
 block_of, thread_of = runtime.get().to_numpy(block_of), runtime.get().to_numpy(thread_of)
 print(f"n={n}, grid={grid}, block={block}: 8 threads, so thread (b, t) takes elements b*4+t, b*4+t+8, ...")
