@@ -9,8 +9,8 @@ peer posts the matching receive, so two ranks that each send and then receive wo
 unless both operations are issued together, between ``groupStart()`` and ``groupEnd()``. Here
 ``isend``/``irecv`` of a device buffer only queue the operation; the first ``test()`` of a
 queued request issues everything queued so far as one group and records an event, which the
-requests then poll. Algorithms post every message of a step before they wait, so each step
-is one group. NCCL messages carry no tag and no "any source": messages between two ranks match
+requests then poll. Algorithms post a send and its matching receive before they wait (the ring
+keeps two segments' pairs in flight), so each group holds what the peers need to progress. NCCL messages carry no tag and no "any source": messages between two ranks match
 in the order they were posted.
 
 All NCCL work runs on the device's legacy default stream, which orders it after the kernels that
