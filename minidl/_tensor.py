@@ -397,6 +397,7 @@ class Tensor(TensorBase):
 
     def fill_(self, value):
         value = value.item() if isinstance(value, TensorBase) else value
+        ops.core.check_scalar_fits(value, self.dtype, "fill_")
         return self.copy_(ops.core.scalar_tensor(value, self.dtype, self.device))
 
     def zero_(self):

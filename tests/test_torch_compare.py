@@ -256,6 +256,29 @@ def test_integer_ops_match_torch():
         np.testing.assert_array_equal(mo.numpy(), to.numpy())
 
 
+@pytest.mark.parametrize("src", ["float16", "float32", "float64"])
+def test_float_to_integer_casts_match_torch(src):
+    """Out-of-range and NaN conversions too: minidl adopted PyTorch's x86 result as its rule."""
+    from test_casts import EDGES
+    values = np.array(EDGES * 3)  # 81 elements: vectorised bodies and their tails
+    m, t = minidl.tensor(values).to(getattr(minidl, src)), torch.tensor(values).to(getattr(torch, src))
+    for dst in ("bool", "uint8", "int16", "int32", "int64"):
+        np.testing.assert_array_equal(m.to(getattr(minidl, dst)).numpy(), t.to(getattr(torch, dst)).numpy(),
+                                      err_msg=f"{src} -> {dst}")
+
+
+def test_python_numbers_that_do_not_fit_raise_like_torch():
+    for lib in (minidl, torch):
+        for make in (lambda: lib.tensor([65519.0], dtype=lib.int16), lambda: lib.tensor([-1.0], dtype=lib.uint8),
+                     lambda: lib.tensor([-256], dtype=lib.uint8), lambda: lib.full((2,), 3e9, dtype=lib.int32),
+                     lambda: lib.zeros(2, dtype=lib.int16).fill_(70000)):
+            with pytest.raises(RuntimeError, match="cannot be converted to type"):
+                make()
+    for make in (lambda lib: lib.tensor([2.7, -2.7], dtype=lib.int32), lambda lib: lib.tensor([-1, -255], dtype=lib.uint8),
+                 lambda lib: lib.full((2,), -128, dtype=lib.uint8)):
+        assert make(minidl).tolist() == make(torch).tolist()
+
+
 # ----------------------------------------------------------------------------- type promotion
 DTYPE_NAMES = ["bool", "uint8", "int16", "int32", "int64", "float16", "float32", "float64"]
 

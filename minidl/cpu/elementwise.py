@@ -8,7 +8,7 @@ as few dims as possible and takes the general strided loop.
 import numpy as np
 
 from .. import kernels
-from ..layout import collapse
+from ..layout import Layout, collapse
 from .jit import (
     binary_parallel,
     binary_serial,
@@ -115,12 +115,17 @@ def where(c, cl, a, al, b, bl, out, ol):
 
 @kernels.register("copy")
 def copy(src, sl, dst, dl):
-    """Strided copy with dtype conversion; float16 (unknown to Numba on CPU) converts through numpy."""
+    """Strided copy with dtype conversion (float to integer by the rule in ``jit._convert``).
+    float16, unknown to Numba on the CPU, converts through numpy: to it, and from it to floats, IEEE
+    rounding; from it to integers, by way of float32 (exact) and the kernel."""
     if dl.numel == 0:
         return
-    if src.dtype == np.float16 or dst.dtype == np.float16:
-        numpy_view(dst, dl)[...] = numpy_view(src, sl)
+    if dst.dtype == np.float16 or (src.dtype == np.float16 and dst.dtype.kind == "f"):
+        with np.errstate(over="ignore", invalid="ignore"):  # beyond 65504 is inf, as IEEE says
+            numpy_view(dst, dl)[...] = numpy_view(src, sl)
         return
+    if src.dtype == np.float16:
+        src, sl = numpy_view(src, sl).astype(np.float32).reshape(-1), Layout(sl.shape)
     if dst.dtype == np.bool_ and src.dtype != np.bool_:
         src = src != 0
     flat = _flat_stride(sl)

@@ -363,15 +363,47 @@ def unary_parallel(op, x, xo, xs, out, oo, os, shape, items):
         _unary_item(op, x, xo, xs, out, oo, os, shape, t)
 
 
+# ----------------------------------------------------------------------------- dtype conversion
+# Float to integer is undefined in C (and LLVM) outside the target's range, and the vectorised and
+# scalar loops then disagree. minidl's rule is PyTorch's result on x86: truncate toward zero into
+# int32 (signed targets of up to 32 bits) or int64 (the others), where NaN and values outside that
+# range become its minimum; then keep the low bits. Everything else is C's conversion.
+INT32_MIN = -(1 << 31)
+INT64_MIN = -(1 << 63)
+
+
+def _convert(x, out):
+    """``x`` converted to ``out``'s dtype. Plain-Python twin of the overload below (runs only with
+    NUMBA_DISABLE_JIT=1)."""
+    to = out.dtype
+    if isinstance(x, (float, np.floating)) and to.kind in "iu":
+        via32 = to.kind == "i" and to.itemsize <= 4
+        inside = -2.0 ** 31 - 1 < x < 2.0 ** 31 if via32 else -2.0 ** 63 <= x < 2.0 ** 63
+        whole = math.trunc(x) if inside else (INT32_MIN if via32 else INT64_MIN)
+        return np.array(whole).astype(to)  # keeps the low bits
+    return np.array(x).astype(to)
+
+
+@overload(_convert)
+def _convert_impl(x, out):
+    to = out.dtype
+    if not (isinstance(x, types.Float) and isinstance(to, types.Integer)):
+        return lambda x, out: x  # the store converts
+    if to.signed and to.bitwidth <= 32:
+        return lambda x, out: np.int32(x) if -2147483649.0 < x < 2147483648.0 else np.int32(INT32_MIN)
+    return lambda x, out: (np.int64(x) if -9223372036854775808.0 <= x < 9223372036854775808.0
+                           else np.int64(INT64_MIN))
+
+
 @njit(inline="always")
 def _copy_span(x, px, sx, out, po, so, lo, hi):
     if sx == 1 and so == 1:
         dst, src = out[po + lo:po + hi], x[px + lo:px + hi]
         for j in range(hi - lo):       # a loop, not slice assignment, which Numba makes 3x slower
-            dst[j] = src[j]            # (it guards against overlap; the wrappers never overlap)
+            dst[j] = _convert(src[j], dst)  # (it guards against overlap; the wrappers never overlap)
     else:
         for j in range(lo, hi):
-            out[po + j * so] = x[px + j * sx]
+            out[po + j * so] = _convert(x[px + j * sx], out)
 
 
 @njit(inline="always")

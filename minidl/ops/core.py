@@ -58,9 +58,31 @@ def packed_buffer(t: TensorBase):
     return t._storage.buf[start:start + t._layout.numel]
 
 
+def integer_range(dtype, integral: bool):
+    """(lowest, highest) number that may be put into integer ``dtype``. As in PyTorch, integers
+    down to -highest wrap into an unsigned dtype (-1 is 255 in uint8); floats must fit."""
+    info = np.iinfo(dtype.np)
+    return (-int(info.max) if integral and not dtype.is_signed else int(info.min)), int(info.max)
+
+
+def check_scalar_fits(value, dtype, op: str) -> None:
+    """A number put into an integer dtype must fit it: PyTorch raises rather than wrap (or, for a
+    float, leave it to the undefined conversion of C). Floats in range truncate toward zero."""
+    if dtype.category == 1:
+        lo, hi = integer_range(dtype, isinstance(value, (int, np.integer)))
+        if not lo <= value <= hi:  # exact for Python ints and floats alike; False for NaN
+            raise RuntimeError(f"{op}: value {value} cannot be converted to type {dtype.name} without overflow")
+
+
+def host_scalar(value, dtype) -> np.ndarray:
+    """``[value]`` as a numpy array of ``dtype``; integers wrap into integer dtypes (numpy would
+    refuse -1 for uint8), floats that fit truncate."""
+    return np.array([value]).astype(dtype.np) if dtype.category == 1 else np.array([value], dtype=dtype.np)
+
+
 def scalar_tensor(value, dtype, device) -> TensorBase:
     """A 0-d tensor holding a Python number, marked as a 'wrapped number' for type promotion."""
-    data = np.array([value], dtype=dtype.np)
+    data = host_scalar(value, dtype)
     storage = Storage(kernels.get("from_host", device.type)(data), device)
     t = make(storage, _SCALAR_LAYOUT, dtype)
     t._wrapped_number = True

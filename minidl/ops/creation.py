@@ -13,7 +13,7 @@ from .._tensor_base import Storage, as_device, make
 from .._tensor_base import empty as _empty
 from ..layout import Layout
 from ..autograd import grad_mode
-from .core import buf, cast, kernel
+from .core import buf, cast, check_scalar_fits, host_scalar, integer_range, kernel
 from .inplace import check_writable
 from .random import draw, numpy_generator
 
@@ -78,20 +78,72 @@ def _to_numpy_data(data):
     if hasattr(data, "_layout"):
         return data.detach().cpu().numpy()
     if isinstance(data, (list, tuple)):
-        return np.asarray([_to_numpy_data(d) for d in data]) if any(hasattr(d, "_layout") for d in data) \
-            else np.asarray(data)
+        try:
+            return np.asarray([_to_numpy_data(d) for d in data]) if any(hasattr(d, "_layout") for d in data) \
+                else np.asarray(data)
+        except ValueError:
+            _raise_if_ragged(data)
+            raise
     return np.asarray(data)
 
 
+def _raise_if_ragged(data):
+    """Nested sequences that are no array: the error names the first dim that breaks the shape
+    set by the first elements (PyTorch's wording and types)."""
+    def sequence(x):
+        return isinstance(x, (list, tuple)) or (isinstance(x, np.ndarray) and x.ndim > 0)
+
+    shape, first = [], data
+    while sequence(first):
+        shape.append(len(first))
+        if not len(first):
+            break
+        first = first[0]
+
+    def check(item, dim):
+        if dim == len(shape):
+            if sequence(item):
+                raise TypeError(f"tensor: expected a number at dim {dim} (got a sequence of length {len(item)})")
+            return
+        if not sequence(item):
+            raise TypeError(f"tensor: expected a sequence of length {shape[dim]} at dim {dim} (got {item!r})")
+        if len(item) != shape[dim]:
+            raise ValueError(f"tensor: expected sequence of length {shape[dim]} at dim {dim} (got {len(item)})")
+        for sub in item:
+            check(sub, dim + 1)
+
+    check(data, 0)
+
+
+def _raise_unless_fits(values: np.ndarray, dtype, op):
+    """Python numbers put into an integer dtype must fit it: PyTorch raises rather than wrap."""
+    if dtype.category != 1 or values.dtype.kind not in "iuf" or not values.size:
+        return
+    lo, hi = integer_range(dtype, values.dtype.kind != "f")
+    # (a float compare against 2**63 - 1 would round it up to 2**63, which does not fit)
+    below_top = values < 2.0 ** 63 if values.dtype.kind == "f" and hi == 2 ** 63 - 1 else values <= hi
+    bad = ~((values >= lo) & below_top)
+    if bad.any():
+        raise RuntimeError(f"{op}: value {values[bad].flat[0]} cannot be converted to type {dtype.name} "
+                           f"without overflow")
+
+
 def tensor(data, dtype=None, device=None, requires_grad=False):
-    """A new tensor that copies ``data`` (numbers, nested lists, numpy arrays, tensors)."""
-    if isinstance(data, (np.ndarray, np.generic)) or hasattr(data, "_layout"):
-        array = _to_numpy_data(data)  # numpy arrays and numpy scalars keep their dtype, as in PyTorch
-        dtype = dt.to_dtype(dtype) if dtype is not None else dt.from_numpy(array.dtype)
+    """A new tensor that copies ``data`` (numbers, nested lists, numpy arrays, tensors).
+
+    Numbers that do not fit an integer ``dtype`` raise, as in PyTorch; numpy arrays and tensors
+    convert as ``.to(dtype)`` does."""
+    python_data = not (isinstance(data, (np.ndarray, np.generic)) or hasattr(data, "_layout"))
+    array = _to_numpy_data(data)  # numpy arrays and numpy scalars keep their dtype, as in PyTorch
+    if dtype is not None:
+        dtype = dt.to_dtype(dtype)
     else:
-        array = _to_numpy_data(data)
-        dtype = dt.to_dtype(dtype) if dtype is not None else _infer_dtype(array)
+        dtype = _infer_dtype(array) if python_data else dt.from_numpy(array.dtype)
     device = as_device(device) if device is not None else (data.device if hasattr(data, "_layout") else as_device("cpu"))
+    if python_data:
+        _raise_unless_fits(array, dtype, "tensor")
+    elif array.dtype.kind == "f" and dtype.category == 1:  # by the cast rule of the copy kernel
+        return _finish(from_host_array(array, device).to(dtype), requires_grad)
     return _finish(from_host_array(array.astype(dtype.np), device, dtype), requires_grad)
 
 
@@ -121,7 +173,8 @@ _fill_values: dict = {}
 def _device_value(value, dtype, device):
     """A one-element device buffer holding ``value`` as ``dtype``, cached by its bytes (so -0.0 and
     NaN are their own entries): filling zeros every step then copies nothing from the host."""
-    host = np.array([value], dtype=dtype.np)
+    check_scalar_fits(value, dtype, "fill")
+    host = host_scalar(value, dtype)
     key = (dtype, device, host.tobytes())
     found = _fill_values.get(key)
     if found is None:

@@ -276,6 +276,29 @@ template <class T> struct Cast {
     template <class S> __device__ static T from(S v) { return (T)v; }
     __device__ static T from(half_t v) { return (T)half_to_float(v.bits); }
 };
+
+// Float to integer as on the CPU (minidl/cpu/jit.py, _convert): truncate toward zero into int32
+// (signed targets of up to 32 bits) or int64 (the others), where NaN and values outside that
+// range become its minimum; then keep the low bits. CUDA's conversion instructions saturate
+// instead, so the rule is written out. (double holds every float exactly.)
+template <class Via> __device__ __forceinline__ Via truncate_or_min(double v);
+template <> __device__ __forceinline__ int truncate_or_min<int>(double v) {
+    return (v > -2147483649.0 && v < 2147483648.0) ? (int)v : (int)(-2147483647 - 1);
+}
+template <> __device__ __forceinline__ long long truncate_or_min<long long>(double v) {
+    return (v >= -9223372036854775808.0 && v < 9223372036854775808.0) ? (long long)v
+                                                                        : (-9223372036854775807LL - 1);
+}
+template <class T, class Via> struct CastToInteger {
+    template <class S> __device__ static T from(S v) { return (T)v; }  // from integers: the low bits
+    __device__ static T from(float v) { return (T)truncate_or_min<Via>(v); }
+    __device__ static T from(double v) { return (T)truncate_or_min<Via>(v); }
+    __device__ static T from(half_t v) { return (T)truncate_or_min<Via>(half_to_float(v.bits)); }
+};
+template <> struct Cast<unsigned char> : CastToInteger<unsigned char, long long> {};
+template <> struct Cast<short> : CastToInteger<short, int> {};
+template <> struct Cast<int> : CastToInteger<int, int> {};
+template <> struct Cast<long long> : CastToInteger<long long, long long> {};
 template <> struct Cast<bool> {
     template <class S> __device__ static bool from(S v) { return v != 0; }
     __device__ static bool from(half_t v) { return half_to_float(v.bits) != 0.0f; }
