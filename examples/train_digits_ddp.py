@@ -11,6 +11,8 @@ epochs are those of the single-process run whatever the world size. Every rank s
 ``module.`` prefix, so it loads into a plain model under any world size).
 """
 import argparse
+import contextlib
+import io
 import os
 import sys
 import time
@@ -19,12 +21,22 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import minidl  # noqa: E402
 import minidl.dist as dist  # noqa: E402
+from minidl.dist.launch import launch_rank  # noqa: E402
 from minidl.nn.parallel import DistributedDataParallel  # noqa: E402
 from minidl.optim import Adam  # noqa: E402
 from minidl.optim.lr_scheduler import CosineAnnealingLR  # noqa: E402
 from minidl.utils.data import DataLoader, DistributedSampler  # noqa: E402
 from minidl.vision.datasets import Digits  # noqa: E402
 from train_digits import evaluate, make_model, train_epoch  # noqa: E402
+
+
+def parse_on_every_rank(parser, argv):
+    """Every rank parses the command line; rank 0 alone prints the usage, help or error (after
+    which argparse exits on every rank)."""
+    if launch_rank() == 0:
+        return parser.parse_args(argv)
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        return parser.parse_args(argv)
 
 
 def main(argv=None):
@@ -35,12 +47,15 @@ def main(argv=None):
     parser.add_argument("--limit-batches", type=int, default=None, help="stop each epoch after this many batches")
     parser.add_argument("--checkpoint", default="digits-cnn-ddp.safetensors")
     parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args(argv)
+    args = parse_on_every_rank(parser, argv)
 
     dist.init_process_group()
     rank, world = dist.get_rank(), dist.get_world_size()
     if args.batch_size % world:
-        sys.exit(f"error: --batch-size {args.batch_size} does not split evenly over {world} ranks")
+        if rank == 0:
+            print(f"error: --batch-size {args.batch_size} does not split evenly over {world} ranks", file=sys.stderr)
+        dist.destroy_process_group()
+        sys.exit(2)
     minidl.manual_seed(args.seed)
     train = Digits(train=True)
     sampler = DistributedSampler(train, num_replicas=world, rank=rank, shuffle=True, seed=args.seed)

@@ -1,9 +1,10 @@
 """Train a two-layer perceptron on a spiral data set with nothing but minidl tensors and autograd.
 
-Run: python examples/train_mlp.py
+Run: python examples/train_mlp.py   (--help lists the options)
 The model, the loss and the SGD update are written out by hand; minidl supplies the
 tensors, the kernels and the gradients.
 """
+import argparse
 import math
 import time
 
@@ -57,4 +58,9 @@ def main(epochs=300, hidden=64, lr=1.0):
 
 
 if __name__ == "__main__":
-    main()
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--epochs", type=int, default=300)
+    parser.add_argument("--hidden", type=int, default=64, help="width of the hidden layer")
+    parser.add_argument("--lr", type=float, default=1.0)
+    args = parser.parse_args()
+    main(args.epochs, args.hidden, args.lr)

@@ -30,6 +30,13 @@ def test_spiral_mlp_demo_learns(tmp_path):
     assert float(re.search(r"final accuracy ([\d.]+)", out).group(1)) > 0.9
 
 
+@pytest.mark.parametrize("script", sorted(p.name for p in (ROOT / "examples").glob("*.py")))
+def test_every_example_answers_help_without_training(script, tmp_path):
+    out = _run(str(ROOT / "examples" / script), "--help", cwd=tmp_path)
+    assert out.startswith("usage:") and not re.search(r"(epoch|step)\s+\d", out), out[:500]
+    assert not list(tmp_path.iterdir()), "--help wrote files"
+
+
 def test_digits_mlp_trains_checkpoints_and_resumes(tmp_path):
     script = str(ROOT / "examples" / "train_digits.py")
     out = _run(script, "--model", "mlp", "--epochs", "12", cwd=tmp_path)
@@ -72,21 +79,35 @@ def test_digits_trains_on_cuda_in_the_simulator(tmp_path):
     assert resumed.returncode == 0 and "resumed from digits-mlp.safetensors at epoch 3" in resumed.stdout
 
 
-def test_digits_ddp_runs_under_mpiexec_and_its_checkpoint_loads_in_one_process(tmp_path):
+def _ddp_example(*args, cwd, ranks=2):
+    """(exit code, stdout and stderr together) of train_digits_ddp.py under mpiexec."""
     from minidl.dist.launch import find_mpiexec
     mpiexec = find_mpiexec()
     if mpiexec is None or importlib.util.find_spec("mpi4py") is None:
         pytest.skip("mpiexec or mpi4py not found")
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    proc = subprocess.Popen([mpiexec, "-n", "2", sys.executable, str(ROOT / "examples" / "train_digits_ddp.py"),
-                             "--epochs", "1", "--limit-batches", "8"], cwd=tmp_path, env=env, text=True,
+    proc = subprocess.Popen([mpiexec, "-n", str(ranks), sys.executable, str(ROOT / "examples" / "train_digits_ddp.py"),
+                             *args], cwd=cwd, env=env, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         out, _ = proc.communicate(timeout=120)
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         pytest.fail(f"train_digits_ddp.py hung: {proc.communicate()[0]}")
-    assert proc.returncode == 0, out
+    return proc.returncode, out
+
+
+@pytest.mark.parametrize("args, error", [(["--batch-size", "31"], "error: --batch-size 31 does not split evenly"),
+                                         (["--epochs", "x"], "error: argument --epochs: invalid int value")])
+def test_a_bad_argument_under_mpiexec_is_reported_once(args, error, tmp_path):
+    code, out = _ddp_example(*args, cwd=tmp_path)
+    assert code != 0 and out.count(error) == 1, out
+    assert re.search(re.escape(error) + r"[^\n]*\n", out), "the message ends its line"
+
+
+def test_digits_ddp_runs_under_mpiexec_and_its_checkpoint_loads_in_one_process(tmp_path):
+    code, out = _ddp_example("--epochs", "1", "--limit-batches", "8", cwd=tmp_path)
+    assert code == 0, out
     assert out.count("final test accuracy") == 1 and out.count("epoch   1") == 1, out  # rank 0 alone prints
     printed = float(re.search(r"final test accuracy ([\d.]+)", out).group(1))
     sys.path.insert(0, str(ROOT / "examples"))

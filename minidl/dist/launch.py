@@ -16,6 +16,19 @@ def find_mpiexec():
     return beside if os.access(beside, os.X_OK) else shutil.which("mpiexec")
 
 
+# the rank each launcher gives a process, in the order of _LAUNCH_VARS
+_RANK_VARS = ("PMI_RANK", "PMIX_RANK", "OMPI_COMM_WORLD_RANK", "MV2_COMM_WORLD_RANK")
+
+
+def launch_rank() -> int:
+    """This process's rank as the launcher set it (0 when not launched by mpiexec), readable before
+    ``init_process_group``: so that only rank 0 reports a bad command line."""
+    for name in _RANK_VARS:
+        if name in os.environ:
+            return int(os.environ[name])
+    return 0
+
+
 def launched_by_mpi() -> bool:
     if any(v in os.environ for v in _LAUNCH_VARS):
         return True
