@@ -108,6 +108,24 @@ def test_tensor_indexing_on_cuda_matches_cpu(rng):
         np.testing.assert_allclose(fn(g, index.to("cuda")).cpu().numpy(), fn(x, index).numpy(), rtol=1e-12)
 
 
+def test_cpu_index_tensors_index_a_cuda_tensor_as_in_torch(rng):
+    """x[i] and x[i] = v take a CPU index (or mask) for a tensor on any device; index_select does not."""
+    x = minidl.tensor(rng.standard_normal((5, 7)))
+    index, mask = minidl.tensor([4, -1, 0]), minidl.tensor([True, False, True, False, True])
+    for fn in (lambda t: t[index], lambda t: t[:, index], lambda t: t[mask], lambda t: t[mask, 2:]):
+        got = fn(x.to("cuda"))
+        assert got.device.type == "cuda"
+        np.testing.assert_array_equal(got.cpu().numpy(), fn(x).numpy())
+    g, c = x.to("cuda"), x.clone()
+    g[index] = 1.5
+    c[index] = 1.5
+    g[mask, 0] = -2.0
+    c[mask, 0] = -2.0
+    np.testing.assert_array_equal(g.cpu().numpy(), c.numpy())
+    with pytest.raises(RuntimeError, match="index_select: expected all tensors to be on the same device"):
+        x.to("cuda").index_select(0, index)
+
+
 OUT_OF_RANGE = {
     "getitem": lambda x, i: x[i],
     "getitem-negative": lambda x, i: x[-i],

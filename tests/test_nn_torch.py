@@ -159,6 +159,19 @@ def test_losses_match_torch(case):
         close(m.grad, t.grad)
 
 
+@pytest.mark.parametrize("loss", ["cross_entropy", "nll_loss"])
+def test_class_targets_must_be_int64_or_uint8_as_in_torch(loss):
+    x = np.random.default_rng(3).standard_normal((3, 5))
+    classes = np.array([1, 4, 0])
+    for dtype in ("int64", "uint8"):
+        close(getattr(F, loss)(minidl.tensor(x), minidl.tensor(classes).to(getattr(minidl, dtype))),
+              getattr(TF, loss)(torch.tensor(x), torch.tensor(classes).to(getattr(torch, dtype))))
+    for dtype in ("int32", "int16", "bool") + (("float32",) if loss == "nll_loss" else ()):
+        for lib, functional in ((minidl, F), (torch, TF)):
+            with pytest.raises(RuntimeError, match="expected target dtype to be .*Long or Byte"):
+                getattr(functional, loss)(lib.tensor(x), lib.tensor(classes).to(getattr(lib, dtype)))
+
+
 def test_loss_modules_match_torch():
     rng = np.random.default_rng(5)
     x, idx = rng.standard_normal((6, 4)), rng.integers(0, 4, 6)

@@ -278,8 +278,9 @@ def nll_loss(input, target, weight=None, size_average=None, ignore_index: int = 
     if input.ndim < 1:
         raise ValueError(f"Expected 1 or more dimensions (got {input.ndim})")
     input, target, unbatched = _class_dims(input, target)
-    if target.dtype.is_floating_point:
-        raise RuntimeError("expected scalar type Long but found " + target.dtype.name)
+    if target.dtype not in (minidl.int64, minidl.uint8):
+        raise RuntimeError(f"nll_loss: expected target dtype to be int64 or uint8 (Long or Byte), but got "
+                           f"{target.dtype.name}")
     if tuple(target.shape) != (input.shape[0],) + tuple(input.shape[2:]):
         raise ValueError(f"Expected target size {(input.shape[0],) + tuple(input.shape[2:])}, got "
                          f"{tuple(target.shape)}")

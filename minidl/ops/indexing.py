@@ -82,7 +82,8 @@ class IndexPut(Function):
 def _as_index_tensor(item, like):
     from .creation import tensor
     if hasattr(item, "_layout"):
-        t = item
+        # as in PyTorch, a CPU index may index a tensor on any device (the index is copied there)
+        t = item.to(like.device) if item.device.type == "cpu" else item
     else:
         t = tensor(item, device=like.device)
         if t.dtype.is_floating_point and t.numel() == 0:
@@ -319,6 +320,7 @@ def index_select(x, dim, index):
         raise IndexError(f"index_select(): Index is supposed to be a vector, got shape {list(index.shape)}")
     if index.dtype.is_floating_point or index.dtype is dt.bool_:
         raise TypeError(f"index_select(): Expected dtype int32/int64 for index, got {index.dtype}")
+    check_devices("index_select", x, index)  # (unlike x[index], index_select takes no CPU index for a GPU tensor)
     view, advanced = plan(x, (slice(None),) * dim + (index.reshape(-1),))
     return Take.apply(view, flat_indices(view, advanced, wrap=False))
 
