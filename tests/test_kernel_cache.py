@@ -1,9 +1,18 @@
-"""Kernels compile once and are cached on disk; with the JIT disabled results stay correct."""
+"""Kernels compile once and are cached on disk, per user and by source text (so other clones and
+virtual environments reuse them, and an edited kernel source recompiles); with the JIT disabled
+results stay correct."""
 import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
 
 WORKLOAD = textwrap.dedent("""
     import json, numba, numpy as np
@@ -38,6 +47,81 @@ def test_second_process_compiles_nothing():
     compiled = {name: n for name, n in second["misses"].items() if n}
     assert not compiled, f"kernels recompiled in a second process: {compiled}"
     assert sum(second["hits"].values()) > 0, "no kernel was loaded from the on-disk cache"
+
+
+SMALL_WORKLOAD = textwrap.dedent("""
+    import json, numba, minidl as md
+    from minidl import cpu
+    md.arange(6.0) + 1
+    dispatchers = [obj for obj in vars(cpu.jit).values() if isinstance(obj, numba.core.registry.CPUDispatcher)]
+    print(json.dumps({"misses": sum(sum(d.stats.cache_misses.values()) for d in dispatchers),
+                      "hits": sum(sum(d.stats.cache_hits.values()) for d in dispatchers),
+                      "file": md.__file__}))
+""")
+
+
+def _run_small(package_parent, cache_home, cwd):
+    """The small workload with the minidl under ``package_parent`` and caches under ``cache_home``:
+    (its counts, its stderr)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("NUMBA_CACHE_DIR", "NUMBA_DISABLE_JIT")}
+    env.update(XDG_CACHE_HOME=str(cache_home), PYTHONPATH=str(package_parent))
+    out = subprocess.run([sys.executable, "-c", SMALL_WORKLOAD], capture_output=True, text=True, timeout=600,
+                         env=env, cwd=cwd)
+    assert out.returncode == 0, out.stderr
+    found = json.loads(out.stdout.strip().splitlines()[-1])
+    assert found["file"].startswith(str(package_parent)), found["file"]  # the copy under test was imported
+    return found, out.stderr
+
+
+def test_a_new_clone_reuses_the_per_user_cache_and_an_edited_kernel_source_recompiles(tmp_path):
+    cache = tmp_path / "cache"
+    first, said = _run_small(ROOT, cache, tmp_path)
+    assert first["misses"] > 0 and "compiling CPU kernels, first run only" in said
+    assert list((cache / "minidl").glob("cpu-numba-*/jit-*/*.nbi")), "no index in $XDG_CACHE_HOME/minidl"
+
+    clone = tmp_path / "clone"   # another path, as a second clone or venv would be
+    shutil.copytree(ROOT / "minidl", clone / "minidl", ignore=shutil.ignore_patterns("__pycache__"))
+    again, said = _run_small(clone, cache, tmp_path)
+    assert again["misses"] == 0 and again["hits"] > 0, again
+    assert "compiling" not in said
+
+    with open(clone / "minidl" / "cpu" / "jit.py", "a") as f:
+        f.write("\n# an edit\n")
+    edited, said = _run_small(clone, cache, tmp_path)
+    assert edited["misses"] > 0 and "compiling CPU kernels" in said
+    assert len(list((cache / "minidl").glob("cpu-numba-*/jit-*"))) == 2  # the old source's entries stay apart
+
+
+def test_the_cache_folder_follows_numba_cache_dir_then_xdg_cache_home(tmp_path, monkeypatch):
+    from minidl.cpu import jit, kernel_cache
+
+    def folder():
+        return kernel_cache.KernelCacheLocator.from_function(jit.copy_serial.py_func, jit.__file__).get_cache_path()
+
+    monkeypatch.delenv("NUMBA_CACHE_DIR", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert folder().startswith(str(tmp_path / "xdg" / "minidl" / "cpu-numba-"))
+    monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path / "numba"))
+    assert folder().startswith(str(tmp_path / "numba" / "cpu-numba-"))
+    (tmp_path / "locked").mkdir(mode=0o500)
+    monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path / "locked" / "inside"))
+    if os.access(tmp_path / "locked", os.W_OK):
+        pytest.skip("running as a user who may write anywhere (root)")
+    assert kernel_cache.KernelCacheLocator.from_function(jit.copy_serial.py_func, jit.__file__) is None
+
+
+def test_old_sources_folders_are_pruned_beyond_the_newest_few(tmp_path):
+    from minidl.cpu import kernel_cache
+    for i in range(kernel_cache.KEEP + 3):
+        (tmp_path / f"jit-{i}").mkdir()
+        age = kernel_cache.PRUNE_AFTER + 100 - i  # jit-0 the oldest; every one idle for over a day
+        os.utime(tmp_path / f"jit-{i}", (time.time() - age,) * 2)
+    (tmp_path / "random_jit-0").mkdir()
+    (tmp_path / "jit-recent").mkdir()
+    kernel_cache._prune(str(tmp_path), "jit")
+    left = sorted(p.name for p in tmp_path.iterdir())
+    newest_idle = [f"jit-{i}" for i in range(kernel_cache.KEEP + 3)][-(kernel_cache.KEEP - 1):]
+    assert left == sorted(["jit-recent", "random_jit-0", *newest_idle])
 
 
 def test_results_correct_with_jit_disabled():

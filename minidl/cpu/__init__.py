@@ -1,7 +1,12 @@
 """The CPU backend: Numba kernels for every primitive in ``minidl.kernels``.
 
 Importing this package registers them. Kernels compile lazily on first use
-and are cached on disk (``cache=True``), so later processes load them.
+and are cached on disk (``cache=True``) in a per-user folder (``kernel_cache``),
+so later processes, other clones and other virtual environments load them.
 Numba's threading layer is chosen in ``minidl.threads``, at ``import minidl``.
 """
-from . import conv, elementwise, indexing, linalg, memory, optim, random, reduce, shared, softmax  # noqa: F401
+from . import kernel_cache
+
+kernel_cache.install()  # before the kernel modules: their decorators pick the cache's locator
+
+from . import conv, elementwise, indexing, linalg, memory, optim, random, reduce, shared, softmax  # noqa: E402,F401

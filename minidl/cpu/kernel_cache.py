@@ -1,0 +1,106 @@
+"""Where the CPU kernels' machine code is cached, and the one line said while it is first made.
+
+Numba caches a ``cache=True`` kernel beside its source (``__pycache__``) or in a folder named
+after the source's absolute path, so every clone and virtual environment of minidl compiled all
+kernels again (about half a minute). Here Numba gets a locator of our own for the kernel modules
+of this folder: their cache lives in one per-user folder (``$NUMBA_CACHE_DIR`` if the user set
+it, else ``$XDG_CACHE_HOME/minidl`` or ``~/.cache/minidl``), named by the numba version and a
+hash of the module's text. Every copy of the same source shares it; an edited source gets a
+fresh folder, which is how its stale entries are invalidated (the newest few are kept, so
+switching between branches doesn't recompile).
+
+Numba's locator classes are internal API, stable from 0.59 to 0.68: pyproject.toml bounds numba
+to those versions and tests/test_kernel_cache.py checks the behaviour.
+"""
+import functools
+import hashlib
+import os
+import shutil
+import sys
+import time
+
+import numba
+from numba.core import caching, event
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+KEEP = 4                    # source versions kept per module ...
+PRUNE_AFTER = 24 * 3600     # ... beyond which a folder unused for a day is removed
+
+
+def cache_root() -> str:
+    return os.environ.get("NUMBA_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "minidl")
+
+
+@functools.lru_cache(maxsize=None)
+def _source_digest(path: str) -> str:
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
+def _prune(parent: str, stem: str) -> None:
+    """Remove the folders of ``stem``'s older sources: all but the KEEP most recently used (Numba
+    writes a probe file into a folder each time a process opens it), and only those idle a day."""
+    folders = [os.path.join(parent, name) for name in os.listdir(parent) if name.startswith(stem + "-")]
+    folders.sort(key=os.path.getmtime, reverse=True)
+    for folder in folders[KEEP:]:
+        if time.time() - os.path.getmtime(folder) > PRUNE_AFTER:
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+class KernelCacheLocator(caching._CacheLocator):
+    """Numba's cache of a kernel in this folder: per user, keyed by source text, not by path."""
+
+    def __init__(self, py_func, py_file):
+        self._lineno = py_func.__code__.co_firstlineno
+        self._digest = _source_digest(py_file)
+        self._stem = os.path.splitext(os.path.basename(py_file))[0]
+        self._cache_path = os.path.join(cache_root(), f"cpu-numba-{numba.__version__}",
+                                        f"{self._stem}-{self._digest[:16]}")
+
+    def get_cache_path(self):
+        return self._cache_path
+
+    def get_source_stamp(self):
+        return self._digest
+
+    def get_disambiguator(self):
+        return str(self._lineno)
+
+    @classmethod
+    def from_function(cls, py_func, py_file):
+        if os.path.dirname(os.path.abspath(py_file)) != HERE:
+            return None  # not ours: Numba's own locators decide
+        self = cls(py_func, py_file)
+        fresh = not os.path.isdir(self._cache_path)
+        try:
+            self.ensure_cache_path()
+            if fresh:
+                _prune(os.path.dirname(self._cache_path), self._stem)
+        except OSError:
+            return None  # not writable: Numba's own locators take over
+        return self
+
+
+class FirstCompileNotice(event.Listener):
+    """Says once per process, on stderr, that minidl's kernels are being compiled: a fresh cache
+    takes about half a minute, which would otherwise pass in silence."""
+
+    said = False
+
+    def on_start(self, ev):
+        if not self.said and ev.data["dispatcher"].py_func.__module__.startswith("minidl."):
+            FirstCompileNotice.said = True
+            print(f"minidl: compiling CPU kernels, first run only (cached in {cache_root()})", file=sys.stderr,
+                  flush=True)
+
+    def on_end(self, ev):
+        pass
+
+
+def install() -> None:
+    """Put our locator first; must run before the kernel modules are imported (``cache=True``
+    picks its locator when the decorator runs)."""
+    if KernelCacheLocator not in caching.CacheImpl._locator_classes:
+        caching.CacheImpl._locator_classes.insert(0, KernelCacheLocator)
+        event.register("numba:compile", FirstCompileNotice())
