@@ -76,7 +76,7 @@ def _run_small(package_parent, cache_home, cwd):
 def test_a_new_clone_reuses_the_per_user_cache_and_an_edited_kernel_source_recompiles(tmp_path):
     cache = tmp_path / "cache"
     first, said = _run_small(ROOT, cache, tmp_path)
-    assert first["misses"] > 0 and "compiling CPU kernels, first run only" in said
+    assert first["misses"] > 0 and "compiling CPU kernels, first use only" in said
     assert list((cache / "minidl").glob("cpu-numba-*/jit-*/*.nbi")), "no index in $XDG_CACHE_HOME/minidl"
 
     clone = tmp_path / "clone"   # another path, as a second clone or venv would be

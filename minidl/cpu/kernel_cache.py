@@ -91,7 +91,7 @@ class FirstCompileNotice(event.Listener):
     def on_start(self, ev):
         if not self.said and ev.data["dispatcher"].py_func.__module__.startswith("minidl."):
             FirstCompileNotice.said = True
-            print(f"minidl: compiling CPU kernels, first run only (cached in {cache_root()})", file=sys.stderr,
+            print(f"minidl: compiling CPU kernels, first use only (cached in {cache_root()})", file=sys.stderr,
                   flush=True)
 
     def on_end(self, ev):

@@ -75,9 +75,11 @@ def check_scalar_fits(value, dtype, op: str) -> None:
 
 
 def host_scalar(value, dtype) -> np.ndarray:
-    """``[value]`` as a numpy array of ``dtype``; integers wrap into integer dtypes (numpy would
-    refuse -1 for uint8), floats that fit truncate."""
-    return np.array([value]).astype(dtype.np) if dtype.category == 1 else np.array([value], dtype=dtype.np)
+    """``[value]`` as a numpy array of ``dtype``. Into integer dtypes by way of int64: integers wrap
+    into narrower ones (numpy would refuse -1 for uint8), floats truncate, and an integer beyond
+    int64 raises OverflowError."""
+    return np.array([value], dtype=np.int64).astype(dtype.np) if dtype.category == 1 else \
+        np.array([value], dtype=dtype.np)
 
 
 def scalar_tensor(value, dtype, device) -> TensorBase:
