@@ -396,8 +396,10 @@ class Tensor(TensorBase):
         return inplace.assign(self, lambda t: ops.to_dtype(src, t.dtype).expand(t.shape), "copy_")
 
     def fill_(self, value):
-        value = value.item() if isinstance(value, TensorBase) else value
-        ops.core.check_scalar_fits(value, self.dtype, "fill_")
+        if isinstance(value, TensorBase):
+            value = value.to(self.dtype).item()  # a tensor converts by the copy rule, as in PyTorch
+        else:
+            ops.core.check_scalar_fits(value, self.dtype, "fill_")
         return self.copy_(ops.core.scalar_tensor(value, self.dtype, self.device))
 
     def zero_(self):

@@ -170,6 +170,10 @@ def test_class_targets_must_be_int64_or_uint8_as_in_torch(loss):
         for lib, functional in ((minidl, F), (torch, TF)):
             with pytest.raises(RuntimeError, match="expected target dtype to be .*Long or Byte"):
                 getattr(functional, loss)(lib.tensor(x), lib.tensor(classes).to(getattr(lib, dtype)))
+    images = np.random.default_rng(4).standard_normal((2, 5, 3))   # (N, C, d): uint8 is refused there
+    for lib, functional in ((minidl, F), (torch, TF)):
+        with pytest.raises(RuntimeError, match="Long"):
+            getattr(functional, loss)(lib.tensor(images), lib.zeros((2, 3), dtype=lib.uint8))
 
 
 def test_loss_modules_match_torch():

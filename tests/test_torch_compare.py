@@ -3,6 +3,7 @@ set of ops, PyTorch's conventions at non-differentiable points, and type promoti
 from __future__ import annotations
 
 import itertools
+import platform
 
 import numpy as np
 import pytest
@@ -256,6 +257,8 @@ def test_integer_ops_match_torch():
         np.testing.assert_array_equal(mo.numpy(), to.numpy())
 
 
+@pytest.mark.skipif(platform.machine().lower() not in ("x86_64", "amd64"),
+                    reason="minidl's rule is PyTorch's result on x86; elsewhere PyTorch inherits the CPU's own")
 @pytest.mark.parametrize("src", ["float16", "float32", "float64"])
 def test_float_to_integer_casts_match_torch(src):
     """Out-of-range and NaN conversions too: minidl adopted PyTorch's x86 result as its rule."""
@@ -277,6 +280,34 @@ def test_python_numbers_that_do_not_fit_raise_like_torch():
     for make in (lambda lib: lib.tensor([2.7, -2.7], dtype=lib.int32), lambda lib: lib.tensor([-1, -255], dtype=lib.uint8),
                  lambda lib: lib.full((2,), -128, dtype=lib.uint8)):
         assert make(minidl).tolist() == make(torch).tolist()
+
+
+def _written(lib, value, dtype):
+    """A number written into an integer tensor by each op that writes one."""
+    x = lib.zeros(3, dtype=getattr(lib, dtype))
+    x[0] = value
+    x[lib.tensor([1])] = value
+    return x.masked_fill(lib.tensor([False, False, True]), value).index_fill(0, lib.tensor([1]), value) \
+        .scatter(0, lib.tensor([0]), value)
+
+
+@pytest.mark.parametrize("dtype", ["uint8", "int16", "int32"])
+def test_numbers_written_into_integer_tensors_fit_or_raise_like_torch(dtype):
+    for value in (7, -1, 2.7, 255, -255, 70000, 3e9, float("nan")):
+        try:
+            expected = _written(torch, value, dtype).tolist()
+        except RuntimeError:
+            with pytest.raises(RuntimeError, match="cannot be converted to type"):
+                _written(minidl, value, dtype)
+            continue
+        assert _written(minidl, value, dtype).tolist() == expected, value
+
+
+def test_reductions_into_an_integer_dtype_convert_floats_by_the_rule_like_torch():
+    values = np.array([3e9, 1.0, 2.7, -2.7])
+    for dtype in ("int32", "int64"):
+        assert minidl.tensor(values).sum(dtype=getattr(minidl, dtype)).item() == \
+            torch.tensor(values).sum(dtype=getattr(torch, dtype)).item()
 
 
 # ----------------------------------------------------------------------------- type promotion

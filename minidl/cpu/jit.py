@@ -379,7 +379,7 @@ def _convert(x, out):
     if isinstance(x, (float, np.floating)) and to.kind in "iu":
         via32 = to.kind == "i" and to.itemsize <= 4
         inside = -2.0 ** 31 - 1 < x < 2.0 ** 31 if via32 else -2.0 ** 63 <= x < 2.0 ** 63
-        whole = math.trunc(x) if inside else (INT32_MIN if via32 else INT64_MIN)
+        whole = math.trunc(float(x)) if inside else (INT32_MIN if via32 else INT64_MIN)
         return np.array(whole).astype(to)  # keeps the low bits
     return np.array(x).astype(to)
 

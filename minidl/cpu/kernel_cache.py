@@ -38,9 +38,19 @@ def _source_digest(path: str) -> str:
         return hashlib.sha256(f.read()).hexdigest()
 
 
+_touched: set = set()
+
+
+def _mark_used(folder: str) -> None:
+    """Set a folder's time to now, once per process: the prune below keeps the recently used."""
+    if folder not in _touched:
+        _touched.add(folder)
+        os.utime(folder)
+
+
 def _prune(parent: str, stem: str) -> None:
-    """Remove the folders of ``stem``'s older sources: all but the KEEP most recently used (Numba
-    writes a probe file into a folder each time a process opens it), and only those idle a day."""
+    """Remove the folders of ``stem``'s older sources: all but the KEEP most recently used, and
+    only those idle for a day (another process may still be using a recent one)."""
     folders = [os.path.join(parent, name) for name in os.listdir(parent) if name.startswith(stem + "-")]
     folders.sort(key=os.path.getmtime, reverse=True)
     for folder in folders[KEEP:]:
@@ -75,6 +85,7 @@ class KernelCacheLocator(caching._CacheLocator):
         fresh = not os.path.isdir(self._cache_path)
         try:
             self.ensure_cache_path()
+            _mark_used(self._cache_path)
             if fresh:
                 _prune(os.path.dirname(self._cache_path), self._stem)
         except OSError:
@@ -89,10 +100,11 @@ class FirstCompileNotice(event.Listener):
     said = False
 
     def on_start(self, ev):
-        if not self.said and ev.data["dispatcher"].py_func.__module__.startswith("minidl."):
+        dispatcher = ev.data["dispatcher"]
+        if not self.said and dispatcher.py_func.__module__.startswith("minidl."):
             FirstCompileNotice.said = True
-            print(f"minidl: compiling CPU kernels, first use only (cached in {cache_root()})", file=sys.stderr,
-                  flush=True)
+            print(f"minidl: compiling CPU kernels, first use only (cached in {dispatcher._cache.cache_path})",
+                  file=sys.stderr, flush=True)
 
     def on_end(self, ev):
         pass

@@ -278,9 +278,9 @@ def nll_loss(input, target, weight=None, size_average=None, ignore_index: int = 
     if input.ndim < 1:
         raise ValueError(f"Expected 1 or more dimensions (got {input.ndim})")
     input, target, unbatched = _class_dims(input, target)
-    if target.dtype not in (minidl.int64, minidl.uint8):
-        raise RuntimeError(f"nll_loss: expected target dtype to be int64 or uint8 (Long or Byte), but got "
-                           f"{target.dtype.name}")
+    if target.dtype is not minidl.int64 and (target.dtype is not minidl.uint8 or input.ndim > 2):
+        allowed = "int64 or uint8 (Long or Byte)" if input.ndim <= 2 else "int64 (Long) for input of 3 or more dims"
+        raise RuntimeError(f"nll_loss: expected target dtype to be {allowed}, but got {target.dtype.name}")
     if tuple(target.shape) != (input.shape[0],) + tuple(input.shape[2:]):
         raise ValueError(f"Expected target size {(input.shape[0],) + tuple(input.shape[2:])}, got "
                          f"{tuple(target.shape)}")

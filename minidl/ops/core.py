@@ -1,6 +1,7 @@
 """Helpers every op uses: launching primitives on tensors, casting, scalars, broadcasting grads."""
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -58,6 +59,7 @@ def packed_buffer(t: TensorBase):
     return t._storage.buf[start:start + t._layout.numel]
 
 
+@functools.lru_cache(maxsize=None)
 def integer_range(dtype, integral: bool):
     """(lowest, highest) number that may be put into integer ``dtype``. As in PyTorch, integers
     down to -highest wrap into an unsigned dtype (-1 is 255 in uint8); floats must fit."""
@@ -89,6 +91,14 @@ def scalar_tensor(value, dtype, device) -> TensorBase:
     t = make(storage, _SCALAR_LAYOUT, dtype)
     t._wrapped_number = True
     return t
+
+
+def written_operand(value, like: TensorBase, op: str) -> TensorBase:
+    """``value`` as an operand to be written into ``like`` (setitem, fills): a number must fit
+    like's dtype (a tensor converts by the copy rule instead)."""
+    if not isinstance(value, TensorBase):
+        check_scalar_fits(value, like.dtype, op)
+    return as_operand(value, like)
 
 
 def as_operand(x, like: TensorBase) -> TensorBase:

@@ -91,7 +91,7 @@ def _raise_if_ragged(data):
     """Nested sequences that are no array: the error names the first dim that breaks the shape
     set by the first elements (PyTorch's wording and types)."""
     def sequence(x):
-        return isinstance(x, (list, tuple)) or (isinstance(x, np.ndarray) and x.ndim > 0)
+        return isinstance(x, (list, tuple)) or ((isinstance(x, np.ndarray) or hasattr(x, "_layout")) and x.ndim > 0)
 
     shape, first = [], data
     while sequence(first):
@@ -133,17 +133,19 @@ def tensor(data, dtype=None, device=None, requires_grad=False):
 
     Numbers that do not fit an integer ``dtype`` raise, as in PyTorch; numpy arrays and tensors
     convert as ``.to(dtype)`` does."""
-    python_data = not (isinstance(data, (np.ndarray, np.generic)) or hasattr(data, "_layout"))
-    array = _to_numpy_data(data)  # numpy arrays and numpy scalars keep their dtype, as in PyTorch
+    array = _to_numpy_data(data)
     if dtype is not None:
         dtype = dt.to_dtype(dtype)
+    elif isinstance(data, (np.ndarray, np.generic)) or hasattr(data, "_layout"):
+        dtype = dt.from_numpy(array.dtype)  # numpy arrays and numpy scalars keep their dtype, as in PyTorch
     else:
-        dtype = _infer_dtype(array) if python_data else dt.from_numpy(array.dtype)
+        dtype = _infer_dtype(array)
     device = as_device(device) if device is not None else (data.device if hasattr(data, "_layout") else as_device("cpu"))
-    if python_data:
+    if not (isinstance(data, np.ndarray) or hasattr(data, "_layout")):  # numbers (numpy scalars too) must fit
         _raise_unless_fits(array, dtype, "tensor")
-    elif array.dtype.kind == "f" and dtype.category == 1:  # by the cast rule of the copy kernel
-        return _finish(from_host_array(array, device).to(dtype), requires_grad)
+    elif array.dtype.kind == "f" and dtype.category == 1:  # arrays convert by the copy kernel's rule
+        native = array.astype(array.dtype.newbyteorder("="))  # (a writable, native-order copy)
+        return _finish(from_host_array(native, device).to(dtype), requires_grad)
     return _finish(from_host_array(array.astype(dtype.np), device, dtype), requires_grad)
 
 

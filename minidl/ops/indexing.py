@@ -28,6 +28,7 @@ from .core import (
     new_like_shape,
     packed_buffer,
     sum_to,
+    written_operand,
 )
 from .inplace import assign
 
@@ -228,7 +229,7 @@ def getitem(x, index):
 def setitem(x, index, value):
     """``x[index] = value``: an in-place write into the basic view, through IndexPut when advanced."""
     view, advanced = plan(x, index)
-    value = as_operand(value, x)
+    value = written_operand(value, x, "__setitem__")
     if not advanced:
         assign(view, lambda t: value.to(t.dtype).expand(t.shape), "__setitem__")
         return
@@ -295,7 +296,7 @@ def gather(x, dim, index):
 
 def _scatter(op, x, dim, index, src, accumulate):
     dim = normalize_dim(dim, x.ndim, op)
-    src = as_operand(src, x)
+    src = written_operand(src, x, op)
     _check_gather_shapes(op, x, dim, index, src if src.ndim else None)
     if src.ndim:
         src = src[tuple(slice(0, n) for n in index.shape)]
@@ -352,7 +353,7 @@ def index_copy(x, dim, index, source):
 
 def index_fill(x, dim, index, value):
     """x with its slices ``index`` along ``dim`` set to ``value`` (a number or a 0-d tensor)."""
-    value = as_operand(value, x)
+    value = written_operand(value, x, "index_fill")
     if value.ndim:
         raise RuntimeError(f"index_fill: only supports a 0-dimensional value tensor, got {value.ndim}-D")
     return _index_along("index_fill", x, dim, index, value.expand, False)
@@ -375,7 +376,7 @@ def masked_fill(x, mask, value):
     from .elementwise import where
     if mask.dtype is not dt.bool_:
         raise TypeError(f"masked_fill only supports boolean masks, but got mask with dtype {mask.dtype}")
-    value = as_operand(value, x).to(x.dtype) if not hasattr(value, "_layout") else value.to(x.dtype)
+    value = written_operand(value, x, "masked_fill").to(x.dtype)
     out = where(mask, value, x)
     if out.shape != x.shape:
         raise RuntimeError(f"masked_fill: mask of shape {list(mask.shape)} cannot be broadcast to "

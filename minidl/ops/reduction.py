@@ -17,6 +17,8 @@ return_types = {op: namedtuple(op, ["values", "indices"]) for op in ("max", "min
 def reduce_raw(op: str, x, dims, keepdim: bool, result_dtype):
     """The ``reduce`` primitive over ``dims``; result in ``result_dtype``, no autograd."""
     compute = dt.arithmetic_dtype(result_dtype)
+    if x.dtype.is_floating_point and result_dtype.category == 1:
+        x = cast(x, result_dtype)  # floats become the integer dtype by the copy rule, as in PyTorch
     xc = cast(x, compute)
     out = new_like_shape(reduced_shape(x.shape, dims, keepdim), compute, x)
     kernel("reduce", x)(op, buf(xc), xc._layout, dims, buf(out))
