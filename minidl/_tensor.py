@@ -44,8 +44,17 @@ class Tensor(TensorBase):
     __slots__ = ()
     __array_priority__ = 1000
 
+    def __new__(cls, *args, device=None):
+        """The legacy constructor: ``Tensor(2, 3)`` is uninitialised, ``Tensor([1, 2])`` copies data, in
+        the default dtype (``minidl.tensor`` and the factories are the modern way)."""
+        return ops.creation.legacy_new(dt.get_default_dtype(), device, args, "Tensor")
+
     def __init__(self, *args, **kwargs):
-        raise TypeError("create tensors with minidl.tensor(), minidl.zeros() ... rather than Tensor()")
+        pass  # (everything happens in __new__)
+
+    def new(self, *args, device=None):
+        """The legacy constructor with this tensor's dtype and device (see ``Tensor.__new__``)."""
+        return ops.creation.legacy_new(self.dtype, self.device if device is None else device, args, "new")
 
     # -- conversion -----------------------------------------------------------------------------
     def numpy(self, force=False) -> np.ndarray:

@@ -149,6 +149,32 @@ def tensor(data, dtype=None, device=None, requires_grad=False):
     return _finish(from_host_array(array.astype(dtype.np), device, dtype), requires_grad)
 
 
+def legacy_new(dtype, device, args, name):
+    """The legacy constructors (``Tensor(...)``, ``FloatTensor(...)``, ``t.new(...)``), as PyTorch reads
+    their arguments: integers (or a Size) are sizes of an uninitialised tensor, nothing is an empty
+    one, a sequence or array is data, and a tensor of the same dtype is shared, not copied."""
+    from ..layout import Size
+    device = as_device(device) if device is not None else as_device("cpu")
+    if not args:
+        return _empty((0,), dtype, device)
+    if isinstance(args[0], Size) and len(args) == 1:
+        args = tuple(args[0])
+    if all(isinstance(a, numbers.Integral) and not isinstance(a, bool) for a in args):
+        return _empty(_size(args), dtype, device)
+    if len(args) > 1:
+        raise TypeError(f"{name}(): expected sizes (integers) or one sequence of data, got "
+                        f"({', '.join(type(a).__name__ for a in args)})")
+    data = args[0]
+    if hasattr(data, "_layout"):
+        if data.dtype is not dtype or data.device != device:
+            raise TypeError(f"{name}(): expected a tensor of dtype {dtype.name} on {device}, got {data.dtype.name} "
+                            f"on {data.device}")
+        return data.detach()
+    if isinstance(data, numbers.Number):
+        raise TypeError(f"{name}(): data must be a sequence (got {type(data).__name__})")
+    return tensor(data, dtype=dtype, device=device)
+
+
 def as_tensor(data, dtype=None, device=None):
     """Like tensor(), but shares memory with a matching numpy array or tensor."""
     if hasattr(data, "_layout"):

@@ -113,6 +113,8 @@ def _normalize(index, x):
         index = (index,)
     items = []
     for item in index:
+        if isinstance(item, range):
+            item = list(item)
         if isinstance(item, (list, np.ndarray)) or (hasattr(item, "_layout") and item.ndim > 0) or \
                 (hasattr(item, "_layout") and item.dtype is dt.bool_):
             items.append(_as_index_tensor(item, x))
