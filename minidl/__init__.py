@@ -10,6 +10,7 @@ from ._device import device
 from ._dtype import (bool_ as bool, float16, float32, float64, get_default_dtype, int16, int32, int64,
                     promote_types, set_default_dtype, uint8)
 from ._dtype import dtype
+from ._type_info import finfo, iinfo
 from .layout import Size
 from .ops import *  # noqa: F401,F403  (the functional API)
 from .ops import TENSOR_METHODS
@@ -30,6 +31,20 @@ __version__ = "0.1.0"
 
 def is_tensor(obj) -> bool:
     return isinstance(obj, Tensor)
+
+
+def is_floating_point(t) -> bool:
+    return t.is_floating_point()
+
+
+def numel(t) -> int:
+    return t.numel()
+
+
+def compile(model=None, **options):
+    """PyTorch's ``torch.compile``, accepted so scripts run: minidl runs eagerly, so the model or
+    function comes back unchanged (also as ``@compile`` and ``@compile(...)``)."""
+    return (lambda fn: fn) if model is None else model
 
 
 def result_type(a, b):

@@ -145,7 +145,12 @@ class Tensor(TensorBase):
         return out.clone() if copy and out is self else out
 
     def type(self, dtype=None):
-        return self.dtype if dtype is None else self.to(dtype)
+        """Without an argument the legacy type name, such as ``'minidl.FloatTensor'``; with a dtype,
+        a legacy class (``minidl.LongTensor``) or its name, this tensor converted to it."""
+        from .legacy_tensors import legacy_type_name, legacy_type_dtype
+        if dtype is None:
+            return legacy_type_name(self.dtype, self.device)
+        return self.to(legacy_type_dtype(dtype) if isinstance(dtype, (str, type)) else dtype)
 
     def cpu(self):
         return self.to("cpu")
@@ -180,6 +185,12 @@ class Tensor(TensorBase):
 
     def bool(self):
         return self.to(dt.bool_)
+
+    def short(self):
+        return self.to(dt.int16)
+
+    def byte(self):
+        return self.to(dt.uint8)
 
     # -- autograd -------------------------------------------------------------------------------
     @staticmethod

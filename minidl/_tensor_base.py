@@ -120,6 +120,14 @@ class TensorBase(Variable):
     def element_size(self) -> int:
         return self.dtype.itemsize
 
+    @property
+    def itemsize(self) -> int:
+        return self.dtype.itemsize
+
+    @property
+    def nbytes(self) -> int:
+        return self.dtype.itemsize * self._layout.numel
+
     def is_floating_point(self) -> bool:
         return self.dtype.is_floating_point
 

@@ -26,3 +26,24 @@ IntTensor = _legacy("IntTensor", dt.int32)
 ShortTensor = _legacy("ShortTensor", dt.int16)
 ByteTensor = _legacy("ByteTensor", dt.uint8)
 BoolTensor = _legacy("BoolTensor", dt.bool_)
+
+_BY_NAME = {cls.__name__: cls for cls in (FloatTensor, DoubleTensor, HalfTensor, LongTensor, IntTensor, ShortTensor,
+                                          ByteTensor, BoolTensor)}
+_NAME_OF = {cls.dtype: name for name, cls in _BY_NAME.items()}
+
+
+def legacy_type_name(dtype, device) -> str:
+    """``Tensor.type()``'s answer: 'minidl.FloatTensor', 'minidl.cuda.LongTensor', ..."""
+    return f"minidl.{'cuda.' if device.type == 'cuda' else ''}{_NAME_OF[dtype]}"
+
+
+def legacy_type_dtype(kind):
+    """The dtype a legacy class or its name (with a 'minidl.' or 'torch.' prefix) stands for."""
+    if isinstance(kind, type):
+        if kind not in _BY_NAME.values():
+            raise TypeError(f"type(): expected a dtype or a legacy tensor type, got {kind.__name__}")
+        return kind.dtype
+    name = kind.rsplit(".", 1)[-1]
+    if name not in _BY_NAME:
+        raise ValueError(f"type(): invalid type: {kind!r}")
+    return _BY_NAME[name].dtype

@@ -117,3 +117,50 @@ def test_tensor_follows_the_default_dtype_and_float_tensor_does_not():
 def test_parameter_still_constructs_as_before():
     p = minidl.nn.Parameter(minidl.zeros(2))
     assert isinstance(p, minidl.nn.Parameter) and p.requires_grad
+
+
+def _no_grad_bare(lib):
+    @lib.no_grad
+    def double(x):
+        return x * 2
+    return double(lib.ones(1, requires_grad=True)).requires_grad
+
+
+def _inference_mode_bare(lib):
+    @lib.inference_mode
+    def double(x):
+        return x * 2
+    return double(lib.ones(1, requires_grad=True)).requires_grad
+
+
+def _named(lib, text):
+    """A library's own name in a type name or repr, written as 'lib' so the two compare."""
+    return text.replace(lib.__name__ + ".", "lib.")
+
+
+# found by reading what a typical training script touches (model, data, optimiser, schedulers,
+# grad modes, nn.utils, formatting, saving); the rest of that sweep already matched
+SWEEP = {
+    "type() names the legacy type": lambda lib: _named(lib, lib.zeros(2).type()),
+    "type(name)": lambda lib: lib.zeros(2).type("torch.LongTensor" if lib is torch else "minidl.LongTensor").dtype,
+    "type(class)": lambda lib: lib.zeros(2).type(lib.IntTensor).dtype,
+    "byte() and short()": lambda lib: [lib.ones(2).byte().dtype == lib.uint8, lib.ones(2).short().dtype == lib.int16],
+    "nbytes and itemsize": lambda lib: [lib.zeros(2, 3).nbytes, lib.zeros(2, dtype=lib.float64).itemsize],
+    "bare @no_grad": _no_grad_bare,
+    "bare @inference_mode": _inference_mode_bare,
+    "@no_grad()": lambda lib: lib.no_grad()(lambda x: x * 2)(lib.ones(1, requires_grad=True)).requires_grad,
+    "finfo": lambda lib: [(f.bits, f.eps, f.max, f.min, f.tiny, f.smallest_normal, f.resolution, f.dtype)
+                          for f in (lib.finfo(lib.float16), lib.finfo(lib.float32), lib.finfo(lib.float64), lib.finfo())],
+    "iinfo": lambda lib: [(i.bits, i.max, i.min, i.dtype) for i in (lib.iinfo(d) for d in
+                                                                     (lib.uint8, lib.int16, lib.int32, lib.int64))],
+    "iinfo(bool) refused": lambda lib: lib.iinfo(lib.bool),
+    "finfo(int) refused": lambda lib: lib.finfo(lib.int32),
+    "is_floating_point and numel": lambda lib: [lib.is_floating_point(lib.ones(1)), lib.numel(lib.ones(2, 3))],
+    "compile returns the model": lambda lib: lib.compile(lib.nn.Identity())(lib.ones(2)),
+}
+
+
+@pytest.mark.filterwarnings("ignore:.*script_method.*is deprecated:DeprecationWarning")  # torch's own, at compile
+@pytest.mark.parametrize("name", SWEEP)
+def test_training_script_api_behaves_as_in_torch(name):
+    same(SWEEP[name])

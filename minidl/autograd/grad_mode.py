@@ -20,7 +20,13 @@ def is_inference_mode_enabled() -> bool:
 
 
 class _Mode:
-    """Base for grad-mode switches: a context manager and a function decorator."""
+    """Base for grad-mode switches: a context manager and a function decorator, with or without
+    the call (``@no_grad()`` and ``@no_grad``, as in PyTorch)."""
+
+    def __new__(cls, *args, **kwargs):
+        if len(args) == 1 and not kwargs and callable(args[0]):
+            return cls()(args[0])  # used bare as a decorator
+        return super().__new__(cls)
 
     def _target(self):
         raise NotImplementedError
