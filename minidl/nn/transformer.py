@@ -1,5 +1,6 @@
-"""Attention layers: MultiheadAttention and the Transformer encoder/decoder layers, with PyTorch's
-parameters (names, shapes, initialisation), masks and (seq, batch, feature) / batch_first layouts."""
+"""Attention layers: MultiheadAttention, the Transformer encoder/decoder layers and stacks, and the full
+encoder-decoder Transformer, with PyTorch's parameters (names, shapes, initialisation), masks and
+(seq, batch, feature) / batch_first layouts."""
 from __future__ import annotations
 
 import copy
@@ -346,3 +347,65 @@ class TransformerDecoder(Module):
 
 def _clones(module, n: int) -> ModuleList:
     return ModuleList([copy.deepcopy(module) for _ in range(n)])
+
+
+# ----------------------------------------------------------------------------- the full model
+def _generate_square_subsequent_mask(sz: int, device=None, dtype=None):
+    """(sz, sz) float mask: -inf above the diagonal (a later position), 0 on and below it."""
+    return minidl.triu(minidl.full((sz, sz), float("-inf"), dtype=dtype, device=device), diagonal=1)
+
+
+class Transformer(Module):
+    """The encoder-decoder Transformer of "Attention Is All You Need", with PyTorch's arguments,
+    submodules (``encoder.layers.N``, ``encoder.norm``, ``decoder.layers.N``, ``decoder.norm``) and
+    initialisation: after building, xavier_uniform_ on every parameter of more than one dim (those of a
+    ``custom_encoder`` / ``custom_decoder`` included), so the stacked layers start from different weights.
+    """
+
+    def __init__(self, d_model: int = 512, nhead: int = 8, num_encoder_layers: int = 6,
+                 num_decoder_layers: int = 6, dim_feedforward: int = 2048, dropout: float = 0.1,
+                 activation=F.relu, custom_encoder=None, custom_decoder=None, layer_norm_eps: float = 1e-5,
+                 batch_first: bool = False, norm_first: bool = False, bias: bool = True, device=None, dtype=None):
+        super().__init__()
+        kw = dict(device=device, dtype=dtype)
+        layer_args = (d_model, nhead, dim_feedforward, dropout, activation, layer_norm_eps, batch_first, norm_first,
+                      bias)
+        if custom_encoder is not None:
+            self.encoder = custom_encoder
+        else:
+            self.encoder = TransformerEncoder(TransformerEncoderLayer(*layer_args, **kw), num_encoder_layers,
+                                              LayerNorm(d_model, eps=layer_norm_eps, bias=bias, **kw))
+        if custom_decoder is not None:
+            self.decoder = custom_decoder
+        else:
+            self.decoder = TransformerDecoder(TransformerDecoderLayer(*layer_args, **kw), num_decoder_layers,
+                                              LayerNorm(d_model, eps=layer_norm_eps, bias=bias, **kw))
+        self._reset_parameters()
+        self.d_model, self.nhead, self.batch_first = d_model, nhead, batch_first
+
+    def forward(self, src, tgt, src_mask=None, tgt_mask=None, memory_mask=None, src_key_padding_mask=None,
+                tgt_key_padding_mask=None, memory_key_padding_mask=None, src_is_causal=None, tgt_is_causal=None,
+                memory_is_causal: bool = False):
+        """``src`` (S, N, E) or (N, S, E) with batch_first, or unbatched (S, E); ``tgt`` likewise with T
+        positions. Returns the decoder's output, shaped like ``tgt``."""
+        batched = src.dim() == 3
+        bdim = 0 if self.batch_first else 1
+        if batched and src.shape[bdim] != tgt.shape[bdim]:
+            raise RuntimeError("the batch number of src and tgt must be equal")
+        if src.shape[-1] != self.d_model or tgt.shape[-1] != self.d_model:
+            raise RuntimeError("the feature number of src and tgt must be equal to d_model")
+        memory = self.encoder(src, mask=src_mask, src_key_padding_mask=src_key_padding_mask, is_causal=src_is_causal)
+        return self.decoder(tgt, memory, tgt_mask=tgt_mask, memory_mask=memory_mask,
+                            tgt_key_padding_mask=tgt_key_padding_mask,
+                            memory_key_padding_mask=memory_key_padding_mask, tgt_is_causal=tgt_is_causal,
+                            memory_is_causal=memory_is_causal)
+
+    @staticmethod
+    def generate_square_subsequent_mask(sz: int, device=None, dtype=None):
+        """The causal mask for ``sz`` positions: -inf above the diagonal, 0 elsewhere (float)."""
+        return _generate_square_subsequent_mask(sz, device=device, dtype=dtype)
+
+    def _reset_parameters(self) -> None:
+        for p in self.parameters():
+            if p.dim() > 1:
+                init.xavier_uniform_(p)
