@@ -123,7 +123,21 @@ def _rebuild_tensor(node: dict, buffers: dict, storages: dict):
     dtype = dt.from_name(node["dtype"])
     if dtype.np != storage.buf.dtype:
         raise ValueError(f"dtype {dtype.name} does not match its storage's {storage.buf.dtype}")
+    _check_bounds(shape, strides, offset, storage.buf.size, name)
     return make(storage, Layout(tuple(shape), tuple(strides), offset), dtype)
+
+
+def _check_bounds(shape, strides, offset, size: int, name: str) -> None:
+    """A layout read from a file must stay inside its storage (kernels index the raw buffer)."""
+    numbers = [*shape, *strides, offset]
+    if len(shape) != len(strides) or not all(type(n) is int for n in numbers) or min(shape, default=0) < 0:
+        raise ValueError(f"the layout of storage {name!r} is malformed")
+    if 0 in shape:
+        return
+    low = offset + sum((n - 1) * s for n, s in zip(shape, strides) if s < 0)
+    high = offset + sum((n - 1) * s for n, s in zip(shape, strides) if s > 0)
+    if low < 0 or high >= size:
+        raise ValueError(f"a tensor reaches elements {low}..{high} of storage {name!r}, which has {size}")
 
 
 # ----------------------------------------------------------------------------- encoding
@@ -158,60 +172,44 @@ def _encode(obj, path: str, store: _Storages):
     raise _NeedsPickle(f"the value at '{path or '/'}' is a {type(obj).__name__}")
 
 
-def _place(t, saved: str, map_location):
-    """The loaded CPU tensor ``t`` on the device PyTorch's ``map_location`` rules pick: the saved
-    device by default; a device (or its name) for all; a dict from saved to target device names;
-    or a callable (tensor, saved location) -> tensor, None meaning the default."""
-    target = saved
-    if callable(map_location):
-        moved = map_location(t, saved)
-        if moved is not None:
-            return moved
-    elif isinstance(map_location, dict):
-        target = map_location.get(saved, saved)
-    elif map_location is not None:
-        target = map_location
-    target = as_device(target)
-    if target.type == "cuda" and not cuda.is_available():
-        raise RuntimeError(f"minidl.load: a tensor was saved on {saved} but CUDA is not available; on a machine "
-                           f"without a GPU pass map_location='cpu' (or a device) to minidl.load")
-    return t.to(target)
-
-
 class _Placer:
-    """Places loaded tensors with ``map_location``; tensors over one storage going to one device
-    are moved together, so they still share storage there."""
+    """Puts loaded CPU tensors on the device PyTorch's ``map_location`` rules pick: the saved device
+    by default; a device (or its name) for all; a dict from saved to target device names; or a
+    callable (tensor, saved location) -> tensor, None meaning the default. Tensors over one storage
+    going to one device are moved together, so they still share storage there."""
 
     def __init__(self, map_location):
         self.map_location = map_location
-        self._moved: dict = {}  # (id of CPU storage, target) -> moved storage
+        self._moved: dict = {}  # (id of CPU storage, target) -> (moved storage, CPU storage)
 
     def __call__(self, t, saved: str, parameter=None):
-        if callable(self.map_location):
-            placed = _place(t, saved, self.map_location)
-        else:
-            target = saved
-            if isinstance(self.map_location, dict):
-                target = self.map_location.get(saved, saved)
-            elif self.map_location is not None:
-                target = self.map_location
-            target = as_device(target)
-            if target.type == "cpu":
-                placed = t
-            else:
-                if target.type == "cuda" and not cuda.is_available():
-                    return _place(t, saved, self.map_location)  # raises the clear error
-                key = (id(t._storage), str(target))
-                storage = self._moved.get(key)
-                if storage is None:
-                    buf = kernels.get("from_host", target.type)(t._storage.buf)
-                    storage = self._moved[key] = Storage(buf, target)
-                    self._moved[key, "keep"] = t._storage
-                placed = make(storage, t._layout, t.dtype)
+        placed = self._place(t, saved)
         if parameter is not None:
             from .nn.parameter import Parameter
             placed = Parameter(placed, requires_grad=parameter)
         return placed
+
+    def _place(self, t, saved: str):
+        target, map_location = saved, self.map_location
+        if callable(map_location):
+            moved = map_location(t, saved)
+            if moved is not None:
+                return moved
+        elif isinstance(map_location, dict):
+            target = map_location.get(saved, saved)
+        elif map_location is not None:
+            target = map_location
+        target = as_device(target)
+        if target.type == "cpu":
+            return t
+        if target.type == "cuda" and not cuda.is_available():
+            raise RuntimeError(f"minidl.load: a tensor was saved on {saved} but CUDA is not available; on a "
+                               f"machine without a GPU pass map_location='cpu' (or a device) to minidl.load")
+        key = (id(t._storage), str(target))
+        if key not in self._moved:  # the CPU storage is kept with it, so its id stays unique
+            buf = kernels.get("from_host", target.type)(t._storage.buf)
+            self._moved[key] = (Storage(buf, target), t._storage)
+        return make(self._moved[key][0], t._layout, t.dtype)
 
 
 def _decode(node, buffers: dict, storages: dict, place):
@@ -289,7 +287,10 @@ def _load_archive(data: bytes, name: str, map_location):
             structure, tensors = z.read("data.pkl"), z.read("tensors.safetensors")
     except (zipfile.BadZipFile, KeyError) as e:
         raise RuntimeError(f"minidl.load: {name} is a corrupted minidl pickle archive ({e})") from None
-    buffers = _storage_buffers(safetensors.numpy.load(tensors))
+    try:
+        buffers = _storage_buffers(safetensors.numpy.load(tensors))
+    except Exception as e:  # the package reports corruption with its own exception types
+        raise RuntimeError(f"minidl.load: {name} has a corrupted tensor part ({e})") from None
     return _Unpickler(io.BytesIO(structure), buffers, _Placer(map_location)).load()
 
 

@@ -289,3 +289,19 @@ def test_views_of_gpu_tensors_share_storage_on_either_device(tmp_path, archive):
         assert back["cpu"].device.type == ("cuda" if location == "cuda" else "cpu")
         back["a"][2] = 9.0
         assert back["b"][0].item() == 9.0 and back["b"].cpu().tolist() == [9.0, 3.0, 4.0, 5.0]
+
+
+def test_a_layout_outside_its_storage_or_a_broken_archive_raises_naming_the_file(tmp_path):
+    import json
+    import safetensors.numpy
+    for layout in ([[5], [1], 0], [[2], [1], 3], [[2, 2], [-1, 1], 0], [[2], [1.5], 0], [[2], [1, 1], 0]):
+        skeleton = {"$tensor": "s", "layout": layout, "dtype": "float32"}
+        safetensors.numpy.save_file({"s": np.zeros(4, np.float32)}, str(tmp_path / "evil"),
+                                    metadata={"minidl.format": "2", "minidl.skeleton": json.dumps(skeleton)})
+        with pytest.raises(RuntimeError, match="evil.*damaged"):
+            minidl.load(tmp_path / "evil")
+    minidl.save({"a": np.ones(3), "t": minidl.ones(1000)}, tmp_path / "archive")
+    data = (tmp_path / "archive").read_bytes()
+    (tmp_path / "cut").write_bytes(data[:len(data) // 2])
+    with pytest.raises(RuntimeError, match="cut"):
+        minidl.load(tmp_path / "cut", weights_only=False)
