@@ -1,42 +1,156 @@
-"""minidl.save / minidl.load: checkpoints in the safetensors format, which never unpickles code.
+"""minidl.save / minidl.load: checkpoints that load without unpickling by default (``weights_only``).
 
-A checkpoint is one safetensors file. Its tensors are the tensors of the saved object, named by
-their path in it (``model/0.weight``); everything else (numbers, strings, None, bools, lists,
-tuples, dicts with any such keys) goes into the file's JSON metadata as a *skeleton* of the
-object in which each tensor is a reference ``{"$tensor": name}``. The file is written
-atomically (temporary file, fsync, rename), so a crash mid-write leaves the previous one intact.
-Files written by the safetensors package itself load as a flat dict of tensors.
+Two formats, chosen by ``save`` from what the object holds:
+
+* **safetensors** (the default, and all that loads under ``weights_only=True``): for tensors,
+  numbers, strings, None, bools and ``dict`` / ``list`` / ``tuple`` / ``OrderedDict`` of them.
+  One safetensors file holds each distinct tensor *storage* once, named by the path of the first
+  tensor over it (``model/0.weight``; stored with that tensor's shape when the tensor covers its
+  storage exactly, else flat). The file's JSON metadata holds a *skeleton* of the object in which
+  each tensor is ``{"$tensor": storage name, "layout": [shape, strides, offset], "dtype": ...}``,
+  so tensors saved together that share storage (a view and its base, tied weights) share it again
+  after loading. Loading reads JSON and raw bytes only: it never unpickles. Files of the first
+  format (no ``layout``: the stored array is the tensor) and files written by the safetensors
+  package itself (a flat dict of tensors) still load.
+* **pickle archive**, for anything else (numpy arrays, whole ``nn.Module`` objects, other Python
+  objects): a zip archive (as torch's own format) holding ``minidl_format`` (``pickle-1``),
+  ``data.pkl`` (the pickled object structure) and ``tensors.safetensors`` (the storages of every
+  tensor inside it, the same way as above). Tensors are not pickled as bytes: the pickle refers
+  to them by persistent id (storage name, layout, dtype, device, requires_grad, Parameter or
+  not). Unpickling can run arbitrary code, so ``load`` refuses this format unless
+  ``weights_only=False`` is passed, as ``torch.load`` refuses since PyTorch 2.6.
+
+Differences from torch 2.13: numpy scalars (``np.float32(1)``) are saved as Python numbers in the
+safetensors format, so they load under ``weights_only=True`` (as Python numbers); torch pickles
+them and refuses them under ``weights_only=True`` without ``add_safe_globals``. There is no
+``add_safe_globals`` allowlist: the pickle archive loads only with ``weights_only=False``.
+Subclasses of dict/list/tuple other than ``OrderedDict`` (namedtuples, defaultdict) go into the
+pickle archive (torch's weights-only unpickler refuses most of them too). Two storages that alias
+the same memory under different dtypes are saved as two separate storages. As in torch, a view
+saves its whole storage (save ``t[:1].clone()`` to save one row of a large tensor). Tensor
+subclasses other than ``nn.Parameter`` come back from the pickle archive as plain tensors.
+
+Both formats are written atomically (temporary file, fsync, rename), so a crash mid-write leaves
+the previous file intact.
 """
 from __future__ import annotations
 
+import collections
+import io
 import json
 import math
 import os
+import pickle
 import struct
 import tempfile
+import zipfile
 
 import numpy as np
 import safetensors.numpy
 
-from . import cuda
+from . import _dtype as dt
+from . import cuda, kernels
 from ._tensor import Tensor
-from ._tensor_base import as_device
+from ._tensor_base import Storage, as_device, make
+from .layout import Layout
 from .ops.creation import from_numpy
 
 _SKELETON_KEY = "minidl.skeleton"
 _FORMAT_KEY = "minidl.format"
-_FORMAT = "1"
+_FORMAT = "2"
+_PICKLE_FORMAT = b"pickle-1"
+_ZIP_MAGIC = b"PK\x03\x04"
+
+_REFUSAL = ("minidl.load: weights only load failed: {name} is a minidl pickle archive (it holds objects "
+            "other than tensors, numbers, strings, None, bools and dict/list/tuple/OrderedDict of them, "
+            "e.g. numpy arrays or nn.Module objects), and loading it unpickles them, which can run "
+            "arbitrary code. minidl.load defaults to weights_only=True, as torch.load does since PyTorch "
+            "2.6. Re-run minidl.load with weights_only=False only if you got the file from a trusted source.")
+
+
+class _NeedsPickle(TypeError):
+    """A value the safetensors format cannot hold (save then writes the pickle archive)."""
+
+
+# ----------------------------------------------------------------------------- storages
+class _Storages:
+    """The distinct storages of the tensors being saved, each once, named by its first tensor's path."""
+
+    def __init__(self):
+        self.arrays: dict = {}
+        self._names: dict = {}   # id(storage) -> name
+        self._keep: list = []    # the storages, so their ids stay unique while saving
+
+    def add(self, t, path: str) -> dict:
+        """The description of tensor ``t`` (storage name, layout, dtype, device); stores its storage."""
+        storage, layout = t._storage, t._layout
+        name = self._names.get(id(storage))
+        if name is None:
+            name = path or "tensor"
+            while name in self.arrays:
+                name += "'"
+            host = np.ascontiguousarray(kernels.get("to_host", storage.device.type)(storage.buf)).reshape(-1)
+            if layout.offset == 0 and layout.is_contiguous and layout.numel == host.size:
+                host = host.reshape(tuple(layout.shape))  # readable as that tensor by the safetensors package
+            self.arrays[name] = host
+            self._names[id(storage)] = name
+            self._keep.append(storage)
+        node = {"$tensor": name, "layout": [list(layout.shape), list(layout.strides), layout.offset],
+                "dtype": t.dtype.name}
+        if storage.device.type != "cpu":
+            node["device"] = str(storage.device)
+        return node
+
+
+def _storage_buffers(arrays: dict) -> dict:
+    """Loaded safetensors arrays as flat writable CPU buffers, by name."""
+    out = {}
+    for key, array in arrays.items():
+        flat = np.ascontiguousarray(array).reshape(-1)
+        out[key] = flat if flat.flags.writeable else flat.copy()
+    return out
+
+
+def _rebuild_tensor(node: dict, buffers: dict, storages: dict):
+    """The CPU tensor a node describes; tensors over one saved storage share one Storage."""
+    name = node["$tensor"]
+    if "layout" not in node:  # format 1: the stored array is the tensor
+        return from_numpy(buffers[name])
+    storage = storages.get(name)
+    if storage is None:
+        storage = storages[name] = Storage(buffers[name], as_device("cpu"))
+    shape, strides, offset = node["layout"]
+    dtype = dt.from_name(node["dtype"])
+    if dtype.np != storage.buf.dtype:
+        raise ValueError(f"dtype {dtype.name} does not match its storage's {storage.buf.dtype}")
+    _check_bounds(shape, strides, offset, storage.buf.size, name)
+    return make(storage, Layout(tuple(shape), tuple(strides), offset), dtype)
+
+
+def _check_bounds(shape, strides, offset, size: int, name: str) -> None:
+    """A layout read from a file must stay inside its storage (kernels index the raw buffer)."""
+    numbers = [*shape, *strides, offset]
+    if len(shape) != len(strides) or not all(type(n) is int for n in numbers) or min(shape, default=0) < 0:
+        raise ValueError(f"the layout of storage {name!r} is malformed")
+    if 0 in shape:
+        return
+    low = offset + sum((n - 1) * s for n, s in zip(shape, strides) if s < 0)
+    high = offset + sum((n - 1) * s for n, s in zip(shape, strides) if s > 0)
+    if low < 0 or high >= size:
+        raise ValueError(f"a tensor reaches elements {low}..{high} of storage {name!r}, which has {size}")
 
 
 # ----------------------------------------------------------------------------- encoding
-def _encode(obj, path: str, tensors: dict):
-    """JSON-able skeleton of ``obj``; tensors are collected into ``tensors`` by path."""
+def _encode(obj, path: str, store: _Storages):
+    """JSON-able skeleton of ``obj``; tensors' storages are collected into ``store``."""
     if isinstance(obj, Tensor):
-        name = path or "tensor"
-        while name in tensors:
-            name += "'"
-        tensors[name] = np.array(obj.detach().cpu().numpy(force=True), order="C")  # keeps 0-d shapes
-        return {"$tensor": name} if obj.device.type == "cpu" else {"$tensor": name, "device": str(obj.device)}
+        from .nn.parameter import Parameter
+        if type(obj) not in (Tensor, Parameter):
+            raise _NeedsPickle(f"a {type(obj).__name__} tensor subclass at '{path or '/'}'")
+        node = store.add(obj, path)
+        if type(obj) is Parameter:
+            node["parameter"] = bool(obj.requires_grad)
+        return node
     if obj is None or isinstance(obj, (bool, str)):
         return obj
     if isinstance(obj, (int, np.integer)):
@@ -44,62 +158,144 @@ def _encode(obj, path: str, tensors: dict):
     if isinstance(obj, (float, np.floating)):
         value = float(obj)
         return value if math.isfinite(value) else {"$float": repr(value)}
-    if isinstance(obj, (list, tuple)):
-        items = [_encode(v, f"{path}/{i}" if path else str(i), tensors) for i, v in enumerate(obj)]
-        return items if isinstance(obj, list) else {"$tuple": items}
-    if isinstance(obj, dict):
+    if type(obj) in (list, tuple):
+        items = [_encode(v, f"{path}/{i}" if path else str(i), store) for i, v in enumerate(obj)]
+        return items if type(obj) is list else {"$tuple": items}
+    if type(obj) in (dict, collections.OrderedDict):
         pairs = []
         for key, value in obj.items():
             if not (key is None or isinstance(key, (bool, int, float, str))):
-                raise TypeError(f"minidl.save: dict key {key!r} at '{path or '/'}' is a "
-                                f"{type(key).__name__}; keys must be str, int, float, bool or None")
-            pairs.append([_encode(key, path, {}), _encode(value, f"{path}/{key}" if path else str(key), tensors)])
-        return {"$dict": pairs}
-    raise TypeError(f"minidl.save: the value at '{path or '/'}' is a {type(obj).__name__}, which a checkpoint "
-                    f"cannot hold (tensors, numbers, strings, None, lists, tuples and dicts only)")
+                raise _NeedsPickle(f"dict key {key!r} at '{path or '/'}' is a {type(key).__name__}")
+            pairs.append([_encode(key, path, _Storages()),
+                          _encode(value, f"{path}/{key}" if path else str(key), store)])
+        return {"$dict": pairs} if type(obj) is dict else {"$odict": pairs}
+    raise _NeedsPickle(f"the value at '{path or '/'}' is a {type(obj).__name__}")
 
 
-def _place(t, saved: str, map_location):
-    """The loaded CPU tensor ``t`` on the device PyTorch's ``map_location`` rules pick: the saved
-    device by default; a device (or its name) for all; a dict from saved to target device names;
-    or a callable (tensor, saved location) -> tensor, None meaning the default."""
-    target = saved
-    if callable(map_location):
-        moved = map_location(t, saved)
-        if moved is not None:
-            return moved
-    elif isinstance(map_location, dict):
-        target = map_location.get(saved, saved)
-    elif map_location is not None:
-        target = map_location
-    target = as_device(target)
-    if target.type == "cuda" and not cuda.is_available():
-        raise RuntimeError(f"minidl.load: a tensor was saved on {saved} but CUDA is not available; on a machine "
-                           f"without a GPU pass map_location='cpu' (or a device) to minidl.load")
-    return t.to(target)
+class _Placer:
+    """Puts loaded CPU tensors on the device PyTorch's ``map_location`` rules pick: the saved device
+    by default; a device (or its name) for all; a dict from saved to target device names; or a
+    callable (tensor, saved location) -> tensor, None meaning the default. Tensors over one storage
+    going to one device are moved together, so they still share storage there."""
+
+    def __init__(self, map_location):
+        self.map_location = map_location
+        self._moved: dict = {}  # (id of CPU storage, target) -> (moved storage, CPU storage)
+
+    def __call__(self, t, saved: str, parameter=None):
+        placed = self._place(t, saved)
+        if parameter is not None:
+            from .nn.parameter import Parameter
+            placed = Parameter(placed, requires_grad=parameter)
+        return placed
+
+    def _place(self, t, saved: str):
+        target, map_location = saved, self.map_location
+        if callable(map_location):
+            moved = map_location(t, saved)
+            if moved is not None:
+                return moved
+        elif isinstance(map_location, dict):
+            target = map_location.get(saved, saved)
+        elif map_location is not None:
+            target = map_location
+        target = as_device(target)
+        if target.type == "cpu":
+            return t
+        if target.type == "cuda" and not cuda.is_available():
+            raise RuntimeError(f"minidl.load: a tensor was saved on {saved} but CUDA is not available; on a "
+                               f"machine without a GPU pass map_location='cpu' (or a device) to minidl.load")
+        key = (id(t._storage), str(target))
+        if key not in self._moved:  # the CPU storage is kept with it, so its id stays unique
+            buf = kernels.get("from_host", target.type)(t._storage.buf)
+            self._moved[key] = (Storage(buf, target), t._storage)
+        return make(self._moved[key][0], t._layout, t.dtype)
 
 
-def _decode(node, tensors: dict, map_location=None):
+def _decode(node, buffers: dict, storages: dict, place):
     if isinstance(node, list):
-        return [_decode(v, tensors, map_location) for v in node]
+        return [_decode(v, buffers, storages, place) for v in node]
     if isinstance(node, dict):
         if "$tensor" in node:
-            return _place(tensors[node["$tensor"]], node.get("device", "cpu"), map_location)
+            t = _rebuild_tensor(node, buffers, storages)
+            return place(t, node.get("device", "cpu"), node.get("parameter"))
         if "$float" in node:
             return float(node["$float"])
         if "$tuple" in node:
-            return tuple(_decode(v, tensors, map_location) for v in node["$tuple"])
-        return {_decode(k, tensors): _decode(v, tensors, map_location) for k, v in node["$dict"]}
+            return tuple(_decode(v, buffers, storages, place) for v in node["$tuple"])
+        pairs = ((_decode(k, buffers, storages, place), _decode(v, buffers, storages, place))
+                 for k, v in node["$dict" if "$dict" in node else "$odict"])
+        return dict(pairs) if "$dict" in node else collections.OrderedDict(pairs)
     return node
 
 
+# ----------------------------------------------------------------------------- pickle archive
+class _Pickler(pickle.Pickler):
+    def __init__(self, file, store: _Storages):
+        super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
+        self.store = store
+        self._count = 0
+
+    def persistent_id(self, obj):
+        if isinstance(obj, Tensor):
+            if obj.grad_fn is not None and obj.requires_grad:
+                raise RuntimeError("minidl.save: can't save a non-leaf tensor that requires grad "
+                                   "(it has autograd history); save .detach() instead")
+            self._count += 1
+            node = self.store.add(obj, f"pickled/{self._count}")
+            node["requires_grad"] = bool(obj.requires_grad)
+            node["class"] = f"{type(obj).__module__}:{type(obj).__qualname__}"
+            return json.dumps(node)
+        return None
+
+
+class _Unpickler(pickle.Unpickler):
+    def __init__(self, file, buffers: dict, place):
+        super().__init__(file)
+        self.buffers, self.place, self.storages = buffers, place, {}
+
+    def persistent_load(self, pid):
+        node = json.loads(pid)
+        t = self.place(_rebuild_tensor(node, self.buffers, self.storages), node.get("device", "cpu"))
+        module, _, qualname = node.get("class", "").partition(":")
+        if qualname == "Parameter" and module.startswith("minidl"):
+            from .nn.parameter import Parameter
+            return Parameter(t, requires_grad=node.get("requires_grad", True))
+        if node.get("requires_grad"):
+            t.requires_grad_(True)
+        return t
+
+
+def _pickle_archive(obj) -> bytes:
+    store = _Storages()
+    structure = io.BytesIO()
+    _Pickler(structure, store).dump(obj)
+    tensors = safetensors.numpy.save(store.arrays, metadata={_FORMAT_KEY: _FORMAT})
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_STORED) as z:
+        z.writestr("minidl_format", _PICKLE_FORMAT)
+        z.writestr("data.pkl", structure.getvalue())
+        z.writestr("tensors.safetensors", tensors)
+    return out.getvalue()
+
+
+def _load_archive(data: bytes, name: str, map_location):
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as z:
+            if z.read("minidl_format") != _PICKLE_FORMAT:
+                raise RuntimeError(f"minidl.load: {name} is a minidl archive of an unknown format")
+            structure, tensors = z.read("data.pkl"), z.read("tensors.safetensors")
+    except (zipfile.BadZipFile, KeyError) as e:
+        raise RuntimeError(f"minidl.load: {name} is a corrupted minidl pickle archive ({e})") from None
+    try:
+        buffers = _storage_buffers(safetensors.numpy.load(tensors))
+    except Exception as e:  # the package reports corruption with its own exception types
+        raise RuntimeError(f"minidl.load: {name} has a corrupted tensor part ({e})") from None
+    return _Unpickler(io.BytesIO(structure), buffers, _Placer(map_location)).load()
+
+
 # ----------------------------------------------------------------------------- files
-def save(obj, f) -> None:
-    """Write ``obj`` (a tensor, or nested dicts/lists/tuples of tensors and plain values) to ``f``."""
-    tensors: dict = {}
-    skeleton = _encode(obj, "", tensors)
-    metadata = {_FORMAT_KEY: _FORMAT, _SKELETON_KEY: json.dumps(skeleton, allow_nan=False)}
-    data = safetensors.numpy.save(tensors, metadata=metadata)
+def _write(data: bytes, f) -> None:
     if hasattr(f, "write"):
         f.write(data)
         return
@@ -123,6 +319,24 @@ def save(obj, f) -> None:
         os.close(dir_fd)
 
 
+def save(obj, f) -> None:
+    """Write ``obj`` to ``f`` (a path or a binary file object).
+
+    Tensors, numbers, strings, None, bools and dict/list/tuple/OrderedDict of them go into a
+    safetensors file that loads without unpickling; anything else (numpy arrays, modules, other
+    objects) into a pickle archive that only ``load(..., weights_only=False)`` reads. Tensors
+    saved together that share storage share it again when loaded."""
+    store = _Storages()
+    try:
+        skeleton = _encode(obj, "", store)
+    except _NeedsPickle:
+        data = _pickle_archive(obj)
+    else:
+        metadata = {_FORMAT_KEY: _FORMAT, _SKELETON_KEY: json.dumps(skeleton, allow_nan=False)}
+        data = safetensors.numpy.save(store.arrays, metadata=metadata)
+    _write(data, f)
+
+
 def _metadata(data: bytes, name: str) -> dict:
     """The ``__metadata__`` of a safetensors header (8-byte little-endian length, then JSON)."""
     if len(data) < 8:
@@ -144,7 +358,10 @@ def load(f, map_location=None, weights_only=True):
     """Read what ``save`` wrote. Tensors go back to the device they were saved from, unless
     ``map_location`` (as in ``torch.load``: a device, a dict of device names, or a callable) says otherwise.
 
-    ``weights_only`` is accepted for PyTorch compatibility: loading never runs code anyway.
+    ``weights_only=True`` (the default, as in torch 2.13) loads only the safetensors format and
+    never unpickles; a pickle archive (numpy arrays, modules, other objects) is refused with an
+    error. ``weights_only=False`` loads it too: unpickling can run arbitrary code, so pass it only
+    for files from a trusted source.
     """
     if hasattr(f, "read"):
         data, name = f.read(), getattr(f, "name", "<file object>")
@@ -152,15 +369,23 @@ def load(f, map_location=None, weights_only=True):
         name = os.fspath(f)
         with open(name, "rb") as fh:
             data = fh.read()
+    if data[:4] == _ZIP_MAGIC:
+        if weights_only or weights_only is None:  # None: the default, as in torch
+            raise pickle.UnpicklingError(_REFUSAL.format(name=name))
+        return _load_archive(data, name, map_location)
     metadata = _metadata(data, name)
     try:
         arrays = safetensors.numpy.load(data)
     except Exception as e:  # the package reports corruption with its own exception types
         raise RuntimeError(f"minidl.load: {name} is corrupted or not a safetensors file ({e})") from None
-    tensors = {key: from_numpy(array if array.flags.writeable else array.copy()) for key, array in arrays.items()}
+    place = _Placer(map_location)
     if metadata.get(_FORMAT_KEY) is None:  # a plain safetensors file: its tensors by name
-        return {key: _place(t, "cpu", map_location) for key, t in tensors.items()}
+        return {key: place(from_numpy(a if a.flags.writeable else a.copy()), "cpu") for key, a in arrays.items()}
+    if metadata[_FORMAT_KEY] == "1":  # tensors stored whole, one per reference
+        buffers = {key: a if a.flags.writeable else a.copy() for key, a in arrays.items()}
+    else:
+        buffers = _storage_buffers(arrays)
     try:
-        return _decode(json.loads(metadata[_SKELETON_KEY]), tensors, map_location)
+        return _decode(json.loads(metadata[_SKELETON_KEY]), buffers, {}, place)
     except (KeyError, TypeError, ValueError) as e:
         raise RuntimeError(f"minidl.load: {name} has a damaged minidl skeleton ({e!r})") from None

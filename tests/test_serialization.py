@@ -1,4 +1,5 @@
 """minidl.save / minidl.load: safetensors files, exact round trips, atomic writes, clear errors."""
+import collections
 import io
 import math
 import os
@@ -8,6 +9,16 @@ import numpy as np
 import pytest
 
 import minidl
+
+
+class Point:
+    """A plain Python object: savable only through the pickle archive."""
+
+    def __init__(self, x, y):
+        self.x, self.y = x, y
+
+    def __eq__(self, other):
+        return type(other) is Point and (self.x, self.y) == (other.x, other.y)
 
 
 def _checkpoint():
@@ -26,7 +37,7 @@ def _same(a, b):
         assert isinstance(b, minidl.Tensor) and a.dtype is b.dtype and a.shape == b.shape
         assert np.array_equal(a.numpy(), b.numpy())
     elif isinstance(a, dict):
-        assert type(b) is dict and list(a) == list(b)
+        assert type(b) is type(a) and list(a) == list(b)
         for k in a:
             _same(a[k], b[k])
     elif isinstance(a, (list, tuple)):
@@ -78,12 +89,14 @@ def test_file_objects_and_map_location():
     assert back["x"].device == minidl.device("cpu") and back["x"].tolist() == [0, 1, 2]
 
 
-def test_unsupported_values_raise_type_error_naming_their_key(tmp_path):
-    with pytest.raises(TypeError, match="optimizer/extra"):
-        minidl.save({"optimizer": {"extra": object()}}, tmp_path / "bad")
-    with pytest.raises(TypeError, match="key"):
-        minidl.save({(1, 2): 3}, tmp_path / "bad")
-    assert not (tmp_path / "bad").exists()
+def test_other_objects_go_into_the_pickle_archive_and_unpicklable_ones_raise(tmp_path):
+    minidl.save({"optimizer": {"extra": Point(1, 2)}, (1, 2): 3}, tmp_path / "obj")
+    assert (tmp_path / "obj").read_bytes()[:4] == b"PK\x03\x04"  # a zip archive, not safetensors
+    back = minidl.load(tmp_path / "obj", weights_only=False)
+    assert back == {"optimizer": {"extra": Point(1, 2)}, (1, 2): 3}
+    with pytest.raises((pickle.PicklingError, AttributeError, TypeError)):
+        minidl.save({"f": lambda: 0}, tmp_path / "bad")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["obj"]  # nothing half-written
 
 
 def test_a_failed_write_leaves_the_previous_checkpoint_intact(tmp_path, monkeypatch):
@@ -112,3 +125,183 @@ def test_truncated_corrupted_and_foreign_files_raise_naming_the_file(tmp_path):
     for name in ("truncated", "header", "garbage", "pickle", "tiny"):
         with pytest.raises(RuntimeError, match=name):
             minidl.load(tmp_path / name)
+
+
+# ----------------------------------------------------------------------------- weights_only
+def _no_unpickling(monkeypatch):
+    def refuse(*args, **kwargs):
+        raise AssertionError("the default load path must not unpickle")
+
+    class Refusing:
+        def __init__(self, *args, **kwargs):
+            refuse()
+    monkeypatch.setattr(pickle, "loads", refuse)
+    monkeypatch.setattr(pickle, "load", refuse)
+    monkeypatch.setattr(pickle, "Unpickler", Refusing)
+    import _pickle
+    monkeypatch.setattr(_pickle, "loads", refuse)
+    monkeypatch.setattr(_pickle, "load", refuse)
+    monkeypatch.setattr(_pickle, "Unpickler", Refusing)
+
+
+def test_the_default_path_never_unpickles(tmp_path, monkeypatch):
+    ckpt = _checkpoint()
+    ckpt["ordered"] = collections.OrderedDict([("b", minidl.ones(2)), ("a", (1, "x", None))])
+    minidl.save(ckpt, tmp_path / "ck")
+    _no_unpickling(monkeypatch)
+    back = minidl.load(tmp_path / "ck")  # weights_only=True by default
+    _same(ckpt, back)
+    assert type(back["ordered"]) is collections.OrderedDict and list(back["ordered"]) == ["b", "a"]
+    assert minidl.load(tmp_path / "ck", weights_only=False)["epoch"] == 7  # no pickle in the file at all
+
+
+def test_a_pickle_archive_is_refused_by_default_naming_the_file_and_the_flag(tmp_path, monkeypatch):
+    minidl.save({"x": np.arange(3)}, tmp_path / "arr.pt")
+    _no_unpickling(monkeypatch)
+    with pytest.raises(pickle.UnpicklingError) as info:
+        minidl.load(tmp_path / "arr.pt")
+    message = str(info.value)
+    assert "arr.pt" in message and "weights_only=False" in message and "arbitrary code" in message
+
+
+def test_weights_only_false_loads_a_numpy_array(tmp_path):
+    array = np.arange(12.0).reshape(3, 4)[:, 1:]
+    minidl.save({"a": array, "t": minidl.ones(2)}, tmp_path / "a")
+    back = minidl.load(tmp_path / "a", weights_only=False, map_location="cpu")
+    assert isinstance(back["a"], np.ndarray) and np.array_equal(back["a"], array)
+    assert back["t"].tolist() == [1.0, 1.0]
+
+
+def test_weights_only_false_loads_a_whole_module_with_tensors_outside_the_pickle(tmp_path):
+    minidl.manual_seed(0)
+    model = minidl.nn.Sequential(minidl.nn.Linear(4, 3), minidl.nn.ReLU(), minidl.nn.Linear(3, 2))
+    minidl.save(model, tmp_path / "m")
+    data = (tmp_path / "m").read_bytes()
+    import zipfile
+    with zipfile.ZipFile(tmp_path / "m") as z:
+        assert sorted(z.namelist()) == ["data.pkl", "minidl_format", "tensors.safetensors"]
+        structure = z.read("data.pkl")
+    weight_bytes = model[0].weight.detach().numpy().tobytes()
+    assert weight_bytes not in structure and weight_bytes in data  # tensors by persistent id
+    for default in ({}, {"weights_only": True}, {"weights_only": None}):
+        with pytest.raises(pickle.UnpicklingError, match="weights_only=False"):
+            minidl.load(tmp_path / "m", **default)
+    back = minidl.load(tmp_path / "m", weights_only=False)
+    assert type(back) is type(model) and type(back[0]) is minidl.nn.Linear
+    assert isinstance(back[0].weight, minidl.nn.Parameter) and back[0].weight.requires_grad
+    x = minidl.randn(5, 4)
+    assert np.array_equal(back(x).detach().numpy(), model(x).detach().numpy())
+    assert [n for n, _ in back.named_parameters()] == [n for n, _ in model.named_parameters()]
+
+
+@pytest.mark.parametrize("archive", [False, True])
+def test_views_saved_together_share_storage_after_loading(tmp_path, archive):
+    t = minidl.arange(12.0).reshape(3, 4)
+    obj = {"a": t, "b": t[1:], "c": t.transpose(0, 1)[::2], "d": t[:, 0]}
+    if archive:
+        obj["np"] = np.zeros(2)  # forces the pickle archive
+    minidl.save(obj, tmp_path / "v")
+    back = minidl.load(tmp_path / "v", weights_only=not archive)
+    for key in "abcd":
+        assert back[key].shape == obj[key].shape and np.array_equal(back[key].numpy(), obj[key].numpy())
+        assert back[key].stride() == obj[key].stride() and back[key].storage_offset() == obj[key].storage_offset()
+    back["a"][1, 0] = 100.0
+    assert back["b"][0, 0].item() == 100.0 and back["c"][0, 1].item() == 100.0 and back["d"][1].item() == 100.0
+    assert len({back[k].untyped_storage_id() for k in "abcd"}) == 1
+    if not archive:  # the storage is stored once
+        import safetensors
+        with safetensors.safe_open(str(tmp_path / "v"), "numpy") as f:
+            assert list(f.keys()) == ["a"]
+
+
+def test_tied_weights_in_a_state_dict_stay_tied(tmp_path):
+    a = minidl.nn.Linear(3, 3)
+    b = minidl.nn.Linear(3, 3)
+    b.weight = a.weight
+    state = {"a": a.state_dict(), "b": b.state_dict()}
+    minidl.save(state, tmp_path / "sd")
+    back = minidl.load(tmp_path / "sd")
+    back["a"]["weight"].fill_(2.0)
+    assert back["b"]["weight"].tolist() == [[2.0] * 3] * 3
+    assert back["a"]["bias"].untyped_storage_id() != back["b"]["bias"].untyped_storage_id()
+
+
+def test_checkpoints_of_the_first_format_still_load(tmp_path):
+    import json
+    import safetensors.numpy
+    skeleton = {"$dict": [["w", {"$tensor": "w"}], ["v", {"$tensor": "v"}], ["n", {"$float": "nan"}],
+                          ["t", {"$tuple": [1, "x", None]}]]}
+    safetensors.numpy.save_file({"w": np.ones((2, 3), np.float32), "v": np.arange(3)}, str(tmp_path / "old"),
+                                metadata={"minidl.format": "1", "minidl.skeleton": json.dumps(skeleton)})
+    back = minidl.load(tmp_path / "old", map_location="cpu")
+    assert back["w"].tolist() == [[1.0] * 3] * 2 and back["v"].tolist() == [0, 1, 2]
+    assert math.isnan(back["n"]) and back["t"] == (1, "x", None)
+
+
+def test_parameters_and_map_location_in_both_formats(tmp_path):
+    p = minidl.nn.Parameter(minidl.ones(2))
+    for obj, weights_only in ((p, True), ([p, np.ones(1)], False)):
+        buffer = io.BytesIO()
+        minidl.save(obj, buffer)
+        buffer.seek(0)
+        seen = []
+        back = minidl.load(buffer, map_location=lambda t, where: seen.append(where), weights_only=weights_only)
+        back = back if weights_only else back[0]
+        assert seen == ["cpu"] and isinstance(back, minidl.nn.Parameter) and back.requires_grad
+        for location in ("cpu", {"cpu": "cpu"}, minidl.device("cpu")):
+            buffer.seek(0)
+            assert minidl.load(buffer, map_location=location, weights_only=weights_only) is not None
+
+
+def test_torch_refuses_a_pickled_module_under_weights_only_too(tmp_path):
+    torch = pytest.importorskip("torch")
+    torch.save(torch.nn.Linear(2, 2), tmp_path / "torch.pt")
+    with pytest.raises(pickle.UnpicklingError, match="weights_only"):
+        torch.load(tmp_path / "torch.pt")
+    assert isinstance(torch.load(tmp_path / "torch.pt", weights_only=False), torch.nn.Linear)
+    minidl.save(minidl.nn.Linear(2, 2), tmp_path / "minidl.pt")
+    with pytest.raises(pickle.UnpicklingError, match="weights_only"):
+        minidl.load(tmp_path / "minidl.pt")
+    # and both load plain state dicts, with views sharing storage, by default
+    t = torch.arange(6.0)
+    torch.save({"a": t, "b": t[2:]}, tmp_path / "tv.pt")
+    tb = torch.load(tmp_path / "tv.pt")
+    tb["a"][2] = 9.0
+    m = minidl.arange(6.0)
+    minidl.save({"a": m, "b": m[2:]}, tmp_path / "mv")
+    mb = minidl.load(tmp_path / "mv")
+    mb["a"][2] = 9.0
+    assert tb["b"][0].item() == mb["b"][0].item() == 9.0
+
+
+@pytest.mark.parametrize("archive", [False, True])
+def test_views_of_gpu_tensors_share_storage_on_either_device(tmp_path, archive):
+    from tests.cuda_support import cuda_device
+    cuda_device()  # a GPU, or the simulator
+    t = minidl.arange(6.0, device="cuda")
+    obj = {"a": t, "b": t[2:], "cpu": minidl.ones(2)}
+    if archive:
+        obj["np"] = np.zeros(1)
+    minidl.save(obj, tmp_path / "g")
+    for location, device in ((None, "cuda"), ("cpu", "cpu"), ({"cuda:0": "cpu"}, "cpu"), ("cuda", "cuda")):
+        back = minidl.load(tmp_path / "g", map_location=location, weights_only=not archive)
+        assert back["a"].device.type == back["b"].device.type == device
+        assert back["cpu"].device.type == ("cuda" if location == "cuda" else "cpu")
+        back["a"][2] = 9.0
+        assert back["b"][0].item() == 9.0 and back["b"].cpu().tolist() == [9.0, 3.0, 4.0, 5.0]
+
+
+def test_a_layout_outside_its_storage_or_a_broken_archive_raises_naming_the_file(tmp_path):
+    import json
+    import safetensors.numpy
+    for layout in ([[5], [1], 0], [[2], [1], 3], [[2, 2], [-1, 1], 0], [[2], [1.5], 0], [[2], [1, 1], 0]):
+        skeleton = {"$tensor": "s", "layout": layout, "dtype": "float32"}
+        safetensors.numpy.save_file({"s": np.zeros(4, np.float32)}, str(tmp_path / "evil"),
+                                    metadata={"minidl.format": "2", "minidl.skeleton": json.dumps(skeleton)})
+        with pytest.raises(RuntimeError, match="evil.*damaged"):
+            minidl.load(tmp_path / "evil")
+    minidl.save({"a": np.ones(3), "t": minidl.ones(1000)}, tmp_path / "archive")
+    data = (tmp_path / "archive").read_bytes()
+    (tmp_path / "cut").write_bytes(data[:len(data) // 2])
+    with pytest.raises(RuntimeError, match="cut"):
+        minidl.load(tmp_path / "cut", weights_only=False)
