@@ -106,9 +106,52 @@ class TensorBase(Variable):
     def device(self):
         return self._storage.device
 
+    # Device predicates, as torch.Tensor's: True when the tensor lives on that device type. minidl
+    # has devices 'cpu' and 'cuda' only, so the others answer False (they exist for scripts that ask).
+    @property
+    def is_cpu(self) -> bool:
+        return self._storage.device.type == "cpu"
+
     @property
     def is_cuda(self) -> bool:
         return self._storage.device.type == "cuda"
+
+    @property
+    def is_xpu(self) -> bool:
+        return self._storage.device.type == "xpu"
+
+    @property
+    def is_mps(self) -> bool:
+        return self._storage.device.type == "mps"
+
+    @property
+    def is_meta(self) -> bool:
+        return self._storage.device.type == "meta"
+
+    @property
+    def is_xla(self) -> bool:
+        return self._storage.device.type == "xla"
+
+    @property
+    def is_ipu(self) -> bool:
+        return self._storage.device.type == "ipu"
+
+    @property
+    def is_mtia(self) -> bool:
+        return self._storage.device.type == "mtia"
+
+    @property
+    def is_maia(self) -> bool:
+        return self._storage.device.type == "maia"
+
+    @property
+    def is_vulkan(self) -> bool:
+        return self._storage.device.type == "vulkan"
+
+    @property
+    def is_mkldnn(self) -> bool:
+        """A tensor in torch's MKL-DNN (oneDNN) layout: minidl has no such layout."""
+        return False
 
     @property
     def _version(self) -> int:

@@ -7,7 +7,7 @@ from .activation import ELU, GELU, LeakyReLU, LogSigmoid, LogSoftmax, ReLU, Sigm
 from .batchnorm import BatchNorm1d, BatchNorm2d, GroupNorm
 from .container import Flatten, Identity, ModuleDict, ModuleList, Sequential, Unflatten
 from .conv import Conv1d, Conv2d, ConvTranspose2d
-from .dropout import Dropout, Dropout2d
+from .dropout import Dropout, Dropout1d, Dropout2d, Dropout3d
 from .linear import Linear
 from .loss import (BCELoss, BCEWithLogitsLoss, CrossEntropyLoss, HuberLoss, KLDivLoss, L1Loss, MSELoss, NLLLoss,
                    SmoothL1Loss)
@@ -26,7 +26,7 @@ __all__ = [
     "Sigmoid", "LogSigmoid", "LeakyReLU", "ELU", "Softplus", "Softmax", "LogSoftmax", "CrossEntropyLoss",
     "NLLLoss", "MSELoss", "L1Loss", "SmoothL1Loss", "HuberLoss", "BCELoss", "BCEWithLogitsLoss", "KLDivLoss",
     "Conv1d", "Conv2d", "ConvTranspose2d", "MaxPool2d", "AvgPool2d", "AdaptiveAvgPool2d", "BatchNorm1d",
-    "BatchNorm2d", "GroupNorm", "Dropout2d",
+    "BatchNorm2d", "GroupNorm", "Dropout1d", "Dropout2d", "Dropout3d",
     "RNNBase", "RNN", "LSTM", "GRU", "RNNCellBase", "RNNCell", "LSTMCell", "GRUCell",
 ]
 __all__ += ["MultiheadAttention", "Transformer", "TransformerEncoderLayer", "TransformerEncoder",

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+import warnings
 
 import minidl
 from minidl.autograd import Function
@@ -468,22 +469,88 @@ def group_norm(input, num_groups: int, weight=None, bias=None, eps: float = 1e-5
     return out
 
 
-def dropout2d(input, p: float = 0.5, training: bool = True, inplace: bool = False):
-    """Zero whole channels: dim 1 of a 4D (N, C, H, W) input, dim 0 of a 3D unbatched (C, H, W) one."""
+__all__ += ["dropout1d", "dropout2d", "dropout3d"]
+
+
+def _check_p(p) -> None:
     if p < 0.0 or p > 1.0:
         raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
-    if input.ndim not in (3, 4):
-        raise RuntimeError(f"dropout2d: expected a 3D or 4D input, got {input.ndim}D")
+
+
+def _feature_dropout(input, p: float, training: bool, inplace: bool):
+    """torch's feature_dropout: zero whole (sample, channel) slices of an input of 2 or more dims
+    (dims 0 and 1 are N and C; the rest are shared by the mask), scaling the kept ones by 1/(1-p)."""
+    if input.ndim < 2:
+        raise RuntimeError("Feature dropout requires at least 2 dimensions in the input")
     if not training or p == 0.0:
         return input
-    lead = input.ndim - 2
-    shape = tuple(input.shape[:lead]) + (1, 1)
     if p == 1.0:
         out = input * 0.0
     else:
+        shape = tuple(input.shape[:2]) + (1,) * (input.ndim - 2)
         mask = minidl.empty(shape, dtype=input.dtype, device=input.device).bernoulli_(1.0 - p)
         out = input * (mask * (1.0 / (1.0 - p)))
     return _inplace_result(input, out, inplace)
+
+
+def _deprecated_dims_warning(name: str, ndim: int, spatial: str, dims: str) -> None:
+    warnings.warn(
+        f"{name}: Received a {ndim}-D input to {name}, which is deprecated "
+        "and will result in an error in a future release. To retain the behavior "
+        f"and silence this warning, please use dropout instead. Note that {name} "
+        f"exists to provide channel-wise dropout on inputs with {spatial} spatial dimensions, "
+        f"a channel dimension, and an optional batch dimension (i.e. {dims} inputs).",
+        stacklevel=3,
+    )
+
+
+def dropout1d(input, p: float = 0.5, training: bool = True, inplace: bool = False):
+    """Zero whole channels of a (N, C, L) input, or of an unbatched (C, L) one."""
+    _check_p(p)
+    ndim = input.ndim
+    if ndim not in (2, 3):
+        raise RuntimeError(
+            f"dropout1d: Expected 2D or 3D input, but received a {ndim}D input. "
+            "Note that dropout1d exists to provide channel-wise dropout on inputs with 1 "
+            "spatial dimension, a channel dimension, and an optional batch dimension "
+            "(i.e. 2D or 3D inputs).")
+    if ndim == 3:
+        return _feature_dropout(input, p, training, inplace)
+    out = _feature_dropout(input.unsqueeze(0), p, training, inplace).squeeze(0)
+    return input if inplace else out
+
+
+def dropout2d(input, p: float = 0.5, training: bool = True, inplace: bool = False):
+    """As torch's: zero whole channels of dim 1. A 4D input is (N, C, H, W); a 3D input is taken as
+    (N, C, L) (channel-wise 1D dropout, with torch's warning); other dims warn as deprecated, a 2D
+    input (N, C) then drops single elements, and fewer than 2 dims raise."""
+    _check_p(p)
+    ndim = input.ndim
+    if ndim not in (3, 4):
+        _deprecated_dims_warning("dropout2d", ndim, "2", "3D or 4D")
+    if ndim == 3:
+        warnings.warn(
+            "dropout2d: Received a 3D input to dropout2d and assuming that channel-wise "
+            "1D dropout behavior is desired - input is interpreted as shape (N, C, L), where C "
+            "is the channel dim. This behavior will change in a future release to interpret the "
+            "input as one without a batch dimension, i.e. shape (C, H, W). To maintain the 1D "
+            "channel-wise dropout behavior, please switch to using dropout1d instead.",
+            stacklevel=2,
+        )
+    return _feature_dropout(input, p, training, inplace)
+
+
+def dropout3d(input, p: float = 0.5, training: bool = True, inplace: bool = False):
+    """Zero whole channels of a (N, C, D, H, W) input; any other input (warned about unless 4D) is
+    taken as unbatched, its dim 0 being the channels."""
+    _check_p(p)
+    ndim = input.ndim
+    if ndim not in (4, 5):
+        _deprecated_dims_warning("dropout3d", ndim, "3", "4D or 5D")
+    if ndim == 5:
+        return _feature_dropout(input, p, training, inplace)
+    out = _feature_dropout(input.unsqueeze(0), p, training, inplace).squeeze(0)
+    return input if inplace else out
 
 
 # ----------------------------------------------------------------------------- attention

@@ -1,0 +1,167 @@
+"""``minidl.accelerator``, as ``torch.accelerator``: the device-generic API for the current accelerator.
+
+minidl's only accelerator is device 'cuda' (a GPU through CuPy, or the CPU simulator once
+:func:`minidl.cuda.sim_enable` / ``MINIDL_CUDA_SIM=1`` switched it on). The answers are
+``minidl.cuda``'s: where ``minidl.cuda.is_available()`` is True (the simulator included) the
+accelerator is ``device('cuda')``; where it is False there is none, as in a CPU-only torch build:
+``is_available()`` is False, ``current_accelerator()`` None, ``device_count()`` 0, and the functions
+that need a device raise torch's ``RuntimeError``.
+
+Left out, having nothing behind them in minidl: streams (``current_stream``, ``set_stream``),
+``Graph``, ``get_device_capability``, ``get_memory_info``, ``memory_reserved`` /
+``max_memory_reserved``, ``reset_accumulated_memory_stats`` and ``empty_host_cache``.
+"""
+from __future__ import annotations
+
+import functools
+import warnings
+from collections import OrderedDict
+
+from . import cuda as _cuda
+from ._device import device as _Device
+
+__all__ = [
+    "current_accelerator", "current_device_idx", "current_device_index", "device_count", "device_index",
+    "empty_cache", "is_available", "max_memory_allocated", "memory_allocated", "memory_stats",
+    "reset_peak_memory_stats", "set_device_idx", "set_device_index", "synchronize",
+]
+
+_NONE_AVAILABLE = "Cannot access accelerator device when none is available."
+
+
+def current_accelerator(check_available: bool = False):
+    """``device('cuda')`` when device 'cuda' can run, else None.
+
+    torch answers its build's accelerator, checked at run time only with ``check_available=True``;
+    minidl has no build-time accelerator, so both spellings answer the run-time check. torch's
+    device has index None; minidl's ``device('cuda')`` always reads ``cuda:0``."""
+    return _Device("cuda") if _cuda.is_available() else None
+
+
+def is_available() -> bool:
+    return current_accelerator() is not None and _cuda.is_available()
+
+
+def device_count() -> int:
+    return _cuda.device_count() if current_accelerator() is not None else 0
+
+
+def _require() -> None:
+    if current_accelerator() is None:
+        raise RuntimeError(_NONE_AVAILABLE)
+
+
+def _get_device_index(device, optional: bool = False) -> int:
+    """torch.accelerator._utils._get_device_index: an int as is; a device (or its string) must be
+    the accelerator's type; a device without an index is the current one when ``optional``."""
+    if isinstance(device, int):
+        return device
+    if isinstance(device, str):
+        device = _Device(device)
+    index = None
+    if isinstance(device, _Device):
+        acc = current_accelerator()
+        if acc is None:
+            raise RuntimeError("Accelerator expected")
+        if acc.type != device.type:
+            raise ValueError(f"{device.type} doesn't match the current accelerator {acc}.")
+        index = device.index
+    if index is None:
+        if not optional:
+            raise ValueError(f"Expected a torch.device with a specified index or an integer, but got:{device}")
+        return current_device_index()
+    return index
+
+
+def current_device_index() -> int:
+    _require()
+    return _cuda.current_device()
+
+
+def set_device_index(device, /) -> None:
+    """Make ``device`` (an int, or a device with an index) the current one; a negative index is a no-op."""
+    index = _get_device_index(device, optional=False)
+    if index < 0:
+        return
+    _require()
+    _cuda.set_device(index)
+
+
+def _deprecated(replacement: str, func):
+    @functools.wraps(func)
+    def wrapper(*args, **kwargs):
+        warnings.warn(f"Use `{replacement}` instead.", FutureWarning, stacklevel=2)
+        return func(*args, **kwargs)
+    return wrapper
+
+
+current_device_idx = _deprecated("current_device_index", current_device_index)
+current_device_idx.__name__ = current_device_idx.__qualname__ = "current_device_idx"
+set_device_idx = _deprecated("set_device_index", set_device_index)
+set_device_idx.__name__ = set_device_idx.__qualname__ = "set_device_idx"
+
+
+def synchronize(device=None, /) -> None:
+    """Wait for every kernel launched so far on ``device`` (default: the current one)."""
+    index = _get_device_index(device, optional=True)
+    _require()
+    _cuda.synchronize(index)
+
+
+def _exchange(index: int) -> int:
+    """Make ``index`` current and answer the previous index (-1 and nothing done for a negative one)."""
+    if index < 0:
+        return -1
+    _require()
+    previous = _cuda.current_device()
+    if previous != index:
+        _cuda.set_device(index)
+    return previous
+
+
+class device_index:
+    """Context manager: make device ``device`` (an int; None: no change) current inside the block."""
+
+    def __init__(self, device, /) -> None:
+        self.idx = device
+        self.prev_idx = -1
+
+    def __enter__(self) -> None:
+        if self.idx is not None:
+            self.prev_idx = _exchange(self.idx)
+
+    def __exit__(self, *exc_info) -> None:
+        if self.idx is not None and self.prev_idx >= 0:
+            _cuda.set_device(self.prev_idx)
+
+
+# ----------------------------------------------------------------------------- memory
+def empty_cache() -> None:
+    """Give the memory pool's unused blocks back to the driver."""
+    _require()
+    _cuda.empty_cache()
+
+
+def memory_stats(device_index=None, /) -> OrderedDict:
+    """The statistics minidl keeps, under torch's keys: ``allocated_bytes.all.current`` and ``.peak``."""
+    _require()
+    index = _get_device_index(device_index, optional=True)
+    return OrderedDict([
+        ("allocated_bytes.all.current", _cuda.memory_allocated(index)),
+        ("allocated_bytes.all.peak", _cuda.max_memory_allocated(index)),
+    ])
+
+
+def memory_allocated(device_index=None, /) -> int:
+    """Bytes held by live tensors on the device."""
+    return memory_stats(device_index).get("allocated_bytes.all.current", 0)
+
+
+def max_memory_allocated(device_index=None, /) -> int:
+    """The peak of :func:`memory_allocated` since the start or the last :func:`reset_peak_memory_stats`."""
+    return memory_stats(device_index).get("allocated_bytes.all.peak", 0)
+
+
+def reset_peak_memory_stats(device_index=None, /) -> None:
+    _require()
+    _cuda.reset_peak_memory_stats(_get_device_index(device_index, optional=True))
