@@ -20,7 +20,7 @@ from .legacy_tensors import (BoolTensor, ByteTensor, DoubleTensor, FloatTensor, 
                              ShortTensor)
 from .serialization import load, save
 from .threads import get_num_threads, set_num_threads
-from . import amp, backends, cuda, multiprocessing, nn, optim, utils  # noqa: E402  (above the Tensor layer)
+from . import accelerator, amp, backends, cuda, multiprocessing, nn, optim, utils  # noqa: E402  (above the Tensor layer)
 from .amp import autocast
 
 half, float, double = float16, float32, float64
