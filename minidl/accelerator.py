@@ -7,9 +7,8 @@ accelerator is ``device('cuda')``; where it is False there is none, as in a CPU-
 ``is_available()`` is False, ``current_accelerator()`` None, ``device_count()`` 0, and the functions
 that need a device raise torch's ``RuntimeError``.
 
-Left out, having nothing behind them in minidl: streams (``current_stream``, ``set_stream``),
-``Graph``, ``get_device_capability``, ``get_memory_info``, ``memory_reserved`` /
-``max_memory_reserved``, ``reset_accumulated_memory_stats`` and ``empty_host_cache``.
+Left out, having nothing behind them in minidl: streams (``current_stream``, ``set_stream``) and
+``Graph`` — every kernel runs on the device's default stream, and nothing captures graphs.
 """
 from __future__ import annotations
 
@@ -22,8 +21,10 @@ from ._device import device as _Device
 
 __all__ = [
     "current_accelerator", "current_device_idx", "current_device_index", "device_count", "device_index",
-    "empty_cache", "is_available", "max_memory_allocated", "memory_allocated", "memory_stats",
-    "reset_peak_memory_stats", "set_device_idx", "set_device_index", "synchronize",
+    "empty_cache", "empty_host_cache", "get_device_capability", "get_memory_info", "is_available",
+    "max_memory_allocated", "max_memory_reserved", "memory_allocated", "memory_reserved", "memory_stats",
+    "reset_accumulated_memory_stats", "reset_peak_memory_stats", "set_device_idx", "set_device_index",
+    "synchronize",
 ]
 
 _NONE_AVAILABLE = "Cannot access accelerator device when none is available."
@@ -142,14 +143,51 @@ def empty_cache() -> None:
     _cuda.empty_cache()
 
 
+def empty_host_cache() -> None:
+    """Nothing to release: minidl keeps no cache of pinned host memory (``pin_memory`` pins nothing)."""
+    _require()
+
+
 def memory_stats(device_index=None, /) -> OrderedDict:
-    """The statistics minidl keeps, under torch's keys: ``allocated_bytes.all.current`` and ``.peak``."""
+    """The statistics minidl keeps, under torch's keys: ``allocated_bytes.all`` and
+    ``reserved_bytes.all``, each ``.current`` and ``.peak``."""
     _require()
     index = _get_device_index(device_index, optional=True)
     return OrderedDict([
         ("allocated_bytes.all.current", _cuda.memory_allocated(index)),
         ("allocated_bytes.all.peak", _cuda.max_memory_allocated(index)),
+        ("reserved_bytes.all.current", _cuda.memory_reserved(index)),
+        ("reserved_bytes.all.peak", _cuda.max_memory_reserved(index)),
     ])
+
+
+def memory_reserved(device_index=None, /) -> int:
+    """Bytes the allocator holds from the driver, in use or cached for reuse."""
+    return memory_stats(device_index).get("reserved_bytes.all.current", 0)
+
+
+def max_memory_reserved(device_index=None, /) -> int:
+    return memory_stats(device_index).get("reserved_bytes.all.peak", 0)
+
+
+def reset_accumulated_memory_stats(device_index=None, /) -> None:
+    """Nothing to reset: minidl keeps no accumulated (historical) counts, only current and peak."""
+    _require()
+    _get_device_index(device_index, optional=True)
+
+
+def get_memory_info(device_index=None, /) -> tuple:
+    """(free, total) bytes of the device."""
+    _require()
+    return _cuda.mem_get_info(_get_device_index(device_index, optional=True))
+
+
+def get_device_capability(device=None, /) -> dict:
+    """What the device supports: ``supported_dtypes``, the dtypes tensors can have there (all of minidl's)."""
+    from . import _dtype
+    _require()
+    _get_device_index(device, optional=True)
+    return {"supported_dtypes": set(_dtype.ALL)}
 
 
 def memory_allocated(device_index=None, /) -> int:

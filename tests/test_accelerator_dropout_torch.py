@@ -55,9 +55,8 @@ def outcome(fn, *args):
 # ----------------------------------------------------------------------------- accelerator
 def test_accelerator_lists_torchs_functions():
     ours = set(acc.__all__)
-    # torch's that minidl has nothing behind: streams, graphs, capabilities, reserved/host memory
-    left_out = {"Graph", "current_stream", "set_stream", "get_device_capability", "get_memory_info", "memory_reserved",
-                "max_memory_reserved", "reset_accumulated_memory_stats", "empty_host_cache"}
+    # torch's that minidl has nothing behind: streams and graphs
+    left_out = {"Graph", "current_stream", "set_stream"}
     assert ours == set(torch.accelerator.__all__) - left_out
     assert all(callable(getattr(acc, name)) for name in ours)
 
@@ -72,7 +71,9 @@ def test_accelerator_without_one_answers_as_torch(no_accelerator):
              ("set_device_index", (None,)), ("set_device_index", (-1,)), ("set_device_idx", (0,)),
              ("synchronize", ()), ("synchronize", (0,)), ("synchronize", ("cpu",)), ("synchronize", ("cuda",)),
              ("memory_allocated", ()), ("memory_allocated", ("cuda",)), ("max_memory_allocated", ()),
-             ("memory_stats", ()), ("reset_peak_memory_stats", ()), ("empty_cache", ())]
+             ("memory_stats", ()), ("reset_peak_memory_stats", ()), ("empty_cache", ()), ("memory_reserved", ()),
+             ("max_memory_reserved", ()), ("reset_accumulated_memory_stats", ()), ("empty_host_cache", ()),
+             ("get_memory_info", ()), ("get_device_capability", ())]
     for name, args in calls:
         ours, theirs = outcome(getattr(acc, name), *args), outcome(getattr(torch.accelerator, name), *args)
         assert ours == theirs, (name, args)
@@ -112,8 +113,15 @@ def test_accelerator_on_the_simulator_answers_as_minidl_cuda(sim_state):
     assert acc.max_memory_allocated("cuda:0") >= acc.memory_allocated()
     stats = acc.memory_stats()
     assert stats["allocated_bytes.all.current"] == acc.memory_allocated()
+    assert acc.memory_reserved() == minidl.cuda.memory_reserved() >= acc.memory_allocated()  # the sim caches none
+    assert acc.max_memory_reserved() >= acc.memory_reserved() == stats["reserved_bytes.all.current"]
+    free, total = acc.get_memory_info()
+    assert 0 < free <= total == minidl.cuda.mem_get_info()[1]
+    assert acc.get_device_capability()["supported_dtypes"] >= {minidl.float32, minidl.int64, minidl.bool}
     acc.reset_peak_memory_stats()
     assert acc.max_memory_allocated() == minidl.cuda.max_memory_allocated()
+    acc.reset_accumulated_memory_stats()
+    acc.empty_host_cache()
     acc.empty_cache()
     assert x.is_cuda and not x.is_cpu and x.cpu().is_cpu
 

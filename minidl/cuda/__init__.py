@@ -80,6 +80,27 @@ def max_memory_allocated(device=None) -> int:
     return runtime.max_memory_allocated()
 
 
+def memory_reserved(device=None) -> int:
+    """Bytes the allocator holds from the driver, in use or cached (CuPy's pool; the simulator
+    caches nothing, so there it equals memory_allocated)."""
+    _require()
+    _index(device)
+    return runtime.get().memory_reserved()
+
+
+def max_memory_reserved(device=None) -> int:
+    _require()
+    _index(device)
+    return runtime.max_memory_reserved()
+
+
+def mem_get_info(device=None) -> tuple:
+    """(free, total) bytes of the device."""
+    _require()
+    _index(device)
+    return tuple(runtime.get().memory_info())
+
+
 def reset_peak_memory_stats(device=None) -> None:
     _require()
     _index(device)

@@ -70,6 +70,14 @@ class CupyRuntime:
     def memory_allocated(self) -> int:
         return self.cupy.get_default_memory_pool().used_bytes()
 
+    def memory_reserved(self) -> int:
+        """Bytes CuPy's pool holds from the driver: in use, or cached for reuse."""
+        return self.cupy.get_default_memory_pool().total_bytes()
+
+    def memory_info(self) -> tuple:
+        """(free, total) bytes of the device, as the driver reports them."""
+        return self.cupy.cuda.runtime.memGetInfo()
+
     def empty_cache(self) -> None:
         self.cupy.get_default_memory_pool().free_all_blocks()
 
@@ -102,6 +110,14 @@ class SimRuntime:
     def memory_allocated(self) -> int:
         """Bytes of the device buffers still alive (each is counted until it is garbage)."""
         return self.live_bytes
+
+    def memory_reserved(self) -> int:
+        return self.live_bytes  # (no pool: nothing is cached)
+
+    def memory_info(self) -> tuple:
+        """(free, total): the simulator's device memory is the host's."""
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        return total - self.live_bytes, total
 
     def empty_cache(self) -> None:
         pass
@@ -253,7 +269,7 @@ def raise_pending_errors() -> None:
 
 
 # ---------------------------------------------------------------------------- accounting
-_peak = {"bytes": 0}
+_peak = {"bytes": 0, "reserved": 0}
 transfer_listeners: list = []  # functions (kind, nbytes) told of every host <-> device copy
 
 
@@ -271,6 +287,7 @@ def track(buf):
         rt.live_bytes += buf.nbytes
         weakref.finalize(buf, rt._free, buf.nbytes)
     _peak["bytes"] = max(_peak["bytes"], rt.memory_allocated())
+    _peak["reserved"] = max(_peak["reserved"], rt.memory_reserved())
     return buf
 
 
@@ -278,5 +295,10 @@ def max_memory_allocated() -> int:
     return max(_peak["bytes"], get().memory_allocated())
 
 
+def max_memory_reserved() -> int:
+    return max(_peak["reserved"], get().memory_reserved())
+
+
 def reset_peak_memory_stats() -> None:
     _peak["bytes"] = get().memory_allocated()
+    _peak["reserved"] = get().memory_reserved()
