@@ -8,8 +8,7 @@ from .module import Module
 class _DropoutNd(Module):
     def __init__(self, p: float = 0.5, inplace: bool = False):
         super().__init__()
-        if p < 0 or p > 1:
-            raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
+        F._check_dropout_p(p)
         self.p, self.inplace = p, inplace
 
     def extra_repr(self) -> str:

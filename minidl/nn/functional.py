@@ -121,9 +121,14 @@ def log_softmax(input, dim=None, _stacklevel=3, dtype=None):
     return input.log_softmax(dim)
 
 
-def dropout(input, p: float = 0.5, training: bool = True, inplace: bool = False):
+def _check_dropout_p(p) -> None:
+    """The one check of a dropout probability (functions and modules)."""
     if p < 0.0 or p > 1.0:
         raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
+
+
+def dropout(input, p: float = 0.5, training: bool = True, inplace: bool = False):
+    _check_dropout_p(p)
     if not training or p == 0.0:
         return input
     if p == 1.0:
@@ -472,11 +477,6 @@ def group_norm(input, num_groups: int, weight=None, bias=None, eps: float = 1e-5
 __all__ += ["dropout1d", "dropout2d", "dropout3d"]
 
 
-def _check_p(p) -> None:
-    if p < 0.0 or p > 1.0:
-        raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
-
-
 def _feature_dropout(input, p: float, training: bool, inplace: bool):
     """torch's feature_dropout: zero whole (sample, channel) slices of an input of 2 or more dims
     (dims 0 and 1 are N and C; the rest are shared by the mask), scaling the kept ones by 1/(1-p)."""
@@ -493,6 +493,12 @@ def _feature_dropout(input, p: float, training: bool, inplace: bool):
     return _inplace_result(input, out, inplace)
 
 
+def _unbatched_feature_dropout(input, p: float, training: bool, inplace: bool):
+    """_feature_dropout of an input without a batch dim (its dim 0 is the channels)."""
+    out = _feature_dropout(input.unsqueeze(0), p, training, inplace).squeeze(0)
+    return input if inplace else out
+
+
 def _deprecated_dims_warning(name: str, ndim: int, spatial: str, dims: str) -> None:
     warnings.warn(
         f"{name}: Received a {ndim}-D input to {name}, which is deprecated "
@@ -506,7 +512,7 @@ def _deprecated_dims_warning(name: str, ndim: int, spatial: str, dims: str) -> N
 
 def dropout1d(input, p: float = 0.5, training: bool = True, inplace: bool = False):
     """Zero whole channels of a (N, C, L) input, or of an unbatched (C, L) one."""
-    _check_p(p)
+    _check_dropout_p(p)
     ndim = input.ndim
     if ndim not in (2, 3):
         raise RuntimeError(
@@ -516,15 +522,14 @@ def dropout1d(input, p: float = 0.5, training: bool = True, inplace: bool = Fals
             "(i.e. 2D or 3D inputs).")
     if ndim == 3:
         return _feature_dropout(input, p, training, inplace)
-    out = _feature_dropout(input.unsqueeze(0), p, training, inplace).squeeze(0)
-    return input if inplace else out
+    return _unbatched_feature_dropout(input, p, training, inplace)
 
 
 def dropout2d(input, p: float = 0.5, training: bool = True, inplace: bool = False):
     """As torch's: zero whole channels of dim 1. A 4D input is (N, C, H, W); a 3D input is taken as
     (N, C, L) (channel-wise 1D dropout, with torch's warning); other dims warn as deprecated, a 2D
     input (N, C) then drops single elements, and fewer than 2 dims raise."""
-    _check_p(p)
+    _check_dropout_p(p)
     ndim = input.ndim
     if ndim not in (3, 4):
         _deprecated_dims_warning("dropout2d", ndim, "2", "3D or 4D")
@@ -543,14 +548,13 @@ def dropout2d(input, p: float = 0.5, training: bool = True, inplace: bool = Fals
 def dropout3d(input, p: float = 0.5, training: bool = True, inplace: bool = False):
     """Zero whole channels of a (N, C, D, H, W) input; any other input (warned about unless 4D) is
     taken as unbatched, its dim 0 being the channels."""
-    _check_p(p)
+    _check_dropout_p(p)
     ndim = input.ndim
     if ndim not in (4, 5):
         _deprecated_dims_warning("dropout3d", ndim, "3", "4D or 5D")
     if ndim == 5:
         return _feature_dropout(input, p, training, inplace)
-    out = _feature_dropout(input.unsqueeze(0), p, training, inplace).squeeze(0)
-    return input if inplace else out
+    return _unbatched_feature_dropout(input, p, training, inplace)
 
 
 # ----------------------------------------------------------------------------- attention
