@@ -134,8 +134,7 @@ def _check_bounds(shape, strides, offset, size: int, name: str) -> None:
         raise ValueError(f"the layout of storage {name!r} is malformed")
     if 0 in shape:
         return
-    low = offset + sum((n - 1) * s for n, s in zip(shape, strides) if s < 0)
-    high = offset + sum((n - 1) * s for n, s in zip(shape, strides) if s > 0)
+    low, high = Layout(tuple(shape), tuple(strides), offset).span()
     if low < 0 or high >= size:
         raise ValueError(f"a tensor reaches elements {low}..{high} of storage {name!r}, which has {size}")
 
