@@ -21,6 +21,7 @@ from .legacy_tensors import (BoolTensor, ByteTensor, DoubleTensor, FloatTensor, 
 from .serialization import load, save
 from .threads import get_num_threads, set_num_threads
 from . import accelerator, amp, backends, cuda, multiprocessing, nn, optim, utils  # noqa: E402  (above the Tensor layer)
+from .cuda.streams import Event, Stream  # noqa: E402
 from .amp import autocast
 
 half, float, double = float16, float32, float64

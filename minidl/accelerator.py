@@ -6,9 +6,6 @@ minidl's only accelerator is device 'cuda' (a GPU through CuPy, or the CPU simul
 accelerator is ``device('cuda')``; where it is False there is none, as in a CPU-only torch build:
 ``is_available()`` is False, ``current_accelerator()`` None, ``device_count()`` 0, and the functions
 that need a device raise torch's ``RuntimeError``.
-
-Left out, having nothing behind them in minidl: streams (``current_stream``, ``set_stream``) and
-``Graph`` — every kernel runs on the device's default stream, and nothing captures graphs.
 """
 from __future__ import annotations
 
@@ -18,13 +15,15 @@ from collections import OrderedDict
 
 from . import cuda as _cuda
 from ._device import device as _Device
+from .cuda.graphs import CUDAGraph as _CUDAGraph
 
 __all__ = [
-    "current_accelerator", "current_device_idx", "current_device_index", "device_count", "device_index",
+    "Graph", "current_accelerator", "current_device_idx", "current_device_index", "current_stream", "device_count",
+    "device_index",
     "empty_cache", "empty_host_cache", "get_device_capability", "get_memory_info", "is_available",
     "max_memory_allocated", "max_memory_reserved", "memory_allocated", "memory_reserved", "memory_stats",
     "reset_accumulated_memory_stats", "reset_peak_memory_stats", "set_device_idx", "set_device_index",
-    "synchronize",
+    "set_stream", "synchronize",
 ]
 
 _NONE_AVAILABLE = "Cannot access accelerator device when none is available."
@@ -134,6 +133,51 @@ class device_index:
     def __exit__(self, *exc_info) -> None:
         if self.idx is not None and self.prev_idx >= 0:
             _cuda.set_device(self.prev_idx)
+
+
+# ----------------------------------------------------------------------------- streams and graphs
+def current_stream(device=None, /):
+    """The stream kernels launch on now, on ``device`` (default: the current one)."""
+    index = _get_device_index(device, optional=True)
+    _require()
+    return _cuda.current_stream(index)
+
+
+def set_stream(stream, /) -> None:
+    """Make ``stream`` current, and its device the current one."""
+    _require()
+    acc = current_accelerator()
+    if stream.device.type != acc.type:
+        raise ValueError(f"set_stream: the stream's device type {stream.device.type} doesn't match the "
+                         f"current accelerator {acc}.")
+    _cuda.set_stream(stream)
+
+
+class Graph(_CUDAGraph):
+    """torch.accelerator.Graph: a graph captured from the *current* stream, which must not be the
+    default one (``with minidl.Stream(), Graph() as g:`` or ``capture_begin()``/``capture_end()``).
+
+    ``pool`` and ``capture_error_mode`` are kept on the object (``graph_pool``,
+    ``capture_error_mode``) and used by every capture; "default" is CUDA's "global" (see
+    ``minidl.cuda.graphs`` on the modes)."""
+
+    def __init__(self, keep_graph: bool = False, *, pool=None, capture_error_mode: str = "default"):
+        _require()
+        super().__init__(keep_graph)
+        self.graph_pool = pool
+        self.capture_error_mode = capture_error_mode
+
+    def capture_begin(self) -> None:
+        mode = "global" if self.capture_error_mode == "default" else self.capture_error_mode
+        super().capture_begin(self.graph_pool, capture_error_mode=mode)
+
+    def __enter__(self) -> None:
+        synchronize()
+        empty_cache()
+        self.capture_begin()
+
+    def __exit__(self, *exc_info) -> None:
+        self.capture_end()
 
 
 # ----------------------------------------------------------------------------- memory

@@ -258,8 +258,9 @@ def host_transfers():
 
 def test_transfers_are_counted():
     with host_transfers() as seen:
-        x = minidl.tensor([1.0, 2.0], device="cuda")
+        x = minidl.tensor([1.0, 2.0, 3.0], device="cuda")
         x.tolist()
+        minidl.tensor([1.0, 2.0], device="cuda")  # 8 bytes: a kernel argument, no copy
     assert [s.split(" ")[0] for s in seen if not s.startswith("error")] == ["from_host", "to_host"]
     assert "creation.py" in seen[0]
 

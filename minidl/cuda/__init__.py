@@ -1,5 +1,5 @@
 """``minidl.cuda``, as ``torch.cuda``: whether device 'cuda' can run, synchronisation, memory
-statistics and the GPUs' random generators.
+statistics, streams, events, graphs and the GPUs' random generators.
 
 Imported by ``import minidl``, so it imports nothing heavy: CuPy is loaded by the runtime the
 first time a function here (or a CUDA tensor) needs the device. Device 'cuda' runs on a GPU
@@ -7,7 +7,10 @@ through CuPy, or on the CPU simulator after :func:`sim_enable` / ``MINIDL_CUDA_S
 """
 from . import amp  # noqa: F401  (torch.cuda.amp's spelling)
 from . import runtime
+from .graphs import CUDAGraph, graph, graph_pool_handle, is_current_stream_capturing  # noqa: F401
 from .runtime import sim_enable  # noqa: F401
+from .streams import CudaEvent as Event, CudaStream as Stream  # noqa: F401
+from .streams import StreamContext, current_stream, default_stream, set_stream, stream  # noqa: F401
 
 _current = [0]
 
@@ -63,6 +66,7 @@ def synchronize(device=None) -> None:
     """Wait for every kernel launched so far; raises the IndexError a kernel recorded meanwhile."""
     _require()
     _index(device)
+    runtime.refuse_during_capture("minidl.cuda.synchronize")
     runtime.get().synchronize()
     runtime.raise_pending_errors()
 

@@ -9,6 +9,7 @@ reading kernels on machines without a GPU, not for speed.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib.util
 import os
@@ -81,6 +82,42 @@ class CupyRuntime:
     def empty_cache(self) -> None:
         self.cupy.get_default_memory_pool().free_all_blocks()
 
+    # Streams, events and graphs are CuPy's own; its kernels, cuBLAS calls and pool all work on
+    # CuPy's current stream, so making a stream current is all a launch needs.
+    def on_device(self, index: int):
+        """A context in which ``index`` is CuPy's current device (streams and events belong to one)."""
+        return self.cupy.cuda.Device(index)
+
+    def default_stream(self):
+        return self.cupy.cuda.Stream.null
+
+    def new_stream(self, priority: int):
+        """A stream that does not wait for the legacy default stream, as torch's streams."""
+        return self.cupy.cuda.Stream(non_blocking=True, priority=priority)
+
+    def current_stream(self):
+        return self.cupy.cuda.get_current_stream()
+
+    def use_stream(self, stream) -> None:
+        stream.use()
+
+    def new_event(self, timing: bool, blocking: bool, interprocess: bool):
+        return self.cupy.cuda.Event(block=blocking, disable_timing=not timing, interprocess=interprocess)
+
+    def elapsed_ms(self, start, end) -> float:
+        return self.cupy.cuda.get_elapsed_time(start, end)
+
+    def enqueue(self, function, *args, **kwargs) -> None:
+        """Launch device work: CuPy puts it on its current stream (recorded there while it captures)."""
+        function(*args, **kwargs)
+
+    def new_graph_pool(self):
+        """A pool only graphs allocate from: a captured kernel's addresses stay its own after capture."""
+        return self.cupy.cuda.MemoryPool()
+
+    def allocating_from(self, pool):
+        return self.cupy.cuda.using_allocator(pool.malloc)
+
 
 class SimRuntime:
     """The simulator: buffers are numpy arrays, kernels run as fibers on the CPU."""
@@ -102,7 +139,9 @@ class SimRuntime:
         return 0
 
     def __init__(self):
+        from .sim.streams import SimStream
         self.live_bytes = 0
+        self.stream = self._default_stream = SimStream(ptr=0)
 
     def to_numpy(self, buf):
         return buf.copy()
@@ -124,6 +163,41 @@ class SimRuntime:
 
     def _free(self, nbytes: int) -> None:
         self.live_bytes -= nbytes
+
+    # Streams, events and graphs: the stand-ins in sim/streams.py, with CuPy's methods.
+    def on_device(self, index: int):
+        return contextlib.nullcontext()  # one device
+
+    def default_stream(self):
+        return self._default_stream
+
+    def new_stream(self, priority: int):
+        from .sim.streams import SimStream
+        return SimStream(priority)
+
+    def current_stream(self):
+        return self.stream
+
+    def use_stream(self, stream) -> None:
+        self.stream = stream
+
+    def new_event(self, timing: bool, blocking: bool, interprocess: bool):
+        from .sim.streams import SimEvent
+        return SimEvent(block=blocking, disable_timing=not timing, interprocess=interprocess)
+
+    def elapsed_ms(self, start, end) -> float:
+        from .sim.streams import elapsed_ms
+        return elapsed_ms(start, end)
+
+    def enqueue(self, function, *args, **kwargs) -> None:
+        """Run device work now, or record it while the current stream captures."""
+        self.stream.run_or_record(function, args, kwargs)
+
+    def new_graph_pool(self):
+        return object()  # nothing to set apart: a recorded launch holds its numpy buffers alive
+
+    def allocating_from(self, pool):
+        return contextlib.nullcontext()
 
 
 _runtime = None
@@ -180,6 +254,7 @@ def available() -> bool:
 
 
 _modules: dict = {}
+_kernel_names: dict = {}  # id(kernel function) -> its name, for a graph's debug dump
 
 
 def module(name: str):
@@ -188,7 +263,14 @@ def module(name: str):
     key = (rt.name, name)
     found = _modules.get(key)
     if found is None:
-        found = _modules[key] = functools.lru_cache(maxsize=None)(rt.compile(source(name)))
+        getter = rt.compile(source(name))
+
+        @functools.lru_cache(maxsize=None)
+        def function(kernel_name: str):
+            kernel = getter(kernel_name)
+            _kernel_names[id(kernel)] = kernel_name
+            return kernel
+        found = _modules[key] = function
     return found
 
 
@@ -196,15 +278,33 @@ def launch(kernel, n: int, *args, block: int = BLOCK, shared_mem: int = 0) -> No
     """Run a grid-stride kernel over n work items (nothing when n == 0)."""
     if n <= 0:
         return
-    grid = min((n + block - 1) // block, get().max_blocks)
-    kernel((grid,), (block,), args, shared_mem=shared_mem)
+    enqueue(kernel, (min((n + block - 1) // block, get().max_blocks),), (block,), args, shared_mem=shared_mem)
 
 
 def launch_rows(kernel, rows: int, *args, block: int = BLOCK, shared_mem: int = 0) -> None:
     """Run a block-per-row kernel (rows stepped by gridDim.x) with one block per row, up to the cap."""
     if rows <= 0:
         return
-    kernel((min(rows, get().max_blocks),), (block,), args, shared_mem=shared_mem)
+    enqueue(kernel, (min(rows, get().max_blocks),), (block,), args, shared_mem=shared_mem)
+
+
+capturing: list = []  # the streams capturing a graph now (see graphs.py)
+capture_log = None  # while a graph in debug mode captures: the names of the work launched
+
+
+def enqueue(function, *args, **kwargs) -> None:
+    """Put device work (a kernel, or a function of CuPy calls) on the current stream."""
+    if capture_log is not None:
+        capture_log.append(_kernel_names.get(id(function)) or getattr(function, "__name__", "kernel"))
+    get().enqueue(function, *args, **kwargs)
+
+
+def refuse_during_capture(what: str, why: str = "it makes the host wait for the device") -> None:
+    """Raise where a graph capture is in progress and ``what`` cannot be part of a graph (CUDA
+    itself refuses a synchronous copy or a synchronisation then, and ends the capture)."""
+    if capturing:
+        raise RuntimeError(f"{what} is not permitted while a CUDA graph is being captured: {why}. "
+                           f"Do it before capture_begin or after capture_end")
 
 
 _PACK = struct.Struct(f"<{2 + 2 * MAX_DIMS}q")

@@ -333,3 +333,11 @@ __device__ __forceinline__ void copy_packed_loop(const S *__restrict__ src, long
     COPY_KERNEL(s_suffix, S, f32, float) COPY_KERNEL(s_suffix, S, f64, double)
 COPY_FROM(b8, bool) COPY_FROM(u8, unsigned char) COPY_FROM(i16, short) COPY_FROM(i32, int)
 COPY_FROM(i64, long long) COPY_FROM(f16, half_t) COPY_FROM(f32, float) COPY_FROM(f64, double)
+
+// A number of up to 8 bytes, passed as a kernel argument, stored to device memory: how a Python
+// number reaches the GPU without a copy from the host, which would make the host wait (and which a
+// graph capture refuses). bits holds the value's bytes, little-endian, as on the host.
+extern "C" __global__ void store_bytes(unsigned char *out, unsigned long long bits, int nbytes) {
+    if (blockIdx.x == 0 && threadIdx.x == 0)
+        for (int i = 0; i < nbytes; ++i) out[i] = (unsigned char)(bits >> (8 * i));
+}

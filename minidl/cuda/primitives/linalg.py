@@ -36,10 +36,16 @@ def matmul(a, al, b, bl, out, ol):
     if ol.numel == 0:
         return
     xp = runtime.get().xp
-    av, bv, ov = (_view(xp, buf, layout, "matmul") for buf, layout in ((a, al), (b, bl), (out, ol)))
-    av = av if _blas_ready(al) else xp.ascontiguousarray(av)
-    bv = bv if _blas_ready(bl) else xp.ascontiguousarray(bv)
-    if _blas_ready(ol):
+    views = [_view(xp, buf, layout, "matmul") for buf, layout in ((a, al), (b, bl), (out, ol))]
+    runtime.enqueue(gemm, xp, *views, *(_blas_ready(layout) for layout in (al, bl, ol)))
+
+
+def gemm(xp, av, bv, ov, a_ready, b_ready, out_ready):
+    """The device work of matmul (one piece, so a graph capture records it whole): pack what
+    cuBLAS cannot read in place, multiply."""
+    av = av if a_ready else xp.ascontiguousarray(av)
+    bv = bv if b_ready else xp.ascontiguousarray(bv)
+    if out_ready:
         xp.matmul(av, bv, out=ov)
     else:
         ov[...] = xp.matmul(av, bv)

@@ -3,6 +3,9 @@ import numpy as np
 
 from ... import kernels
 from .. import runtime
+from .common import kernel
+
+ARGUMENT_BYTES = 8  # arrays up to this size travel as a kernel argument, not as a copy
 
 
 @kernels.register("alloc", "cuda")
@@ -12,7 +15,17 @@ def alloc(numel, dtype):
 
 @kernels.register("from_host", "cuda")
 def from_host(array):
+    """A device copy of a host array. A tiny one (a Python number, mostly) is written by a kernel
+    that gets its bytes as an argument: no transfer to wait for, and a graph can capture it."""
     array = np.ascontiguousarray(array).reshape(-1)
+    if array.nbytes <= ARGUMENT_BYTES:
+        buf = runtime.track(runtime.get().xp.empty(array.size, array.dtype))
+        if array.nbytes:
+            bits = np.uint64(int.from_bytes(array.tobytes(), "little"))
+            runtime.launch(kernel("elementwise", "store_bytes"), 1, buf.view(np.uint8), bits,
+                           runtime.i32(array.nbytes))
+        return buf
+    runtime.refuse_during_capture("a copy from the host to a CUDA tensor")
     runtime.note_transfer("from_host", array.nbytes)
     return runtime.track(runtime.get().xp.array(array))
 
@@ -20,6 +33,7 @@ def from_host(array):
 @kernels.register("to_host", "cuda")
 def to_host(buf):
     """The host copy waits for the device, so deferred kernel errors surface here."""
+    runtime.refuse_during_capture("a copy from a CUDA tensor to the host")
     rt = runtime.get()
     runtime.note_transfer("to_host", buf.nbytes)
     host = rt.to_numpy(buf)

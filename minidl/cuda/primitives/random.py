@@ -10,6 +10,8 @@ from .common import kernel
 @kernels.register("random", "cuda")
 def random(kind, out, seed, offset, a, b):
     random_arguments(kind, out, a, b)
+    runtime.refuse_during_capture("random number generation", "the generator's state is a kernel argument, so "
+                                  "every replay would repeat the numbers drawn at capture")
     seed, offset = random_stream(seed, offset)
     n = runtime.i64(out.size)
     if kind == "integers":
