@@ -9,8 +9,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import _bfloat16
+
 
 class dtype:
+    """``np`` is the numpy dtype of the storage: the element type itself, except for bfloat16,
+    which numpy lacks and which is stored as its bits in uint16 (see ``_bfloat16``)."""
     __slots__ = ("name", "np", "itemsize", "is_floating_point", "is_signed", "category", "rank")
 
     def __init__(self, name, np_dtype, category, rank):
@@ -28,6 +32,16 @@ class dtype:
     def __reduce__(self):
         return (from_name, (self.name,))
 
+    def storage_of(self, values) -> np.ndarray:
+        """``values`` (numbers, arrays) as a numpy array of this dtype's storage."""
+        if self is bfloat16:
+            return _bfloat16.from_values(values)
+        return np.asarray(values, self.np, order="C")
+
+    def values_of(self, storage: np.ndarray) -> np.ndarray:
+        """The numbers a host array of this dtype's storage holds (bfloat16 widened to float32)."""
+        return _bfloat16.to_float32(storage) if self is bfloat16 else storage
+
 
 bool_ = dtype("bool", np.bool_, 0, 0)
 uint8 = dtype("uint8", np.uint8, 1, 1)
@@ -35,11 +49,12 @@ int16 = dtype("int16", np.int16, 1, 2)
 int32 = dtype("int32", np.int32, 1, 3)
 int64 = dtype("int64", np.int64, 1, 4)
 float16 = dtype("float16", np.float16, 2, 5)
+bfloat16 = dtype("bfloat16", _bfloat16.BITS, 2, 5)  # float16 and bfloat16 promote to float32
 float32 = dtype("float32", np.float32, 2, 6)
 float64 = dtype("float64", np.float64, 2, 7)
 
-ALL = (bool_, uint8, int16, int32, int64, float16, float32, float64)
-_BY_NP = {d.np: d for d in ALL}
+ALL = (bool_, uint8, int16, int32, int64, float16, bfloat16, float32, float64)
+_BY_NP = {d.np: d for d in ALL if d is not bfloat16}  # numpy has no bfloat16; a uint16 array is no tensor
 _BY_NAME = {d.name: d for d in ALL}
 _BY_NAME.update(half=float16, float=float32, double=float64, int=int32, long=int64, short=int16)
 
@@ -55,7 +70,7 @@ def from_numpy(np_dtype) -> dtype:
         return _BY_NP[np.dtype(np_dtype)]
     except KeyError:
         raise TypeError(f"can't convert numpy array of dtype {np.dtype(np_dtype)}; supported: "
-                        f"{', '.join(d.name for d in ALL)}") from None
+                        f"{', '.join(d.name for d in _BY_NP.values())}") from None
 
 
 def get_default_dtype() -> dtype:
@@ -85,6 +100,8 @@ def to_dtype(d) -> dtype:
 def promote_types(a: dtype, b: dtype) -> dtype:
     if a is b:
         return a
+    if a.rank == b.rank == float16.rank:  # neither half type holds the other
+        return float32
     if a.category != b.category:
         return a if a.category > b.category else b
     if {a, b} == {uint8, int16} or {a, b} == {uint8, int32} or {a, b} == {uint8, int64}:
@@ -126,9 +143,9 @@ def result_type(*operands) -> dtype:
 
 
 def compute_dtype(d: dtype) -> dtype:
-    """The dtype kernels compute in: few signatures, and no float16 on Numba's CPU."""
+    """The dtype kernels compute in: few signatures, and no float16 or bfloat16 arithmetic on Numba's CPU."""
     if d.category == 2:
-        return float32 if d is float16 else d
+        return float32 if d.rank == float16.rank else d
     if d.category == 1:
         return int64
     return bool_

@@ -62,6 +62,8 @@ class Tensor(TensorBase):
         if self._requires_grad and not force:
             raise RuntimeError("Can't call numpy() on Tensor that requires grad. Use tensor.detach().numpy() "
                                "instead.")
+        if self.dtype is dt.bfloat16:
+            raise TypeError("Got unsupported ScalarType BFloat16")  # numpy has no such type
         if self.device.type != "cpu":
             if not force:
                 raise TypeError(f"can't convert {self.device} device type tensor to numpy. Use Tensor.cpu() "
@@ -74,13 +76,19 @@ class Tensor(TensorBase):
         array = self.detach().numpy(force=True)
         return array if dtype is None else array.astype(dtype)
 
+    def _host_values(self) -> np.ndarray:
+        """The elements as a numpy array on the host, for Python to read: bfloat16, which numpy
+        lacks, widened to float32 (exact)."""
+        t = self.detach()
+        return (t.float() if t.dtype is dt.bfloat16 else t).numpy(force=True)
+
     def item(self):
         if self.numel() != 1:
             raise RuntimeError(f"a Tensor with {self.numel()} elements cannot be converted to Scalar")
-        return self.detach().numpy(force=True).reshape(-1)[0].item()
+        return self._host_values().reshape(-1)[0].item()
 
     def tolist(self):
-        return self.detach().numpy(force=True).tolist()
+        return self._host_values().tolist()
 
     def __float__(self):
         return float(self.item())
@@ -177,6 +185,9 @@ class Tensor(TensorBase):
     def half(self):
         return self.to(dt.float16)
 
+    def bfloat16(self):
+        return self.to(dt.bfloat16)
+
     def long(self):
         return self.to(dt.int64)
 
@@ -202,7 +213,7 @@ class Tensor(TensorBase):
         """The implicit gradient of a one-element root: one host value on the CPU (no kernel), a fill
         from a cached device scalar on a GPU (no copy from the host)."""
         if self.device.type == "cpu":
-            return ops.creation.from_host_array(np.ones(self._layout.shape, self.dtype.np), self.device, self.dtype)
+            return ops.creation.from_host_array(np.ones(self._layout.shape), self.device, self.dtype)
         return ops.creation.filled(self._layout.shape, 1, self.dtype, self.device)
 
     def _grad_edge(self):

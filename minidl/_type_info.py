@@ -3,6 +3,19 @@
 import numpy as np
 
 from . import _dtype as dt
+from ._bfloat16 import to_float32
+
+
+class _BFloat16Limits:
+    """numpy's finfo fields for bfloat16, which numpy lacks: float32's exponent, 8 significant bits."""
+    bits, precision = 16, 2
+    eps = 2.0 ** -7
+    max = float(to_float32(0x7F7F))  # the largest finite: exponent 254, all 7 mantissa bits set
+    min = -max
+    smallest_normal = 2.0 ** -126
+
+
+_BFLOAT16 = _BFloat16Limits
 
 
 class finfo:
@@ -13,7 +26,7 @@ class finfo:
         d = dt.get_default_dtype() if type is None else dt.to_dtype(type)
         if not d.is_floating_point:
             raise TypeError(f"finfo: {d} is not a floating point dtype (use iinfo)")
-        info = np.finfo(d.np)
+        info = _BFLOAT16 if d is dt.bfloat16 else np.finfo(d.np)
         self.bits, self.dtype = info.bits, d.name
         self.eps, self.max, self.min = float(info.eps), float(info.max), float(info.min)
         self.tiny = self.smallest_normal = float(info.smallest_normal)

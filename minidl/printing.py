@@ -25,7 +25,7 @@ def _format_array(array: np.ndarray) -> str:
 
 
 def tensor_repr(t) -> str:
-    array = t.detach().cpu().numpy()
+    array = t._host_values()
     body = _format_array(array.astype(np.float32) if array.dtype == np.float16 else array)
     if t.numel() == 0:
         body = "[]" if t.ndim == 1 else body

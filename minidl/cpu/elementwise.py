@@ -7,6 +7,7 @@ as few dims as possible and takes the general strided loop.
 """
 import numpy as np
 
+from .. import _bfloat16 as bfloat16
 from .. import kernels
 from ..layout import Layout, collapse
 from .jit import (
@@ -117,17 +118,19 @@ def where(c, cl, a, al, b, bl, out, ol):
 def copy(src, sl, dst, dl):
     """Strided copy with dtype conversion (float to integer by the rule in ``jit._convert``).
     float16, unknown to Numba on the CPU, converts through numpy: to it, and from it to floats, IEEE
-    rounding; from it to integers, by way of float32 (exact) and the kernel."""
+    rounding; from it to integers and bfloat16, by way of float32 (exact) and the kernel. bfloat16
+    (uint16 bits) is the kernel's own."""
     if dl.numel == 0:
         return
     if dst.dtype == np.float16 or (src.dtype == np.float16 and dst.dtype.kind == "f"):
+        values = numpy_view(src, sl)
         with np.errstate(over="ignore", invalid="ignore"):  # beyond 65504 is inf, as IEEE says
-            numpy_view(dst, dl)[...] = numpy_view(src, sl)
+            numpy_view(dst, dl)[...] = bfloat16.to_float32(values) if src.dtype == bfloat16.BITS else values
         return
     if src.dtype == np.float16:
         src, sl = numpy_view(src, sl).astype(np.float32).reshape(-1), Layout(sl.shape)
     if dst.dtype == np.bool_ and src.dtype != np.bool_:
-        src = src != 0
+        src = (src & 0x7FFF) != 0 if src.dtype == bfloat16.BITS else src != 0  # -0.0 is False
     flat = _flat_stride(sl)
     if flat is not None and dl.is_contiguous:
         shape, items = flat_shape(dl.numel)

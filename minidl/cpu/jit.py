@@ -15,7 +15,9 @@ import math
 
 import numpy as np
 from numba import njit, prange, types
-from numba.extending import overload
+from numba.extending import intrinsic, overload
+
+from .. import _bfloat16
 
 
 # ----------------------------------------------------------------------------- scalar functions
@@ -376,6 +378,10 @@ def _convert(x, out):
     """``x`` converted to ``out``'s dtype. Plain-Python twin of the overload below (runs only with
     NUMBA_DISABLE_JIT=1)."""
     to = out.dtype
+    if to == np.uint16:
+        return x if isinstance(x, np.uint16) else _to_bfloat16(x)
+    if isinstance(x, np.uint16):
+        x = _from_bfloat16(x)
     if isinstance(x, (float, np.floating)) and to.kind in "iu":
         via32 = to.kind == "i" and to.itemsize <= 4
         inside = -2.0 ** 31 - 1 < x < 2.0 ** 31 if via32 else -2.0 ** 63 <= x < 2.0 ** 63
@@ -384,9 +390,57 @@ def _convert(x, out):
     return np.array(x).astype(to)
 
 
+@intrinsic
+def _float32_bits(typingctx, x):
+    """The bits of a float32, as a uint32 (a reinterpretation, no conversion)."""
+    if x != types.float32:
+        return None
+    return types.uint32(x), lambda context, builder, sig, args: builder.bitcast(args[0], context.get_value_type(
+        types.uint32))
+
+
+@intrinsic
+def _float32_from_bits(typingctx, bits):
+    if bits != types.uint32:
+        return None
+    return types.float32(bits), lambda context, builder, sig, args: builder.bitcast(args[0], context.get_value_type(
+        types.float32))
+
+
+# bfloat16 is stored as its bits, in uint16 (the only uint16 arrays minidl has); the formulas are
+# those of minidl/_bfloat16.py, whose functions are the plain-Python twins.
+def _to_bfloat16(x):
+    return _bfloat16.from_values(x)[()]
+
+
+@overload(_to_bfloat16)
+def _to_bfloat16_impl(x):
+    def impl(x):
+        u = _float32_bits(np.float32(x))  # integers and float64 by way of float32, as in PyTorch
+        if (u & 0x7FFFFFFF) > 0x7F800000:
+            return np.uint16((u >> 16) | 0x40)  # NaN: stays one, quiet, with its sign
+        return np.uint16((u + 0x7FFF + ((u >> 16) & 1)) >> 16)  # round to nearest, ties to even
+    return impl
+
+
+def _from_bfloat16(bits):
+    return _bfloat16.to_float32(bits)[()]
+
+
+@overload(_from_bfloat16)
+def _from_bfloat16_impl(bits):
+    return lambda bits: _float32_from_bits(np.uint32(np.uint32(bits) << 16))
+
+
 @overload(_convert)
 def _convert_impl(x, out):
     to = out.dtype
+    if x == types.uint16 and to == types.uint16:
+        return lambda x, out: x
+    if to == types.uint16:
+        return lambda x, out: _to_bfloat16(x)
+    if x == types.uint16:
+        return lambda x, out: _convert(_from_bfloat16(x), out)
     if not (isinstance(x, types.Float) and isinstance(to, types.Integer)):
         return lambda x, out: x  # the store converts
     if to.signed and to.bitwidth <= 32:

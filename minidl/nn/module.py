@@ -336,6 +336,9 @@ class Module:
     def half(self):
         return self._apply(lambda t: t.half() if t.is_floating_point() else t)
 
+    def bfloat16(self):
+        return self._apply(lambda t: t.bfloat16() if t.is_floating_point() else t)
+
     def cpu(self):
         return self._apply(lambda t: t.cpu())
 

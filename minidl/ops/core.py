@@ -80,8 +80,7 @@ def host_scalar(value, dtype) -> np.ndarray:
     """``[value]`` as a numpy array of ``dtype``. Into integer dtypes by way of int64: integers wrap
     into narrower ones (numpy would refuse -1 for uint8), floats truncate, and an integer beyond
     int64 raises OverflowError."""
-    return np.array([value], dtype=np.int64).astype(dtype.np) if dtype.category == 1 else \
-        np.array([value], dtype=dtype.np)
+    return np.array([value], dtype=np.int64).astype(dtype.np) if dtype.category == 1 else dtype.storage_of([value])
 
 
 def scalar_tensor(value, dtype, device) -> TensorBase:

@@ -36,7 +36,7 @@ def _finish(t, requires_grad):
 def from_host_array(array: np.ndarray, device, dtype=None):
     """A new tensor holding a copy of a numpy array on ``device``."""
     dtype = dt.from_numpy(array.dtype) if dtype is None else dtype
-    array = np.asarray(array, dtype=dtype.np, order="C")  # (ascontiguousarray would make 0-d arrays 1-d)
+    array = dtype.storage_of(array)  # (ascontiguousarray would make 0-d arrays 1-d)
     device = as_device(device)
     storage = Storage(kernels.get("from_host", device.type)(array.reshape(-1)), device)
     return make(storage, Layout(array.shape), dtype)
@@ -76,7 +76,7 @@ def _infer_dtype(data):
 
 def _to_numpy_data(data):
     if hasattr(data, "_layout"):
-        return data.detach().cpu().numpy()
+        return data.detach()._host_values()
     if isinstance(data, (list, tuple)):
         try:
             return np.asarray([_to_numpy_data(d) for d in data]) if any(hasattr(d, "_layout") for d in data) \
@@ -136,7 +136,9 @@ def tensor(data, dtype=None, device=None, requires_grad=False):
     array = _to_numpy_data(data)
     if dtype is not None:
         dtype = dt.to_dtype(dtype)
-    elif isinstance(data, (np.ndarray, np.generic)) or hasattr(data, "_layout"):
+    elif hasattr(data, "_layout"):
+        dtype = data.dtype
+    elif isinstance(data, (np.ndarray, np.generic)):
         dtype = dt.from_numpy(array.dtype)  # numpy arrays and numpy scalars keep their dtype, as in PyTorch
     else:
         dtype = _infer_dtype(array)
@@ -146,7 +148,7 @@ def tensor(data, dtype=None, device=None, requires_grad=False):
     elif array.dtype.kind == "f" and dtype.category == 1:  # arrays convert by the copy kernel's rule
         native = array.astype(array.dtype.newbyteorder("="))  # (a writable, native-order copy)
         return _finish(from_host_array(native, device).to(dtype), requires_grad)
-    return _finish(from_host_array(array.astype(dtype.np), device, dtype), requires_grad)
+    return _finish(from_host_array(np.array(array), device, dtype), requires_grad)  # (a copy, never data's memory)
 
 
 def legacy_new(dtype, device, args, name):
@@ -276,7 +278,7 @@ def arange(start, end=None, step=1, dtype=None, device=None, requires_grad=False
     source = _ranges.get(key) if device.type != "cpu" else None
     if source is None:
         array = (values[0] + np.arange(count, dtype=np.float64 if dtype.is_floating_point else np.int64) * values[2])
-        source = from_host_array(array.astype(dtype.np), device, dtype)
+        source = from_host_array(array, device, dtype)
         if device.type == "cpu" or count > _RANGE_CACHE_MAX:
             return _finish(source, requires_grad)
         if len(_ranges) > 256:
@@ -290,12 +292,12 @@ def arange(start, end=None, step=1, dtype=None, device=None, requires_grad=False
 def linspace(start, end, steps, dtype=None, device=None, requires_grad=False):
     dtype = dt.to_dtype(dtype) if dtype is not None else dt.get_default_dtype()
     array = np.linspace(float(start), float(end), int(steps))
-    return _finish(from_host_array(array.astype(dtype.np), device or "cpu", dtype), requires_grad)
+    return _finish(from_host_array(array, device or "cpu", dtype), requires_grad)
 
 
 def eye(n, m=None, dtype=None, device=None, requires_grad=False):
     dtype = dt.to_dtype(dtype) if dtype is not None else dt.get_default_dtype()
-    return _finish(from_host_array(np.eye(n, m, dtype=dtype.np), device or "cpu", dtype), requires_grad)
+    return _finish(from_host_array(np.eye(n, m), device or "cpu", dtype), requires_grad)
 
 
 # ----------------------------------------------------------------------------- random
@@ -335,7 +337,7 @@ def randint(low, high=None, size=None, generator=None, dtype=None, device=None, 
 def randperm(n, generator=None, dtype=None, device=None, requires_grad=False):
     """A host draw (a shuffle is host work; the DataLoader's runs outside the training step)."""
     array = numpy_generator(generator).permutation(n)
-    return _finish(from_host_array(array.astype(dt.to_dtype(dtype or dt.int64).np), device or "cpu"), requires_grad)
+    return _finish(from_host_array(array, device or "cpu", dt.to_dtype(dtype or dt.int64)), requires_grad)
 
 
 def normal(mean, std, size, generator=None, dtype=None, device=None, requires_grad=False):

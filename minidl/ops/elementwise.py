@@ -10,6 +10,7 @@ import math
 import numpy as np
 
 from .. import _dtype as dt
+from .._type_info import finfo
 from ..autograd import Function
 from ..layout import broadcast_shapes, expand
 from .core import (
@@ -449,7 +450,7 @@ def nan_to_num(x, nan=0.0, posinf=None, neginf=None):
     passes where x is finite."""
     if not x.dtype.is_floating_point:
         return x.clone()
-    info = np.finfo(x.dtype.np)
+    info = finfo(x.dtype)
     out = where(isnan(x), nan, x)
     out = where(x == math.inf, float(info.max) if posinf is None else posinf, out)
     return where(x == -math.inf, float(info.min) if neginf is None else neginf, out)

@@ -6,7 +6,8 @@ bump the version counters of everything they wrote, as any in-place op does.
 """
 from __future__ import annotations
 
-from .core import buf, contiguous_data, kernel
+from .. import _dtype as dt
+from .core import buf, cast, contiguous_data, kernel
 
 
 def _packed(t):
@@ -18,15 +19,19 @@ def _packed(t):
 
 
 def _run(name, param, tensors, *scalars):
-    """Launch ``name`` on (param, *tensors); unpacked ones go through packed copies written back."""
+    """Launch ``name`` on (param, *tensors); unpacked ones go through packed copies written back, and
+    so do float16 and bfloat16 ones, updated in float32 and rounded once on the way back."""
     for t in tensors:
         if t is not None and (t.shape != param.shape or t.dtype is not param.dtype or t.device != param.device):
             raise RuntimeError(f"{name}: parameter {list(param.shape)} {param.dtype} on {param.device} and its "
                                f"gradient/state {list(t.shape)} {t.dtype} on {t.device} must match")
     if not param.dtype.is_floating_point:
         raise RuntimeError(f"{name}: parameters must be floating point, got {param.dtype}")
-    operands = [param] + [t if t is not None else param for t in tensors]
-    packed = [t if t._layout.is_contiguous else contiguous_data(t) for t in operands]
+    operands = [param] + [t if t is not None else param for t in tensors]  # (param stands in for a None)
+    compute = dt.compute_dtype(param.dtype)
+    packed = []
+    for t in operands:
+        packed.append(packed[0] if packed and t is param else contiguous_data(cast(t, compute)))
     kernel(name, param)(*(_packed(t) for t in packed), *scalars)
     written = [0] + [i + 1 for i, t in enumerate(tensors) if t is not None and i > 0]  # grad is read only
     for i in written:

@@ -14,8 +14,14 @@ from .views import StridedScatter, view_of
 
 
 def _matmul_raw(a, b):
-    """(..., m, k) @ (..., k, n) with broadcast batch dims, no autograd. The kernel gets the
-    operands' layouts (transposed or broadcast ones included) and packs nothing itself."""
+    """(..., m, k) @ (..., k, n) with broadcast batch dims, no autograd."""
+    return cast(_matmul_compute(a, b), a.dtype)
+
+
+def _matmul_compute(a, b):
+    """``_matmul_raw`` in the kernel's dtype (float32 for the half types, to be rounded once by the
+    caller). The kernel gets the operands' layouts (transposed or broadcast ones included) and packs
+    nothing itself."""
     m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
     compute = dt.compute_dtype(a.dtype)
     ac, bc = cast(a, compute), cast(b, compute)
@@ -31,7 +37,7 @@ def _matmul_raw(a, b):
     out = new_like_shape(batch + (m, n), compute, a)
     if out.numel():
         kernel("matmul", a)(buf(ac), ac._layout, buf(bc), bc._layout, buf(out), out._layout)
-    return cast(out, a.dtype)
+    return out
 
 
 class MatMul(Function):
@@ -56,11 +62,11 @@ class Linear(Function):
 
     @staticmethod
     def forward(ctx, x, weight, bias):
-        out = _matmul_raw(x, view_of(weight, transpose(weight._layout, 0, 1)))
-        if bias is not None:
+        out = _matmul_compute(x, view_of(weight, transpose(weight._layout, 0, 1)))
+        if bias is not None:  # added before the one rounding to x's dtype, as PyTorch's addmm
             binary_raw("binary", "add", out, bias, out.dtype, out.dtype, out=out)
         ctx.save_for_backward(x, weight)
-        return out
+        return cast(out, x.dtype)
 
     @staticmethod
     def backward(ctx, g):

@@ -272,9 +272,26 @@ __device__ __forceinline__ unsigned short float_to_half(float f) {
     return (unsigned short)(sign | h);
 }
 
+// bfloat16 is stored as its bits too: the top half of a float32's (minidl/_bfloat16.py). Widening is
+// a shift; narrowing (from float; other types by way of float, as in PyTorch) rounds to nearest
+// even, and a NaN stays a quiet NaN with its sign.
+struct bf16_t { unsigned short bits; };
+
+__device__ __forceinline__ float bf16_to_float(unsigned int b) { return __uint_as_float(b << 16); }
+
+__device__ __forceinline__ unsigned short float_to_bf16(float f) {
+    unsigned int u = __float_as_uint(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((u >> 16) | 0x40u);
+    return (unsigned short)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+// the float value of a stored element: the half types widen, the others are themselves
+template <class S> __device__ __forceinline__ S widen(S v) { return v; }
+__device__ __forceinline__ float widen(half_t v) { return half_to_float(v.bits); }
+__device__ __forceinline__ float widen(bf16_t v) { return bf16_to_float(v.bits); }
+
 template <class T> struct Cast {
-    template <class S> __device__ static T from(S v) { return (T)v; }
-    __device__ static T from(half_t v) { return (T)half_to_float(v.bits); }
+    template <class S> __device__ static T from(S v) { return (T)widen(v); }
 };
 
 // Float to integer as on the CPU (minidl/cpu/jit.py, _convert): truncate toward zero into int32
@@ -293,19 +310,23 @@ template <class T, class Via> struct CastToInteger {
     template <class S> __device__ static T from(S v) { return (T)v; }  // from integers: the low bits
     __device__ static T from(float v) { return (T)truncate_or_min<Via>(v); }
     __device__ static T from(double v) { return (T)truncate_or_min<Via>(v); }
-    __device__ static T from(half_t v) { return (T)truncate_or_min<Via>(half_to_float(v.bits)); }
+    __device__ static T from(half_t v) { return from(widen(v)); }
+    __device__ static T from(bf16_t v) { return from(widen(v)); }
 };
 template <> struct Cast<unsigned char> : CastToInteger<unsigned char, long long> {};
 template <> struct Cast<short> : CastToInteger<short, int> {};
 template <> struct Cast<int> : CastToInteger<int, int> {};
 template <> struct Cast<long long> : CastToInteger<long long, long long> {};
 template <> struct Cast<bool> {
-    template <class S> __device__ static bool from(S v) { return v != 0; }
-    __device__ static bool from(half_t v) { return half_to_float(v.bits) != 0.0f; }
+    template <class S> __device__ static bool from(S v) { return widen(v) != 0; }
 };
 template <> struct Cast<half_t> {
-    template <class S> __device__ static half_t from(S v) { return half_t{float_to_half((float)v)}; }
+    template <class S> __device__ static half_t from(S v) { return half_t{float_to_half((float)widen(v))}; }
     __device__ static half_t from(half_t v) { return v; }
+};
+template <> struct Cast<bf16_t> {
+    template <class S> __device__ static bf16_t from(S v) { return bf16_t{float_to_bf16((float)widen(v))}; }
+    __device__ static bf16_t from(bf16_t v) { return v; }
 };
 
 // packed: src is a run (stride 1) or a scalar (stride 0, a fill), dst a run
@@ -330,9 +351,11 @@ __device__ __forceinline__ void copy_packed_loop(const S *__restrict__ src, long
     COPY_KERNEL(s_suffix, S, b8, bool) COPY_KERNEL(s_suffix, S, u8, unsigned char)                \
     COPY_KERNEL(s_suffix, S, i16, short) COPY_KERNEL(s_suffix, S, i32, int)                       \
     COPY_KERNEL(s_suffix, S, i64, long long) COPY_KERNEL(s_suffix, S, f16, half_t)                \
-    COPY_KERNEL(s_suffix, S, f32, float) COPY_KERNEL(s_suffix, S, f64, double)
+    COPY_KERNEL(s_suffix, S, bf16, bf16_t) COPY_KERNEL(s_suffix, S, f32, float)                   \
+    COPY_KERNEL(s_suffix, S, f64, double)
 COPY_FROM(b8, bool) COPY_FROM(u8, unsigned char) COPY_FROM(i16, short) COPY_FROM(i32, int)
-COPY_FROM(i64, long long) COPY_FROM(f16, half_t) COPY_FROM(f32, float) COPY_FROM(f64, double)
+COPY_FROM(i64, long long) COPY_FROM(f16, half_t) COPY_FROM(bf16, bf16_t) COPY_FROM(f32, float)
+COPY_FROM(f64, double)
 
 // A number of up to 8 bytes, passed as a kernel argument, stored to device memory: how a Python
 // number reaches the GPU without a copy from the host, which would make the host wait (and which a

@@ -6,6 +6,7 @@ from .. import runtime
 
 SUFFIX = {np.dtype(np.bool_): "b8", np.dtype(np.uint8): "u8", np.dtype(np.int16): "i16",
           np.dtype(np.int32): "i32", np.dtype(np.int64): "i64", np.dtype(np.float16): "f16",
+          np.dtype(np.uint16): "bf16",  # bfloat16's bits (minidl/_bfloat16.py)
           np.dtype(np.float32): "f32", np.dtype(np.float64): "f64"}
 
 
