@@ -16,7 +16,7 @@ from .ops import *  # noqa: F401,F403  (the functional API)
 from .ops import TENSOR_METHODS
 from .ops.random import Generator, default_generator, get_rng_state, initial_seed, manual_seed, seed, set_rng_state
 from ._tensor import Tensor
-from .legacy_tensors import (BoolTensor, ByteTensor, DoubleTensor, FloatTensor, HalfTensor, IntTensor, LongTensor,
+from .legacy_tensors import (BFloat16Tensor, BoolTensor, ByteTensor, DoubleTensor, FloatTensor, HalfTensor, IntTensor, LongTensor,
                              ShortTensor)
 from .serialization import load, save
 from .threads import get_num_threads, set_num_threads

@@ -21,14 +21,15 @@ def _legacy(name, dtype):
 FloatTensor = _legacy("FloatTensor", dt.float32)
 DoubleTensor = _legacy("DoubleTensor", dt.float64)
 HalfTensor = _legacy("HalfTensor", dt.float16)
+BFloat16Tensor = _legacy("BFloat16Tensor", dt.bfloat16)
 LongTensor = _legacy("LongTensor", dt.int64)
 IntTensor = _legacy("IntTensor", dt.int32)
 ShortTensor = _legacy("ShortTensor", dt.int16)
 ByteTensor = _legacy("ByteTensor", dt.uint8)
 BoolTensor = _legacy("BoolTensor", dt.bool_)
 
-_BY_NAME = {cls.__name__: cls for cls in (FloatTensor, DoubleTensor, HalfTensor, LongTensor, IntTensor, ShortTensor,
-                                          ByteTensor, BoolTensor)}
+_BY_NAME = {cls.__name__: cls for cls in (FloatTensor, DoubleTensor, HalfTensor, BFloat16Tensor, LongTensor, IntTensor,
+                                          ShortTensor, ByteTensor, BoolTensor)}
 _NAME_OF = {cls.dtype: name for name, cls in _BY_NAME.items()}
 
 

@@ -90,6 +90,7 @@ LEGACY = {
     "Tensor(t) shares t": lambda lib: (lambda t: (lib.Tensor(t).add_(1), t)[1])(lib.tensor([1.0, 2.0])),
 }
 for _name, _dtype in (("FloatTensor", "float32"), ("DoubleTensor", "float64"), ("HalfTensor", "float16"),
+                      ("BFloat16Tensor", "bfloat16"),
                       ("LongTensor", "int64"), ("IntTensor", "int32"), ("ShortTensor", "int16"),
                       ("ByteTensor", "uint8"), ("BoolTensor", "bool")):
     LEGACY[f"{_name} dtype"] = lambda lib, n=_name: getattr(lib, n)([1, 0]).dtype

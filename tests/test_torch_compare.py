@@ -311,7 +311,7 @@ def test_reductions_into_an_integer_dtype_convert_floats_by_the_rule_like_torch(
 
 
 # ----------------------------------------------------------------------------- type promotion
-DTYPE_NAMES = ["bool", "uint8", "int16", "int32", "int64", "float16", "float32", "float64"]
+DTYPE_NAMES = ["bool", "uint8", "int16", "int32", "int64", "float16", "bfloat16", "float32", "float64"]
 
 
 def _pair(name, ndim):
@@ -346,7 +346,7 @@ def test_promotion_with_python_scalars_matches_torch(a_name, scalar):
             assert (scalar * ma).dtype.name == str((scalar * ta).dtype).replace("torch.", ""), (a_name, scalar)
 
 
-@pytest.mark.parametrize("a_name", ["bool", "uint8", "int32", "int64", "float16", "float32", "float64"])
+@pytest.mark.parametrize("a_name", ["bool", "uint8", "int32", "int64", "float16", "bfloat16", "float32", "float64"])
 def test_true_division_dtypes_match_torch(a_name):
     ma, ta = _pair(a_name, 1)
     for b_name in ("int64", "float32", "float64"):

@@ -17,6 +17,9 @@ from .tensors import Writable, check_like, check_tensor, check_tensor_list, read
 def _check_op(op, tensor_dtype, what: str) -> ReduceOp:
     if not isinstance(op, ReduceOp):
         raise TypeError(f"{what}: op must be a minidl.dist.ReduceOp, got {op!r}")
+    if tensor_dtype == np.uint16:  # minidl's only uint16 buffers hold bfloat16 bits
+        raise TypeError(f"{what}: bfloat16 tensors cannot be reduced yet (the algorithms would combine their "
+                        f"bits as integers); reduce a float32 copy (tensor.float()) and copy it back")
     if op.divides and tensor_dtype.kind != "f":
         raise TypeError(f"{what}: ReduceOp.AVG needs a floating-point tensor, got {tensor_dtype}")
     return op
