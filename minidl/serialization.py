@@ -13,8 +13,8 @@ Two formats, chosen by ``save`` from what the object holds:
   format (no ``layout``: the stored array is the tensor) and files written by the safetensors
   package itself (a flat dict of tensors) still load. A bfloat16 storage is a ``BF16`` entry of
   its raw bits, as torch writes it; the package's numpy helpers know no bfloat16, so minidl writes
-  the file itself (byte for byte what the package writes) and reads it with the package's
-  ``deserialize``, which hands over every dtype's raw bytes.
+  the file itself (as the package writes it, metadata keys in a fixed order) and reads it with the
+  package's ``deserialize``, which hands over every dtype's raw bytes.
 * **pickle archive**, for anything else (numpy arrays, whole ``nn.Module`` objects, other Python
   objects): a zip archive (as torch's own format) holding ``minidl_format`` (``pickle-1``),
   ``data.pkl`` (the pickled object structure) and ``tensors.safetensors`` (the storages of every
@@ -111,9 +111,10 @@ class _Storages:
 
 
 def _safetensors(entries: dict, metadata: dict) -> bytes:
-    """A safetensors file of ``entries`` (name -> (dtype, contiguous host array)), byte for byte as the
-    safetensors package writes it (its numpy helpers know no bfloat16): an 8-byte little-endian header
-    length, the JSON header padded with spaces to a multiple of 8, then the little-endian data."""
+    """A safetensors file of ``entries`` (name -> (dtype, contiguous host array)) as the safetensors
+    package writes it (its numpy helpers know no bfloat16), but with the metadata keys in their given
+    order (the package's come in hash order): an 8-byte little-endian header length, the JSON header
+    padded with spaces to a multiple of 8, then the little-endian data."""
     header, chunks, end = {"__metadata__": metadata}, [], 0
     for name in sorted(entries, key=lambda name: (_ORDER[entries[name][0]], name)):
         dtype, array = entries[name]
