@@ -95,7 +95,7 @@ class _Storages:
         name = self._names.get(id(storage))
         if name is None:
             name = path or "tensor"
-            while name in self.entries:
+            while name in self.entries or name == "__metadata__":  # the header's own key
                 name += "'"
             host = np.ascontiguousarray(kernels.get("to_host", storage.device.type)(storage.buf)).reshape(-1)
             if layout.offset == 0 and layout.is_contiguous and layout.numel == host.size:

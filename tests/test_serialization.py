@@ -122,6 +122,11 @@ def test_foreign_tensors_of_a_dtype_minidl_lacks_raise_naming_the_file(tmp_path)
         minidl.load(tmp_path / "i8")
 
 
+def test_a_tensor_named_like_the_header_metadata_round_trips(tmp_path):
+    minidl.save({"__metadata__": minidl.ones(2), "x": 1}, tmp_path / "md")
+    assert minidl.load(tmp_path / "md")["__metadata__"].tolist() == [1.0, 1.0]
+
+
 def test_file_objects_and_map_location():
     buffer = io.BytesIO()
     minidl.save({"x": minidl.arange(3)}, buffer)
