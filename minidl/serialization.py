@@ -11,7 +11,10 @@ Two formats, chosen by ``save`` from what the object holds:
   so tensors saved together that share storage (a view and its base, tied weights) share it again
   after loading. Loading reads JSON and raw bytes only: it never unpickles. Files of the first
   format (no ``layout``: the stored array is the tensor) and files written by the safetensors
-  package itself (a flat dict of tensors) still load.
+  package itself (a flat dict of tensors) still load. A bfloat16 storage is a ``BF16`` entry of
+  its raw bits, as torch writes it; the package's numpy helpers know no bfloat16, so minidl writes
+  the file itself (as the package writes it, metadata keys in a fixed order) and reads it with the
+  package's ``deserialize``, which hands over every dtype's raw bytes.
 * **pickle archive**, for anything else (numpy arrays, whole ``nn.Module`` objects, other Python
   objects): a zip archive (as torch's own format) holding ``minidl_format`` (``pickle-1``),
   ``data.pkl`` (the pickled object structure) and ``tensors.safetensors`` (the storages of every
@@ -46,20 +49,25 @@ import tempfile
 import zipfile
 
 import numpy as np
-import safetensors.numpy
+import safetensors
 
 from . import _dtype as dt
 from . import cuda, kernels
 from ._tensor import Tensor
 from ._tensor_base import Storage, as_device, make
 from .layout import Layout
-from .ops.creation import from_numpy
 
 _SKELETON_KEY = "minidl.skeleton"
 _FORMAT_KEY = "minidl.format"
 _FORMAT = "2"
 _PICKLE_FORMAT = b"pickle-1"
 _ZIP_MAGIC = b"PK\x03\x04"
+# safetensors dtype codes, in the order the safetensors package stores tensors: widest first (then
+# by name), so each tensor's data is aligned
+_CODES = {dt.int64: "I64", dt.float64: "F64", dt.float32: "F32", dt.int32: "I32", dt.bfloat16: "BF16",
+          dt.float16: "F16", dt.int16: "I16", dt.uint8: "U8", dt.bool_: "BOOL"}
+_DTYPES = {code: d for d, code in _CODES.items()}
+_ORDER = {d: i for i, d in enumerate(_CODES)}
 
 _REFUSAL = ("minidl.load: weights only load failed: {name} is a minidl pickle archive (it holds objects "
             "other than tensors, numbers, strings, None, bools and dict/list/tuple/OrderedDict of them, "
@@ -77,7 +85,7 @@ class _Storages:
     """The distinct storages of the tensors being saved, each once, named by its first tensor's path."""
 
     def __init__(self):
-        self.arrays: dict = {}
+        self.entries: dict = {}  # name -> (dtype, host array)
         self._names: dict = {}   # id(storage) -> name
         self._keep: list = []    # the storages, so their ids stay unique while saving
 
@@ -87,12 +95,12 @@ class _Storages:
         name = self._names.get(id(storage))
         if name is None:
             name = path or "tensor"
-            while name in self.arrays:
+            while name in self.entries or name == "__metadata__":  # the header's own key
                 name += "'"
             host = np.ascontiguousarray(kernels.get("to_host", storage.device.type)(storage.buf)).reshape(-1)
             if layout.offset == 0 and layout.is_contiguous and layout.numel == host.size:
                 host = host.reshape(tuple(layout.shape))  # readable as that tensor by the safetensors package
-            self.arrays[name] = host
+            self.entries[name] = (t.dtype, host)
             self._names[id(storage)] = name
             self._keep.append(storage)
         node = {"$tensor": name, "layout": [list(layout.shape), list(layout.strides), layout.offset],
@@ -102,27 +110,57 @@ class _Storages:
         return node
 
 
-def _storage_buffers(arrays: dict) -> dict:
-    """Loaded safetensors arrays as flat writable CPU buffers, by name."""
+def _safetensors(entries: dict, metadata: dict) -> bytes:
+    """A safetensors file of ``entries`` (name -> (dtype, contiguous host array)) as the safetensors
+    package writes it (its numpy helpers know no bfloat16), but with the metadata keys in their given
+    order (the package's come in hash order): an 8-byte little-endian header length, the JSON header
+    padded with spaces to a multiple of 8, then the little-endian data."""
+    header, chunks, end = {"__metadata__": metadata}, [], 0
+    for name in sorted(entries, key=lambda name: (_ORDER[entries[name][0]], name)):
+        dtype, array = entries[name]
+        chunks.append(memoryview(np.ascontiguousarray(array, dtype.np.newbyteorder("<"))))
+        header[name] = {"dtype": _CODES[dtype], "shape": list(array.shape), "data_offsets": [end, end + array.nbytes]}
+        end += array.nbytes
+    text = json.dumps(header, separators=(",", ":"), ensure_ascii=False).encode()
+    text += b" " * (-len(text) % 8)
+    return b"".join([struct.pack("<Q", len(text)), text, *chunks])
+
+
+def _read(data: bytes, name: str) -> dict:
+    """The tensors of a safetensors file: name -> (dtype, shape, flat writable CPU buffer)."""
+    try:
+        tensors = safetensors.deserialize(data)
+    except Exception as e:  # the package reports corruption with its own exception types
+        raise RuntimeError(f"minidl.load: {name} is corrupted or not a safetensors file ({e})") from None
     out = {}
-    for key, array in arrays.items():
-        flat = np.ascontiguousarray(array).reshape(-1)
-        out[key] = flat if flat.flags.writeable else flat.copy()
+    for key, tensor in tensors:
+        dtype = _DTYPES.get(tensor["dtype"])
+        if dtype is None:
+            raise RuntimeError(f"minidl.load: {name} holds tensor {key!r} of safetensors dtype {tensor['dtype']}, "
+                               f"which minidl lacks (it has {', '.join(_DTYPES)})")
+        flat = np.frombuffer(tensor["data"], dtype.np.newbyteorder("<")).astype(dtype.np, copy=False)
+        out[key] = (dtype, tuple(tensor["shape"]), flat if flat.flags.writeable else flat.copy())
     return out
+
+
+def _whole(dtype, shape, buf):
+    """The CPU tensor of a stored array (a plain safetensors file's tensors, format 1's)."""
+    return make(Storage(buf, as_device("cpu")), Layout(shape), dtype)
 
 
 def _rebuild_tensor(node: dict, buffers: dict, storages: dict):
     """The CPU tensor a node describes; tensors over one saved storage share one Storage."""
     name = node["$tensor"]
+    stored, stored_shape, buf = buffers[name]
     if "layout" not in node:  # format 1: the stored array is the tensor
-        return from_numpy(buffers[name])
+        return _whole(stored, stored_shape, buf)
     storage = storages.get(name)
     if storage is None:
-        storage = storages[name] = Storage(buffers[name], as_device("cpu"))
+        storage = storages[name] = Storage(buf, as_device("cpu"))
     shape, strides, offset = node["layout"]
     dtype = dt.from_name(node["dtype"])
-    if dtype.np != storage.buf.dtype:
-        raise ValueError(f"dtype {dtype.name} does not match its storage's {storage.buf.dtype}")
+    if dtype is not stored:
+        raise ValueError(f"dtype {dtype.name} does not match its storage's {stored.name}")
     _check_bounds(shape, strides, offset, storage.buf.size, name)
     return make(storage, Layout(tuple(shape), tuple(strides), offset), dtype)
 
@@ -269,7 +307,7 @@ def _pickle_archive(obj) -> bytes:
     store = _Storages()
     structure = io.BytesIO()
     _Pickler(structure, store).dump(obj)
-    tensors = safetensors.numpy.save(store.arrays, metadata={_FORMAT_KEY: _FORMAT})
+    tensors = _safetensors(store.entries, {_FORMAT_KEY: _FORMAT})
     out = io.BytesIO()
     with zipfile.ZipFile(out, "w", zipfile.ZIP_STORED) as z:
         z.writestr("minidl_format", _PICKLE_FORMAT)
@@ -286,10 +324,7 @@ def _load_archive(data: bytes, name: str, map_location):
             structure, tensors = z.read("data.pkl"), z.read("tensors.safetensors")
     except (zipfile.BadZipFile, KeyError) as e:
         raise RuntimeError(f"minidl.load: {name} is a corrupted minidl pickle archive ({e})") from None
-    try:
-        buffers = _storage_buffers(safetensors.numpy.load(tensors))
-    except Exception as e:  # the package reports corruption with its own exception types
-        raise RuntimeError(f"minidl.load: {name} has a corrupted tensor part ({e})") from None
+    buffers = _read(tensors, f"the tensor part of {name}")
     return _Unpickler(io.BytesIO(structure), buffers, _Placer(map_location)).load()
 
 
@@ -332,7 +367,7 @@ def save(obj, f) -> None:
         data = _pickle_archive(obj)
     else:
         metadata = {_FORMAT_KEY: _FORMAT, _SKELETON_KEY: json.dumps(skeleton, allow_nan=False)}
-        data = safetensors.numpy.save(store.arrays, metadata=metadata)
+        data = _safetensors(store.entries, metadata)
     _write(data, f)
 
 
@@ -373,17 +408,10 @@ def load(f, map_location=None, weights_only=True):
             raise pickle.UnpicklingError(_REFUSAL.format(name=name))
         return _load_archive(data, name, map_location)
     metadata = _metadata(data, name)
-    try:
-        arrays = safetensors.numpy.load(data)
-    except Exception as e:  # the package reports corruption with its own exception types
-        raise RuntimeError(f"minidl.load: {name} is corrupted or not a safetensors file ({e})") from None
+    buffers = _read(data, name)
     place = _Placer(map_location)
     if metadata.get(_FORMAT_KEY) is None:  # a plain safetensors file: its tensors by name
-        return {key: place(from_numpy(a if a.flags.writeable else a.copy()), "cpu") for key, a in arrays.items()}
-    if metadata[_FORMAT_KEY] == "1":  # tensors stored whole, one per reference
-        buffers = {key: a if a.flags.writeable else a.copy() for key, a in arrays.items()}
-    else:
-        buffers = _storage_buffers(arrays)
+        return {key: place(_whole(*entry), "cpu") for key, entry in buffers.items()}
     try:
         return _decode(json.loads(metadata[_SKELETON_KEY]), buffers, {}, place)
     except (KeyError, TypeError, ValueError) as e:

@@ -1,9 +1,12 @@
 """minidl.save / minidl.load: safetensors files, exact round trips, atomic writes, clear errors."""
 import collections
 import io
+import json
 import math
 import os
 import pickle
+import struct
+import zipfile
 
 import numpy as np
 import pytest
@@ -79,6 +82,49 @@ def test_the_safetensors_package_reads_our_files_and_we_read_its(tmp_path):
     safetensors.numpy.save_file({"a": np.arange(3.0)}, str(tmp_path / "theirs"))
     got = minidl.load(tmp_path / "theirs")
     assert list(got) == ["a"] and got["a"].tolist() == [0.0, 1.0, 2.0]
+
+
+@pytest.mark.parametrize("archive", [False, True])
+def test_our_safetensors_bytes_are_what_the_safetensors_package_writes_for_every_dtype(tmp_path, archive):
+    torch = pytest.importorskip("torch")  # the package's numpy helpers know no bfloat16
+    import safetensors.torch
+    base = minidl.tensor(np.arange(6) % 3)
+    obj = {d: base.to(getattr(minidl, d)) for d in ("bool", "uint8", "int16", "int32", "int64", "float16",
+                                                    "bfloat16", "float32", "float64")}
+    obj.update(view=obj["float32"][::2], scalar=minidl.tensor(2.5), empty=minidl.zeros(0, 3, dtype=minidl.int16))
+    if archive:
+        obj["np"] = np.zeros(1)
+    minidl.save(obj, tmp_path / "all")
+    data = (tmp_path / "all").read_bytes()
+    if archive:
+        with zipfile.ZipFile(tmp_path / "all") as z:
+            data = z.read("tensors.safetensors")
+    (tmp_path / "part").write_bytes(data)
+    with safetensors.safe_open(str(tmp_path / "part"), framework="pt") as f:
+        tensors, metadata = {key: f.get_tensor(key) for key in f.keys()}, f.metadata()
+    assert len(tensors) == 11 and [t.dtype for t in tensors.values()].count(torch.bfloat16) == 1
+    assert _parts(safetensors.torch.save(tensors, metadata=metadata)) == _parts(data)
+
+
+def _parts(data: bytes):
+    """A safetensors file's header (entries in order; the metadata as a dict, since the package orders its keys
+    at random) and data."""
+    (length,) = struct.unpack("<Q", data[:8])
+    header = json.loads(data[8:8 + length], object_pairs_hook=list)
+    metadata = dict(dict(header).pop("__metadata__"))
+    return length, metadata, [pair for pair in header if pair[0] != "__metadata__"], data[8 + length:]
+
+
+def test_foreign_tensors_of_a_dtype_minidl_lacks_raise_naming_the_file(tmp_path):
+    import safetensors.numpy
+    safetensors.numpy.save_file({"a": np.ones(2, np.float32), "b": np.zeros(2, np.int8)}, str(tmp_path / "i8"))
+    with pytest.raises(RuntimeError, match="i8.*'b'.*I8"):
+        minidl.load(tmp_path / "i8")
+
+
+def test_a_tensor_named_like_the_header_metadata_round_trips(tmp_path):
+    minidl.save({"__metadata__": minidl.ones(2), "x": 1}, tmp_path / "md")
+    assert minidl.load(tmp_path / "md")["__metadata__"].tolist() == [1.0, 1.0]
 
 
 def test_file_objects_and_map_location():
@@ -177,7 +223,6 @@ def test_weights_only_false_loads_a_whole_module_with_tensors_outside_the_pickle
     model = minidl.nn.Sequential(minidl.nn.Linear(4, 3), minidl.nn.ReLU(), minidl.nn.Linear(3, 2))
     minidl.save(model, tmp_path / "m")
     data = (tmp_path / "m").read_bytes()
-    import zipfile
     with zipfile.ZipFile(tmp_path / "m") as z:
         assert sorted(z.namelist()) == ["data.pkl", "minidl_format", "tensors.safetensors"]
         structure = z.read("data.pkl")
@@ -227,7 +272,6 @@ def test_tied_weights_in_a_state_dict_stay_tied(tmp_path):
 
 
 def test_checkpoints_of_the_first_format_still_load(tmp_path):
-    import json
     import safetensors.numpy
     skeleton = {"$dict": [["w", {"$tensor": "w"}], ["v", {"$tensor": "v"}], ["n", {"$float": "nan"}],
                           ["t", {"$tuple": [1, "x", None]}]]}
@@ -292,7 +336,6 @@ def test_views_of_gpu_tensors_share_storage_on_either_device(tmp_path, archive):
 
 
 def test_a_layout_outside_its_storage_or_a_broken_archive_raises_naming_the_file(tmp_path):
-    import json
     import safetensors.numpy
     for layout in ([[5], [1], 0], [[2], [1], 3], [[2, 2], [-1, 1], 0], [[2], [1.5], 0], [[2], [1, 1], 0]):
         skeleton = {"$tensor": "s", "layout": layout, "dtype": "float32"}
