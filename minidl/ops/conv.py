@@ -117,7 +117,7 @@ class Convolution(Function):
         n, c, h, w = x.shape
         o = weight.shape[0]
         L = geom[8] * geom[9]
-        cols = _columns(x, geom, True)                                      # (C*kh*kw, N*L)
+        cols = cast(_columns(x, geom, True), x.dtype)                       # (C*kh*kw, N*L)
         if groups == 1:
             y = weight.reshape(o, -1) @ cols                                # (O, N*L)
         else:

@@ -58,7 +58,7 @@ class Linear(Function):
     def forward(ctx, x, weight, bias):
         out = _matmul_raw(x, view_of(weight, transpose(weight._layout, 0, 1)))
         if bias is not None:
-            binary_raw("binary", "add", out, bias, out.dtype, out.dtype, out=out)
+            binary_raw("binary", "add", out, bias, dt.compute_dtype(out.dtype), out.dtype, out=out)
         ctx.save_for_backward(x, weight)
         return out
 
