@@ -97,7 +97,7 @@ CASES = [
     ("logsumexp", lambda t, F, x: x.logsumexp(1), [h(3, 4)], "float32"),
     ("norm", lambda t, F, x: x.norm(), [h(3, 4)], "float32"),
     ("softmax-dtype-given", lambda t, F, x: F.softmax(x, 1, dtype=t.float16), [h(3, 4)], "float16"),
-    # on no list: unchanged
+    # on no list: unchanged (mixed-dtype norms keep the input's dtype, as torch's)
     ("relu", lambda t, F, x: x.relu(), [h(3, 4)], "float16"),
     ("mean", lambda t, F, x: x.mean(), [h(3, 4)], "float16"),
     ("elu", lambda t, F, x: F.elu(x), [h(3, 4)], "float16"),
@@ -107,6 +107,12 @@ CASES = [
     ("std", lambda t, F, x: x.std(), [h(3, 4)], "float16"),
     ("avg_pool2d", lambda t, F, x: F.avg_pool2d(x, 2), [h(1, 2, 4, 4)], "float16"),
     ("batch_norm-no-params", lambda t, F, x: F.batch_norm(x, None, None, training=True), [h(4, 3, 2)], "float16"),
+    ("layer_norm-params", lambda t, F, x, w, b: F.layer_norm(x, (4,), w, b), [h(3, 4), f(4), f(4)], "float32"),
+    ("batch_norm", lambda t, F, x, w, b: F.batch_norm(x, None, None, w, b, training=True),
+     [h(4, 3, 2), f(3), f(3)], "float16"),
+    ("batch_norm-eval", lambda t, F, x: F.batch_norm(x, t.full((3,), 0.1, device=x.device),
+                                                     t.full((3,), 2.0, device=x.device)), [h(4, 3, 2)], "float16"),
+    ("group_norm-params", lambda t, F, x, w, b: F.group_norm(x, 2, w, b), [h(2, 4, 3), f(4), f(4)], "float32"),
     # promote: the widest floating input
     ("cat", lambda t, F, a, b: t.cat([a, b]), [h(2, 3), f(2, 3)], "float32"),
     ("stack", lambda t, F, a, b: t.stack([a, b], 1), [h(2, 3), f(2, 3)], "float32"),

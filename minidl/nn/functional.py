@@ -1,6 +1,7 @@
 """nn.functional: layers and losses as functions, composed from the public Tensor API."""
 from __future__ import annotations
 
+import functools
 import math
 import warnings
 
@@ -152,7 +153,21 @@ def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0, sca
     return out
 
 
+def _mixed_dtype(norm):
+    """PyTorch's norms take a float16 (or bfloat16) input with float32 parameters or running
+    statistics, as autocast hands them a matmul's output: they compute in float32 and give the
+    result in the input's dtype. Other inputs go through unchanged."""
+    @functools.wraps(norm)
+    def wrapped(input, *args, **kwargs):
+        if input.dtype.is_floating_point and input.dtype.itemsize == 2 and any(
+                isinstance(a, minidl.Tensor) and a.dtype is minidl.float32 for a in (*args, *kwargs.values())):
+            return norm(input.float(), *args, **kwargs).to(input.dtype)
+        return norm(input, *args, **kwargs)
+    return wrapped
+
+
 @autocast_op("layer_norm")
+@_mixed_dtype
 def layer_norm(input, normalized_shape, weight=None, bias=None, eps: float = 1e-5):
     if isinstance(normalized_shape, int):
         normalized_shape = (normalized_shape,)
@@ -434,6 +449,7 @@ def _channel_shape(input):
 
 
 @autocast_op("batch_norm")
+@_mixed_dtype
 def batch_norm(input, running_mean, running_var, weight=None, bias=None, training: bool = False,
                momentum: float = 0.1, eps: float = 1e-5):
     """Normalize over every dim but the channel dim 1. In training mode the batch statistics are used and
@@ -469,6 +485,7 @@ def batch_norm(input, running_mean, running_var, weight=None, bias=None, trainin
 
 
 @autocast_op("group_norm")
+@_mixed_dtype
 def group_norm(input, num_groups: int, weight=None, bias=None, eps: float = 1e-5):
     if input.ndim < 2 or input.shape[1] % num_groups:
         raise RuntimeError(f"group_norm: expected an input with a channel count divisible by {num_groups}, "
