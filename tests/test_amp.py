@@ -1,6 +1,7 @@
 """Automatic mixed precision against PyTorch 2.13: autocast's cast policies op by op (torch's CPU
 autocast is the oracle; for device 'cuda', on the simulator, the expected dtypes are torch's CUDA
-lists from its autocast_mode.h) and whole training steps under autocast. bfloat16 tests wait for
+lists from its autocast_mode.h), whole training steps under autocast with and without GradScaler,
+and GradScaler step by step against torch's GradScaler('cpu'). bfloat16 tests wait for
 ``minidl.bfloat16`` (they skip while minidl has no such dtype)."""
 import warnings
 
@@ -386,6 +387,146 @@ def test_training_steps_under_autocast_match_torch(conv, adam, low):
         _check_params(ours, theirs, low)
 
 
+@pytest.mark.parametrize("low", [pytest.param("float16"), pytest.param("bfloat16", marks=needs_bf16)])
+def test_training_with_grad_scaler_matches_torch_step_by_step(low):
+    """scale -> backward -> unscale_ -> clip_grad_norm_ -> step -> update, with torch's
+    GradScaler('cpu') beside; step 2 gets an inf gradient: skipped, and the scale backs off."""
+    ours, theirs = _models(False)
+    opt, topt = _optimizers(ours, theirs, adam=True)
+    scaler = minidl.amp.GradScaler("cpu", init_scale=2.0 ** 10, growth_interval=2)
+    tscaler = torch.amp.GradScaler("cpu", init_scale=2.0 ** 10, growth_interval=2)
+    for step, (x, y) in enumerate(_batches(False, 6)):
+        opt.zero_grad()
+        topt.zero_grad()
+        loss, ref = _loss(minidl, ours, x, y, LOW[low][0]), _loss(torch, theirs, x, y, LOW[low][1])
+        scaled, tscaled = scaler.scale(loss), tscaler.scale(ref)
+        assert scaled.dtype is minidl.float32
+        close(scaled, tscaled, low)
+        scaled.backward()
+        tscaled.backward()
+        if step == 2:
+            first, tfirst = next(ours.parameters()), next(theirs.parameters())
+            first.grad[0, 0] = float("inf")
+            tfirst.grad[0, 0] = float("inf")
+        before = [p.detach().clone() for p in ours.parameters()]
+        scaler.unscale_(opt)
+        tscaler.unscale_(topt)
+        norm = nn.utils.clip_grad_norm_(ours.parameters(), 1.0)
+        tnorm = torch.nn.utils.clip_grad_norm_(theirs.parameters(), 1.0)
+        assert np.isinf(norm.item()) == np.isinf(tnorm.item()) == (step == 2)
+        scaler.step(opt)
+        tscaler.step(topt)
+        scaler.update()
+        tscaler.update()
+        assert scaler.state_dict() == tscaler.state_dict()
+        if step == 2:
+            assert all(minidl.equal(p, b) for p, b in zip(ours.parameters(), before))   # skipped
+        _check_params(ours, theirs, low)
+    assert scaler.get_scale() == tscaler.get_scale() == 2.0 ** 11   # grew twice, backed off once
+
+
+# ----------------------------------------------------------------------------- GradScaler alone
+def _one_param(lib, grad):
+    p = lib.nn.Parameter(lib.ones(3))
+    return p, lib.optim.SGD([p], lr=0.5), grad
+
+
+def test_grad_scaler_errors_and_defaults_as_torchs():
+    for lib in (minidl, torch):
+        scaler = lib.amp.GradScaler("cpu")
+        assert scaler.is_enabled() and scaler.get_scale() == 2.0 ** 16
+        assert (scaler.get_growth_factor(), scaler.get_backoff_factor(), scaler.get_growth_interval()) == \
+            (2.0, 0.5, 2000)
+        assert scaler.state_dict() == {"scale": 65536.0, "growth_factor": 2.0, "backoff_factor": 0.5,
+                                       "growth_interval": 2000, "_growth_tracker": 0}
+        p, opt, _ = _one_param(lib, None)
+        for call in (scaler.unscale_, scaler.step):
+            with pytest.raises(AssertionError, match=f"Attempted {call.__name__} but _scale is None.  This may "
+                                                     "indicate your script did not use scaler.scale"):
+                call(opt)
+        with pytest.raises(AssertionError, match="The growth factor must be > 1.0."):
+            lib.amp.GradScaler("cpu", growth_factor=1.0)
+        with pytest.raises(AssertionError, match="The backoff factor must be < 1.0."):
+            lib.amp.GradScaler("cpu", backoff_factor=1.0)
+        with pytest.raises(ValueError, match="outputs must be a Tensor or an iterable of Tensors"):
+            scaler.scale(1.0)
+        out = scaler.scale([lib.ones(1), (lib.ones(2, dtype=lib.float16), [lib.ones(())])])
+        assert isinstance(out, list) and isinstance(out[1], tuple) and out[0].tolist() == [65536.0]
+        assert name_of(out[1][0].dtype) == "float16" and out[1][0].isinf().all()   # 65536 overflows float16
+        with pytest.raises(AssertionError, match="No inf checks were recorded for this optimizer."):
+            scaler.step(opt)   # no gradients
+        with pytest.raises(RuntimeError, match="unscale_\\(\\) has already been called on this optimizer"):
+            scaler.unscale_(opt)
+        scaler.update(new_scale=8.0)
+        p.grad = lib.ones(3)
+        scaler.unscale_(opt)
+        assert p.grad.tolist() == [0.125] * 3
+        scaler.step(opt)
+        with pytest.raises(RuntimeError, match="unscale_\\(\\) is being called after step\\(\\)."):
+            scaler.unscale_(opt)
+        with pytest.raises(RuntimeError, match="step\\(\\) has already been called since the last update\\(\\)."):
+            scaler.step(opt)
+        scaler.update()
+        with pytest.raises(RuntimeError, match="Closure use is not currently supported if GradScaler is enabled."):
+            scaler.step(opt, closure=lambda: 0)
+        with pytest.raises(AssertionError, match="new_scale should be a float or a 1-element"):
+            scaler.update(new_scale=lib.tensor([1.0, 2.0]))
+        scaler.update(new_scale=lib.tensor(4.0))
+        assert scaler.get_scale() == 4.0
+        h = lib.nn.Parameter(lib.ones(2, dtype=lib.float16))
+        h.grad = lib.ones(2, dtype=lib.float16)
+        with pytest.raises(ValueError, match="Attempting to unscale FP16 gradients."):
+            scaler.unscale_(lib.optim.SGD([h], lr=1.0))
+        with pytest.raises(RuntimeError, match="The source state dict is empty"):
+            scaler.load_state_dict({})
+
+
+def test_grad_scaler_growth_backoff_and_state_dict_round_trip_with_torch():
+    scalers = (minidl.amp.GradScaler("cpu", init_scale=4.0, growth_interval=3),
+               torch.amp.GradScaler("cpu", init_scale=4.0, growth_interval=3))
+    history = []
+    for scaler, lib in zip(scalers, (minidl, torch)):
+        p = lib.nn.Parameter(lib.ones(2))
+        opt = lib.optim.SGD([p], lr=0.1)
+        log = []
+        for step in range(9):
+            opt.zero_grad()
+            scaler.scale((p * p).sum()).backward()
+            if step in (4, 5):
+                p.grad[1] = float("nan") if step == 4 else float("inf")
+            scaler.step(opt)   # unscales first
+            scaler.update()
+            log.append((scaler.get_scale(), scaler._get_growth_tracker(), p.tolist()))
+        history.append(log)
+    assert history[0] == history[1]
+    ours, theirs = scalers
+    fresh, tfresh = minidl.amp.GradScaler("cpu"), torch.amp.GradScaler("cpu")
+    fresh.load_state_dict(theirs.state_dict())
+    tfresh.load_state_dict(ours.state_dict())
+    assert fresh.state_dict() == tfresh.state_dict() == theirs.state_dict()
+
+
+def test_disabled_grad_scaler_passes_everything_through(monkeypatch):
+    monkeypatch.setattr(minidl.cuda, "is_available", lambda: False)
+    with pytest.warns(UserWarning, match="GradScaler is enabled, but CUDA is not available.  Disabling."):
+        scaler = minidl.amp.GradScaler()
+    with pytest.warns(FutureWarning, match="minidl.cuda.amp.GradScaler\\(args...\\)` is deprecated"):
+        minidl.cuda.amp.GradScaler(enabled=False)
+    for scaler in (scaler, minidl.amp.GradScaler("cpu", enabled=False)):
+        p, opt, _ = _one_param(minidl, None)
+        loss = (p * p).sum()
+        assert scaler.scale(loss) is loss and not scaler.is_enabled() and scaler.get_scale() == 1.0
+        loss.backward()
+        scaler.unscale_(opt)
+        scaler.step(opt)
+        scaler.update()
+        assert p.tolist() == [0.0] * 3   # an ordinary step: 1 - 0.5 * 2
+        assert scaler.state_dict() == {}
+        scaler.load_state_dict({"scale": 8.0, "growth_factor": 2.0, "backoff_factor": 0.5, "growth_interval": 2000,
+                                "_growth_tracker": 0})
+        assert scaler.get_scale() == 1.0
+
+
 # ----------------------------------------------------------------------------- device 'cuda' (simulator)
 @pytest.fixture
 def cuda():
@@ -416,3 +557,30 @@ def test_cuda_autocast_leaves_cpu_tensors_alone_and_bans_binary_cross_entropy(cu
         region = minidl.cuda.amp.autocast()
     with region:
         assert minidl.is_autocast_enabled("cuda") and minidl.get_autocast_dtype("cuda") is minidl.float16
+
+
+def test_cuda_training_step_with_grad_scaler_matches_torch_on_the_cpu(cuda):
+    """The 'cuda' autocast policies (float16 matmuls, float32 softmax and loss) and a GradScaler('cuda')."""
+    ours, theirs = _models(False)
+    ours.to("cuda")
+    opt, topt = _optimizers(ours, theirs, adam=False)
+    scaler, tscaler = minidl.amp.GradScaler("cuda", init_scale=256.0), torch.amp.GradScaler("cpu", init_scale=256.0)
+    for x, y in _batches(False, 2):
+        opt.zero_grad()
+        topt.zero_grad()
+        with minidl.autocast("cuda"):
+            out = ours(minidl.tensor(x, device="cuda"))
+            loss = minidl.nn.functional.cross_entropy(out, minidl.tensor(y, device="cuda"))
+        assert out.dtype is minidl.float16 and loss.dtype is minidl.float32
+        ref = _loss(torch, theirs, x, y, torch.float16)
+        close(loss.cpu(), ref, "float16")
+        scaler.scale(loss).backward()
+        tscaler.scale(ref).backward()
+        scaler.step(opt)
+        tscaler.step(topt)
+        scaler.update()
+        tscaler.update()
+        assert scaler._scale.device.type == "cuda" and scaler.state_dict() == tscaler.state_dict()
+        for mine, its in zip(ours.parameters(), theirs.parameters()):
+            assert mine.device.type == "cuda" and mine.grad.dtype is minidl.float32
+            close(mine.cpu(), its, "float16")

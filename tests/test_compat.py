@@ -89,7 +89,7 @@ def _sgd_run(use_scaler):
     minidl.manual_seed(0)
     model = nn.Linear(3, 1)
     optimizer = minidl.optim.SGD(model.parameters(), lr=0.1)
-    scaler = minidl.amp.GradScaler() if use_scaler else None
+    scaler = minidl.amp.GradScaler("cpu") if use_scaler else None
     x, y = minidl.randn(8, 3), minidl.randn(8, 1)
     for _ in range(3):
         optimizer.zero_grad()
@@ -106,18 +106,18 @@ def _sgd_run(use_scaler):
     return [p.detach().numpy().copy() for p in model.parameters()], scaler
 
 
-def test_grad_scaler_is_inert():
+def test_grad_scaler_scaling_by_a_power_of_two_leaves_float32_steps_exact():
     plain, _ = _sgd_run(False)
     scaled, scaler = _sgd_run(True)
     for a, b in zip(plain, scaled):
         np.testing.assert_array_equal(a, b)
-    assert not scaler.is_enabled() and scaler.get_scale() == 1.0
+    assert scaler.is_enabled() and scaler.get_scale() == 2.0 ** 16
     state = scaler.state_dict()
-    fresh = minidl.cuda.amp.GradScaler(init_scale=1024.0)
+    assert state == {"scale": 65536.0, "growth_factor": 2.0, "backoff_factor": 0.5, "growth_interval": 2000,
+                     "_growth_tracker": 3}
+    fresh = minidl.amp.GradScaler("cpu", init_scale=1024.0)
     fresh.load_state_dict(state)
     assert fresh.state_dict() == state
-    fresh.load_state_dict({"scale": 65536.0, "growth_factor": 2.0, "backoff_factor": 0.5, "growth_interval": 2000,
-                           "_growth_tracker": 0})  # an enabled PyTorch scaler's state loads too
 
 
 # ----------------------------------------------------------------------------- shared memory

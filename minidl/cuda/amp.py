@@ -17,6 +17,11 @@ class autocast(amp.autocast):
         super().__init__("cuda", dtype=dtype, enabled=enabled, cache_enabled=cache_enabled)
 
 
-GradScaler = amp.GradScaler
+class GradScaler(amp.GradScaler):
+    def __init__(self, init_scale: float = 2.0 ** 16, growth_factor: float = 2.0, backoff_factor: float = 0.5,
+                 growth_interval: int = 2000, enabled: bool = True):
+        _deprecated("GradScaler", "GradScaler('cuda', args...)")
+        super().__init__("cuda", init_scale, growth_factor, backoff_factor, growth_interval, enabled)
+
 
 __all__ = ["GradScaler", "autocast"]
