@@ -14,6 +14,9 @@ from ._type_info import finfo, iinfo
 from .layout import Size
 from .ops import *  # noqa: F401,F403  (the functional API)
 from .ops import TENSOR_METHODS
+from .ops.autocast_mode import (clear_autocast_cache, get_autocast_dtype, is_autocast_cache_enabled,
+                                is_autocast_enabled, set_autocast_cache_enabled, set_autocast_dtype,
+                                set_autocast_enabled)
 from .ops.random import Generator, default_generator, get_rng_state, initial_seed, manual_seed, seed, set_rng_state
 from ._tensor import Tensor
 from .legacy_tensors import (BFloat16Tensor, BoolTensor, ByteTensor, DoubleTensor, FloatTensor, HalfTensor, IntTensor, LongTensor,

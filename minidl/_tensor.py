@@ -337,10 +337,10 @@ class Tensor(TensorBase):
         return ew.Remainder.apply(as_operand(other, self), self)
 
     def __pow__(self, other):
-        return ew.Pow.apply(self, other if type(other) is Tensor else as_operand(other, self))
+        return ops.pow(self, other)   # (through the function: its autocast policy applies)
 
     def __rpow__(self, other):
-        return ew.Pow.apply(as_operand(other, self), self)
+        return ops.pow(other, self)
 
     def __matmul__(self, other):
         return ops.matmul(self, other)

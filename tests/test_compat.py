@@ -1,4 +1,4 @@
-"""The small namespaces PyTorch scripts touch: backends flags, cuda availability, inert AMP, and
+"""The small namespaces PyTorch scripts touch: backends flags, cuda availability, AMP spellings, and
 shared memory across processes (share_memory_, minidl.multiprocessing, Hogwild training)."""
 import gc
 import os
@@ -60,21 +60,28 @@ def test_import_minidl_imports_no_gpu_library():
 
 
 # ----------------------------------------------------------------------------- automatic mixed precision
-def test_autocast_changes_nothing():
+def test_autocast_spellings(monkeypatch):
+    """The spellings scripts use (tests/test_amp.py checks what the regions do against PyTorch)."""
+    monkeypatch.setattr(minidl.cuda, "is_available", lambda: False)
     x, w = minidl.randn(4, 3), minidl.randn(3, 2)
     expected = x @ w
-    for region in (minidl.autocast("cpu", dtype=minidl.float16), minidl.amp.autocast("cuda"),
-                   minidl.cuda.amp.autocast(), minidl.autocast("cuda", enabled=False)):
+    with minidl.autocast("cpu", dtype=minidl.float16), minidl.amp.autocast("cpu", enabled=False):
+        assert minidl.equal(x @ w, expected)
+    with pytest.warns(UserWarning, match="CUDA is not available. Disabling autocast."):
+        region = minidl.amp.autocast("cuda")
+    with pytest.warns(FutureWarning, match="minidl.cuda.amp.autocast"):
+        old = minidl.cuda.amp.autocast(enabled=False)
+    for region in (region, old, minidl.autocast("cuda", enabled=False)):
         with region:
-            y = x @ w
-        assert y.dtype is minidl.float32 and minidl.equal(y, expected)
+            assert minidl.equal(x @ w, expected)
 
-    @minidl.autocast("cpu")
+    @minidl.autocast("cpu", dtype=minidl.float16)
     def product(a, b):
         return a @ b
 
-    assert minidl.equal(product(x, w), expected)
-    with pytest.raises(ValueError, match="autocast: expected a device type"):
+    assert product(x, w).dtype is minidl.float16
+    assert minidl.allclose(product(x, w).float(), expected, rtol=1e-2, atol=1e-2)
+    with pytest.raises(ValueError, match="Expected `device_type` of type `str`"):
         minidl.autocast(minidl.float16)
 
 
@@ -82,11 +89,11 @@ def _sgd_run(use_scaler):
     minidl.manual_seed(0)
     model = nn.Linear(3, 1)
     optimizer = minidl.optim.SGD(model.parameters(), lr=0.1)
-    scaler = minidl.amp.GradScaler() if use_scaler else None
+    scaler = minidl.amp.GradScaler("cpu") if use_scaler else None
     x, y = minidl.randn(8, 3), minidl.randn(8, 1)
     for _ in range(3):
         optimizer.zero_grad()
-        with minidl.autocast("cpu", enabled=use_scaler):
+        with minidl.autocast("cpu", enabled=False):
             loss = ((model(x) - y) ** 2).mean()
         if scaler is None:
             loss.backward()
@@ -99,18 +106,18 @@ def _sgd_run(use_scaler):
     return [p.detach().numpy().copy() for p in model.parameters()], scaler
 
 
-def test_grad_scaler_is_inert():
+def test_grad_scaler_scaling_by_a_power_of_two_leaves_float32_steps_exact():
     plain, _ = _sgd_run(False)
     scaled, scaler = _sgd_run(True)
     for a, b in zip(plain, scaled):
         np.testing.assert_array_equal(a, b)
-    assert not scaler.is_enabled() and scaler.get_scale() == 1.0
+    assert scaler.is_enabled() and scaler.get_scale() == 2.0 ** 16
     state = scaler.state_dict()
-    fresh = minidl.cuda.amp.GradScaler(init_scale=1024.0)
+    assert state == {"scale": 65536.0, "growth_factor": 2.0, "backoff_factor": 0.5, "growth_interval": 2000,
+                     "_growth_tracker": 3}
+    fresh = minidl.amp.GradScaler("cpu", init_scale=1024.0)
     fresh.load_state_dict(state)
     assert fresh.state_dict() == state
-    fresh.load_state_dict({"scale": 65536.0, "growth_factor": 2.0, "backoff_factor": 0.5, "growth_interval": 2000,
-                           "_growth_tracker": 0})  # an enabled PyTorch scaler's state loads too
 
 
 # ----------------------------------------------------------------------------- shared memory

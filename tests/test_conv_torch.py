@@ -98,6 +98,21 @@ def test_conv_transpose2d(kw):
              (2, 4, 5, 4))
 
 
+def test_float16_conv2d_and_linear_with_bias():
+    """float16 operands in, float16 out, as PyTorch's CPU ops (computed in float32 here)."""
+    rng = np.random.RandomState(0)
+    x, w, b = (rng.randn(*s).astype(np.float16) for s in ((2, 3, 5, 5), (4, 3, 3, 3), (4,)))
+    ours = F.conv2d(minidl.tensor(x), minidl.tensor(w), minidl.tensor(b), padding=1)
+    theirs = torch.nn.functional.conv2d(torch.tensor(x), torch.tensor(w), torch.tensor(b), padding=1)
+    assert ours.dtype is minidl.float16
+    np.testing.assert_allclose(ours.float().numpy(), theirs.float().numpy(), rtol=2e-3, atol=2e-3)
+    x, w = x.reshape(2, -1)[:, :27], w.reshape(4, -1)
+    ours = F.linear(minidl.tensor(x), minidl.tensor(w), minidl.tensor(b))
+    theirs = torch.nn.functional.linear(torch.tensor(x), torch.tensor(w), torch.tensor(b))
+    assert ours.dtype is minidl.float16
+    np.testing.assert_allclose(ours.float().numpy(), theirs.float().numpy(), rtol=2e-3, atol=2e-3)
+
+
 @pytest.mark.parametrize("kw", [dict(kernel_size=2), dict(kernel_size=3, stride=2, padding=1, ceil_mode=True),
                                 dict(kernel_size=(2, 3), stride=(1, 2), dilation=(2, 1), return_indices=True),
                                 dict(kernel_size=3, stride=2, dilation=2, padding=1, ceil_mode=True,

@@ -1,11 +1,13 @@
 """nn.functional: layers and losses as functions, composed from the public Tensor API."""
 from __future__ import annotations
 
+import functools
 import math
 import warnings
 
 import minidl
 from minidl.autograd import Function
+from minidl.ops.autocast_mode import autocast_op
 
 __all__ = [
     "linear", "relu", "relu_", "gelu", "silu", "leaky_relu", "elu", "softplus", "sigmoid", "tanh", "logsigmoid",
@@ -72,12 +74,14 @@ def leaky_relu(input, negative_slope: float = 0.01, inplace: bool = False):
     return _inplace_result(input, out, inplace)
 
 
+@autocast_op("elu")
 def elu(input, alpha: float = 1.0, inplace: bool = False):
     neg = minidl.where(input > 0, 0.0, input)
     out = minidl.where(input > 0, input, alpha * neg.expm1())
     return _inplace_result(input, out, inplace)
 
 
+@autocast_op("softplus")
 def softplus(input, beta: float = 1.0, threshold: float = 20.0):
     scaled = input * beta
     over = scaled > threshold
@@ -93,6 +97,7 @@ def tanh(input):
     return input.tanh()
 
 
+@autocast_op("logsigmoid")
 def logsigmoid(input):
     """log(sigmoid(x)), stable on both sides and exact in gradient everywhere."""
     pos = input >= 0
@@ -106,19 +111,15 @@ def _softmax_dim(ndim):
 
 
 def softmax(input, dim=None, _stacklevel=3, dtype=None):
-    if dtype is not None:
-        input = input.to(dtype)
     if dim is None:
         dim = _softmax_dim(input.ndim)
-    return input.softmax(dim)
+    return input.softmax(dim, dtype=dtype)
 
 
 def log_softmax(input, dim=None, _stacklevel=3, dtype=None):
-    if dtype is not None:
-        input = input.to(dtype)
     if dim is None:
         dim = _softmax_dim(input.ndim)
-    return input.log_softmax(dim)
+    return input.log_softmax(dim, dtype=dtype)
 
 
 def _check_dropout_p(p) -> None:
@@ -152,6 +153,21 @@ def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0, sca
     return out
 
 
+def _mixed_dtype(norm):
+    """PyTorch's norms take a float16 (or bfloat16) input with float32 parameters or running
+    statistics, as autocast hands them a matmul's output: they compute in float32 and give the
+    result in the input's dtype. Other inputs go through unchanged."""
+    @functools.wraps(norm)
+    def wrapped(input, *args, **kwargs):
+        if input.dtype.is_floating_point and input.dtype.itemsize == 2 and any(
+                isinstance(a, minidl.Tensor) and a.dtype is minidl.float32 for a in (*args, *kwargs.values())):
+            return norm(input.float(), *args, **kwargs).to(input.dtype)
+        return norm(input, *args, **kwargs)
+    return wrapped
+
+
+@autocast_op("layer_norm")
+@_mixed_dtype
 def layer_norm(input, normalized_shape, weight=None, bias=None, eps: float = 1e-5):
     if isinstance(normalized_shape, int):
         normalized_shape = (normalized_shape,)
@@ -232,6 +248,7 @@ def _check_same_size(input, target, name):
                       "broadcasting. Please ensure they have the same size.", stacklevel=3)
 
 
+@autocast_op("mse_loss")
 def mse_loss(input, target, size_average=None, reduce=None, reduction: str = "mean", weight=None):
     reduction = _legacy_reduction(size_average, reduce, reduction)
     _check_same_size(input, target, "mse_loss")
@@ -242,6 +259,7 @@ def mse_loss(input, target, size_average=None, reduce=None, reduction: str = "me
     return _reduce(loss, reduction)
 
 
+@autocast_op("l1_loss")
 def l1_loss(input, target, size_average=None, reduce=None, reduction: str = "mean", weight=None):
     reduction = _legacy_reduction(size_average, reduce, reduction)
     _check_same_size(input, target, "l1_loss")
@@ -251,6 +269,7 @@ def l1_loss(input, target, size_average=None, reduce=None, reduction: str = "mea
     return _reduce(loss, reduction)
 
 
+@autocast_op("smooth_l1_loss")
 def smooth_l1_loss(input, target, size_average=None, reduce=None, reduction: str = "mean", beta: float = 1.0):
     reduction = _legacy_reduction(size_average, reduce, reduction)
     _check_same_size(input, target, "smooth_l1_loss")
@@ -263,6 +282,7 @@ def smooth_l1_loss(input, target, size_average=None, reduce=None, reduction: str
     return _reduce(loss, reduction)
 
 
+@autocast_op("huber_loss")
 def huber_loss(input, target, reduction: str = "mean", delta: float = 1.0, weight=None):
     d = (input - target).abs()
     loss = minidl.where(d < delta, 0.5 * d * d, delta * (d - 0.5 * delta))
@@ -278,6 +298,7 @@ def _class_dims(input, target):
     return input, target, False
 
 
+@autocast_op("nll_loss")
 def nll_loss(input, target, weight=None, size_average=None, ignore_index: int = -100, reduce=None,
              reduction: str = "mean"):
     reduction = _legacy_reduction(size_average, reduce, reduction)
@@ -311,6 +332,7 @@ def _weight_broadcast(weight, ndim):
     return weight.reshape((1, -1) + (1,) * (ndim - 2))
 
 
+@autocast_op("cross_entropy")
 def cross_entropy(input, target, weight=None, size_average=None, ignore_index: int = -100, reduce=None,
                   reduction: str = "mean", label_smoothing: float = 0.0):
     reduction = _legacy_reduction(size_average, reduce, reduction)
@@ -357,6 +379,7 @@ def cross_entropy(input, target, weight=None, size_average=None, ignore_index: i
     return (1 - label_smoothing) * nll + ret * (label_smoothing / n_classes)
 
 
+@autocast_op("binary_cross_entropy")
 def binary_cross_entropy(input, target, weight=None, size_average=None, reduce=None, reduction: str = "mean"):
     reduction = _legacy_reduction(size_average, reduce, reduction)
     if tuple(target.shape) != tuple(input.shape):
@@ -370,6 +393,7 @@ def binary_cross_entropy(input, target, weight=None, size_average=None, reduce=N
     return _reduce(loss, reduction)
 
 
+@autocast_op("binary_cross_entropy_with_logits")
 def binary_cross_entropy_with_logits(input, target, weight=None, size_average=None, reduce=None,
                                      reduction: str = "mean", pos_weight=None):
     reduction = _legacy_reduction(size_average, reduce, reduction)
@@ -387,6 +411,7 @@ def binary_cross_entropy_with_logits(input, target, weight=None, size_average=No
     return _reduce(loss, reduction)
 
 
+@autocast_op("kl_div")
 def kl_div(input, target, size_average=None, reduce=None, reduction: str = "mean", log_target: bool = False):
     reduction = _legacy_reduction(size_average, reduce, reduction)
     if log_target:
@@ -423,6 +448,8 @@ def _channel_shape(input):
     return (1, input.shape[1]) + (1,) * (input.ndim - 2)
 
 
+@autocast_op("batch_norm")
+@_mixed_dtype
 def batch_norm(input, running_mean, running_var, weight=None, bias=None, training: bool = False,
                momentum: float = 0.1, eps: float = 1e-5):
     """Normalize over every dim but the channel dim 1. In training mode the batch statistics are used and
@@ -457,6 +484,8 @@ def batch_norm(input, running_mean, running_var, weight=None, bias=None, trainin
     return out
 
 
+@autocast_op("group_norm")
+@_mixed_dtype
 def group_norm(input, num_groups: int, weight=None, bias=None, eps: float = 1e-5):
     if input.ndim < 2 or input.shape[1] % num_groups:
         raise RuntimeError(f"group_norm: expected an input with a channel count divisible by {num_groups}, "
@@ -601,6 +630,7 @@ def _check_attention_mask(mask, scores_shape, where: str) -> None:
                            f"attention scores' shape {list(scores_shape)} (..., L, S)")
 
 
+@autocast_op("scaled_dot_product_attention")
 def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p: float = 0.0,
                                  is_causal: bool = False, scale=None, enable_gqa: bool = False):
     """Attention over (..., L, E) queries, (..., S, E) keys and (..., S, Ev) values; leading dims

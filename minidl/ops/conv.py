@@ -9,6 +9,7 @@ import numpy as np
 
 from .. import _dtype as dt
 from ..autograd import Function
+from .autocast_mode import autocast_op
 from .core import cast, check_devices, grad_enabled, kernel, packed_buffer
 from .creation import empty, tensor
 
@@ -247,6 +248,7 @@ def _conv_inputs(name, input, weight, bias):
     return x, unbatched
 
 
+@autocast_op("conv2d")
 def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     x, unbatched = _conv_inputs("conv2d", input, weight, bias)
     n, c, h, w = x.shape
@@ -284,6 +286,7 @@ def _pad(x, extra):
     return pad(x, (0, extra[1], 0, extra[0]))
 
 
+@autocast_op("conv1d")
 def conv1d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     if input.ndim not in (2, 3):
         raise RuntimeError(f"conv1d: expected a 2D (unbatched) or 3D (batched) input, got {input.ndim}D")
@@ -296,6 +299,7 @@ def conv1d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     return out.squeeze(-2)
 
 
+@autocast_op("conv_transpose2d")
 def conv_transpose2d(input, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1, dilation=1):
     x, unbatched = _conv_inputs("conv_transpose2d", input, weight, bias)
     n, c, h, w = x.shape
@@ -359,6 +363,7 @@ def _window_counts(n, k, s, p, o, include_pad):
     return size
 
 
+@autocast_op("avg_pool2d")
 def avg_pool2d(input, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True,
                divisor_override=None):
     x, unbatched = _batched("avg_pool2d", input)
@@ -385,6 +390,7 @@ def _adaptive_matrix(n, o):
     return m
 
 
+@autocast_op("adaptive_avg_pool2d")
 def adaptive_avg_pool2d(input, output_size):
     x, unbatched = _batched("adaptive_avg_pool2d", input)
     h, w = x.shape[2], x.shape[3]

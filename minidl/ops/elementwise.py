@@ -13,6 +13,7 @@ from .. import _dtype as dt
 from .._type_info import finfo
 from ..autograd import Function
 from ..layout import broadcast_shapes, expand
+from .autocast_mode import autocast_op
 from .core import (
     as_operand,
     broadcast_layouts,
@@ -115,16 +116,16 @@ def _unary(name, op, grad, float_only=True, saves="x"):
 neg = _unary("Neg", "neg", lambda x, y, g: -g, float_only=False)
 abs = _unary("Abs", "abs", lambda x, y, g: g * x.sign(), float_only=False)
 sign = _unary("Sign", "sign", lambda x, y, g: g * 0, float_only=False)
-exp = _unary("Exp", "exp", lambda x, y, g: g * y, saves="y")
-log = _unary("Log", "log", lambda x, y, g: g / x)
-log1p = _unary("Log1p", "log1p", lambda x, y, g: g / (x + 1))
-expm1 = _unary("Expm1", "expm1", lambda x, y, g: g * (y + 1), saves="y")
+exp = autocast_op("exp")(_unary("Exp", "exp", lambda x, y, g: g * y, saves="y"))
+log = autocast_op("log")(_unary("Log", "log", lambda x, y, g: g / x))
+log1p = autocast_op("log1p")(_unary("Log1p", "log1p", lambda x, y, g: g / (x + 1)))
+expm1 = autocast_op("expm1")(_unary("Expm1", "expm1", lambda x, y, g: g * (y + 1), saves="y"))
 sqrt = _unary("Sqrt", "sqrt", lambda x, y, g: g / (y * 2), saves="y")
-rsqrt = _unary("Rsqrt", "rsqrt", lambda x, y, g: g * y * y * y * -0.5, saves="y")
-reciprocal = _unary("Reciprocal", "reciprocal", lambda x, y, g: -g * y * y, saves="y")
+rsqrt = autocast_op("rsqrt")(_unary("Rsqrt", "rsqrt", lambda x, y, g: g * y * y * y * -0.5, saves="y"))
+reciprocal = autocast_op("reciprocal")(_unary("Reciprocal", "reciprocal", lambda x, y, g: -g * y * y, saves="y"))
 sin = _unary("Sin", "sin", lambda x, y, g: g * x.cos())
 cos = _unary("Cos", "cos", lambda x, y, g: -g * x.sin())
-tan = _unary("Tan", "tan", lambda x, y, g: g * (y * y + 1), saves="y")
+tan = autocast_op("tan")(_unary("Tan", "tan", lambda x, y, g: g * (y * y + 1), saves="y"))
 tanh = _unary("Tanh", "tanh", lambda x, y, g: g * (1 - y * y), saves="y")
 sigmoid = _unary("Sigmoid", "sigmoid", lambda x, y, g: g * y * (1 - y), saves="y")
 relu = _unary("Relu", "relu", lambda x, y, g: Gate.apply(g, y), float_only=False, saves="y")
@@ -258,7 +259,7 @@ remainder = _binary_entry(Remainder)
 _add = _binary_entry(Add)
 _div = _binary_entry(Div)
 _pow = _binary_entry(Pow)
-atan2 = arctan2 = _binary_entry(Atan2)
+atan2 = arctan2 = autocast_op("atan2")(_binary_entry(Atan2))
 
 
 def add(a, b, alpha=1):
@@ -288,6 +289,7 @@ def floor_divide(a, b):
     return _binary_entry(FloorDivide)(a, b)
 
 
+@autocast_op("pow")
 def pow(a, b):
     return _pow(a, b)
 
@@ -437,10 +439,12 @@ def lerp(start, end, weight):
     return where(weight.abs() < 0.5, start + weight * diff, end - diff * (1 - weight))
 
 
+@autocast_op("addcmul")
 def addcmul(x, tensor1, tensor2, value=1):
     return x + tensor1 * tensor2 * value if value != 1 else x + tensor1 * tensor2
 
 
+@autocast_op("addcdiv")
 def addcdiv(x, tensor1, tensor2, value=1):
     return x + tensor1 / tensor2 * value if value != 1 else x + tensor1 / tensor2
 
@@ -479,6 +483,7 @@ class LogAddExp(Function):
         return ga, gb
 
 
+@autocast_op("logaddexp")
 def logaddexp(a, b):
     return LogAddExp.apply(*_operands(a, b))
 

@@ -19,6 +19,7 @@ from .._tensor_base import Storage, make
 from ..autograd import Function
 from ..layout import Layout, contiguous_strides, normalize_dim
 from . import views
+from .autocast_mode import autocast_op
 from .core import (
     as_operand,
     buf,
@@ -313,6 +314,7 @@ def scatter(x, dim, index, src=None, value=None, reduce=None):
     return _scatter("scatter", x, dim, index, src if src is not None else value, False)
 
 
+@autocast_op("scatter_add")
 def scatter_add(x, dim, index, src):
     return _scatter("scatter_add", x, dim, index, src, True)
 
@@ -349,6 +351,7 @@ def index_add(x, dim, index, source, alpha=1):
     return _index_along("index_add", x, dim, index, source if alpha == 1 else source * alpha, True)
 
 
+@autocast_op("index_copy")
 def index_copy(x, dim, index, source):
     return _index_along("index_copy", x, dim, index, source, False)
 

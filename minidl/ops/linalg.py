@@ -8,6 +8,7 @@ from .. import _dtype as dt
 from ..autograd import Function
 from ..layout import Layout, broadcast_shapes, transpose
 from ..layout import diagonal as diagonal_layout
+from .autocast_mode import autocast_op
 from .core import buf, cast, check_devices, kernel, new_like_shape, sum_to
 from .elementwise import binary_raw
 from .views import StridedScatter, view_of
@@ -88,6 +89,7 @@ def _product_like(x, y, like):
     return x @ y
 
 
+@autocast_op("matmul")
 def matmul(a, b):
     check_devices("matmul", a, b)
     if a.dtype is not b.dtype:
@@ -109,6 +111,7 @@ def matmul(a, b):
     return MatMul.apply(a, b)
 
 
+@autocast_op("linear")
 def linear(x, weight, bias=None):
     """``torch.nn.functional.linear``: x (..., in) @ weight (out, in).T + bias (out)."""
     check_devices("linear", x, weight, *(() if bias is None else (bias,)))
@@ -125,12 +128,14 @@ def linear(x, weight, bias=None):
     return Linear.apply(x, weight, bias)
 
 
+@autocast_op("mm")
 def mm(a, b):
     if a.ndim != 2 or b.ndim != 2:
         raise RuntimeError(f"mm: expected 2D tensors, got {a.ndim}D and {b.ndim}D")
     return matmul(a, b)
 
 
+@autocast_op("bmm")
 def bmm(a, b):
     if a.ndim != 3 or b.ndim != 3:
         raise RuntimeError(f"bmm: expected 3D tensors, got {a.ndim}D and {b.ndim}D")
@@ -139,6 +144,7 @@ def bmm(a, b):
     return matmul(a, b)
 
 
+@autocast_op("dot")
 def dot(a, b):
     if a.ndim != 1 or b.ndim != 1:
         raise RuntimeError(f"dot: 1D tensors expected, but got {a.ndim}D and {b.ndim}D tensors")
@@ -161,11 +167,13 @@ def _add_product(op, x, product, beta, alpha):
     return product + (x if beta == 1 else x * beta)
 
 
+@autocast_op("addmm")
 def addmm(x, mat1, mat2, beta=1, alpha=1):
     """beta * x + alpha * (mat1 @ mat2) for matrices mat1, mat2."""
     return _add_product("addmm", x, mm(mat1, mat2), beta, alpha)
 
 
+@autocast_op("baddbmm")
 def baddbmm(x, batch1, batch2, beta=1, alpha=1):
     """beta * x + alpha * (batch1 @ batch2) for batches of matrices (b, n, m) and (b, m, p)."""
     return _add_product("baddbmm", x, bmm(batch1, batch2), beta, alpha)
@@ -181,12 +189,14 @@ def diag(x, diagonal=0):
     raise RuntimeError(f"diag: expected a 1-D or 2-D tensor, got {x.ndim}-D")
 
 
+@autocast_op("trace")
 def trace(x):
     if x.ndim != 2:
         raise RuntimeError(f"trace: expected a matrix, got a {x.ndim}-D tensor")
     return x.diagonal().sum()
 
 
+@autocast_op("cdist")
 def cdist(x1, x2, p=2.0, compute_mode="use_mm_for_euclid_dist_if_necessary"):
     """p-norm distances between the rows of x1 (..., P, M) and x2 (..., R, M): (..., P, R).
 
@@ -273,6 +283,7 @@ def _contract(ta, a, tb, b, keep):
     return term, out.reshape([sizes[c] for c in term])
 
 
+@autocast_op("einsum")
 def einsum(equation, *operands):
     if len(operands) == 1 and isinstance(operands[0], (list, tuple)):
         operands = tuple(operands[0])

@@ -9,6 +9,7 @@ from .. import _dtype as dt
 from ..autograd import Function
 from ..layout import normalize_dim, normalize_dims, reduced_shape
 from . import views
+from .autocast_mode import autocast_op
 from .core import buf, cast, grad_enabled, kernel, new_like_shape, packed_buffer
 
 return_types = {op: namedtuple(op, ["values", "indices"]) for op in ("max", "min")}
@@ -52,6 +53,7 @@ class Sum(Function):
         return views.unreduce(g, shape, dims, keepdim), None, None, None
 
 
+@autocast_op("sum")
 def sum(x, dim=None, keepdim=False, dtype=None):
     return Sum.apply(x, _dims(x, dim, "sum"), keepdim, _sum_dtype(x, dtype))
 
@@ -104,6 +106,7 @@ def cat_last(a, b):
     return cat([a, b], -1)
 
 
+@autocast_op("prod")
 def prod(x, dim=None, keepdim=False, dtype=None):
     return Prod.apply(x, _dims(x, dim, "prod"), keepdim, _sum_dtype(x, dtype))
 
@@ -228,23 +231,28 @@ def _var_mean(x, dim, unbiased, keepdim, correction, op):
     return v, (m if keepdim or not dims else m.squeeze(dims))
 
 
+@autocast_op("var")
 def var(x, dim=None, unbiased=None, keepdim=False, correction=None):
     return _var_mean(x, dim, unbiased, keepdim, correction, "var")[0]
 
 
+@autocast_op("std")
 def std(x, dim=None, unbiased=None, keepdim=False, correction=None):
     return _safe_pow(var(x, dim, unbiased, keepdim, correction), 0.5)
 
 
+@autocast_op("var_mean")
 def var_mean(x, dim=None, unbiased=None, keepdim=False, correction=None):
     return _var_mean(x, dim, unbiased, keepdim, correction, "var_mean")
 
 
+@autocast_op("std_mean")
 def std_mean(x, dim=None, unbiased=None, keepdim=False, correction=None):
     v, m = _var_mean(x, dim, unbiased, keepdim, correction, "std_mean")
     return _safe_pow(v, 0.5), m
 
 
+@autocast_op("logsumexp")
 def logsumexp(x, dim, keepdim=False):
     dims = _dims(x, dim, "logsumexp")
     # (an empty reduction has no max to shift by: its sum of exps is 0, its logsumexp -inf)
@@ -254,6 +262,7 @@ def logsumexp(x, dim, keepdim=False):
     return out if keepdim else out.squeeze(dims)
 
 
+@autocast_op("norm")
 def norm(x, p="fro", dim=None, keepdim=False, dtype=None):
     if dtype is not None:
         x = x.to(dtype)
@@ -348,10 +357,12 @@ def _cumprod_grad_with_zeros(x, g, d):
     return terms.sum(-1).movedim(-1, d)
 
 
+@autocast_op("cumsum")
 def cumsum(x, dim, dtype=None):
     return Cumsum.apply(x, normalize_dim(dim, x.ndim, "cumsum"), _sum_dtype(x, dtype))
 
 
+@autocast_op("cumprod")
 def cumprod(x, dim, dtype=None):
     return Cumprod.apply(x, normalize_dim(dim, x.ndim, "cumprod"), _sum_dtype(x, dtype))
 
@@ -395,12 +406,14 @@ def _softmax_input(x, dtype):
     return x if x.dtype.is_floating_point else x.to(dt.get_default_dtype())
 
 
+@autocast_op("softmax")
 def softmax(x, dim, dtype=None):
     x = _softmax_input(x, dtype)
     dim = normalize_dim(dim, x.ndim, "softmax")
     return Softmax.apply(x, dim, False) if x.numel() else x.clone()
 
 
+@autocast_op("log_softmax")
 def log_softmax(x, dim, dtype=None):
     x = _softmax_input(x, dtype)
     dim = normalize_dim(dim, x.ndim, "log_softmax")

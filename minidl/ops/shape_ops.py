@@ -7,6 +7,7 @@ from .. import _dtype as dt
 from .. import layout as L
 from ..autograd import Function
 from . import views
+from .autocast_mode import autocast_op
 from .core import buf, check_devices, kernel, new_like_shape
 
 
@@ -35,6 +36,7 @@ class Cat(Function):
         return (None, *grads)
 
 
+@autocast_op("cat")
 def cat(tensors, dim=0):
     tensors = list(tensors)
     if not tensors:
@@ -56,6 +58,7 @@ def cat(tensors, dim=0):
 concat = concatenate = cat
 
 
+@autocast_op("stack")
 def stack(tensors, dim=0):
     tensors = list(tensors)
     if not tensors:
@@ -241,6 +244,11 @@ def pad(x, pad, mode="constant", value=None):
                                   f"'circular'")
     if value:
         raise RuntimeError(f"pad: padding mode '{mode}' doesn't take in value argument")
+    return _GATHER_PADS.get((mode, len(pad) // 2), _gather_pad)(x, pad, mode)
+
+
+def _gather_pad(x, pad, mode):
+    """pad in a non-constant mode: each padded dim gathers the input positions its outputs read."""
     from .creation import tensor
     for i in range(len(pad) // 2):
         d, (lo, hi) = x.ndim - 1 - i, pad[2 * i:2 * i + 2]
@@ -252,3 +260,9 @@ def pad(x, pad, mode="constant", value=None):
         index = tensor(_source_positions(mode, n, lo, hi), dtype=dt.int64, device=x.device)
         x = x.index_select(d, index)
     return x
+
+
+# PyTorch's names of the padding ops on autocast lists (float32 under CPU autocast)
+_GATHER_PADS = {(mode, dims): autocast_op(name)(_gather_pad) for (mode, dims), name in {
+    ("reflect", 1): "reflection_pad1d", ("reflect", 2): "reflection_pad2d", ("replicate", 1): "replication_pad1d",
+    ("replicate", 2): "replication_pad2d", ("replicate", 3): "replication_pad3d"}.items()}
