@@ -36,7 +36,8 @@ class dtype:
         """``values`` (numbers, arrays) as a numpy array of this dtype's storage."""
         if self is bfloat16:
             return _bfloat16.from_values(values)
-        return np.asarray(values, self.np, order="C")
+        with np.errstate(over="ignore"):  # beyond a float dtype's range is inf, as IEEE says
+            return np.asarray(values, self.np, order="C")
 
     def values_of(self, storage: np.ndarray) -> np.ndarray:
         """The numbers a host array of this dtype's storage holds (bfloat16 widened to float32)."""

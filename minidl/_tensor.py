@@ -313,16 +313,16 @@ class Tensor(TensorBase):
         return ew.Sub.apply(as_operand(other, self), self)
 
     def __mul__(self, other):
-        return ew.Mul.apply(self, other if type(other) is Tensor else as_operand(other, self))
+        return ew.Mul.apply(self, other if type(other) is Tensor else as_operand(other, self, True))
 
     def __rmul__(self, other):
-        return ew.Mul.apply(as_operand(other, self), self)
+        return ew.Mul.apply(as_operand(other, self, True), self)
 
     def __truediv__(self, other):
-        return ew.Div.apply(self, other if type(other) is Tensor else as_operand(other, self))
+        return ew.Div.apply(self, other if type(other) is Tensor else as_operand(other, self, True))
 
     def __rtruediv__(self, other):
-        return ew.Div.apply(as_operand(other, self), self)
+        return ew.Div.apply(as_operand(other, self, True), self)
 
     def __floordiv__(self, other):
         return ew.FloorDivide.apply(self, other if type(other) is Tensor else as_operand(other, self))

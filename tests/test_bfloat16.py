@@ -281,3 +281,35 @@ def test_collectives_move_bfloat16_and_refuse_to_reduce_it():
         with pytest.raises(TypeError, match="all_reduce: bfloat16 tensors cannot be reduced"):
             dist.all_reduce(t)
     dist.sim.run(2, fn)
+
+
+@pytest.mark.parametrize("half", ["bfloat16", "float16"])
+def test_python_numbers_are_rounded_to_the_half_type_first_as_torch(half):
+    values = _inputs(3, (2000,))[0] * 8
+    ours, theirs = minidl.tensor(values, dtype=getattr(minidl, half)), torch.tensor(values, dtype=getattr(torch, half))
+    for s in (1.1, -0.3, 7, 1000001, 2.5e-3):
+        for fn in (lambda x: x == s, lambda x: x > s, lambda x: x + s, lambda x: s - x, lambda x: x / s,
+                   lambda x: x % s, lambda x: x.abs() ** (s % 3)):
+            got, want = fn(ours), fn(theirs)
+            assert got.dtype.name == str(want.dtype)[6:]
+            np.testing.assert_array_equal(got.float().numpy(), want.float().numpy(), err_msg=f"{half} {s}")
+
+
+def test_gelu_rounds_once_as_torch():
+    x = np.linspace(-6, 4, 401, dtype=np.float32)
+    for approximate in ("none", "tanh"):
+        ours = F.gelu(minidl.tensor(x).bfloat16(), approximate=approximate).float().numpy()
+        theirs = TF.gelu(torch.tensor(x).bfloat16(), approximate=approximate).float().numpy()
+        np.testing.assert_allclose(ours, theirs, rtol=2 ** -7, atol=1e-6)  # (float32 erf cancels near -5)
+
+
+def test_random_draws_and_lists_of_tensors_take_bfloat16():
+    b = minidl.bfloat16
+    assert minidl.bernoulli(minidl.full((3,), 1.0, dtype=b)).tolist() == [1.0, 1.0, 1.0]
+    assert minidl.multinomial(minidl.tensor([0.0, 1.0], dtype=b), 1).tolist() == [1]
+    cases = [lambda m: [m.tensor(1.5, dtype=m.bfloat16), m.tensor(2.0, dtype=m.bfloat16)],
+             lambda m: [m.tensor(1.5, dtype=m.bfloat16), 2.5], lambda m: [[m.tensor(1, dtype=m.int32)]],
+             lambda m: [m.tensor(1.5, dtype=m.float16), m.tensor(2.0, dtype=m.bfloat16)],
+             lambda m: [m.tensor(1.5, dtype=m.float64), 1]]
+    for case in cases:
+        assert minidl.tensor(case(minidl)).dtype.name == str(torch.tensor(case(torch)).dtype)[6:]

@@ -100,7 +100,7 @@ def written_operand(value, like: TensorBase, op: str) -> TensorBase:
     return as_operand(value, like)
 
 
-def as_operand(x, like: TensorBase) -> TensorBase:
+def as_operand(x, like: TensorBase, full_precision: bool = False) -> TensorBase:
     """Tensors pass through; Python/numpy numbers become wrapped 0-d tensors on ``like``'s device.
 
     Wrapped numbers are internal and never written to, so recent ones are reused: on a GPU each
@@ -114,6 +114,10 @@ def as_operand(x, like: TensorBase) -> TensorBase:
     dtype = dt.scalar_dtype(x)
     if like.dtype is dt.float64 and dtype.is_floating_point:
         dtype = dt.float64  # keep the number's double precision; promotion gives float64 anyway
+    elif like.dtype.rank == dt.float16.rank and dtype is not dt.bool_ and not full_precision:
+        # rounded to the half type first, as PyTorch does (x == 1.1 compares equal); its mul and div
+        # read the number at full precision instead (full_precision)
+        dtype = like.dtype
     key = (type(x), x, math.copysign(1.0, x) if isinstance(x, (float, np.floating)) else 0, device, dtype)
     found = _scalars.get(key)
     if found is None:

@@ -1,6 +1,7 @@
 """Tensor factories and numpy interop."""
 from __future__ import annotations
 
+import functools
 import math
 import numbers
 import warnings
@@ -74,6 +75,25 @@ def _infer_dtype(data):
     raise TypeError(f"tensor(): could not infer a dtype for data of numpy dtype {arr.dtype}")
 
 
+def _dtype_of_tensors_in(data):
+    """PyTorch's dtype for a (nested) list holding tensors: the dtypes of its elements promoted
+    together, a Python number counting as a bare number's dtype; None where it holds no tensor."""
+    if not isinstance(data, (list, tuple)):
+        return None
+    tensors, numbers, stack = [], [], [data]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, (list, tuple)):
+            stack.extend(item)
+        elif hasattr(item, "_layout"):
+            tensors.append(item.dtype)
+        elif isinstance(item, (bool, int, float, np.number, np.bool_)):
+            numbers.append(dt.scalar_dtype(item))
+        else:
+            return None
+    return functools.reduce(dt.promote_types, tensors + numbers) if tensors else None
+
+
 def _to_numpy_data(data):
     if hasattr(data, "_layout"):
         return data.detach()._host_values()
@@ -141,7 +161,7 @@ def tensor(data, dtype=None, device=None, requires_grad=False):
     elif isinstance(data, (np.ndarray, np.generic)):
         dtype = dt.from_numpy(array.dtype)  # numpy arrays and numpy scalars keep their dtype, as in PyTorch
     else:
-        dtype = _infer_dtype(array)
+        dtype = _dtype_of_tensors_in(data) or _infer_dtype(array)
     device = as_device(device) if device is not None else (data.device if hasattr(data, "_layout") else as_device("cpu"))
     if not (isinstance(data, np.ndarray) or hasattr(data, "_layout")):  # numbers (numpy scalars too) must fit
         _raise_unless_fits(array, dtype, "tensor")
@@ -357,7 +377,7 @@ def randint_like(x, low, high=None, dtype=None, device=None, generator=None):
 
 
 def _host(x) -> np.ndarray:
-    return np.asarray(x.detach().cpu().numpy() if hasattr(x, "_layout") else x, dtype=np.float64)
+    return np.asarray(x.detach()._host_values() if hasattr(x, "_layout") else x, dtype=np.float64)
 
 
 def _store(x, values):

@@ -243,10 +243,12 @@ Atan2 = _binary("Atan2", "atan2", _atan2_grads, true_division=True)
 
 
 def _binary_entry(cls):
+    full_precision = cls.op in ("mul", "div")  # numbers at full precision (see as_operand)
+
     def fn(a, b):
         if not hasattr(a, "_layout"):
-            a = as_operand(a, b)
-        return cls.apply(a, as_operand(b, a))
+            a = as_operand(a, b, full_precision)
+        return cls.apply(a, as_operand(b, a, full_precision))
     fn.__name__ = cls.op
     return fn
 
