@@ -322,7 +322,8 @@ class Tensor(TensorBase):
         return ew.Div.apply(self, other if type(other) is Tensor else as_operand(other, self, True))
 
     def __rtruediv__(self, other):
-        return ew.Div.apply(as_operand(other, self, True), self)
+        """``other / self`` as PyTorch defines it: ``self.reciprocal() * other`` (one more rounding)."""
+        return ew.Mul.apply(self.reciprocal(), as_operand(other, self, True))
 
     def __floordiv__(self, other):
         return ew.FloorDivide.apply(self, other if type(other) is Tensor else as_operand(other, self))

@@ -174,10 +174,10 @@ op("Sub",
 op("Mul",
    S("mul-broadcast", lambda a, b: a * b, rn(2, 3, 4), rn(3, 1)),
    S("mul-same", lambda a: a * a, NC(rn(3, 3), "F")),
-   S("mul-scalar", lambda a: a * -3.0, rn(4)))
+   S("mul-scalar", lambda a: a * -3.0, rn(4)),
+   S("rdiv-scalar", lambda b: 2.0 / b, NC(nonzero(3, 2), "gap")))  # b.reciprocal() * 2.0, as PyTorch
 op("Div",
    S("div-broadcast", lambda a, b: a / b, rn(3, 4), nonzero(4)),
-   S("rdiv-scalar", lambda b: 2.0 / b, NC(nonzero(3, 2), "gap")),
    S("div-noncontig", lambda a, b: a / b, NC(rn(3, 3), "F"), NC(nonzero(3, 3), "neg")))
 op("Pow",
    S("pow-tensors", lambda a, b: a ** b, pos(3, 4), rn(3, 4)),

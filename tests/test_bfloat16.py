@@ -313,3 +313,29 @@ def test_random_draws_and_lists_of_tensors_take_bfloat16():
              lambda m: [m.tensor(1.5, dtype=m.float64), 1]]
     for case in cases:
         assert minidl.tensor(case(minidl)).dtype.name == str(torch.tensor(case(torch)).dtype)[6:]
+
+
+def test_relu_and_reflected_division_as_torch():
+    values = [-float("inf"), -3.0, float("nan"), -0.0, 0.0, 2.5]
+    for name in ("float32", "float64", "bfloat16"):
+        ours = minidl.tensor(values, dtype=getattr(minidl, name)).relu().tolist()
+        theirs = torch.tensor(values, dtype=getattr(torch, name)).relu().tolist()
+        np.testing.assert_array_equal(np.array(ours), np.array(theirs), err_msg=name)  # relu(-inf) was NaN
+        assert np.signbit(ours[3]) and not np.signbit(ours[1])  # -0.0 passes, negatives give +0.0
+    x = _inputs(5, (500,))[0]
+    for name in ("float32", "bfloat16", "float16"):
+        ours = 1.1 / minidl.tensor(x, dtype=getattr(minidl, name))  # torch: reciprocal() * 1.1
+        theirs = 1.1 / torch.tensor(x, dtype=getattr(torch, name))
+        np.testing.assert_array_equal(ours.float().numpy(), theirs.float().numpy(), err_msg=name)
+
+
+def test_addmm_and_baddbmm_round_once_as_torch():
+    x, a, b = _inputs(6, (4, 5), (4, 9), (9, 5))
+    ours = minidl.addmm(*(minidl.tensor(v).bfloat16() for v in (x, a, b)), beta=0.5, alpha=1.5)
+    theirs = torch.addmm(*(torch.tensor(v).bfloat16() for v in (x, a, b)), beta=0.5, alpha=1.5)
+    assert ours.dtype is minidl.bfloat16
+    np.testing.assert_allclose(ours.float().numpy(), theirs.float().numpy(), rtol=2 ** -8, atol=2 ** -9)
+    xb, ab, bb = _inputs(7, (2, 4, 5), (2, 4, 9), (2, 9, 5))
+    ours = minidl.baddbmm(*(minidl.tensor(v).bfloat16() for v in (xb, ab, bb)))
+    theirs = torch.baddbmm(*(torch.tensor(v).bfloat16() for v in (xb, ab, bb)))
+    np.testing.assert_allclose(ours.float().numpy(), theirs.float().numpy(), rtol=2 ** -8, atol=2 ** -9)

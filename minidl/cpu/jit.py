@@ -112,7 +112,7 @@ def apply_unary(op, x):
     elif op == 2:
         return (x > 0) - (x < 0)  # 0 for NaN, as in PyTorch
     elif op == 15:
-        return x if not x < 0 else x * 0
+        return x if not x < 0 else 0  # keeps NaN; +0 (x * 0 was -0, and NaN for -inf)
     elif op == 21:
         return x * x
     else:
@@ -261,7 +261,7 @@ def _unary_run(op, x, out):
         _exp_run(x, out)
     elif op == 15:
         for j in range(out.size):
-            out[j] = x[j] if not x[j] < 0 else x[j] * 0
+            out[j] = x[j] if not x[j] < 0 else 0
     elif op == 21:
         for j in range(out.size):
             out[j] = x[j] * x[j]

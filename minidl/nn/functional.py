@@ -8,6 +8,7 @@ import warnings
 import minidl
 from minidl.autograd import Function
 from minidl.ops.autocast_mode import autocast_op
+from minidl.ops.core import computed_in_float32
 
 __all__ = [
     "linear", "relu", "relu_", "gelu", "silu", "leaky_relu", "elu", "softplus", "sigmoid", "tanh", "logsigmoid",
@@ -56,18 +57,14 @@ def _inplace_result(input, out, inplace):
     return out
 
 
+@computed_in_float32  # rounded step by step, 1 + erf(x) would cancel to zero below x = -3 in bfloat16
 def gelu(input, approximate: str = "none"):
-    """Computed in float32 for the half types and rounded once, as PyTorch's kernel: rounded step by
-    step, 1 + erf(x) cancels to zero below x = -3 in bfloat16."""
-    x = input.float() if input.dtype in (minidl.float16, minidl.bfloat16) else input
     if approximate == "none":
-        out = x * 0.5 * (1.0 + (x * (1.0 / math.sqrt(2.0))).erf())
-    elif approximate == "tanh":
-        inner = math.sqrt(2.0 / math.pi) * (x + 0.044715 * x * x * x)
-        out = 0.5 * x * (1.0 + inner.tanh())
-    else:
-        raise RuntimeError(f"approximate argument must be either none or tanh, got {approximate!r}")
-    return out.to(input.dtype)
+        return input * 0.5 * (1.0 + (input * (1.0 / math.sqrt(2.0))).erf())
+    if approximate == "tanh":
+        inner = math.sqrt(2.0 / math.pi) * (input + 0.044715 * input * input * input)
+        return 0.5 * input * (1.0 + inner.tanh())
+    raise RuntimeError(f"approximate argument must be either none or tanh, got {approximate!r}")
 
 
 def silu(input, inplace: bool = False):

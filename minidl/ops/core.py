@@ -129,6 +129,20 @@ def as_operand(x, like: TensorBase, full_precision: bool = False) -> TensorBase:
     return found
 
 
+def computed_in_float32(fn):
+    """For ops that PyTorch computes in one float32 pass: float16 and bfloat16 tensor arguments are
+    widened, the op runs in float32, and its result is rounded once to their dtype (composed of
+    rounded steps, the op would round at every one)."""
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        half = next((a.dtype for a in args if isinstance(a, TensorBase) and a.dtype.rank == dt.float16.rank), None)
+        if half is None:
+            return fn(*args, **kwargs)
+        wide = [a.to(dt.float32) if isinstance(a, TensorBase) and a.dtype is half else a for a in args]
+        return fn(*wide, **kwargs).to(half)
+    return wrapper
+
+
 def check_devices(op: str, *tensors) -> None:
     devices = {t._storage.device for t in tensors if not t._wrapped_number}
     if len(devices) > 1:

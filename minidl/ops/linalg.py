@@ -9,7 +9,7 @@ from ..autograd import Function
 from ..layout import Layout, broadcast_shapes, transpose
 from ..layout import diagonal as diagonal_layout
 from .autocast_mode import autocast_op
-from .core import buf, cast, check_devices, kernel, new_like_shape, sum_to
+from .core import buf, cast, check_devices, computed_in_float32, kernel, new_like_shape, sum_to
 from .elementwise import binary_raw
 from .views import StridedScatter, view_of
 
@@ -168,12 +168,14 @@ def _add_product(op, x, product, beta, alpha):
 
 
 @autocast_op("addmm")
+@computed_in_float32
 def addmm(x, mat1, mat2, beta=1, alpha=1):
     """beta * x + alpha * (mat1 @ mat2) for matrices mat1, mat2."""
     return _add_product("addmm", x, mm(mat1, mat2), beta, alpha)
 
 
 @autocast_op("baddbmm")
+@computed_in_float32
 def baddbmm(x, batch1, batch2, beta=1, alpha=1):
     """beta * x + alpha * (batch1 @ batch2) for batches of matrices (b, n, m) and (b, m, p)."""
     return _add_product("baddbmm", x, bmm(batch1, batch2), beta, alpha)

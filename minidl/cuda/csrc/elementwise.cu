@@ -68,7 +68,7 @@ template <class T> __device__ __forceinline__ T apply_unary(int op, T x) {
         case 0: return -x;
         case 1: return x < 0 ? -x : x;
         case 2: return (T)((x > 0) - (x < 0));  // 0 for NaN, as in PyTorch
-        case 15: return x < 0 ? x * 0 : x;       // relu keeps NaN
+        case 15: return x < 0 ? (T)0 : x;        // relu keeps NaN; +0 for -inf and negatives
         case 21: return x * x;
         default: return unary_rest(op, x);
     }
