@@ -1,8 +1,10 @@
 """DDP weak scaling: training samples/s of the digits CNN (examples/train_digits.py) at a fixed
-per-rank batch, with 1 and 2 ranks of one thread each (``mpiexec -n N``).
+per-rank batch, with 1 and 2 ranks of one thread each (``mpiexec -n N``), or with the threads
+minidl gives each rank by default (``--threads default``: the host's cores shared out over its ranks).
 
     python benchmarks/ddp_scaling.py                 # both world sizes, prints a markdown table
     python benchmarks/ddp_scaling.py --batch 128 --steps 60
+    python benchmarks/ddp_scaling.py --threads default
 
 Method: each world size is a fresh ``mpiexec`` launch; every rank builds the model (in
 DistributedDataParallel, default buckets), takes ``--warmup`` steps (kernels load, buffers settle),
@@ -33,7 +35,8 @@ def worker(args):
     from train_digits import make_model
 
     dist.init_process_group()
-    minidl.set_num_threads(1)
+    if args.threads == "one":
+        minidl.set_num_threads(1)
     minidl.manual_seed(0)
     model = DistributedDataParallel(make_model("cnn"))
     optimizer = minidl.optim.Adam(model.parameters(), lr=1e-3)
@@ -67,11 +70,17 @@ def launch(n, args):
     from minidl.dist.launch import find_mpiexec
     cmd = [find_mpiexec() or "mpiexec", "-n", str(n), sys.executable, os.path.abspath(__file__), "--worker",
            "--batch", str(args.batch), "--steps", str(args.steps), "--warmup", str(args.warmup),
-           "--repeats", str(args.repeats)]
+           "--repeats", str(args.repeats), "--threads", args.threads]
     out = subprocess.run(cmd, env=dict(os.environ, PYTHONPATH=ROOT), capture_output=True, text=True, timeout=600)
     if out.returncode != 0:
         sys.exit(f"mpiexec -n {n} failed:\n{out.stdout}\n{out.stderr}")
     return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def minidl_threads(n: int) -> int:
+    """The compute threads minidl gives each of n ranks on this machine by default."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return max(1, cores // n)
 
 
 def main():
@@ -80,13 +89,16 @@ def main():
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--threads", choices=("one", "default"), default="one",
+                        help="one compute thread per rank, or minidl's default share of the cores")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
         return worker(args)
     results = {n: launch(n, args) for n in (1, 2)}
     base = results[1]["samples_per_s"]
-    print(f"DDP weak scaling, digits CNN, {args.batch} samples per rank per step, 1 thread per rank\n")
+    threads = "1 thread per rank" if args.threads == "one" else f"default threads ({minidl_threads(1)} at n=1)"
+    print(f"DDP weak scaling, digits CNN, {args.batch} samples per rank per step, {threads}\n")
     print("| ranks | samples/s | speed-up | efficiency |")
     print("|---|---|---|---|")
     for n, r in results.items():

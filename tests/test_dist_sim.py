@@ -338,3 +338,26 @@ def test_debug_mode_reports_mismatched_collectives(monkeypatch):
                                              r"shape=\(4,\), dtype=float32.*rank 1: broadcast\(seq=1, shape=\(4,\), "
                                              r"dtype=int64, src=0\) at .*test_dist_sim.py:\d+"):
         sim.run(2, fn)
+
+
+def test_each_rank_gets_its_share_of_the_cores_for_compute(monkeypatch):
+    from threadpoolctl import threadpool_info
+
+    from minidl.dist.launch import fit_threads_to_cores
+    before = minidl.get_num_threads()
+    monkeypatch.setattr("os.sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    monkeypatch.delenv("MINIDL_NUM_THREADS", raising=False)
+    try:
+        minidl.set_num_threads(2)
+        wide = minidl.get_num_threads()  # (2, or fewer where Numba has fewer)
+        fit_threads_to_cores(1)  # alone on the host: the pool stays as it is
+        assert minidl.get_num_threads() == wide
+        fit_threads_to_cores(2)  # two ranks on two cores: one compute thread each, BLAS's too
+        assert minidl.get_num_threads() == 1
+        assert all(pool["num_threads"] == 1 for pool in threadpool_info() if pool["user_api"] == "blas")
+        minidl.set_num_threads(2)
+        monkeypatch.setenv("MINIDL_NUM_THREADS", "1")
+        fit_threads_to_cores(1)  # the environment decides
+        assert minidl.get_num_threads() == 1
+    finally:
+        minidl.set_num_threads(before)
