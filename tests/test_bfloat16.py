@@ -271,18 +271,32 @@ def test_a_bfloat16_model_trains_with_sgd_and_adam():
         assert model.weight.dtype is minidl.bfloat16 and loss.item() < first / 20
 
 
-def test_collectives_move_bfloat16_and_refuse_to_reduce_it():
+def test_collectives_reduce_bfloat16_in_float32_and_round_once():
+    """Oracle: the float32 sum (max, mean) of the ranks' bfloat16 values, rounded once by torch."""
     import minidl.dist as dist
+    size, n = 3, 257
+    values = [np.asarray(torch.tensor(_inputs(10 + r, (n,))[0]).bfloat16().float()) for r in range(size)]
+    total = np.sum(values, axis=0, dtype=np.float32)  # (exact order does not matter: ties are rare)
+    want = {op: torch.tensor(v).bfloat16().float().numpy() for op, v in
+            (("sum", total), ("avg", total / np.float32(size)), ("max", np.max(values, axis=0)))}
 
     def fn(rank):
-        t = minidl.tensor([1.5, -2.25], dtype=minidl.bfloat16) * (rank + 1)
-        dist.broadcast(t, src=1)
-        assert t.tolist() == [3.0, -4.5]
-        with pytest.raises(TypeError, match="all_reduce: bfloat16 tensors cannot be reduced"):
-            dist.all_reduce(t)
-    dist.sim.run(2, fn)
-
-
+        mine = minidl.tensor(values[rank]).bfloat16()
+        for op, name in ((dist.ReduceOp.SUM, "sum"), (dist.ReduceOp.AVG, "avg"), (dist.ReduceOp.MAX, "max")):
+            t = mine.clone()
+            dist.all_reduce(t, op=op)
+            np.testing.assert_allclose(t.float().numpy(), want[name], rtol=2 ** -8, err_msg=name)
+        t = mine.clone()
+        dist.reduce(t, dst=1)
+        if rank == 1:
+            np.testing.assert_allclose(t.float().numpy(), want["sum"], rtol=2 ** -8)
+        out = minidl.zeros(n, dtype=minidl.bfloat16)
+        dist.reduce_scatter(out, [mine.clone() for _ in range(size)])
+        np.testing.assert_allclose(out.float().numpy(), want["sum"], rtol=2 ** -8)
+        t = mine.clone()
+        dist.broadcast(t, src=2)
+        assert_same_bfloat16(bits(t), bits(minidl.tensor(values[2]).bfloat16()))
+    dist.sim.run(size, fn)
 @pytest.mark.parametrize("half", ["bfloat16", "float16"])
 def test_python_numbers_are_rounded_to_the_half_type_first_as_torch(half):
     values = _inputs(3, (2000,))[0] * 8

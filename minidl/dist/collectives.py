@@ -8,26 +8,41 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import _bfloat16
 from . import algorithms
 from .reduce_op import ReduceOp
 from .state import resolve
 from .tensors import Writable, check_like, check_tensor, check_tensor_list, read
 
 
-def _check_op(op, tensor_dtype, what: str) -> ReduceOp:
+def _check_op(op, array, what: str) -> ReduceOp:
     if not isinstance(op, ReduceOp):
         raise TypeError(f"{what}: op must be a minidl.dist.ReduceOp, got {op!r}")
-    if tensor_dtype == np.uint16:  # minidl's only uint16 buffers hold bfloat16 bits
-        raise TypeError(f"{what}: bfloat16 tensors cannot be reduced yet (the algorithms would combine their "
-                        f"bits as integers); reduce a float32 copy (tensor.float()) and copy it back")
-    if op.divides and tensor_dtype.kind != "f":
-        raise TypeError(f"{what}: ReduceOp.AVG needs a floating-point tensor, got {tensor_dtype}")
+    bfloat16 = array.dtype == _bfloat16.BITS  # (minidl's only uint16 buffers)
+    if bfloat16 and not isinstance(array, np.ndarray):
+        raise TypeError(f"{what}: bfloat16 device tensors cannot be reduced yet; reduce a float32 copy "
+                        f"(tensor.float()) and copy it back")
+    if op.divides and array.dtype.kind != "f" and not bfloat16:
+        raise TypeError(f"{what}: ReduceOp.AVG needs a floating-point tensor, got {array.dtype}")
     return op
 
 
 def _finish_avg(array, op, size):
     if op.divides:
         np.true_divide(array, size, out=array)
+
+
+# bfloat16 is reduced in float32 and rounded once at the end: numpy's ufuncs would combine its bits
+# as integers (the messages are then twice the size)
+def _widened(array):
+    """The array the algorithms reduce: ``array`` itself, or bfloat16's values in float32."""
+    return _bfloat16.to_float32(array) if array.dtype == _bfloat16.BITS else array
+
+
+def _store(dst, work) -> None:
+    """The reduced ``work`` into ``dst`` (rounded back to bfloat16 where ``dst`` holds bits)."""
+    if work is not dst:
+        dst[...] = _bfloat16.from_values(work) if dst.dtype == _bfloat16.BITS else work
 
 
 def all_reduce_buffer(array, op=ReduceOp.SUM, group=None, async_op=False):
@@ -39,7 +54,7 @@ def all_reduce_buffer(array, op=ReduceOp.SUM, group=None, async_op=False):
         return None
     if getattr(array, "ndim", None) != 1 or not array.flags.c_contiguous:  # numpy, or cupy under nccl
         raise ValueError(f"{what}: expected a contiguous 1-D array, got {type(array).__name__}")
-    return _all_reduce(g, array, _check_op(op, array.dtype, what), async_op, None, None)
+    return _all_reduce(g, array, _check_op(op, array, what), async_op, None, None)
 
 
 def all_reduce(tensor, op=ReduceOp.SUM, group=None, async_op=False):
@@ -48,14 +63,16 @@ def all_reduce(tensor, op=ReduceOp.SUM, group=None, async_op=False):
     if g is None:
         return None
     out = Writable(check_tensor(tensor, what, g.config.backend), what)
-    return _all_reduce(g, out.array, _check_op(op, out.array.dtype, what), async_op, out, tensor)
+    return _all_reduce(g, out.array, _check_op(op, out.array, what), async_op, out, tensor)
 
 
 def _all_reduce(g, array, op, async_op, out, tensor):
     """``out``: the Writable whose ``array`` this is, if any."""
     def job(ch):
-        algorithms.all_reduce(ch, array, op.combining, g.config, g.hierarchy)
-        _finish_avg(array, op, g.size)
+        work = _widened(array)
+        algorithms.all_reduce(ch, work, op.combining, g.config, g.hierarchy)
+        _finish_avg(work, op, g.size)
+        _store(array, work)
         if out is not None:
             out.commit()
     # the fingerprint only when debugging: small all-reduces are mostly Python like this dict
@@ -85,12 +102,14 @@ def reduce(tensor, dst, op=ReduceOp.SUM, group=None, async_op=False):
         return None
     root = g.group_rank(dst, what, "dst")
     out = Writable(check_tensor(tensor, what, g.config.backend), what)
-    op = _check_op(op, out.array.dtype, what)
+    op = _check_op(op, out.array, what)
 
     def job(ch):
-        algorithms.reduce(ch, out.array, op.combining, root, g.config.algorithm)
+        work = _widened(out.array)
+        algorithms.reduce(ch, work, op.combining, root, g.config.algorithm)
         if g.rank == root:
-            _finish_avg(out.array, op, g.size)
+            _finish_avg(work, op, g.size)
+            _store(out.array, work)
             out.commit()
     return g.submit(what, job, async_op, dict(tensor=tensor, op=op, dst=dst))
 
@@ -131,13 +150,15 @@ def reduce_scatter(output, input_list, op=ReduceOp.SUM, group=None, async_op=Fal
     out = Writable(check_tensor(output, what, g.config.backend, "output"), what)
     for i, t in enumerate(check_tensor_list(input_list, what, g.config.backend, "input_list", g.size)):
         check_like(t, output, what, f"input_list[{i}]", "output")
-    op = _check_op(op, out.array.dtype, what)
+    op = _check_op(op, out.array, what)
     blocks = _blocks(input_list)
 
     def job(ch):
-        algorithms.reduce_scatter(ch, blocks, op.combining, g.config.segment_bytes)
-        out.array[...] = blocks[g.rank]
-        _finish_avg(out.array, op, g.size)
+        work = _widened(blocks)
+        algorithms.reduce_scatter(ch, work, op.combining, g.config.segment_bytes)
+        mine = work[g.rank]
+        _finish_avg(mine, op, g.size)
+        _store(out.array, mine)
         out.commit()
     return g.submit(what, job, async_op, dict(tensor=output, op=op))
 
