@@ -293,6 +293,8 @@ def floor_divide(a, b):
 
 @autocast_op("pow")
 def pow(a, b):
+    if type(b) in (int, float) and b == 2 and hasattr(a, "_layout") and a.dtype.is_floating_point:
+        return square(a)  # the commonest power (variances, squared errors): one multiply, and no log in backward
     return _pow(a, b)
 
 
