@@ -39,10 +39,6 @@ class dtype:
         with np.errstate(over="ignore"):  # beyond a float dtype's range is inf, as IEEE says
             return np.asarray(values, self.np, order="C")
 
-    def values_of(self, storage: np.ndarray) -> np.ndarray:
-        """The numbers a host array of this dtype's storage holds (bfloat16 widened to float32)."""
-        return _bfloat16.to_float32(storage) if self is bfloat16 else storage
-
 
 bool_ = dtype("bool", np.bool_, 0, 0)
 uint8 = dtype("uint8", np.uint8, 1, 1)
@@ -53,6 +49,7 @@ float16 = dtype("float16", np.float16, 2, 5)
 bfloat16 = dtype("bfloat16", _bfloat16.BITS, 2, 5)  # float16 and bfloat16 promote to float32
 float32 = dtype("float32", np.float32, 2, 6)
 float64 = dtype("float64", np.float64, 2, 7)
+HALF = (float16, bfloat16)  # the 2-byte floats: stored narrow, computed in float32
 
 ALL = (bool_, uint8, int16, int32, int64, float16, bfloat16, float32, float64)
 _BY_NP = {d.np: d for d in ALL if d is not bfloat16}  # numpy has no bfloat16; a uint16 array is no tensor
@@ -101,7 +98,7 @@ def to_dtype(d) -> dtype:
 def promote_types(a: dtype, b: dtype) -> dtype:
     if a is b:
         return a
-    if a.rank == b.rank == float16.rank:  # neither half type holds the other
+    if a in HALF and b in HALF:  # neither half type holds the other
         return float32
     if a.category != b.category:
         return a if a.category > b.category else b
@@ -146,7 +143,7 @@ def result_type(*operands) -> dtype:
 def compute_dtype(d: dtype) -> dtype:
     """The dtype kernels compute in: few signatures, and no float16 or bfloat16 arithmetic on Numba's CPU."""
     if d.category == 2:
-        return float32 if d.rank == float16.rank else d
+        return float32 if d in HALF else d
     if d.category == 1:
         return int64
     return bool_

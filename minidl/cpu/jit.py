@@ -390,21 +390,19 @@ def _convert(x, out):
     return np.array(x).astype(to)
 
 
-@intrinsic
-def _float32_bits(typingctx, x):
-    """The bits of a float32, as a uint32 (a reinterpretation, no conversion)."""
-    if x != types.float32:
-        return None
-    return types.uint32(x), lambda context, builder, sig, args: builder.bitcast(args[0], context.get_value_type(
-        types.uint32))
+def _bitcast(source, target):
+    """An intrinsic that reads a ``source`` scalar's bits as a ``target`` (a reinterpretation, no conversion)."""
+    @intrinsic
+    def cast(typingctx, x):
+        if x != source:
+            return None
+        return target(x), lambda context, builder, sig, args: builder.bitcast(args[0],
+                                                                              context.get_value_type(target))
+    return cast
 
 
-@intrinsic
-def _float32_from_bits(typingctx, bits):
-    if bits != types.uint32:
-        return None
-    return types.float32(bits), lambda context, builder, sig, args: builder.bitcast(args[0], context.get_value_type(
-        types.float32))
+_float32_bits = _bitcast(types.float32, types.uint32)
+_float32_from_bits = _bitcast(types.uint32, types.float32)
 
 
 # bfloat16 is stored as its bits, in uint16 (the only uint16 arrays minidl has); the formulas are

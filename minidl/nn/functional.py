@@ -161,7 +161,7 @@ def _mixed_dtype(norm):
     result in the input's dtype. Other inputs go through unchanged."""
     @functools.wraps(norm)
     def wrapped(input, *args, **kwargs):
-        if input.dtype.is_floating_point and input.dtype.itemsize == 2 and any(
+        if input.dtype in (minidl.float16, minidl.bfloat16) and any(
                 isinstance(a, minidl.Tensor) and a.dtype is minidl.float32 for a in (*args, *kwargs.values())):
             return norm(input.float(), *args, **kwargs).to(input.dtype)
         return norm(input, *args, **kwargs)

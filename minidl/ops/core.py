@@ -114,7 +114,7 @@ def as_operand(x, like: TensorBase, full_precision: bool = False) -> TensorBase:
     dtype = dt.scalar_dtype(x)
     if like.dtype is dt.float64 and dtype.is_floating_point:
         dtype = dt.float64  # keep the number's double precision; promotion gives float64 anyway
-    elif like.dtype.rank == dt.float16.rank and dtype is not dt.bool_ and not full_precision:
+    elif like.dtype in dt.HALF and dtype is not dt.bool_ and not full_precision:
         # rounded to the half type first, as PyTorch does (x == 1.1 compares equal); its mul and div
         # read the number at full precision instead (full_precision)
         dtype = like.dtype
@@ -135,7 +135,7 @@ def computed_in_float32(fn):
     rounded steps, the op would round at every one)."""
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
-        half = next((a.dtype for a in args if isinstance(a, TensorBase) and a.dtype.rank == dt.float16.rank), None)
+        half = next((a.dtype for a in args if isinstance(a, TensorBase) and a.dtype in dt.HALF), None)
         if half is None:
             return fn(*args, **kwargs)
         wide = [a.to(dt.float32) if isinstance(a, TensorBase) and a.dtype is half else a for a in args]
