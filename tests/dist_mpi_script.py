@@ -2,7 +2,8 @@
 
 cases: every collective under every algorithm, with small chunks, small ring segments and faked
 hosts, then p2p; prints "FAIL ..." lines and "DONE rank r: k failures". ddp: tests/ddp_cases.py,
-reported alike. mismatch / timeout: expect the error and print it. crash: rank 1 raises while rank 0 waits in a collective (the job must end).
+reported alike; mismatches: tests/dist_mismatch_cases.py, reported alike. mismatch (debug mode) /
+timeout: expect the error and print it. crash: rank 1 raises while rank 0 waits in a collective (the job must end).
 """
 import os
 import sys
@@ -69,6 +70,12 @@ def mismatch():
         print("CAUGHT", str(e).replace("\n", " | "), flush=True)
 
 
+def mismatches():
+    import dist_mismatch_cases
+    dist.init_process_group()
+    report(dist_mismatch_cases.run_all(rank, dist.get_world_size()))
+
+
 def timeout():
     dist.init_process_group(timeout=0.5)
     if rank == 1:
@@ -86,4 +93,4 @@ def crash():
     dist.all_reduce(minidl.from_numpy(np.zeros(3)))
 
 
-{"cases": cases, "ddp": ddp, "mismatch": mismatch, "timeout": timeout, "crash": crash}[mode]()
+{"cases": cases, "ddp": ddp, "mismatch": mismatch, "mismatches": mismatches, "timeout": timeout, "crash": crash}[mode]()

@@ -1,5 +1,6 @@
 """minidl.dist on the in-process sim backend: every collective against numpy oracles, the
 algorithms, point-to-point, groups, async work, argument errors, and the no-hang guarantees."""
+import importlib
 import sys
 import time
 
@@ -64,7 +65,7 @@ def test_ring_reduces_through_a_window_of_recycled_slots(monkeypatch):
     monkeypatch.setattr(ring, "REDUCE_SEGMENT_BYTES", 800)
     asked, sends = [], []
     scratch, isend = SimCommunicator.scratch, SimCommunicator.isend
-    monkeypatch.setattr(SimCommunicator, "scratch", lambda self, numel, like: asked.append(numel)
+    monkeypatch.setattr(SimCommunicator, "scratch", lambda self, numel, like: asked.append((numel, like.dtype))
                         or scratch(self, numel, like))
     monkeypatch.setattr(SimCommunicator, "isend", lambda self, buf, dst, tag=0:
                         sends.append((self.rank, buf.dtype, buf.size)) or isend(self, buf, dst, tag))
@@ -75,7 +76,7 @@ def test_ring_reduces_through_a_window_of_recycled_slots(monkeypatch):
         return np.array_equal(t.numpy(), np.arange(3000.0) * 6)
     assert sim.run(3, fn, algorithm="ring") == [True] * 3
     # per rank: 1000-element blocks; 2 reduce steps of 10 segments of 100 float64, 2 gather steps
-    assert asked == [ring.WINDOW * 100] * 3
+    assert [n for n, dtype in asked if dtype == np.float64] == [ring.WINDOW * 100] * 3  # (the others: agreements)
     assert sorted(n for rank, dtype, n in sends if rank == 0 and dtype == np.float64) == [100] * 20 + [1000] * 2
 
 
@@ -93,13 +94,12 @@ def test_hierarchical_all_reduce(hosts):
 
 
 def test_auto_picks_the_hierarchy_when_ranks_span_hosts(monkeypatch):
-    from minidl.dist.algorithms import hierarchical, recursive_doubling
-    calls = []
-    monkeypatch.setattr(hierarchical, "all_reduce", lambda *a: calls.append("hier"))
-    monkeypatch.setattr(recursive_doubling, "all_reduce", lambda *a: calls.append("rd"))
+    from minidl.dist import algorithms
+    real, calls = algorithms.all_reduce_path, []
+    monkeypatch.setattr(algorithms, "all_reduce_path", lambda *a: calls.append(real(*a)) or calls[-1])
     sim.run(4, lambda r: dist.all_reduce(minidl.ones(3)), hosts=["a", "a", "b", "b"])
     sim.run(4, lambda r: dist.all_reduce(minidl.ones(3)))
-    assert calls == ["hier"] * 4 + ["rd"] * 4
+    assert calls == ["hierarchical"] * 4 + ["recursive_doubling"] * 4
 
 
 def test_non_contiguous_tensors_and_version_counter():
@@ -140,13 +140,14 @@ def test_async_work_and_flat_buffers():
 
 def test_blocking_calls_run_on_the_caller_only_when_nothing_is_queued(monkeypatch):
     import threading
-    from minidl.dist.algorithms import recursive_doubling
-    where = []
+    group = importlib.import_module("minidl.dist.group")  # (minidl.dist.group is torch's GroupMember)
+    real, where = group.agree, []
 
-    def slow_first(ch, buf, op):
+    def slow_first(ch, *args):  # a small all-reduce runs in its agreement
         where.append(threading.current_thread().name)
         time.sleep(0.05 if len(where) <= 2 else 0)  # keeps the async call pending
-    monkeypatch.setattr(recursive_doubling, "all_reduce", slow_first)
+        return real(ch, *args)
+    monkeypatch.setattr(group, "agree", slow_first)
 
     def fn(rank):
         work = dist.all_reduce(minidl.ones(3), async_op=True)
@@ -185,16 +186,16 @@ def test_groups_whose_waits_spin_get_a_precise_communication_thread(monkeypatch)
 
 def test_an_error_in_a_blocking_call_leaves_the_group_usable(monkeypatch):
     import threading
-    from minidl.dist.algorithms import recursive_doubling
-    real, failed, where = recursive_doubling.all_reduce, set(), []
+    group = importlib.import_module("minidl.dist.group")  # (minidl.dist.group is torch's GroupMember)
+    real, failed, where = group.agree, set(), []
 
-    def fails_once_per_rank(ch, buf, op):
+    def fails_once_per_rank(ch, *args):  # a small all-reduce runs in its agreement
         where.append(threading.current_thread().name)
         if ch.rank not in failed:
             failed.add(ch.rank)
             raise ValueError(f"boom on rank {ch.rank}")
-        real(ch, buf, op)
-    monkeypatch.setattr(recursive_doubling, "all_reduce", fails_once_per_rank)
+        return real(ch, *args)
+    monkeypatch.setattr(group, "agree", fails_once_per_rank)
 
     def fn(rank):
         t = minidl.full((3,), float(rank + 1))
@@ -316,13 +317,20 @@ def test_a_rank_that_returns_early_fails_the_waiting_recv():
 
 
 def test_timeout_names_the_peers_that_did_not_deliver():
+    """Rank 2 comes late. The agreement before the ring is recursive doubling: at 3 ranks rank 0
+    hands its part to rank 1, which waits for rank 2: so rank 1 names rank 2, and rank 0 rank 1
+    (timing out too, or finding rank 1 gone)."""
     def fn(rank):
         if rank == 2:
             time.sleep(1.0)
-        dist.all_reduce(minidl.zeros(10), op=dist.ReduceOp.MAX)
-    with pytest.raises(dist.DistTimeoutError, match=r"all_reduce \(collective #1 of the group\): timed out "
-                                                    r"after 0.3 s on rank [01]: rank\(s\) \[[02]\] did not send what rank [01] waits for"):
-        sim.run(3, fn, timeout=0.3, algorithm="ring")
+            return None
+        with pytest.raises(dist.DistError) as caught:
+            dist.all_reduce(minidl.zeros(10), op=dist.ReduceOp.MAX)
+        return str(caught.value)
+    found = sim.run(3, fn, timeout=0.3, algorithm="ring")
+    assert found[1] == ("all_reduce (collective #1 of the group): timed out after 0.3 s on rank 1: "
+                        "rank(s) [2] did not send what rank 1 waits for")
+    assert "rank(s) [1] did not send what rank 0 waits for" in found[0] or "rank 1 exited" in found[0], found[0]
 
 
 def test_debug_mode_reports_mismatched_collectives(monkeypatch):
@@ -360,3 +368,10 @@ def test_each_rank_gets_its_share_of_the_cores_for_compute(monkeypatch):
         assert minidl.get_num_threads() == 1
     finally:
         minidl.set_num_threads(before)
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_mismatched_calls_are_errors_on_every_rank(n):
+    """tests/dist_mismatch_cases.py: every collective with each kind of mismatch, and point-to-point."""
+    from dist_mismatch_cases import run_all as run_mismatches
+    assert sim.run(n, run_mismatches, n) == [[]] * n

@@ -10,9 +10,17 @@ import numpy as np
 
 from .. import _bfloat16
 from . import algorithms
+from .backends.base import DistError
+from .descriptor import describe
 from .reduce_op import ReduceOp
 from .state import resolve
 from .tensors import Writable, check_like, check_tensor, check_tensor_list, read
+
+
+def _described(g, what: str, array, op=None, root=None):
+    """The descriptor of collective ``what`` on ``array`` (the rank's own buffer)."""
+    return describe(what, algorithms.native_or_ours(g.coll, what, g.config.algorithm), array.size, array.dtype,
+                    op, root)
 
 
 def _check_op(op, array, what: str) -> ReduceOp:
@@ -70,14 +78,20 @@ def _all_reduce(g, array, op, async_op, out, tensor):
     """``out``: the Writable whose ``array`` this is, if any."""
     def job(ch):
         work = _widened(array)
-        algorithms.all_reduce(ch, work, op.combining, g.config, g.hierarchy)
+        path = algorithms.all_reduce_path(ch.comm, work.nbytes, g.config, g.hierarchy)
+        descriptor = describe("all_reduce", path, array.size, array.dtype, op)
+        if path == "recursive_doubling" and isinstance(work, np.ndarray) and work.nbytes <= g.config.small_bytes:
+            g.agree(ch, descriptor, work, op.combining)  # the data rides in the agreement's messages
+        else:
+            g.agree(ch, descriptor)
+            algorithms.all_reduce(ch, work, op.combining, path, g.config, g.hierarchy)
         _finish_avg(work, op, g.size)
         _store(array, work)
         if out is not None:
             out.commit()
     # the fingerprint only when debugging: small all-reduces are mostly Python like this dict
     fingerprint = dict(tensor=tensor, op=op, numel=array.size) if g.config.debug else None
-    return g.submit("all_reduce", job, async_op, fingerprint)
+    return g.submit("all_reduce", job, async_op, None, fingerprint)
 
 
 def broadcast(tensor, src, group=None, async_op=False):
@@ -92,7 +106,7 @@ def broadcast(tensor, src, group=None, async_op=False):
         algorithms.broadcast(ch, out.array, root, g.config.algorithm)
         if g.rank != root:
             out.commit()
-    return g.submit(what, job, async_op, dict(tensor=tensor, src=src))
+    return g.submit(what, job, async_op, _described(g, what, out.array, root=root), dict(tensor=tensor, src=src))
 
 
 def reduce(tensor, dst, op=ReduceOp.SUM, group=None, async_op=False):
@@ -111,7 +125,7 @@ def reduce(tensor, dst, op=ReduceOp.SUM, group=None, async_op=False):
             _finish_avg(work, op, g.size)
             _store(out.array, work)
             out.commit()
-    return g.submit(what, job, async_op, dict(tensor=tensor, op=op, dst=dst))
+    return g.submit(what, job, async_op, _described(g, what, out.array, op, root), dict(tensor=tensor, op=op, dst=dst))
 
 
 def _blocks(tensors):
@@ -139,7 +153,7 @@ def all_gather(tensor_list, tensor, group=None, async_op=False):
         for out, row in zip(outs, blocks):
             out.array[...] = row
             out.commit()
-    return g.submit(what, job, async_op, dict(tensor=tensor))
+    return g.submit(what, job, async_op, _described(g, what, blocks[g.rank]), dict(tensor=tensor))
 
 
 def reduce_scatter(output, input_list, op=ReduceOp.SUM, group=None, async_op=False):
@@ -160,7 +174,7 @@ def reduce_scatter(output, input_list, op=ReduceOp.SUM, group=None, async_op=Fal
         _finish_avg(mine, op, g.size)
         _store(out.array, mine)
         out.commit()
-    return g.submit(what, job, async_op, dict(tensor=output, op=op))
+    return g.submit(what, job, async_op, _described(g, what, out.array, op), dict(tensor=output, op=op))
 
 
 def _root_list(tensors, tensor, g, root, what, name):
@@ -191,7 +205,7 @@ def gather(tensor, gather_list=None, dst=0, group=None, async_op=False):
         algorithms.gather(ch, send, [o.array for o in outs], root)
         for o in outs:
             o.commit()
-    return g.submit(what, job, async_op, dict(tensor=tensor, dst=dst))
+    return g.submit(what, job, async_op, _described(g, what, send, root=root), dict(tensor=tensor, dst=dst))
 
 
 def scatter(tensor, scatter_list=None, src=0, group=None, async_op=False):
@@ -207,7 +221,7 @@ def scatter(tensor, scatter_list=None, src=0, group=None, async_op=False):
     def job(ch):
         algorithms.scatter(ch, blocks, out.array, root)
         out.commit()
-    return g.submit(what, job, async_op, dict(tensor=tensor, src=src))
+    return g.submit(what, job, async_op, _described(g, what, out.array, root=root), dict(tensor=tensor, src=src))
 
 
 def all_to_all(output_tensor_list, input_tensor_list, group=None, async_op=False):
@@ -224,10 +238,24 @@ def all_to_all(output_tensor_list, input_tensor_list, group=None, async_op=False
     outs = [Writable(t, what) for t in output_tensor_list]
 
     def job(ch):
+        _check_pairs(ch, g, [s.size for s in sends], [o.array.size for o in outs])
         algorithms.all_to_all(ch, sends, [o.array for o in outs])
         for o in outs:
             o.commit()
-    return g.submit(what, job, async_op, dict(dtype=next(iter(dtypes)).name))
+    return g.submit(what, job, async_op, describe(what, dtype=sends[0].dtype), dict(dtype=next(iter(dtypes)).name))
+
+
+def _check_pairs(ch, g, send_sizes, recv_sizes) -> None:
+    """all_to_all's sizes may differ pair by pair: every rank gathers every rank's (sent, expected)
+    sizes, so all of them find the same mismatches and raise the same error."""
+    sizes = np.zeros((g.size, 2 * g.size), np.int64)
+    sizes[g.rank] = send_sizes + recv_sizes
+    algorithms.all_gather(ch, sizes, "auto")
+    n = g.size
+    wrong = [f"rank {g.ranks[i]} sends {sizes[i, j]} elements to rank {g.ranks[j]}, which expects {sizes[j, n + i]}"
+             for i in range(n) for j in range(n) if sizes[i, j] != sizes[j, n + i]]
+    if wrong:
+        raise DistError(f"{ch.what}: the ranks' tensor lists don't match pair by pair: " + "; ".join(wrong))
 
 
 def barrier(group=None, async_op=False, device_ids=None):
@@ -235,4 +263,5 @@ def barrier(group=None, async_op=False, device_ids=None):
     g = resolve(group, what)
     if g is None:
         return None
-    return g.submit(what, lambda ch: algorithms.barrier(ch, g.config.algorithm), async_op)
+    return g.submit(what, lambda ch: algorithms.barrier(ch, g.config.algorithm), async_op,
+                    describe(what, algorithms.native_or_ours(g.coll, what, g.config.algorithm)))

@@ -10,9 +10,14 @@ import ast
 import dataclasses
 import os
 
+import numpy as np
+
 from . import algorithms, debug
+from .algorithms.agree import agree
 from .algorithms.channel import Channel
-from .backends.base import DEFAULT_CHUNK
+from .backends.base import DEFAULT_CHUNK, DistError
+from .descriptor import explain
+from .mailbox import Mailbox
 from .work import CommThread
 
 
@@ -55,13 +60,20 @@ class ProcessGroup:
         self.p2p, self.ranks, self.config = comm, list(global_ranks), config
         self.rank, self.size = comm.rank, comm.size
         self.coll = comm.split(0, comm.rank)
+        self.mailbox = Mailbox(comm, comm.split(0, comm.rank))  # headers on p2p, the data on its own
         self.seq = 0
         self.collective_channel = self.channel("")  # reused by every collective (see submit)
         self.thread = CommThread(f"minidl.dist group of ranks {self.ranks[:8]} rank {self.rank}",
                                  precise_sleeps=self.coll.spin > 0)  # waits spin: a core per rank
-        names = algorithms.all_gather_bytes(self.channel("init_process_group (host names)"),
-                                            comm.host_name().encode())
-        self.hierarchy = Hierarchy(self, [n.decode() for n in names])
+        self.failed = None  # the error that ended this group, if one did
+        # the receives of an agreement hold small_bytes of data: the ranks must agree on it
+        found = algorithms.all_gather_bytes(self.channel("init_process_group (host names and settings)"),
+                                            f"{config.small_bytes} {comm.host_name()}".encode())
+        small = {int(f.split(b" ", 1)[0]) for f in found}
+        if len(small) > 1:
+            raise ValueError(f"init_process_group: the ranks of {self.ranks} were given different "
+                             f"small_message_bytes: {sorted(small)}; give every rank the same")
+        self.hierarchy = Hierarchy(self, [f.split(b" ", 1)[1].decode() for f in found])
 
     def __repr__(self):
         return f"ProcessGroup(backend={self.config.backend!r}, ranks={self.ranks}, rank={self.rank})"
@@ -78,27 +90,55 @@ class ProcessGroup:
             raise ValueError(f"{what}: {name}={global_rank} is not a rank of this group (ranks {self.ranks})")
         return self.ranks.index(global_rank)
 
-    def submit(self, what: str, job, async_op: bool, fingerprint=None):
+    def submit(self, what: str, job, async_op: bool, descriptor=None, fingerprint=None):
         """Run ``job(channel)`` on the communication thread; a Work if async_op, else wait for it.
-        ``fingerprint``: what MINIDL_DIST_DEBUG compares across ranks (tensor, op, root ...)."""
+        ``descriptor``: what the ranks agree on before the job (descriptor.describe); None where the
+        job agrees itself (a small all-reduce carries its data in the agreement). ``fingerprint``:
+        what MINIDL_DIST_DEBUG compares across ranks (tensor, op, root ...)."""
+        self.check_usable(what)
         self.seq += 1
         seq = self.seq
         fp = debug.fingerprint(what, seq, **(fingerprint or {})) if self.config.debug else None
 
         def run(inline):
+            self.check_usable(what)
             ch = self.collective_channel.start(what, seq, self.coll.spin if inline else 0.0)
-            if fp is not None:
-                found = algorithms.all_gather_bytes(ch, repr(fp).encode())
-                debug.check([ast.literal_eval(f.decode()) for f in found], self.ranks)
-            job(ch)
+            try:
+                if fp is not None:
+                    found = algorithms.all_gather_bytes(ch, repr(fp).encode())
+                    debug.check([ast.literal_eval(f.decode()) for f in found], self.ranks)
+                if descriptor is not None:
+                    self.agree(ch, descriptor)
+                job(ch)
+            except DistError as e:  # its messages may still be in flight: the group can't go on
+                self.failed = e
+                raise
         if async_op:
             return self.thread.submit(run)
         self.thread.run(run)
         return None
 
+    def agree(self, ch, descriptor, buf=None, op=None) -> None:
+        """Check, on every rank, that all ranks run the collective ``descriptor`` says (and all-reduce
+        a small host ``buf`` with ``op`` along the way: algorithms/agree.py); where they don't,
+        every rank raises the same DistError, naming each rank's call."""
+        if agree(ch, descriptor, self.config.small_bytes, buf, op):
+            return
+        every = np.zeros((self.size, descriptor.size), np.int64)
+        every[self.rank] = descriptor
+        algorithms.all_gather(ch, every, "auto")
+        raise explain(ch.what, every, self.ranks)
+
+    def check_usable(self, what: str) -> None:
+        if self.failed is not None:
+            raise DistError(f"{what}: this process group failed at an earlier collective, whose messages "
+                            f"may still be in flight; make a new group with new_group(). The failure: "
+                            f"{self.failed}") from self.failed
+
     def close(self) -> None:
         self.thread.close()
         self.coll.close()
+        self.mailbox.data.close()
         self.p2p.close()
 
 

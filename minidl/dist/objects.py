@@ -7,6 +7,7 @@ import pickle
 import numpy as np
 
 from . import algorithms
+from .descriptor import describe
 from .state import resolve
 
 
@@ -22,7 +23,7 @@ def all_gather_object(object_list, obj, group=None) -> None:
 
     def job(ch):
         object_list[:] = [pickle.loads(b) for b in algorithms.all_gather_bytes(ch, data)]
-    g.submit(what, job, False)
+    g.submit(what, job, False, describe(what))
 
 
 def broadcast_object_list(object_list, src=0, group=None, device=None) -> None:
@@ -46,4 +47,4 @@ def broadcast_object_list(object_list, src=0, group=None, device=None) -> None:
             raise ValueError(f"{what}: object_list has {len(object_list)} entries here but {len(received)} on "
                              f"rank {src}")
         object_list[:] = received
-    g.submit(what, job, False, dict(numel=len(object_list)))
+    g.submit(what, job, False, describe(what, count=len(object_list), root=root), dict(numel=len(object_list)))

@@ -1,9 +1,12 @@
 """Point-to-point: send, recv, isend, irecv on minidl tensors, on the group's user
-communicator (separate from the collectives'). ``dst``/``src`` are global ranks; recv and
-irecv accept src=None (any source), and recv returns the sender's rank.
+communicators (separate from the collectives'), each message with a header that the receive
+checks (mailbox.py). ``dst``/``src`` are global ranks; recv and irecv accept src=None (any
+source), and recv returns the sender's rank.
 """
 from __future__ import annotations
 
+from .backends.base import DistError
+from .mailbox import dtype_name
 from .state import resolve
 from .tensors import Writable, check_tensor, read
 from .work import RequestWork
@@ -17,38 +20,49 @@ def _peer(g, rank, what, name):
 
 
 def isend(tensor, dst, group=None, tag=0):
-    what = "isend"
+    return _isend(tensor, dst, group, tag, "isend")
+
+
+def irecv(tensor, src=None, group=None, tag=0):
+    return _irecv(tensor, src, group, tag, "irecv")
+
+
+def _isend(tensor, dst, group, tag, what):
     g = resolve(group, what)
     if g is None:
         return None
     peer = _peer(g, dst, what, "dst")
     ch = g.channel(f"{what} to rank {dst} (tag {tag})", comm=g.p2p, tag=tag)
-    return RequestWork(ch, [ch.isend(read(check_tensor(tensor, what, g.config.backend)), peer)])
+    return RequestWork(ch, g.mailbox.isend(read(check_tensor(tensor, what, g.config.backend)), peer, tag))
 
 
-def irecv(tensor, src=None, group=None, tag=0):
-    what = "irecv"
+def _irecv(tensor, src, group, tag, what):
     g = resolve(group, what)
     if g is None:
         return None
     peer = None if src is None else _peer(g, src, what, "src")
     out = Writable(check_tensor(tensor, what, g.config.backend), what)
     ch = g.channel(f"{what} from {'any rank' if src is None else f'rank {src}'} (tag {tag})", comm=g.p2p, tag=tag)
-    request = ch.comm.irecv(out.array, peer, tag)
+    mine = out.array
+
+    def mismatch(source, count, dtype):
+        return DistError(f"{ch.what}: rank {g.ranks[source]} sent {count} elements of {dtype}, but the receiving "
+                         f"tensor on rank {g.ranks[g.rank]} holds {mine.size} elements of {dtype_name(mine.dtype)}")
+    request = g.mailbox.irecv(mine, peer, tag, mismatch)
     work = RequestWork(ch, [request], out.commit)
     work.source = lambda: g.ranks[request.source]
     return work
 
 
 def send(tensor, dst, group=None, tag=0) -> None:
-    work = isend(tensor, dst, group, tag)
+    work = _isend(tensor, dst, group, tag, "send")
     if work is not None:
         work.wait()
 
 
 def recv(tensor, src=None, group=None, tag=0):
     """Receive into ``tensor``; returns the sender's global rank."""
-    work = irecv(tensor, src, group, tag)
+    work = _irecv(tensor, src, group, tag, "recv")
     if work is None:
         return -1
     work.wait()

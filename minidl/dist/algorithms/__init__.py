@@ -25,18 +25,35 @@ def _native(ch, name, algorithm):
     return algorithm == "native" and name in ch.comm.native
 
 
-def all_reduce(ch, buf, op, config, hierarchy) -> None:
-    """``config``: has ``.algorithm``, ``.small_bytes`` and ``.segment_bytes`` (the ring's pipelining
-    segments); ``hierarchy``: has ``.spans_hosts`` and ``.channels(ch)`` -> (local, leaders or None)."""
+def all_reduce_path(comm, nbytes: int, config, hierarchy) -> str:
+    """Which all-reduce a buffer of ``nbytes`` takes: "native", "hierarchical", "recursive_doubling"
+    or "ring". ``config``: has ``.algorithm`` and ``.small_bytes``; ``hierarchy``: has ``.spans_hosts``."""
     algorithm = config.algorithm
-    if _native(ch, "all_reduce", algorithm):
+    if algorithm == "native" and "all_reduce" in comm.native:
+        return "native"
+    if algorithm == "hierarchical" or (algorithm in ("auto", "native") and hierarchy.spans_hosts):
+        return "hierarchical"
+    if algorithm == "recursive_doubling" or (algorithm != "ring" and nbytes <= config.small_bytes):
+        return "recursive_doubling"
+    return "ring"
+
+
+def all_reduce(ch, buf, op, path, config, hierarchy) -> None:
+    """``path``: from all_reduce_path; ``config``: has ``.segment_bytes`` (the ring's pipelining
+    segments); ``hierarchy``: has ``.channels(ch)`` -> (local, leaders or None)."""
+    if path == "native":
         ch.native("all_reduce", buf, op.value)
-    elif algorithm == "hierarchical" or (algorithm in ("auto", "native") and hierarchy.spans_hosts):
+    elif path == "hierarchical":
         hierarchical.all_reduce(*hierarchy.channels(ch), buf, op, config.segment_bytes)
-    elif algorithm == "recursive_doubling" or (algorithm != "ring" and buf.nbytes <= config.small_bytes):
+    elif path == "recursive_doubling":
         recursive_doubling.all_reduce(ch, buf, op)
     else:
         ring.all_reduce(ch, buf, op, config.segment_bytes)
+
+
+def native_or_ours(comm, name, algorithm) -> str:
+    """The descriptor's path of a collective with one algorithm of our own."""
+    return "native" if algorithm == "native" and name in comm.native else "ours"
 
 
 def broadcast(ch, buf, root, algorithm) -> None:

@@ -71,6 +71,18 @@ class Channel:
         """Send to ``dst`` while receiving from ``src`` (both posted first, so rings don't deadlock)."""
         wait_all(self.comm.exchange(send_buf, dst, recv_buf, src, self.tag), self.deadline, self._timed_out, self.spin)
 
+    def send_whole(self, buf, dst: int) -> None:
+        """One message however long (Communicator.isend_whole): control messages."""
+        self.wait([self.comm.isend_whole(buf, dst, self.tag)])
+
+    def recv_whole(self, buf, src: int) -> None:
+        """One message into ``buf``, which may be longer than it."""
+        self.wait([self.comm.irecv_whole(buf, src, self.tag)])
+
+    def exchange_whole(self, send_buf, dst: int, recv_buf, src: int) -> None:
+        wait_all(self.comm.exchange_whole(send_buf, dst, recv_buf, src, self.tag), self.deadline, self._timed_out,
+                 self.spin)
+
     def native(self, name: str, *args) -> None:
         """Run the backend's own collective ``name``."""
         self.wait(getattr(self.comm, name)(*args))

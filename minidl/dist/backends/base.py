@@ -90,6 +90,7 @@ class Communicator:
         self.chunk_elements = int(chunk_elements)
         self._scratch = np.empty(0, np.uint8)
         self._scratch_key = None
+        self.kept = {}  # what algorithms keep between collectives on this communicator (agree.py's plans)
 
     def scratch(self, numel: int, like) -> np.ndarray:
         """A receive buffer kept between collectives (which run one at a time per communicator):
@@ -125,6 +126,17 @@ class Communicator:
         """Send to ``dst`` and receive from ``src``: the requests (the send posted first, so that its
         rendezvous starts while the receive is posted)."""
         return [self.isend(send_buf, dst, tag), self.irecv(recv_buf, src, tag)]
+
+    # one message whatever ``chunk_elements`` says, into a receive that may be longer than what
+    # arrives: for control messages (headers, agreements), far below MPI's count limit
+    def isend_whole(self, buf, dst: int, tag: int = 0) -> Request:
+        return self._isend(buf, dst, tag)
+
+    def irecv_whole(self, buf, src, tag: int = 0) -> Request:
+        return self._irecv(buf, src, tag)
+
+    def exchange_whole(self, send_buf, dst: int, recv_buf, src: int, tag: int = 0) -> list:
+        return [self._isend(send_buf, dst, tag), self._irecv(recv_buf, src, tag)]
 
     # -- implemented by backends ----------------------------------------------------------------
     def _isend(self, buf, dst, tag) -> Request:

@@ -80,6 +80,9 @@ class MPICommunicator(Communicator):
     def exchange(self, send_buf, dst, recv_buf, src, tag=0):
         if src is None or send_buf.size > self.chunk_elements or recv_buf.size > self.chunk_elements:
             return super().exchange(send_buf, dst, recv_buf, src, tag)
+        return self.exchange_whole(send_buf, dst, recv_buf, src, tag)
+
+    def exchange_whole(self, send_buf, dst, recv_buf, src, tag=0):
         return [_MPIExchange(self.comm, send_buf, dst, recv_buf, src, tag)]
 
     def split(self, color, key):

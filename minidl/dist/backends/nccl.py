@@ -112,6 +112,11 @@ class NCCLCommunicator(mpi.MPICommunicator):
             return Communicator.exchange(self, send_buf, dst, recv_buf, src, tag)
         return super().exchange(send_buf, dst, recv_buf, src, tag)
 
+    def exchange_whole(self, send_buf, dst, recv_buf, src, tag=0):
+        if on_device(send_buf) or on_device(recv_buf):
+            return Communicator.exchange_whole(self, send_buf, dst, recv_buf, src, tag)
+        return super().exchange_whole(send_buf, dst, recv_buf, src, tag)
+
     def _queue(self, kind, peer, *args):
         request = _Grouped(self, peer, kind)
         self.queued.append((request, kind, args))
