@@ -3,6 +3,10 @@ script. In each collective case rank 0 calls something other than the rest; ever
 the same DistError naming what differs (after the name of its own call), the group must then refuse further collectives, and a new
 group must work. ``run_all(rank, size)`` returns the failures (strings), on every rank at once.
 """
+import time
+
+import numpy as np
+
 import minidl
 import minidl.dist as dist
 
@@ -90,6 +94,14 @@ def _raised(fn):
     return None
 
 
+def _until_done(request):
+    deadline = time.monotonic() + 30
+    while not request.test():
+        if time.monotonic() > deadline:
+            raise AssertionError("a request never completed")
+        time.sleep(1e-4)
+
+
 def _point_to_point(rank):
     """Ranks 0 and 1: mismatched sizes and dtypes are errors naming both sides, after which the
     next message between them still arrives right; two receives outstanding from one peer get
@@ -119,6 +131,14 @@ def _point_to_point(rank):
         works[0].wait()
         if first.tolist() != [1.0] * 2 or second.tolist() != [2.0] * 3:
             failures.append(f"rank 1: two outstanding receives got {first.tolist()} and {second.tolist()}")
+    # below the headers, a backend's own truncation is a DistError too (MPI's error wrapped)
+    comm = g.mailbox.headers
+    if rank == 0:
+        _until_done(comm.isend_whole(np.zeros(8, np.float32), 1, 9))
+    elif rank == 1:
+        message = _raised(lambda: _until_done(comm.irecv_whole(np.zeros(4, np.float32), 0, 9))) or ""
+        if "truncat" not in message.lower():
+            failures.append(f"rank 1: a truncated message said {message!r}")
     dist.barrier(group=g)
     return failures
 

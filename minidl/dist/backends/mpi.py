@@ -11,7 +11,7 @@ import traceback
 import numpy as np
 from mpi4py import MPI
 
-from .base import DEFAULT_CHUNK, Communicator, Request
+from .base import DEFAULT_CHUNK, Communicator, DistError, Request
 
 ONE_RANK_PER_PROCESS = True
 # How long a wait polls before sleeping, when every rank has a core (MPI's own waits poll without
@@ -24,6 +24,12 @@ _OPS = {"sum": MPI.SUM, "product": MPI.PROD, "max": MPI.MAX, "min": MPI.MIN}
 _BOOL_OPS = {"sum": MPI.LOR, "product": MPI.LAND, "max": MPI.LOR, "min": MPI.LAND}
 
 
+def _failed(error, kind, peer) -> DistError:
+    """MPI's error as a DistError naming the operation (MPI's own text says only "Message truncated")."""
+    where = "a native collective" if peer is None and kind == "collective" else f"a {kind} with rank {peer}"
+    return DistError(f"MPI failed in {where}: {error.Get_error_string()}")
+
+
 class _MPIRequest(Request):
     """``source``: the peer, or for a receive from any source (peer None) the sender once done."""
 
@@ -31,16 +37,22 @@ class _MPIRequest(Request):
         self.req, self.peer, self.kind, self.source = req, peer, kind, peer
 
     def test(self):
-        return self.req.Test()
+        try:
+            return self.req.Test()
+        except MPI.Exception as e:
+            raise _failed(e, self.kind, self.peer) from None
 
 
 class _AnySourceMPIRequest(_MPIRequest):
     def test(self):
         status = MPI.Status()
-        if self.req.Test(status):
+        try:
+            done = self.req.Test(status)
+        except MPI.Exception as e:
+            raise _failed(e, self.kind, "any") from None
+        if done:
             self.source = status.Get_source()
-            return True
-        return False
+        return done
 
 
 class _MPIExchange(Request):
@@ -51,7 +63,10 @@ class _MPIExchange(Request):
         self.dst, self.src = dst, src
 
     def test(self):
-        return MPI.Request.Testall(self.requests)
+        try:
+            return MPI.Request.Testall(self.requests)
+        except MPI.Exception as e:
+            raise _failed(e, "exchange", self.src) from None
 
     def unfinished(self):
         send, recv = self.requests
