@@ -131,6 +131,14 @@ def _point_to_point(rank):
         works[0].wait()
         if first.tolist() != [1.0] * 2 or second.tolist() != [2.0] * 3:
             failures.append(f"rank 1: two outstanding receives got {first.tolist()} and {second.tolist()}")
+    if rank < 2:  # each posts its receive, then sends blocking: large sends must not wait forever
+        peer, mine = 1 - rank, minidl.full((1 << 20,), float(rank))
+        into = minidl.zeros(1 << 20)
+        work = dist.irecv(into, peer, group=g)
+        dist.send(mine, peer, group=g)
+        work.wait()
+        if into[-1].item() != peer:
+            failures.append(f"rank {rank}: a 4 MiB exchange received {into[-1].item()}")
     # below the headers, a backend's own truncation is a DistError too (MPI's error wrapped)
     comm = g.mailbox.headers
     if rank == 0:

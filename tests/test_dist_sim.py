@@ -375,3 +375,20 @@ def test_mismatched_calls_are_errors_on_every_rank(n):
     """tests/dist_mismatch_cases.py: every collective with each kind of mismatch, and point-to-point."""
     from dist_mismatch_cases import run_all as run_mismatches
     assert sim.run(n, run_mismatches, n) == [[]] * n
+
+
+def test_a_receive_that_fails_does_not_fail_the_others():
+    """Rank 0 waits on a receive from rank 1, which returns without sending: that receive fails,
+    and rank 0's receive from rank 2 still arrives."""
+    def fn(rank):
+        g = dist.new_group()
+        if rank == 0:
+            doomed = dist.irecv(minidl.zeros(2), 1, group=g)
+            time.sleep(0.2)  # rank 1 is gone by now
+            t = minidl.zeros(2)
+            assert dist.recv(t, 2, group=g) == 2 and t.tolist() == [1.0, 1.0]
+            with pytest.raises(dist.DistError, match="rank 1 exited"):
+                doomed.wait()
+        elif rank == 2:
+            dist.send(minidl.ones(2), 0, group=g)
+    sim.run(3, fn, timeout=5)

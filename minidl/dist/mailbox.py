@@ -18,7 +18,7 @@ import threading
 
 import numpy as np
 
-from .backends.base import Request
+from .backends.base import DistError, Request
 from .descriptor import DTYPE_NAMES, DTYPES
 
 _DTYPE_OF_CODE = {code: dtype for dtype, code in DTYPES.items()}
@@ -43,10 +43,15 @@ class Mailbox:
         self.lock = threading.Lock()
 
     def isend(self, buf, dst: int, tag: int) -> list:
+        """The header and the data, posted together (under the lock: another thread's send to the same
+        peer and tag must not come between them). Waiting on them also moves this rank's receives
+        along: a peer's large send completes only once the receive it matches posted its data part,
+        and a rank that posted a receive and then waits on its own send must not stall it."""
         with self.lock:
             seq = self.sent.get((dst, tag), 0)
             self.sent[(dst, tag)] = seq + 1
-        return [self.headers.isend_whole(header(buf, seq), dst, tag), self.data.isend(buf, dst, tag)]
+            posted = [self.headers.isend_whole(header(buf, seq), dst, tag), self.data.isend(buf, dst, tag)]
+        return [_Progressing(self, r) for r in posted]
 
     def irecv(self, buf, src, tag: int, mismatch) -> "CheckedRecv":
         """``mismatch(source, count, dtype)``: the error to raise when the sender's message is not
@@ -63,7 +68,12 @@ class Mailbox:
             while moved:
                 moved = False
                 for r in list(self.waiting):
-                    if r.source is None and not r.first.test():
+                    try:
+                        if r.source is None and not r.first.test():
+                            continue
+                    except DistError as e:  # that receive's own failure, raised by its own test()
+                        r.error = e
+                        self.waiting.remove(r)
                         continue
                     r.source = r.peer = r.first.source
                     key = (r.source, r.tag)
@@ -73,6 +83,21 @@ class Mailbox:
                     self.waiting.remove(r)
                     r.post_data()
                     moved = True
+
+
+class _Progressing(Request):
+    """A send whose tests also move the mailbox's receives along."""
+
+    def __init__(self, mailbox, request):
+        self.mailbox, self.request = mailbox, request
+        self.peer, self.kind = request.peer, request.kind
+
+    def test(self) -> bool:
+        self.mailbox.progress()
+        return self.request.test()
+
+    def unfinished(self) -> list:
+        return self.request.unfinished()
 
 
 class CheckedRecv(Request):
@@ -96,6 +121,8 @@ class CheckedRecv(Request):
         if self.data is None:
             self.mailbox.progress()
             if self.data is None:
+                if self.error is not None:
+                    raise self.error
                 return False
         if not self.data.test():
             return False
