@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import _dtype as dt
-from . import _tensor_base, ops
+from . import _tensor_base, formulas, ops
 from ._tensor_base import TensorBase, as_device
 from .ops import elementwise as ew
 from .ops import inplace
@@ -439,29 +439,7 @@ class Tensor(TensorBase):
 
     clamp_ = _inplace_unary(ew.clamp, "clamp_")
     clip_ = clamp_
-    neg_ = _inplace_unary(ew.neg, "neg_")
-    exp_ = _inplace_unary(ew.exp, "exp_")
-    log_ = _inplace_unary(ew.log, "log_")
-    sqrt_ = _inplace_unary(ew.sqrt, "sqrt_")
-    abs_ = _inplace_unary(ew.abs, "abs_")
-    relu_ = _inplace_unary(ew.relu, "relu_")
-    sigmoid_ = _inplace_unary(ew.sigmoid, "sigmoid_")
-    tanh_ = _inplace_unary(ew.tanh, "tanh_")
-    floor_ = _inplace_unary(ew.floor, "floor_")
-    ceil_ = _inplace_unary(ew.ceil, "ceil_")
-    round_ = _inplace_unary(ew.round, "round_")
-    trunc_ = _inplace_unary(ew.trunc, "trunc_")
     frac_ = _inplace_unary(ew.frac, "frac_")
-    sign_ = _inplace_unary(ew.sign, "sign_")
-    reciprocal_ = _inplace_unary(ew.reciprocal, "reciprocal_")
-    rsqrt_ = _inplace_unary(ew.rsqrt, "rsqrt_")
-    square_ = _inplace_unary(ew.square, "square_")
-    sin_ = _inplace_unary(ew.sin, "sin_")
-    cos_ = _inplace_unary(ew.cos, "cos_")
-    tan_ = _inplace_unary(ew.tan, "tan_")
-    erf_ = _inplace_unary(ew.erf, "erf_")
-    expm1_ = _inplace_unary(ew.expm1, "expm1_")
-    log1p_ = _inplace_unary(ew.log1p, "log1p_")
     nan_to_num_ = _inplace_unary(ew.nan_to_num, "nan_to_num_")
     clamp_min_ = _inplace_unary(ew.clamp_min, "clamp_min_")
     clamp_max_ = _inplace_unary(ew.clamp_max, "clamp_max_")
@@ -526,6 +504,8 @@ def _delegate(name, fn):
 
 for _name in ops.TENSOR_METHODS:
     _delegate(_name, getattr(ops, _name))
+for _formula in formulas.UNARY:  # x.exp_(), x.relu_(), ...: every unary op of the formula table, in place
+    setattr(Tensor, _formula.name + "_", _inplace_unary(getattr(ew, _formula.name), _formula.name + "_"))
 
 
 def _where(self, condition, other):

@@ -6,7 +6,7 @@ buffers (a flat array of the device) plus :class:`minidl.layout.Layout` objects,
 never Tensors. Elementwise/reduce kernels only ever see the *compute* dtypes
 (float32, float64, int64, bool); ``copy`` converts between all dtypes.
 
-Contract (``op`` is a name from the matching tuple below):
+Contract (``op`` is a name from the matching tuple below; ``OP_CODES`` gives each its kernel code):
 
 ===================  ===============================================  ==============================================
 name                 signature                                        meaning
@@ -93,16 +93,30 @@ from __future__ import annotations
 
 import importlib
 
-UNARY_OPS = ("neg", "abs", "sign", "exp", "log", "log1p", "expm1", "sqrt", "rsqrt", "reciprocal",
-             "sin", "cos", "tan", "tanh", "sigmoid", "relu", "erf", "floor", "ceil", "round",
-             "trunc", "square")
-BINARY_OPS = ("add", "sub", "mul", "div", "floordiv", "remainder", "pow", "maximum", "minimum",
-              "gate", "atan2")  # gate: a where b > 0, else 0 (ReLU's backward in one pass)
-COMPARE_OPS = ("eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or", "logical_xor")
-REDUCE_OPS = ("sum", "prod", "max", "min")
-ARG_REDUCE_OPS = ("argmax", "argmin")
-SCAN_OPS = ("cumsum", "cumprod")
-RANDOM_KINDS = ("uniform", "normal", "integers")
+from . import formulas
+
+# op names per kernel family, in the order of their codes (the math: minidl/formulas/table.py)
+UNARY_OPS = formulas.CODED["unary"]
+BINARY_OPS = formulas.CODED["binary"]  # gate: a where b > 0, else 0 (ReLU's backward in one pass)
+COMPARE_OPS = formulas.CODED["compare"]
+REDUCE_OPS = formulas.CODED["reduce"]
+ARG_REDUCE_OPS = formulas.CODED["arg_reduce"]
+SCAN_OPS = formulas.CODED["scan"]
+RANDOM_KINDS = formulas.CODED["random"]
+
+
+class _Codes(dict):
+    """op name -> the code a family's kernels switch on; an unknown name is a clear error."""
+
+    def __init__(self, family, names):
+        super().__init__((name, i) for i, name in enumerate(names))
+        self.family = family
+
+    def __missing__(self, name):
+        raise ValueError(f"{self.family}: unknown op {name!r}; the {self.family} ops are {', '.join(self)}")
+
+
+OP_CODES = {family: _Codes(family, names) for family, names in formulas.CODED.items()}
 
 PRIMITIVES = ("alloc", "from_host", "to_host", "share_memory", "open_shared", "copy", "unary", "binary",
               "compare", "where", "reduce", "arg_reduce", "scan", "argsort", "take", "put", "check_index",

@@ -2,9 +2,9 @@
 Numba does not check bounds, and a CUDA kernel reading past a buffer corrupts memory silently)."""
 import numpy as np
 
-from .kernels import RANDOM_KINDS
+from .kernels import OP_CODES, RANDOM_KINDS
 
-_RANDOM_CODES = {kind: i for i, kind in enumerate(RANDOM_KINDS)}
+_RANDOM_CODES = OP_CODES["random"]
 _RANDOM_OUT_DTYPES = {"uniform": ("float32", "float64"), "normal": ("float32", "float64"), "integers": ("int64",)}
 
 
@@ -57,7 +57,7 @@ def softmax_rows(name, n, *bufs) -> int:
 
 
 def random_arguments(kind, out, a, b) -> int:
-    """The ``random`` primitive's checks; returns the kind's code (its place in RANDOM_KINDS)."""
+    """The ``random`` primitive's checks; returns the kind's code (OP_CODES["random"])."""
     if kind not in _RANDOM_CODES:
         raise ValueError(f"random: unknown kind {kind!r}; expected one of {RANDOM_KINDS}")
     if out.dtype.name not in _RANDOM_OUT_DTYPES[kind]:

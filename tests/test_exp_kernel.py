@@ -1,4 +1,4 @@
-"""minidl's own vectorisable float32 exp (cpu/jit.py) against float64 numpy."""
+"""minidl's own vectorisable float32 exp (cpu/jit/vector_math.py) against float64 numpy."""
 import numpy as np
 
 import minidl

@@ -15,9 +15,10 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 
 WORKLOAD = textwrap.dedent("""
-    import json, numba, numpy as np
+    import importlib, json, pkgutil, numba, numpy as np
     import minidl as md
-    from minidl import cpu
+    from minidl.cpu import jit
+    KERNEL_MODULES = [importlib.import_module(f"minidl.cpu.jit.{m.name}") for m in pkgutil.iter_modules(jit.__path__)]
 
     for dtype in (md.float32, md.float64, md.int64):
         x = md.arange(24, dtype=dtype).reshape(2, 3, 4)
@@ -26,7 +27,7 @@ WORKLOAD = textwrap.dedent("""
          md.where(x > 3, x, x * 0), y.contiguous(), md.zeros(50000, dtype=dtype) + 1)
         if dtype.is_floating_point:
             (x.exp(), x @ x.transpose(1, 2))
-    dispatchers = [obj for module in (cpu.jit,)
+    dispatchers = [obj for module in KERNEL_MODULES
                    for obj in vars(module).values() if isinstance(obj, numba.core.registry.CPUDispatcher)]
     misses = {d.py_func.__name__: sum(d.stats.cache_misses.values()) for d in dispatchers}
     hits = {d.py_func.__name__: sum(d.stats.cache_hits.values()) for d in dispatchers}
@@ -51,12 +52,12 @@ def test_second_process_compiles_nothing():
 
 SMALL_WORKLOAD = textwrap.dedent("""
     import json, numba, minidl as md
-    from minidl import cpu
-    md.arange(6.0) + 1
-    dispatchers = [obj for obj in vars(cpu.jit).values() if isinstance(obj, numba.core.registry.CPUDispatcher)]
+    from minidl.cpu.jit import elementwise
+    total = (md.arange(6.0) + 1).tolist()
+    dispatchers = [obj for obj in vars(elementwise).values() if isinstance(obj, numba.core.registry.CPUDispatcher)]
     print(json.dumps({"misses": sum(sum(d.stats.cache_misses.values()) for d in dispatchers),
                       "hits": sum(sum(d.stats.cache_hits.values()) for d in dispatchers),
-                      "file": md.__file__}))
+                      "file": md.__file__, "total": total}))
 """)
 
 
@@ -73,11 +74,12 @@ def _run_small(package_parent, cache_home, cwd):
     return found, out.stderr
 
 
-def test_a_new_clone_reuses_the_per_user_cache_and_an_edited_kernel_source_recompiles(tmp_path):
+def test_a_new_clone_reuses_the_per_user_cache_and_an_edited_formula_recompiles(tmp_path):
     cache = tmp_path / "cache"
     first, said = _run_small(ROOT, cache, tmp_path)
     assert first["misses"] > 0 and "compiling CPU kernels, first use only" in said
-    assert list((cache / "minidl").glob("cpu-numba-*/jit-*/*.nbi")), "no index in $XDG_CACHE_HOME/minidl"
+    assert list((cache / "minidl").glob("cpu-numba-*/elementwise-*/*.nbi")), "no index in $XDG_CACHE_HOME/minidl"
+    assert first["total"] == [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]
 
     clone = tmp_path / "clone"   # another path, as a second clone or venv would be
     shutil.copytree(ROOT / "minidl", clone / "minidl", ignore=shutil.ignore_patterns("__pycache__"))
@@ -85,15 +87,32 @@ def test_a_new_clone_reuses_the_per_user_cache_and_an_edited_kernel_source_recom
     assert again["misses"] == 0 and again["hits"] > 0, again
     assert "compiling" not in said
 
-    with open(clone / "minidl" / "cpu" / "jit.py", "a") as f:
-        f.write("\n# an edit\n")
+    # a new formula for add lands in jit/formulas.py, not in jit/elementwise.py, which holds the
+    # binary kernel: the kernel must still be recompiled, or it would keep the old formula
+    table = clone / "minidl" / "formulas" / "table.py"
+    table.write_text(table.read_text().replace('binary("add", "x + y")', 'binary("add", "x + y + 1")'))
+    regenerated = subprocess.run([sys.executable, "-m", "minidl.formulas.generate"], capture_output=True, text=True,
+                                 env={**os.environ, "PYTHONPATH": str(clone)}, cwd=tmp_path, timeout=300)
+    assert regenerated.returncode == 0 and "cpu/jit/formulas.py" in regenerated.stdout, regenerated.stderr
     edited, said = _run_small(clone, cache, tmp_path)
     assert edited["misses"] > 0 and "compiling CPU kernels" in said
-    assert len(list((cache / "minidl").glob("cpu-numba-*/jit-*"))) == 2  # the old source's entries stay apart
+    assert edited["total"] == [2.0, 3.0, 4.0, 5.0, 6.0, 7.0]  # the new formula, not a stale kernel
+    assert len(list((cache / "minidl").glob("cpu-numba-*/elementwise-*"))) == 2  # the old entries stay apart
+
+
+def test_the_cache_key_covers_every_kernel_source(tmp_path):
+    from minidl.cpu import kernel_cache
+    for name in ("elementwise.py", "formulas.py"):
+        (tmp_path / name).write_text(f"# {name}\n")
+    before = kernel_cache.sources_digest(str(tmp_path))
+    kernel_cache.sources_digest.cache_clear()
+    (tmp_path / "formulas.py").write_text("# an edited helper\n")
+    assert kernel_cache.sources_digest(str(tmp_path)) != before
 
 
 def test_the_cache_folder_follows_numba_cache_dir_then_xdg_cache_home(tmp_path, monkeypatch):
-    from minidl.cpu import jit, kernel_cache
+    from minidl.cpu import kernel_cache
+    from minidl.cpu.jit import elementwise as jit
 
     def folder():
         return kernel_cache.KernelCacheLocator.from_function(jit.copy_serial.py_func, jit.__file__).get_cache_path()
@@ -147,9 +166,9 @@ def test_results_correct_with_jit_disabled():
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
 
 
-def test_all_jitted_code_lives_in_one_module():
-    """Numba's cache only notices edits to a kernel's own file, so inlined helpers must share it
-    (random_jit.py is the one self-contained exception: it inlines nothing from jit.py)."""
+def test_all_jitted_code_lives_in_the_jit_package():
+    """The cache key covers the text of minidl/cpu/jit/ only, so every jitted function (and every
+    helper a kernel inlines) must live there."""
     import importlib
     import pkgutil
 
@@ -161,8 +180,8 @@ def test_all_jitted_code_lives_in_one_module():
         module = importlib.import_module(f"minidl.cpu.{info.name}")
         for name, obj in vars(module).items():
             if isinstance(obj, numba.core.dispatcher.Dispatcher):
-                assert obj.py_func.__module__ in ("minidl.cpu.jit", "minidl.cpu.random_jit"), \
-                    f"{info.name}.{name} is jitted outside jit.py"
+                assert obj.py_func.__module__.startswith("minidl.cpu.jit."), \
+                    f"{info.name}.{name} is jitted outside minidl/cpu/jit/"
 
 
 def test_set_num_threads_before_the_first_op_keeps_the_workqueue_layer():

@@ -1,4 +1,4 @@
-"""Convolution and pooling primitives on the CPU (kernels in ``jit.py``).
+"""Convolution and pooling primitives on the CPU (kernels in ``jit/conv.py``).
 
 All operands are contiguous 1-D buffers from offset 0; ``geom`` is the tuple
 ``(planes, h, w, kh, kw, sh, sw, ph, pw, dh, dw, oh, ow)`` described in
@@ -6,7 +6,7 @@ All operands are contiguous 1-D buffers from offset 0; ``geom`` is the tuple
 """
 from .. import kernels
 from ..primitive_checks import conv_columns, conv_geometry, pool_buffers
-from .jit import (col2im_parallel, col2im_serial, im2col_parallel, im2col_serial, max_pool2d_backward_parallel,
+from .jit.conv import (col2im_parallel, col2im_serial, im2col_parallel, im2col_serial, max_pool2d_backward_parallel,
                   max_pool2d_backward_serial, max_pool2d_parallel, max_pool2d_serial)
 from .strided import launch
 

@@ -1,6 +1,6 @@
 """Elementwise primitives on the CPU: unary, binary, compare, where and copy.
 
-These wrappers turn layouts into the flat arguments of the kernels in ``jit.py``:
+These wrappers turn layouts into the flat arguments of the kernels in ``jit/elementwise.py``:
 operands that read as one packed (or broadcast-scalar) run take the unit-stride
 fast path; everything else (offsets, negative or zero strides) is collapsed to
 as few dims as possible and takes the general strided loop.
@@ -10,7 +10,7 @@ import numpy as np
 from .. import _bfloat16 as bfloat16
 from .. import kernels
 from ..layout import Layout, collapse
-from .jit import (
+from .jit.elementwise import (
     binary_parallel,
     binary_serial,
     compare_parallel,
@@ -26,9 +26,7 @@ from .memory import numpy_view
 from . import strided
 from .strided import i64, launch, work_items
 
-UNARY_CODE = {name: i for i, name in enumerate(kernels.UNARY_OPS)}
-BINARY_CODE = {name: i for i, name in enumerate(kernels.BINARY_OPS)}
-COMPARE_CODE = {name: i for i, name in enumerate(kernels.COMPARE_OPS)}
+UNARY_CODE, BINARY_CODE, COMPARE_CODE = (kernels.OP_CODES[f] for f in ("unary", "binary", "compare"))
 
 
 # ----------------------------------------------------------------------------- registered wrappers

@@ -1,4 +1,4 @@
-"""Gather/scatter primitives on the CPU over flat (row-major) element indices (kernels in ``jit.py``).
+"""Gather/scatter primitives on the CPU over flat (row-major) element indices (kernels in ``jit/indexing.py``).
 
 Every indexing op in ``minidl/ops/indexing.py`` reduces to these: the op turns
 its index expression into flat indices of the source's logical shape, and the
@@ -9,7 +9,7 @@ bounds) and the wrappers raise IndexError at once, before put writes anything.
 import numpy as np
 
 from .. import kernels
-from .jit import check_index_kernel, nonzero_kernel, put_kernel, take_parallel, take_serial
+from .jit.indexing import check_index_kernel, nonzero_kernel, put_kernel, take_parallel, take_serial
 from .strided import i64, launch
 
 

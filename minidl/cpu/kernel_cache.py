@@ -3,11 +3,14 @@
 Numba caches a ``cache=True`` kernel beside its source (``__pycache__``) or in a folder named
 after the source's absolute path, so every clone and virtual environment of minidl compiled all
 kernels again (about half a minute). Here Numba gets a locator of our own for the kernel modules
-of this folder: their cache lives in one per-user folder (``$NUMBA_CACHE_DIR`` if the user set
-it, else ``$XDG_CACHE_HOME/minidl`` or ``~/.cache/minidl``), named by the numba version and a
-hash of the module's text. Every copy of the same source shares it; an edited source gets a
-fresh folder, which is how its stale entries are invalidated (the newest few are kept, so
-switching between branches doesn't recompile).
+of ``jit/``: their cache lives in one per-user folder (``$NUMBA_CACHE_DIR`` if the user set it,
+else ``$XDG_CACHE_HOME/minidl`` or ``~/.cache/minidl``), named by the numba version, the module
+and a hash of the text of *every* module in ``jit/``. Numba's own key is the kernel's file
+alone, which misses an edit to a helper inlined from another file (a formula, a library
+function); with the package's hash any edit there recompiles every kernel that could depend on
+it. Every copy of the same sources shares one cache; an edited source gets fresh folders, which is
+how stale entries are invalidated (the newest few are kept, so switching between branches
+doesn't recompile).
 
 Numba's locator classes are internal API, stable from 0.59 to 0.68: pyproject.toml bounds numba
 to those versions and tests/test_kernel_cache.py checks the behaviour.
@@ -22,7 +25,7 @@ import time
 import numba
 from numba.core import caching, event
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+HERE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "jit")
 KEEP = 4                    # source versions kept per module ...
 PRUNE_AFTER = 24 * 3600     # ... beyond which a folder unused for a day is removed
 
@@ -33,9 +36,13 @@ def cache_root() -> str:
 
 
 @functools.lru_cache(maxsize=None)
-def _source_digest(path: str) -> str:
-    with open(path, "rb") as f:
-        return hashlib.sha256(f.read()).hexdigest()
+def sources_digest(folder: str) -> str:
+    """A hash of the names and text of every Python file in ``folder``."""
+    digest = hashlib.sha256()
+    for name in sorted(f for f in os.listdir(folder) if f.endswith(".py")):
+        with open(os.path.join(folder, name), "rb") as f:
+            digest.update(name.encode() + b"\0" + f.read() + b"\0")
+    return digest.hexdigest()
 
 
 _touched: set = set()
@@ -59,11 +66,11 @@ def _prune(parent: str, stem: str) -> None:
 
 
 class KernelCacheLocator(caching._CacheLocator):
-    """Numba's cache of a kernel in this folder: per user, keyed by source text, not by path."""
+    """Numba's cache of a kernel in ``jit/``: per user, keyed by the package's text, not by path."""
 
     def __init__(self, py_func, py_file):
         self._lineno = py_func.__code__.co_firstlineno
-        self._digest = _source_digest(py_file)
+        self._digest = sources_digest(os.path.dirname(os.path.abspath(py_file)))
         self._stem = os.path.splitext(os.path.basename(py_file))[0]
         self._cache_path = os.path.join(cache_root(), f"cpu-numba-{numba.__version__}",
                                         f"{self._stem}-{self._digest[:16]}")

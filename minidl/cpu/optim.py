@@ -1,6 +1,6 @@
 """Fused optimizer updates on the CPU: each parameter is updated in one pass over its elements."""
 from .. import kernels
-from .jit import adam_parallel, adam_serial, sgd_parallel, sgd_serial
+from .jit.optim import adam_parallel, adam_serial, sgd_parallel, sgd_serial
 from .strided import launch, work_items
 
 

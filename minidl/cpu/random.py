@@ -1,10 +1,10 @@
-"""The ``random`` primitive on the CPU (kernels in random_jit.py)."""
+"""The ``random`` primitive on the CPU (kernels in ``jit/random.py``)."""
 import numpy as np
 
 from .. import kernels
 from ..primitive_checks import random_arguments, random_span, random_stream
-from .jit import CHUNK
-from .random_jit import random_parallel, random_serial
+from .jit.random import random_parallel, random_serial
+from .jit.rows import CHUNK
 from .strided import launch, work_items
 
 _NORMAL_COST = 20  # ns an element, against ~1 for the other kinds (vectorised)

@@ -1,4 +1,4 @@
-"""Reduction, scan and sort primitives on the CPU (kernels in ``jit.py``).
+"""Reduction, scan and sort primitives on the CPU (kernels in ``jit/reduce.py`` and ``jit/sort.py``).
 
 ``layout.reduction_plan`` splits the input into kept (outer) dims and reduced
 (inner) dims; each outer element is one independent reduction, spread over
@@ -9,21 +9,12 @@ import numpy as np
 from .. import kernels
 from ..layout import collapse, contiguous_strides, reduction_plan
 from .elementwise import flat_shape
-from .jit import (
-    arg_reduce_kernel,
-    argsort_parallel,
-    argsort_serial,
-    reduce_parallel,
-    reduce_serial,
-    scan_kernel,
-    sum_columns_parallel,
-    sum_columns_serial,
-)
+from .jit.reduce import (arg_reduce_kernel, reduce_parallel, reduce_serial, scan_kernel, sum_columns_parallel,
+                         sum_columns_serial)
+from .jit.sort import argsort_parallel, argsort_serial
 from .strided import i64, launch, work_items
 
-REDUCE_CODE = {name: i for i, name in enumerate(kernels.REDUCE_OPS)}
-ARG_CODE = {name: i for i, name in enumerate(kernels.ARG_REDUCE_OPS)}
-SCAN_CODE = {name: i for i, name in enumerate(kernels.SCAN_OPS)}
+REDUCE_CODE, ARG_CODE, SCAN_CODE = (kernels.OP_CODES[f] for f in ("reduce", "arg_reduce", "scan"))
 
 
 _UNIT = i64([1])

@@ -1,10 +1,10 @@
-"""Softmax and log-softmax over packed rows on the CPU (kernels in ``jit.py``): one pass per row
+"""Softmax and log-softmax over packed rows on the CPU (kernels in ``jit/softmax.py``): one pass per row
 instead of the five elementwise ops and two reductions of the composed formula."""
 import numpy as np
 
 from .. import kernels
 from ..primitive_checks import softmax_rows
-from .jit import softmax_backward_parallel, softmax_backward_serial, softmax_parallel, softmax_serial
+from .jit.softmax import softmax_backward_parallel, softmax_backward_serial, softmax_parallel, softmax_serial
 from .strided import launch
 
 _BLOCK = 1 << 14          # elements per parallel work block (whole rows)

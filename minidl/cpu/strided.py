@@ -10,7 +10,7 @@ import threading
 import numpy as np
 
 from .. import threads
-from .jit import CHUNK
+from .jit.rows import CHUNK
 
 # below this many elements (units of work) a kernel runs on the calling thread: inside a training
 # step each parallel launch wakes the pool's sleeping workers (~50-90 µs on a small VM), which

@@ -13,6 +13,7 @@ import contextlib
 import functools
 import importlib.util
 import os
+import re
 import struct
 import weakref
 
@@ -29,13 +30,23 @@ class Unavailable(RuntimeError):
     pass
 
 
+_INCLUDE = re.compile(r'^#include "(\w+\.cuh)".*$', re.MULTILINE)
+
+
 @functools.lru_cache(maxsize=None)
 def source(name: str) -> str:
-    """The text compiled for ``csrc/<name>.cu``: common.cuh, then the file."""
-    with open(os.path.join(CSRC, "common.cuh")) as f:
-        common = f.read()
-    with open(os.path.join(CSRC, f"{name}.cu")) as f:
-        return common + "\n" + f.read()
+    """The text compiled for ``csrc/<name>.cu``: common.cuh, then the file, each ``#include "x.cuh"``
+    replaced by that header's text (once: the first time it is named). One self-contained text, so
+    NVRTC, nvcc and the simulator's g++ need no include paths, and its hash keys every cache."""
+    seen = set()
+
+    def expand(file):
+        if file in seen:
+            return ""
+        seen.add(file)
+        with open(os.path.join(CSRC, file)) as f:
+            return _INCLUDE.sub(lambda m: expand(m.group(1)), f.read())
+    return expand("common.cuh") + "\n" + expand(f"{name}.cu")
 
 
 def kernel_files() -> list:

@@ -227,6 +227,11 @@ def _first_device_type(args, kwargs):
     return None
 
 
+def listed(name: str) -> bool:
+    """Whether the op ``name`` has an autocast policy on some device type."""
+    return name in NATIVE or any(name in names for lists in POLICIES.values() for names in lists.values())
+
+
 def autocast_op(name: str):
     """Decorator of the op ``name``: applies its autocast policy per device type (see the module)."""
     policies = {device: _POLICY_FUNCTIONS[policy] for device, lists in POLICIES.items()

@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 
 from .. import _dtype as dt
+from .. import formulas
 from .._type_info import finfo
 from ..autograd import Function
+from ..formulas import expr
 from ..layout import broadcast_shapes, expand
-from .autocast_mode import autocast_op
+from .autocast_mode import autocast_op, listed
 from .core import (
     as_operand,
     broadcast_layouts,
@@ -83,12 +84,14 @@ def _float_result(x):
 
 # ----------------------------------------------------------------------------- unary
 class Unary(Function):
-    """``op`` applied elementwise; subclasses give ``grad(x, y, g)`` and whether it reads the
-    input ``x`` or the output ``y`` (only that one is saved). Integer inputs of float-only
-    ops (exp, log, ...) compute in the default float dtype, as in PyTorch."""
+    """``op`` applied elementwise (its formula: minidl/formulas/table.py). Integer inputs of
+    float-only ops (exp, log, ...) compute in the default float dtype, as in PyTorch. Backward
+    evaluates the table's gradient formula with Tensor ops, saving only the tensors it reads
+    (``saves``: of x, the input, and y, the output)."""
     op = ""
     float_only = True
-    saves = "x"
+    saves = ()
+    grad_tree = None
 
     @classmethod
     def result_dtype(cls, x):
@@ -98,43 +101,34 @@ class Unary(Function):
     def forward(cls, ctx, x):
         y = unary_raw(cls.op, x, cls.result_dtype(x))
         if ctx._recording:
-            ctx.save_for_backward(x if cls.saves == "x" else y)
+            ctx.save_for_backward(*(x if name == "x" else y for name in cls.saves))
         return y
 
     @classmethod
     def backward(cls, ctx, g):
-        (saved,) = ctx.saved_tensors
-        return cls.grad(saved, None, g) if cls.saves == "x" else cls.grad(None, saved, g)
+        values = dict(zip(cls.saves, ctx.saved_tensors), g=g)
+        return expr.evaluate(cls.grad_tree, values, _grad_call, where)
 
 
-def _unary(name, op, grad, float_only=True, saves="x"):
-    cls = type(name, (Unary,), {"op": op, "float_only": float_only, "grad": staticmethod(grad), "saves": saves})
-    globals()[name] = cls
-    return cls.apply
+def _grad_call(name, args):
+    """A call in a gradient formula: math on plain numbers, else the minidl op of that name."""
+    if all(isinstance(a, (int, float)) for a in args):
+        return getattr(math, name)(*args)
+    return Gate.apply(*args) if name == "gate" else globals()[name](*args)
 
 
-neg = _unary("Neg", "neg", lambda x, y, g: -g, float_only=False)
-abs = _unary("Abs", "abs", lambda x, y, g: g * x.sign(), float_only=False)
-sign = _unary("Sign", "sign", lambda x, y, g: g * 0, float_only=False)
-exp = autocast_op("exp")(_unary("Exp", "exp", lambda x, y, g: g * y, saves="y"))
-log = autocast_op("log")(_unary("Log", "log", lambda x, y, g: g / x))
-log1p = autocast_op("log1p")(_unary("Log1p", "log1p", lambda x, y, g: g / (x + 1)))
-expm1 = autocast_op("expm1")(_unary("Expm1", "expm1", lambda x, y, g: g * (y + 1), saves="y"))
-sqrt = _unary("Sqrt", "sqrt", lambda x, y, g: g / (y * 2), saves="y")
-rsqrt = autocast_op("rsqrt")(_unary("Rsqrt", "rsqrt", lambda x, y, g: g * y * y * y * -0.5, saves="y"))
-reciprocal = autocast_op("reciprocal")(_unary("Reciprocal", "reciprocal", lambda x, y, g: -g * y * y, saves="y"))
-sin = _unary("Sin", "sin", lambda x, y, g: g * x.cos())
-cos = _unary("Cos", "cos", lambda x, y, g: -g * x.sin())
-tan = autocast_op("tan")(_unary("Tan", "tan", lambda x, y, g: g * (y * y + 1), saves="y"))
-tanh = _unary("Tanh", "tanh", lambda x, y, g: g * (1 - y * y), saves="y")
-sigmoid = _unary("Sigmoid", "sigmoid", lambda x, y, g: g * y * (1 - y), saves="y")
-relu = _unary("Relu", "relu", lambda x, y, g: Gate.apply(g, y), float_only=False, saves="y")
-erf = _unary("Erf", "erf", lambda x, y, g: g * (-x * x).exp() * (2 / math.sqrt(math.pi)))
-floor = _unary("Floor", "floor", lambda x, y, g: g * 0, float_only=False)
-ceil = _unary("Ceil", "ceil", lambda x, y, g: g * 0, float_only=False)
-_round = _unary("Round", "round", lambda x, y, g: g * 0, float_only=False)
-trunc = _unary("Trunc", "trunc", lambda x, y, g: g * 0, float_only=False)
-square = _unary("Square", "square", lambda x, y, g: g * x * 2, float_only=False)
+def _unary(formula):
+    tree = expr.parse(formula.grad, ("x", "y", "g"), formulas.table.callable_formulas())
+    cls = type(formula.name.capitalize(), (Unary,), {
+        "op": formula.name, "float_only": formula.float_only, "grad_tree": tree,
+        "saves": tuple(name for name in ("x", "y") if name in expr.names_used(tree))})
+    globals()[cls.__name__] = cls
+    return autocast_op(formula.name)(cls.apply) if listed(formula.name) else cls.apply
+
+
+for _formula in formulas.UNARY:  # neg, abs, exp, ..., relu, ...: one function per table entry
+    globals()[_formula.name] = _unary(_formula)
+_round = round  # noqa: F821 (made just above; the public round below adds decimals)
 
 
 def round(x, decimals=0):

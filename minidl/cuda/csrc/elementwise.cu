@@ -1,78 +1,8 @@
 // Elementwise primitives: unary, binary, compare, where and copy (with dtype conversion).
-// Op codes are the positions of the names in minidl/kernels.py (UNARY_OPS, BINARY_OPS,
-// COMPARE_OPS); the math follows minidl/cpu/jit.py op for op, so both devices agree.
+// The ops' math is generated from minidl/formulas/table.py (formulas.cuh), as the CPU's is, so
+// both devices compute the same formulas; the kernels here only walk the operands.
 
-// ------------------------------------------ float math per type (exp, log and sqrt: common.cuh)
-__device__ __forceinline__ float m_log1p(float x) { return log1pf(x); }
-__device__ __forceinline__ double m_log1p(double x) { return log1p(x); }
-__device__ __forceinline__ float m_expm1(float x) { return expm1f(x); }
-__device__ __forceinline__ double m_expm1(double x) { return expm1(x); }
-__device__ __forceinline__ float m_sin(float x) { return sinf(x); }
-__device__ __forceinline__ double m_sin(double x) { return sin(x); }
-__device__ __forceinline__ float m_cos(float x) { return cosf(x); }
-__device__ __forceinline__ double m_cos(double x) { return cos(x); }
-__device__ __forceinline__ float m_tan(float x) { return tanf(x); }
-__device__ __forceinline__ double m_tan(double x) { return tan(x); }
-__device__ __forceinline__ float m_tanh(float x) { return tanhf(x); }
-__device__ __forceinline__ double m_tanh(double x) { return tanh(x); }
-__device__ __forceinline__ float m_erf(float x) { return erff(x); }
-__device__ __forceinline__ double m_erf(double x) { return erf(x); }
-__device__ __forceinline__ float m_floor(float x) { return floorf(x); }
-__device__ __forceinline__ double m_floor(double x) { return floor(x); }
-__device__ __forceinline__ float m_ceil(float x) { return ceilf(x); }
-__device__ __forceinline__ double m_ceil(double x) { return ceil(x); }
-__device__ __forceinline__ float m_rint(float x) { return rintf(x); }
-__device__ __forceinline__ double m_rint(double x) { return rint(x); }
-__device__ __forceinline__ float m_trunc(float x) { return truncf(x); }
-__device__ __forceinline__ double m_trunc(double x) { return trunc(x); }
-__device__ __forceinline__ float m_fmod(float x, float y) { return fmodf(x, y); }
-__device__ __forceinline__ double m_fmod(double x, double y) { return fmod(x, y); }
-__device__ __forceinline__ float m_pow(float x, float y) { return powf(x, y); }
-__device__ __forceinline__ double m_pow(double x, double y) { return pow(x, y); }
-__device__ __forceinline__ float m_atan2(float x, float y) { return atan2f(x, y); }
-__device__ __forceinline__ double m_atan2(double x, double y) { return atan2(x, y); }
-__device__ __forceinline__ float m_copysign(float x, float y) { return copysignf(x, y); }
-__device__ __forceinline__ double m_copysign(double x, double y) { return copysign(x, y); }
-
-template <class T> __device__ __forceinline__ T inf_of() { return (T)(1.0 / 0.0); }
-template <class T> __device__ __forceinline__ T nan_of() { return (T)(0.0 / 0.0); }
-
-// ---------------------------------------------------------------------------- unary
-template <class T> __device__ __forceinline__ T float_unary(int op, T x) {
-    switch (op) {
-        case 3: return m_exp(x);
-        case 4: return x > 0 ? m_log(x) : (x == 0 ? -inf_of<T>() : nan_of<T>());
-        case 5: return x > -1 ? m_log1p(x) : (x == -1 ? -inf_of<T>() : nan_of<T>());
-        case 6: return m_expm1(x);
-        case 7: return x >= 0 ? m_sqrt(x) : nan_of<T>();
-        case 8: return x > 0 ? (T)1 / m_sqrt(x) : (x == 0 ? inf_of<T>() : nan_of<T>());
-        case 9: return x != 0 ? (T)1 / x : m_copysign(inf_of<T>(), x);
-        case 10: return m_sin(x);
-        case 11: return m_cos(x);
-        case 12: return m_tan(x);
-        case 13: return m_tanh(x);
-        case 14: if (x >= 0) return (T)1 / ((T)1 + m_exp(-x)); else { T e = m_exp(x); return e / ((T)1 + e); }
-        case 16: return m_erf(x);
-        case 17: return m_floor(x);
-        case 18: return m_ceil(x);
-        case 19: return m_rint(x);
-        default: return m_trunc(x);
-    }
-}
-__device__ __forceinline__ float unary_rest(int op, float x) { return float_unary(op, x); }
-__device__ __forceinline__ double unary_rest(int op, double x) { return float_unary(op, x); }
-__device__ __forceinline__ long long unary_rest(int, long long x) { return x; }  // floor/ceil/round/trunc of an int
-
-template <class T> __device__ __forceinline__ T apply_unary(int op, T x) {
-    switch (op) {
-        case 0: return -x;
-        case 1: return x < 0 ? -x : x;
-        case 2: return (T)((x > 0) - (x < 0));  // 0 for NaN, as in PyTorch
-        case 15: return x < 0 ? (T)0 : x;        // relu keeps NaN; +0 for -inf and negatives
-        case 21: return x * x;
-        default: return unary_rest(op, x);
-    }
-}
+#include "formulas.cuh"  // apply_unary, apply_binary and apply_compare: the ops' math
 
 #define UNARY_KERNEL(suffix, T)                                                                   \
     extern "C" __global__ void unary_##suffix(int op, const T *x, const Layout xl, T *out,         \
@@ -95,78 +25,14 @@ __device__ __forceinline__ void unary_packed_loop(const T *__restrict__ x, T *__
     extern "C" __global__ void __launch_bounds__(256) unary_packed_##suffix(                      \
             int op, const T *x, long long xo, T *out, long long oo, long long n) {                \
         switch (op) {                                                                             \
-            UNARY_CASE(0) UNARY_CASE(1) UNARY_CASE(2) UNARY_CASE(3) UNARY_CASE(4) UNARY_CASE(5)   \
-            UNARY_CASE(6) UNARY_CASE(7) UNARY_CASE(8) UNARY_CASE(9) UNARY_CASE(10) UNARY_CASE(11) \
-            UNARY_CASE(12) UNARY_CASE(13) UNARY_CASE(14) UNARY_CASE(15) UNARY_CASE(16)            \
-            UNARY_CASE(17) UNARY_CASE(18) UNARY_CASE(19) UNARY_CASE(20) UNARY_CASE(21)            \
+            FOR_UNARY_OPS(UNARY_CASE)                                                             \
+            default: __trap();  /* an unknown code is a bug */                                    \
         }                                                                                         \
     }
 FOR_FLOAT_DTYPES(UNARY_PACKED_KERNEL)
 UNARY_PACKED_KERNEL(i64, long long)
 
 // ---------------------------------------------------------------------------- binary
-// x / y (op 3), x // y (op 4), x % y (op 5) in floating point with Python's floor semantics
-// (the remainder takes the divisor's sign) and IEEE results for y == 0, as on the CPU.
-template <class T> __device__ __forceinline__ T float_divide(int op, T x, T y) {
-    if (y == 0) {
-        if (op == 5 || x != x || x == 0) return nan_of<T>();
-        return m_copysign(inf_of<T>(), x) * m_copysign((T)1, y);
-    }
-    if (op == 3) return x / y;
-    T mod = m_fmod(x, y);
-    T div = (x - mod) / y;
-    if (mod != 0) {
-        if ((y < 0) != (mod < 0)) { mod += y; div -= 1; }
-    } else {
-        mod = m_copysign((T)0, y);
-    }
-    if (op == 5) return mod;
-    if (div == 0) return m_copysign((T)0, x / y);
-    T q = m_floor(div);
-    return div - q > (T)0.5 ? q + 1 : q;
-}
-
-__device__ __forceinline__ long long int_divide(int op, long long x, long long y) {
-    if (y == 0) return 0;  // the CPU raises; a kernel cannot, and PyTorch's CUDA gives garbage
-    if (op == 3) return x / y;
-    long long q = x / y, r = x - q * y;
-    if (r != 0 && ((r < 0) != (y < 0))) { q -= 1; r += y; }
-    return op == 4 ? q : r;
-}
-
-__device__ __forceinline__ long long int_pow(long long x, long long y) {
-    if (y < 0) return x == 1 ? 1 : (x == -1 ? (y % 2 ? -1 : 1) : 0);
-    long long result = 1;
-    while (y) {
-        if (y & 1) result *= x;
-        x *= x;
-        y >>= 1;
-    }
-    return result;
-}
-
-__device__ __forceinline__ float binary_rest(int op, float x, float y) {
-    return op == 6 ? m_pow(x, y) : (op == 10 ? m_atan2(x, y) : float_divide(op, x, y));
-}
-__device__ __forceinline__ double binary_rest(int op, double x, double y) {
-    return op == 6 ? m_pow(x, y) : (op == 10 ? m_atan2(x, y) : float_divide(op, x, y));
-}
-__device__ __forceinline__ long long binary_rest(int op, long long x, long long y) {
-    return op == 6 ? int_pow(x, y) : (op == 10 ? 0 : int_divide(op, x, y));
-}
-
-template <class T> __device__ __forceinline__ T apply_binary(int op, T x, T y) {
-    switch (op) {
-        case 0: return x + y;
-        case 1: return x - y;
-        case 2: return x * y;
-        case 7: return (x >= y || x != x) ? x : y;  // maximum/minimum propagate NaN
-        case 8: return (x <= y || x != x) ? x : y;
-        case 9: return y > 0 ? x : x * 0;          // gate: ReLU's backward
-        default: return binary_rest(op, x, y);
-    }
-}
-
 // bools compute as integers (True + True is True, as numpy's logical add)
 __device__ __forceinline__ bool apply_binary(int op, bool x, bool y) {
     return apply_binary(op, (long long)x, (long long)y) != 0;
@@ -196,28 +62,13 @@ __device__ __forceinline__ void binary_packed_loop(const T *__restrict__ a, long
             int op, const T *a, long long ao, long long sa, const T *b, long long bo, long long sb, \
             T *out, long long oo, long long n) {                                                  \
         switch (op) {                                                                             \
-            BINARY_CASE(0) BINARY_CASE(1) BINARY_CASE(2) BINARY_CASE(3) BINARY_CASE(4)            \
-            BINARY_CASE(5) BINARY_CASE(6) BINARY_CASE(7) BINARY_CASE(8) BINARY_CASE(9)            \
-            BINARY_CASE(10)                                                                       \
+            FOR_BINARY_OPS(BINARY_CASE)                                                           \
+            default: __trap();                                                                    \
         }                                                                                         \
     }
 FOR_COMPUTE_DTYPES(BINARY_PACKED_KERNEL)
 
 // ---------------------------------------------------------------------------- compare and where
-template <class T> __device__ __forceinline__ bool apply_compare(int op, T x, T y) {
-    switch (op) {
-        case 0: return x == y;
-        case 1: return x != y;
-        case 2: return x < y;
-        case 3: return x <= y;
-        case 4: return x > y;
-        case 5: return x >= y;
-        case 6: return (x != 0) && (y != 0);
-        case 7: return (x != 0) || (y != 0);
-        default: return (x != 0) != (y != 0);
-    }
-}
-
 #define COMPARE_KERNEL(suffix, T)                                                                 \
     extern "C" __global__ void compare_##suffix(int op, const T *a, const Layout al, const T *b,   \
                                                 const Layout bl, bool *out, const Layout ol,       \
@@ -294,7 +145,7 @@ template <class T> struct Cast {
     template <class S> __device__ static T from(S v) { return (T)widen(v); }
 };
 
-// Float to integer as on the CPU (minidl/cpu/jit.py, _convert): truncate toward zero into int32
+// Float to integer as on the CPU (minidl/cpu/jit/convert.py): truncate toward zero into int32
 // (signed targets of up to 32 bits) or int64 (the others), where NaN and values outside that
 // range become its minimum; then keep the low bits. CUDA's conversion instructions saturate
 // instead, so the rule is written out. (double holds every float exactly.)

@@ -1,6 +1,6 @@
 // The random primitive: element i of a draw is Philox4x32-10 of counter offset + i under key seed,
 // then the kind's transform (minidl/kernels.py gives the formulas). Counter-based, so each thread
-// computes its elements independently and the CPU kernels (minidl/cpu/random_jit.py) give the
+// computes its elements independently and the CPU kernels (minidl/cpu/jit/random.py) give the
 // same bits. Double arithmetic avoids fused multiply-adds, which the CPU does not use either.
 
 #ifdef MINIDL_SIM

@@ -1,5 +1,5 @@
 // Reductions (sum, prod, max, min), arg reductions (argmax, argmin) and scans (cumsum, cumprod).
-// Op codes are the positions of the names in minidl/kernels.py. Sums and products accumulate in
+// Op codes are named in op_codes.cuh (generated from minidl/formulas/table.py). Sums and products accumulate in
 // 64 bits of the input's kind (double for floats, long long for int64), as on the CPU; max/min and
 // argmax/argmin let NaN win, and argmax/argmin keep the first index among equals.
 //
@@ -12,6 +12,8 @@
 // Either way a warp reads consecutive memory. When there are few outputs, each one's reduced extent
 // is split into `chunks` of `chunk` elements, each a separate block; the partials land in a scratch
 // buffer (outputs x chunks) that a second launch reduces (see primitives/reduce.py).
+
+#include "op_codes.cuh"
 
 #define REDUCE_THREADS 256  // the block size of reduce and arg_reduce launches (the scratch of combine_lanes)
 
@@ -27,12 +29,12 @@ template <> __device__ __forceinline__ long long highest_of<long long>() { retur
 template <int OP, class A> struct Reducer {
     typedef A State;
     __device__ static A identity() {
-        return OP == 0 ? (A)0 : OP == 1 ? (A)1 : OP == 2 ? lowest_of<A>() : highest_of<A>();
+        return OP == REDUCE_SUM ? (A)0 : OP == REDUCE_PROD ? (A)1 : OP == REDUCE_MAX ? lowest_of<A>() : highest_of<A>();
     }
     __device__ static A combine(A a, A b) {
-        if (OP == 0) return a + b;
-        if (OP == 1) return a * b;
-        if (OP == 2) return (a > b || a != a) ? a : b;  // NaN propagates
+        if (OP == REDUCE_SUM) return a + b;
+        if (OP == REDUCE_PROD) return a * b;
+        if (OP == REDUCE_MAX) return (a > b || a != a) ? a : b;  // NaN propagates
         return (a < b || a != a) ? a : b;
     }
     __device__ static A shuffle_down(A v, int by) { return __shfl_down_sync(FULL_MASK, v, by); }
@@ -51,7 +53,7 @@ template <int OP, class T> struct ArgReducer {
         bool a_nan = a.value != a.value, b_nan = b.value != b.value;
         if (a_nan || b_nan) return a_nan && (!b_nan || a.index < b.index);
         if (a.value == b.value) return a.index < b.index;
-        return OP == 0 ? a.value > b.value : a.value < b.value;
+        return OP == ARG_REDUCE_ARGMAX ? a.value > b.value : a.value < b.value;
     }
     __device__ static State combine(State a, State b) { return wins(a, b) ? a : b; }
     __device__ static State shuffle_down(State s, int by) {
@@ -152,10 +154,11 @@ __device__ void reduce_op(const In *x, const Layout &outer, const Layout &inner,
         long long extent, long long chunks, long long chunk, int per_block, int columns, Out *out) {    \
         Tiling t = {outputs, extent, chunks, chunk, per_block, columns};                               \
         switch (op) {                                                                                  \
-            case 0: reduce_op<0>(x, outer, inner, t, out); break;                                      \
-            case 1: reduce_op<1>(x, outer, inner, t, out); break;                                      \
-            case 2: reduce_op<2>(x, outer, inner, t, out); break;                                      \
-            default: reduce_op<3>(x, outer, inner, t, out); break;                                     \
+            case REDUCE_SUM: reduce_op<REDUCE_SUM>(x, outer, inner, t, out); break;                    \
+            case REDUCE_PROD: reduce_op<REDUCE_PROD>(x, outer, inner, t, out); break;                  \
+            case REDUCE_MAX: reduce_op<REDUCE_MAX>(x, outer, inner, t, out); break;                    \
+            case REDUCE_MIN: reduce_op<REDUCE_MIN>(x, outer, inner, t, out); break;                    \
+            default: __trap();  /* an unknown code is a bug */                                         \
         }                                                                                              \
     }
 REDUCE_KERNEL(f32, float, f32, float)
@@ -194,8 +197,11 @@ template <class T> struct CandidateSink {
         Tiling t = {outputs, extent, chunks, chunk, per_block, columns};                               \
         CandidateSource<T> src = {x, x_indices};                                                       \
         CandidateSink<T> dst = {values, indices, chunks};                                              \
-        if (op == 0) reduce_tiles<ArgReducer<0, T> >(src, dst, outer, inner, t);                       \
-        else reduce_tiles<ArgReducer<1, T> >(src, dst, outer, inner, t);                               \
+        switch (op) {                                                                                  \
+            case ARG_REDUCE_ARGMAX: reduce_tiles<ArgReducer<ARG_REDUCE_ARGMAX, T> >(src, dst, outer, inner, t); break; \
+            case ARG_REDUCE_ARGMIN: reduce_tiles<ArgReducer<ARG_REDUCE_ARGMIN, T> >(src, dst, outer, inner, t); break; \
+            default: __trap();                                                                         \
+        }                                                                                              \
     }
 FOR_FLOAT_DTYPES(ARG_REDUCE_KERNEL)
 ARG_REDUCE_KERNEL(i64, long long)
@@ -283,8 +289,11 @@ template <int OP, class T> __device__ void scan_op(const T *x, const Layout &x_r
     extern "C" __global__ void scan_##suffix(int op, const T *x, const Layout x_rows, long long x_step, \
                                              T *out, const Layout out_rows, long long out_step,         \
                                              long long rows, long long n, int mode) {                   \
-        if (op == 0) scan_op<0>(x, x_rows, x_step, out, out_rows, out_step, rows, n, mode);            \
-        else scan_op<1>(x, x_rows, x_step, out, out_rows, out_step, rows, n, mode);                    \
+        switch (op) { /* a scan runs the reduction of the same name: cumsum is a running sum */        \
+            case SCAN_CUMSUM: scan_op<REDUCE_SUM>(x, x_rows, x_step, out, out_rows, out_step, rows, n, mode); break; \
+            case SCAN_CUMPROD: scan_op<REDUCE_PROD>(x, x_rows, x_step, out, out_rows, out_step, rows, n, mode); break; \
+            default: __trap();                                                                         \
+        }                                                                                              \
     }
 FOR_FLOAT_DTYPES(SCAN_KERNEL)
 SCAN_KERNEL(i64, long long)

@@ -10,11 +10,6 @@ SUFFIX = {np.dtype(np.bool_): "b8", np.dtype(np.uint8): "u8", np.dtype(np.int16)
           np.dtype(np.float32): "f32", np.dtype(np.float64): "f64"}
 
 
-def codes(names) -> dict:
-    """Op name -> the code the kernels switch on: its position in minidl.kernels' tuple."""
-    return {name: i for i, name in enumerate(names)}
-
-
 def suffix(dtype, op: str) -> str:
     try:
         return SUFFIX[np.dtype(dtype)]

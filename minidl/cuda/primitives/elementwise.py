@@ -1,9 +1,9 @@
 """Elementwise primitives on the GPU: unary, binary, compare, where, copy (csrc/elementwise.cu)."""
 from ... import kernels
 from .. import runtime
-from .common import codes, joint_layouts, kernel, suffix
+from .common import joint_layouts, kernel, suffix
 
-UNARY_CODE, BINARY_CODE, COMPARE_CODE = codes(kernels.UNARY_OPS), codes(kernels.BINARY_OPS), codes(kernels.COMPARE_OPS)
+UNARY_CODE, BINARY_CODE, COMPARE_CODE = (kernels.OP_CODES[f] for f in ("unary", "binary", "compare"))
 
 FILE = "elementwise"
 

@@ -13,7 +13,7 @@ import numpy as np
 from ... import kernels
 from ...layout import Layout, collapse, contiguous_strides, reduction_plan
 from .. import runtime
-from .common import FLOATS, codes, kernel, require_dtype, suffix
+from .common import FLOATS, kernel, require_dtype, suffix
 from .elementwise import copy
 
 REDUCIBLE = (*FLOATS, np.dtype(np.int64))  # the dtypes reduce.cu and sort.cu are compiled for
@@ -22,7 +22,7 @@ THREADS = 256           # REDUCE_THREADS in reduce.cu
 MIN_PER_LANE = 16       # a split leaves each thread at least this many elements of its chunk
 WARP_SCAN_MAX = 512     # scan rows up to this long get a warp each, longer ones a block
 TILE = 2048             # argsort rows up to this long sort in shared memory, longer ones merge tiles
-REDUCE_CODE, ARG_CODE, SCAN_CODE = codes(kernels.REDUCE_OPS), codes(kernels.ARG_REDUCE_OPS), codes(kernels.SCAN_OPS)
+REDUCE_CODE, ARG_CODE, SCAN_CODE = (kernels.OP_CODES[f] for f in ("reduce", "arg_reduce", "scan"))
 WIDE = {np.dtype(np.float32): np.dtype(np.float64)}  # partials of float32 sums and products
 
 

@@ -4,6 +4,8 @@
 // racing. Deterministic and slow: for checking kernels' index math where no GPU is at hand.
 #pragma once
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <cstddef>
 
@@ -34,6 +36,12 @@ using std::max;
 using std::isnan;
 using std::isinf;
 using std::isfinite;
+
+// a GPU's trap ends the kernel (and the context) at once: here, the process
+[[noreturn]] inline void __trap() {
+    std::fprintf(stderr, "minidl CUDA simulator: a kernel executed __trap()\n");
+    std::abort();
+}
 
 inline float rsqrtf(float x) { return 1.0f / std::sqrt(x); }
 inline double rsqrt(double x) { return 1.0 / std::sqrt(x); }

@@ -9,6 +9,8 @@ import math
 import numpy as np
 from numba import njit, prange
 
+from .op_codes import RANDOM_INTEGERS, RANDOM_NORMAL, RANDOM_UNIFORM
+
 _LO = np.uint64(0xFFFFFFFF)
 _32 = np.uint64(32)
 _M0, _M1 = np.uint64(0xD2511F53), np.uint64(0xCD9E8D57)
@@ -70,20 +72,29 @@ def _integers(out, seed, offset, a, span, lo, hi):
 
 @njit(inline="always")
 def _draw_range(kind, out, seed, offset, a, b, span, lo, hi):
-    if kind == 0:
+    if kind == RANDOM_UNIFORM:
         _uniform(out, seed, offset, a, b, lo, hi)
-    elif kind == 1:
+    elif kind == RANDOM_NORMAL:
         _normal(out, seed, offset, a, b, lo, hi)
     else:
         _integers(out, seed, offset, a, span, lo, hi)
 
 
+@njit(inline="always")
+def _check_kind(kind):
+    """Before the loop: a raise inside a prange loop would keep Numba from parallelising it."""
+    if kind != RANDOM_UNIFORM and kind != RANDOM_NORMAL and kind != RANDOM_INTEGERS:
+        raise ValueError("random: unknown random kind code")
+
+
 @njit(cache=True, nogil=True)
 def random_serial(kind, out, seed, offset, a, b, span, chunk, items):
+    _check_kind(kind)
     _draw_range(kind, out, seed, offset, a, b, span, 0, out.size)
 
 
 @njit(cache=True, nogil=True, parallel=True)
 def random_parallel(kind, out, seed, offset, a, b, span, chunk, items):
+    _check_kind(kind)
     for t in prange(items):
         _draw_range(kind, out, seed, offset, a, b, span, t * chunk, min(out.size, (t + 1) * chunk))

@@ -1,0 +1,111 @@
+"""The formula language's library functions on the CPU (``minidl/formulas/expr.py``: MATH).
+
+Each has one meaning per dtype, the same as the CUDA library's (csrc/scalar_math.cuh). Float-only
+math never runs on integers: ``float_only`` formulas give integers back unchanged, and the
+functions here that integer kernels do call say what they do for integers. (Numba unifies the
+types of all branches of a switch: one float result among them would send int64 values through
+float64 and lose those beyond 2**53.)
+
+Functions with per-type bodies are Numba overloads; the plain function beside each is its twin,
+which runs only with NUMBA_DISABLE_JIT=1.
+"""
+import builtins
+import math
+import operator
+
+import numpy as np
+from numba import njit, types
+from numba.extending import overload
+
+_INTEGRAL = (types.Integer, types.Boolean)
+
+
+def _is_integral(*values) -> bool:
+    return all(isinstance(v, (bool, int, np.integer, np.bool_)) for v in values)
+
+
+def float_only(switch):
+    """A switch over float-only ops, ``switch(op, x(, y))``, for floats; for integers, the identity
+    (its first operand), so that integer kernels, which never run these ops, never type them."""
+    body = njit(inline="always")(switch)
+    if switch.__code__.co_argcount == 2:
+        def function(op, x):
+            return x if _is_integral(x) else body(op, x)
+
+        @overload(function)
+        def _impl(op, x):
+            return (lambda op, x: x) if isinstance(x, _INTEGRAL) else (lambda op, x: body(op, x))
+    else:
+        def function(op, x, y):
+            return x if _is_integral(x, y) else body(op, x, y)
+
+        @overload(function)
+        def _impl(op, x, y):
+            return (lambda op, x, y: x) if isinstance(x, _INTEGRAL) and isinstance(y, _INTEGRAL) else (
+                lambda op, x, y: body(op, x, y))
+    function.__name__ = function.__qualname__ = switch.__name__
+    function.__doc__ = switch.__doc__
+    return function
+
+
+def _integers_unchanged(numpy_function):
+    """A rounding function: numpy's for floats, the identity for integers."""
+    def function(x):
+        return x if _is_integral(x) else numpy_function(x)
+
+    @overload(function)
+    def _impl(x):
+        return (lambda x: x) if isinstance(x, _INTEGRAL) else (lambda x: numpy_function(x))
+    function.__name__ = numpy_function.__name__
+    return function
+
+
+floor = _integers_unchanged(np.floor)
+ceil = _integers_unchanged(np.ceil)
+rint = _integers_unchanged(np.rint)  # half to even
+trunc = _integers_unchanged(np.trunc)
+
+
+# The plain math functions are Python's, which Numba compiles to LLVM's intrinsics or libm calls
+# for each float type. (Aliases, not wrappers: every wrapper is one more function to compile.)
+exp, log, log1p, expm1, sqrt = math.exp, math.log, math.log1p, math.expm1, math.sqrt
+sin, cos, tan, tanh, erf = math.sin, math.cos, math.tan, math.tanh, math.erf
+copysign, atan2 = math.copysign, math.atan2
+abs = builtins.abs  # noqa: A001 (the language's name); -0.0 gives 0.0, NaN stays NaN
+pow = operator.pow  # noqa: A001; x ** y; for integers only y >= 0 reaches a kernel (the op layer rejects the others)
+
+
+def _divided_by_zero(x, y):
+    return math.nan if x != x or x == 0 else math.copysign(math.inf, x) * math.copysign(1.0, y)
+
+
+def floordiv(x, y):
+    """Python's x // y (rounded toward -inf). Floats divided by zero: +-inf, NaN for 0 or NaN;
+    integers divided by zero: ZeroDivisionError (the CUDA kernels, which cannot raise, give 0)."""
+    if y == 0 and not _is_integral(x, y):
+        return _divided_by_zero(x, y)
+    return x // y
+
+
+def remainder(x, y):
+    """Python's x % y (the sign of y). Floats: NaN for y == 0; integers: ZeroDivisionError."""
+    if y == 0 and not _is_integral(x, y):
+        return math.nan
+    return x % y
+
+
+@overload(floordiv)
+def _floordiv_impl(x, y):
+    if isinstance(x, _INTEGRAL) and isinstance(y, _INTEGRAL):
+        return lambda x, y: x // y
+    return lambda x, y: x // y if y != 0 else _divided_by_zero_jit(x, y)
+
+
+@overload(remainder)
+def _remainder_impl(x, y):
+    if isinstance(x, _INTEGRAL) and isinstance(y, _INTEGRAL):
+        return lambda x, y: x % y
+    return lambda x, y: x % y if y != 0 else math.nan
+
+
+_divided_by_zero_jit = njit(inline="always")(_divided_by_zero)

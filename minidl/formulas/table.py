@@ -1,0 +1,132 @@
+"""Every elementwise op's math, once for both devices: the one file to edit to add or change one.
+
+Each entry is a formula in the language of ``expr.py``. From this table ``generate.py`` writes the
+op codes (Numba constants and a CUDA header) and each device's scalar functions and op switches,
+and ``minidl/ops/elementwise.py`` makes the autograd Functions of the unary ops. An op's code is
+its position in its family, so the order here is the order of the codes.
+
+- ``float_only``: the op is defined for floats only. Its integer inputs are computed in the
+  default float dtype by the op layer (as in PyTorch), so an integer never reaches the formula;
+  the kernels give integers back unchanged, which keeps every kernel's types exact.
+- ``grad`` (unary ops): the input's gradient from ``x`` (the input), ``y`` (the output) and ``g``
+  (the output's gradient), evaluated with Tensor ops, so it can be differentiated again. Names
+  called there are minidl's ops. Backward saves only the tensors the gradient reads.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from . import expr
+
+
+@dataclass(frozen=True)
+class Formula:
+    name: str
+    text: str
+    params: tuple = ("x",)
+    float_only: bool = False
+    grad: str = None
+    doc: str = ""
+
+
+def unary(name, text, grad, float_only=True, doc=""):
+    return Formula(name, text, ("x",), float_only, grad, doc)
+
+
+def binary(name, text, float_only=False, doc=""):
+    return Formula(name, text, ("x", "y"), float_only, None, doc)
+
+
+# Named pieces that formulas call (not ops of their own).
+HELPERS = (
+    Formula("logistic_of_exp", "e / (1 + e)", ("e",), doc="sigmoid(x) from e = exp(x), for x < 0"),
+    Formula("divided_by_zero", "nan if x != x or x == 0 else copysign(inf, x) * copysign(1.0, y)", ("x", "y"),
+            doc="x / y for y == 0 (either sign), as IEEE says"),
+)
+
+UNARY = (
+    unary("neg", "-x", "-g", float_only=False),
+    unary("abs", "abs(x)", "g * sign(x)", float_only=False),
+    unary("sign", "(x > 0) - (x < 0)", "g * 0", float_only=False, doc="0 for NaN, as in PyTorch"),
+    unary("exp", "exp(x)", "g * y"),
+    unary("log", "log(x) if x > 0 else (-inf if x == 0 else nan)", "g / x"),
+    unary("log1p", "log1p(x) if x > -1 else (-inf if x == -1 else nan)", "g / (x + 1)"),
+    unary("expm1", "expm1(x)", "g * (y + 1)"),
+    unary("sqrt", "sqrt(x) if x >= 0 else nan", "g / (y * 2)"),
+    unary("rsqrt", "1 / sqrt(x) if x > 0 else (inf if x == 0 else nan)", "g * y * y * y * -0.5"),
+    unary("reciprocal", "1 / x if x != 0 else copysign(inf, x)", "-g * y * y"),
+    unary("sin", "sin(x)", "g * cos(x)"),
+    unary("cos", "cos(x)", "-g * sin(x)"),
+    unary("tan", "tan(x)", "g * (y * y + 1)"),
+    unary("tanh", "tanh(x)", "g * (1 - y * y)"),
+    unary("sigmoid", "1 / (1 + exp(-x)) if x >= 0 else logistic_of_exp(exp(x))", "g * y * (1 - y)",
+          doc="exp of a negative number only, so neither side overflows"),
+    unary("relu", "x if not x < 0 else 0", "gate(g, y)", float_only=False,
+          doc="keeps NaN; +0 for negatives and -inf (x * 0 would give -0 and NaN)"),
+    unary("erf", "erf(x)", "g * exp(-x * x) * (2 / sqrt(pi))"),
+    unary("floor", "floor(x)", "g * 0", float_only=False),
+    unary("ceil", "ceil(x)", "g * 0", float_only=False),
+    unary("round", "rint(x)", "g * 0", float_only=False, doc="half to even"),
+    unary("trunc", "trunc(x)", "g * 0", float_only=False),
+    unary("square", "x * x", "g * x * 2", float_only=False),
+)
+
+BINARY = (
+    binary("add", "x + y"),
+    binary("sub", "x - y"),
+    binary("mul", "x * y"),
+    binary("div", "x / y if y != 0 else divided_by_zero(x, y)", float_only=True,
+           doc="true division: integer operands are computed in floating point by the op layer"),
+    binary("floordiv", "floordiv(x, y)"),
+    binary("remainder", "remainder(x, y)"),
+    binary("pow", "pow(x, y)"),
+    binary("maximum", "x if (x >= y or x != x) else y", doc="propagates NaN"),
+    binary("minimum", "x if (x <= y or x != x) else y", doc="propagates NaN"),
+    binary("gate", "x if y > 0 else x * 0", doc="x where y > 0, else 0: ReLU's backward (g, y) in one pass"),
+    binary("atan2", "atan2(x, y)", float_only=True),
+)
+
+COMPARE = (  # bool results
+    binary("eq", "x == y"),
+    binary("ne", "x != y"),
+    binary("lt", "x < y"),
+    binary("le", "x <= y"),
+    binary("gt", "x > y"),
+    binary("ge", "x >= y"),
+    binary("logical_and", "bool(x) and bool(y)"),
+    binary("logical_or", "bool(x) or bool(y)"),
+    binary("logical_xor", "bool(x) != bool(y)"),
+)
+
+# Families whose kernels are written by hand but switch on an op code all the same.
+REDUCE = ("sum", "prod", "max", "min")
+ARG_REDUCE = ("argmax", "argmin")
+SCAN = ("cumsum", "cumprod")
+RANDOM = ("uniform", "normal", "integers")
+
+FAMILIES = {"unary": UNARY, "binary": BINARY, "compare": COMPARE}
+CODED = {"unary": tuple(f.name for f in UNARY), "binary": tuple(f.name for f in BINARY),
+         "compare": tuple(f.name for f in COMPARE), "reduce": REDUCE, "arg_reduce": ARG_REDUCE, "scan": SCAN,
+         "random": RANDOM}
+
+
+def callable_formulas() -> dict:
+    """name -> formula, for every formula another may call (helpers first, then the ops)."""
+    found = {}
+    for f in (*HELPERS, *UNARY, *BINARY, *COMPARE):
+        found.setdefault(f.name, f)
+    return found
+
+
+def _check_table():
+    for family, names in CODED.items():
+        if len(set(names)) != len(names):
+            raise expr.FormulaError(f"{family}: an op name appears twice in {names}")
+    callable_names = callable_formulas()
+    for f in callable_names.values():
+        expr.parse(f.text, f.params, callable_names, where=f.name)
+    for f in UNARY:
+        expr.parse(f.grad, ("x", "y", "g"), [n for n in callable_names if n not in expr.MATH], where=f"{f.name}'s grad")
+
+
+_check_table()
