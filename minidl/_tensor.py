@@ -19,6 +19,8 @@ def _inplace_binary(op_cls, name):
             inplace.check_writable(self, name)
             inplace.check_no_internal_overlap(self, name)
             result = self.dtype if other.dtype is self.dtype else dt.result_type(self, other)
+            if op_cls.true_division and not result.is_floating_point:
+                result = dt.get_default_dtype()  # int /= int is a float result, as in PyTorch: an error
             if result.category > self.dtype.category:
                 raise RuntimeError(f"{name}: result type {result.name} can't be cast to the desired output "
                                    f"type {self.dtype.name}")

@@ -99,6 +99,9 @@ def test_a_cpu_switch_rejects_an_unknown_code():
             elementwise.unary_serial(code, x, 0, i64([1]), out, 0, i64([1]), shape, 1)
         with pytest.raises(ValueError, match="unknown unary op code"):
             elementwise.unary_serial(code, x, 0, i64([2]), out, 0, i64([1]), i64([2]), 1)  # strided path
+    with pytest.raises(ValueError, match="unknown unary op code"):  # integers too (float-only ops pass them)
+        elementwise.unary_serial(len(formulas.UNARY), np.arange(4), 0, i64([1]), np.empty(4, np.int64), 0,
+                                 i64([1]), shape, 1)
     with pytest.raises(ValueError, match="unknown binary op code"):
         elementwise.binary_serial(len(formulas.BINARY), x, 0, i64([1]), x, 0, i64([1]), out, 0, i64([1]), shape, 1)
     with pytest.raises(ValueError, match="unknown scan op code"):
@@ -144,3 +147,25 @@ def test_a_cycle_of_formulas_is_an_error(monkeypatch):
     monkeypatch.setattr(table, "HELPERS", table.HELPERS + loop)
     with pytest.raises(expr.FormulaError, match="cycle: ping -> pong -> ping"):
         codegen.ordered_formulas()
+
+
+@pytest.mark.parametrize("formula", formulas.UNARY, ids=lambda f: f.name)
+def test_cuda_unary_kernels_compute_their_formula(formula):
+    """The generated CUDA (on the simulator where there is no GPU) against the same reading of the
+    formula, signs of zeros included, so both devices are held to one text."""
+    from cuda_support import cuda_device
+    cuda_device()
+    x = np.array(SPECIALS)
+    got = getattr(md.ops.elementwise, formula.name)(md.tensor(x, device="cuda")).cpu().numpy()
+    want = np.array([_reference(formula, float(v)) for v in x], dtype=np.float64)
+    np.testing.assert_allclose(got, want, rtol=1e-13, atol=0, equal_nan=True)
+    assert (np.signbit(got) == np.signbit(want))[want == 0].all()
+
+
+@pytest.mark.parametrize("text, why", [("x / 2", "uses /"), ("x * 0.5", "uses the float 0.5"),
+                                       ("exp(x)", "uses exp()"), ("x if x > 0 else nan", "uses nan"),
+                                       ("logistic_of_exp(x)", "its call of logistic_of_exp uses /")])
+def test_a_formula_that_integers_reach_does_integer_math(text, why):
+    from minidl.formulas import table
+    with pytest.raises(expr.FormulaError, match=f"integers reach it .* {why}"):
+        table._check_integer_safe(table.Formula("half", text), table.callable_formulas())

@@ -135,13 +135,13 @@ def test_old_sources_folders_are_pruned_beyond_the_newest_few(tmp_path):
         (tmp_path / f"jit-{i}").mkdir()
         age = kernel_cache.PRUNE_AFTER + 100 - i  # jit-0 the oldest; every one idle for over a day
         os.utime(tmp_path / f"jit-{i}", (time.time() - age,) * 2)
-    (tmp_path / "random_jit-0").mkdir()
+    (tmp_path / "random-0").mkdir()
     (tmp_path / "jit-recent").mkdir()
     kernel_cache._mark_used(str(tmp_path / "jit-0"))   # the oldest, opened by a process just now
     kernel_cache._prune(str(tmp_path), "jit")
     left = sorted(p.name for p in tmp_path.iterdir())
     newest_idle = [f"jit-{i}" for i in range(kernel_cache.KEEP + 3)][-(kernel_cache.KEEP - 2):]
-    assert left == sorted(["jit-0", "jit-recent", "random_jit-0", *newest_idle])
+    assert left == sorted(["jit-0", "jit-recent", "random-0", *newest_idle])
 
 
 def test_results_correct_with_jit_disabled():

@@ -548,3 +548,15 @@ def _argsort_kernel(*args):
 def test_errors_name_the_op(call, error, match):
     with pytest.raises(error, match=match):
         call()
+
+
+@pytest.mark.parametrize("name", ["div_", "true_divide_", "atan2_", "__itruediv__"])
+def test_true_division_into_an_integer_tensor_raises_as_in_pytorch(name):
+    """int / int is a float: torch raises 'result type Float can't be cast to ... Long' in place."""
+    import torch
+    with pytest.raises(RuntimeError, match="can't be cast to the desired output type Long"):
+        getattr(torch.arange(4), name)(torch.arange(1, 5))
+    t = minidl.arange(4)
+    with pytest.raises(RuntimeError, match="can't be cast to the desired output type int64"):
+        getattr(t, name)(minidl.arange(1, 5))
+    assert t.tolist() == [0, 1, 2, 3]

@@ -1,9 +1,7 @@
-"""Each device's source text from the table: op codes, one scalar function per formula, and the
-switches that pick one by its code. The text is written to checked-in files by ``generate.py``.
-
-Shared here: names (``unary_exp``, ``UNARY_EXP``), the order in which formulas are emitted (a
-formula after those it calls, as C++ needs), and the switch's shape, which both devices follow:
-one case per op, and a default that fails loudly (an unknown code is a bug, never some other op).
+"""What both devices' generated sources share: names (``unary_exp``, ``UNARY_EXP``), the op codes,
+which formula a call means, and the order in which formulas are emitted (each after those it
+calls, as C++ needs). Each device's switches follow one shape: a case per op, and a default that
+fails loudly (an unknown code is a bug, never some other op). ``generate.py`` writes the files.
 """
 from __future__ import annotations
 
@@ -38,6 +36,11 @@ def calls(formula) -> list:
     tree = expr.parse(formula.text, formula.params, callable_names)
     return [callable_names[n.func.id] for n in expr.ast.walk(tree)
             if isinstance(n, expr.ast.Call) and n.func.id not in expr.MATH]
+
+
+def called_names() -> set:
+    """The names of the formulas that other formulas call."""
+    return {callee.name for f in (*table.HELPERS, *table.UNARY, *table.BINARY, *table.COMPARE) for callee in calls(f)}
 
 
 def ordered_formulas() -> list:

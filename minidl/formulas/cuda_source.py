@@ -3,7 +3,8 @@
 A formula becomes a ``__device__`` template over the element type T, numbers cast to T (so a
 float kernel computes in float). A float-only formula also gets an overload for ``long long``
 that returns its argument: integer kernels compile every case of a switch, and the float math
-would not compile for them (nor ever run: the op layer computes such ops in floating point).
+would not compile for them (nor ever run: the op layer computes such ops in floating point, and
+an in-place one into an integer tensor is an error there).
 """
 from __future__ import annotations
 
@@ -34,8 +35,9 @@ def op_codes() -> str:
     lines = [f"// Op codes, the number each kernel switches on. {codegen.HEADER}", ""]
     lines += [f"#define {name} {value}" for name, value in codegen.codes()]
     lines.append("")
-    lines.append("// FOR_<FAMILY>_OPS(X) expands X(code) for every op of the family (a switch's cases).")
-    for family, names in table.CODED.items():
+    lines.append("// FOR_<FAMILY>_OPS(X) expands X(code) for every op of the family (the packed kernels' cases).")
+    for family in ("unary", "binary"):
+        names = table.CODED[family]
         lines.append(f"#define FOR_{family.upper()}_OPS(X) " + " ".join(f"X({codegen.code_name(family, n)})"
                                                                    for n in names))
     return "\n".join(lines) + "\n"

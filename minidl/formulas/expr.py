@@ -22,13 +22,15 @@ from __future__ import annotations
 import ast
 import math
 
-# name -> (number of arguments, meaning); the meanings per dtype are the library's docstrings
+# name -> number of arguments; the meanings per dtype are in the libraries' comments
 MATH = {
     "exp": 1, "log": 1, "log1p": 1, "expm1": 1, "sqrt": 1, "sin": 1, "cos": 1, "tan": 1, "tanh": 1, "erf": 1,
     "floor": 1, "ceil": 1, "rint": 1, "trunc": 1, "abs": 1, "bool": 1,
     "copysign": 2, "floordiv": 2, "remainder": 2, "pow": 2, "atan2": 2,
 }
 CONSTANTS = {"inf": math.inf, "nan": math.nan, "pi": math.pi}
+# what only floats have: a formula that integers reach must not use these
+FLOAT_MATH = {"exp", "log", "log1p", "expm1", "sqrt", "sin", "cos", "tan", "tanh", "erf", "copysign", "atan2"}
 
 _BINARY = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/"}
 _COMPARE = {ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">=", ast.Eq: "==", ast.NotEq: "!="}
@@ -86,6 +88,21 @@ def _check(node, params, formulas, text, where):
     for child in ast.iter_child_nodes(node):
         if isinstance(child, ast.expr):
             _check(child, params, formulas, text, where)
+
+
+def float_math(tree):
+    """The first float-only piece of a formula (a float number or constant, ``/``, a float-only
+    library function, or a call of another formula, named for the caller to check), or None."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, float):
+            return f"the float {node.value!r}"
+        if isinstance(node, ast.Name) and node.id in CONSTANTS:
+            return node.id
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div):
+            return "/"
+        if isinstance(node, ast.Call) and node.func.id in FLOAT_MATH:
+            return f"{node.func.id}()"
+    return None
 
 
 def names_used(tree) -> set:

@@ -28,7 +28,10 @@ def stale(package: str = PACKAGE) -> list:
     out = []
     for path, make in TARGETS.items():
         full = os.path.join(package, path)
-        current = open(full).read() if os.path.exists(full) else None
+        current = None
+        if os.path.exists(full):
+            with open(full) as f:
+                current = f.read()
         if current != make():
             out.append(path)
     return out

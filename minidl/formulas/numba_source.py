@@ -20,9 +20,9 @@ OWN_LOOPS = {"neg", "abs", "relu", "square", "add", "sub", "mul", "gate"}
 
 
 class NumbaSyntax(expr.Syntax):
-    """Python for Numba, with every formula written out in place: a call of another formula is
-    that formula's text over the call's arguments (formulas are pure, so nothing changes but that
-    no function is left to compile: each one costs Numba a full compile per dtype)."""
+    """Python for Numba. Each op's formula is written out inside the switches (a function per op
+    would cost Numba a full compile per dtype); a formula that others call is an inlined function,
+    so its arguments are evaluated once."""
 
     def __init__(self, bindings):
         self.bindings = bindings  # parameter -> the text it stands for
@@ -33,7 +33,7 @@ class NumbaSyntax(expr.Syntax):
     def call(self, function, args):
         formula = codegen.resolve(function)
         if formula is not None:
-            return expression(formula, args)
+            return f"{codegen.function_name(formula)}({', '.join(args)})"
         if function == "bool":
             return f"bool({args[0]})"
         return f"sm.{function}({', '.join(args)})"
@@ -43,6 +43,12 @@ def expression(formula, args=None) -> str:
     """The formula's text with its parameters replaced by ``args`` (default: their own names)."""
     args = formula.params if args is None else args
     return expr.render(codegen.tree_of(formula), NumbaSyntax(dict(zip(formula.params, args))))
+
+
+def _called_function(f) -> list:
+    doc = [f'    """{f.doc}"""'] if f.doc else []
+    return ["", "", '@njit(inline="always")', f"def {codegen.function_name(f)}({', '.join(f.params)}):", *doc,
+            f"    return {expression(f)}"]
 
 
 def op_codes() -> str:
@@ -79,21 +85,26 @@ def _unknown_code(family) -> list:
 
 def _element_switch(name, family, doc) -> list:
     """op(x(, y)) by its code. A family's float-only ops go to a second switch wrapped by the
-    library's ``float_only``, so that integer kernels type only integer math."""
+    library's ``float_only``, so that integer kernels type only integer math. (Checking for the
+    float-only codes in the first switch instead added 40% to the unary kernels' compile time.)"""
     members = table.FAMILIES[family]
     params = ("op", *members[0].params)
-    floats = [f for f in members if f.float_only]
+    # the default's value only gives the branch a type: the switch's own (bool for compare)
+    unknown = [f"return unknown_{family}_code(op, {'False' if family == 'compare' else params[1]})"]
 
     def case(f):
         return [f"return {expression(f)}"]
-    unknown = [f"return unknown_{family}_code(op, {members[0].params[0]})"]
+    floats = [f for f in members if f.float_only]
     if not floats:
         return _switch(name, params, family, case, doc, members, unknown)
     float_switch = f"float_{family}"
     lines = _switch(name, params, family, case, doc, [f for f in members if not f.float_only],
                     [f"return {float_switch}({', '.join(params)})"])
     lines += _switch(float_switch, params, family, case, f"The float-only {family} ops.", floats, unknown)
-    lines[lines.index(f"def {float_switch}({', '.join(params)}):") - 1] = "@sm.float_only"
+    codes = ", ".join(codegen.code_name(family, f.name) for f in floats)
+    at = lines.index(f"def {float_switch}({', '.join(params)}):") - 1  # its decorator
+    lines[at:at + 1] = textwrap.wrap(f"@sm.float_only(({codes},), unknown_{family}_code)", 110,
+                                     subsequent_indent="                ")
     return lines
 
 
@@ -116,11 +127,14 @@ def _run_switch(name, family, element, scalar_y, doc) -> list:
 
 def formulas() -> str:
     used = [code for code, _ in codegen.codes() if code.split("_")[0] in ("UNARY", "BINARY", "COMPARE")]
-    lines = ['"""Every elementwise formula as a Numba function, and the switches over op codes.', "",
+    lines = ['"""Every elementwise op\'s formula, written out in the switches over op codes.', "",
              codegen.HEADER, '"""', "import math  # noqa: F401 (inf, nan and pi, when formulas use them)", "",
              "from numba import njit", "", "from . import scalar_math as sm",
              *textwrap.wrap("from .op_codes import (" + ", ".join(used) + ")", 110, subsequent_indent="    "),
              "from .vector_math import " + ", ".join(sorted(set(RUNS.values())))]
+    for f in codegen.ordered_formulas():
+        if f.name in codegen.called_names():
+            lines += _called_function(f)
     for family in table.FAMILIES:
         lines += _unknown_code(family)
     lines += _element_switch("apply_unary", "unary", "op(x), the op picked by its code.")

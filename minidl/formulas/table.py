@@ -1,16 +1,18 @@
 """Every elementwise op's math, once for both devices: the one file to edit to add or change one.
 
 Each entry is a formula in the language of ``expr.py``. From this table ``generate.py`` writes the
-op codes (Numba constants and a CUDA header) and each device's scalar functions and op switches,
-and ``minidl/ops/elementwise.py`` makes the autograd Functions of the unary ops. An op's code is
-its position in its family, so the order here is the order of the codes.
+op codes (Numba constants and a CUDA header) and each device's op switches, and
+``minidl/ops/elementwise.py`` makes the unary ops' autograd Functions, public functions and
+Tensor methods. An op's code is its position in its family, so the order here is the order of
+the codes.
 
 - ``float_only``: the op is defined for floats only. Its integer inputs are computed in the
   default float dtype by the op layer (as in PyTorch), so an integer never reaches the formula;
   the kernels give integers back unchanged, which keeps every kernel's types exact.
 - ``grad`` (unary ops): the input's gradient from ``x`` (the input), ``y`` (the output) and ``g``
-  (the output's gradient), evaluated with Tensor ops, so it can be differentiated again. Names
-  called there are minidl's ops. Backward saves only the tensors the gradient reads.
+  (the output's gradient), evaluated with Tensor ops, so it can be differentiated again. A call
+  there names one of minidl's elementwise ops (or ``gate``), or, on plain numbers, a function of
+  Python's ``math``. Backward saves only the tensors the gradient reads.
 """
 from __future__ import annotations
 
@@ -118,6 +120,19 @@ def callable_formulas() -> dict:
     return found
 
 
+def _check_integer_safe(f, callable_names, caller=None):
+    """A formula that integers reach (not float-only) must do integer math only: Numba would send
+    int64 values through float64, and CUDA would truncate a float number to 0."""
+    tree = expr.parse(f.text, f.params, callable_names, where=f.name)
+    found = expr.float_math(tree)
+    if found:
+        raise expr.FormulaError(f"{caller or f.name}: integers reach it (it is not float_only), but "
+                                f"{'its call of ' + f.name + ' uses' if caller else 'it uses'} {found}")
+    for node in expr.ast.walk(tree):
+        if isinstance(node, expr.ast.Call) and node.func.id not in expr.MATH:
+            _check_integer_safe(callable_names[node.func.id], callable_names, caller or f.name)
+
+
 def _check_table():
     for family, names in CODED.items():
         if len(set(names)) != len(names):
@@ -125,6 +140,9 @@ def _check_table():
     callable_names = callable_formulas()
     for f in callable_names.values():
         expr.parse(f.text, f.params, callable_names, where=f.name)
+    for f in (*UNARY, *BINARY):
+        if not f.float_only:
+            _check_integer_safe(f, callable_names)
     for f in UNARY:
         expr.parse(f.grad, ("x", "y", "g"), [n for n in callable_names if n not in expr.MATH], where=f"{f.name}'s grad")
 

@@ -9,7 +9,7 @@ from .creation import (arange, as_tensor, bernoulli, empty, empty_like, eye, fro
 from .elementwise import (add, addcdiv, addcmul, allclose, arctan2, atan2, clamp, clamp_max, clamp_min, clip, div, eq,
                           equal, floor_divide, fmax, fmin, frac, ge, gt, isclose, isfinite, isinf, isnan, le, lerp,
                           logaddexp, logical_and, logical_not, logical_or, logical_xor, lt, maximum, minimum, mul,
-                          multiply, nan_to_num, ne, pow, remainder, round, sub, subtract, true_divide, where)
+                          multiply, nan_to_num, ne, pow, remainder, sub, subtract, true_divide, where)
 from .indexing import (gather, getitem, index_add, index_copy, index_fill, index_select, masked_fill, masked_scatter,
                        masked_select, nonzero, scatter, scatter_add, setitem, take)
 from .linalg import addmm, baddbmm, bmm, cdist, diag, dot, einsum, matmul, mm, outer, trace
@@ -33,7 +33,7 @@ greater, greater_equal, less, less_equal, not_equal = gt, ge, lt, le, ne
 TENSOR_METHODS = (
     "add", "clamp", "clip", "div", "eq", "floor_divide", "ge", "gt", "isfinite", "isinf", "isnan", "le",
     "logical_and", "logical_not", "logical_or", "logical_xor", "lt", "maximum", "minimum", "mul", "multiply",
-    "ne", "pow", "remainder", "round", "sub", "subtract", "true_divide", "where", "gather", "index_add",
+    "ne", "pow", "remainder", "sub", "subtract", "true_divide", "where", "gather", "index_add",
     "index_select", "masked_fill", "masked_select", "nonzero", "scatter", "scatter_add", "take", "bmm", "dot",
     "matmul", "mm", "outer", "all", "amax", "amin", "any", "argmax", "argmin", "count_nonzero", "cumprod",
     "cumsum", "log_softmax", "logsumexp", "max", "mean", "min", "norm", "prod", "softmax", "std", "sum", "var",
@@ -44,4 +44,4 @@ TENSOR_METHODS = (
     "atan2", "clamp_max", "clamp_min", "equal", "fmax", "fmin", "frac", "isclose", "lerp", "logaddexp",
     "nan_to_num", "index_copy", "index_fill", "masked_scatter", "addmm", "baddbmm", "diag", "trace", "argsort",
     "bincount", "histc", "msort", "sort", "topk", "unique", "bernoulli", "multinomial",
-) + tuple(f.name for f in _UNARY if f.name != "round")
+) + tuple(f.name for f in _UNARY)

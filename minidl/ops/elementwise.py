@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import math
 
-
 from .. import _dtype as dt
 from .. import formulas
 from .._type_info import finfo
@@ -124,6 +123,18 @@ def _unary(formula):
         "saves": tuple(name for name in ("x", "y") if name in expr.names_used(tree))})
     globals()[cls.__name__] = cls
     return autocast_op(formula.name)(cls.apply) if listed(formula.name) else cls.apply
+
+
+def _check_grad_calls(formula):
+    """Every call in a gradient formula names an op here (or gate), or, on plain numbers only, a
+    function of Python's math: checked at import, not at the first backward."""
+    for node in expr.ast.walk(formula.grad_tree):
+        if isinstance(node, expr.ast.Call):
+            name = node.func.id
+            on_numbers = not any(expr.names_used(arg) for arg in node.args)
+            if not (name == "gate" or callable(globals().get(name)) or (on_numbers and hasattr(math, name))):
+                raise expr.FormulaError(f"{formula.op}'s grad calls {name!r}, which is not an elementwise op "
+                                        f"(nor, on plain numbers, a function of Python's math)")
 
 
 for _formula in formulas.UNARY:  # neg, abs, exp, ..., relu, ...: one function per table entry
@@ -507,3 +518,7 @@ def allclose(a, b, rtol=1e-05, atol=1e-08, equal_nan=False) -> bool:
 def equal(a, b) -> bool:
     """Same shape and the same values."""
     return tuple(a.shape) == tuple(b.shape) and bool((a == b).all())
+
+
+for _formula in formulas.UNARY:  # now that every op of this module exists
+    _check_grad_calls(globals()[_formula.name.capitalize()])

@@ -24,28 +24,42 @@ def _is_integral(*values) -> bool:
     return all(isinstance(v, (bool, int, np.integer, np.bool_)) for v in values)
 
 
-def float_only(switch):
-    """A switch over float-only ops, ``switch(op, x(, y))``, for floats; for integers, the identity
-    (its first operand), so that integer kernels, which never run these ops, never type them."""
-    body = njit(inline="always")(switch)
-    if switch.__code__.co_argcount == 2:
-        def function(op, x):
-            return x if _is_integral(x) else body(op, x)
+def float_only(codes, unknown):
+    """Decorator of a switch over float-only ops, ``switch(op, x(, y))``: for floats, the switch;
+    for integers, which never run these ops, the identity (its first operand) for ``codes`` and
+    ``unknown(op, x)`` (which raises) for any other code, so integer kernels never type float math."""
+    mask = sum(1 << code for code in codes)  # codes below 64: one test for all of them
 
-        @overload(function)
-        def _impl(op, x):
-            return (lambda op, x: x) if isinstance(x, _INTEGRAL) else (lambda op, x: body(op, x))
-    else:
-        def function(op, x, y):
-            return x if _is_integral(x, y) else body(op, x, y)
+    def decorate(switch):
+        body = njit(inline="always")(switch)
 
-        @overload(function)
-        def _impl(op, x, y):
-            return (lambda op, x, y: x) if isinstance(x, _INTEGRAL) and isinstance(y, _INTEGRAL) else (
-                lambda op, x, y: body(op, x, y))
-    function.__name__ = function.__qualname__ = switch.__name__
-    function.__doc__ = switch.__doc__
-    return function
+        def known(op):
+            return 0 <= op < 64 and (mask >> op) & 1
+
+        known_jit = njit(inline="always")(known)
+        if switch.__code__.co_argcount == 2:
+            def function(op, x):
+                return (x if known(op) else unknown(op, x)) if _is_integral(x) else body(op, x)
+
+            @overload(function)
+            def _impl(op, x):
+                if isinstance(x, _INTEGRAL):
+                    return lambda op, x: x if known_jit(op) else unknown(op, x)
+                return lambda op, x: body(op, x)
+        else:
+            def function(op, x, y):
+                return (x if known(op) else unknown(op, x)) if _is_integral(x, y) else body(op, x, y)
+
+            @overload(function)
+            def _impl(op, x, y):
+                if isinstance(x, _INTEGRAL) and isinstance(y, _INTEGRAL):
+                    return lambda op, x, y: x if known_jit(op) else unknown(op, x)
+                return lambda op, x, y: body(op, x, y)
+        function.__name__ = function.__qualname__ = switch.__name__
+        function.__doc__ = switch.__doc__
+        return function
+    assert max(codes) < 64
+    return decorate
 
 
 def _integers_unchanged(numpy_function):
