@@ -37,7 +37,7 @@ def _reference(formula, *values):
         return _reference(named[name], *args)
     tree = expr.parse(formula.text, formula.params, named)
     with np.errstate(all="ignore"):
-        return expr.evaluate(tree, dict(zip(formula.params, values)), call, None)
+        return expr.evaluate(tree, dict(zip(formula.params, values)), call)
 
 
 def test_the_generated_files_are_current():

@@ -14,8 +14,8 @@ A formula is a Python expression restricted to what both devices can say the sam
 raise). There is no ``//``, ``%`` or ``**``: their integer and float meanings differ, so they are
 the library's ``floordiv``, ``remainder`` and ``pow``.
 
-``parse`` checks a formula once; ``evaluate`` runs one on any values that have Python's operators
-(numbers, or Tensors for the gradients); the code generators walk the same tree.
+``parse`` checks a formula once; ``render`` writes it in a target's syntax (Numba's Python, CUDA C,
+Python over Tensors for the gradients); ``evaluate`` reads it on plain numbers, for the tests.
 """
 from __future__ import annotations
 
@@ -110,9 +110,10 @@ def names_used(tree) -> set:
     return {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and n.id not in CONSTANTS}
 
 
-def evaluate(tree, values: dict, call, where):
-    """The formula's value for the variables in ``values``. ``call(name, args)`` runs a library
-    function or formula; ``where(c, a, b)`` a conditional on values that are not plain booleans."""
+def evaluate(tree, values: dict, call):
+    """The formula's value for plain Python numbers in ``values``; ``call(name, args)`` runs a
+    library function or formula. (A reading of the text independent of the code generators: the
+    tests hold the generated kernels to it.)"""
     def ev(node):
         if isinstance(node, ast.Name):
             return values[node.id] if node.id in values else CONSTANTS[node.id]
@@ -134,10 +135,7 @@ def evaluate(tree, values: dict, call, where):
                 out = (out and v) if isinstance(node.op, ast.And) else (out or v)
             return out
         if isinstance(node, ast.IfExp):
-            c = ev(node.test)
-            if isinstance(c, bool):
-                return ev(node.body) if c else ev(node.orelse)
-            return where(c, ev(node.body), ev(node.orelse))
+            return ev(node.body) if ev(node.test) else ev(node.orelse)
         return call(node.func.id, [ev(a) for a in node.args])
     return ev(tree)
 
@@ -170,6 +168,9 @@ class Syntax:
     def call(self, function, args):
         return f"{function}({', '.join(args)})"
 
+    def conditional(self, test, body, orelse):
+        return f"({test} ? {body} : {orelse})" if self.c else f"({body} if {test} else {orelse})"
+
 
 def render(tree, syntax: Syntax) -> str:
     """Source text of a formula in ``syntax``'s language. Every operation is parenthesised, so no
@@ -194,8 +195,6 @@ def render(tree, syntax: Syntax) -> str:
             joiner = (" && " if word == "and" else " || ") if c else f" {word} "
             return "(" + joiner.join(r(v) for v in node.values) + ")"
         if isinstance(node, ast.IfExp):
-            if c:
-                return f"({r(node.test)} ? {r(node.body)} : {r(node.orelse)})"
-            return f"({r(node.body)} if {r(node.test)} else {r(node.orelse)})"
+            return syntax.conditional(r(node.test), r(node.body), r(node.orelse))
         return syntax.call(node.func.id, [r(a) for a in node.args])
     return r(tree)

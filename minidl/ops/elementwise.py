@@ -85,12 +85,11 @@ def _float_result(x):
 class Unary(Function):
     """``op`` applied elementwise (its formula: minidl/formulas/table.py). Integer inputs of
     float-only ops (exp, log, ...) compute in the default float dtype, as in PyTorch. Backward
-    evaluates the table's gradient formula with Tensor ops, saving only the tensors it reads
-    (``saves``: of x, the input, and y, the output)."""
+    is the table's gradient formula, made once into a function of Tensor ops ``grad(x, y, g)``,
+    of which only the tensors it reads are saved (``saves``: x, the input, and/or y, the output)."""
     op = ""
     float_only = True
     saves = ()
-    grad_tree = None
 
     @classmethod
     def result_dtype(cls, x):
@@ -105,11 +104,23 @@ class Unary(Function):
 
     @classmethod
     def backward(cls, ctx, g):
-        values = dict(zip(cls.saves, ctx.saved_tensors), g=g)
-        return expr.evaluate(cls.grad_tree, values, _grad_call, where)
+        saved = ctx.saved_tensors
+        x = saved[0] if "x" in cls.saves else None
+        y = saved[-1] if "y" in cls.saves else None
+        return cls.grad(x, y, g)
 
 
-def _grad_call(name, args):
+class _GradSyntax(expr.Syntax):
+    """A gradient formula as Python over Tensors: calls go through _grad_call, conditionals are where."""
+
+    def call(self, function, args):
+        return f"_grad_call({function!r}, {', '.join(args)})"
+
+    def conditional(self, test, body, orelse):
+        return f"where({test}, {body}, {orelse})"
+
+
+def _grad_call(name, *args):
     """A call in a gradient formula: math on plain numbers, else the minidl op of that name."""
     if all(isinstance(a, (int, float)) for a in args):
         return getattr(math, name)(*args)
@@ -118,8 +129,12 @@ def _grad_call(name, args):
 
 def _unary(formula):
     tree = expr.parse(formula.grad, ("x", "y", "g"), formulas.table.callable_formulas())
+    source = expr.render(tree, _GradSyntax())
+    # compiled once, so a backward step runs plain Python (walking the tree each time made
+    # temporary objects, and with them more garbage collections, in every step)
+    grad = eval(f"lambda x, y, g: {source}", globals())  # names resolve when it runs: where comes later
     cls = type(formula.name.capitalize(), (Unary,), {
-        "op": formula.name, "float_only": formula.float_only, "grad_tree": tree,
+        "op": formula.name, "float_only": formula.float_only, "grad_tree": tree, "grad": staticmethod(grad),
         "saves": tuple(name for name in ("x", "y") if name in expr.names_used(tree))})
     globals()[cls.__name__] = cls
     return autocast_op(formula.name)(cls.apply) if listed(formula.name) else cls.apply
