@@ -5,6 +5,7 @@ import numpy as np
 
 from . import _dtype as dt
 from . import _tensor_base, formulas, ops
+from .autograd import engine
 from ._tensor_base import TensorBase, as_device
 from .ops import elementwise as ew
 from .ops import inplace
@@ -45,6 +46,10 @@ class Tensor(TensorBase):
 
     __slots__ = ()
     __array_priority__ = 1000
+
+    def backward(self, gradient=None, retain_graph=None, create_graph=False, inputs=None):
+        """Accumulate this tensor's gradient with respect to the graph's leaves into their ``.grad``."""
+        engine.backward((self,), None if gradient is None else (gradient,), retain_graph, create_graph, inputs)
 
     def __new__(cls, *args, device=None):
         """The legacy constructor: ``Tensor(2, 3)`` is uninitialised, ``Tensor([1, 2])`` copies data, in

@@ -102,7 +102,3 @@ class Variable:
     @property
     def retains_grad(self) -> bool:
         return self._retains_grad
-
-    def backward(self, gradient=None, retain_graph=None, create_graph=False, inputs=None):
-        from .engine import backward
-        backward((self,), None if gradient is None else (gradient,), retain_graph, create_graph, inputs)
