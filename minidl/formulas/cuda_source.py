@@ -13,7 +13,7 @@ from . import codegen, expr, table
 _CONSTANTS = {"inf": "inf_of<T>()", "nan": "nan_of<T>()", "pi": "(T)3.141592653589793"}
 
 
-class CudaSyntax(expr.Syntax):
+class CudaSyntax(codegen.FormulaSyntax):
     c = True
 
     def constant(self, ident):
@@ -22,10 +22,7 @@ class CudaSyntax(expr.Syntax):
     def number(self, text):
         return f"(T){text}"
 
-    def call(self, function, args):
-        formula = codegen.resolve(function)
-        if formula is not None:
-            return f"{codegen.function_name(formula)}({', '.join(args)})"
+    def library(self, function, args):
         if function == "bool":
             return f"({args[0]} != 0)"
         return f"m_{function}({', '.join(args)})"

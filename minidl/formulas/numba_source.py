@@ -19,7 +19,7 @@ RUNS = {"exp": "exp_run"}
 OWN_LOOPS = {"neg", "abs", "relu", "square", "add", "sub", "mul", "gate"}
 
 
-class NumbaSyntax(expr.Syntax):
+class NumbaSyntax(codegen.FormulaSyntax):
     """Python for Numba. Each op's formula is written out inside the switches (a function per op
     would cost Numba a full compile per dtype); a formula that others call is an inlined function,
     so its arguments are evaluated once."""
@@ -30,10 +30,7 @@ class NumbaSyntax(expr.Syntax):
     def name(self, ident):
         return self.bindings[ident]
 
-    def call(self, function, args):
-        formula = codegen.resolve(function)
-        if formula is not None:
-            return f"{codegen.function_name(formula)}({', '.join(args)})"
+    def library(self, function, args):
         if function == "bool":
             return f"bool({args[0]})"
         return f"sm.{function}({', '.join(args)})"
@@ -132,8 +129,9 @@ def formulas() -> str:
              "from numba import njit", "", "from . import scalar_math as sm",
              *textwrap.wrap("from .op_codes import (" + ", ".join(used) + ")", 110, subsequent_indent="    "),
              "from .vector_math import " + ", ".join(sorted(set(RUNS.values())))]
+    called = codegen.called_names()
     for f in codegen.ordered_formulas():
-        if f.name in codegen.called_names():
+        if f.name in called:
             lines += _called_function(f)
     for family in table.FAMILIES:
         lines += _unknown_code(family)
