@@ -220,7 +220,7 @@ class Tensor(TensorBase):
         """The implicit gradient of a one-element root: one host value on the CPU (no kernel), a fill
         from a cached device scalar on a GPU (no copy from the host)."""
         if self.device.type == "cpu":
-            return ops.creation.from_host_array(np.ones(self._layout.shape), self.device, self.dtype)
+            return ops.core.from_host_array(np.ones(self._layout.shape), self.device, self.dtype)
         return ops.creation.filled(self._layout.shape, 1, self.dtype, self.device)
 
     def _grad_edge(self):

@@ -1,5 +1,25 @@
 """Every op, written once for all devices. ``minidl`` re-exports these as its functions and
-``Tensor`` exposes those in TENSOR_METHODS as methods."""
+``Tensor`` exposes those in TENSOR_METHODS as methods.
+
+Reading order, bottom-up (a module imports only those above it in this list):
+
+- ``core``: launching primitives on tensors, casting, scalars, broadcasting gradients
+- ``random``: the counter-based generators
+- ``conversion``: moving between dtypes and devices
+- ``take_put``: ``Take`` and ``IndexPut``, the two movers indexing is made of
+- ``views``: new layouts over the same storage
+- ``inplace``: writing into a tensor's memory with autograd kept right
+- ``creation``: factories and numpy interop
+- ``autocast_mode``: autocast's state and the wrapper that applies its policies
+- ``elementwise``: unary, binary, compare, where, clamp and their composites
+- ``shape_ops``: cat, stack, split, repeat, flip, roll, pad, ...
+- ``indexing``: ``x[...]``, ``x[...] = v``, gather/scatter
+- ``reduction``: sum, prod, max/min, scans, softmax
+- ``linalg``: matrix products
+- ``sorting``: sort, topk, unique, bincount, histc
+- ``conv``: convolution and pooling
+- ``fused``: the fused optimizer steps
+"""
 from ..formulas import UNARY as _UNARY
 from . import creation, elementwise, indexing, linalg, reduction, shape_ops, sorting, views
 from .conversion import to_device, to_dtype

@@ -12,6 +12,7 @@ from ..autograd import Function
 from .autocast_mode import autocast_op
 from .core import cast, check_devices, grad_enabled, kernel, packed_buffer
 from .creation import empty, tensor
+from .shape_ops import pad
 
 
 def _pair(v, name):
@@ -282,7 +283,6 @@ def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
 
 
 def _pad(x, extra):
-    from .shape_ops import pad
     return pad(x, (0, extra[1], 0, extra[0]))
 
 

@@ -8,7 +8,7 @@ import numpy as np
 
 from .. import _dtype as dt
 from .. import kernels
-from .._tensor_base import Storage, TensorBase, empty, make
+from .._tensor_base import Storage, TensorBase, as_device, empty, make
 from ..autograd import grad_mode
 from ..layout import Layout, broadcast_shapes, expand
 
@@ -28,6 +28,15 @@ def new_like_shape(shape, dtype, like: TensorBase) -> TensorBase:
         buf = kernels.get("alloc", like._storage.device.type)(layout.numel, dtype)
         return make(Storage(buf, like._storage.device), layout, dtype)
     return empty(shape, dtype, like._storage.device)
+
+
+def from_host_array(array: np.ndarray, device, dtype=None):
+    """A new tensor holding a copy of a numpy array on ``device``."""
+    dtype = dt.from_numpy(array.dtype) if dtype is None else dtype
+    array = dtype.storage_of(array)  # (ascontiguousarray would make 0-d arrays 1-d)
+    device = as_device(device)
+    storage = Storage(kernels.get("from_host", device.type)(array.reshape(-1)), device)
+    return make(storage, Layout(array.shape), dtype)
 
 
 def cast(t: TensorBase, dtype) -> TensorBase:

@@ -12,9 +12,9 @@ from .. import _dtype as dt
 from .. import kernels
 from .._tensor_base import Storage, as_device, make
 from .._tensor_base import empty as _empty
-from ..layout import Layout
+from ..layout import Layout, Size
 from ..autograd import grad_mode
-from .core import buf, cast, check_scalar_fits, host_scalar, integer_range, kernel
+from .core import buf, cast, from_host_array, check_scalar_fits, host_scalar, integer_range, kernel
 from .inplace import check_writable
 from .random import draw, numpy_generator
 
@@ -32,15 +32,6 @@ def _finish(t, requires_grad):
     if requires_grad:
         t.requires_grad_(True)
     return t
-
-
-def from_host_array(array: np.ndarray, device, dtype=None):
-    """A new tensor holding a copy of a numpy array on ``device``."""
-    dtype = dt.from_numpy(array.dtype) if dtype is None else dtype
-    array = dtype.storage_of(array)  # (ascontiguousarray would make 0-d arrays 1-d)
-    device = as_device(device)
-    storage = Storage(kernels.get("from_host", device.type)(array.reshape(-1)), device)
-    return make(storage, Layout(array.shape), dtype)
 
 
 def from_numpy(array: np.ndarray):
@@ -175,7 +166,6 @@ def legacy_new(dtype, device, args, name):
     """The legacy constructors (``Tensor(...)``, ``FloatTensor(...)``, ``t.new(...)``), as PyTorch reads
     their arguments: integers (or a Size) are sizes of an uninitialised tensor, nothing is an empty
     one, a sequence or array is data, and a tensor of the same dtype is shared, not copied."""
-    from ..layout import Size
     device = as_device(device) if device is not None else as_device("cpu")
     if not args:
         return _empty((0,), dtype, device)

@@ -385,8 +385,7 @@ class Where(Function):
 
 def where(cond, a=None, b=None):
     if a is None and b is None:
-        from .indexing import nonzero
-        return nonzero(cond, as_tuple=True)
+        return cond.nonzero(as_tuple=True)  # (the one-argument form is nonzero's, documented as such)
     like = cond if not hasattr(a, "_layout") and not hasattr(b, "_layout") else (a if hasattr(a, "_layout") else b)
     a, b = as_operand(a, like), as_operand(b, like)
     return Where.apply(cond, a, b)

@@ -17,7 +17,7 @@ import numpy as np
 from .. import _dtype as dt
 from .._tensor_base import Storage, make
 from ..autograd import Function
-from ..layout import Layout, contiguous_strides, normalize_dim
+from ..layout import Layout, broadcast_shapes, contiguous_strides, normalize_dim
 from . import views
 from .autocast_mode import autocast_op
 from .core import (
@@ -31,58 +31,15 @@ from .core import (
     sum_to,
     written_operand,
 )
+from .creation import arange, tensor
+from .elementwise import where
 from .inplace import assign
-
-
-# ----------------------------------------------------------------------------- the two movers
-class Take(Function):
-    """out = x.reshape(-1)[flat]; ``flat`` holds flat indices (the kernel checks their range) and
-    gives the result's shape."""
-
-    @staticmethod
-    def forward(ctx, x, flat):
-        compute = dt.compute_dtype(x.dtype)
-        xc = cast(x, compute)
-        out = new_like_shape(flat.shape, compute, x)
-        kernel("take", x)(buf(xc), xc._layout, packed_buffer(flat), buf(out))
-        ctx.save_for_backward(flat)
-        ctx.shape = x.shape
-        return cast(out, x.dtype)
-
-    @staticmethod
-    def backward(ctx, g):
-        (flat,) = ctx.saved_tensors
-        return IndexPut.apply(g.new_zeros(ctx.shape), flat, g, True), None
-
-
-class IndexPut(Function):
-    """A copy of x with x.reshape(-1)[flat] set to (or, accumulating, increased by) ``values``."""
-
-    @staticmethod
-    def forward(ctx, x, flat, values, accumulate):
-        compute = dt.compute_dtype(x.dtype)
-        out = cast(x, compute)
-        out = out.clone() if out is x else out
-        vals = cast(values.expand(flat.shape), compute)
-        kernel("put", x)(buf(out), out._layout, packed_buffer(flat), packed_buffer(vals), accumulate)
-        ctx.save_for_backward(flat)
-        ctx.meta = (values.shape, accumulate)
-        return cast(out, x.dtype)
-
-    @staticmethod
-    def backward(ctx, g):
-        (flat,) = ctx.saved_tensors
-        values_shape, accumulate = ctx.meta
-        gx = None
-        if ctx.needs_input_grad[0]:
-            gx = g if accumulate else IndexPut.apply(g, flat, g.new_zeros(()), False)
-        gv = sum_to(Take.apply(g, flat), values_shape) if ctx.needs_input_grad[2] else None
-        return gx, None, gv, None
+from .shape_ops import stack
+from .take_put import IndexPut, Take
 
 
 # ----------------------------------------------------------------------------- index planning
 def _as_index_tensor(item, like):
-    from .creation import tensor
     if hasattr(item, "_layout"):
         # as in PyTorch, a CPU index may index a tensor on any device (the index is copied there)
         t = item.to(like.device) if item.device.type == "cpu" else item
@@ -190,10 +147,8 @@ def _mask_positions(mask):
 def flat_indices(view, advanced, wrap: bool = True):
     """Flat indices into ``view`` for the advanced part, shaped like the indexing result
     (negative indices wrap when ``wrap``)."""
-    from .creation import arange
     check_devices("index", view, *(t for _, t in advanced))
     dims = [d for d, _ in advanced]
-    from ..layout import broadcast_shapes
     try:
         bshape = broadcast_shapes(*(t.shape for _, t in advanced), op="index")
     except RuntimeError as e:
@@ -256,13 +211,11 @@ def nonzero(x, as_tuple=False):
         coords.append(rem)
     if as_tuple:
         return tuple(coords) if coords else (flat * 0,)
-    from .shape_ops import stack
     return stack(coords, 1) if coords else flat.new_zeros((flat.numel(), 0))
 
 
 def _along_dim(op, x_shape, dim, index):
     """Flat indices into a packed x of ``x_shape`` that pick ``index`` along ``dim`` (gather rule)."""
-    from .creation import arange
     cs = contiguous_strides(x_shape)
     flat = _checked(index, x_shape[dim], cs[dim], dim, op, wrap=False)
     for d in range(index.ndim):
@@ -378,7 +331,6 @@ def masked_scatter(x, mask, source):
 
 
 def masked_fill(x, mask, value):
-    from .elementwise import where
     if mask.dtype is not dt.bool_:
         raise TypeError(f"masked_fill only supports boolean masks, but got mask with dtype {mask.dtype}")
     value = written_operand(value, x, "masked_fill").to(x.dtype)
@@ -392,7 +344,6 @@ def masked_fill(x, mask, value):
 def masked_select(x, mask):
     if mask.dtype is not dt.bool_:
         raise TypeError(f"masked_select: expected BoolTensor for mask, got {mask.dtype}")
-    from ..layout import broadcast_shapes
     shape = broadcast_shapes(x.shape, mask.shape, op="masked_select")
     return getitem(x.expand(shape), mask.expand(shape))
 

@@ -11,6 +11,7 @@ from ..layout import diagonal as diagonal_layout
 from .autocast_mode import autocast_op
 from .core import buf, cast, check_devices, computed_in_float32, kernel, new_like_shape, sum_to
 from .elementwise import binary_raw
+from .reduction import _safe_pow, norm
 from .views import StridedScatter, view_of
 
 
@@ -204,7 +205,6 @@ def cdist(x1, x2, p=2.0, compute_mode="use_mm_for_euclid_dist_if_necessary"):
 
     For p = 2 and more than 25 rows (or ``compute_mode='use_mm_for_euclid_dist'``) through
     |a|^2 + |b|^2 - 2 a.b, one matrix product, as PyTorch does; otherwise from the differences."""
-    from .reduction import _safe_pow, norm
     if x1.ndim < 2 or x2.ndim < 2 or x1.shape[-1] != x2.shape[-1]:
         raise RuntimeError(f"cdist: expected x1 (..., P, M) and x2 (..., R, M) with the same M, got "
                            f"{list(x1.shape)} and {list(x2.shape)}")

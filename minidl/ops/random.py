@@ -15,6 +15,7 @@ import numpy as np
 from .. import kernels
 from .._tensor_base import as_device
 from .._tensor_base import empty as _empty
+from .core import from_host_array
 
 DEFAULT_SEED = 67280421310721
 _STATE = struct.Struct("<QQ")  # seed, offset
@@ -40,8 +41,7 @@ class Generator:
 
     def get_state(self):
         """(seed, offset) as 16 bytes of a CPU uint8 tensor (for set_state and checkpoints)."""
-        from .creation import from_numpy
-        return from_numpy(np.frombuffer(_STATE.pack(self._seed, self._offset), dtype=np.uint8).copy())
+        return from_host_array(np.frombuffer(_STATE.pack(self._seed, self._offset), dtype=np.uint8), "cpu")
 
     def set_state(self, new_state) -> "Generator":
         raw = bytes(np.asarray(new_state.cpu().numpy() if hasattr(new_state, "_layout") else new_state, np.uint8))

@@ -11,6 +11,9 @@ from ..layout import normalize_dim, normalize_dims, reduced_shape
 from . import views
 from .autocast_mode import autocast_op
 from .core import buf, cast, grad_enabled, kernel, new_like_shape, packed_buffer
+from .creation import arange
+from .elementwise import maximum, minimum, where
+from .shape_ops import cat
 
 return_types = {op: namedtuple(op, ["values", "indices"]) for op in ("max", "min")}
 
@@ -102,7 +105,6 @@ def _prod_of_others(x, dims):
 
 
 def cat_last(a, b):
-    from .shape_ops import cat
     return cat([a, b], -1)
 
 
@@ -203,12 +205,10 @@ def _extreme(op, reduce_all, elementwise):
 
 
 def _elementwise_max(a, b):
-    from .elementwise import maximum
     return maximum(a, b)
 
 
 def _elementwise_min(a, b):
-    from .elementwise import minimum
     return minimum(a, b)
 
 
@@ -282,7 +282,6 @@ def norm(x, p="fro", dim=None, keepdim=False, dtype=None):
 
 def _safe_pow(v, e):
     """v ** e for v >= 0, with gradient 0 (not nan) where v == 0, as in PyTorch's norm and std."""
-    from .elementwise import where
     if not v.requires_grad or e <= 0:
         return v.sqrt() if e == 0.5 else v ** e
     zero = v == 0
@@ -348,7 +347,6 @@ class Cumprod(Function):
 
 def _cumprod_grad_with_zeros(x, g, d):
     """dL/dx_k = sum over i >= k of g_i * (product of x_j, j <= i, j != k): no division by x."""
-    from .creation import arange
     xm, gm = x.movedim(d, -1), g.movedim(d, -1)
     n = xm.shape[-1]
     k, i = arange(n, device=x.device).reshape((n, 1)), arange(n, device=x.device).reshape((1, n))

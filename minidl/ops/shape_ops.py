@@ -9,6 +9,7 @@ from ..autograd import Function
 from . import views
 from .autocast_mode import autocast_op
 from .core import buf, check_devices, kernel, new_like_shape
+from .creation import arange, tensor
 
 
 class Cat(Function):
@@ -136,7 +137,6 @@ def repeat(x, *sizes):
 
 
 def _tri_mask(x, diagonal, lower):
-    from .creation import arange
     rows = arange(x.shape[-2], device=x.device).reshape((-1, 1))
     cols = arange(x.shape[-1], device=x.device).reshape((1, -1))
     return (cols - rows <= diagonal) if lower else (cols - rows >= diagonal)
@@ -249,7 +249,6 @@ def pad(x, pad, mode="constant", value=None):
 
 def _gather_pad(x, pad, mode):
     """pad in a non-constant mode: each padded dim gathers the input positions its outputs read."""
-    from .creation import tensor
     for i in range(len(pad) // 2):
         d, (lo, hi) = x.ndim - 1 - i, pad[2 * i:2 * i + 2]
         n = x.shape[d]

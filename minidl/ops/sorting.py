@@ -12,7 +12,9 @@ from collections import namedtuple
 from .. import _dtype as dt
 from ..layout import normalize_dim
 from .core import as_operand, buf, cast, kernel, new_like_shape
-from .indexing import IndexPut
+from .creation import arange, zeros
+from .shape_ops import cat
+from .take_put import IndexPut
 
 return_types = {op: namedtuple(op, ["values", "indices"]) for op in ("sort", "topk")}
 
@@ -65,8 +67,6 @@ def unique(x, sorted=True, return_inverse=False, return_counts=False, dim=None):
     The slices of ``x`` (elements when ``dim`` is None) are put in lexicographic order by stable
     sorts on one column at a time, last column first; a new value starts wherever a slice
     differs from the one before it."""
-    from .creation import arange
-    from .shape_ops import cat
     x = x.detach()
     if dim is None:
         rows, rest = x.reshape(-1, 1), ()
@@ -100,7 +100,6 @@ def unique(x, sorted=True, return_inverse=False, return_counts=False, dim=None):
 def bincount(x, weights=None, minlength=0):
     """How often each non-negative integer occurs in the 1-D ``x`` (or the sum of its ``weights``:
     differentiable in them)."""
-    from .creation import zeros
     if x.ndim != 1 or x.dtype.category != 1:
         raise RuntimeError(f"bincount: expected a 1-D tensor of non-negative integers, got a {x.ndim}-D "
                            f"{x.dtype.name} tensor")

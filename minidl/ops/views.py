@@ -17,7 +17,8 @@ import numpy as np
 from .. import layout as L
 from .._tensor_base import make
 from ..autograd import Function
-from .core import buf, kernel, new_like_shape, sum_to
+from .core import buf, from_host_array, kernel, new_like_shape, sum_to
+from .take_put import IndexPut, Take
 
 
 def view_of(x, layout):
@@ -110,8 +111,6 @@ class AsStrided(View):
 
     @classmethod
     def backward(cls, ctx, g):
-        from .creation import from_host_array
-        from .indexing import IndexPut, Take
         shape, params = ctx.meta
         if not g.numel():
             return (g.new_zeros(shape),) + (None,) * len(params)
