@@ -13,7 +13,6 @@ from ._dtype import dtype
 from ._type_info import finfo, iinfo
 from .layout import Size
 from .ops import *  # noqa: F401,F403  (the functional API)
-from .ops import TENSOR_METHODS
 from .ops.autocast_mode import (clear_autocast_cache, get_autocast_dtype, is_autocast_cache_enabled,
                                 is_autocast_enabled, set_autocast_cache_enabled, set_autocast_dtype,
                                 set_autocast_enabled)
@@ -59,5 +58,3 @@ def result_type(a, b):
 def can_cast(from_, to) -> bool:
     return from_.category <= to.category
 
-
-del TENSOR_METHODS

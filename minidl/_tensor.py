@@ -4,41 +4,12 @@ from __future__ import annotations
 import numpy as np
 
 from . import _dtype as dt
-from . import _tensor_base, formulas, ops
+from . import _tensor_base, ops
 from .autograd import engine
 from ._tensor_base import TensorBase, as_device
 from .ops import elementwise as ew
 from .ops import inplace
 from .ops.core import as_operand, grad_enabled
-
-
-def _inplace_binary(op_cls, name):
-    """``x.op_(other)``: straight into x's memory when no graph is recorded, else rebased."""
-    def method(self, other, *, alpha=None):
-        other = as_operand(other, self) if alpha is None else as_operand(other, self) * alpha
-        if not grad_enabled() or not (self._requires_grad or other._requires_grad):
-            inplace.check_writable(self, name)
-            inplace.check_no_internal_overlap(self, name)
-            result = self.dtype if other.dtype is self.dtype else dt.result_type(self, other)
-            if op_cls.true_division and not result.is_floating_point:
-                result = dt.get_default_dtype()  # int /= int is a float result, as in PyTorch: an error
-            if result.category > self.dtype.category:
-                raise RuntimeError(f"{name}: result type {result.name} can't be cast to the desired output "
-                                   f"type {self.dtype.name}")
-            compute = dt.arithmetic_dtype(self.dtype if not op_cls.true_division else result)
-            ew.binary_raw("binary", op_cls.op, self, other, compute, self.dtype, out=self)
-            self._bump_version()
-            return self
-        return inplace.assign(self, lambda t: op_cls.apply(t, other), name)
-    method.__name__ = name
-    return method
-
-
-def _inplace_unary(fn, name):
-    def method(self, *args, **kwargs):
-        return inplace.assign(self, lambda t: fn(t, *args, **kwargs), name)
-    method.__name__ = name
-    return method
 
 
 class Tensor(TensorBase):
@@ -154,9 +125,9 @@ class Tensor(TensorBase):
         copy = copy or (len(flags) > 1 and flags[1])
         out = self
         if device is not None and as_device(device) != self.device:
-            out = ops.to_device(out, as_device(device))
+            out = ops.conversion.to_device(out, as_device(device))
         if dtype is not None and dt.to_dtype(dtype) is not out.dtype:
-            out = ops.to_dtype(out, dt.to_dtype(dtype))
+            out = ops.conversion.to_dtype(out, dt.to_dtype(dtype))
         return out.clone() if copy and out is self else out
 
     def type(self, dtype=None):
@@ -407,22 +378,12 @@ class Tensor(TensorBase):
         return ew.ge(self, other)
 
     def __getitem__(self, index):
-        return ops.getitem(self, index)
+        return ops.indexing.getitem(self, index)
 
     def __setitem__(self, index, value):
-        ops.setitem(self, index, value)
+        ops.indexing.setitem(self, index, value)
 
-    # -- in-place -------------------------------------------------------------------------------
-    add_ = _inplace_binary(ew.Add, "add_")
-    sub_ = _inplace_binary(ew.Sub, "sub_")
-    mul_ = _inplace_binary(ew.Mul, "mul_")
-    div_ = _inplace_binary(ew.Div, "div_")
-    pow_ = _inplace_binary(ew.Pow, "pow_")
-    __iadd__ = add_
-    __isub__ = sub_
-    __imul__ = mul_
-    __itruediv__ = div_
-
+    # -- in-place (the ops' in-place twins come from the registry, below) ----------------------------
     def copy_(self, src, non_blocking=False):
         if not isinstance(src, TensorBase):
             src = ops.tensor(src, dtype=self.dtype, device=self.device)
@@ -432,7 +393,7 @@ class Tensor(TensorBase):
             inplace.check_writable(self, "copy_")
             inplace.write_into(self, src, "copy_", casting=True)
             return self
-        return inplace.assign(self, lambda t: ops.to_dtype(src, t.dtype).expand(t.shape), "copy_")
+        return inplace.assign(self, lambda t: ops.conversion.to_dtype(src, t.dtype).expand(t.shape), "copy_")
 
     def fill_(self, value):
         if isinstance(value, TensorBase):
@@ -444,35 +405,11 @@ class Tensor(TensorBase):
     def zero_(self):
         return self.fill_(0)
 
-    clamp_ = _inplace_unary(ew.clamp, "clamp_")
-    clip_ = clamp_
-    frac_ = _inplace_unary(ew.frac, "frac_")
-    nan_to_num_ = _inplace_unary(ew.nan_to_num, "nan_to_num_")
-    clamp_min_ = _inplace_unary(ew.clamp_min, "clamp_min_")
-    clamp_max_ = _inplace_unary(ew.clamp_max, "clamp_max_")
-    lerp_ = _inplace_unary(ew.lerp, "lerp_")
-    addcmul_ = _inplace_unary(ew.addcmul, "addcmul_")
-    addcdiv_ = _inplace_unary(ew.addcdiv, "addcdiv_")
-    addmm_ = _inplace_unary(ops.addmm, "addmm_")
-    baddbmm_ = _inplace_unary(ops.baddbmm, "baddbmm_")
-    remainder_ = _inplace_binary(ew.Remainder, "remainder_")
-    floor_divide_ = _inplace_binary(ew.FloorDivide, "floor_divide_")
-    atan2_ = arctan2_ = _inplace_binary(ew.Atan2, "atan2_")
-    true_divide_ = div_
-    masked_fill_ = _inplace_unary(ops.masked_fill, "masked_fill_")
-    masked_scatter_ = _inplace_unary(ops.masked_scatter, "masked_scatter_")
-    scatter_ = _inplace_unary(ops.scatter, "scatter_")
-    scatter_add_ = _inplace_unary(ops.scatter_add, "scatter_add_")
-    index_add_ = _inplace_unary(ops.index_add, "index_add_")
-    index_copy_ = _inplace_unary(ops.index_copy, "index_copy_")
-    index_fill_ = _inplace_unary(ops.index_fill, "index_fill_")
-
     def index_put_(self, indices, values, accumulate=False):
         if accumulate:
-            from .ops.indexing import IndexPut, flat_indices, plan
-            view, advanced = plan(self, tuple(indices))
-            flat = flat_indices(view, advanced)
-            return inplace.assign(view, lambda t: IndexPut.apply(t, flat, as_operand(values, t).to(t.dtype), True),
+            view, advanced = ops.indexing.plan(self, tuple(indices))
+            flat = ops.indexing.flat_indices(view, advanced)
+            return inplace.assign(view, lambda t: ops.take_put.IndexPut.apply(t, flat, as_operand(values, t).to(t.dtype), True),
                                   "index_put_")
         self[tuple(indices)] = values
         return self
@@ -501,26 +438,9 @@ def _rebuild(storage, layout, dtype, requires_grad):
     return t
 
 
-def _delegate(name, fn):
-    def method(self, *args, **kwargs):
-        return fn(self, *args, **kwargs)
-    method.__name__ = name
-    method.__doc__ = fn.__doc__
-    setattr(Tensor, name, method)
-
-
-for _name in ops.TENSOR_METHODS:
-    _delegate(_name, getattr(ops, _name))
-for _formula in formulas.UNARY:  # x.exp_(), x.relu_(), ...: every unary op of the formula table, in place
-    setattr(Tensor, _formula.name + "_", _inplace_unary(getattr(ew, _formula.name), _formula.name + "_"))
-
-
-def _where(self, condition, other):
-    """x.where(condition, y) is where(condition, x, y), as in PyTorch."""
-    return ops.where(condition, self, other)
-
-
-Tensor.where = _where
+for _name, _method in ops.registry.methods().items():  # x.sum(...), x.add_(...), ...: every op declared
+    setattr(Tensor, _name, _method)
+Tensor.__iadd__, Tensor.__isub__, Tensor.__imul__, Tensor.__itruediv__ = Tensor.add_, Tensor.sub_, Tensor.mul_, Tensor.div_
 
 _tensor_base.use_class(Tensor)
 

@@ -14,9 +14,10 @@ from .._tensor_base import Storage, as_device, make
 from .._tensor_base import empty as _empty
 from ..layout import Layout, Size
 from ..autograd import grad_mode
-from .core import buf, cast, from_host_array, check_scalar_fits, host_scalar, integer_range, kernel
+from .core import buf, cast, check_scalar_fits, from_host_array, host_scalar, integer_range, kernel
 from .inplace import check_writable
 from .random import draw, numpy_generator
+from .registry import op
 
 
 def _size(size):
@@ -34,6 +35,7 @@ def _finish(t, requires_grad):
     return t
 
 
+@op(method=False)
 def from_numpy(array: np.ndarray):
     """A CPU tensor sharing memory with ``array`` (any strides, negative ones too)."""
     if not isinstance(array, np.ndarray):
@@ -139,6 +141,7 @@ def _raise_unless_fits(values: np.ndarray, dtype, op):
                            f"without overflow")
 
 
+@op(method=False)
 def tensor(data, dtype=None, device=None, requires_grad=False):
     """A new tensor that copies ``data`` (numbers, nested lists, numpy arrays, tensors).
 
@@ -187,6 +190,7 @@ def legacy_new(dtype, device, args, name):
     return tensor(data, dtype=dtype, device=device)
 
 
+@op(method=False)
 def as_tensor(data, dtype=None, device=None):
     """Like tensor(), but shares memory with a matching numpy array or tensor."""
     if hasattr(data, "_layout"):
@@ -202,6 +206,7 @@ def as_tensor(data, dtype=None, device=None):
     return tensor(data, dtype=dtype, device=device)
 
 
+@op(method=False)
 def empty(*size, dtype=None, device=None, requires_grad=False):
     return _finish(_empty(_size(size), dt.to_dtype(dtype) if dtype is not None else dt.get_default_dtype(),
                           as_device(device)), requires_grad)
@@ -232,6 +237,7 @@ def filled(shape, value, dtype, device):
     return t
 
 
+@op(method=False)
 def full(size, fill_value, dtype=None, device=None, requires_grad=False):
     if dtype is None:
         dtype = dt.scalar_dtype(fill_value)
@@ -239,10 +245,12 @@ def full(size, fill_value, dtype=None, device=None, requires_grad=False):
     return _finish(filled(shape, fill_value, dt.to_dtype(dtype), as_device(device)), requires_grad)
 
 
+@op(method=False)
 def zeros(*size, dtype=None, device=None, requires_grad=False):
     return full(_size(size), 0, dtype=dtype or dt.get_default_dtype(), device=device, requires_grad=requires_grad)
 
 
+@op(method=False)
 def ones(*size, dtype=None, device=None, requires_grad=False):
     return full(_size(size), 1, dtype=dtype or dt.get_default_dtype(), device=device, requires_grad=requires_grad)
 
@@ -251,18 +259,22 @@ def _like(x, dtype, device):
     return dict(dtype=dtype or x.dtype, device=device or x.device)
 
 
+@op(method=False)
 def empty_like(x, dtype=None, device=None, requires_grad=False):
     return empty(x.shape, requires_grad=requires_grad, **_like(x, dtype, device))
 
 
+@op(method=False)
 def zeros_like(x, dtype=None, device=None, requires_grad=False):
     return zeros(x.shape, requires_grad=requires_grad, **_like(x, dtype, device))
 
 
+@op(method=False)
 def ones_like(x, dtype=None, device=None, requires_grad=False):
     return ones(x.shape, requires_grad=requires_grad, **_like(x, dtype, device))
 
 
+@op(method=False)
 def full_like(x, fill_value, dtype=None, device=None, requires_grad=False):
     return full(x.shape, fill_value, requires_grad=requires_grad, **_like(x, dtype, device))
 
@@ -273,6 +285,7 @@ _ranges: dict = {}
 _RANGE_CACHE_MAX = 1 << 16
 
 
+@op(method=False)
 def arange(start, end=None, step=1, dtype=None, device=None, requires_grad=False):
     if end is None:
         start, end = 0, start
@@ -299,12 +312,14 @@ def arange(start, end=None, step=1, dtype=None, device=None, requires_grad=False
     return _finish(out, requires_grad)
 
 
+@op(method=False)
 def linspace(start, end, steps, dtype=None, device=None, requires_grad=False):
     dtype = dt.to_dtype(dtype) if dtype is not None else dt.get_default_dtype()
     array = np.linspace(float(start), float(end), int(steps))
     return _finish(from_host_array(array, device or "cpu", dtype), requires_grad)
 
 
+@op(method=False)
 def eye(n, m=None, dtype=None, device=None, requires_grad=False):
     dtype = dt.to_dtype(dtype) if dtype is not None else dt.get_default_dtype()
     return _finish(from_host_array(np.eye(n, m), device or "cpu", dtype), requires_grad)
@@ -325,14 +340,17 @@ def _random(kind, size, dtype, device, a, b, requires_grad, generator, op):
     return _finish(cast(out, dtype), requires_grad)
 
 
+@op(method=False)
 def rand(*size, generator=None, dtype=None, device=None, requires_grad=False):
     return _random("uniform", size, dtype, device, 0.0, 1.0, requires_grad, generator, "rand")
 
 
+@op(method=False)
 def randn(*size, generator=None, dtype=None, device=None, requires_grad=False):
     return _random("normal", size, dtype, device, 0.0, 1.0, requires_grad, generator, "randn")
 
 
+@op(method=False)
 def randint(low, high=None, size=None, generator=None, dtype=None, device=None, requires_grad=False):
     if size is None and isinstance(high, (tuple, list)):
         low, high, size = 0, low, high       # randint(high, size), as in PyTorch
@@ -344,24 +362,29 @@ def randint(low, high=None, size=None, generator=None, dtype=None, device=None, 
                    "randint")
 
 
+@op(method=False)
 def randperm(n, generator=None, dtype=None, device=None, requires_grad=False):
     """A host draw (a shuffle is host work; the DataLoader's runs outside the training step)."""
     array = numpy_generator(generator).permutation(n)
     return _finish(from_host_array(array, device or "cpu", dt.to_dtype(dtype or dt.int64)), requires_grad)
 
 
+@op(method=False)
 def normal(mean, std, size, generator=None, dtype=None, device=None, requires_grad=False):
     return _random("normal", (size,), dtype, device, float(mean), float(std), requires_grad, generator, "normal")
 
 
+@op(method=False)
 def rand_like(x, dtype=None, device=None, requires_grad=False, generator=None):
     return rand(x.shape, generator=generator, requires_grad=requires_grad, **_like(x, dtype, device))
 
 
+@op(method=False)
 def randn_like(x, dtype=None, device=None, requires_grad=False, generator=None):
     return randn(x.shape, generator=generator, requires_grad=requires_grad, **_like(x, dtype, device))
 
 
+@op(method=False)
 def randint_like(x, low, high=None, dtype=None, device=None, generator=None):
     return randint(low, high, x.shape, generator=generator, **_like(x, dtype, device))
 
@@ -396,11 +419,13 @@ def bernoulli_(x, p=0.5, generator=None):
     return _store(x, mask)
 
 
+@op()
 def bernoulli(x, p=None, generator=None):
     """0/1 draws in x's shape and dtype, with probabilities x (or ``p`` when given)."""
     return bernoulli_(_empty(tuple(x.shape), x.dtype, x.device), x if p is None else p, generator)
 
 
+@op()
 def multinomial(probs, num_samples, replacement=False, generator=None):
     """``num_samples`` category indices per row of ``probs`` (1-D or 2-D, non-negative weights that
     need not sum to 1). With replacement by the inverse of the cumulative weights; without, as the

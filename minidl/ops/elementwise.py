@@ -14,12 +14,15 @@ from ..autograd import Function
 from ..formulas import expr
 from ..layout import broadcast_shapes, expand
 from .autocast_mode import autocast_op, listed
+from .inplace import assign, check_no_internal_overlap, check_writable, rebased
+from .registry import op
 from .core import (
     as_operand,
     broadcast_layouts,
     buf,
     cast,
     check_devices,
+    grad_enabled,
     kernel,
     new_like_shape,
     sum_to,
@@ -152,11 +155,15 @@ def _check_grad_calls(formula):
                                         f"(nor, on plain numbers, a function of Python's math)")
 
 
-for _formula in formulas.UNARY:  # neg, abs, exp, ..., relu, ...: one function per table entry
+_ALIASES = {"neg": ("negative",), "abs": ("absolute",)}
+for _formula in formulas.UNARY:  # neg, abs, exp, ..., relu, ...: one op per table entry, which defines it
     globals()[_formula.name] = _unary(_formula)
+    if _formula.name != "round":  # (declared below, with decimals)
+        op(_formula.name, aliases=_ALIASES.get(_formula.name, ()), inplace=rebased)(globals()[_formula.name])
 _round = round  # noqa: F821 (made just above; the public round below adds decimals)
 
 
+@op(inplace=rebased)
 def round(x, decimals=0):
     """Round half to even, at ``decimals`` places after the point (before it when negative)."""
     if not decimals:
@@ -168,6 +175,7 @@ def round(x, decimals=0):
     return _round(x / 10.0 ** -decimals) * 10.0 ** -decimals
 
 
+@op(inplace=rebased)
 def frac(x):
     """The fractional part ``x - trunc(x)``, with x's sign; its gradient is the identity."""
     if not x.dtype.is_floating_point:
@@ -234,11 +242,9 @@ def _max_grads(a, b, y, g, sign=1):
     return g * wa, g * (1 - wa)
 
 
-def _binary(name, op, grads, true_division=False, saves_output=False, check=None):
-    cls = type(name, (Binary,), {"op": op, "grads": staticmethod(grads), "true_division": true_division,
-                                 "saves_output": saves_output, "check": None if check is None else staticmethod(check)})
-    globals()[name] = cls
-    return cls
+def _binary(name, code, grads, true_division=False, saves_output=False, check=None):
+    return type(name, (Binary,), {"op": code, "grads": staticmethod(grads), "true_division": true_division,
+                                  "saves_output": saves_output, "check": None if check is None else staticmethod(check)})
 
 
 Add = _binary("Add", "add", lambda a, b, y, g: (g, g))
@@ -262,6 +268,31 @@ def _atan2_grads(a, b, y, g):
 Atan2 = _binary("Atan2", "atan2", _atan2_grads, true_division=True)
 
 
+def binary_inplace(op_cls):
+    """The maker of ``x.op_(other)`` for a binary op (see ``registry.op``): straight into x's
+    memory when no graph is recorded, else rebased."""
+    def make(fn, name):
+        def method(self, other, *, alpha=None):
+            other = as_operand(other, self) if alpha is None else as_operand(other, self) * alpha
+            if not grad_enabled() or not (self._requires_grad or other._requires_grad):
+                check_writable(self, name)
+                check_no_internal_overlap(self, name)
+                result = self.dtype if other.dtype is self.dtype else dt.result_type(self, other)
+                if op_cls.true_division and not result.is_floating_point:
+                    result = dt.get_default_dtype()  # int /= int is a float result, as in PyTorch: an error
+                if result.category > self.dtype.category:
+                    raise RuntimeError(f"{name}: result type {result.name} can't be cast to the desired output "
+                                       f"type {self.dtype.name}")
+                compute = dt.arithmetic_dtype(self.dtype if not op_cls.true_division else result)
+                binary_raw("binary", op_cls.op, self, other, compute, self.dtype, out=self)
+                self._bump_version()
+                return self
+            return assign(self, lambda t: op_cls.apply(t, other), name)
+        method.__name__ = name
+        return method
+    return make
+
+
 def _binary_entry(cls):
     full_precision = cls.op in ("mul", "div")  # numbers at full precision (see as_operand)
 
@@ -274,27 +305,29 @@ def _binary_entry(cls):
 
 
 _sub = _binary_entry(Sub)
-mul = _binary_entry(Mul)
-maximum = _binary_entry(Maximum)
-minimum = _binary_entry(Minimum)
-remainder = _binary_entry(Remainder)
+mul = op(aliases=("multiply",), inplace=binary_inplace(Mul))(_binary_entry(Mul))
+maximum = op()(_binary_entry(Maximum))
+minimum = op()(_binary_entry(Minimum))
+remainder = op(inplace=binary_inplace(Remainder))(_binary_entry(Remainder))
 _add = _binary_entry(Add)
 _div = _binary_entry(Div)
+true_divide = op("true_divide", inplace=binary_inplace(Div))(_div)
 _pow = _binary_entry(Pow)
-atan2 = arctan2 = autocast_op("atan2")(_binary_entry(Atan2))
+atan2 = op(aliases=("arctan2",), inplace=binary_inplace(Atan2))(autocast_op("atan2")(_binary_entry(Atan2)))
 
 
+@op(inplace=binary_inplace(Add))
 def add(a, b, alpha=1):
     return _add(a, b if alpha == 1 else b * alpha)
 
 
+@op(aliases=("subtract",), inplace=binary_inplace(Sub))
 def sub(a, b, alpha=1):
     return _sub(a, b if alpha == 1 else b * alpha)
 
 
-subtract = sub
 
-
+@op(aliases=("divide",), inplace=binary_inplace(Div))
 def div(a, b, rounding_mode=None):
     if rounding_mode is None:
         return _div(a, b)
@@ -307,10 +340,12 @@ def div(a, b, rounding_mode=None):
     raise ValueError(f"div: expected rounding_mode to be one of None, 'trunc' or 'floor', got '{rounding_mode}'")
 
 
+@op(inplace=binary_inplace(FloorDivide))
 def floor_divide(a, b):
     return _binary_entry(FloorDivide)(a, b)
 
 
+@op(inplace=binary_inplace(Pow))
 @autocast_op("pow")
 def pow(a, b):
     if type(b) in (int, float) and b == 2 and hasattr(a, "_layout") and a.dtype.is_floating_point:
@@ -318,40 +353,48 @@ def pow(a, b):
     return _pow(a, b)
 
 
-true_divide = _div
-multiply = mul
-
 
 # ----------------------------------------------------------------------------- comparisons (no grad)
-def _compare(op):
+def _compare(name):
     def fn(a, b):
         if not hasattr(a, "_layout"):
             a = as_operand(a, b)
         b = as_operand(b, a)
         compute = dt.compute_dtype(dt.result_type(a, b))
-        if op.startswith("logical"):
+        if name.startswith("logical"):
             compute = dt.bool_
-        return binary_raw("compare", op, a, b, compute, dt.bool_)
-    fn.__name__ = op
+        return binary_raw("compare", name, a, b, compute, dt.bool_)
+    fn.__name__ = name
     return fn
 
 
-eq, ne, lt, le, gt, ge = (_compare(op) for op in ("eq", "ne", "lt", "le", "gt", "ge"))
-logical_and, logical_or, logical_xor = (_compare(op) for op in ("logical_and", "logical_or", "logical_xor"))
+eq = op()(_compare("eq"))
+ne = op(aliases=("not_equal",))(_compare("ne"))
+lt = op(aliases=("less",))(_compare("lt"))
+le = op(aliases=("less_equal",))(_compare("le"))
+gt = op(aliases=("greater",))(_compare("gt"))
+ge = op(aliases=("greater_equal",))(_compare("ge"))
+logical_and = op()(_compare("logical_and"))
+logical_or = op()(_compare("logical_or"))
+logical_xor = op()(_compare("logical_xor"))
 
 
+@op()
 def logical_not(x):
     return eq(x, False) if x.dtype is dt.bool_ else eq(x, 0)
 
 
+@op()
 def isnan(x):
     return ne(x, x)
 
 
+@op()
 def isinf(x):
     return abs(x) == math.inf if x.dtype.is_floating_point else x != x
 
 
+@op()
 def isfinite(x):
     return logical_not(isnan(x) | isinf(x)) if x.dtype.is_floating_point else x == x
 
@@ -383,6 +426,12 @@ class Where(Function):
         return None, ga, gb
 
 
+def _where_method(self, condition, other):
+    """x.where(condition, y) is where(condition, x, y), as in PyTorch."""
+    return where(condition, self, other)
+
+
+@op(method=_where_method)
 def where(cond, a=None, b=None):
     if a is None and b is None:
         return cond.nonzero(as_tuple=True)  # (the one-argument form is nonzero's, documented as such)
@@ -416,6 +465,7 @@ class Clamp(Function):
         return gx, glo, ghi
 
 
+@op(aliases=("clip",), inplace=rebased)
 def clamp(x, min=None, max=None):
     if min is None and max is None:
         raise RuntimeError("clamp: at least one of 'min' or 'max' must not be None")
@@ -424,13 +474,13 @@ def clamp(x, min=None, max=None):
     return Clamp.apply(x, lo, hi)
 
 
-clip = clamp
 
-
+@op(inplace=rebased)
 def clamp_min(x, min):
     return clamp(x, min=min)
 
 
+@op(inplace=rebased)
 def clamp_max(x, max):
     return clamp(x, max=max)
 
@@ -442,17 +492,20 @@ def _operands(a, b):
     return a, as_operand(b, a)
 
 
+@op()
 def fmax(a, b):
     """maximum that ignores NaN (NaN only when both are); ties send the gradient to ``a``."""
     a, b = _operands(a, b)
     return where((a >= b) | isnan(b), a, b)
 
 
+@op()
 def fmin(a, b):
     a, b = _operands(a, b)
     return where((a <= b) | isnan(b), a, b)
 
 
+@op(inplace=rebased)
 def lerp(start, end, weight):
     """start + weight * (end - start), computed from the nearer end so that weight 1 gives ``end``."""
     end = as_operand(end, start)
@@ -462,16 +515,19 @@ def lerp(start, end, weight):
     return where(weight.abs() < 0.5, start + weight * diff, end - diff * (1 - weight))
 
 
+@op(inplace=rebased)
 @autocast_op("addcmul")
 def addcmul(x, tensor1, tensor2, value=1):
     return x + tensor1 * tensor2 * value if value != 1 else x + tensor1 * tensor2
 
 
+@op(inplace=rebased)
 @autocast_op("addcdiv")
 def addcdiv(x, tensor1, tensor2, value=1):
     return x + tensor1 / tensor2 * value if value != 1 else x + tensor1 / tensor2
 
 
+@op(inplace=rebased)
 def nan_to_num(x, nan=0.0, posinf=None, neginf=None):
     """NaN and infinities replaced by finite values (by default the dtype's extremes); the gradient
     passes where x is finite."""
@@ -506,11 +562,13 @@ class LogAddExp(Function):
         return ga, gb
 
 
+@op()
 @autocast_op("logaddexp")
 def logaddexp(a, b):
     return LogAddExp.apply(*_operands(a, b))
 
 
+@op()
 def isclose(a, b, rtol=1e-05, atol=1e-08, equal_nan=False):
     """|a - b| <= atol + rtol * |b| for finite values; equal infinities are close too."""
     if rtol < 0 or atol < 0:
@@ -525,10 +583,12 @@ def isclose(a, b, rtol=1e-05, atol=1e-08, equal_nan=False):
     return close | (isnan(a) & isnan(b)) if equal_nan else close
 
 
+@op()
 def allclose(a, b, rtol=1e-05, atol=1e-08, equal_nan=False) -> bool:
     return bool(isclose(a, b, rtol, atol, equal_nan).all())
 
 
+@op()
 def equal(a, b) -> bool:
     """Same shape and the same values."""
     return tuple(a.shape) == tuple(b.shape) and bool((a == b).all())

@@ -16,19 +16,16 @@ import numpy as np
 
 from .. import _dtype as dt
 from .._tensor_base import Storage, make
-from ..autograd import Function
 from ..layout import Layout, broadcast_shapes, contiguous_strides, normalize_dim
 from . import views
 from .autocast_mode import autocast_op
 from .core import (
-    as_operand,
     buf,
     cast,
     check_devices,
     kernel,
     new_like_shape,
     packed_buffer,
-    sum_to,
     written_operand,
 )
 from .creation import arange, tensor
@@ -36,6 +33,8 @@ from .elementwise import where
 from .inplace import assign
 from .shape_ops import stack
 from .take_put import IndexPut, Take
+from .inplace import rebased
+from .registry import op
 
 
 # ----------------------------------------------------------------------------- index planning
@@ -196,6 +195,7 @@ def setitem(x, index, value):
 
 
 # ----------------------------------------------------------------------------- gather family
+@op()
 def nonzero(x, as_tuple=False):
     compute = dt.compute_dtype(x.dtype)
     xc = cast(x, compute)
@@ -242,6 +242,7 @@ def _check_gather_shapes(op, x, dim, index, src=None):
         raise TypeError(f"{op}(): Expected dtype int64 for index, got {index.dtype}")
 
 
+@op()
 def gather(x, dim, index):
     dim = normalize_dim(dim, x.ndim, "gather")
     _check_gather_shapes("gather", x, dim, index)
@@ -259,6 +260,7 @@ def _scatter(op, x, dim, index, src, accumulate):
     return IndexPut.apply(x, _along_dim(op, x.shape, dim, index), src.to(x.dtype), accumulate)
 
 
+@op(inplace=rebased)
 def scatter(x, dim, index, src=None, value=None, reduce=None):
     if reduce is not None:
         if reduce != "add":
@@ -267,11 +269,13 @@ def scatter(x, dim, index, src=None, value=None, reduce=None):
     return _scatter("scatter", x, dim, index, src if src is not None else value, False)
 
 
+@op(inplace=rebased)
 @autocast_op("scatter_add")
 def scatter_add(x, dim, index, src):
     return _scatter("scatter_add", x, dim, index, src, True)
 
 
+@op()
 def index_select(x, dim, index):
     dim = normalize_dim(dim, x.ndim, "index_select")
     if index.ndim > 1:
@@ -300,15 +304,18 @@ def _index_along(op, x, dim, index, source, accumulate):
     return _scatter(op, x, dim, expanded, source, accumulate)
 
 
+@op(inplace=rebased)
 def index_add(x, dim, index, source, alpha=1):
     return _index_along("index_add", x, dim, index, source if alpha == 1 else source * alpha, True)
 
 
+@op(inplace=rebased)
 @autocast_op("index_copy")
 def index_copy(x, dim, index, source):
     return _index_along("index_copy", x, dim, index, source, False)
 
 
+@op(inplace=rebased)
 def index_fill(x, dim, index, value):
     """x with its slices ``index`` along ``dim`` set to ``value`` (a number or a 0-d tensor)."""
     value = written_operand(value, x, "index_fill")
@@ -317,6 +324,7 @@ def index_fill(x, dim, index, value):
     return _index_along("index_fill", x, dim, index, value.expand, False)
 
 
+@op(inplace=rebased)
 def masked_scatter(x, mask, source):
     """x with the places where ``mask`` (broadcast to x) is True filled, in order, from the first
     elements of ``source``."""
@@ -330,6 +338,7 @@ def masked_scatter(x, mask, source):
     return IndexPut.apply(x, positions, source.reshape(-1)[:count].to(x.dtype), False)
 
 
+@op(inplace=rebased)
 def masked_fill(x, mask, value):
     if mask.dtype is not dt.bool_:
         raise TypeError(f"masked_fill only supports boolean masks, but got mask with dtype {mask.dtype}")
@@ -341,6 +350,7 @@ def masked_fill(x, mask, value):
     return out
 
 
+@op()
 def masked_select(x, mask):
     if mask.dtype is not dt.bool_:
         raise TypeError(f"masked_select: expected BoolTensor for mask, got {mask.dtype}")
@@ -348,6 +358,7 @@ def masked_select(x, mask):
     return getitem(x.expand(shape), mask.expand(shape))
 
 
+@op()
 def take(x, index):
     if index.dtype.is_floating_point or index.dtype is dt.bool_:
         raise TypeError(f"take(): Expected a long tensor for index, but got {index.dtype}")

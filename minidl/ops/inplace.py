@@ -68,6 +68,15 @@ def assign(target, compute, op: str):
     return target
 
 
+def rebased(fn, name):
+    """The maker of an in-place twin ``x.name(...)`` (see ``registry.op``): ``fn``'s result
+    written into x, autograd rebased onto it."""
+    def method(self, *args, **kwargs):
+        return assign(self, lambda t: fn(t, *args, **kwargs), name)
+    method.__name__ = name
+    return method
+
+
 class Constant(Function):
     """History of a tensor overwritten by a value that needs no gradient: nothing flows back."""
 

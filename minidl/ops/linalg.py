@@ -13,6 +13,8 @@ from .core import buf, cast, check_devices, computed_in_float32, kernel, new_lik
 from .elementwise import binary_raw
 from .reduction import _safe_pow, norm
 from .views import StridedScatter, view_of
+from .inplace import rebased
+from .registry import op
 
 
 def _matmul_raw(a, b):
@@ -90,6 +92,7 @@ def _product_like(x, y, like):
     return x @ y
 
 
+@op()
 @autocast_op("matmul")
 def matmul(a, b):
     check_devices("matmul", a, b)
@@ -129,6 +132,7 @@ def linear(x, weight, bias=None):
     return Linear.apply(x, weight, bias)
 
 
+@op()
 @autocast_op("mm")
 def mm(a, b):
     if a.ndim != 2 or b.ndim != 2:
@@ -136,6 +140,7 @@ def mm(a, b):
     return matmul(a, b)
 
 
+@op()
 @autocast_op("bmm")
 def bmm(a, b):
     if a.ndim != 3 or b.ndim != 3:
@@ -145,6 +150,7 @@ def bmm(a, b):
     return matmul(a, b)
 
 
+@op()
 @autocast_op("dot")
 def dot(a, b):
     if a.ndim != 1 or b.ndim != 1:
@@ -152,6 +158,7 @@ def dot(a, b):
     return matmul(a, b)
 
 
+@op()
 def outer(a, b):
     return a.reshape((-1, 1)) * b.reshape((1, -1))
 
@@ -168,6 +175,7 @@ def _add_product(op, x, product, beta, alpha):
     return product + (x if beta == 1 else x * beta)
 
 
+@op(inplace=rebased)
 @autocast_op("addmm")
 @computed_in_float32
 def addmm(x, mat1, mat2, beta=1, alpha=1):
@@ -175,6 +183,7 @@ def addmm(x, mat1, mat2, beta=1, alpha=1):
     return _add_product("addmm", x, mm(mat1, mat2), beta, alpha)
 
 
+@op(inplace=rebased)
 @autocast_op("baddbmm")
 @computed_in_float32
 def baddbmm(x, batch1, batch2, beta=1, alpha=1):
@@ -182,6 +191,7 @@ def baddbmm(x, batch1, batch2, beta=1, alpha=1):
     return _add_product("baddbmm", x, bmm(batch1, batch2), beta, alpha)
 
 
+@op()
 def diag(x, diagonal=0):
     """A 1-D x as the ``diagonal``-th diagonal of a square matrix; a 2-D x's diagonal, copied."""
     if x.ndim == 1:
@@ -192,6 +202,7 @@ def diag(x, diagonal=0):
     raise RuntimeError(f"diag: expected a 1-D or 2-D tensor, got {x.ndim}-D")
 
 
+@op()
 @autocast_op("trace")
 def trace(x):
     if x.ndim != 2:
@@ -199,6 +210,7 @@ def trace(x):
     return x.diagonal().sum()
 
 
+@op(method=False)
 @autocast_op("cdist")
 def cdist(x1, x2, p=2.0, compute_mode="use_mm_for_euclid_dist_if_necessary"):
     """p-norm distances between the rows of x1 (..., P, M) and x2 (..., R, M): (..., P, R).
@@ -229,14 +241,14 @@ def _parse(equation, operands):
     if len(terms) != len(operands):
         raise RuntimeError(f"einsum(): {len(terms)} subscripts in '{equation}' but {len(operands)} operands")
     free = [c for c in string.ascii_letters if c not in equation]
-    spans = [op.ndim - (len(t) - 3) if "..." in t else 0 for t, op in zip(terms, operands)]
+    spans = [x.ndim - (len(t) - 3) if "..." in t else 0 for t, x in zip(terms, operands)]
     ell = "".join(free[:max(spans, default=0)])
     expanded = []
-    for term, op, n in zip(terms, operands, spans):
+    for term, x, n in zip(terms, operands, spans):
         term = term.replace("...", ell[len(ell) - n:] if n else "")
-        if len(term) != op.ndim:
+        if len(term) != x.ndim:
             raise RuntimeError(f"einsum(): subscript '{term}' has {len(term)} letters for an operand with "
-                               f"{op.ndim} dims")
+                               f"{x.ndim} dims")
         expanded.append(term)
     if arrow:
         return expanded, rhs.replace("...", ell)
@@ -285,6 +297,7 @@ def _contract(ta, a, tb, b, keep):
     return term, out.reshape([sizes[c] for c in term])
 
 
+@op(method=False)
 @autocast_op("einsum")
 def einsum(equation, *operands):
     if len(operands) == 1 and isinstance(operands[0], (list, tuple)):

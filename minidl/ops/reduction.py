@@ -14,6 +14,7 @@ from .core import buf, cast, grad_enabled, kernel, new_like_shape, packed_buffer
 from .creation import arange
 from .elementwise import maximum, minimum, where
 from .shape_ops import cat
+from .registry import op
 
 return_types = {op: namedtuple(op, ["values", "indices"]) for op in ("max", "min")}
 
@@ -56,11 +57,13 @@ class Sum(Function):
         return views.unreduce(g, shape, dims, keepdim), None, None, None
 
 
+@op()
 @autocast_op("sum")
 def sum(x, dim=None, keepdim=False, dtype=None):
     return Sum.apply(x, _dims(x, dim, "sum"), keepdim, _sum_dtype(x, dtype))
 
 
+@op()
 def mean(x, dim=None, keepdim=False, dtype=None):
     result = dt.to_dtype(dtype) if dtype is not None else x.dtype
     if not result.is_floating_point:
@@ -108,6 +111,7 @@ def cat_last(a, b):
     return cat([a, b], -1)
 
 
+@op()
 @autocast_op("prod")
 def prod(x, dim=None, keepdim=False, dtype=None):
     return Prod.apply(x, _dims(x, dim, "prod"), keepdim, _sum_dtype(x, dtype))
@@ -135,10 +139,12 @@ class Extreme(Function):
         return _expand_back(g, x, dims, keepdim) * mask / count, None, None, None
 
 
+@op()
 def amax(x, dim=None, keepdim=False):
     return Extreme.apply(x, "amax", _dims(x, dim, "amax"), keepdim)
 
 
+@op()
 def amin(x, dim=None, keepdim=False):
     return Extreme.apply(x, "amin", _dims(x, dim, "amin"), keepdim)
 
@@ -154,12 +160,14 @@ def arg_raw(op, x, dim, keepdim):
     return out.reshape(reduced_shape(x.shape, (dim,), keepdim)) if x.ndim == 0 else out
 
 
+@op()
 def argmax(x, dim=None, keepdim=False):
     if dim is None:
         return arg_raw("argmax", x.reshape(-1), 0, False).reshape((1,) * x.ndim if keepdim else ())
     return arg_raw("argmax", x, normalize_dim(dim, x.ndim, "argmax"), keepdim)
 
 
+@op()
 def argmin(x, dim=None, keepdim=False):
     if dim is None:
         return arg_raw("argmin", x.reshape(-1), 0, False).reshape((1,) * x.ndim if keepdim else ())
@@ -204,16 +212,8 @@ def _extreme(op, reduce_all, elementwise):
     return fn
 
 
-def _elementwise_max(a, b):
-    return maximum(a, b)
-
-
-def _elementwise_min(a, b):
-    return minimum(a, b)
-
-
-max = _extreme("max", amax, _elementwise_max)
-min = _extreme("min", amin, _elementwise_min)
+max = op("max")(_extreme("max", amax, maximum))
+min = op("min")(_extreme("min", amin, minimum))
 
 
 def _var_mean(x, dim, unbiased, keepdim, correction, op):
@@ -231,27 +231,32 @@ def _var_mean(x, dim, unbiased, keepdim, correction, op):
     return v, (m if keepdim or not dims else m.squeeze(dims))
 
 
+@op()
 @autocast_op("var")
 def var(x, dim=None, unbiased=None, keepdim=False, correction=None):
     return _var_mean(x, dim, unbiased, keepdim, correction, "var")[0]
 
 
+@op()
 @autocast_op("std")
 def std(x, dim=None, unbiased=None, keepdim=False, correction=None):
     return _safe_pow(var(x, dim, unbiased, keepdim, correction), 0.5)
 
 
+@op(method=False)
 @autocast_op("var_mean")
 def var_mean(x, dim=None, unbiased=None, keepdim=False, correction=None):
     return _var_mean(x, dim, unbiased, keepdim, correction, "var_mean")
 
 
+@op(method=False)
 @autocast_op("std_mean")
 def std_mean(x, dim=None, unbiased=None, keepdim=False, correction=None):
     v, m = _var_mean(x, dim, unbiased, keepdim, correction, "std_mean")
     return _safe_pow(v, 0.5), m
 
 
+@op()
 @autocast_op("logsumexp")
 def logsumexp(x, dim, keepdim=False):
     dims = _dims(x, dim, "logsumexp")
@@ -262,6 +267,7 @@ def logsumexp(x, dim, keepdim=False):
     return out if keepdim else out.squeeze(dims)
 
 
+@op()
 @autocast_op("norm")
 def norm(x, p="fro", dim=None, keepdim=False, dtype=None):
     if dtype is not None:
@@ -289,14 +295,17 @@ def _safe_pow(v, e):
     return where(zero, 0.0, safe.sqrt() if e == 0.5 else safe ** e)
 
 
+@op()
 def any(x, dim=None, keepdim=False):
     return sum(x != 0, _dims(x, dim, "any"), keepdim) > 0
 
 
+@op()
 def all(x, dim=None, keepdim=False):
     return sum(x == 0, _dims(x, dim, "all"), keepdim) == 0
 
 
+@op()
 def count_nonzero(x, dim=None):
     return sum(x != 0, _dims(x, dim, "count_nonzero"))
 
@@ -355,11 +364,13 @@ def _cumprod_grad_with_zeros(x, g, d):
     return terms.sum(-1).movedim(-1, d)
 
 
+@op()
 @autocast_op("cumsum")
 def cumsum(x, dim, dtype=None):
     return Cumsum.apply(x, normalize_dim(dim, x.ndim, "cumsum"), _sum_dtype(x, dtype))
 
 
+@op()
 @autocast_op("cumprod")
 def cumprod(x, dim, dtype=None):
     return Cumprod.apply(x, normalize_dim(dim, x.ndim, "cumprod"), _sum_dtype(x, dtype))
@@ -404,6 +415,7 @@ def _softmax_input(x, dtype):
     return x if x.dtype.is_floating_point else x.to(dt.get_default_dtype())
 
 
+@op()
 @autocast_op("softmax")
 def softmax(x, dim, dtype=None):
     x = _softmax_input(x, dtype)
@@ -411,6 +423,7 @@ def softmax(x, dim, dtype=None):
     return Softmax.apply(x, dim, False) if x.numel() else x.clone()
 
 
+@op()
 @autocast_op("log_softmax")
 def log_softmax(x, dim, dtype=None):
     x = _softmax_input(x, dtype)

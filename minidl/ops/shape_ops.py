@@ -10,6 +10,7 @@ from . import views
 from .autocast_mode import autocast_op
 from .core import buf, check_devices, kernel, new_like_shape
 from .creation import arange, tensor
+from .registry import op
 
 
 class Cat(Function):
@@ -37,6 +38,7 @@ class Cat(Function):
         return (None, *grads)
 
 
+@op(aliases=("concat", "concatenate"), method=False)
 @autocast_op("cat")
 def cat(tensors, dim=0):
     tensors = list(tensors)
@@ -56,9 +58,9 @@ def cat(tensors, dim=0):
     return Cat.apply(dim, *kept)
 
 
-concat = concatenate = cat
 
 
+@op(method=False)
 @autocast_op("stack")
 def stack(tensors, dim=0):
     tensors = list(tensors)
@@ -72,6 +74,7 @@ def stack(tensors, dim=0):
     return cat([views.unsqueeze(t, dim) for t in tensors], dim)
 
 
+@op(method=False)
 def meshgrid(*tensors, indexing=None):
     """Coordinate grids (expanded views) from 1-D tensors: ``indexing='ij'`` (the default) gives
     the grid the shape (len(t0), len(t1), ...); 'xy' swaps the first two dims, as numpy's default."""
@@ -94,6 +97,7 @@ def meshgrid(*tensors, indexing=None):
     return tuple(t.reshape([-1 if d == axis else 1 for d in range(n)]).expand(shape) for t, axis in zip(tensors, axes))
 
 
+@op()
 def split(x, split_size_or_sections, dim=0):
     dim = L.normalize_dim(dim, x.ndim, "split")
     n = x.shape[dim]
@@ -112,17 +116,20 @@ def split(x, split_size_or_sections, dim=0):
     return tuple(out)
 
 
+@op()
 def chunk(x, chunks, dim=0):
     dim = L.normalize_dim(dim, x.ndim, "chunk")
     size = math.ceil(x.shape[dim] / chunks) if x.shape[dim] else 1
     return split(x, max(size, 1), dim)
 
 
+@op()
 def unbind(x, dim=0):
     dim = L.normalize_dim(dim, x.ndim, "unbind")
     return tuple(views.select(x, dim, i) for i in range(x.shape[dim]))
 
 
+@op()
 def repeat(x, *sizes):
     sizes = views._shape_arg(sizes)
     if len(sizes) < x.ndim:
@@ -142,24 +149,28 @@ def _tri_mask(x, diagonal, lower):
     return (cols - rows <= diagonal) if lower else (cols - rows >= diagonal)
 
 
+@op()
 def tril(x, diagonal=0):
     if x.ndim < 2:
         raise RuntimeError("tril: input tensor must have at least 2 dimensions")
     return x.masked_fill(~_tri_mask(x, diagonal, True), 0)
 
 
+@op()
 def triu(x, diagonal=0):
     if x.ndim < 2:
         raise RuntimeError("triu: input tensor must have at least 2 dimensions")
     return x.masked_fill(~_tri_mask(x, diagonal, False), 0)
 
 
+@op()
 def flip(x, dims):
     dims = (dims,) if isinstance(dims, int) else tuple(dims)
     dims = tuple(L.normalize_dim(d, x.ndim, "flip") for d in dims)
     return views.flip_view(x, dims).clone()
 
 
+@op()
 def roll(x, shifts, dims=None):
     if dims is None:
         return roll(x.reshape(-1), shifts, 0).reshape(x.shape)
@@ -231,6 +242,7 @@ def _source_positions(mode, n, lo, hi):
     return [i % n for i in positions]  # circular
 
 
+@op(method=False)
 def pad(x, pad, mode="constant", value=None):
     """``torch.nn.functional.pad``: pads the last len(pad) // 2 dims, last dim first. The
     non-constant modes gather (differentiably) the input positions each output reads."""

@@ -15,6 +15,7 @@ from .core import as_operand, buf, cast, kernel, new_like_shape
 from .creation import arange, zeros
 from .shape_ops import cat
 from .take_put import IndexPut
+from .registry import op
 
 return_types = {op: namedtuple(op, ["values", "indices"]) for op in ("sort", "topk")}
 
@@ -33,6 +34,7 @@ def _values(x, dim, indices):
     return x.gather(dim, indices) if x.ndim else x.clone()
 
 
+@op()
 def sort(x, dim=-1, descending=False, stable=False):
     """Always stable (ties keep their order), so ``stable`` changes nothing."""
     dim = normalize_dim(dim, x.ndim, "sort")
@@ -40,14 +42,17 @@ def sort(x, dim=-1, descending=False, stable=False):
     return return_types["sort"](_values(x, dim, indices), indices)
 
 
+@op()
 def argsort(x, dim=-1, descending=False, stable=False):
     return argsort_raw(x, normalize_dim(dim, x.ndim, "argsort"), descending)
 
 
+@op()
 def msort(x):
     return sort(x, 0).values
 
 
+@op()
 def topk(x, k, dim=-1, largest=True, sorted=True):
     """The k largest (smallest) values along ``dim``, in sorted order whatever ``sorted`` says."""
     dim = normalize_dim(dim, x.ndim, "topk")
@@ -61,6 +66,7 @@ def topk(x, k, dim=-1, largest=True, sorted=True):
 
 
 # ----------------------------------------------------------------------------- unique
+@op()
 def unique(x, sorted=True, return_inverse=False, return_counts=False, dim=None):
     """Distinct values (or slices along ``dim``), always in ascending order; NaNs are all distinct.
 
@@ -97,6 +103,7 @@ def unique(x, sorted=True, return_inverse=False, return_counts=False, dim=None):
 
 
 # ----------------------------------------------------------------------------- counting
+@op()
 def bincount(x, weights=None, minlength=0):
     """How often each non-negative integer occurs in the 1-D ``x`` (or the sum of its ``weights``:
     differentiable in them)."""
@@ -121,6 +128,7 @@ def bincount(x, weights=None, minlength=0):
     return IndexPut.apply(zeros(size, dtype=result, device=x.device), x.long(), weights.to(result), True)
 
 
+@op()
 def histc(x, bins=100, min=0, max=0):
     """Histogram of ``x`` in ``bins`` equal bins over [min, max] (the data's range when min == max);
     values outside are ignored, ``max`` itself falls in the last bin."""

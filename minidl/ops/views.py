@@ -19,6 +19,7 @@ from .._tensor_base import make
 from ..autograd import Function
 from .core import buf, from_host_array, kernel, new_like_shape, sum_to
 from .take_put import IndexPut, Take
+from .registry import op
 
 
 def view_of(x, layout):
@@ -53,9 +54,7 @@ def _view(name, layout_fn, inverse=None):
     attrs = {"layout_fn": staticmethod(layout_fn), "backward_kind": "scatter" if inverse is None else "inverse"}
     if inverse is not None:
         attrs["inverse"] = staticmethod(inverse)
-    cls = type(name, (View,), attrs)
-    globals()[name] = cls
-    return cls.apply
+    return type(name, (View,), attrs).apply
 
 
 class StridedScatter(Function):
@@ -86,9 +85,9 @@ def _inverse_permutation(dims):
 
 permute_ = _view("Permute", L.permute, lambda g, shape, dims: g.permute(
     _inverse_permutation([L.normalize_dim(d, len(shape)) for d in dims])))
-transpose = _view("Transpose", L.transpose, lambda g, shape, d0, d1: g.transpose(d0, d1))
+transpose = op("transpose", aliases=("swapaxes", "swapdims"))(_view("Transpose", L.transpose, lambda g, shape, d0, d1: g.transpose(d0, d1)))
 expand_ = _view("Expand", L.expand, lambda g, shape, size: sum_to(g, shape))
-unsqueeze = _view("Unsqueeze", L.unsqueeze, lambda g, shape, dim: g.reshape(shape))
+unsqueeze = op("unsqueeze")(_view("Unsqueeze", L.unsqueeze, lambda g, shape, dim: g.reshape(shape)))
 squeeze_ = _view("Squeeze", L.squeeze, lambda g, shape, dims: g.reshape(shape))
 _as_view = _view("ViewAs", lambda layout, shape: L.Layout(shape, L.view_strides(layout, shape), layout.offset),
                  lambda g, shape, new_shape: g.reshape(shape))
@@ -172,6 +171,7 @@ def _infer_shape(x, shape, op):
         raise RuntimeError(f"{e} (a tensor of shape {list(x.shape)})") from None
 
 
+@op()
 def view(x, *shape):
     shape = _infer_shape(x, shape, "view")
     if L.view_strides(x._layout, shape) is None:
@@ -182,6 +182,7 @@ def view(x, *shape):
     return _as_view(x, shape)
 
 
+@op()
 def reshape(x, *shape):
     """A view when the layout allows it, else a copy (as in PyTorch)."""
     shape = _infer_shape(x, shape, "reshape")
@@ -190,19 +191,23 @@ def reshape(x, *shape):
     return _as_view(x, shape)
 
 
+@op()
 def permute(x, *dims):
     """permute(1, 0) or permute((1, 0)), as in PyTorch."""
     return permute_(x, _shape_arg(dims))
 
 
+@op()
 def expand(x, *size):
     return expand_(x, _shape_arg(size))
 
 
+@op()
 def squeeze(x, dim=None):
     return squeeze_(x, dim)
 
 
+@op()
 def flatten(x, start_dim=0, end_dim=-1):
     if x.ndim == 0:
         return reshape(x, (1,))
@@ -212,26 +217,31 @@ def flatten(x, start_dim=0, end_dim=-1):
     return reshape(x, x.shape[:s] + (math.prod(x.shape[s:e + 1]),) + x.shape[e + 1:])
 
 
+@op()
 def unflatten(x, dim, sizes):
     d = L.normalize_dim(dim, x.ndim, "unflatten")
     sizes = L.infer_shape(tuple(sizes), x.shape[d], "unflatten")
     return reshape(x, x.shape[:d] + tuple(sizes) + x.shape[d + 1:])
 
 
+@op()
 def narrow(x, dim, start, length):
     return narrow_(x, dim, operator.index(start), operator.index(length))
 
 
+@op()
 def diagonal(x, offset=0, dim1=0, dim2=1):
     return diagonal_(x, offset, dim1, dim2)
 
 
+@op()
 def t(x):
     if x.ndim > 2:
         raise RuntimeError(f"t() expects a tensor with <= 2 dimensions, but self is {x.ndim}D")
     return transpose(x, 0, 1) if x.ndim == 2 else x.view(x.shape)
 
 
+@op()
 def movedim(x, source, destination):
     src = [source] if isinstance(source, int) else list(source)
     dst = [destination] if isinstance(destination, int) else list(destination)
@@ -243,6 +253,7 @@ def movedim(x, source, destination):
     return permute(x, order)
 
 
+@op()
 def as_strided(x, size, stride, storage_offset=None):
     offset = x._layout.offset if storage_offset is None else storage_offset
     if any(n < 0 for n in size) or offset < 0:
@@ -269,22 +280,27 @@ class Clone(Function):
         return g
 
 
+@op()
 def clone(x, memory_format=None):
     return Clone.apply(x)
 
 
+@op()
 def contiguous(x, memory_format=None):
     return x if x._layout.is_contiguous else Clone.apply(x)
 
 
+@op()
 def broadcast_to(x, shape):
     return expand_(x, tuple(shape))
 
 
+@op(method=False)
 def broadcast_tensors(*tensors):
     shape = L.broadcast_shapes(*(t.shape for t in tensors), op="broadcast_tensors")
     return tuple(expand_(t, tuple(shape)) for t in tensors)
 
 
+@op(method=False)
 def broadcast_shapes(*shapes):
     return L.broadcast_shapes(*shapes, op="broadcast_shapes")
