@@ -13,6 +13,7 @@ from .autocast_mode import autocast_op
 from .core import cast, check_devices, grad_enabled, kernel, packed_buffer
 from .creation import empty, tensor
 from .shape_ops import pad
+from .registry import op
 
 
 def _pair(v, name):
@@ -216,6 +217,7 @@ def _batched(op, x, spatial=2):
                        f"got {x.ndim}D with shape {list(x.shape)}")
 
 
+@op("unfold", method=False, namespace="nn.functional")
 def im2col(x, kernel_size, stride=1, padding=0, dilation=1):
     """(N, C, H, W) -> (N, C*kh*kw, L), like torch.nn.functional.unfold."""
     k, s, p, d = (_pair(v, n) for v, n in ((kernel_size, "kernel_size"), (stride, "stride"),
@@ -226,6 +228,7 @@ def im2col(x, kernel_size, stride=1, padding=0, dilation=1):
     return Im2Col.apply(x, k + s + p + d + (oh, ow))
 
 
+@op("fold", method=False, namespace="nn.functional")
 def col2im(cols, output_size, kernel_size, stride=1, padding=0, dilation=1):
     """(N, C*kh*kw, L) -> (N, C, H, W), summing overlaps, like torch.nn.functional.fold."""
     k, s, p, d = (_pair(v, n) for v, n in ((kernel_size, "kernel_size"), (stride, "stride"),
@@ -249,6 +252,7 @@ def _conv_inputs(name, input, weight, bias):
     return x, unbatched
 
 
+@op(method=False)
 @autocast_op("conv2d")
 def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     x, unbatched = _conv_inputs("conv2d", input, weight, bias)
@@ -286,6 +290,7 @@ def _pad(x, extra):
     return pad(x, (0, extra[1], 0, extra[0]))
 
 
+@op(method=False)
 @autocast_op("conv1d")
 def conv1d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     if input.ndim not in (2, 3):
@@ -299,6 +304,7 @@ def conv1d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     return out.squeeze(-2)
 
 
+@op(method=False)
 @autocast_op("conv_transpose2d")
 def conv_transpose2d(input, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1, dilation=1):
     x, unbatched = _conv_inputs("conv_transpose2d", input, weight, bias)
@@ -343,6 +349,7 @@ def _pool_args(op, kernel_size, stride, padding, dilation):
     return k, s, p, d
 
 
+@op(method=False)
 def max_pool2d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, return_indices=False):
     x, unbatched = _batched("max_pool2d", input)
     k, s, p, d = _pool_args("max_pool2d", kernel_size, stride, padding, dilation)
@@ -363,6 +370,7 @@ def _window_counts(n, k, s, p, o, include_pad):
     return size
 
 
+@op(method=False, namespace="nn.functional")
 @autocast_op("avg_pool2d")
 def avg_pool2d(input, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True,
                divisor_override=None):
@@ -390,6 +398,7 @@ def _adaptive_matrix(n, o):
     return m
 
 
+@op(method=False, namespace="nn.functional")
 @autocast_op("adaptive_avg_pool2d")
 def adaptive_avg_pool2d(input, output_size):
     x, unbatched = _batched("adaptive_avg_pool2d", input)

@@ -8,6 +8,7 @@ from .._tensor_base import Storage, make
 from ..autograd import Function
 from ..layout import Layout
 from .core import cast, kernel, packed_buffer
+from .registry import op
 
 
 class ToDtype(Function):
@@ -36,9 +37,11 @@ class ToDevice(Function):
         return g.to(ctx.device), None
 
 
+@op(method=False, namespace=None)
 def to_dtype(x, dtype):
     return x if x.dtype is dtype else ToDtype.apply(x, dtype)
 
 
+@op(method=False, namespace=None)
 def to_device(x, device):
     return x if x.device == device else ToDevice.apply(x, device)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from .. import _dtype as dt
 from .core import buf, cast, contiguous_data, kernel
+from .registry import op
 
 
 def _packed(t):
@@ -41,6 +42,7 @@ def _run(name, param, tensors, *scalars):
             operands[i]._bump_version()
 
 
+@op("_fused_sgd_step_", method=False)
 def sgd_step_(param, grad, momentum_buffer, *, lr, weight_decay, momentum, dampening, nesterov, maximize,
               first):
     """One SGD step on ``param`` (and its ``momentum_buffer``, filled from the gradient when ``first``)."""
@@ -48,6 +50,7 @@ def sgd_step_(param, grad, momentum_buffer, *, lr, weight_decay, momentum, dampe
          maximize, first)
 
 
+@op("_fused_adam_step_", method=False)
 def adam_step_(param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, *, beta1, beta2, eps, weight_decay, decay,
                amsgrad, maximize, step_size, bias_correction2_sqrt):
     """One Adam/AdamW step on ``param`` and its moment estimates (``decay``: AdamW's p *= 1 - lr*wd)."""

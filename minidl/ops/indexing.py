@@ -176,6 +176,7 @@ def flat_indices(view, advanced, wrap: bool = True):
     return flat.expand(out_shape)
 
 
+@op(method=False, namespace=None)
 def getitem(x, index):
     view, advanced = plan(x, index)
     if not advanced:
@@ -183,6 +184,7 @@ def getitem(x, index):
     return Take.apply(view, flat_indices(view, advanced))
 
 
+@op(method=False, namespace=None)
 def setitem(x, index, value):
     """``x[index] = value``: an in-place write into the basic view, through IndexPut when advanced."""
     view, advanced = plan(x, index)

@@ -115,6 +115,7 @@ def matmul(a, b):
     return MatMul.apply(a, b)
 
 
+@op(method=False, namespace="nn.functional")
 @autocast_op("linear")
 def linear(x, weight, bias=None):
     """``torch.nn.functional.linear``: x (..., in) @ weight (out, in).T + bias (out)."""

@@ -18,7 +18,8 @@ class OpDef:
     method: Callable | None       # the Tensor method (self first), or None when the op is no method
     inplace: Callable | None      # the Tensor method ``name_``, or None
     aliases: tuple = ()           # other names of the same op, as function, method and in-place twin
-    samples: Callable | None = None  # ``samples(make)``: test inputs, built with the sweep's ``make``
+    samples: Callable | None = None  # ``samples(t)``: test samples, built with the sweep's toolkit ``t``
+    namespace: str | None = "minidl"  # where the function is public: "minidl", "nn.functional", or None
     rules: dict = field(default_factory=dict)
 
     @property
@@ -29,19 +30,21 @@ class OpDef:
 OPS: dict = {}
 
 
-def op(name: str | None = None, *, method=True, inplace=None, aliases=(), samples=None):
+def op(name: str | None = None, *, method=True, inplace=None, aliases=(), samples=None, namespace="minidl"):
     """Declare ``fn`` as the public op ``name`` (default: its own name), returning it unchanged.
 
     method: True for a Tensor method that passes ``self`` first, False for none, or the method
     itself when it takes its arguments otherwise. inplace: a maker ``(fn, name) -> method`` of the
-    in-place twin ``name_`` (see ``inplace.rebased``). samples: see ``OpDef``."""
+    in-place twin ``name_`` (see ``inplace.rebased``). namespace: "minidl" for ``minidl.name``,
+    "nn.functional" for an op PyTorch has only there, None for one reached only through Tensor
+    (``x[i]``). samples: built by the test sweep (tests/opinfo.py), see ``OpDef``."""
     def declare(fn):
         key = name or fn.__name__
         if key in OPS or any(key in d.aliases for d in OPS.values()):
             raise ValueError(f"op {key!r} is declared twice")
         as_method = _delegate(key, fn) if method is True else (method or None)
         OPS[key] = OpDef(key, fn, as_method, inplace(fn, key + "_") if inplace else None, tuple(aliases),
-                         samples)
+                         samples, namespace)
         return fn
     return declare
 
@@ -54,9 +57,9 @@ def _delegate(name, fn):
     return method
 
 
-def functions() -> dict:
-    """public name -> function, aliases included."""
-    return {name: d.function for d in OPS.values() for name in d.names}
+def functions(namespace="minidl") -> dict:
+    """public name -> function in ``namespace``, aliases included."""
+    return {name: d.function for d in OPS.values() if d.namespace == namespace for name in d.names}
 
 
 def methods() -> dict:
