@@ -30,8 +30,8 @@ REDUCTION_TARGET = 0.60
 
 def setup(sim: bool):
     """Device 'cuda' on the simulator or a real GPU; a GPU that is missing ends the script (status 2)."""
-    import minidl.cuda.primitives  # noqa: F401  (registers the CUDA primitives)
-    from minidl.cuda import runtime
+    import minidl.kernels.cuda.primitives  # noqa: F401  (registers the CUDA primitives)
+    from minidl.kernels.cuda import runtime
     runtime.sim_enable(sim)
     try:
         return runtime.get()

@@ -47,7 +47,7 @@ class Tensor(TensorBase):
                 raise TypeError(f"can't convert {self.device} device type tensor to numpy. Use Tensor.cpu() "
                                 f"to copy the tensor to host memory first.")
             return self.cpu().numpy()
-        from .cpu.memory import numpy_view
+        from .kernels.cpu.memory import numpy_view
         return numpy_view(self._storage.buf, self._layout)
 
     def __array__(self, dtype=None, copy=None):

@@ -35,6 +35,13 @@ class Storage:
         if self.shared is None:
             self.buf, self.shared = kernels.get("share_memory", self.device.type)(self.buf)
 
+    @classmethod
+    def from_shared(cls, handle, device, writable=True) -> "Storage":
+        """The storage another process shared (its ``shared`` handle), mapped into this one: the same
+        memory, not a copy."""
+        device = as_device(device)
+        return cls(kernels.get("open_shared", device.type)(handle), device, writable, shared=handle)
+
     def __reduce__(self):
         """Pickled by value, through host memory (minidl.multiprocessing sends shared ones by handle)."""
         host = kernels.get("to_host", self.device.type)(self.buf)
@@ -45,11 +52,6 @@ def storage_from_host(array, device, writable=True) -> Storage:
     device = as_device(device)
     return Storage(kernels.get("from_host", device.type)(array), device, writable)
 
-
-def open_shared(handle, device, writable=True) -> Storage:
-    """The storage another process shared, mapped into this one (same memory, not a copy)."""
-    device = as_device(device)
-    return Storage(kernels.get("open_shared", device.type)(handle), device, writable, shared=handle)
 
 
 class TensorBase(Variable):
@@ -181,6 +183,10 @@ class TensorBase(Variable):
 
     def untyped_storage_id(self) -> int:
         return id(self._storage)
+
+    def untyped_storage(self) -> Storage:
+        """The flat storage under this tensor and all its views (``minidl.UntypedStorage``)."""
+        return self._storage
 
     def _meta(self):
         """(shape, dtype, device, class): enough to make zeros standing in for a missing gradient."""

@@ -1,7 +1,10 @@
 """Automatic mixed precision, as ``torch.amp`` 2.13: ``autocast`` regions run the matmul-class ops
 in a lower-precision dtype and losses and the like in float32 (the policies and their op lists are
 in :mod:`minidl.ops.autocast_mode`); ``GradScaler`` scales the loss so that float16 gradients do
-not underflow, and skips the optimizer steps whose gradients overflowed.
+not underflow, and skips the optimizer steps whose gradients overflowed. Functions composed of ops
+(``minidl.nn.functional``'s, or your own) take a policy with ``autocast_op(name)`` (the policy
+PyTorch gives its op ``name``) or ``computed_in_float32`` (half inputs widened, the result
+rounded once).
 
 The error and warning texts are PyTorch's (naming minidl's API where they name torch's), so
 scripts and tests that look for them still work.
@@ -16,13 +19,18 @@ from enum import Enum
 
 import numpy as np
 
+import minidl
+
 from . import _dtype as dt
 from ._tensor_base import TensorBase
 from .autograd import no_grad
 from .ops import autocast_mode as mode
+from .ops.autocast_mode import autocast_op
+from .ops.core import computed_in_float32
 from .ops import full, stack
 
-__all__ = ["autocast", "custom_bwd", "custom_fwd", "GradScaler", "is_autocast_available"]
+__all__ = ["autocast", "autocast_op", "computed_in_float32", "custom_bwd", "custom_fwd", "GradScaler",
+           "is_autocast_available"]
 
 
 def is_autocast_available(device_type: str) -> bool:
@@ -34,8 +42,7 @@ def is_autocast_available(device_type: str) -> bool:
 
 
 def _cuda_available() -> bool:
-    from . import cuda   # (minidl.cuda imports this module for its ``amp``)
-    return cuda.is_available()
+    return minidl.cuda.is_available()  # (looked up when called: minidl.cuda imports this module)
 
 
 SUPPORTED_DTYPES = (dt.bfloat16, dt.float16)  # what CPU autocast takes, as PyTorch's

@@ -8,13 +8,13 @@ memory anyway. Other tensors are copied, as any pickled object is.
 from multiprocessing import *  # noqa: F401,F403
 from multiprocessing import reduction
 
-from ._tensor_base import Storage, open_shared
+from . import UntypedStorage
 
 
 def _reduce_storage(storage):
     if storage.shared is None:
         return storage.__reduce__()
-    return (open_shared, (storage.shared, str(storage.device), storage.writable))
+    return (UntypedStorage.from_shared, (storage.shared, str(storage.device), storage.writable))
 
 
-reduction.ForkingPickler.register(Storage, _reduce_storage)
+reduction.ForkingPickler.register(UntypedStorage, _reduce_storage)

@@ -1,5 +1,5 @@
 """Running CUDA tests without a GPU: the ``cuda`` fixture gives device 'cuda' on a real GPU when
-CuPy sees one, else on the simulator (minidl/cuda/sim: the same kernel sources compiled by g++
+CuPy sees one, else on the simulator (minidl/kernels/cuda/sim: the same kernel sources compiled by g++
 and run on the CPU), which checks the kernels' index math on every machine with a C++ compiler."""
 import shutil
 
@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from minidl import kernels
-from minidl.cuda import runtime
+from minidl.kernels.cuda import runtime
 
 
 def cuda_device():

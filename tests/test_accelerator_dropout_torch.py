@@ -11,7 +11,7 @@ import minidl
 import minidl.accelerator as acc
 import minidl.nn.functional as F
 from minidl import nn
-from minidl.cuda import runtime
+from minidl.kernels.cuda import runtime
 from tests.cuda_support import sim_cuda_device
 
 torch = pytest.importorskip("torch")

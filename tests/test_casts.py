@@ -57,7 +57,7 @@ def test_float_to_integer_follows_the_rule_at_every_length_and_layout(src, dst, 
 
 
 def test_the_threaded_kernel_follows_the_rule_too():
-    from minidl.cpu import strided
+    from minidl.kernels.cpu import strided
     n = strided.PARALLEL_MIN + 5
     values = np.resize(source("float32"), n)
     got = minidl.from_numpy(values).to(minidl.int16).numpy()

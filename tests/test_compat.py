@@ -36,7 +36,7 @@ def test_backends_names_exist_in_torch():
 def test_cuda_unavailable_without_cupy(monkeypatch):
     import importlib.util
 
-    from minidl.cuda import runtime
+    from minidl.kernels.cuda import runtime
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "cupy" else real(name, *a))
     monkeypatch.setattr(runtime, "_sim_requested", False)   # (tests before may have switched the simulator on)
@@ -45,7 +45,7 @@ def test_cuda_unavailable_without_cupy(monkeypatch):
 
 
 def test_cuda_available_on_the_simulator(monkeypatch):
-    from minidl.cuda import runtime
+    from minidl.kernels.cuda import runtime
     monkeypatch.setattr(runtime, "_sim_requested", True)   # what minidl.cuda.sim_enable() sets
     monkeypatch.setattr(runtime, "_runtime", None)
     assert minidl.cuda.is_available() and minidl.cuda.device_count() == 1

@@ -7,7 +7,7 @@ import subprocess
 import pytest
 
 from minidl import kernels
-from minidl.cuda import runtime
+from minidl.kernels.cuda import runtime
 
 ARCH = "sm_90"  # the H100/H200 the GPU machines carry; CUDA 13 has dropped the oldest targets
 

@@ -10,7 +10,7 @@ import pytest
 
 import minidl
 from minidl import nn
-from minidl.cuda import runtime
+from minidl.kernels.cuda import runtime
 from minidl.utils.data import DataLoader, TensorDataset
 from tests.cuda_support import cuda_device
 

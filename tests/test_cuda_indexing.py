@@ -88,7 +88,7 @@ def test_nonzero_sizes_across_tiles_and_blocks(rng, n):
 
 def test_nonzero_offsets_scan_walks_several_chunks(rng):
     """The one-block scan of per-tile counts, with more tiles than threads (large inputs)."""
-    from minidl.cuda import runtime
+    from minidl.kernels.cuda import runtime
     counts = rng.integers(0, 257, 2500)
     _, gpu_counts = both(counts)
     _, offsets = both(np.zeros(counts.size + 1, np.int64))

@@ -1,6 +1,7 @@
-"""The op and gradient suite on device 'cuda', checked against the CPU: every sample of opinfo.py
-(each op's forward, and its backward for a fixed cotangent) runs on both devices from the same
-leaves — the same values in the same memory layout — and must agree to float64 rounding.
+"""The op and gradient suite on device 'cuda', checked against the CPU: every sample of every op
+(opinfo.SAMPLES, first- and second-order ones alike: each op's forward, and its backward for a fixed
+cotangent) runs on both devices from the same leaves — the same values in the same memory layout —
+and must agree to float64 rounding.
 On a machine without a GPU this runs on the CUDA simulator (see cuda_support.py)."""
 import numpy as np
 import pytest
@@ -9,11 +10,10 @@ import minidl
 import opinfo
 from minidl import kernels
 from minidl._tensor_base import Storage, make
-from opinfo import COMPOSITES, GRADGRAD, OPS, make_leaf, values_of
+from opinfo import SAMPLES, make_leaf, sample_id, values_of
 
 from cuda_support import cuda_device
 
-SAMPLES = [s for name in sorted(OPS) for s in OPS[name]] + COMPOSITES + GRADGRAD
 MOVES_TO_CPU = {"to-cpu"}  # samples whose op itself copies to the host
 
 
@@ -48,8 +48,8 @@ def run(sample, leaves, device):
             [o.device for o in outs] + [g.device for g in grads if g is not None])
 
 
-@pytest.mark.parametrize("sample", SAMPLES, ids=[s.name for s in SAMPLES])
-def test_sample_matches_cpu(sample):
+@pytest.mark.parametrize("op,sample", SAMPLES, ids=[sample_id(*p) for p in SAMPLES])
+def test_sample_matches_cpu(op, sample):
     leaves = [make_leaf(spec, values_of(spec)) for spec in sample.inputs]
     expected_outs, expected_grads, _ = run(sample, leaves, "cpu")
     got_outs, got_grads, devices = run(sample, [on_cuda(leaf) for leaf in leaves], "cuda")

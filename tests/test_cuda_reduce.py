@@ -8,8 +8,8 @@ import pytest
 
 import minidl
 from minidl import kernels
-from minidl.cuda import runtime
-from minidl.cuda.primitives import reduce as cuda_reduce
+from minidl.kernels.cuda import runtime
+from minidl.kernels.cuda.primitives import reduce as cuda_reduce
 
 from cuda_support import cuda_device
 

@@ -1,4 +1,4 @@
-"""The CUDA simulator itself (minidl/cuda/sim): the kernel tests trust it, so it is checked here
+"""The CUDA simulator itself (minidl/kernels/cuda/sim): the kernel tests trust it, so it is checked here
 against closed forms — barriers, warp shuffles, struct arguments, dynamic shared memory — and it
 must expose the bugs a GPU would: a missing barrier, shared memory read before it is written, and
 threads that can never meet at a barrier."""
@@ -55,8 +55,8 @@ extern "C" __global__ void divergent_barrier(long long *out) {
 
 @pytest.fixture(scope="module")
 def module():
-    from minidl.cuda import runtime
-    from minidl.cuda.sim import SimModule
+    from minidl.kernels.cuda import runtime
+    from minidl.kernels.cuda.sim import SimModule
     with open(f"{runtime.CSRC}/common.cuh") as f:  # (DYNAMIC_SHARED)
         return SimModule(f.read() + SOURCE)
 

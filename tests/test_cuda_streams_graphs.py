@@ -9,7 +9,7 @@ import pytest
 
 import minidl
 import minidl.accelerator as acc
-from minidl.cuda import runtime
+from minidl.kernels.cuda import runtime
 from tests.cuda_support import cuda_device
 
 torch = pytest.importorskip("torch")

@@ -16,12 +16,12 @@ import numpy as np
 import pytest
 
 import minidl
-from minidl.dist.backends.base import DistError
+from minidl.dist.communicators.base import DistError
 from minidl.dist import ReduceOp
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 pytest.importorskip("mpi4py")
-nccl = pytest.importorskip("minidl.dist.backends.nccl")  # imports mpi4py.MPI
+nccl = pytest.importorskip("minidl.dist.communicators.nccl")  # imports mpi4py.MPI
 
 
 # -- a stand-in for the cupy module -----------------------------------------------------------------
@@ -285,7 +285,7 @@ def test_reduction_of_an_unsupported_dtype_says_so():
 def cuda():
     from cuda_support import sim_cuda_device
 
-    import minidl.cuda.primitives  # noqa: F401  (registers the CUDA primitives)
+    import minidl.kernels.cuda.primitives  # noqa: F401  (registers the CUDA primitives)
     return sim_cuda_device()  # these tests need host arrays behind 'cuda' tensors, even where a GPU is
 
 

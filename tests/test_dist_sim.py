@@ -39,7 +39,7 @@ def test_ring_pipelined_in_segments(size, options):
 
 
 def test_segment_count_follows_segment_bytes(monkeypatch):
-    from minidl.dist.backends.sim import SimCommunicator
+    from minidl.dist.communicators.sim import SimCommunicator
     sends = []
     isend = SimCommunicator.isend
     monkeypatch.setattr(SimCommunicator, "isend", lambda self, buf, dst, tag=0: sends.append((buf.dtype, buf.size))
@@ -61,7 +61,7 @@ def test_ring_reduces_through_a_window_of_recycled_slots(monkeypatch):
     scratch slots, reused in turn (small enough to stay in cache), not in a block-sized scratch;
     the all-gather keeps whole-block messages; the result is still exact."""
     from minidl.dist.algorithms import ring
-    from minidl.dist.backends.sim import SimCommunicator
+    from minidl.dist.communicators.sim import SimCommunicator
     monkeypatch.setattr(ring, "REDUCE_SEGMENT_BYTES", 800)
     asked, sends = [], []
     scratch, isend = SimCommunicator.scratch, SimCommunicator.isend
@@ -176,7 +176,7 @@ def test_a_communication_thread_for_a_rank_with_a_core_sleeps_precisely():
 
 
 def test_groups_whose_waits_spin_get_a_precise_communication_thread(monkeypatch):
-    from minidl.dist.backends.sim import SimCommunicator
+    from minidl.dist.communicators.sim import SimCommunicator
     from minidl.dist.state import resolve
     precise = lambda rank: resolve(None, "test").thread.precise_sleeps  # noqa: E731
     assert sim.run(2, precise) == [False, False]  # the sim's waits only sleep

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 import minidl
-from minidl.cuda import runtime
+from minidl.kernels.cuda import runtime
 from minidl.utils.data import DataLoader
 from minidl.vision.datasets import Digits
 

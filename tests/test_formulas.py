@@ -90,8 +90,8 @@ def test_op_codes_name_every_op_of_every_family():
 
 
 def test_a_cpu_switch_rejects_an_unknown_code():
-    from minidl.cpu.jit import elementwise, reduce
-    from minidl.cpu.strided import i64
+    from minidl.kernels.cpu.jit import elementwise, reduce
+    from minidl.kernels.cpu.strided import i64
     x, out = np.arange(4.0), np.empty(4)
     shape = i64([4])
     for code in (len(formulas.UNARY), -1):
@@ -113,8 +113,8 @@ def test_a_cuda_switch_traps_on_an_unknown_code(tmp_path):
     script = textwrap.dedent("""
         import numpy as np
         import minidl as md
-        from minidl.cuda import runtime
-        from minidl.cuda.primitives.common import kernel
+        from minidl.kernels.cuda import runtime
+        from minidl.kernels.cuda.primitives.common import kernel
         x = md.arange(4.0, dtype=md.float64, device="cuda")
         buf = x._storage.buf
         runtime.launch(kernel("elementwise", "unary_packed", np.float64), 4, runtime.i32(99), buf, runtime.i64(0),

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from minidl.cuda import runtime
+from minidl.kernels.cuda import runtime
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 SCRIPTS = ["gpu_ops.py", "gpu_train_step.py"]

@@ -17,8 +17,8 @@ ROOT = Path(__file__).resolve().parent.parent
 WORKLOAD = textwrap.dedent("""
     import importlib, json, pkgutil, numba, numpy as np
     import minidl as md
-    from minidl.cpu import jit
-    KERNEL_MODULES = [importlib.import_module(f"minidl.cpu.jit.{m.name}") for m in pkgutil.iter_modules(jit.__path__)]
+    from minidl.kernels.cpu import jit
+    KERNEL_MODULES = [importlib.import_module(f"minidl.kernels.cpu.jit.{m.name}") for m in pkgutil.iter_modules(jit.__path__)]
 
     for dtype in (md.float32, md.float64, md.int64):
         x = md.arange(24, dtype=dtype).reshape(2, 3, 4)
@@ -52,7 +52,7 @@ def test_second_process_compiles_nothing():
 
 SMALL_WORKLOAD = textwrap.dedent("""
     import json, numba, minidl as md
-    from minidl.cpu.jit import elementwise
+    from minidl.kernels.cpu.jit import elementwise
     total = (md.arange(6.0) + 1).tolist()
     dispatchers = [obj for obj in vars(elementwise).values() if isinstance(obj, numba.core.registry.CPUDispatcher)]
     print(json.dumps({"misses": sum(sum(d.stats.cache_misses.values()) for d in dispatchers),
@@ -101,7 +101,7 @@ def test_a_new_clone_reuses_the_per_user_cache_and_an_edited_formula_recompiles(
 
 
 def test_the_cache_key_covers_every_kernel_source(tmp_path):
-    from minidl.cpu import kernel_cache
+    from minidl.kernels.cpu import kernel_cache
     for name in ("elementwise.py", "formulas.py"):
         (tmp_path / name).write_text(f"# {name}\n")
     before = kernel_cache.sources_digest(str(tmp_path))
@@ -111,8 +111,8 @@ def test_the_cache_key_covers_every_kernel_source(tmp_path):
 
 
 def test_the_cache_folder_follows_numba_cache_dir_then_xdg_cache_home(tmp_path, monkeypatch):
-    from minidl.cpu import kernel_cache
-    from minidl.cpu.jit import elementwise as jit
+    from minidl.kernels.cpu import kernel_cache
+    from minidl.kernels.cpu.jit import elementwise as jit
 
     def folder():
         return kernel_cache.KernelCacheLocator.from_function(jit.copy_serial.py_func, jit.__file__).get_cache_path()
@@ -130,7 +130,7 @@ def test_the_cache_folder_follows_numba_cache_dir_then_xdg_cache_home(tmp_path, 
 
 
 def test_old_sources_folders_are_pruned_beyond_the_newest_few(tmp_path):
-    from minidl.cpu import kernel_cache
+    from minidl.kernels.cpu import kernel_cache
     for i in range(kernel_cache.KEEP + 3):
         (tmp_path / f"jit-{i}").mkdir()
         age = kernel_cache.PRUNE_AFTER + 100 - i  # jit-0 the oldest; every one idle for over a day
@@ -167,21 +167,21 @@ def test_results_correct_with_jit_disabled():
 
 
 def test_all_jitted_code_lives_in_the_jit_package():
-    """The cache key covers the text of minidl/cpu/jit/ only, so every jitted function (and every
+    """The cache key covers the text of minidl/kernels/cpu/jit/ only, so every jitted function (and every
     helper a kernel inlines) must live there."""
     import importlib
     import pkgutil
 
     import numba
 
-    import minidl.cpu
+    import minidl.kernels.cpu
 
-    for info in pkgutil.iter_modules(minidl.cpu.__path__):
-        module = importlib.import_module(f"minidl.cpu.{info.name}")
+    for info in pkgutil.iter_modules(minidl.kernels.cpu.__path__):
+        module = importlib.import_module(f"minidl.kernels.cpu.{info.name}")
         for name, obj in vars(module).items():
             if isinstance(obj, numba.core.dispatcher.Dispatcher):
-                assert obj.py_func.__module__.startswith("minidl.cpu.jit."), \
-                    f"{info.name}.{name} is jitted outside minidl/cpu/jit/"
+                assert obj.py_func.__module__.startswith("minidl.kernels.cpu.jit."), \
+                    f"{info.name}.{name} is jitted outside minidl/kernels/cpu/jit/"
 
 
 def test_set_num_threads_before_the_first_op_keeps_the_workqueue_layer():

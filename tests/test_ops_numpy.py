@@ -862,9 +862,9 @@ def test_pad_constant(data):
 
 # ----------------------------------------------------------------------------- big strided operands
 def test_large_strided_views_take_the_parallel_kernels(monkeypatch, request):
-    """Above minidl.cpu.strided.PARALLEL_MIN elements the kernels run in parallel: the same
+    """Above minidl.kernels.cpu.strided.PARALLEL_MIN elements the kernels run in parallel: the same
     answers on transposed, reversed and broadcast operands (the threshold lowered to keep it small)."""
-    from minidl.cpu import strided
+    from minidl.kernels.cpu import strided
     monkeypatch.setattr(strided, "PARALLEL_MIN", 1 << 14)
     request.addfinalizer(lambda old=minidl.get_num_threads(): minidl.set_num_threads(old))
     minidl.set_num_threads(2)

@@ -74,7 +74,7 @@ def test_cuda_gives_the_cpu_bits(kind, dtype, a, b):
     n = 3000  # several blocks and several elements per thread in the simulator
     cpu = _run("cpu", kind, dtype, 12345, 999, a, b, n)
     gpu = _run("cuda", kind, dtype, 12345, 999, a, b, n)
-    if minidl.cuda.runtime.get().name == "sim" or kind != "normal":
+    if minidl.kernels.cuda.runtime.get().name == "sim" or kind != "normal":
         np.testing.assert_array_equal(cpu.view(np.uint8), gpu.view(np.uint8))
     else:  # a GPU's log and cos may differ from the host's libm in the last place
         np.testing.assert_allclose(cpu, gpu, rtol=1e-6 if dtype is minidl.float32 else 1e-14)

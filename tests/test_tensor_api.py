@@ -383,28 +383,44 @@ def test_index_fill_index_copy():
 # ----------------------------------------------------------------------------- in-place twins
 rn = np.random.default_rng(11).standard_normal((3, 4))
 _w = minidl.tensor(np.random.default_rng(12).uniform(0.1, 0.9, 4))
-INPLACE = {  # name: arguments after self
+_idx = minidl.tensor([[0, 3], [1, 1], [2, 0]])
+INPLACE = {  # name: arguments after self (self: 3x4, or the shape in SHAPES)
     "floor_": (), "ceil_": (), "round_": (), "trunc_": (), "frac_": (), "sign_": (), "reciprocal_": (),
     "rsqrt_": (), "square_": (), "sin_": (), "cos_": (), "tan_": (), "erf_": (), "expm1_": (), "log1p_": (),
-    "nan_to_num_": (), "clamp_min_": (0.2,), "clamp_max_": (-0.1,), "lerp_": (minidl.ones(4), _w),
-    "addcmul_": (_w, _w), "addcdiv_": (_w, _w), "remainder_": (0.7,), "floor_divide_": (0.7,),
-    "atan2_": (_w,), "masked_scatter_": (_w > 0.5, minidl.arange(12.0)), "index_fill_": (1, minidl.tensor([0, 3]), 2.0),
-    "index_copy_": (0, minidl.tensor([2]), minidl.ones(1, 4)), "addmm_": (minidl.ones(3, 2), minidl.ones(2, 4)),
+    "exp_": (), "log_": (), "sqrt_": (), "tanh_": (), "sigmoid_": (), "relu_": (), "neg_": (), "negative_": (),
+    "abs_": (), "absolute_": (),
+    "nan_to_num_": (), "clamp_min_": (0.2,), "clamp_max_": (-0.1,), "clamp_": (-0.5, 0.5), "clip_": (-0.2, 0.3),
+    "lerp_": (minidl.ones(4), _w), "addcmul_": (_w, _w), "addcdiv_": (_w, _w),
+    "add_": (_w,), "sub_": (_w,), "subtract_": (_w,), "mul_": (_w,), "multiply_": (_w,), "div_": (_w,),
+    "divide_": (_w,), "true_divide_": (_w,), "pow_": (2,), "remainder_": (0.7,), "floor_divide_": (0.7,),
+    "atan2_": (_w,), "arctan2_": (_w,), "masked_scatter_": (_w > 0.5, minidl.arange(12.0)),
+    "masked_fill_": (_w > 0.5, 2.0), "index_fill_": (1, minidl.tensor([0, 3]), 2.0),
+    "index_copy_": (0, minidl.tensor([2]), minidl.ones(1, 4)), "index_add_": (1, minidl.tensor([0, 3]), _w[:2].expand(3, 2)),
+    "scatter_": (1, _idx, minidl.ones(3, 2)), "scatter_add_": (1, _idx, minidl.ones(3, 2)),
+    "addmm_": (minidl.ones(3, 2), minidl.ones(2, 4)), "baddbmm_": (minidl.ones(2, 3, 2), minidl.ones(2, 2, 4)),
 }
+SHAPES = {"baddbmm_": (2, 3, 4)}
+POSITIVE = ("rsqrt_", "log1p_", "log_", "sqrt_")
+
+
+def test_every_inplace_twin_of_the_registry_is_checked():
+    declared = {name + "_" for d in minidl.ops.registry.OPS.values() if d.inplace for name in d.names}
+    assert declared == set(INPLACE), f"declared but unchecked: {sorted(declared - set(INPLACE))}"
 
 
 @pytest.mark.parametrize("name", sorted(INPLACE))
 def test_inplace_twins(name):
     args = INPLACE[name]
-    a = np.abs(rn) + 0.1 if name in ("rsqrt_", "log1p_") else rn
+    a = np.resize(rn, SHAPES.get(name, rn.shape))
+    a = np.abs(a) + 0.1 if name in POSITIVE else a
     base = minidl.tensor(a)
-    view = base[:, ::-1]  # in place through a strided view, into the base's memory
-    expected = getattr(minidl.tensor(a[:, ::-1].copy()), name[:-1])(*args)
+    view = base[..., ::-1]  # in place through a strided view, into the base's memory
+    expected = getattr(minidl.tensor(a[..., ::-1].copy()), name[:-1])(*args)
     version = view._version
     out = getattr(view, name)(*args)
     assert out is view and view._version > version
     check(view, expected.numpy())
-    check(base[:, ::-1], expected.numpy())
+    check(base[..., ::-1], expected.numpy())
     leaf = minidl.tensor(a, requires_grad=True)
     with pytest.raises(RuntimeError, match="leaf Variable"):
         getattr(leaf, name)(*args)

@@ -17,7 +17,7 @@ for a new primitive ``scale_shift`` (``out = a*x + b``), and follow it all the w
 
 On a GPU, minidl hands the source to CuPy, which compiles it with **NVRTC** (NVIDIA's runtime
 compiler) and launches it. Without one, the same source runs on minidl's **CUDA simulator**
-(``minidl/cuda/sim``): g++ compiles it against a small prelude that defines ``threadIdx``,
+(``minidl/kernels/cuda/sim``): g++ compiles it against a small prelude that defines ``threadIdx``,
 ``blockIdx``, ``__syncthreads()``..., and every GPU thread runs as a fiber on the CPU. The
 simulator is slow, but it executes exactly the index math a GPU would, which is what this
 tutorial (and minidl's CUDA tests) need. Every claim is checked with ``assert``.
@@ -30,9 +30,9 @@ import tempfile
 import numpy as np
 
 import minidl
-import minidl.cuda.primitives  # registers the built-in CUDA primitives
+import minidl.kernels.cuda.primitives  # registers the built-in CUDA primitives
 from minidl import kernels
-from minidl.cuda import runtime
+from minidl.kernels.cuda import runtime
 from minidl.layout import Layout
 from minidl.ops.core import buf, kernel, new_like_shape
 
@@ -53,7 +53,7 @@ section("1. The kernel source")
 # =============================================================================================
 # A kernel is a C function marked __global__: the host launches it, every GPU thread runs it.
 # extern "C" keeps its name unmangled, so the host can look it up as "scale_shift_f32".
-# minidl puts minidl/cuda/csrc/common.cuh in front of every kernel source; it defines:
+# minidl puts minidl/kernels/cuda/csrc/common.cuh in front of every kernel source; it defines:
 #   - struct Layout {ndim, offset, shape[8], strides[8]} and position(layout, i): where the
 #     i-th element (in row-major order of the shape) lives in the buffer;
 #   - GRID_STRIDE_LOOP(i, n): for (i = blockIdx.x*blockDim.x + threadIdx.x; i < n;

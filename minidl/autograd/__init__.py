@@ -1,6 +1,7 @@
 """Tape autograd: grad modes, Function (the node of every op), and the backward engine."""
 from .engine import backward, grad, queue_callback
 from .function import Function
+from .hooks import RemovableHandle
 from .grad_mode import (enable_grad, inference_mode, is_grad_enabled, is_inference_mode_enabled, no_grad,
                         set_grad_enabled)
 from .variable import Variable

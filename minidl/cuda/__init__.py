@@ -5,132 +5,29 @@ Imported by ``import minidl``, so it imports nothing heavy: CuPy is loaded by th
 first time a function here (or a CUDA tensor) needs the device. Device 'cuda' runs on a GPU
 through CuPy, or on the CPU simulator after :func:`sim_enable` / ``MINIDL_CUDA_SIM=1``.
 """
+from ..kernels.cuda.runtime import sim_enable  # noqa: F401
+from ..ops.random import device_generator, seed_cuda
 from . import amp  # noqa: F401  (torch.cuda.amp's spelling)
-from . import runtime
+from .devices import (current_device, device_count, empty_cache, is_available, max_memory_allocated,  # noqa: F401
+                      max_memory_reserved, mem_get_info, memory_allocated, memory_reserved, reset_peak_memory_stats,
+                      set_device, synchronize)
+from .devices import _current, _index
 from .graphs import CUDAGraph, graph, graph_pool_handle, is_current_stream_capturing  # noqa: F401
-from .runtime import sim_enable  # noqa: F401
 from .streams import CudaEvent as Event, CudaStream as Stream  # noqa: F401
 from .streams import StreamContext, current_stream, default_stream, set_stream, stream  # noqa: F401
-
-_current = [0]
-
-
-def is_available() -> bool:
-    """True when device 'cuda' can run kernels: CuPy with a GPU, or the simulator when enabled."""
-    return runtime.available()
-
-
-def device_count() -> int:
-    return runtime.get().device_count() if runtime.available() else 0
-
-
-def _index(device) -> int:
-    """The GPU index of ``device`` (None: the current one), checked against the device count."""
-    from .._device import device as Device
-    if device is None:
-        return _current[0]
-    if isinstance(device, int):
-        index = device
-    else:
-        d = Device(device)
-        if d.type != "cuda":
-            raise ValueError(f"Expected a cuda device, but got: {d}")
-        index = d.index
-    count = device_count()
-    if not 0 <= index < count:
-        raise RuntimeError(f"CUDA error: invalid device ordinal {index} ({count} device(s) available)")
-    return index
-
-
-def _require() -> None:
-    if not runtime.available():
-        runtime.get()  # raises runtime.Unavailable, which says why
-
-
-def current_device() -> int:
-    _require()
-    return _current[0]
-
-
-def set_device(device) -> None:
-    """Make ``device`` the current GPU (CuPy allocates and launches there)."""
-    _require()
-    index = _index(device)
-    _current[0] = index
-    rt = runtime.get()
-    if rt.name == "cupy":
-        rt.cupy.cuda.Device(index).use()
-
-
-def synchronize(device=None) -> None:
-    """Wait for every kernel launched so far; raises the IndexError a kernel recorded meanwhile."""
-    _require()
-    _index(device)
-    runtime.refuse_during_capture("minidl.cuda.synchronize")
-    runtime.get().synchronize()
-    runtime.raise_pending_errors()
-
-
-def memory_allocated(device=None) -> int:
-    """Bytes held by live CUDA buffers (CuPy's pool in use; the simulator's live arrays)."""
-    _require()
-    _index(device)
-    return runtime.get().memory_allocated()
-
-
-def max_memory_allocated(device=None) -> int:
-    _require()
-    _index(device)
-    return runtime.max_memory_allocated()
-
-
-def memory_reserved(device=None) -> int:
-    """Bytes the allocator holds from the driver, in use or cached (CuPy's pool; the simulator
-    caches nothing, so there it equals memory_allocated)."""
-    _require()
-    _index(device)
-    return runtime.get().memory_reserved()
-
-
-def max_memory_reserved(device=None) -> int:
-    _require()
-    _index(device)
-    return runtime.max_memory_reserved()
-
-
-def mem_get_info(device=None) -> tuple:
-    """(free, total) bytes of the device."""
-    _require()
-    _index(device)
-    return tuple(runtime.get().memory_info())
-
-
-def reset_peak_memory_stats(device=None) -> None:
-    _require()
-    _index(device)
-    runtime.reset_peak_memory_stats()
-
-
-def empty_cache() -> None:
-    """Give the memory pool's unused blocks back to the driver (nothing to do in the simulator)."""
-    if runtime.available():
-        runtime.get().empty_cache()
 
 
 # ----------------------------------------------------------------------------- random generators
 def _generator(device=None):
-    from ..ops.random import device_generator
     return device_generator(f"cuda:{_index(device) if device is not None else _current[0]}")
 
 
 def manual_seed(seed: int) -> None:
     """Seed the current GPU's generator."""
-    from ..ops.random import seed_cuda
     seed_cuda(int(seed), _current[0])
 
 
 def manual_seed_all(seed: int) -> None:
-    from ..ops.random import seed_cuda
     seed_cuda(int(seed))
 
 
@@ -139,7 +36,6 @@ def seed() -> None:
 
 
 def seed_all() -> None:
-    from ..ops.random import seed_cuda
     seed_cuda(_generator().seed())
 
 

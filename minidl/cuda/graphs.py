@@ -19,7 +19,8 @@ import gc
 import itertools
 import warnings
 
-from . import runtime
+from ..kernels.cuda import runtime
+from .devices import empty_cache, synchronize
 from .streams import CudaStream, StreamContext
 
 MODES = ("global", "thread_local", "relaxed")
@@ -152,7 +153,6 @@ class graph:
         self.stream_ctx = StreamContext(stream)
 
     def __enter__(self) -> None:
-        from . import empty_cache, synchronize
         synchronize()
         gc.collect()
         empty_cache()

@@ -12,7 +12,8 @@ and read on another needs ``wait_stream`` or an event between them.
 from __future__ import annotations
 
 from .._device import device as Device
-from . import runtime
+from ..kernels.cuda import runtime
+from .devices import _index, current_device, is_available, set_device
 
 
 DEVICE_TYPES = {"cpu": 0, "cuda": 1}
@@ -20,7 +21,6 @@ DEVICE_TYPES = {"cpu": 0, "cuda": 1}
 
 def _cuda_index(device) -> int:
     """The GPU index of ``device`` (None: the current one), which must be a CUDA device."""
-    from . import _index
     if device is not None and not isinstance(device, int) and Device(device).type != "cuda":
         raise ValueError(f"Expected a cuda device, but got: {Device(device)}")
     return _index(device)
@@ -39,7 +39,6 @@ class Stream:
     manager the stream is current inside the block, and the previous one again after it."""
 
     def __init__(self, device=None, *, priority: int = 0):
-        from . import is_available
         if device is None:
             device = "cuda" if is_available() else "cpu"
         if isinstance(device, int):
@@ -146,7 +145,6 @@ class Event:
 
     def __init__(self, device=None, *, enable_timing: bool = False, blocking: bool = False,
                  interprocess: bool = False):
-        from . import is_available
         if device is None:
             device = "cuda" if is_available() else "cpu"
         self.device = Device(device) if not isinstance(device, int) else Device("cuda", device)
@@ -204,7 +202,6 @@ class CudaEvent(Event):
 
     def __init__(self, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False,
                  external: bool = False):
-        from . import current_device
         super().__init__(Device("cuda", current_device()), enable_timing=enable_timing, blocking=blocking,
                          interprocess=interprocess)
 
@@ -228,7 +225,6 @@ def set_stream(stream) -> None:
         return
     if stream.device.type != "cuda":
         raise ValueError(f"set_stream: expected a stream of device type cuda, got one of {stream.device.type}")
-    from . import set_device
     set_device(stream.device.index)
     runtime.get().use_stream(stream._handle)
 

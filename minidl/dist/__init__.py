@@ -5,13 +5,13 @@
     dist.all_reduce(t, op=dist.ReduceOp.SUM)  # in place on a minidl tensor
     dist.sim.run(4, fn)                       # or: N ranks as threads, no mpiexec
 
-Layers: backends (communicators: mpi, sim) -> algorithms (collectives on point-to-point
+Layers: communicators (mpi, nccl, sim; the ``backend`` of init_process_group) -> algorithms (collectives on point-to-point
 messages) -> process groups -> this API. mpi4py is imported only when the mpi backend starts.
 """
 from . import sim
 from .algorithms import ALGORITHMS
 from .algorithms.channel import DistTimeoutError
-from .backends.base import DistError
+from .communicators.base import DistError
 from .collectives import (all_gather, all_reduce, all_reduce_buffer, all_to_all, barrier, broadcast, gather,
                           reduce, reduce_scatter, scatter)
 from .group import ProcessGroup

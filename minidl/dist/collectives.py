@@ -10,7 +10,7 @@ import numpy as np
 
 from .. import _bfloat16
 from . import algorithms
-from .backends.base import DistError
+from .communicators.base import DistError
 from .descriptor import describe
 from .reduce_op import ReduceOp
 from .state import resolve

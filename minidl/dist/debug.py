@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 import sys
 
-from .backends.base import DistError
+from .communicators.base import DistError
 
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 

@@ -13,7 +13,7 @@ import functools
 
 import numpy as np
 
-from .backends.base import DistError
+from .communicators.base import DistError
 
 KINDS = ("all_reduce", "broadcast", "reduce", "all_gather", "reduce_scatter", "gather", "scatter", "all_to_all",
          "barrier", "all_gather_object", "broadcast_object_list")

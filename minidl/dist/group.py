@@ -15,7 +15,7 @@ import numpy as np
 from . import algorithms, debug
 from .algorithms.agree import agree
 from .algorithms.channel import Channel
-from .backends.base import DEFAULT_CHUNK, DistError
+from .communicators.base import DEFAULT_CHUNK, DistError
 from .descriptor import explain
 from .mailbox import Mailbox
 from .work import CommThread
@@ -79,7 +79,7 @@ class ProcessGroup:
         return f"ProcessGroup(backend={self.config.backend!r}, ranks={self.ranks}, rank={self.rank})"
 
     def channel(self, what: str, comm=None, tag: int = 0, spin: bool = True) -> Channel:
-        """``spin``: may the waits poll without sleeping for a while (see backends.base.wait_all);
+        """``spin``: may the waits poll without sleeping for a while (see communicators.base.wait_all);
         not on the communication thread, whose spinning would take a core from the compute."""
         comm = comm or self.coll
         return Channel(comm, what, self.config.timeout, self.ranks, tag, comm.spin if spin else 0.0)

@@ -18,7 +18,7 @@ import threading
 
 import numpy as np
 
-from .backends.base import DistError, Request
+from .communicators.base import DistError, Request
 from .descriptor import DTYPE_NAMES, DTYPES
 
 _DTYPE_OF_CODE = {code: dtype for dtype, code in DTYPES.items()}

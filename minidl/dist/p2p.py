@@ -5,7 +5,7 @@ source), and recv returns the sender's rank.
 """
 from __future__ import annotations
 
-from .backends.base import DistError
+from .communicators.base import DistError
 from .mailbox import dtype_name
 from .state import resolve
 from .tensors import Writable, check_tensor, read

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 
-from .backends.sim import SimWorld
+from .communicators.sim import SimWorld
 from .state import destroy_process_group, init_process_group
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 
-from . import backends
+from . import communicators
 from .group import ProcessGroup, config_from
 from .launch import fit_threads_to_cores, launched_by_mpi
 
@@ -75,9 +75,9 @@ def init_process_group(backend=None, init_method=None, timeout=None, world_size=
             raise RuntimeError("init_process_group: no backend given and no MPI launch detected; start the script "
                                "with `mpiexec -n N python script.py`, or pass backend='mpi' (or 'sim')")
         backend = "mpi"
-    name = backends.canonical(backend)
+    name = communicators.canonical(backend)
     config = config_from(name, algorithm, timeout, chunk_elements, small_message_bytes, segment_bytes)
-    module = backends.load(name)
+    module = communicators.load(name)
     comm = module.world_communicator(chunk_elements=config.chunk_elements, world=store, rank=rank)
     for given, actual, what in ((world_size, comm.size, "world_size"), (rank, comm.rank, "rank")):
         if given not in (-1, None) and given != actual:

@@ -8,8 +8,9 @@ tensor's version counter, as an in-place op does, so autograd notices a changed 
 from __future__ import annotations
 
 from .. import _tensor, no_grad
+from ..kernels.cuda import runtime
 from ..ops.core import contiguous_data, packed_buffer
-from .backends import TENSOR_DEVICE
+from .communicators import TENSOR_DEVICE
 
 
 def check_tensor(t, what: str, backend: str, name: str = "tensor"):
@@ -28,7 +29,6 @@ def _simulated_cuda(backend, t) -> bool:
     DDP and the collectives run on 'cuda' tensors in tests without a GPU."""
     if backend != "sim" or t.device.type != "cuda":
         return False
-    from ..cuda import runtime
     return runtime.available() and runtime.get().name == "sim"
 
 

@@ -1,7 +1,7 @@
 """Work handles (what async_op=True returns) and the communication thread that runs a process
 group's collectives one after another, in the order they were issued — the same order on
 every rank. Waiting on a collective only waits for a thread event; the thread itself polls
-the messages with back-off (see backends.base.wait_all), so compute on other threads goes on.
+the messages with back-off (see communicators.base.wait_all), so compute on other threads goes on.
 A blocking call made while the thread has nothing to do runs on the caller's thread instead
 (the same order, without two thread wake-ups per call).
 """

@@ -1,4 +1,4 @@
-"""The GPU's generated sources: ``minidl/cuda/csrc/op_codes.cuh`` and ``minidl/cuda/csrc/formulas.cuh``.
+"""The GPU's generated sources: ``minidl/kernels/cuda/csrc/op_codes.cuh`` and ``minidl/kernels/cuda/csrc/formulas.cuh``.
 
 A formula becomes a ``__device__`` template over the element type T, numbers cast to T (so a
 float kernel computes in float). A float-only formula also gets an overload for ``long long``

@@ -7,7 +7,7 @@ A formula is a Python expression restricted to what both devices can say the sam
 - ``+ - * /``, unary ``-``, one comparison at a time (``< <= > >= == !=``), ``and``, ``or``,
   ``not``, and ``a if c else b``;
 - calls of a library function (``MATH``: each has one meaning per dtype, written once per device
-  in ``minidl/cpu/jit/scalar_math.py`` and ``minidl/cuda/csrc/scalar_math.cuh``) or of another
+  in ``minidl/kernels/cpu/jit/scalar_math.py`` and ``minidl/kernels/cuda/csrc/scalar_math.cuh``) or of another
   formula by its name, so formulas compose.
 
 ``/`` is division for floats; a formula that may divide by zero says what it gives (Numba would

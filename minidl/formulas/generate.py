@@ -16,10 +16,10 @@ from . import cuda_source, numba_source
 
 PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # minidl/
 TARGETS = {
-    os.path.join("cpu", "jit", "op_codes.py"): numba_source.op_codes,
-    os.path.join("cpu", "jit", "formulas.py"): numba_source.formulas,
-    os.path.join("cuda", "csrc", "op_codes.cuh"): cuda_source.op_codes,
-    os.path.join("cuda", "csrc", "formulas.cuh"): cuda_source.formulas,
+    os.path.join("kernels", "cpu", "jit", "op_codes.py"): numba_source.op_codes,
+    os.path.join("kernels", "cpu", "jit", "formulas.py"): numba_source.formulas,
+    os.path.join("kernels", "cuda", "csrc", "op_codes.cuh"): cuda_source.op_codes,
+    os.path.join("kernels", "cuda", "csrc", "formulas.cuh"): cuda_source.formulas,
 }
 
 

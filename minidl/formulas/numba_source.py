@@ -1,4 +1,4 @@
-"""The CPU's generated sources: ``minidl/cpu/jit/op_codes.py`` and ``minidl/cpu/jit/formulas.py``.
+"""The CPU's generated sources: ``minidl/kernels/cpu/jit/op_codes.py`` and ``minidl/kernels/cpu/jit/formulas.py``.
 
 Each family gets an element switch (``apply_unary``) for strided loops, with every formula
 written out in place, and, for unary and binary ops, run switches over packed runs, where the op
@@ -13,7 +13,7 @@ import textwrap
 
 from . import codegen, expr, table
 
-# Ops whose packed runs the CPU computes with a function of its own (minidl/cpu/jit/vector_math.py)
+# Ops whose packed runs the CPU computes with a function of its own (minidl/kernels/cpu/jit/vector_math.py)
 RUNS = {"exp": "exp_run"}
 # Ops whose packed runs get a loop of their own (see _own_loop)
 OWN_LOOPS = {"neg", "abs", "relu", "square", "add", "sub", "mul", "gate"}

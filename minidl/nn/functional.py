@@ -1,14 +1,13 @@
 """nn.functional: layers and losses as functions, composed from the public Tensor API."""
 from __future__ import annotations
 
-import functools
 import math
 import warnings
 
 import minidl
-from minidl.autograd import Function
-from minidl.ops.autocast_mode import autocast_op
-from minidl.ops.core import computed_in_float32
+from minidl.amp import autocast_op, computed_in_float32
+from minidl.ops import (_split_heads, adaptive_avg_pool2d, avg_pool2d, batch_norm, conv1d, conv2d,  # noqa: F401
+                        conv_transpose2d, fold, group_norm, layer_norm, linear, max_pool2d, unfold)
 
 __all__ = [
     "linear", "relu", "relu_", "gelu", "silu", "leaky_relu", "elu", "softplus", "sigmoid", "tanh", "logsigmoid",
@@ -39,10 +38,6 @@ def _legacy_reduction(size_average, reduce, reduction):
 
 
 # -- layers ------------------------------------------------------------------------------------
-def linear(input, weight, bias=None):
-    return _linalg.linear(input, weight, bias)
-
-
 def relu(input, inplace: bool = False):
     return input.relu_() if inplace else input.relu()
 
@@ -153,72 +148,6 @@ def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0, sca
         keep = (input != padding_idx).unsqueeze(-1)
         out = minidl.where(keep, out, out.detach())   # the padding row gets no gradient
     return out
-
-
-def _mixed_dtype(norm):
-    """PyTorch's norms take a float16 (or bfloat16) input with float32 parameters or running
-    statistics, as autocast hands them a matmul's output: they compute in float32 and give the
-    result in the input's dtype. Other inputs go through unchanged."""
-    @functools.wraps(norm)
-    def wrapped(input, *args, **kwargs):
-        if input.dtype in (minidl.float16, minidl.bfloat16) and any(
-                isinstance(a, minidl.Tensor) and a.dtype is minidl.float32 for a in (*args, *kwargs.values())):
-            return norm(input.float(), *args, **kwargs).to(input.dtype)
-        return norm(input, *args, **kwargs)
-    return wrapped
-
-
-@autocast_op("layer_norm")
-@_mixed_dtype
-def layer_norm(input, normalized_shape, weight=None, bias=None, eps: float = 1e-5):
-    if isinstance(normalized_shape, int):
-        normalized_shape = (normalized_shape,)
-    normalized_shape = tuple(normalized_shape)
-    k = len(normalized_shape)
-    if tuple(input.shape[input.ndim - k:]) != normalized_shape:
-        raise RuntimeError(f"Given normalized_shape={list(normalized_shape)}, expected input with shape "
-                           f"[*, {', '.join(str(s) for s in normalized_shape)}], but got input of size "
-                           f"{list(input.shape)}")
-    return _LayerNorm.apply(input, weight, bias, tuple(range(input.ndim - k, input.ndim)), eps)
-
-
-class _LayerNorm(Function):
-    """Layer norm as one graph node. Its backward is the closed form
-    ``rstd * (gy - mean(gy) - xhat * mean(gy * xhat))`` with ``gy = g * weight``: about half the
-    elementwise passes of differentiating the composed ops (a transformer step runs two per block)."""
-
-    @staticmethod
-    def forward(ctx, x, weight, bias, dims, eps):
-        xhat, rstd = _standardize(x, dims, eps)
-        ctx.dims, ctx.eps = dims, eps
-        ctx.save_for_backward(x, xhat, rstd, weight)
-        out = xhat if weight is None else xhat * weight
-        return out if bias is None else out + bias
-
-    @staticmethod
-    def backward(ctx, g):
-        x, xhat, rstd, weight = ctx.saved_tensors
-        dims = ctx.dims
-        if minidl.is_grad_enabled():   # create_graph: xhat, rstd as functions of x, so higher orders stay exact
-            xhat, rstd = _standardize(x, dims, ctx.eps)
-        lead = tuple(range(x.ndim - len(dims)))
-        need_x, need_w, need_b = ctx.needs_input_grad[:3]
-        gx = gw = gb = None
-        if need_x:
-            gy = g if weight is None else g * weight
-            gx = (gy - gy.mean(dims, keepdim=True) - xhat * (gy * xhat).mean(dims, keepdim=True)) * rstd
-        if need_w:
-            gw = (g * xhat).sum(lead) if lead else g * xhat
-        if need_b:
-            gb = g.sum(lead) if lead else g
-        return gx, gw, gb, None, None
-
-
-def _standardize(x, dims, eps):
-    """(x - mean) / sqrt(var + eps) over ``dims`` (biased variance), and that 1 / sqrt(var + eps)."""
-    centered = x - x.mean(dims, keepdim=True)
-    rstd = ((centered * centered).mean(dims, keepdim=True) + eps).rsqrt()
-    return centered * rstd, rstd
 
 
 def one_hot(tensor, num_classes: int = -1):
@@ -427,82 +356,10 @@ def kl_div(input, target, size_average=None, reduce=None, reduction: str = "mean
     return _reduce(loss, reduction)
 
 
-# ----------------------------------------------------------------------------- convolution, pooling, normalization
-from minidl.ops import conv as _conv  # noqa: E402
-from minidl.ops import linalg as _linalg  # noqa: E402
-
-conv1d = _conv.conv1d
-conv2d = _conv.conv2d
-conv_transpose2d = _conv.conv_transpose2d
-max_pool2d = _conv.max_pool2d
-avg_pool2d = _conv.avg_pool2d
-adaptive_avg_pool2d = _conv.adaptive_avg_pool2d
-unfold = _conv.im2col
-fold = _conv.col2im
-
-
+# ----------------------------------------------------------------------------- convolution, pooling
 def max_pool2d_with_indices(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,
                             return_indices=True):
-    return _conv.max_pool2d(input, kernel_size, stride, padding, dilation, ceil_mode, True)
-
-
-def _channel_shape(input):
-    return (1, input.shape[1]) + (1,) * (input.ndim - 2)
-
-
-@autocast_op("batch_norm")
-@_mixed_dtype
-def batch_norm(input, running_mean, running_var, weight=None, bias=None, training: bool = False,
-               momentum: float = 0.1, eps: float = 1e-5):
-    """Normalize over every dim but the channel dim 1. In training mode the batch statistics are used and
-    the running ones (when given) updated in place with the unbiased variance; else the running ones are used."""
-    if input.ndim < 2:
-        raise ValueError(f"batch_norm: expected at least 2D input, got {input.ndim}D")
-    shape = _channel_shape(input)
-    dims = (0,) + tuple(range(2, input.ndim))
-    if training:
-        count = input.numel() // input.shape[1]
-        if count <= 1:
-            raise ValueError(f"Expected more than 1 value per channel when training, got input size "
-                             f"{list(input.shape)}")
-        mean = input.mean(dims, keepdim=True)
-        var = ((input - mean) ** 2).mean(dims, keepdim=True)
-        if running_mean is not None or running_var is not None:
-            with minidl.no_grad():
-                m = 0.1 if momentum is None else momentum
-                if running_mean is not None:
-                    running_mean.mul_(1 - m).add_(mean.reshape(-1).detach() * m)
-                if running_var is not None:
-                    running_var.mul_(1 - m).add_(var.reshape(-1).detach() * (m * count / (count - 1)))
-    else:
-        if running_mean is None or running_var is None:
-            raise ValueError("batch_norm: running_mean and running_var are required in eval mode")
-        mean, var = running_mean.reshape(shape), running_var.reshape(shape)
-    out = (input - mean) * (var + eps).rsqrt()
-    if weight is not None:
-        out = out * weight.reshape(shape)
-    if bias is not None:
-        out = out + bias.reshape(shape)
-    return out
-
-
-@autocast_op("group_norm")
-@_mixed_dtype
-def group_norm(input, num_groups: int, weight=None, bias=None, eps: float = 1e-5):
-    if input.ndim < 2 or input.shape[1] % num_groups:
-        raise RuntimeError(f"group_norm: expected an input with a channel count divisible by {num_groups}, "
-                           f"got shape {list(input.shape)}")
-    n = input.shape[0]
-    x = input.reshape(n, num_groups, -1)
-    mean = x.mean(2, keepdim=True)
-    var = ((x - mean) ** 2).mean(2, keepdim=True)
-    out = ((x - mean) * (var + eps).rsqrt()).reshape(tuple(input.shape))
-    shape = _channel_shape(input)
-    if weight is not None:
-        out = out * weight.reshape(shape)
-    if bias is not None:
-        out = out + bias.reshape(shape)
-    return out
+    return max_pool2d(input, kernel_size, stride, padding, dilation, ceil_mode, True)
 
 
 __all__ += ["dropout1d", "dropout2d", "dropout3d"]

@@ -5,7 +5,7 @@ from collections import OrderedDict, namedtuple
 
 import minidl
 from minidl import Tensor
-from minidl.autograd.hooks import RemovableHandle
+from minidl.autograd import RemovableHandle
 
 from .parameter import Parameter
 

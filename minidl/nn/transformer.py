@@ -8,7 +8,6 @@ import math
 
 import minidl
 
-from ..autograd import Function
 from . import functional as F
 from . import init
 from .container import ModuleList
@@ -153,7 +152,7 @@ class MultiheadAttention(Module):
 
     def _heads(self, x, parts: int = 1):
         """(N, seq, parts*E) or (seq, N, parts*E) -> ``parts`` views (N, heads, seq, head_dim), or one."""
-        split = _SplitHeads.apply(x, parts, self.num_heads, self.batch_first)
+        split = F._split_heads(x, parts, self.num_heads, self.batch_first)
         return split if parts > 1 else split[0]
 
     def _mask(self, mask, what: str, n: int, L: int, S: int):
@@ -174,24 +173,6 @@ class MultiheadAttention(Module):
             return mask.reshape(n, self.num_heads, L, S)
         raise RuntimeError(f"{type(self).__name__}: attn_mask of shape {list(mask.shape)}, expected (L, S) = "
                            f"{[L, S]} or (N * num_heads, L, S) = {[n * self.num_heads, L, S]}")
-
-
-class _SplitHeads(Function):
-    """Views of a projection as (N, heads, seq, head_dim) per part (query, key, value). The backward
-    writes all parts' gradients into one packed tensor in a single pass, where slicing views would
-    zero-fill and add a full-size gradient per part, then copy the sum back to packed order."""
-
-    @staticmethod
-    def forward(ctx, x, parts, heads, batch_first):
-        ctx.meta = (tuple(x.shape), batch_first)
-        split = x.reshape(tuple(x.shape[:2]) + (parts, heads, x.shape[2] // (parts * heads)))
-        return split.permute(2, 0, 3, 1, 4).unbind(0) if batch_first else split.permute(2, 1, 3, 0, 4).unbind(0)
-
-    @staticmethod
-    def backward(ctx, *grads):
-        shape, batch_first = ctx.meta
-        order = (0, 2, 1, 3) if batch_first else (2, 0, 1, 3)   # back to (N, seq, ...) or (seq, N, ...)
-        return minidl.stack([g.permute(order) for g in grads], 2).reshape(shape), None, None, None
 
 
 def _append_key(t, extra):

@@ -19,10 +19,14 @@ Reading order, bottom-up (a module imports only those above it in this list):
 - ``linalg``: matrix products
 - ``sorting``: sort, topk, unique, bincount, histc
 - ``conv``: convolution and pooling
+- ``normalization``: layer, batch and group norm
+- ``attention``: the split of a projection into heads
 - ``fused``: the fused optimizer steps
 """
-from . import conv, creation, elementwise, fused, indexing, linalg, random, reduction, shape_ops, sorting, views  # noqa: F401
+from . import (attention, conv, creation, elementwise, fused, indexing, linalg, normalization, random,  # noqa: F401
+               reduction, shape_ops, sorting, views)
 from . import registry
 
 globals().update(registry.functions())
+globals().update(registry.functions("nn.functional"))  # (for minidl.nn.functional)
 __all__ = sorted(registry.functions()) + ["random"]  # (minidl.random is torch.random's counterpart)

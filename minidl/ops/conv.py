@@ -217,7 +217,14 @@ def _batched(op, x, spatial=2):
                        f"got {x.ndim}D with shape {list(x.shape)}")
 
 
-@op("unfold", method=False, namespace="nn.functional")
+def _sample_geometry():
+    """A 2x2 window, stride (1, 2), padding (1, 0) over 3x4 images: the channel-major samples'."""
+    return (2, 2, 1, 2, 1, 0, 1, 1) + _geometry("im2col", 3, 4, (2, 2), (1, 2), (1, 0), (1, 1))  # (4, 2)
+
+
+@op("unfold", method=False, namespace="nn.functional", samples=lambda t: [
+    t.S("unfold", lambda x: im2col(x, (2, 1), stride=1, padding=(0, 1)), t.rn(1, 2, 3, 2)),
+    t.S("channel-major", lambda x: Im2Col.apply(x, _sample_geometry(), True), t.rn(2, 2, 3, 4))])
 def im2col(x, kernel_size, stride=1, padding=0, dilation=1):
     """(N, C, H, W) -> (N, C*kh*kw, L), like torch.nn.functional.unfold."""
     k, s, p, d = (_pair(v, n) for v, n in ((kernel_size, "kernel_size"), (stride, "stride"),
@@ -228,7 +235,9 @@ def im2col(x, kernel_size, stride=1, padding=0, dilation=1):
     return Im2Col.apply(x, k + s + p + d + (oh, ow))
 
 
-@op("fold", method=False, namespace="nn.functional")
+@op("fold", method=False, namespace="nn.functional", samples=lambda t: [
+    t.S("fold", lambda c: col2im(c, (3, 3), 2, padding=1, stride=2), t.rn(1, 8, 4)),
+    t.S("channel-major", lambda c: Col2Im.apply(c, (2, 2, 3, 4), _sample_geometry(), True), t.rn(8, 16))])
 def col2im(cols, output_size, kernel_size, stride=1, padding=0, dilation=1):
     """(N, C*kh*kw, L) -> (N, C, H, W), summing overlaps, like torch.nn.functional.fold."""
     k, s, p, d = (_pair(v, n) for v, n in ((kernel_size, "kernel_size"), (stride, "stride"),
@@ -252,7 +261,24 @@ def _conv_inputs(name, input, weight, bias):
     return x, unbatched
 
 
-@op(method=False)
+def _conv2d_samples(t):
+    w = t.rn(2, 1, 2, 2)
+    return [
+        t.S("conv2d", lambda x, w, b: conv2d(x, w, b, stride=(2, 1), padding=1), t.rn(1, 2, 4, 3), t.rn(2, 2, 2, 2),
+            t.rn(2)),
+        t.S("conv2d-groups-dilation", lambda x, w: conv2d(x, w, padding=(1, 0), dilation=(2, 1), groups=2),
+            t.NC(t.rn(2, 2, 3, 3), "F"), t.rn(4, 1, 2, 2)),
+        t.S("conv2d-input-only", lambda x: conv2d(x, t.const(w), stride=2), t.rn(1, 1, 4, 4)),
+        t.S("conv2d-batch-bias", lambda x, w, b: conv2d(x, w, b), t.rn(3, 2, 3, 3), t.NC(t.rn(2, 2, 2, 2), "gap"),
+            t.rn(2)),
+        t.S("conv2d", lambda x, w: conv2d(x, w, padding=1, stride=2), t.rn(1, 1, 3, 3), t.rn(1, 1, 2, 2),
+            second_order=True),
+        t.S("conv2d-bias-groups", lambda x, w, b: conv2d(x, w, b, groups=2) ** 2, t.rn(2, 2, 3, 3),
+            t.rn(2, 1, 2, 2), t.rn(2), second_order=True),
+    ]
+
+
+@op(method=False, samples=_conv2d_samples)
 @autocast_op("conv2d")
 def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     x, unbatched = _conv_inputs("conv2d", input, weight, bias)
@@ -290,7 +316,9 @@ def _pad(x, extra):
     return pad(x, (0, extra[1], 0, extra[0]))
 
 
-@op(method=False)
+@op(method=False, samples=lambda t: [
+    t.S("conv1d", lambda x, w, b: conv1d(x, w, b, stride=2, padding=1), t.rn(2, 2, 5), t.rn(3, 2, 2), t.rn(3)),
+    t.S("conv1d-unbatched", lambda x, w: conv1d(x, w, dilation=2), t.NC(t.rn(2, 6), "F"), t.rn(2, 2, 2))])
 @autocast_op("conv1d")
 def conv1d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     if input.ndim not in (2, 3):
@@ -304,7 +332,9 @@ def conv1d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     return out.squeeze(-2)
 
 
-@op(method=False)
+@op(method=False, samples=lambda t: [
+    t.S("conv_transpose2d", lambda x, w, b: conv_transpose2d(x, w, b, stride=2, padding=1, output_padding=1),
+        t.rn(1, 2, 2, 2), t.rn(2, 1, 3, 2), t.rn(1))])
 @autocast_op("conv_transpose2d")
 def conv_transpose2d(input, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1, dilation=1):
     x, unbatched = _conv_inputs("conv_transpose2d", input, weight, bias)
@@ -349,7 +379,24 @@ def _pool_args(op, kernel_size, stride, padding, dilation):
     return k, s, p, d
 
 
-@op(method=False)
+def _max_pool2d_samples(t):
+    x = t.distinct(2, 2, 4, 5)
+
+    def first_backward(g):  # as create_graph records it (MaxPool2dGrad); linear in g
+        leaf = t.const(x).requires_grad_()
+        return t.vjp(max_pool2d(leaf, 2, stride=(1, 2)), leaf, g)
+
+    return [
+        t.S("max_pool2d", lambda x: max_pool2d(x, 2, stride=1, padding=1), t.distinct(1, 2, 3, 3)),
+        t.S("max_pool2d-ceil-dilation", lambda x: max_pool2d(x, 2, stride=2, dilation=(1, 2), ceil_mode=True),
+            t.NC(t.distinct(2, 1, 5, 4), "F")),
+        t.S("max_pool2d-backward", first_backward, t.rn(2, 2, 3, 2)),
+        t.S("max_pool2d", lambda x: max_pool2d(x, 2, stride=1) ** 2, t.distinct(1, 1, 3, 3), second_order=True),
+        t.S("max_pool2d-3", lambda x: max_pool2d(x, 2) ** 3, t.NC(t.distinct(2, 1, 4, 4), "F"), second_order=True),
+    ]
+
+
+@op(method=False, samples=_max_pool2d_samples)
 def max_pool2d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, return_indices=False):
     x, unbatched = _batched("max_pool2d", input)
     k, s, p, d = _pool_args("max_pool2d", kernel_size, stride, padding, dilation)
@@ -370,7 +417,8 @@ def _window_counts(n, k, s, p, o, include_pad):
     return size
 
 
-@op(method=False, namespace="nn.functional")
+@op(method=False, namespace="nn.functional", samples=lambda t: [
+    t.S("avg_pool2d", lambda x: avg_pool2d(x, 2, stride=1, padding=1), t.rn(1, 2, 3, 3))])
 @autocast_op("avg_pool2d")
 def avg_pool2d(input, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True,
                divisor_override=None):
@@ -398,7 +446,9 @@ def _adaptive_matrix(n, o):
     return m
 
 
-@op(method=False, namespace="nn.functional")
+@op(method=False, namespace="nn.functional", samples=lambda t: [
+    t.S("adaptive_avg_pool2d", lambda x: adaptive_avg_pool2d(x, (2, 3)), t.rn(1, 2, 5, 4)),
+    t.S("adaptive_avg_pool2d-unbatched", lambda x: adaptive_avg_pool2d(x, 2), t.NC(t.rn(1, 3, 3), "gap"))])
 @autocast_op("adaptive_avg_pool2d")
 def adaptive_avg_pool2d(input, output_size):
     x, unbatched = _batched("adaptive_avg_pool2d", input)

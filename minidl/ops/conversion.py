@@ -37,11 +37,15 @@ class ToDevice(Function):
         return g.to(ctx.device), None
 
 
-@op(method=False, namespace=None)
+@op(method=False, namespace=None, samples=lambda t: [
+    t.S("to-float64", lambda x: ToDtype.apply(x, t.float64), t.rn(3, 4)),
+    t.S("to-float32-and-back", lambda x: x.to(t.float32).to(t.float64) * 2, t.rn(3, 4), eps=1e-2, atol=1e-3,
+        rtol=1e-3)])
 def to_dtype(x, dtype):
     return x if x.dtype is dtype else ToDtype.apply(x, dtype)
 
 
-@op(method=False, namespace=None)
+@op(method=False, namespace=None, samples=lambda t: [
+    t.S("to-cpu", lambda x: ToDevice.apply(x, t.cpu), t.NC(t.rn(3, 4), "F"))])
 def to_device(x, device):
     return x if x.device == device else ToDevice.apply(x, device)

@@ -155,15 +155,52 @@ def _check_grad_calls(formula):
                                         f"(nor, on plain numbers, a function of Python's math)")
 
 
+# test samples of the unary ops (see tests/opinfo.py): the toolkit maker of each op's values, and its
+# leading arguments (rn when not listed), away from where the op is not differentiable or not defined
+_SAMPLE_VALUES = {"abs": ("nonzero",), "sign": ("nonzero",), "reciprocal": ("nonzero",), "relu": ("nonzero",),
+                  "log": ("pos",), "sqrt": ("pos",), "rsqrt": ("pos",), "log1p": ("uniform", -0.5, 2),
+                  "tan": ("uniform", -1.2, 1.2), "floor": ("frac",), "ceil": ("frac",), "round": ("frac",),
+                  "trunc": ("frac",)}
+
+
+def _unary_samples(t, name):
+    """A unary op's samples: contiguous, column-major and negative-stride inputs, and its own."""
+    maker, *args = _SAMPLE_VALUES.get(name, ("rn",))
+    values, fn = (lambda *shape: getattr(t, maker)(*args, *shape)), globals()[name]
+    return [t.S(name, fn, values(3, 4)), t.S(f"{name}-fortran", fn, t.NC(values(4, 3), "F")),
+            t.S(f"{name}-negstride", lambda x: fn(x).sum(0), t.NC(values(5), "neg"))
+            ] + _MORE_UNARY_SAMPLES.get(name, lambda t, fn: [])(t, fn)
+
+
+def _tanh_of_a_row(x):
+    y = x * 2
+    y[1].tanh_()
+    return y
+
+
+_MORE_UNARY_SAMPLES = {  # op name -> (t, op) -> its samples beyond those three
+    "exp": lambda t, exp: [t.S("exp", exp, t.rn(3, 2), second_order=True)],
+    "tanh": lambda t, tanh: [t.S("inplace-unary-on-view", _tanh_of_a_row, t.rn(3, 4)),
+                             t.S("tanh", tanh, t.rn(4), second_order=True)],
+    "sigmoid": lambda t, sigmoid: [
+        t.S("sigmoid-of-matmul-sum", lambda a, b: (a @ b).sigmoid().sum(0), t.rn(3, 4), t.rn(4, 2)),
+        t.S("sigmoid", sigmoid, t.NC(t.rn(3, 2), "F"), second_order=True)],
+    "relu": lambda t, relu: [  # Gate, ReLU's backward: a where b > 0, else 0
+        t.S("gate", lambda a, b: Gate.apply(a, b), t.rn(3, 4), t.nonzero(3, 4)),
+        t.S("gate-broadcast", lambda a, b: Gate.apply(a, b), t.rn(3, 4), t.nonzero(4))],
+}
+
 _ALIASES = {"neg": ("negative",), "abs": ("absolute",)}
 for _formula in formulas.UNARY:  # neg, abs, exp, ..., relu, ...: one op per table entry, which defines it
     globals()[_formula.name] = _unary(_formula)
     if _formula.name != "round":  # (declared below, with decimals)
-        op(_formula.name, aliases=_ALIASES.get(_formula.name, ()), inplace=rebased)(globals()[_formula.name])
+        op(_formula.name, aliases=_ALIASES.get(_formula.name, ()), inplace=rebased,
+           samples=lambda t, name=_formula.name: _unary_samples(t, name))(globals()[_formula.name])
 _round = round  # noqa: F821 (made just above; the public round below adds decimals)
 
 
-@op(inplace=rebased)
+@op(inplace=rebased, samples=lambda t: _unary_samples(t, "round") + [
+    t.S("round-decimals", lambda x: x.round(decimals=1) * x, t.frac(4) + 0.02)])
 def round(x, decimals=0):
     """Round half to even, at ``decimals`` places after the point (before it when negative)."""
     if not decimals:
@@ -175,7 +212,7 @@ def round(x, decimals=0):
     return _round(x / 10.0 ** -decimals) * 10.0 ** -decimals
 
 
-@op(inplace=rebased)
+@op(inplace=rebased, samples=lambda t: [t.S("frac", frac, t.frac(3, 4))])
 def frac(x):
     """The fractional part ``x - trunc(x)``, with x's sign; its gradient is the identity."""
     if not x.dtype.is_floating_point:
@@ -304,30 +341,66 @@ def _binary_entry(cls):
     return fn
 
 
+def _inplace_mul_on_view(x, w):
+    y = x.sin()  # saves x, not y: y may be modified
+    y[:, 1].mul_(w)
+    return y
+
+
+def _maximum_samples(t, name, fn):
+    a = t.rn(3, 4)
+    return [t.S(name, fn, a, a + t.nonzero(3, 4)),
+            t.S(f"{name}-broadcast", fn, t.distinct(3, 4), t.distinct(4) + 0.1)]
+
+
 _sub = _binary_entry(Sub)
-mul = op(aliases=("multiply",), inplace=binary_inplace(Mul))(_binary_entry(Mul))
-maximum = op()(_binary_entry(Maximum))
-minimum = op()(_binary_entry(Minimum))
-remainder = op(inplace=binary_inplace(Remainder))(_binary_entry(Remainder))
+mul = op(aliases=("multiply",), inplace=binary_inplace(Mul), samples=lambda t: [
+    t.S("mul-broadcast", lambda a, b: a * b, t.rn(2, 3, 4), t.rn(3, 1)),
+    t.S("mul-same", lambda a: a * a, t.NC(t.rn(3, 3), "F")),
+    t.S("mul-scalar", lambda a: a * -3.0, t.rn(4)),
+    t.S("inplace-mul-on-view", _inplace_mul_on_view, t.rn(3, 4), t.rn(3)),
+    t.S("inplace-chain-nonleaf", lambda x, w: (x * 1).mul_(w).add_(x).exp_().clamp_(max=20.0), t.rn(3, 4), t.rn(4)),
+    t.S("mul", lambda a, b: a * b, t.rn(3, 4), t.rn(4), second_order=True)])(_binary_entry(Mul))
+maximum = op(samples=lambda t: _maximum_samples(t, "maximum", maximum))(_binary_entry(Maximum))
+minimum = op(samples=lambda t: _maximum_samples(t, "minimum", minimum))(_binary_entry(Minimum))
+remainder = op(inplace=binary_inplace(Remainder), samples=lambda t: [
+    t.S("remainder", lambda a, b: a % b, (d := t.pos(3, 4)) * t.frac(3, 4), d),
+    t.S("remainder-scalar", lambda a: remainder(a, 1.0), t.frac(5))])(_binary_entry(Remainder))
 _add = _binary_entry(Add)
 _div = _binary_entry(Div)
-true_divide = op("true_divide", inplace=binary_inplace(Div))(_div)
+true_divide = op("true_divide", inplace=binary_inplace(Div), samples=lambda t: [
+    t.S("true_divide", true_divide, t.NC(t.rn(4, 3), "F"), t.nonzero(3))])(_div)
 _pow = _binary_entry(Pow)
-atan2 = op(aliases=("arctan2",), inplace=binary_inplace(Atan2))(autocast_op("atan2")(_binary_entry(Atan2)))
+atan2 = op(aliases=("arctan2",), inplace=binary_inplace(Atan2), samples=lambda t: [
+    t.S("atan2-broadcast", atan2, t.rn(3, 4), t.nonzero(4)),
+    t.S("atan2-noncontig-scalar", lambda y: atan2(y, -0.5), t.NC(t.rn(3, 2), "F")),
+    t.S("atan2", atan2, t.rn(3), t.nonzero(3), second_order=True),
+])(autocast_op("atan2")(_binary_entry(Atan2)))
 
 
-@op(inplace=binary_inplace(Add))
+@op(inplace=binary_inplace(Add), samples=lambda t: [
+    t.S("add-broadcast", lambda a, b: a + b, t.rn(3, 4), t.rn(4)),
+    t.S("add-broadcast-3d-noncontig", lambda a, b: add(a, b, alpha=2), t.rn(2, 1, 3), t.NC(t.rn(4, 3), "F")),
+    t.S("add-scalar", lambda a: 2.5 + a, t.rn(3)),
+    t.S("add-0d", lambda a, b: a + b, t.rn(), t.rn(2, 3))])
 def add(a, b, alpha=1):
     return _add(a, b if alpha == 1 else b * alpha)
 
 
-@op(aliases=("subtract",), inplace=binary_inplace(Sub))
+@op(aliases=("subtract",), inplace=binary_inplace(Sub), samples=lambda t: [
+    t.S("sub-broadcast", lambda a, b: a - b, t.rn(3, 1), t.rn(1, 4)),
+    t.S("rsub-scalar", lambda a: 1.5 - a, t.NC(t.rn(3, 2), "gap"))])
 def sub(a, b, alpha=1):
     return _sub(a, b if alpha == 1 else b * alpha)
 
 
 
-@op(aliases=("divide",), inplace=binary_inplace(Div))
+@op(aliases=("divide",), inplace=binary_inplace(Div), samples=lambda t: [
+    t.S("div-broadcast", lambda a, b: a / b, t.rn(3, 4), t.nonzero(4)),
+    t.S("div-noncontig", lambda a, b: a / b, t.NC(t.rn(3, 3), "F"), t.NC(t.nonzero(3, 3), "neg")),
+    t.S("rdiv-scalar", lambda b: 2.0 / b, t.NC(t.nonzero(3, 2), "gap")),  # b.reciprocal() * 2.0, as PyTorch
+    t.S("div-trunc", lambda a, b: div(a, b, rounding_mode="trunc"), t.frac(4) * 2, [2.0] * 4),
+    t.S("div", lambda a, b: a / b, t.rn(3), t.nonzero(3), second_order=True)])
 def div(a, b, rounding_mode=None):
     if rounding_mode is None:
         return _div(a, b)
@@ -340,12 +413,18 @@ def div(a, b, rounding_mode=None):
     raise ValueError(f"div: expected rounding_mode to be one of None, 'trunc' or 'floor', got '{rounding_mode}'")
 
 
-@op(inplace=binary_inplace(FloorDivide))
+@op(inplace=binary_inplace(FloorDivide), samples=lambda t: [
+    t.S("floor_divide", lambda a, b: a // b, (d := t.pos(3, 4)) * t.frac(3, 4), d)])
 def floor_divide(a, b):
     return _binary_entry(FloorDivide)(a, b)
 
 
-@op(inplace=binary_inplace(Pow))
+@op(inplace=binary_inplace(Pow), samples=lambda t: [
+    t.S("pow-tensors", lambda a, b: a ** b, t.pos(3, 4), t.rn(3, 4)),
+    t.S("pow-broadcast", lambda a, b: pow(a, b), t.pos(2, 3), t.rn(3)),
+    t.S("pow-scalar-exponent", lambda a: a ** 3, t.rn(3, 2)),
+    t.S("pow-scalar-base", lambda b: 2.0 ** b, t.rn(4)),
+    t.S("pow", lambda a, b: a ** b, t.pos(3), t.rn(3), second_order=True)])
 @autocast_op("pow")
 def pow(a, b):
     if type(b) in (int, float) and b == 2 and hasattr(a, "_layout") and a.dtype.is_floating_point:
@@ -431,7 +510,13 @@ def _where_method(self, condition, other):
     return where(condition, self, other)
 
 
-@op(method=_where_method)
+def _where_samples(t):
+    mask = t.rn(3, 4) > 0
+    return [t.S("where-broadcast", lambda a, b: where(t.const(mask), a, b), t.rn(3, 4), t.rn(4)),
+            t.S("where-scalar", lambda a: where(t.const([[True, False, True]]), a, 0.0), t.NC(t.rn(2, 3), "F"))]
+
+
+@op(method=_where_method, samples=_where_samples)
 def where(cond, a=None, b=None):
     if a is None and b is None:
         return cond.nonzero(as_tuple=True)  # (the one-argument form is nonzero's, documented as such)
@@ -465,7 +550,16 @@ class Clamp(Function):
         return gx, glo, ghi
 
 
-@op(aliases=("clip",), inplace=rebased)
+def _clamp_samples(t):
+    lo = t.rn(4) - 1
+    return [t.S("clamp-scalars", lambda x: x.clamp(-0.5, 0.5), t.avoid((3, 4), [-0.5, 0.5])),
+            t.S("clamp-min-tensor", lambda x, lo: clamp(x, min=lo), lo + t.nonzero(3, 4), lo),
+            t.S("clamp-tensors", lambda x, lo, hi: clamp(x, lo, hi), lo + t.avoid((3, 4), [0.0, 1.0], -1, 2), lo,
+                lo + 1),
+            t.S("clamp-max-only", lambda x: x.clamp(max=0.3), t.NC(t.avoid((4, 3), [0.3]), "F"))]
+
+
+@op(aliases=("clip",), inplace=rebased, samples=_clamp_samples)
 def clamp(x, min=None, max=None):
     if min is None and max is None:
         raise RuntimeError("clamp: at least one of 'min' or 'max' must not be None")
@@ -475,7 +569,8 @@ def clamp(x, min=None, max=None):
 
 
 
-@op(inplace=rebased)
+@op(inplace=rebased, samples=lambda t: [  # clamp_max too
+    t.S("clamp_min-clamp_max", lambda x: clamp_min(x, -0.5) + x.clamp_max(0.5), t.avoid((3, 4), [-0.5, 0.5]))])
 def clamp_min(x, min):
     return clamp(x, min=min)
 
@@ -492,7 +587,8 @@ def _operands(a, b):
     return a, as_operand(b, a)
 
 
-@op()
+@op(samples=lambda t: [  # fmin too
+    t.S("fmax-fmin", lambda a, b: fmax(a, b) + b.fmin(a) * 2, t.distinct(3, 4), t.distinct(4) + 0.1)])
 def fmax(a, b):
     """maximum that ignores NaN (NaN only when both are); ties send the gradient to ``a``."""
     a, b = _operands(a, b)
@@ -505,7 +601,11 @@ def fmin(a, b):
     return where((a <= b) | isnan(b), a, b)
 
 
-@op(inplace=rebased)
+@op(inplace=rebased, samples=lambda t: [
+    t.S("lerp-scalar-weights", lambda s, e: s.lerp(e, 0.3) + lerp(s, e, 0.8), t.rn(3, 4), t.rn(4)),
+    t.S("lerp-tensor-weight", lerp, t.rn(3, 4), t.rn(3, 4), t.avoid((3, 4), [-0.5, 0.5])),
+    t.S("inplace-twins-nonleaf", lambda x, w: (x * 1).sin_().lerp_(w, 0.25).addcmul_(w, x).atan2_(w).square_(),
+        t.rn(3, 4), t.pos(4))])
 def lerp(start, end, weight):
     """start + weight * (end - start), computed from the nearer end so that weight 1 gives ``end``."""
     end = as_operand(end, start)
@@ -515,7 +615,9 @@ def lerp(start, end, weight):
     return where(weight.abs() < 0.5, start + weight * diff, end - diff * (1 - weight))
 
 
-@op(inplace=rebased)
+@op(inplace=rebased, samples=lambda t: [  # addcdiv too
+    t.S("addcmul-addcdiv", lambda x, a, b: addcmul(x, a, b, value=2) + x.addcdiv(a, b, value=-0.5), t.rn(3, 4),
+        t.rn(4), t.nonzero(3, 4))])
 @autocast_op("addcmul")
 def addcmul(x, tensor1, tensor2, value=1):
     return x + tensor1 * tensor2 * value if value != 1 else x + tensor1 * tensor2
@@ -527,7 +629,8 @@ def addcdiv(x, tensor1, tensor2, value=1):
     return x + tensor1 / tensor2 * value if value != 1 else x + tensor1 / tensor2
 
 
-@op(inplace=rebased)
+@op(inplace=rebased, samples=lambda t: [
+    t.S("nan_to_num", lambda x: nan_to_num(x, posinf=2.0), [[1.5, math.nan], [math.inf, -0.3]])])
 def nan_to_num(x, nan=0.0, posinf=None, neginf=None):
     """NaN and infinities replaced by finite values (by default the dtype's extremes); the gradient
     passes where x is finite."""
@@ -562,7 +665,10 @@ class LogAddExp(Function):
         return ga, gb
 
 
-@op()
+@op(samples=lambda t: [
+    t.S("logaddexp-broadcast", logaddexp, t.rn(3, 4), t.NC(t.rn(4), "neg")),
+    t.S("logaddexp-far-apart", lambda a, b: a.logaddexp(b * 30), t.rn(5), t.rn(5)),
+    t.S("logaddexp", logaddexp, t.rn(2, 3), t.rn(3), second_order=True)])
 @autocast_op("logaddexp")
 def logaddexp(a, b):
     return LogAddExp.apply(*_operands(a, b))

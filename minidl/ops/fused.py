@@ -1,4 +1,6 @@
-"""Fused optimizer updates, one pass over each parameter (like PyTorch's ``fused=True`` kernels).
+"""Fused optimizer updates, one pass over each parameter (like PyTorch's ``fused=True`` kernels),
+public as ``minidl._fused_sgd_step_`` and ``minidl._fused_adam_step_`` (as torch's ``_fused_adam_``
+is) for optimizers to call.
 
 The element-wise formulas live in the ``sgd_step`` / ``adam_step`` primitives (see
 ``minidl.kernels``); these wrappers check the tensors, hand the kernels packed 1-D buffers and
@@ -45,7 +47,9 @@ def _run(name, param, tensors, *scalars):
 @op("_fused_sgd_step_", method=False)
 def sgd_step_(param, grad, momentum_buffer, *, lr, weight_decay, momentum, dampening, nesterov, maximize,
               first):
-    """One SGD step on ``param`` (and its ``momentum_buffer``, filled from the gradient when ``first``)."""
+    """One step of ``torch.optim.SGD``'s update on ``param`` in place, in one pass: ``momentum_buffer``
+    (``param``'s shape, or None without momentum) is filled from the gradient when ``first``, else
+    updated. The formulas: the ``sgd_step`` primitive in ``minidl.kernels``."""
     _run("sgd_step", param, (grad, momentum_buffer), lr, weight_decay, momentum, dampening, nesterov,
          maximize, first)
 
@@ -53,6 +57,10 @@ def sgd_step_(param, grad, momentum_buffer, *, lr, weight_decay, momentum, dampe
 @op("_fused_adam_step_", method=False)
 def adam_step_(param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, *, beta1, beta2, eps, weight_decay, decay,
                amsgrad, maximize, step_size, bias_correction2_sqrt):
-    """One Adam/AdamW step on ``param`` and its moment estimates (``decay``: AdamW's p *= 1 - lr*wd)."""
+    """One step of ``torch.optim.Adam``'s (or AdamW's) update on ``param`` and its moment estimates
+    in place, in one pass. The caller folds the step count in: ``step_size = lr / (1 - beta1**step)``,
+    ``bias_correction2_sqrt = sqrt(1 - beta2**step)``; ``decay`` is AdamW's factor ``1 - lr*wd``
+    (1 for Adam); ``max_exp_avg_sq`` is None without amsgrad. The formulas: the ``adam_step``
+    primitive in ``minidl.kernels``."""
     _run("adam_step", param, (grad, exp_avg, exp_avg_sq, max_exp_avg_sq), beta1, beta2, eps, weight_decay,
          decay, amsgrad, maximize, step_size, bias_correction2_sqrt)

@@ -176,7 +176,28 @@ def flat_indices(view, advanced, wrap: bool = True):
     return flat.expand(out_shape)
 
 
-@op(method=False, namespace=None)
+def _getitem_samples(t):
+    mask = t.rn(3, 4) > 0
+    return [
+        t.S("select", lambda x: x[1], t.rn(3, 4)),
+        t.S("select-last-col", lambda x: x[:, -1], t.NC(t.rn(3, 4), "F")),
+        t.S("slice", lambda x: x[1:3], t.rn(4, 3)),
+        t.S("slice-step", lambda x: x[:, ::2], t.NC(t.rn(3, 5), "gap")),
+        t.S("slice-negative-step", lambda x: x[::-2, 1:], t.rn(5, 3)),
+        t.S("getitem-list", lambda x: x[[0, 2, 2]], t.rn(3, 4)),
+        t.S("getitem-adv-basic", lambda x: x[[0, 2], 1:3], t.rn(4, 5)),
+        t.S("getitem-dup-cols", lambda x: x[:, [1, 0, 1]], t.NC(t.rn(3, 4), "F")),
+        t.S("getitem-bool-mask", lambda x: x[t.const(mask)], t.rn(3, 4)),
+        t.S("getitem-none-ellipsis", lambda x: x[None, ..., 1], t.rn(2, 3, 4)),
+        t.S("getitem-nonadjacent", lambda x: x[[0, 1], :, [1, 2]], t.rn(2, 3, 4)),
+        t.S("getitem-2d-index", lambda x: x[t.const([[0, 1], [2, 0]]), -1], t.rn(3, 4)),
+        t.S("getitem-mask-row-slice", lambda x: x[1:, t.const([True, False, True, True])], t.NC(t.rn(3, 4), "neg")),
+        t.S("getitem-negative-index-tensor", lambda x: x[t.const([-1, 0]), t.const([1, -2])], t.rn(3, 4)),
+        t.S("getitem", lambda x: x[[0, 2, 2], 1:] ** 2, t.rn(3, 3), second_order=True),
+    ]
+
+
+@op(method=False, namespace=None, samples=_getitem_samples)
 def getitem(x, index):
     view, advanced = plan(x, index)
     if not advanced:
@@ -184,7 +205,45 @@ def getitem(x, index):
     return Take.apply(view, flat_indices(view, advanced))
 
 
-@op(method=False, namespace=None)
+def _setitem_samples(t):
+    def index_broadcast_value(x, v):
+        y = x * 1
+        y[t.const([0, 2])] = v
+        return y
+
+    def overwrite_with_constant(x, w):  # (copy_, which writes as setitem does)
+        y = x * 2
+        y.copy_(t.const(np.full((3, 4), 0.5)))
+        return y * w + x
+
+    def fill_row(x):
+        y = x * 3
+        y[0] = 5.0
+        return y * x
+
+    def view_of_nonleaf(x, v):
+        y = x * 1
+        y[1:, ::2] = v
+        return y * x
+
+    def advanced(x, v, w):
+        y = x * 1
+        y[t.const([0, 2]), 1:3] = v
+        y[:, 0] += w
+        return y
+
+    return [
+        t.S("setitem-index-broadcast-value", index_broadcast_value, t.rn(3, 4), t.rn(4)),
+        t.S("overwrite-with-constant", overwrite_with_constant, t.rn(3, 4), t.rn(3, 4)),
+        t.S("setitem-constant", fill_row, t.rn(3, 4)),
+        t.S("setitem-view-of-nonleaf", view_of_nonleaf, t.rn(3, 4), t.rn(2, 2)),
+        t.S("setitem-nonleaf-advanced", advanced, t.rn(3, 4), t.rn(2, 2), t.rn(3)),
+        t.S("setitem-nonleaf-view", view_of_nonleaf, t.NC(t.rn(3, 4), "F"), t.rn(2, 2)),
+        t.S("setitem-nonleaf", view_of_nonleaf, t.rn(3, 4), t.rn(2, 2), second_order=True),
+    ]
+
+
+@op(method=False, namespace=None, samples=_setitem_samples)
 def setitem(x, index, value):
     """``x[index] = value``: an in-place write into the basic view, through IndexPut when advanced."""
     view, advanced = plan(x, index)
@@ -244,7 +303,9 @@ def _check_gather_shapes(op, x, dim, index, src=None):
         raise TypeError(f"{op}(): Expected dtype int64 for index, got {index.dtype}")
 
 
-@op()
+@op(samples=lambda t: [
+    t.S("gather", lambda x: x.gather(1, t.const([[0, 0], [3, 1], [2, 2]])), t.NC(t.rn(3, 4), "F")),
+    t.S("gather-dups", lambda x: gather(x, 0, t.const([[0, 1, 0], [2, 2, 1]])), t.rn(3, 3))])
 def gather(x, dim, index):
     dim = normalize_dim(dim, x.ndim, "gather")
     _check_gather_shapes("gather", x, dim, index)
@@ -262,7 +323,10 @@ def _scatter(op, x, dim, index, src, accumulate):
     return IndexPut.apply(x, _along_dim(op, x.shape, dim, index), src.to(x.dtype), accumulate)
 
 
-@op(inplace=rebased)
+@op(inplace=rebased, samples=lambda t: [
+    t.S("scatter", lambda x, s: x.scatter(1, t.const([[0, 2], [1, 3], [3, 0]]), s), t.rn(3, 4), t.rn(3, 2)),
+    t.S("scatter-public", lambda x, s: scatter(x, 0, t.const([[2, 0, 1]]), s), t.rn(3, 3), t.rn(1, 3)),
+    t.S("scatter-value", lambda x: x.scatter(1, t.const([[1], [0]]), value=2.0), t.rn(2, 3))])
 def scatter(x, dim, index, src=None, value=None, reduce=None):
     if reduce is not None:
         if reduce != "add":
@@ -271,13 +335,17 @@ def scatter(x, dim, index, src=None, value=None, reduce=None):
     return _scatter("scatter", x, dim, index, src if src is not None else value, False)
 
 
-@op(inplace=rebased)
+@op(inplace=rebased, samples=lambda t: [
+    t.S("scatter_add-dups", lambda x, s: x.scatter_add(0, t.const([[0, 1, 0], [0, 0, 1]]), s), t.rn(2, 3),
+        t.NC(t.rn(2, 3), "F")),
+    t.S("scatter_add-public", lambda x, s: scatter_add(x, 1, t.const([[0, 1, 0], [2, 2, 1]]), s),
+        t.NC(t.rn(2, 3), "F"), t.rn(2, 3))])
 @autocast_op("scatter_add")
 def scatter_add(x, dim, index, src):
     return _scatter("scatter_add", x, dim, index, src, True)
 
 
-@op()
+@op(samples=lambda t: [t.S("index_select", lambda x: x.index_select(1, t.const([3, 0, 3])), t.rn(2, 4))])
 def index_select(x, dim, index):
     dim = normalize_dim(dim, x.ndim, "index_select")
     if index.ndim > 1:
@@ -306,18 +374,23 @@ def _index_along(op, x, dim, index, source, accumulate):
     return _scatter(op, x, dim, expanded, source, accumulate)
 
 
-@op(inplace=rebased)
+@op(inplace=rebased, samples=lambda t: [
+    t.S("index_add", lambda x, s: x.index_add(0, t.const([0, 2, 0]), s), t.rn(3, 4), t.rn(3, 4)),
+    t.S("index_add-alpha-dim1", lambda x, s: x.index_add(1, t.const([3, 1]), s, alpha=2.0), t.NC(t.rn(3, 4), "F"),
+        t.rn(3, 2))])
 def index_add(x, dim, index, source, alpha=1):
     return _index_along("index_add", x, dim, index, source if alpha == 1 else source * alpha, True)
 
 
-@op(inplace=rebased)
+@op(inplace=rebased, samples=lambda t: [
+    t.S("index_copy", lambda x, s: x.index_copy(0, t.const([2, 0]), s), t.rn(3, 4), t.NC(t.rn(2, 4), "F"))])
 @autocast_op("index_copy")
 def index_copy(x, dim, index, source):
     return _index_along("index_copy", x, dim, index, source, False)
 
 
-@op(inplace=rebased)
+@op(inplace=rebased, samples=lambda t: [
+    t.S("index_fill-value-tensor", lambda x, v: index_fill(x, 1, t.const([0, 2]), v), t.rn(3, 4), t.rn())])
 def index_fill(x, dim, index, value):
     """x with its slices ``index`` along ``dim`` set to ``value`` (a number or a 0-d tensor)."""
     value = written_operand(value, x, "index_fill")
@@ -326,7 +399,12 @@ def index_fill(x, dim, index, value):
     return _index_along("index_fill", x, dim, index, value.expand, False)
 
 
-@op(inplace=rebased)
+def _masked_scatter_samples(t):
+    mask = t.rn(3, 4) > 0
+    return [t.S("masked_scatter", lambda x, s: x.masked_scatter(t.const(mask), s), t.rn(3, 4), t.rn(12))]
+
+
+@op(inplace=rebased, samples=_masked_scatter_samples)
 def masked_scatter(x, mask, source):
     """x with the places where ``mask`` (broadcast to x) is True filled, in order, from the first
     elements of ``source``."""
@@ -340,7 +418,13 @@ def masked_scatter(x, mask, source):
     return IndexPut.apply(x, positions, source.reshape(-1)[:count].to(x.dtype), False)
 
 
-@op(inplace=rebased)
+def _masked_fill_samples(t):
+    mask = t.rn(3, 4) > 0
+    return [t.S("masked_fill", lambda x: x.masked_fill(t.const(mask), 0.0), t.rn(3, 4)),
+            t.S("masked_fill-tensor-value", lambda x, v: masked_fill(x, t.const(mask[0]), v), t.rn(3, 4), t.rn())]
+
+
+@op(inplace=rebased, samples=_masked_fill_samples)
 def masked_fill(x, mask, value):
     if mask.dtype is not dt.bool_:
         raise TypeError(f"masked_fill only supports boolean masks, but got mask with dtype {mask.dtype}")
@@ -352,7 +436,12 @@ def masked_fill(x, mask, value):
     return out
 
 
-@op()
+def _masked_select_samples(t):
+    mask = t.rn(3, 4) > 0
+    return [t.S("masked_select-broadcast", lambda x: x.masked_select(t.const(mask)), t.rn(4))]
+
+
+@op(samples=_masked_select_samples)
 def masked_select(x, mask):
     if mask.dtype is not dt.bool_:
         raise TypeError(f"masked_select: expected BoolTensor for mask, got {mask.dtype}")
@@ -360,7 +449,7 @@ def masked_select(x, mask):
     return getitem(x.expand(shape), mask.expand(shape))
 
 
-@op()
+@op(samples=lambda t: [t.S("take", lambda x: take(x, t.const([[5, 0], [11, -1]])), t.rn(3, 4))])
 def take(x, index):
     if index.dtype.is_floating_point or index.dtype is dt.bool_:
         raise TypeError(f"take(): Expected a long tensor for index, but got {index.dtype}")

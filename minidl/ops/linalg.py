@@ -92,7 +92,12 @@ def _product_like(x, y, like):
     return x @ y
 
 
-@op()
+@op(samples=lambda t: [
+    t.S("mm", lambda a, b: a @ b, t.rn(3, 4), t.rn(4, 2)),
+    t.S("matmul-batched-broadcast", matmul, t.rn(2, 1, 3, 4), t.rn(3, 4, 2)),
+    t.S("matmul-vector-matrix", matmul, t.rn(3), t.NC(t.rn(3, 4), "F")),
+    t.S("matmul-matrix-vector", matmul, t.NC(t.rn(2, 3), "F"), t.rn(3)),
+    t.S("matmul", matmul, t.rn(2, 3), t.rn(3, 2), second_order=True)])
 @autocast_op("matmul")
 def matmul(a, b):
     check_devices("matmul", a, b)
@@ -115,7 +120,10 @@ def matmul(a, b):
     return MatMul.apply(a, b)
 
 
-@op(method=False, namespace="nn.functional")
+@op(method=False, namespace="nn.functional", samples=lambda t: [
+    t.S("linear", linear, t.rn(4, 3), t.NC(t.rn(5, 3)), t.rn(5)),
+    t.S("linear-3d-no-bias", linear, t.NC(t.rn(2, 3, 4), "gap"), t.rn(2, 4)),
+    t.S("linear-1d", linear, t.rn(3), t.rn(2, 3), t.rn(2))])
 @autocast_op("linear")
 def linear(x, weight, bias=None):
     """``torch.nn.functional.linear``: x (..., in) @ weight (out, in).T + bias (out)."""
@@ -133,7 +141,7 @@ def linear(x, weight, bias=None):
     return Linear.apply(x, weight, bias)
 
 
-@op()
+@op(samples=lambda t: [t.S("mm", mm, t.rn(3, 4), t.NC(t.rn(4, 2), "F"))])
 @autocast_op("mm")
 def mm(a, b):
     if a.ndim != 2 or b.ndim != 2:
@@ -141,7 +149,8 @@ def mm(a, b):
     return matmul(a, b)
 
 
-@op()
+@op(samples=lambda t: [
+    t.S("bmm-noncontig", lambda a, b: bmm(a, b.transpose(1, 2)), t.rn(2, 3, 4), t.rn(2, 5, 4))])
 @autocast_op("bmm")
 def bmm(a, b):
     if a.ndim != 3 or b.ndim != 3:
@@ -151,7 +160,7 @@ def bmm(a, b):
     return matmul(a, b)
 
 
-@op()
+@op(samples=lambda t: [t.S("dot", dot, t.rn(4), t.NC(t.rn(4), "neg"))])
 @autocast_op("dot")
 def dot(a, b):
     if a.ndim != 1 or b.ndim != 1:
@@ -159,7 +168,7 @@ def dot(a, b):
     return matmul(a, b)
 
 
-@op()
+@op(samples=lambda t: [t.S("outer", outer, t.rn(3), t.rn(4))])
 def outer(a, b):
     return a.reshape((-1, 1)) * b.reshape((1, -1))
 
@@ -176,7 +185,8 @@ def _add_product(op, x, product, beta, alpha):
     return product + (x if beta == 1 else x * beta)
 
 
-@op(inplace=rebased)
+@op(inplace=rebased, samples=lambda t: [
+    t.S("addmm-beta-alpha", lambda x, a, b: addmm(x, a, b, beta=0.5, alpha=-2), t.rn(4), t.rn(3, 2), t.rn(2, 4))])
 @autocast_op("addmm")
 @computed_in_float32
 def addmm(x, mat1, mat2, beta=1, alpha=1):
@@ -184,7 +194,9 @@ def addmm(x, mat1, mat2, beta=1, alpha=1):
     return _add_product("addmm", x, mm(mat1, mat2), beta, alpha)
 
 
-@op(inplace=rebased)
+@op(inplace=rebased, samples=lambda t: [
+    t.S("baddbmm", lambda x, a, b: x.baddbmm(a, b, alpha=3), t.rn(2, 3, 4), t.NC(t.rn(2, 3, 2), "gap"),
+        t.rn(2, 2, 4))])
 @autocast_op("baddbmm")
 @computed_in_float32
 def baddbmm(x, batch1, batch2, beta=1, alpha=1):
@@ -192,7 +204,9 @@ def baddbmm(x, batch1, batch2, beta=1, alpha=1):
     return _add_product("baddbmm", x, bmm(batch1, batch2), beta, alpha)
 
 
-@op()
+@op(samples=lambda t: [
+    t.S("diag-vector-offset", lambda v: diag(v, -1), t.rn(3)),
+    t.S("diag-matrix", lambda m: m.diag(1), t.NC(t.rn(3, 4), "F"))])
 def diag(x, diagonal=0):
     """A 1-D x as the ``diagonal``-th diagonal of a square matrix; a 2-D x's diagonal, copied."""
     if x.ndim == 1:
@@ -203,7 +217,7 @@ def diag(x, diagonal=0):
     raise RuntimeError(f"diag: expected a 1-D or 2-D tensor, got {x.ndim}-D")
 
 
-@op()
+@op(samples=lambda t: [t.S("trace", trace, t.rn(3, 4))])
 @autocast_op("trace")
 def trace(x):
     if x.ndim != 2:
@@ -211,7 +225,13 @@ def trace(x):
     return x.diagonal().sum()
 
 
-@op(method=False)
+@op(method=False, samples=lambda t: [
+    t.S("cdist-p2", lambda a, b: cdist(a, b), t.rn(2, 4, 3), t.rn(5, 3)),
+    t.S("cdist-p2-matmul", lambda a, b: cdist(a, b, compute_mode="use_mm_for_euclid_dist"), t.rn(4, 3), t.rn(2, 3)),
+    t.S("cdist-p1", lambda a, b: cdist(a, b, 1), t.rn(3, 2), t.rn(4, 2)),
+    t.S("cdist-p3", lambda a, b: cdist(a, b, 3), t.rn(3, 2), t.rn(4, 2)),
+    t.S("cdist-inf", lambda a, b: cdist(a, b, float("inf")), t.distinct(3, 2), t.distinct(2, 2) + 0.05),
+    t.S("sort-cdist", lambda a, b: cdist(a, b).sort(1).values ** 2, t.rn(3, 2), t.rn(4, 2), second_order=True)])
 @autocast_op("cdist")
 def cdist(x1, x2, p=2.0, compute_mode="use_mm_for_euclid_dist_if_necessary"):
     """p-norm distances between the rows of x1 (..., P, M) and x2 (..., R, M): (..., P, R).
@@ -298,7 +318,14 @@ def _contract(ta, a, tb, b, keep):
     return term, out.reshape([sizes[c] for c in term])
 
 
-@op(method=False)
+@op(method=False, samples=lambda t: [
+    t.S("einsum-matmul", lambda a, b: einsum("ij,jk->ik", a, b), t.rn(3, 4), t.rn(4, 2)),
+    t.S("einsum-batched", lambda a, b: einsum("bij,bjk->bik", a, b), t.rn(2, 3, 4), t.NC(t.rn(2, 4, 2), "gap")),
+    t.S("einsum-trace-diag", lambda a: einsum("ii->i", a), t.rn(3, 3)),
+    t.S("einsum-sum", lambda a: einsum("ij->", a), t.rn(3, 4)),
+    t.S("einsum-ellipsis-outer", lambda a, b: einsum("...i,j->...ij", a, b), t.rn(2, 3), t.rn(4)),
+    t.S("einsum-implicit", lambda a, b: einsum("ij,kj", a, b), t.rn(3, 4), t.rn(2, 4)),
+    t.S("einsum-three", lambda a, b, c: einsum("ij,jk,kl->il", a, b, c), t.rn(2, 3), t.rn(3, 4), t.rn(4, 2))])
 @autocast_op("einsum")
 def einsum(equation, *operands):
     if len(operands) == 1 and isinstance(operands[0], (list, tuple)):

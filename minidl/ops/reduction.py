@@ -57,13 +57,23 @@ class Sum(Function):
         return views.unreduce(g, shape, dims, keepdim), None, None, None
 
 
-@op()
+@op(samples=lambda t: [
+    t.S("sum-all", lambda x: x.sum(), t.rn(3, 4)),
+    t.S("sum-dim", lambda x: x.sum(1), t.NC(t.rn(3, 4), "F")),
+    t.S("sum-dims-keepdim", lambda x: x.sum((0, 2), keepdim=True), t.rn(2, 3, 4)),
+    t.S("sum-negdim", lambda x: sum(x, -1), t.NC(t.rn(3, 4), "neg")),
+    # Unreduce, Sum's backward: a reduced tensor broadcast back over the reduced dims
+    t.S("unreduce-keepdim", lambda x: views.unreduce(x, (3, 4), (1,), True), t.rn(3, 1)),
+    t.S("unreduce", lambda x: views.unreduce(x, (2, 3, 4), (0, 2), False), t.rn(3)),
+    t.S("sum", lambda x: (x.sum(1) ** 2), t.rn(3, 2), second_order=True)])
 @autocast_op("sum")
 def sum(x, dim=None, keepdim=False, dtype=None):
     return Sum.apply(x, _dims(x, dim, "sum"), keepdim, _sum_dtype(x, dtype))
 
 
-@op()
+@op(samples=lambda t: [
+    t.S("mean-all", lambda x: x.mean(), t.rn(3, 4)),
+    t.S("mean-dim-keepdim", lambda x: mean(x, 1, keepdim=True), t.NC(t.rn(3, 4), "F"))])
 def mean(x, dim=None, keepdim=False, dtype=None):
     result = dt.to_dtype(dtype) if dtype is not None else x.dtype
     if not result.is_floating_point:
@@ -111,7 +121,12 @@ def cat_last(a, b):
     return cat([a, b], -1)
 
 
-@op()
+@op(samples=lambda t: [
+    t.S("prod-all", lambda x: x.prod(), t.pos(2, 3)),
+    t.S("prod-dim", lambda x: x.prod(1), t.NC(t.pos(3, 4), "F")),
+    t.S("prod-keepdim", lambda x: x.prod(0, keepdim=True), t.rn(3, 4)),
+    t.S("prod-zeros", lambda x: x.prod(1), t.zeros_at(t.pos(3, 4), (0, 1), (2, 0), (2, 3))),
+    t.S("prod-zeros", lambda x: x.prod(1), t.zeros_at(t.pos(3, 4), (0, 1), (2, 0), (2, 3)), second_order=True)])
 @autocast_op("prod")
 def prod(x, dim=None, keepdim=False, dtype=None):
     return Prod.apply(x, _dims(x, dim, "prod"), keepdim, _sum_dtype(x, dtype))
@@ -139,12 +154,12 @@ class Extreme(Function):
         return _expand_back(g, x, dims, keepdim) * mask / count, None, None, None
 
 
-@op()
+@op(samples=lambda t: [t.S("amax-dim", lambda x: x.amax(1), t.distinct(3, 4))])
 def amax(x, dim=None, keepdim=False):
     return Extreme.apply(x, "amax", _dims(x, dim, "amax"), keepdim)
 
 
-@op()
+@op(samples=lambda t: [t.S("amin-dims-keepdim", lambda x: x.amin((0, 2), keepdim=True), t.distinct(2, 3, 4))])
 def amin(x, dim=None, keepdim=False):
     return Extreme.apply(x, "amin", _dims(x, dim, "amin"), keepdim)
 
@@ -212,8 +227,15 @@ def _extreme(op, reduce_all, elementwise):
     return fn
 
 
-max = op("max")(_extreme("max", amax, maximum))
-min = op("min")(_extreme("min", amin, minimum))
+max = op("max", samples=lambda t: [
+    t.S("max-all", lambda x: x.max(), t.NC(t.distinct(3, 4), "F")),
+    t.S("max-dim", lambda x: x.max(1).values, t.distinct(3, 4)),
+    t.S("max-dim-0d", lambda x: x.max(0)[0], t.rn()),
+])(_extreme("max", amax, maximum))
+min = op("min", samples=lambda t: [
+    t.S("min-all", lambda x: min(x), t.distinct(5)),
+    t.S("min-dim-keepdim", lambda x: min(x, 0, keepdim=True), t.NC(t.distinct(3, 4), "F")),
+])(_extreme("min", amin, minimum))
 
 
 def _var_mean(x, dim, unbiased, keepdim, correction, op):
@@ -231,32 +253,40 @@ def _var_mean(x, dim, unbiased, keepdim, correction, op):
     return v, (m if keepdim or not dims else m.squeeze(dims))
 
 
-@op()
+@op(samples=lambda t: [
+    t.S("var", lambda x: x.var(), t.rn(3, 4)),
+    t.S("var-dim-biased", lambda x: x.var(1, unbiased=False, keepdim=True), t.rn(3, 4)),
+    t.S("var-correction", lambda x: var(x, 0, correction=2), t.NC(t.rn(5, 3), "F"))])
 @autocast_op("var")
 def var(x, dim=None, unbiased=None, keepdim=False, correction=None):
     return _var_mean(x, dim, unbiased, keepdim, correction, "var")[0]
 
 
-@op()
+@op(samples=lambda t: [
+    t.S("std", lambda x: x.std(), t.rn(3, 4)),
+    t.S("std-dim", lambda x: std(x, 1), t.rn(3, 4))])
 @autocast_op("std")
 def std(x, dim=None, unbiased=None, keepdim=False, correction=None):
     return _safe_pow(var(x, dim, unbiased, keepdim, correction), 0.5)
 
 
-@op(method=False)
+@op(method=False, samples=lambda t: [t.S("var_mean", lambda x: var_mean(x, 1, correction=0), t.rn(3, 4))])
 @autocast_op("var_mean")
 def var_mean(x, dim=None, unbiased=None, keepdim=False, correction=None):
     return _var_mean(x, dim, unbiased, keepdim, correction, "var_mean")
 
 
-@op(method=False)
+@op(method=False, samples=lambda t: [
+    t.S("std_mean", lambda x: std_mean(x, (0, 2), keepdim=True), t.NC(t.rn(2, 3, 4), "gap"))])
 @autocast_op("std_mean")
 def std_mean(x, dim=None, unbiased=None, keepdim=False, correction=None):
     v, m = _var_mean(x, dim, unbiased, keepdim, correction, "std_mean")
     return _safe_pow(v, 0.5), m
 
 
-@op()
+@op(samples=lambda t: [
+    t.S("logsumexp", lambda x: x.logsumexp(1), t.rn(3, 4)),
+    t.S("logsumexp-dims", lambda x: logsumexp(x, (0, 2), keepdim=True), t.NC(t.rn(2, 3, 4), "gap"))])
 @autocast_op("logsumexp")
 def logsumexp(x, dim, keepdim=False):
     dims = _dims(x, dim, "logsumexp")
@@ -267,7 +297,13 @@ def logsumexp(x, dim, keepdim=False):
     return out if keepdim else out.squeeze(dims)
 
 
-@op()
+@op(samples=lambda t: [
+    t.S("norm-fro", lambda x: x.norm(), t.rn(3, 4)),
+    t.S("norm-2-dim", lambda x: norm(x, 2, 1), t.rn(3, 4)),
+    t.S("norm-1", lambda x: x.norm(1), t.nonzero(3, 4)),
+    t.S("norm-3", lambda x: x.norm(3, dim=0), t.nonzero(3, 4)),
+    t.S("norm-inf", lambda x: x.norm(float("inf"), dim=1), t.distinct(3, 4) + 0.01),
+    t.S("norm-std", lambda x: x.norm(dim=1) + x.std(1), t.rn(2, 3), second_order=True)])
 @autocast_op("norm")
 def norm(x, p="fro", dim=None, keepdim=False, dtype=None):
     if dtype is not None:
@@ -364,13 +400,19 @@ def _cumprod_grad_with_zeros(x, g, d):
     return terms.sum(-1).movedim(-1, d)
 
 
-@op()
+@op(samples=lambda t: [
+    t.S("cumsum", lambda x: x.cumsum(1), t.rn(3, 4)),
+    t.S("cumsum-noncontig", lambda x: cumsum(x, 0), t.NC(t.rn(4, 3), "F"))])
 @autocast_op("cumsum")
 def cumsum(x, dim, dtype=None):
     return Cumsum.apply(x, normalize_dim(dim, x.ndim, "cumsum"), _sum_dtype(x, dtype))
 
 
-@op()
+@op(samples=lambda t: [
+    t.S("cumprod", lambda x: x.cumprod(1), t.pos(3, 4)),
+    t.S("cumprod-negative-noncontig", lambda x: x.cumprod(0), t.NC(t.nonzero(4, 3), "F")),
+    t.S("cumprod-zeros", lambda x: x.cumprod(1), t.zeros_at(t.pos(3, 4), (0, 1), (1, 3))),
+    t.S("cumprod-zeros", lambda x: x.cumprod(1), t.zeros_at(t.pos(3, 4), (0, 1), (1, 3)), second_order=True)])
 @autocast_op("cumprod")
 def cumprod(x, dim, dtype=None):
     return Cumprod.apply(x, normalize_dim(dim, x.ndim, "cumprod"), _sum_dtype(x, dtype))
@@ -415,7 +457,11 @@ def _softmax_input(x, dtype):
     return x if x.dtype.is_floating_point else x.to(dt.get_default_dtype())
 
 
-@op()
+@op(samples=lambda t: [
+    t.S("softmax", lambda x: softmax(x, 1), t.rn(3, 4)),
+    t.S("softmax-dim0-noncontig", lambda x: x.softmax(0), t.NC(t.rn(3, 4), "F")),
+    t.S("softmax-public", lambda x: softmax(x, dim=0), t.NC(t.rn(3, 4), "neg")),
+    t.S("softmax", lambda x: x.softmax(1), t.rn(2, 3), second_order=True)])
 @autocast_op("softmax")
 def softmax(x, dim, dtype=None):
     x = _softmax_input(x, dtype)
@@ -423,7 +469,11 @@ def softmax(x, dim, dtype=None):
     return Softmax.apply(x, dim, False) if x.numel() else x.clone()
 
 
-@op()
+@op(samples=lambda t: [
+    t.S("log_softmax", lambda x: log_softmax(x, -1), t.rn(3, 4)),
+    t.S("log_softmax-3d", lambda x: x.log_softmax(1), t.rn(2, 3, 4)),
+    t.S("log_softmax-public", lambda x: log_softmax(x, dim=1), t.rn(2, 5)),
+    t.S("log_softmax", lambda x: x.log_softmax(0), t.rn(3, 2), second_order=True)])
 @autocast_op("log_softmax")
 def log_softmax(x, dim, dtype=None):
     x = _softmax_input(x, dtype)

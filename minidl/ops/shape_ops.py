@@ -38,7 +38,9 @@ class Cat(Function):
         return (None, *grads)
 
 
-@op(aliases=("concat", "concatenate"), method=False)
+@op(aliases=("concat", "concatenate"), method=False, samples=lambda t: [
+    t.S("cat-dim0", lambda a, b: cat([a, b], 0), t.rn(2, 3), t.rn(4, 3)),
+    t.S("cat-dim1-noncontig", lambda a, b: cat([a, b, a], 1), t.NC(t.rn(3, 2), "F"), t.rn(3, 1))])
 @autocast_op("cat")
 def cat(tensors, dim=0):
     tensors = list(tensors)
@@ -60,7 +62,8 @@ def cat(tensors, dim=0):
 
 
 
-@op(method=False)
+@op(method=False, samples=lambda t: [
+    t.S("stack", lambda a, b: stack([a, b], 1), t.rn(2, 3), t.NC(t.rn(2, 3), "gap"))])
 @autocast_op("stack")
 def stack(tensors, dim=0):
     tensors = list(tensors)
@@ -74,7 +77,8 @@ def stack(tensors, dim=0):
     return cat([views.unsqueeze(t, dim) for t in tensors], dim)
 
 
-@op(method=False)
+@op(method=False, samples=lambda t: [
+    t.S("meshgrid-xy", lambda a, b, c: meshgrid(a, b, c, indexing="xy"), t.rn(3), t.NC(t.rn(2), "gap"), t.rn(4))])
 def meshgrid(*tensors, indexing=None):
     """Coordinate grids (expanded views) from 1-D tensors: ``indexing='ij'`` (the default) gives
     the grid the shape (len(t0), len(t1), ...); 'xy' swaps the first two dims, as numpy's default."""
@@ -97,7 +101,7 @@ def meshgrid(*tensors, indexing=None):
     return tuple(t.reshape([-1 if d == axis else 1 for d in range(n)]).expand(shape) for t, axis in zip(tensors, axes))
 
 
-@op()
+@op(samples=lambda t: [t.S("split", lambda x: x.split([1, 3], 1), t.rn(2, 4))])
 def split(x, split_size_or_sections, dim=0):
     dim = L.normalize_dim(dim, x.ndim, "split")
     n = x.shape[dim]
@@ -116,20 +120,22 @@ def split(x, split_size_or_sections, dim=0):
     return tuple(out)
 
 
-@op()
+@op(samples=lambda t: [t.S("chunk", lambda x: x.chunk(2, 0), t.NC(t.rn(5, 2), "F"))])
 def chunk(x, chunks, dim=0):
     dim = L.normalize_dim(dim, x.ndim, "chunk")
     size = math.ceil(x.shape[dim] / chunks) if x.shape[dim] else 1
     return split(x, max(size, 1), dim)
 
 
-@op()
+@op(samples=lambda t: [t.S("unbind", lambda x: x.unbind(1), t.rn(2, 3))])
 def unbind(x, dim=0):
     dim = L.normalize_dim(dim, x.ndim, "unbind")
     return tuple(views.select(x, dim, i) for i in range(x.shape[dim]))
 
 
-@op()
+@op(samples=lambda t: [
+    t.S("repeat", lambda x: x.repeat(2, 3), t.rn(2, 3)),
+    t.S("repeat-new-dims", lambda x: x.repeat(2, 1, 2), t.NC(t.rn(3, 2), "F"))])
 def repeat(x, *sizes):
     sizes = views._shape_arg(sizes)
     if len(sizes) < x.ndim:
@@ -149,28 +155,40 @@ def _tri_mask(x, diagonal, lower):
     return (cols - rows <= diagonal) if lower else (cols - rows >= diagonal)
 
 
-@op()
+@op(samples=lambda t: [
+    t.S("tril", lambda x: x.tril(), t.rn(4, 4)),
+    t.S("tril-offset", lambda x: tril(x, -1), t.NC(t.rn(3, 4), "F"))])
 def tril(x, diagonal=0):
     if x.ndim < 2:
         raise RuntimeError("tril: input tensor must have at least 2 dimensions")
     return x.masked_fill(~_tri_mask(x, diagonal, True), 0)
 
 
-@op()
+@op(samples=lambda t: [
+    t.S("triu", lambda x: x.triu(1), t.rn(3, 4)),
+    t.S("triu-batched", lambda x: triu(x), t.rn(2, 3, 3))])
 def triu(x, diagonal=0):
     if x.ndim < 2:
         raise RuntimeError("triu: input tensor must have at least 2 dimensions")
     return x.masked_fill(~_tri_mask(x, diagonal, False), 0)
 
 
-@op()
+@op(samples=lambda t: [
+    t.S("flip", lambda x: x.flip(0), t.rn(3, 4)),
+    t.S("flip-dims", lambda x: flip(x, (0, 1)), t.NC(t.rn(3, 4), "gap")),
+    # flip_view, the view flip copies
+    t.S("flip_view", lambda x: views.flip_view(x, (0,)), t.rn(3, 4)),
+    t.S("flip_view-2dims", lambda x: views.flip_view(x, (0, 1)) * 1, t.NC(t.rn(3, 4), "F"))])
 def flip(x, dims):
     dims = (dims,) if isinstance(dims, int) else tuple(dims)
     dims = tuple(L.normalize_dim(d, x.ndim, "flip") for d in dims)
     return views.flip_view(x, dims).clone()
 
 
-@op()
+@op(samples=lambda t: [
+    t.S("roll", lambda x: x.roll(1, 1), t.rn(3, 4)),
+    t.S("roll-flat", lambda x: roll(x, -2), t.NC(t.rn(3, 4), "F")),
+    t.S("roll-multi", lambda x: x.roll((1, 2), (0, 1)), t.rn(3, 4))])
 def roll(x, shifts, dims=None):
     if dims is None:
         return roll(x.reshape(-1), shifts, 0).reshape(x.shape)
@@ -242,7 +260,11 @@ def _source_positions(mode, n, lo, hi):
     return [i % n for i in positions]  # circular
 
 
-@op(method=False)
+@op(method=False, samples=lambda t: [
+    t.S("pad", lambda x: pad(x, (1, 2)), t.rn(3, 4)),
+    t.S("pad-2d-value", lambda x: pad(x, (1, 0, 2, 1), value=0.5), t.NC(t.rn(3, 4), "F")),
+    t.S("pad-negative", lambda x: pad(x, (-1, 2, 1, -1)), t.rn(3, 4)),
+    t.S("pad-public", lambda x: pad(x, (2, 1, 0, 1)), t.rn(2, 3))])
 def pad(x, pad, mode="constant", value=None):
     """``torch.nn.functional.pad``: pads the last len(pad) // 2 dims, last dim first. The
     non-constant modes gather (differentiably) the input positions each output reads."""

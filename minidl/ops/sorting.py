@@ -34,7 +34,9 @@ def _values(x, dim, indices):
     return x.gather(dim, indices) if x.ndim else x.clone()
 
 
-@op()
+@op(samples=lambda t: [
+    t.S("sort-values", lambda x: x.sort(1).values, t.distinct(3, 4)),
+    t.S("sort-descending-dim0", lambda x: sort(x, 0, descending=True)[0], t.NC(t.distinct(4, 3), "F"))])
 def sort(x, dim=-1, descending=False, stable=False):
     """Always stable (ties keep their order), so ``stable`` changes nothing."""
     dim = normalize_dim(dim, x.ndim, "sort")
@@ -47,12 +49,12 @@ def argsort(x, dim=-1, descending=False, stable=False):
     return argsort_raw(x, normalize_dim(dim, x.ndim, "argsort"), descending)
 
 
-@op()
+@op(samples=lambda t: [t.S("msort", msort, t.NC(t.distinct(4, 2), "neg"))])
 def msort(x):
     return sort(x, 0).values
 
 
-@op()
+@op(samples=lambda t: [t.S("topk", lambda x: x.topk(2, largest=False).values, t.distinct(3, 5))])
 def topk(x, k, dim=-1, largest=True, sorted=True):
     """The k largest (smallest) values along ``dim``, in sorted order whatever ``sorted`` says."""
     dim = normalize_dim(dim, x.ndim, "topk")
@@ -103,7 +105,7 @@ def unique(x, sorted=True, return_inverse=False, return_counts=False, dim=None):
 
 
 # ----------------------------------------------------------------------------- counting
-@op()
+@op(samples=lambda t: [t.S("bincount-weights", lambda w: bincount(t.const([1, 3, 1, 0]), w), t.rn(4))])
 def bincount(x, weights=None, minlength=0):
     """How often each non-negative integer occurs in the 1-D ``x`` (or the sum of its ``weights``:
     differentiable in them)."""

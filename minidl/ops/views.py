@@ -85,9 +85,14 @@ def _inverse_permutation(dims):
 
 permute_ = _view("Permute", L.permute, lambda g, shape, dims: g.permute(
     _inverse_permutation([L.normalize_dim(d, len(shape)) for d in dims])))
-transpose = op("transpose", aliases=("swapaxes", "swapdims"))(_view("Transpose", L.transpose, lambda g, shape, d0, d1: g.transpose(d0, d1)))
+transpose = op("transpose", aliases=("swapaxes", "swapdims"), samples=lambda t: [
+    t.S("transpose", lambda x: x.transpose(0, 2), t.rn(2, 3, 4)),
+    t.S("mT", lambda x: x.mT @ x, t.rn(3, 2)),
+])(_view("Transpose", L.transpose, lambda g, shape, d0, d1: g.transpose(d0, d1)))
 expand_ = _view("Expand", L.expand, lambda g, shape, size: sum_to(g, shape))
-unsqueeze = op("unsqueeze")(_view("Unsqueeze", L.unsqueeze, lambda g, shape, dim: g.reshape(shape)))
+unsqueeze = op("unsqueeze", samples=lambda t: [
+    t.S("unsqueeze", lambda x: x.unsqueeze(1), t.rn(3, 4)),
+])(_view("Unsqueeze", L.unsqueeze, lambda g, shape, dim: g.reshape(shape)))
 squeeze_ = _view("Squeeze", L.squeeze, lambda g, shape, dims: g.reshape(shape))
 _as_view = _view("ViewAs", lambda layout, shape: L.Layout(shape, L.view_strides(layout, shape), layout.offset),
                  lambda g, shape, new_shape: g.reshape(shape))
@@ -171,7 +176,7 @@ def _infer_shape(x, shape, op):
         raise RuntimeError(f"{e} (a tensor of shape {list(x.shape)})") from None
 
 
-@op()
+@op(samples=lambda t: [t.S("view", lambda x: x.view(4, 3), t.rn(3, 4))])
 def view(x, *shape):
     shape = _infer_shape(x, shape, "view")
     if L.view_strides(x._layout, shape) is None:
@@ -182,7 +187,7 @@ def view(x, *shape):
     return _as_view(x, shape)
 
 
-@op()
+@op(samples=lambda t: [t.S("reshape-copy", lambda x: x.reshape(-1), t.NC(t.rn(3, 4), "F"))])
 def reshape(x, *shape):
     """A view when the layout allows it, else a copy (as in PyTorch)."""
     shape = _infer_shape(x, shape, "reshape")
@@ -191,23 +196,29 @@ def reshape(x, *shape):
     return _as_view(x, shape)
 
 
-@op()
+@op(samples=lambda t: [
+    t.S("permute", lambda x: x.permute(2, 0, 1), t.rn(2, 3, 4)),
+    t.S("permute-noncontig", lambda x: x.permute(1, 0), t.NC(t.rn(3, 4), "F"))])
 def permute(x, *dims):
     """permute(1, 0) or permute((1, 0)), as in PyTorch."""
     return permute_(x, _shape_arg(dims))
 
 
-@op()
+@op(samples=lambda t: [
+    t.S("expand", lambda x: x.expand(3, 4), t.rn(3, 1)),
+    t.S("expand-new-dims", lambda x: x.expand(2, 3, 4), t.NC(t.rn(4), "gap"))])
 def expand(x, *size):
     return expand_(x, _shape_arg(size))
 
 
-@op()
+@op(samples=lambda t: [
+    t.S("squeeze-dim", lambda x: x.squeeze(1), t.rn(3, 1, 4)),
+    t.S("squeeze-all", lambda x: x.squeeze(), t.rn(1, 3, 1))])
 def squeeze(x, dim=None):
     return squeeze_(x, dim)
 
 
-@op()
+@op(samples=lambda t: [t.S("flatten", lambda x: x.flatten(1), t.rn(2, 3, 2))])
 def flatten(x, start_dim=0, end_dim=-1):
     if x.ndim == 0:
         return reshape(x, (1,))
@@ -217,31 +228,40 @@ def flatten(x, start_dim=0, end_dim=-1):
     return reshape(x, x.shape[:s] + (math.prod(x.shape[s:e + 1]),) + x.shape[e + 1:])
 
 
-@op()
+@op(samples=lambda t: [t.S("unflatten", lambda x: x.unflatten(1, (2, 2)), t.rn(3, 4))])
 def unflatten(x, dim, sizes):
     d = L.normalize_dim(dim, x.ndim, "unflatten")
     sizes = L.infer_shape(tuple(sizes), x.shape[d], "unflatten")
     return reshape(x, x.shape[:d] + tuple(sizes) + x.shape[d + 1:])
 
 
-@op()
+@op(samples=lambda t: [
+    t.S("narrow", lambda x: x.narrow(1, 1, 2), t.rn(3, 4)),
+    t.S("narrow-noncontig", lambda x: narrow(x, 0, 1, 2), t.NC(t.rn(4, 3), "F")),
+    # StridedScatter, the backward of the views that pick a subset (narrow, slicing, select, diagonal)
+    t.S("strided_scatter", lambda g: StridedScatter.apply(g, (3, 4), L.Layout((2, 2), (4, 2), 1)), t.rn(2, 2)),
+    t.S("strided_scatter-noncontig", lambda g: StridedScatter.apply(g, (5,), L.Layout((3,), (2,), 0)),
+        t.NC(t.rn(3), "gap"))])
 def narrow(x, dim, start, length):
     return narrow_(x, dim, operator.index(start), operator.index(length))
 
 
-@op()
+@op(samples=lambda t: [
+    t.S("diagonal", lambda x: x.diagonal(), t.rn(3, 4)),
+    t.S("diagonal-offset", lambda x: x.diagonal(1), t.NC(t.rn(4, 4), "F")),
+    t.S("diagonal-3d", lambda x: diagonal(x, -1, 0, 2), t.rn(3, 2, 3))])
 def diagonal(x, offset=0, dim1=0, dim2=1):
     return diagonal_(x, offset, dim1, dim2)
 
 
-@op()
+@op(samples=lambda t: [t.S("t", lambda x: x.t() * 1, t.NC(t.rn(3, 4), "neg"))])
 def t(x):
     if x.ndim > 2:
         raise RuntimeError(f"t() expects a tensor with <= 2 dimensions, but self is {x.ndim}D")
     return transpose(x, 0, 1) if x.ndim == 2 else x.view(x.shape)
 
 
-@op()
+@op(samples=lambda t: [t.S("movedim", lambda x: x.movedim(0, -1), t.rn(2, 3, 4))])
 def movedim(x, source, destination):
     src = [source] if isinstance(source, int) else list(source)
     dst = [destination] if isinstance(destination, int) else list(destination)
@@ -253,7 +273,11 @@ def movedim(x, source, destination):
     return permute(x, order)
 
 
-@op()
+@op(samples=lambda t: [
+    t.S("as_strided", lambda x: x.as_strided((2, 2), (1, 3), 1), t.rn(3, 4)),
+    t.S("as_strided-overlapping", lambda x: x.as_strided((3, 3), (1, 1)), t.rn(6)),
+    t.S("as_strided-of-offset-view", lambda x: x[2:].as_strided((2,), (1,)), t.rn(6)),
+    t.S("as_strided-overlapping", lambda x: x.as_strided((3, 3), (1, 1)) ** 2, t.rn(5), second_order=True)])
 def as_strided(x, size, stride, storage_offset=None):
     offset = x._layout.offset if storage_offset is None else storage_offset
     if any(n < 0 for n in size) or offset < 0:
@@ -280,22 +304,23 @@ class Clone(Function):
         return g
 
 
-@op()
+@op(samples=lambda t: [t.S("clone", lambda x: x.clone(), t.rn(3, 4))])
 def clone(x, memory_format=None):
     return Clone.apply(x)
 
 
-@op()
+@op(samples=lambda t: [t.S("contiguous", lambda x: x.contiguous(), t.NC(t.rn(3, 4), "F"))])
 def contiguous(x, memory_format=None):
     return x if x._layout.is_contiguous else Clone.apply(x)
 
 
-@op()
+@op(samples=lambda t: [t.S("broadcast_to", lambda x: x.broadcast_to((2, 3, 4)), t.rn(3, 1))])
 def broadcast_to(x, shape):
     return expand_(x, tuple(shape))
 
 
-@op(method=False)
+@op(method=False, samples=lambda t: [
+    t.S("broadcast_tensors", lambda a, b: broadcast_tensors(a, b), t.rn(3, 1), t.NC(t.rn(4), "gap"))])
 def broadcast_tensors(*tensors):
     shape = L.broadcast_shapes(*(t.shape for t in tensors), op="broadcast_tensors")
     return tuple(expand_(t, tuple(shape)) for t in tensors)

@@ -1,8 +1,8 @@
 """Adam and AdamW (``torch.optim.Adam`` / ``torch.optim.AdamW``), with AMSGrad."""
 from __future__ import annotations
 
+from .. import ops
 from ..autograd import no_grad
-from ..ops import fused
 from .optimizer import Optimizer, _call_closure, _check_betas, _check_non_negative, _init_state, _params_with_grad
 
 
@@ -34,7 +34,7 @@ class Adam(Optimizer):
                 _init_state(state, p, "exp_avg", "exp_avg_sq", *(("max_exp_avg_sq",) if amsgrad else ()))
                 state["step"].add_(1)
                 step = state["step"].item()
-                fused.adam_step_(
+                ops._fused_adam_step_(
                     p, p.grad, state["exp_avg"], state["exp_avg_sq"], state.get("max_exp_avg_sq"),
                     beta1=beta1, beta2=beta2, eps=group["eps"], weight_decay=0 if decoupled else weight_decay,
                     decay=1 - lr * weight_decay if decoupled else 1, amsgrad=amsgrad, maximize=group["maximize"],

@@ -6,8 +6,8 @@ from collections import defaultdict
 from itertools import chain
 
 from .. import ops
-from .._tensor import Tensor
-from ..autograd import no_grad
+from .. import Tensor
+from ..autograd import enable_grad, no_grad
 
 
 class _RequiredParameter:
@@ -183,7 +183,6 @@ class Optimizer:
 def _call_closure(closure):
     if closure is None:
         return None
-    from ..autograd import enable_grad
     with enable_grad():
         return closure()
 

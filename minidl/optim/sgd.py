@@ -3,7 +3,6 @@ from __future__ import annotations
 
 from .. import ops
 from ..autograd import no_grad
-from ..ops import fused
 from .optimizer import Optimizer, _call_closure
 
 
@@ -44,5 +43,5 @@ class SGD(Optimizer):
                         if buf is None:
                             buf = state["momentum_buffer"] = ops.empty_like(p)
                             first = True  # the step fills it with the gradient
-                    fused.sgd_step_(p, p.grad, buf, first=first, **hyper)
+                    ops._fused_sgd_step_(p, p.grad, buf, first=first, **hyper)
         return loss

@@ -12,9 +12,12 @@ from pathlib import Path
 
 import numpy as np
 
+import minidl
+
 from ..utils.data import Dataset
 from .image_readers import CIFAR10, MNIST, FashionMNIST, VisionDataset, read_idx
 from .text_readers import MovieLens, TextDataset
+
 
 __all__ = ["Digits", "load_digits", "digits_split", "VisionDataset", "MNIST", "FashionMNIST", "CIFAR10",
            "read_idx", "MovieLens", "TextDataset"]
@@ -113,8 +116,7 @@ class Digits(Dataset):
         if self.transform is not None:
             image = self.transform(image)
         else:
-            from ..ops.creation import from_numpy
-            image = from_numpy(np.ascontiguousarray(image[None]))
+            image = minidl.from_numpy(np.ascontiguousarray(image[None]))
         if self.target_transform is not None:
             target = self.target_transform(target)
         return image, target

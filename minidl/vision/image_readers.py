@@ -16,7 +16,10 @@ from pathlib import Path
 
 import numpy as np
 
+import minidl
+
 from ..utils.data import Dataset
+
 
 __all__ = ["VisionDataset", "MNIST", "FashionMNIST", "CIFAR10", "read_idx", "load_plain_pickle"]
 
@@ -133,7 +136,6 @@ class MNIST(_TrainOrTest):
              False: ("t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")}
 
     def _load(self) -> None:
-        from ..ops.creation import from_numpy
         image_file, label_file = (self._find(name) for name in self.files[self.train])
         images = self._read(image_file, ">u1", 3, "images")
         labels = self._read(label_file, ">u1", 1, "labels")
@@ -141,8 +143,8 @@ class MNIST(_TrainOrTest):
             raise ValueError(f"{image_file} holds {len(images)} images but {label_file} holds {len(labels)} labels")
         if labels.size and labels.max() >= len(self.classes):
             raise ValueError(f"{label_file}: label {labels.max()} out of range: expected 0..{len(self.classes) - 1}")
-        self.data = from_numpy(images)
-        self.targets = from_numpy(labels.astype(np.int64))
+        self.data = minidl.from_numpy(images)
+        self.targets = minidl.from_numpy(labels.astype(np.int64))
 
     @property
     def raw_folder(self) -> Path:

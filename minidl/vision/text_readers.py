@@ -10,8 +10,11 @@ from pathlib import Path
 
 import numpy as np
 
+import minidl
+
 from ..utils.data import Dataset
 from .image_readers import _missing
+
 
 __all__ = ["MovieLens", "TextDataset"]
 
@@ -155,13 +158,12 @@ class TextDataset(Dataset):
         return len(self.data) - self.block_size
 
     def __getitem__(self, index: int):
-        from ..ops.creation import from_numpy
         if not -len(self) <= index < len(self):
             raise IndexError(f"index {index} out of range for {len(self)} samples")
         index %= len(self)
         x = self.data[index:index + self.block_size].copy()
         y = self.data[index + 1:index + self.block_size + 1].copy()
-        return from_numpy(x), from_numpy(y)
+        return minidl.from_numpy(x), minidl.from_numpy(y)
 
     def __repr__(self) -> str:
         return (f"Dataset TextDataset ({self.level} level)\n    Number of datapoints: {len(self)}\n"

@@ -13,18 +13,19 @@ from collections.abc import Sequence
 
 import numpy as np
 
+import minidl
+
+
 __all__ = ["CenterCrop", "Compose", "Lambda", "Normalize", "RandomAffine", "RandomCrop",
            "RandomHorizontalFlip", "RandomResizedCrop", "RandomVerticalFlip", "Resize", "ToTensor"]
 
 
 def _rng(generator):
-    from ..ops.random import numpy_generator
-    return numpy_generator(generator)
+    return minidl.random.numpy_generator(generator)
 
 
 def _is_tensor(img) -> bool:
-    from .._tensor import Tensor
-    return isinstance(img, Tensor)
+    return isinstance(img, minidl.Tensor)
 
 
 def _to_array(img):
@@ -36,8 +37,7 @@ def _to_array(img):
             raise ValueError(f"expected a tensor of shape (..., H, W), got {tuple(arr.shape)}")
 
         def restore(out):
-            from ..ops.creation import from_numpy
-            t = from_numpy(np.ascontiguousarray(out))
+            t = minidl.from_numpy(np.ascontiguousarray(out))
             return t if str(device) == "cpu" else t.to(device)
         return arr, (arr.ndim - 2, arr.ndim - 1), restore
     arr = np.asarray(img)
@@ -191,7 +191,6 @@ class ToTensor:
     """
 
     def __call__(self, pic):
-        from ..ops.creation import from_numpy
         if _is_tensor(pic):
             return pic
         arr = np.asarray(pic)
@@ -204,7 +203,7 @@ class ToTensor:
             out = out.astype(np.float32) / np.float32(255)
         elif out.dtype == np.bool_:
             out = out.astype(np.float32)
-        return from_numpy(out)
+        return minidl.from_numpy(out)
 
     def __repr__(self):
         return f"{type(self).__name__}()"
@@ -229,13 +228,12 @@ class Normalize:
             out -= np.asarray(self.mean, dtype=arr.dtype)
             out /= np.asarray(self.std, dtype=arr.dtype)
             return out
-        from ..ops.creation import tensor as make_tensor
         if not tensor.is_floating_point():
             raise TypeError(f"Input tensor should be a float tensor. Got {tensor.dtype}.")
         if tensor.dim() < 3:
             raise ValueError(f"Expected tensor to be a tensor image of size (..., C, H, W). Got {tuple(tensor.shape)}.")
-        mean = make_tensor(self.mean, dtype=tensor.dtype, device=tensor.device).reshape(-1, 1, 1)
-        std = make_tensor(self.std, dtype=tensor.dtype, device=tensor.device).reshape(-1, 1, 1)
+        mean = minidl.tensor(self.mean, dtype=tensor.dtype, device=tensor.device).reshape(-1, 1, 1)
+        std = minidl.tensor(self.std, dtype=tensor.dtype, device=tensor.device).reshape(-1, 1, 1)
         if self.inplace:
             return tensor.sub_(mean).div_(std)
         return (tensor - mean) / std

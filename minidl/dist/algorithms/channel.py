@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 
-from ..backends.base import DistError, wait_all
+from ..communicators.base import DistError, wait_all
 
 
 class DistTimeoutError(DistError):
@@ -17,7 +17,7 @@ class DistTimeoutError(DistError):
 
 class Channel:
     def __init__(self, comm, what: str, timeout: float, global_ranks, tag: int = 0, spin: float = 0.0):
-        """``spin``: seconds each wait may poll before it sleeps (backends.base.wait_all)."""
+        """``spin``: seconds each wait may poll before it sleeps (communicators.base.wait_all)."""
         self.comm, self.name, self.timeout, self.tag, self.spin = comm, what, timeout, tag, spin
         self.rank, self.size = comm.rank, comm.size
         self.global_ranks = list(global_ranks)

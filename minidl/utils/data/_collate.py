@@ -7,7 +7,8 @@ import re
 
 import numpy as np
 
-from ..._tensor import Tensor
+import minidl
+
 
 __all__ = ["collate", "default_collate", "default_collate_fn_map", "default_convert"]
 
@@ -18,15 +19,14 @@ default_collate_err_msg_format = (
 
 
 def _as_tensor(array):
-    from ...ops.creation import as_tensor
-    return as_tensor(array)
+    return minidl.as_tensor(array)
 
 
 def default_convert(data):
     """Numpy arrays (not of strings or objects) become tensors, recursively inside mappings,
     namedtuples and sequences; everything else is left as is (used when ``batch_size=None``)."""
     elem_type = type(data)
-    if isinstance(data, Tensor):
+    if isinstance(data, minidl.Tensor):
         return data
     if elem_type.__module__ == "numpy" and elem_type.__name__ not in ("str_", "string_"):
         if elem_type.__name__ == "ndarray" and np_str_obj_array_pattern.search(data.dtype.str) is not None:
@@ -96,8 +96,7 @@ def collate(batch, *, collate_fn_map=None):
 
 
 def collate_tensor_fn(batch, *, collate_fn_map=None):
-    from ...ops.shape_ops import stack
-    return stack(list(batch), 0)
+    return minidl.stack(list(batch), 0)
 
 
 def collate_numpy_array_fn(batch, *, collate_fn_map=None):
@@ -108,19 +107,15 @@ def collate_numpy_array_fn(batch, *, collate_fn_map=None):
 
 
 def collate_numpy_scalar_fn(batch, *, collate_fn_map=None):
-    from ...ops.creation import from_numpy
-    return from_numpy(np.asarray(batch))  # keeps the scalars' dtype (np.float64 -> float64)
+    return minidl.from_numpy(np.asarray(batch))  # keeps the scalars' dtype (np.float64 -> float64)
 
 
 def collate_float_fn(batch, *, collate_fn_map=None):
-    from ..._dtype import float64
-    from ...ops.creation import tensor
-    return tensor(list(batch), dtype=float64)
+    return minidl.tensor(list(batch), dtype=minidl.float64)
 
 
 def collate_int_fn(batch, *, collate_fn_map=None):
-    from ...ops.creation import tensor
-    return tensor(list(batch))
+    return minidl.tensor(list(batch))
 
 
 def collate_str_fn(batch, *, collate_fn_map=None):
@@ -136,7 +131,7 @@ def _numpy_dispatch(batch, *, collate_fn_map=None):
     raise TypeError(default_collate_err_msg_format.format(type(elem)))
 
 
-default_collate_fn_map = {Tensor: collate_tensor_fn, np.ndarray: collate_numpy_array_fn,
+default_collate_fn_map = {minidl.Tensor: collate_tensor_fn, np.ndarray: collate_numpy_array_fn,
                           np.generic: _numpy_dispatch, float: collate_float_fn, int: collate_int_fn,
                           str: collate_str_fn, bytes: collate_str_fn}
 

@@ -24,9 +24,12 @@ import weakref
 
 import numpy as np
 
+import minidl
+
 from ._collate import default_collate, default_convert
 from .dataset import IterableDataset
 from .sampler import BatchSampler, RandomSampler, Sampler, SequentialSampler
+
 
 __all__ = ["DataLoader", "WorkerInfo", "default_collate", "default_convert", "get_worker_info"]
 
@@ -162,9 +165,8 @@ class _ResumeIteration:
 
 
 def _seed_worker(seed, worker_id, base_seed):
-    from ...ops.random import manual_seed
     random.seed(seed)
-    manual_seed(seed)
+    minidl.manual_seed(seed)
     np.random.seed(np.random.SeedSequence([worker_id, base_seed]).generate_state(4))
 
 
@@ -174,8 +176,7 @@ def _worker_loop(dataset_kind, dataset, index_queue, data_queue, done_event, aut
     try:
         parent = os.getppid()
         try:
-            from ...threads import set_num_threads
-            set_num_threads(1)
+            minidl.set_num_threads(1)
         except Exception:
             pass
         seed = base_seed + worker_id
@@ -351,8 +352,7 @@ class DataLoader:
         return self.batch_sampler if self._auto_collation else self.sampler
 
     def _get_shared_seed(self):
-        from ...ops.random import numpy_generator
-        return int(numpy_generator(self.generator).integers(0, 2 ** 63 - 1))
+        return int(minidl.random.numpy_generator(self.generator).integers(0, 2 ** 63 - 1))
 
     def _get_iterator(self):
         if self.num_workers == 0:

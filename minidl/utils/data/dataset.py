@@ -6,6 +6,9 @@ import math
 import warnings
 from itertools import accumulate
 
+import minidl
+
+
 __all__ = [
     "ChainDataset",
     "ConcatDataset",
@@ -151,9 +154,7 @@ class Subset(Dataset):
 def random_split(dataset, lengths, generator=None):
     """Split ``dataset`` into non-overlapping random subsets of the given lengths (ints, or fractions
     summing to 1 whose floors are topped up round-robin, as in PyTorch)."""
-    from ...ops.creation import randperm
-    from ...ops.random import default_generator
-    generator = default_generator if generator is None else generator
+    generator = minidl.default_generator if generator is None else generator
     lengths = list(lengths)
     if math.isclose(sum(lengths), 1) and sum(lengths) <= 1:
         subset_lengths = []
@@ -170,7 +171,7 @@ def random_split(dataset, lengths, generator=None):
                 warnings.warn(f"Length of split at index {i} is 0. This might result in an empty dataset.")
     if sum(lengths) != len(dataset):
         raise ValueError("Sum of input lengths does not equal the length of the input dataset!")
-    indices = randperm(sum(lengths), generator=generator).tolist()
+    indices = minidl.randperm(sum(lengths), generator=generator).tolist()
     out, offset = [], 0
     for length in lengths:
         out.append(Subset(dataset, indices[offset:offset + length]))

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import math
 
+import minidl
+
 from .sampler import Sampler
+
 
 __all__ = ["DistributedSampler"]
 
@@ -47,10 +50,8 @@ class DistributedSampler(Sampler):
 
     def __iter__(self):
         if self.shuffle:
-            from ...ops.creation import randperm
-            from ...ops.random import Generator
-            g = Generator().manual_seed(self.seed + self.epoch)
-            indices = randperm(len(self.dataset), generator=g).tolist()
+            g = minidl.Generator().manual_seed(self.seed + self.epoch)
+            indices = minidl.randperm(len(self.dataset), generator=g).tolist()
         else:
             indices = list(range(len(self.dataset)))
         if not self.drop_last:

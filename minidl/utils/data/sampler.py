@@ -1,6 +1,9 @@
 """Samplers, as in ``torch.utils.data.sampler``: iterables of dataset indices (or of index batches)."""
 from __future__ import annotations
 
+import minidl
+
+
 __all__ = [
     "BatchSampler",
     "RandomSampler",
@@ -15,9 +18,8 @@ _CHUNK = 32  # RandomSampler with replacement draws this many indices at a time 
 
 def _fresh_generator():
     """A generator seeded from the global RNG (so ``minidl.manual_seed`` makes shuffling reproducible)."""
-    from ...ops.random import Generator, default_generator
-    seed = int(default_generator.numpy.integers(0, 2 ** 63 - 1))
-    return Generator().manual_seed(seed)
+    seed = int(minidl.default_generator.numpy.integers(0, 2 ** 63 - 1))
+    return minidl.Generator().manual_seed(seed)
 
 
 class Sampler:
@@ -60,21 +62,20 @@ class RandomSampler(Sampler):
         return len(self.data_source) if self._num_samples is None else self._num_samples
 
     def __iter__(self):
-        from ...ops.creation import randint, randperm
         n = len(self.data_source)
         generator = _fresh_generator() if self.generator is None else self.generator
         if self.replacement:
             for _ in range(self.num_samples // _CHUNK):
-                yield from randint(0, n, (_CHUNK,), generator=generator).tolist()
+                yield from minidl.randint(0, n, (_CHUNK,), generator=generator).tolist()
             rest = self.num_samples % _CHUNK
             if rest:
-                yield from randint(0, n, (rest,), generator=generator).tolist()
+                yield from minidl.randint(0, n, (rest,), generator=generator).tolist()
         else:
             for _ in range(self.num_samples // n):
-                yield from randperm(n, generator=generator).tolist()
+                yield from minidl.randperm(n, generator=generator).tolist()
             rest = self.num_samples % n
             if rest:
-                yield from randperm(n, generator=generator).tolist()[:rest]
+                yield from minidl.randperm(n, generator=generator).tolist()[:rest]
 
     def __len__(self):
         return self.num_samples
@@ -88,8 +89,7 @@ class SubsetRandomSampler(Sampler):
         self.generator = generator
 
     def __iter__(self):
-        from ...ops.creation import randperm
-        for i in randperm(len(self.indices), generator=self.generator).tolist():
+        for i in minidl.randperm(len(self.indices), generator=self.generator).tolist():
             yield self.indices[i]
 
     def __len__(self):
@@ -110,18 +110,16 @@ class WeightedRandomSampler(Sampler):
         if w.ndim != 1:
             raise ValueError("weights should be a 1d sequence but given "
                              f"weights have shape {tuple(w.shape)}")
-        from ...ops.creation import from_numpy
-        self.weights = from_numpy(w)
+        self.weights = minidl.from_numpy(w)
         self._w = w
         self.num_samples = num_samples
         self.replacement = replacement
         self.generator = generator
 
     def __iter__(self):
-        from ...ops.random import numpy_generator
         if not self.replacement and self.num_samples > len(self._w):
             raise RuntimeError("cannot sample n_sample > prob_dist.size(-1) samples without replacement")
-        g = numpy_generator(self.generator)
+        g = minidl.random.numpy_generator(self.generator)
         yield from g.choice(len(self._w), size=self.num_samples, replace=self.replacement,
                             p=self._w / self._w.sum()).tolist()
 

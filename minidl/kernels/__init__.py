@@ -1,0 +1,159 @@
+"""The primitive-kernel contract and the registry that dispatches it per device.
+
+Ops (``minidl/ops``) are written once, device-agnostic, on top of these
+primitives; each device registers one implementation per name. Kernels see raw
+buffers (a flat array of the device) plus :class:`minidl.layout.Layout` objects,
+never Tensors. Elementwise/reduce kernels only ever see the *compute* dtypes
+(float32, float64, int64, bool); ``copy`` converts between all dtypes.
+
+Contract (``op`` is a name from the matching tuple below; ``OP_CODES`` gives each its kernel code):
+
+===================  ===============================================  ==============================================
+name                 signature                                        meaning
+===================  ===============================================  ==============================================
+alloc                (numel, dtype) -> buf                            uninitialised buffer
+from_host            (ndarray) -> buf                                 copy of a 1-D numpy array onto the device
+to_host              (buf) -> ndarray                                 1-D numpy array (shares memory on cpu)
+share_memory         (buf) -> (buf, handle)                           a copy of buf in memory other processes can
+                                                                      map; handle (picklable) names it
+open_shared          (handle) -> buf                                  the buffer another process shared (same memory)
+copy                 (src, src_layout, dst, dst_layout)               dst[...] = src[...], converting dtype
+unary                (op, x, x_layout, out, out_layout)               out = op(x)
+binary               (op, a, a_layout, b, b_layout, out, out_layout)  out = op(a, b); layouts already broadcast
+compare              (op, a, a_layout, b, b_layout, out, out_layout)  as binary, bool out
+where                (c, cl, a, al, b, bl, out, ol)                   out = a if c else b
+reduce               (op, x, x_layout, dims, out)                     reduce dims; out is contiguous over the rest
+arg_reduce           (op, x, x_layout, dim, out)                      int64 index of max/min along dim
+scan                 (op, x, x_layout, dim, out, out_layout)          inclusive scan along dim
+argsort              (x, x_layout, dim, descending, out)              stable int64 sort order along dim, NaN largest;
+                                                                      out contiguous in x's shape
+take                 (src, src_layout, index, out)                    out[i] = src[flat index[i]] (row-major); an
+                                                                      index outside [0, numel) is an IndexError,
+                                                                      raised at once on cpu, at the next
+                                                                      synchronisation on cuda
+put                  (dst, dst_layout, index, values, accumulate)     dst[flat index[i]] (+)= values[i], checked
+                                                                      as take (cpu then writes nothing)
+check_index          (index, size, stride, wrap, out)                 out = stride * index, after adding size to
+                                                                      negative ones when wrap (packed int64): the
+                                                                      term of a flat index; an index outside
+                                                                      [-size, size) (wrap) or [0, size) is an
+                                                                      IndexError reported as given, raised as
+                                                                      take's (its out is 2**62: beyond any tensor,
+                                                                      so the take or put that follows skips it)
+nonzero              (x, x_layout) -> int64 buffer                    flat indices of nonzero elements
+matmul               (a, al, b, bl, out, ol)                          (...,m,k) @ (...,k,n), batch dims equal
+im2col               (x, cols, geom, channels=0)                      cols = every window of x (N,C,h,w), see below
+col2im               (cols, x, geom, channels=0)                      x = the adjoint of im2col (overwrites x)
+max_pool2d           (x, out, index, geom)                            out = window max; int64 index in the h*w plane
+max_pool2d_backward  (g, index, grad_in, geom)                        grad_in = 0, then grad_in[plane][index] += g
+sgd_step             (p, g, buf, lr, wd, momentum, dampening,         one fused SGD update of packed 1-D buffers
+                      nesterov, maximize, first)                      (``torch.optim.SGD``'s formulas, see below)
+adam_step            (p, g, m, v, vmax, beta1, beta2, eps, wd,        one fused Adam/AdamW update (see below)
+                      decay, amsgrad, maximize, step_size, bc2)
+softmax              (x, out, n, log)                                 (log_)softmax of each packed row of n elements
+softmax_backward     (y, g, out, n, log)                              its gradient from the output y (see below)
+random               (kind, out, seed, offset, a, b)                  fill the whole 1-D buffer out with draws of a
+                                                                      RANDOM_KINDS kind from Philox (see below)
+===================  ===============================================  ==============================================
+
+``geom`` for im2col, col2im and the two max-pool kernels is ``(planes, h, w, kh, kw, sh, sw, ph, pw, dh, dw, oh, ow)``: planes =
+N*C, image size, kernel size, stride, zero padding, dilation, output size; all buffers are contiguous
+from element 0. Window (i, j) tap (ki, kj) reads image row i*sh - ph + ki*dh, column j*sw - pw + kj*dw
+(outside the image: zero for im2col, skipped by max_pool2d and col2im). The columns of im2col/col2im
+are laid out (C*kh*kw, N, oh*ow) for ``channels`` = C (row c*kh*kw + ki*kw + kj; a convolution is
+then one GEMM over all N*oh*ow positions); ``channels`` = 0 means C = planes, N = 1, i.e. the
+(N, C*kh*kw, oh*ow) layout of ``unfold``. ``max_pool2d_backward`` takes gradients and indices of
+shape (planes, oh*ow) as max_pool2d wrote them and skips indices outside the plane.
+
+The optimizer steps update each element in place, with ``d = -g if maximize else g``:
+
+- sgd_step: ``d += wd*p``; with momentum, ``buf = d if first else momentum*buf + (1-dampening)*d``
+  and ``d = d + momentum*buf if nesterov else buf``; then ``p -= lr*d``.
+- adam_step: ``p *= decay`` (AdamW's decoupled decay, 1 otherwise); ``d += wd*p``;
+  ``m += (1-beta1)*(d-m)``; ``v = beta2*v + (1-beta2)*d*d``; with amsgrad ``vmax = max(vmax, v)`` is used
+  for v; ``p -= step_size * m / (sqrt(v)/bc2 + eps)`` (step_size = lr / bias correction 1, bc2 = the
+  square root of bias correction 2).
+
+The softmax pair works on packed rows (buffers of rows * n elements from element 0), max-shifted so
+that logits of any magnitude stay finite: softmax ``y = exp(x - m) / sum(exp(x - m))``, log-softmax
+``y = (x - m) - log(sum(exp(x - m)))``; backward ``y * (g - sum(g*y))``, resp. ``g - exp(y) * sum(g)``.
+
+``random`` is counter-based, so every device gives the same numbers: element i is made from the four
+32-bit words w0..w3 of Philox4x32-10 (Salmon et al., SC'11) with key (seed mod 2^32, seed >> 32) and
+counter (c mod 2^32, c >> 32, 0, 0), c = offset + i (seed, offset: unsigned 64-bit). With
+``u24 = (w0 >> 8) * 2^-24``, ``u53(x, y) = ((y << 32 | x) >> 11) * 2^-53``, all arithmetic in float64
+without fused multiply-adds, rounded once to out's dtype:
+
+- uniform (float32, float64 out): ``a + (b - a) * u``, u = u24 for float32, u53(w0, w1) for float64;
+- normal (float32, float64): ``a + b * sqrt(-2 log(u53(w0, w1) + 2^-53)) * cos(2 pi u53(w2, w3))``;
+- integers (int64 out; a, b integers, a < b): ``a + ((w1 << 32 | w0) mod (b - a))`` in 64-bit
+  unsigned arithmetic (the whole 64-bit range when b - a wraps to 0).
+"""
+from __future__ import annotations
+
+import importlib
+
+from .. import formulas
+
+# op names per kernel family, in the order of their codes (the math: minidl/formulas/table.py)
+UNARY_OPS = formulas.CODED["unary"]
+BINARY_OPS = formulas.CODED["binary"]  # gate: a where b > 0, else 0 (ReLU's backward in one pass)
+COMPARE_OPS = formulas.CODED["compare"]
+REDUCE_OPS = formulas.CODED["reduce"]
+ARG_REDUCE_OPS = formulas.CODED["arg_reduce"]
+SCAN_OPS = formulas.CODED["scan"]
+RANDOM_KINDS = formulas.CODED["random"]
+
+
+class _Codes(dict):
+    """op name -> the code a family's kernels switch on; an unknown name is a clear error."""
+
+    def __init__(self, family, names):
+        super().__init__((name, i) for i, name in enumerate(names))
+        self.family = family
+
+    def __missing__(self, name):
+        raise ValueError(f"{self.family}: unknown op {name!r}; the {self.family} ops are {', '.join(self)}")
+
+
+OP_CODES = {family: _Codes(family, names) for family, names in formulas.CODED.items()}
+
+PRIMITIVES = ("alloc", "from_host", "to_host", "share_memory", "open_shared", "copy", "unary", "binary",
+              "compare", "where", "reduce", "arg_reduce", "scan", "argsort", "take", "put", "check_index",
+              "nonzero", "matmul", "im2col", "col2im", "max_pool2d", "max_pool2d_backward", "sgd_step", "adam_step",
+              "softmax", "softmax_backward", "random")
+
+# device type -> module whose import registers that device's kernels
+_DEVICE_MODULES = {"cpu": "minidl.kernels.cpu", "cuda": "minidl.kernels.cuda.primitives"}
+_registry: dict = {}
+
+
+def register(name: str, device_type: str = "cpu"):
+    """Decorator: make ``fn`` the ``name`` kernel of ``device_type``.
+
+    Any module may call this, so users can add kernels for new primitives (or
+    replace built-in ones) from their own code and use them in their own ops.
+    """
+    def deco(fn):
+        _registry[(device_type, name)] = fn
+        return fn
+    return deco
+
+
+def get(name: str, device_type: str):
+    """The ``name`` kernel for ``device_type``, importing that device's kernels on first use."""
+    try:
+        return _registry[(device_type, name)]
+    except KeyError:
+        pass
+    module = _DEVICE_MODULES.get(device_type)
+    if module is not None:
+        importlib.import_module(module)
+    try:
+        return _registry[(device_type, name)]
+    except KeyError:
+        raise RuntimeError(f"no '{name}' kernel is registered for device type '{device_type}'") from None
+
+
+def registered(device_type: str) -> list:
+    return sorted(n for d, n in _registry if d == device_type)

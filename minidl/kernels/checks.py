@@ -1,0 +1,78 @@
+"""Argument checks of the primitives that every device's kernels share (before any kernel runs:
+Numba does not check bounds, and a CUDA kernel reading past a buffer corrupts memory silently)."""
+import numpy as np
+
+from . import OP_CODES, RANDOM_KINDS
+
+_RANDOM_CODES = OP_CODES["random"]
+_RANDOM_OUT_DTYPES = {"uniform": ("float32", "float64"), "normal": ("float32", "float64"), "integers": ("int64",)}
+
+
+def conv_geometry(geom, image, cols, name):
+    if len(geom) != 13:
+        raise ValueError(f"{name}: expected 13 geometry values, got {len(geom)}")
+    planes, h, w, kh, kw, sh, sw, ph, pw, dh, dw, oh, ow = (int(v) for v in geom)
+    if min(planes, h, w, oh, ow, ph, pw) < 0 or min(kh, kw, sh, sw, dh, dw) < 1:
+        raise ValueError(f"{name}: invalid geometry {geom}")
+    if image.size < planes * h * w:
+        raise ValueError(f"{name}: image buffer has {image.size} elements, needs {planes * h * w}")
+    if cols is not None and cols.size < planes * kh * kw * oh * ow:
+        raise ValueError(f"{name}: column buffer has {cols.size} elements, needs {planes * kh * kw * oh * ow}")
+    return planes, h, w, kh, kw, sh, sw, ph, pw, dh, dw, oh, ow
+
+
+def conv_channels(channels, planes, name):
+    """The C of the (C*kh*kw, planes/C, oh*ow) column layout; 0 means planes (unfold's layout)."""
+    c = int(channels) or planes
+    if planes and (c < 1 or planes % c):
+        raise ValueError(f"{name}: channels={channels} does not divide the {planes} planes")
+    return c or 1
+
+
+def conv_columns(name, image, cols, geom, channels):
+    """im2col/col2im: the checked geometry and channel count; image and columns share a dtype."""
+    g = conv_geometry(geom, image, cols, name)
+    c = conv_channels(channels, g[0], name)
+    if cols.dtype != image.dtype:
+        raise TypeError(f"{name}: dtypes differ")
+    return g, c
+
+
+def pool_buffers(name, values, like, index, n, what="output"):
+    """max_pool2d's per-output buffers: ``values`` (of ``like``'s dtype) and an int64 ``index``,
+    n elements each."""
+    if values.size < n or index.size < n or values.dtype != like.dtype or index.dtype != np.int64:
+        raise ValueError(f"{name}: {what} or index buffer too small or of the wrong dtype")
+
+
+def softmax_rows(name, n, *bufs) -> int:
+    """The number of rows, after checking that the buffers hold the same whole rows of n."""
+    if n < 1:
+        raise ValueError(f"{name}: rows must have at least one element, got n={n}")
+    size = bufs[0].size
+    if size % n or any(b.size < size or b.dtype != bufs[0].dtype for b in bufs[1:]):
+        raise ValueError(f"{name}: buffers of {[b.size for b in bufs]} elements and dtypes "
+                         f"{[b.dtype.name for b in bufs]} do not hold the same whole rows of {n}")
+    return size // n
+
+
+def random_arguments(kind, out, a, b) -> int:
+    """The ``random`` primitive's checks; returns the kind's code (OP_CODES["random"])."""
+    if kind not in _RANDOM_CODES:
+        raise ValueError(f"random: unknown kind {kind!r}; expected one of {RANDOM_KINDS}")
+    if out.dtype.name not in _RANDOM_OUT_DTYPES[kind]:
+        raise TypeError(f"random: kind {kind!r} fills {' or '.join(_RANDOM_OUT_DTYPES[kind])} buffers, "
+                        f"not {out.dtype.name}")
+    if kind == "integers" and not a < b:
+        raise ValueError(f"random: integers need low < high, got [{a}, {b})")
+    return _RANDOM_CODES[kind]
+
+
+def random_span(kind, a, b) -> np.uint64:
+    """b - a as the kernels' unsigned 64-bit range (0 for the whole range, and for float kinds)."""
+    return np.uint64((int(b) - int(a)) % (1 << 64) if kind == "integers" else 0)
+
+
+def random_stream(seed, offset):
+    """The Philox key and counter start as the kernels take them (unsigned 64-bit)."""
+    return np.uint64(seed % (1 << 64)), np.uint64(offset % (1 << 64))

@@ -1,0 +1,96 @@
+// The formula language's library functions on the GPU (minidl/formulas/expr.py: MATH), one
+// overload per element type, with the same meaning per dtype as the CPU's
+// (minidl/kernels/cpu/jit/scalar_math.py). exp, log and sqrt are in common.cuh (other kernels use them).
+// Integer kernels call only the functions that say what they do for integers.
+
+template <class T> __device__ __forceinline__ T inf_of() { return (T)(1.0 / 0.0); }
+template <class T> __device__ __forceinline__ T nan_of() { return (T)(0.0 / 0.0); }
+
+__device__ __forceinline__ float m_log1p(float x) { return log1pf(x); }
+__device__ __forceinline__ double m_log1p(double x) { return log1p(x); }
+__device__ __forceinline__ float m_expm1(float x) { return expm1f(x); }
+__device__ __forceinline__ double m_expm1(double x) { return expm1(x); }
+__device__ __forceinline__ float m_sin(float x) { return sinf(x); }
+__device__ __forceinline__ double m_sin(double x) { return sin(x); }
+__device__ __forceinline__ float m_cos(float x) { return cosf(x); }
+__device__ __forceinline__ double m_cos(double x) { return cos(x); }
+__device__ __forceinline__ float m_tan(float x) { return tanf(x); }
+__device__ __forceinline__ double m_tan(double x) { return tan(x); }
+__device__ __forceinline__ float m_tanh(float x) { return tanhf(x); }
+__device__ __forceinline__ double m_tanh(double x) { return tanh(x); }
+__device__ __forceinline__ float m_erf(float x) { return erff(x); }
+__device__ __forceinline__ double m_erf(double x) { return erf(x); }
+__device__ __forceinline__ float m_copysign(float x, float y) { return copysignf(x, y); }
+__device__ __forceinline__ double m_copysign(double x, double y) { return copysign(x, y); }
+__device__ __forceinline__ float m_fmod(float x, float y) { return fmodf(x, y); }
+__device__ __forceinline__ double m_fmod(double x, double y) { return fmod(x, y); }
+__device__ __forceinline__ float m_atan2(float x, float y) { return atan2f(x, y); }
+__device__ __forceinline__ double m_atan2(double x, double y) { return atan2(x, y); }
+
+// rounding: integers are already whole
+__device__ __forceinline__ float m_floor(float x) { return floorf(x); }
+__device__ __forceinline__ double m_floor(double x) { return floor(x); }
+__device__ __forceinline__ long long m_floor(long long x) { return x; }
+__device__ __forceinline__ float m_ceil(float x) { return ceilf(x); }
+__device__ __forceinline__ double m_ceil(double x) { return ceil(x); }
+__device__ __forceinline__ long long m_ceil(long long x) { return x; }
+__device__ __forceinline__ float m_rint(float x) { return rintf(x); }  // half to even
+__device__ __forceinline__ double m_rint(double x) { return rint(x); }
+__device__ __forceinline__ long long m_rint(long long x) { return x; }
+__device__ __forceinline__ float m_trunc(float x) { return truncf(x); }
+__device__ __forceinline__ double m_trunc(double x) { return trunc(x); }
+__device__ __forceinline__ long long m_trunc(long long x) { return x; }
+
+__device__ __forceinline__ float m_abs(float x) { return fabsf(x); }  // -0.0 gives 0.0, NaN stays NaN
+__device__ __forceinline__ double m_abs(double x) { return fabs(x); }
+__device__ __forceinline__ long long m_abs(long long x) { return x < 0 ? -x : x; }
+
+// x ** y; for integers only y >= 0 reaches a kernel (the op layer rejects the others)
+__device__ __forceinline__ float m_pow(float x, float y) { return powf(x, y); }
+__device__ __forceinline__ double m_pow(double x, double y) { return pow(x, y); }
+__device__ __forceinline__ long long m_pow(long long x, long long y) {
+    if (y < 0) return x == 1 ? 1 : (x == -1 ? (y % 2 ? -1 : 1) : 0);
+    long long result = 1;
+    while (y) {
+        if (y & 1) result *= x;
+        x *= x;
+        y >>= 1;
+    }
+    return result;
+}
+
+// Python's x // y (rounded toward -inf) and x % y (the sign of y). Floats divided by zero: +-inf
+// (NaN for 0 or NaN) and NaN; integers divided by zero: 0 (the CPU raises; a kernel cannot, and
+// PyTorch's CUDA gives garbage).
+template <class T> __device__ __forceinline__ T float_floor_divide(bool remainder, T x, T y) {
+    if (y == 0) {
+        if (remainder || x != x || x == 0) return nan_of<T>();
+        return m_copysign(inf_of<T>(), x) * m_copysign((T)1, y);
+    }
+    T mod = m_fmod(x, y);
+    T div = (x - mod) / y;
+    if (mod != 0) {
+        if ((y < 0) != (mod < 0)) { mod += y; div -= 1; }
+    } else {
+        mod = m_copysign((T)0, y);
+    }
+    if (remainder) return mod;
+    if (div == 0) return m_copysign((T)0, x / y);
+    T q = m_floor(div);
+    return div - q > (T)0.5 ? q + 1 : q;
+}
+__device__ __forceinline__ float m_floordiv(float x, float y) { return float_floor_divide(false, x, y); }
+__device__ __forceinline__ double m_floordiv(double x, double y) { return float_floor_divide(false, x, y); }
+__device__ __forceinline__ float m_remainder(float x, float y) { return float_floor_divide(true, x, y); }
+__device__ __forceinline__ double m_remainder(double x, double y) { return float_floor_divide(true, x, y); }
+
+__device__ __forceinline__ long long m_floordiv(long long x, long long y) {
+    if (y == 0) return 0;
+    long long q = x / y, r = x - q * y;
+    return (r != 0 && ((r < 0) != (y < 0))) ? q - 1 : q;
+}
+__device__ __forceinline__ long long m_remainder(long long x, long long y) {
+    if (y == 0) return 0;
+    long long r = x % y;
+    return (r != 0 && ((r < 0) != (y < 0))) ? r + y : r;
+}
