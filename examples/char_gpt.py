@@ -149,7 +149,7 @@ def main(argv=None):
     args = parser.parse_args(argv)
     device = minidl.device(args.device)
     if device.type == "cuda" and not minidl.cuda.is_available():
-        sys.exit(f"error: device '{args.device}': the CUDA backend is not available here (it needs CuPy and an "
+        sys.exit(f"error: device '{args.device}': device 'cuda' is not available here (it needs CuPy and an "
                  f"NVIDIA GPU; MINIDL_CUDA_SIM=1 runs it on the CPU simulator); use --device cpu")
 
     text = args.data.read_text(encoding="utf-8")

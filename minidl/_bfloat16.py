@@ -3,8 +3,8 @@
 A bfloat16 keeps float32's sign and 8-bit exponent and the top 7 bits of its mantissa, so it is
 stored as a uint16 and widening is a shift. Narrowing rounds to nearest, ties to even; a NaN stays
 a (quiet) NaN with its sign. Every other number reaches bfloat16 by way of float32, as in
-PyTorch: float64 and integer values are rounded to float32 first. The kernels (``cpu/jit/convert.py``,
-``cuda/csrc/elementwise.cu``) use the same two formulas.
+PyTorch: float64 and integer values are rounded to float32 first. The kernels (``kernels/cpu/jit/convert.py``,
+``kernels/cuda/csrc/elementwise.cu``) use the same two formulas.
 """
 from __future__ import annotations
 

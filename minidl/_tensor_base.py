@@ -35,6 +35,19 @@ class Storage:
         if self.shared is None:
             self.buf, self.shared = kernels.get("share_memory", self.device.type)(self.buf)
 
+    # -- torch.UntypedStorage's spelling (``minidl.UntypedStorage``, ``Tensor.untyped_storage()``) --
+    def nbytes(self) -> int:
+        return int(self.buf.nbytes)
+
+    size = nbytes
+
+    def is_shared(self) -> bool:
+        return self.shared is not None
+
+    def share_memory_(self) -> "Storage":
+        self.share_()
+        return self
+
     @classmethod
     def from_shared(cls, handle, device, writable=True) -> "Storage":
         """The storage another process shared (its ``shared`` handle), mapped into this one: the same

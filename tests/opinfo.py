@@ -18,10 +18,14 @@ instead of a first-order one.
 
 :func:`collect` calls every declaration's ``samples`` in registry order, each with the input
 makers reseeded from the op's name (so each op's values stay the same whatever ops are added or
-moved): ``SAMPLES`` holds (op name, sample) pairs, ``FIRST_ORDER`` and ``SECOND_ORDER`` split them.
-Used by test_gradcheck (gradcheck / gradgradcheck of each sample; every Function under minidl.ops
-recorded by some sample; every differentiable op with a sample) and test_cuda_ops (every sample on
-'cuda' against the CPU).
+moved): ``SAMPLES`` holds (op name, sample) pairs, ``FIRST_ORDER`` and ``SECOND_ORDER`` split them,
+and ``STRIDED`` is made from the first-order ones: each again with its plain inputs column-major
+and again read backwards (negative strides), so every op meets strided memory whether or not its
+declaration asks for it (``any_layout=False`` opts out, for ops such as ``view`` that need
+packed inputs). Used by test_gradcheck (gradcheck of the first-order and strided samples,
+gradgradcheck of the second-order ones, the float32 forward against the float64 one; every
+Function under minidl.ops recorded by some sample; every sample running its op; every
+differentiable op with a sample) and test_cuda_ops (every sample on 'cuda' against the CPU).
 """
 from __future__ import annotations
 
@@ -76,7 +80,7 @@ class NC:
             return np.asfortranarray(values)
         if kind == "neg" and values.ndim >= 1:
             return np.ascontiguousarray(values[::-1])[::-1]
-        wide = np.zeros(values.shape[:-1] + (2 * values.shape[-1],))
+        wide = np.zeros(values.shape[:-1] + (2 * values.shape[-1],), dtype=values.dtype)
         wide[..., ::2] = values
         return wide[..., ::2]
 
@@ -85,13 +89,13 @@ def values_of(spec) -> np.ndarray:
     return spec.values if isinstance(spec, NC) else np.asarray(spec, dtype=np.float64)
 
 
-def make_leaf(spec, values, requires_grad=True):
-    """A float64 leaf holding ``values``, with the memory layout ``spec`` asks for."""
+def make_leaf(spec, values, requires_grad=True, dtype=np.float64):
+    """A leaf holding ``values`` (float64, or ``dtype``), with the memory layout ``spec`` asks for."""
     if isinstance(spec, NC):
-        t = minidl.from_numpy(spec.materialize(np.array(values, dtype=np.float64)))
+        t = minidl.from_numpy(spec.materialize(np.array(values, dtype=dtype)))
         assert not t.is_contiguous() or t.numel() <= 1
     else:
-        t = minidl.tensor(np.array(values, dtype=np.float64), dtype=minidl.float64)
+        t = minidl.from_numpy(np.array(values, dtype=dtype))
     return t.requires_grad_(requires_grad)
 
 
@@ -145,12 +149,16 @@ def zeros_at(values, *places):
 
 # ----------------------------------------------------------------------------- inside the callables
 DEVICE = "cpu"  # where const() puts its tensors (test_cuda_ops runs the samples on "cuda" too)
+FLOAT = minidl.float64  # the dtype of const()'s float tensors (the float32 sweep sets float32)
 float32, float64, cpu = minidl.float32, minidl.float64, minidl.device("cpu")
 
 
 def const(values, dtype=None):
     """A constant (no grad) tensor on DEVICE: index tensors, masks, fixed operands."""
-    return minidl.tensor(np.asarray(values), dtype=dtype, device=DEVICE)
+    values = np.asarray(values)
+    if dtype is None and values.dtype.kind == "f":
+        dtype = FLOAT
+    return minidl.tensor(values, dtype=dtype, device=DEVICE)
 
 
 def vjp(output, input, cotangent):
@@ -161,18 +169,40 @@ def vjp(output, input, cotangent):
 
 # ----------------------------------------------------------------------------- samples
 class Sample:
-    def __init__(self, name, fn, *inputs, eps=1e-6, atol=1e-5, rtol=1e-4, second_order=False):
+    def __init__(self, name, fn, *inputs, eps=1e-6, atol=1e-5, rtol=1e-4, second_order=False, any_layout=True):
         self.name, self.fn, self.inputs = name, fn, list(inputs)
         self.eps, self.atol, self.rtol = eps, atol, rtol
         self.second_order = second_order
+        self.any_layout = any_layout  # False: the sample needs its plain inputs contiguous (x.view)
 
     def __repr__(self):
         return self.name
 
 
 def S(name, fn, *inputs, **options):
-    """A sample: ``fn`` on leaves made from ``inputs``; options: eps, atol, rtol, second_order."""
+    """A sample: ``fn`` on leaves made from ``inputs``; options: eps, atol, rtol, second_order,
+    any_layout."""
     return Sample(name, fn, *inputs, **options)
+
+
+LAYOUTS = {"F": ("colmajor", 2), "neg": ("negstride", 1)}  # NC kind -> (name suffix, inputs' least ndim)
+
+
+def layout_variants(sample) -> list:
+    """The sample again with its plain inputs column-major, and again with them read backwards
+    (negative strides), where that changes any input: every op meets strided memory."""
+    def strided(spec, kind):
+        values = np.asarray(spec, dtype=np.float64)
+        return not minidl.from_numpy(NC(values, kind).materialize(values)).is_contiguous()
+
+    variants = []
+    for kind, (suffix, least_ndim) in LAYOUTS.items():
+        inputs = [NC(spec, kind) if not isinstance(spec, NC) and np.ndim(spec) >= least_ndim and strided(spec, kind)
+                  else spec for spec in sample.inputs]
+        if sample.any_layout and any(a is not b for a, b in zip(inputs, sample.inputs)):
+            variants.append(Sample(f"{sample.name}-{suffix}", sample.fn, *inputs, eps=sample.eps, atol=sample.atol,
+                                   rtol=sample.rtol))
+    return variants
 
 
 def _reseed(name):
@@ -202,6 +232,7 @@ def collect() -> list:
 SAMPLES = collect()
 FIRST_ORDER = [(name, s) for name, s in SAMPLES if not s.second_order]
 SECOND_ORDER = [(name, s) for name, s in SAMPLES if s.second_order]
+STRIDED = [(name, v) for name, s in FIRST_ORDER for v in layout_variants(s)]  # generated layouts
 
 
 def sample_id(name, sample) -> str:

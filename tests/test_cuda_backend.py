@@ -1,4 +1,4 @@
-"""The CUDA backend's contract with the rest of minidl: every primitive exists on both devices, and
+"""The CUDA kernels' contract with the rest of minidl: every primitive exists on both devices, and
 every kernel source compiles for a real GPU (nvcc --ptx, and NVRTC when CuPy's bindings load)."""
 import os
 import shutil

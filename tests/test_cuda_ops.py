@@ -1,6 +1,6 @@
 """The op and gradient suite on device 'cuda', checked against the CPU: every sample of every op
-(opinfo.SAMPLES, first- and second-order ones alike: each op's forward, and its backward for a fixed
-cotangent) runs on both devices from the same leaves — the same values in the same memory layout —
+(opinfo.SAMPLES, first- and second-order ones alike, and the generated strided variants: each op's
+forward, and its backward for a fixed cotangent) runs on both devices from the same leaves — the same values in the same memory layout —
 and must agree to float64 rounding.
 On a machine without a GPU this runs on the CUDA simulator (see cuda_support.py)."""
 import numpy as np
@@ -10,7 +10,7 @@ import minidl
 import opinfo
 from minidl import kernels
 from minidl._tensor_base import Storage, make
-from opinfo import SAMPLES, make_leaf, sample_id, values_of
+from opinfo import SAMPLES, STRIDED, make_leaf, sample_id, values_of
 
 from cuda_support import cuda_device
 
@@ -48,7 +48,10 @@ def run(sample, leaves, device):
             [o.device for o in outs] + [g.device for g in grads if g is not None])
 
 
-@pytest.mark.parametrize("op,sample", SAMPLES, ids=[sample_id(*p) for p in SAMPLES])
+ALL = SAMPLES + STRIDED  # (with the generated column-major and negatively strided variants)
+
+
+@pytest.mark.parametrize("op,sample", ALL, ids=[sample_id(*p) for p in ALL])
 def test_sample_matches_cpu(op, sample):
     leaves = [make_leaf(spec, values_of(spec)) for spec in sample.inputs]
     expected_outs, expected_grads, _ = run(sample, leaves, "cpu")

@@ -14,8 +14,12 @@ import pytest
 
 import minidl
 from minidl.ops import registry
-from opinfo import (ABSTRACT, FIRST_ORDER, NC, SAMPLES, SECOND_ORDER, function_classes, make_leaf, sample_id,
-                    values_of)
+import inspect
+import sys
+
+import opinfo
+from opinfo import (ABSTRACT, FIRST_ORDER, NC, SAMPLES, SECOND_ORDER, STRIDED, function_classes, make_leaf,
+                    sample_id, values_of)
 
 MAX_COORDS = 24  # inputs up to this many elements get a full coordinate-wise check
 
@@ -167,9 +171,74 @@ def test_gradcheck(op, sample):
     gradcheck(sample.fn, sample.inputs, sample.eps, sample.atol, sample.rtol)
 
 
+@pytest.mark.parametrize("op,sample", STRIDED, ids=[sample_id(*p) for p in STRIDED])
+def test_gradcheck_on_strided_inputs(op, sample):
+    """Each sample again with column-major and negatively strided leaves (opinfo.layout_variants)."""
+    gradcheck(sample.fn, sample.inputs, sample.eps, sample.atol, sample.rtol)
+
+
 @pytest.mark.parametrize("op,sample", SECOND_ORDER, ids=[sample_id(*p) for p in SECOND_ORDER])
 def test_gradgradcheck(op, sample):
     gradgradcheck(sample.fn, sample.inputs, sample.eps, sample.atol, sample.rtol)
+
+
+def _run(sample, dtype=np.float64):
+    """The sample's float outputs as float64 arrays, from leaves (and float constants) of ``dtype``."""
+    opinfo.FLOAT = minidl.float32 if dtype == np.float32 else minidl.float64
+    try:
+        leaves = [make_leaf(spec, values_of(spec), dtype=dtype) for spec in sample.inputs]
+        return [_np(out) for out in _float_outputs(sample.fn(*leaves))]
+    finally:
+        opinfo.FLOAT = minidl.float64
+
+
+@pytest.mark.parametrize("op,sample", FIRST_ORDER, ids=[sample_id(*p) for p in FIRST_ORDER])
+def test_float32_forward_matches_float64(op, sample):
+    """The float32 kernels against the float64 ones on the same values (gradcheck has checked the
+    float64 forward's derivatives; its values are checked against numpy and PyTorch op by op)."""
+    want, got = _run(sample), _run(sample, np.float32)
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        scale = max(1.0, float(np.nanmax(np.abs(w), initial=0.0)))
+        np.testing.assert_allclose(g, w, rtol=2e-4, atol=2e-5 * scale, equal_nan=True)
+
+
+def _calls_and_nodes(sample):
+    """The code objects a sample's run calls and the Function classes its result records."""
+    called = set()
+
+    def profile(frame, event, arg):
+        if event == "call":
+            called.add(frame.f_code)
+    leaves = [make_leaf(spec, values_of(spec)) for spec in sample.inputs]
+    sys.setprofile(profile)
+    try:
+        result = sample.fn(*leaves)
+    finally:
+        sys.setprofile(None)
+    items = result if isinstance(result, (tuple, list)) else (result,)
+    return called, _graph_node_types([r for r in items if isinstance(r, minidl.Tensor)])
+
+
+RUN_ELSEWHERE = {("to_device", "to-cpu")}  # a copy to the CPU only when test_cuda_ops runs it on 'cuda'
+
+
+def test_each_sample_exercises_its_op():
+    """A sample calls its op's function, or (through an operator or a method such as ``a + b``)
+    records a Function that the op's function records."""
+    runs = {(op, s.name, s.second_order): _calls_and_nodes(s) for op, s in SAMPLES}
+    functions_of = {}
+    for (op, _, _), (called, nodes) in runs.items():
+        fn = inspect.unwrap(registry.OPS[op].function)
+        owner = getattr(fn, "__self__", None)
+        if isinstance(owner, type) and issubclass(owner, minidl.autograd.Function):
+            functions_of.setdefault(op, set()).add(owner)  # the op is a Function's apply
+        elif fn.__code__ in called:
+            functions_of.setdefault(op, set()).update(nodes)
+    idle = [f"{op}: {name}" for (op, name, _), (called, nodes) in runs.items()
+            if not nodes & functions_of.get(op, set()) and (op, name) not in RUN_ELSEWHERE
+            and getattr(inspect.unwrap(registry.OPS[op].function), "__code__", None) not in called]
+    assert not idle, f"samples that do not run the op they are declared with: {idle}"
 
 
 # ----------------------------------------------------------------------------- the checker itself

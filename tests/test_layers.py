@@ -9,18 +9,18 @@ import minidl.ops
 
 PACKAGE = pathlib.Path(minidl.__file__).parent
 
-# The README's layer table, bottom-up. A module belongs to the row of its longest matching prefix.
-LAYERS = [
-    ("foundations", ("minidl.layout", "minidl.formulas", "minidl._dtype", "minidl._bfloat16", "minidl._device",
-                     "minidl._type_info", "minidl.threads")),
-    ("primitive kernels", ("minidl.kernels",)),
-    ("autograd", ("minidl.autograd",)),
-    ("ops", ("minidl._tensor_base", "minidl.ops")),
-    ("Tensor", ("minidl._tensor", "minidl.printing", "minidl.legacy_tensors")),
-    ("libraries", ("minidl.nn", "minidl.optim", "minidl.utils", "minidl.vision", "minidl.serialization",
-                   "minidl.multiprocessing", "minidl.amp", "minidl.cuda", "minidl.accelerator", "minidl.backends")),
-    ("distributed", ("minidl.dist", "minidl.nn.parallel", "minidl.utils.data.distributed")),
-]
+def _readme_layers():
+    """The README's layer table, bottom-up: (layer, module prefixes from its "where" column)."""
+    text = (PACKAGE.parent / "README.md").read_text()
+    table = text[text.index("| layer | where | what |"):].split("\n\n")[0].splitlines()[2:]
+    rows = [row.split(" | ") for row in table]
+    return [(cells[0].strip("| "), tuple(path.removesuffix(".py").rstrip("/").replace("/", ".")
+                                         for path in re.findall(r"`(minidl/[\w/.]*)`", cells[1])))
+            for cells in rows]
+
+
+# A module belongs to the row of its longest matching prefix.
+LAYERS = _readme_layers()
 # libraries that use only the public API: minidl's own names, the faces of these packages, and each other
 PUBLIC_ONLY = ("minidl.nn", "minidl.optim", "minidl.utils", "minidl.vision", "minidl.multiprocessing")
 FACES = {"minidl", "minidl.ops", "minidl.autograd", "minidl.amp", "minidl.cuda", "minidl.dist"}
@@ -59,6 +59,8 @@ def _imports(path, here=None):
 
 
 def _layer(module):
+    if module == "minidl":  # the package's face: all of it, which only the libraries may use
+        return next(i for i, (name, _) in enumerate(LAYERS) if name == "libraries")
     best = max(((len(p), i) for i, (_, prefixes) in enumerate(LAYERS) for p in prefixes
                 if module == p or module.startswith(p + ".")), default=None)
     return None if best is None else best[1]
@@ -77,7 +79,7 @@ def _upward_imports(modules):
         for target, _ in _imports(path, module):
             if target.startswith(module + "."):
                 continue  # (a package's face gathers its own modules: minidl.nn holds nn.parallel)
-            if target != "minidl" and _layer(target) > _layer(module):
+            if _layer(target) > _layer(module):
                 upward.append(f"{module} ({LAYERS[_layer(module)][0]}) imports {target} "
                               f"({LAYERS[_layer(target)][0]})")
     return upward
@@ -90,9 +92,11 @@ def test_no_import_runs_up_the_layers():
 
 def test_the_layer_test_catches_upward_imports(tmp_path):
     fake = tmp_path / "fake.py"
-    fake.write_text("from ..ops import core\n\ndef f():\n    import minidl.nn.functional\n")
+    fake.write_text("import minidl\nfrom ..ops import core\n\ndef f():\n    import minidl.nn.functional\n")
     found = _upward_imports({"minidl.kernels.fake": fake})
-    assert len(found) == 2 and "minidl.ops.core (ops)" in found[0] and "minidl.nn.functional" in found[1]
+    assert len(found) == 3, found
+    assert "imports minidl (libraries)" in found[0] and "minidl.ops.core (ops)" in found[1]
+    assert "minidl.nn.functional" in found[2]
 
 
 def test_the_libraries_use_the_public_api_only():
@@ -117,6 +121,8 @@ def test_ops_modules_import_only_those_above_them_in_the_declared_reading_order(
     order = re.findall(r"^- ``(\w+)``", minidl.ops.__doc__, re.M)
     modules = sorted(p.stem for p in (PACKAGE / "ops").glob("*.py") if p.stem != "__init__")
     assert sorted(order) == modules, "the ops/ docstring's reading order must list every module once"
+    imported = [target.split(".")[2] for target, _ in _imports(PACKAGE / "ops" / "__init__.py")]
+    assert imported == order, "ops/__init__.py imports its modules in the reading order"
     for position, name in enumerate(order):
         for target, at_call_time in _imports(PACKAGE / "ops" / f"{name}.py"):
             assert not at_call_time, f"ops/{name}.py imports {target} inside a function (a cycle held open)"

@@ -51,11 +51,32 @@ def test_a_search_for_an_op_finds_its_one_declaration(name):
     assert len(_declared_where(name)) == 1, f"{name}: declared in {_declared_where(name)}"
 
 
-def test_an_op_is_declared_once():
+def test_an_op_is_declared_once_and_declarations_are_checked():
     with pytest.raises(ValueError, match="'add' is declared twice"):
         registry.op("add")(lambda a, b: a)
     with pytest.raises(ValueError, match="'divide' is declared twice"):
         registry.op("divide")(lambda a, b: a)
+    with pytest.raises(ValueError, match="'sub' is declared twice"):
+        registry.op("not_yet_an_op", aliases=("sub",))(lambda a, b: a)
+    with pytest.raises(TypeError, match="decorator factory"):
+        registry.op(lambda x: x)
+    with pytest.raises(ValueError, match="namespace must be one of"):
+        registry.op("not_yet_an_op", namespace="nn.funtional")
+    assert "not_yet_an_op" not in registry.OPS
+
+
+def test_rules_attach_once_per_kind():
+    registry.attach_rule("neg", "sharding", "elementwise")
+    try:
+        assert registry.OPS["neg"].rules == {"sharding": "elementwise"}
+        with pytest.raises(ValueError, match="already has a sharding rule"):
+            registry.attach_rule("neg", "sharding", "elementwise")
+    finally:
+        registry.OPS["neg"].rules.clear()
+    with pytest.raises(ValueError, match="unknown kind 'shards'"):
+        registry.attach_rule("neg", "shards", None)
+    with pytest.raises(KeyError, match="no op named 'negg'"):
+        registry.attach_rule("negg", "sharding", None)
 
 
 def test_functions_methods_and_twins_come_from_the_declarations():
@@ -70,8 +91,9 @@ def test_functions_methods_and_twins_come_from_the_declarations():
                 assert getattr(minidl.Tensor, name) is d.method, name
             else:
                 assert not hasattr(minidl.Tensor, name), name
-            if d.inplace is not None:
-                assert getattr(minidl.Tensor, name + "_") is d.inplace, name
+            twin = d.twins.get(name + "_")
+            assert getattr(minidl.Tensor, name + "_", None) is twin or twin is None, name
+            assert twin is None or twin.__name__ == name + "_", name  # (errors name the twin called)
 
 
 def test_minidl_exports_the_declared_ops_and_not_ops_internals():

@@ -2,7 +2,7 @@
 
 Run it:  python tutorials/04_cuda_kernels.py     (no GPU needed)
 
-minidl's ops are written once, on top of **primitives** (``minidl/kernels.py``: unary, binary,
+minidl's ops are written once, on top of **primitives** (``minidl/kernels/__init__.py``: unary, binary,
 reduce, matmul ...), and each device registers its own implementation of every primitive. On
 device ``"cuda"`` a primitive is a small Python wrapper around a **kernel**: a function in CUDA C
 that thousands of GPU threads run at once, each on a few elements. We write one from scratch,

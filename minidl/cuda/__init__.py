@@ -6,7 +6,7 @@ first time a function here (or a CUDA tensor) needs the device. Device 'cuda' ru
 through CuPy, or on the CPU simulator after :func:`sim_enable` / ``MINIDL_CUDA_SIM=1``.
 """
 from ..kernels.cuda.runtime import sim_enable  # noqa: F401
-from ..ops.random import device_generator, seed_cuda
+from ..ops import random as _random
 from . import amp  # noqa: F401  (torch.cuda.amp's spelling)
 from .devices import (current_device, device_count, empty_cache, is_available, max_memory_allocated,  # noqa: F401
                       max_memory_reserved, mem_get_info, memory_allocated, memory_reserved, reset_peak_memory_stats,
@@ -19,16 +19,16 @@ from .streams import StreamContext, current_stream, default_stream, set_stream, 
 
 # ----------------------------------------------------------------------------- random generators
 def _generator(device=None):
-    return device_generator(f"cuda:{_index(device) if device is not None else _current[0]}")
+    return _random.device_generator(f"cuda:{_index(device) if device is not None else _current[0]}")
 
 
 def manual_seed(seed: int) -> None:
     """Seed the current GPU's generator."""
-    seed_cuda(int(seed), _current[0])
+    _random.seed_cuda(int(seed), _current[0])
 
 
 def manual_seed_all(seed: int) -> None:
-    seed_cuda(int(seed))
+    _random.seed_cuda(int(seed))
 
 
 def seed() -> None:
@@ -36,7 +36,7 @@ def seed() -> None:
 
 
 def seed_all() -> None:
-    seed_cuda(_generator().seed())
+    _random.seed_cuda(_generator().seed())
 
 
 def initial_seed() -> int:

@@ -1,7 +1,7 @@
 """Every op, written once for all devices. Each public op declares itself with ``registry.op``
 beside its code; ``minidl``'s functions and ``Tensor``'s methods are made from those declarations.
 
-Reading order, bottom-up (a module imports only those above it in this list):
+Reading order, bottom-up (a module imports only those listed before it):
 
 - ``registry``: the declarations of the public ops
 - ``core``: launching primitives on tensors, casting, scalars, broadcasting gradients
@@ -23,9 +23,10 @@ Reading order, bottom-up (a module imports only those above it in this list):
 - ``attention``: the split of a projection into heads
 - ``fused``: the fused optimizer steps
 """
-from . import (attention, conv, creation, elementwise, fused, indexing, linalg, normalization, random,  # noqa: F401
-               reduction, shape_ops, sorting, views)
-from . import registry
+# every module, in the reading order (each declares its ops as it is imported)
+from . import (registry, core, random, conversion, take_put, views, inplace, creation,  # noqa: F401,I001
+               autocast_mode, elementwise, shape_ops, indexing, reduction, linalg, sorting, conv,
+               normalization, attention, fused)
 
 globals().update(registry.functions())
 globals().update(registry.functions("nn.functional"))  # (for minidl.nn.functional)

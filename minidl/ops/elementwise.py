@@ -358,6 +358,7 @@ mul = op(aliases=("multiply",), inplace=binary_inplace(Mul), samples=lambda t: [
     t.S("mul-broadcast", lambda a, b: a * b, t.rn(2, 3, 4), t.rn(3, 1)),
     t.S("mul-same", lambda a: a * a, t.NC(t.rn(3, 3), "F")),
     t.S("mul-scalar", lambda a: a * -3.0, t.rn(4)),
+    t.S("mul-function", lambda a, b: mul(a, b) + a.multiply(2.0), t.rn(3, 4), t.rn(4)),
     t.S("inplace-mul-on-view", _inplace_mul_on_view, t.rn(3, 4), t.rn(3)),
     t.S("inplace-chain-nonleaf", lambda x, w: (x * 1).mul_(w).add_(x).exp_().clamp_(max=20.0), t.rn(3, 4), t.rn(4)),
     t.S("mul", lambda a, b: a * b, t.rn(3, 4), t.rn(4), second_order=True)])(_binary_entry(Mul))
@@ -389,7 +390,8 @@ def add(a, b, alpha=1):
 
 @op(aliases=("subtract",), inplace=binary_inplace(Sub), samples=lambda t: [
     t.S("sub-broadcast", lambda a, b: a - b, t.rn(3, 1), t.rn(1, 4)),
-    t.S("rsub-scalar", lambda a: 1.5 - a, t.NC(t.rn(3, 2), "gap"))])
+    t.S("rsub-scalar", lambda a: 1.5 - a, t.NC(t.rn(3, 2), "gap")),
+    t.S("sub-alpha", lambda a, b: sub(a, b, alpha=0.5), t.rn(3, 4), t.rn(4))])
 def sub(a, b, alpha=1):
     return _sub(a, b if alpha == 1 else b * alpha)
 
@@ -414,7 +416,8 @@ def div(a, b, rounding_mode=None):
 
 
 @op(inplace=binary_inplace(FloorDivide), samples=lambda t: [
-    t.S("floor_divide", lambda a, b: a // b, (d := t.pos(3, 4)) * t.frac(3, 4), d)])
+    t.S("floor_divide", lambda a, b: a // b, (d := t.pos(3, 4)) * t.frac(3, 4), d),
+    t.S("floor_divide-function", floor_divide, (d := t.pos(4)) * t.frac(4), d)])
 def floor_divide(a, b):
     return _binary_entry(FloorDivide)(a, b)
 
@@ -508,6 +511,9 @@ class Where(Function):
 def _where_method(self, condition, other):
     """x.where(condition, y) is where(condition, x, y), as in PyTorch."""
     return where(condition, self, other)
+
+
+_where_method.__name__ = _where_method.__qualname__ = "where"
 
 
 def _where_samples(t):

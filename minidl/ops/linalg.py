@@ -125,20 +125,20 @@ def matmul(a, b):
     t.S("linear-3d-no-bias", linear, t.NC(t.rn(2, 3, 4), "gap"), t.rn(2, 4)),
     t.S("linear-1d", linear, t.rn(3), t.rn(2, 3), t.rn(2))])
 @autocast_op("linear")
-def linear(x, weight, bias=None):
-    """``torch.nn.functional.linear``: x (..., in) @ weight (out, in).T + bias (out)."""
-    check_devices("linear", x, weight, *(() if bias is None else (bias,)))
-    if weight.ndim != 2 or x.ndim == 0 or x.shape[-1] != weight.shape[1]:
-        raise RuntimeError(f"linear: input {list(x.shape)} and weight {list(weight.shape)} don't fit: expected "
+def linear(input, weight, bias=None):
+    """``torch.nn.functional.linear``: input (..., in) @ weight (out, in).T + bias (out)."""
+    check_devices("linear", input, weight, *(() if bias is None else (bias,)))
+    if weight.ndim != 2 or input.ndim == 0 or input.shape[-1] != weight.shape[1]:
+        raise RuntimeError(f"linear: input {list(input.shape)} and weight {list(weight.shape)} don't fit: expected "
                            f"input (..., {weight.shape[1] if weight.ndim == 2 else 'in'}) and weight (out, in)")
     if bias is not None and bias.shape not in ((weight.shape[0],), ()):
         raise RuntimeError(f"linear: bias of shape {list(bias.shape)} doesn't match weight {list(weight.shape)}")
-    if x.dtype is not weight.dtype or (bias is not None and bias.dtype is not weight.dtype):
-        raise RuntimeError(f"linear: expected input, weight and bias of one dtype, got {x.dtype.name}, "
+    if input.dtype is not weight.dtype or (bias is not None and bias.dtype is not weight.dtype):
+        raise RuntimeError(f"linear: expected input, weight and bias of one dtype, got {input.dtype.name}, "
                            f"{weight.dtype.name}" + ("" if bias is None else f" and {bias.dtype.name}"))
-    if x.ndim == 1:
-        return Linear.apply(x.unsqueeze(0), weight, bias).squeeze(0)
-    return Linear.apply(x, weight, bias)
+    if input.ndim == 1:
+        return Linear.apply(input.unsqueeze(0), weight, bias).squeeze(0)
+    return Linear.apply(input, weight, bias)
 
 
 @op(samples=lambda t: [t.S("mm", mm, t.rn(3, 4), t.NC(t.rn(4, 2), "F"))])

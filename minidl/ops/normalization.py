@@ -45,11 +45,11 @@ def layer_norm(input, normalized_shape, weight=None, bias=None, eps: float = 1e-
         raise RuntimeError(f"Given normalized_shape={list(normalized_shape)}, expected input with shape "
                            f"[*, {', '.join(str(s) for s in normalized_shape)}], but got input of size "
                            f"{list(input.shape)}")
-    return LayerNorm.apply(input, weight, bias, tuple(range(input.ndim - k, input.ndim)), eps)
+    return NativeLayerNorm.apply(input, weight, bias, tuple(range(input.ndim - k, input.ndim)), eps)
 
 
-class LayerNorm(Function):
-    """Layer norm as one graph node. Its backward is the closed form
+class NativeLayerNorm(Function):
+    """Layer norm as one graph node (torch's grad_fn has this name too). Its backward is the closed form
     ``rstd * (gy - mean(gy) - xhat * mean(gy * xhat))`` with ``gy = g * weight``: about half the
     elementwise passes of differentiating the composed ops (a transformer step runs two per block)."""
 

@@ -1,14 +1,17 @@
 """The op registry: every public op declares itself once, beside its code, with ``@op``.
 
 From the declarations come ``minidl``'s functions, the ``Tensor`` methods and their in-place
-twins (``x.add_``), and the op test sweep (``samples``). Later work attaches its per-op rules to
-an ``OpDef`` by name (``rules``: how an op shards, its sparse gradient, a backward split into input
-and weight gradients), so one place knows every op.
+twins (``x.add_``), and the op test sweep (``samples``). Later work attaches per-op rules to a
+declaration with ``attach_rule`` (how an op shards, its sparse gradient, a split of its backward
+into input and weight gradients), so that one place knows every op.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Callable
+
+NAMESPACES = ("minidl", "nn.functional", None)
+RULE_KINDS = ("sharding", "sparse_grad", "split_backward")
 
 
 @dataclass
@@ -16,11 +19,11 @@ class OpDef:
     name: str
     function: Callable
     method: Callable | None       # the Tensor method (self first), or None when the op is no method
-    inplace: Callable | None      # the Tensor method ``name_``, or None
+    twins: dict                   # Tensor attribute ``name_`` -> in-place method, one per name
     aliases: tuple = ()           # other names of the same op, as function, method and in-place twin
     samples: Callable | None = None  # ``samples(t)``: test samples, built with the sweep's toolkit ``t``
-    namespace: str | None = "minidl"  # where the function is public: "minidl", "nn.functional", or None
-    rules: dict = field(default_factory=dict)
+    namespace: str | None = "minidl"  # where the function is public (see NAMESPACES)
+    rules: dict = field(default_factory=dict)  # kind (RULE_KINDS) -> rule, see attach_rule
 
     @property
     def names(self) -> tuple:
@@ -35,24 +38,43 @@ def op(name: str | None = None, *, method=True, inplace=None, aliases=(), sample
 
     method: True for a Tensor method that passes ``self`` first, False for none, or the method
     itself when it takes its arguments otherwise. inplace: a maker ``(fn, name) -> method`` of the
-    in-place twin ``name_`` (see ``inplace.rebased``). namespace: "minidl" for ``minidl.name``,
-    "nn.functional" for an op PyTorch has only there, None for one reached only through Tensor
-    (``x[i]``). samples: built by the test sweep (tests/opinfo.py), see ``OpDef``."""
+    in-place twin ``name_`` (``inplace.rebased``, or ``elementwise.binary_inplace(Add)`` for a
+    binary op's). namespace: "minidl" for ``minidl.name``, "nn.functional" for an op PyTorch has
+    only there, None for one reached only through Tensor (``x[i]``). samples: built by the test
+    sweep (tests/opinfo.py), see ``OpDef``."""
+    if callable(name):
+        raise TypeError("op is a decorator factory: write @op() or @op(name, ...)")
+    if namespace not in NAMESPACES:
+        raise ValueError(f"op {name!r}: namespace must be one of {NAMESPACES}, got {namespace!r}")
+
     def declare(fn):
         key = name or fn.__name__
-        if key in OPS or any(key in d.aliases for d in OPS.values()):
-            raise ValueError(f"op {key!r} is declared twice")
+        taken = {n for d in OPS.values() for n in d.names}
+        for new in (key,) + tuple(aliases):
+            if new in taken:
+                raise ValueError(f"op {new!r} is declared twice")
         as_method = _delegate(key, fn) if method is True else (method or None)
-        OPS[key] = OpDef(key, fn, as_method, inplace(fn, key + "_") if inplace else None, tuple(aliases),
-                         samples, namespace)
+        twins = {n + "_": inplace(fn, n + "_") for n in (key,) + tuple(aliases)} if inplace else {}
+        OPS[key] = OpDef(key, fn, as_method, twins, tuple(aliases), samples, namespace)
         return fn
     return declare
+
+
+def attach_rule(name: str, kind: str, rule) -> None:
+    """Attach a rule of ``kind`` (one of RULE_KINDS) to the declared op ``name``, once."""
+    if kind not in RULE_KINDS:
+        raise ValueError(f"attach_rule: unknown kind {kind!r}; the kinds are {', '.join(RULE_KINDS)}")
+    if name not in OPS:
+        raise KeyError(f"attach_rule: no op named {name!r} is declared")
+    if kind in OPS[name].rules:
+        raise ValueError(f"attach_rule: op {name!r} already has a {kind} rule")
+    OPS[name].rules[kind] = rule
 
 
 def _delegate(name, fn):
     def method(self, *args, **kwargs):
         return fn(self, *args, **kwargs)
-    method.__name__ = name
+    method.__name__ = method.__qualname__ = name
     method.__doc__ = fn.__doc__
     return method
 
@@ -66,9 +88,7 @@ def methods() -> dict:
     """Tensor attribute -> method, for the methods and their in-place twins, aliases included."""
     found = {}
     for d in OPS.values():
-        for name in d.names:
-            if d.method is not None:
-                found[name] = d.method
-            if d.inplace is not None:
-                found[name + "_"] = d.inplace
+        if d.method is not None:
+            found.update((name, d.method) for name in d.names)
+        found.update(d.twins)
     return found

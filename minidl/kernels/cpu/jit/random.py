@@ -1,6 +1,6 @@
 """Numba kernels of the ``random`` primitive: Philox4x32-10 per element, then the kind's transform.
 
-The formulas are the contract's (minidl/kernels.py), written to round exactly as the CUDA kernels
+The formulas are the contract's (minidl/kernels/__init__.py), written to round exactly as the CUDA kernels
 in csrc/random.cu do, so a seed gives bit-identical tensors on both devices. All integer math is
 in uint64 (Numba turns uint64/int64 mixes into floats, hence the typed constants).
 """

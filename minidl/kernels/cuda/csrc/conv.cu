@@ -1,5 +1,5 @@
 // Convolution and pooling: im2col, col2im, max_pool2d and its backward, with the geometry of
-// minidl/kernels.py: planes = N*C contiguous h*w images, kernel kh*kw, stride sh*sw, padding
+// minidl/kernels/__init__.py: planes = N*C contiguous h*w images, kernel kh*kw, stride sh*sw, padding
 // ph*pw, dilation dh*dw, output oh*ow. Window (i, j) tap (ki, kj) reads image row
 // i*sh - ph + ki*dh, column j*sw - pw + kj*dw. The columns are (C*kh*kw, N, oh*ow): row
 // c*kh*kw + ki*kw + kj; chans = C (chans = planes gives unfold's (N, C*kh*kw, oh*ow) layout).

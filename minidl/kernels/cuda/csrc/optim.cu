@@ -1,5 +1,5 @@
 // Fused optimizer updates: one thread per element of packed 1-D buffers, the formulas of
-// minidl/kernels.py in the CPU kernels' order of operations (minidl/kernels/cpu/jit/optim.py), so float32
+// minidl/kernels/__init__.py in the CPU kernels' order of operations (minidl/kernels/cpu/jit/optim.py), so float32
 // stays float32. Factors such as 1 - dampening arrive precomputed in the parameters' dtype.
 
 // keep = 1 - dampening, sign = -1 to maximize; buf is read and written only with momentum.

@@ -1,5 +1,5 @@
 // The random primitive: element i of a draw is Philox4x32-10 of counter offset + i under key seed,
-// then the kind's transform (minidl/kernels.py gives the formulas). Counter-based, so each thread
+// then the kind's transform (minidl/kernels/__init__.py gives the formulas). Counter-based, so each thread
 // computes its elements independently and the CPU kernels (minidl/kernels/cpu/jit/random.py) give the
 // same bits. Double arithmetic avoids fused multiply-adds, which the CPU does not use either.
 

@@ -1,5 +1,5 @@
 // Softmax and log-softmax over packed rows of n elements, forward and backward (the formulas of
-// minidl/kernels.py). A warp per row for short rows, the whole block per row for long ones
+// minidl/kernels/__init__.py). A warp per row for short rows, the whole block per row for long ones
 // (`lanes` = 32 or blockDim.x); the row max and sums are reductions across the lanes, in the
 // row's dtype as on the CPU, and exp is taken once per element.
 
