@@ -1,0 +1,171 @@
+"""A pipeline stage: one rank's part of the model, run one micro-batch at a time.
+
+The stage keeps each micro-batch's inputs and outputs from its forward until its backward, and
+counts the bytes its autograd graph holds meanwhile (the saved activations). Tensors between
+stages travel with minidl.dist's isend/irecv; their shapes are learned at the first step, from a
+small header sent before each micro-batch's activations, and checked against ``input_args`` when
+the stage was given them.
+"""
+from __future__ import annotations
+
+import minidl
+
+from ..state import resolve
+
+MAX_TENSORS = 8       # tensors per stage output
+HEADER = 64           # int64 words of the shape header: [count, (dtype, ndim, *shape) per tensor]
+DTYPES = (minidl.float32, minidl.float64, minidl.float16, minidl.bfloat16, minidl.int64, minidl.int32,
+          minidl.int16, minidl.uint8, minidl.bool)
+
+
+def tag(kind: str, mb: int, i: int = 0) -> int:
+    """The message tag of tensor ``i`` of micro-batch ``mb``: its header, activation or gradient."""
+    return (mb * 3 + ("header", "activation", "gradient").index(kind)) * MAX_TENSORS + i + 1
+
+
+def as_tuple(value):
+    return tuple(value) if isinstance(value, (tuple, list)) else (value,)
+
+
+def encode(tensors) -> minidl.Tensor:
+    words = [len(tensors)]
+    for t in tensors:
+        words += [DTYPES.index(t.dtype), t.ndim, *t.shape]
+    if len(words) > HEADER:
+        raise ValueError(f"pipelining: a stage output of {len(tensors)} tensors with shapes "
+                         f"{[list(t.shape) for t in tensors]} does not fit the {HEADER}-word shape header")
+    return minidl.tensor(words + [0] * (HEADER - len(words)), dtype=minidl.int64)
+
+
+def decode(header) -> list:
+    words, metas, at = header.tolist(), [], 1
+    for _ in range(words[0]):
+        dtype, ndim = DTYPES[words[at]], words[at + 1]
+        metas.append((tuple(words[at + 2:at + 2 + ndim]), dtype))
+        at += 2 + ndim
+    return metas
+
+
+def graph_bytes(outputs, exclude) -> int:
+    """Bytes of the tensors that the autograd graph behind ``outputs`` keeps for backward (saved
+    tensors and tensors kept on the nodes), each view once, parameters' storages (``exclude``)
+    left out. A view counts its own elements: a micro-batch that is a slice of the batch holds
+    its slice."""
+    seen, total, nodes = set(), 0, set()
+    stack = [t.grad_fn for t in outputs if t.grad_fn is not None]
+    while stack:
+        node = stack.pop()
+        if id(node) in nodes:
+            continue
+        nodes.add(id(node))
+        kept = [item[0] for item in node._saved if item is not None]
+        kept += [v for v in vars(node).values() if isinstance(v, minidl.Tensor)] if hasattr(node, "__dict__") else []
+        for t in kept:
+            key = (id(t._storage), t._layout.offset, tuple(t.shape), t._layout.strides)
+            if id(t._storage) not in exclude and key not in seen:
+                seen.add(key)
+                total += t.numel() * t.dtype.itemsize
+        stack.extend(e[0] for e in node.next_functions if e is not None)
+    return total
+
+
+class PipelineStage:
+    """``torch.distributed.pipelining.PipelineStage``: ``submodule`` as stage ``stage_index`` of
+    ``num_stages``, one stage per rank of ``group`` (stage i on the group's rank i).
+
+    ``input_args`` / ``output_args``: example tensors (or tuples) of one micro-batch, to check the
+    shapes met at the first step against; without them the shapes are whatever the first step
+    brings. ``output_grads``, ``input_grads``, ``dw_builder`` and ``get_mesh`` are accepted for
+    torch's signature and unused here."""
+
+    def __init__(self, submodule, stage_index: int, num_stages: int, device, input_args=None, output_args=None,
+                 output_grads=None, input_grads=None, group=None, dw_builder=None, get_mesh=None):
+        g = resolve(group, "PipelineStage")
+        if g is None:
+            raise RuntimeError("PipelineStage: this rank is not in the group")
+        self.submod, self.stage_index, self.num_stages, self.group = submodule, stage_index, num_stages, group
+        self.device = minidl.device(device)
+        self.rank, ranks = g.ranks[g.rank], g.ranks
+        if num_stages != len(ranks):
+            raise ValueError(f"PipelineStage: num_stages={num_stages} on {len(ranks)} ranks (rank {self.rank}); the "
+                             f"single-stage schedules run one stage per rank, so num_stages must be {len(ranks)}")
+        if not 0 <= stage_index < num_stages:
+            raise ValueError(f"PipelineStage: stage_index={stage_index} on rank {self.rank} is outside 0..{num_stages - 1}")
+        if stage_index != g.rank:
+            raise ValueError(f"PipelineStage: stage {stage_index} was built on rank {self.rank}, which is group rank "
+                             f"{g.rank}; stage i runs on the group's rank i")
+        self.is_first, self.is_last = stage_index == 0, stage_index == num_stages - 1
+        self.prev_rank = None if self.is_first else ranks[stage_index - 1]
+        self.next_rank = None if self.is_last else ranks[stage_index + 1]
+        self.input_meta = None if input_args is None else [(tuple(t.shape), t.dtype) for t in as_tuple(input_args)]
+        self.output_meta = None if output_args is None else [(tuple(t.shape), t.dtype) for t in as_tuple(output_args)]
+        self.mb_input_meta = None   # per micro-batch, learned at the first step
+        self.mb_output_meta = None
+        self.headers_sent = False
+        self._chunks = {}           # mb -> (inputs, outputs, activation bytes)
+        self.activation_bytes = 0
+        self.peak_activation_bytes = 0
+
+    def __repr__(self):
+        return f"PipelineStage(stage {self.stage_index} of {self.num_stages}, rank {self.rank})"
+
+    # -- shapes ---------------------------------------------------------------------------------
+    def check_input_meta(self, mb, metas):
+        """The shapes a micro-batch brings, against ``input_args`` when the stage has them."""
+        if self.input_meta is None:
+            return
+        given = [(list(s), d.name) for s, d in self.input_meta]
+        got = [(list(s), d.name) for s, d in metas]
+        if len(given) != len(got) or any(g[1] != w[1] or g[0][1:] != w[0][1:] for g, w in zip(given, got)):
+            raise ValueError(f"pipelining: stage {self.stage_index - 1} (rank {self.prev_rank}) sends micro-batch "
+                             f"{mb} as {got} (shape, dtype), but stage {self.stage_index} (rank {self.rank}) "
+                             f"expects input_args {given}")
+
+    def check_output(self, outputs):
+        if self.output_meta is None:
+            return
+        given = [(list(s[1:]), d.name) for s, d in self.output_meta]
+        got = [(list(t.shape[1:]), t.dtype.name) for t in outputs]
+        if given != got:
+            raise ValueError(f"pipelining: stage {self.stage_index} (rank {self.rank}) outputs {got} (shape after "
+                             f"the batch dim, dtype), but its output_args say {given}")
+
+    # -- compute --------------------------------------------------------------------------------
+    def forward_one_chunk(self, mb, args, kwargs, keep=True):
+        """Run the submodule on one micro-batch; with ``keep`` its inputs (received ones made leaves
+        that require grad, so their gradients can go back) and outputs are kept until its backward."""
+        if keep and not self.is_first:
+            args = tuple(a.requires_grad_(a.dtype.is_floating_point) for a in args)
+        outputs = as_tuple(self.submod(*args, **kwargs))
+        if len(outputs) > MAX_TENSORS or not all(isinstance(t, minidl.Tensor) for t in outputs):
+            raise TypeError(f"pipelining: stage {self.stage_index} must return a tensor or a tuple of at most "
+                            f"{MAX_TENSORS} tensors, got {type(outputs[0]).__name__ if outputs else 'nothing'}")
+        self.check_output(outputs)
+        if not keep:
+            return outputs
+        held = graph_bytes(outputs, {id(p._storage) for p in self.submod.parameters()})
+        self._chunks[mb] = (args, outputs, held)
+        self.activation_bytes += held
+        self.peak_activation_bytes = max(self.peak_activation_bytes, self.activation_bytes)
+        return outputs
+
+    def backward_one_chunk(self, mb, loss=None, output_grads=None):
+        """Backward of one micro-batch from its loss (last stage) or its outputs' gradients; returns
+        the gradients of its inputs (None on the first stage)."""
+        inputs, outputs, held = self._chunks.pop(mb)
+        if loss is not None:
+            minidl.autograd.backward([loss])
+        else:
+            pairs = [(o, g) for o, g in zip(outputs, output_grads) if o.requires_grad]
+            if pairs:
+                minidl.autograd.backward([o for o, _ in pairs], [g for _, g in pairs])
+        self.activation_bytes -= held
+        if self.is_first:
+            return None
+        return [a.grad if a.grad is not None else minidl.zeros_like(a) for a in inputs]
+
+    def scale_grads(self, factor):
+        with minidl.no_grad():
+            for p in self.submod.parameters():
+                if p.grad is not None:
+                    p.grad.div_(factor)

@@ -1,0 +1,148 @@
+"""minidl.dist.pipelining on simulated ranks: pipelined steps equal single-process training
+(tests/pipeline_cases.py, also run under mpiexec by test_dist_mpi.py), the schedules as planned
+against their closed forms, the checks of bad input, and a failing stage ending every rank."""
+import numpy as np
+import pytest
+
+import minidl
+import minidl.dist as dist
+import pipeline_cases
+from minidl import nn
+from minidl.dist.pipelining import (PipelineError, PipelineStage, Schedule1F1B, ScheduleGPipe, actions, pipe_split,
+                                    pipeline)
+from minidl.nn import functional as F
+
+
+@pytest.mark.parametrize("size", [1, 2, 4])
+def test_pipelined_steps_equal_single_process_training(size):
+    failures = dist.sim.run(size, pipeline_cases.run_all, size)
+    assert failures == [[]] * size
+
+
+def _programs(cls, p, m):
+    return [actions.with_transfers(s, p, cls.compute_order(s, p, m)) for s in range(p)]
+
+
+@pytest.mark.parametrize("cls", [ScheduleGPipe, Schedule1F1B])
+@pytest.mark.parametrize("p,m", [(2, 2), (2, 8), (3, 5), (4, 4), (4, 16)])
+def test_planned_bubble_is_the_closed_form(cls, p, m):
+    assert actions.ideal_bubble(_programs(cls, p, m)) == pytest.approx((p - 1) / (m + p - 1))
+
+
+def test_tables_show_the_schedules():
+    assert actions.table(_programs(Schedule1F1B, 2, 3)) == "\n".join([
+        "step  stage 0  stage 1",
+        "   0  F0       .",
+        "   1  F1       F0",
+        "   2  .        B0",
+        "   3  B0       F1",
+        "   4  F2       B1",
+        "   5  B1       F2",
+        "   6  .        B2",
+        "   7  B2       ."])
+    gpipe = actions.table(_programs(ScheduleGPipe, 2, 2)).splitlines()
+    assert [line.split()[1:] for line in gpipe[1:]] == [["F0", "."], ["F1", "F0"], [".", "F1"], [".", "B0"],
+                                                         ["B0", "B1"], ["B1", "."]]
+
+
+def test_validation_rejects_broken_programs():
+    A = actions.Action
+    good = _programs(ScheduleGPipe, 2, 1)
+    with pytest.raises(ValueError, match="stage 1 runs B0 before F0"):
+        actions.validate([good[0], [A("RECV_F", 1, 0), A("B", 1, 0), A("F", 1, 0), A("SEND_B", 1, 0)]])
+    with pytest.raises(ValueError, match=r"SEND_F\(0\) has no matching RECV_F\(0\) on stage 1"):
+        actions.validate([good[0], [A("F", 1, 0), A("B", 1, 0), A("SEND_B", 1, 0)]])
+    # both stages first wait for the other's gradient: a cycle
+    cycle = [[A("F", 0, 0), A("RECV_B", 0, 0), A("SEND_F", 0, 0), A("B", 0, 0)],
+             [A("RECV_F", 1, 0), A("F", 1, 0), A("B", 1, 0), A("SEND_B", 1, 0)]]
+    with pytest.raises(ValueError, match=r"wait on each other forever.*0: 'RECV_B\(0\)', 1: 'RECV_F\(0\)'"):
+        actions.validate(cycle)
+
+
+def _block():
+    return nn.Linear(4, 4).double()
+
+
+def _errors(size, fn):
+    """fn(rank) on ``size`` sim ranks; each rank's exception message (or None)."""
+    def wrapped(rank):
+        try:
+            fn(rank)
+        except Exception as e:
+            return f"{type(e).__name__}: {e}"
+        return None
+    return dist.sim.run(size, wrapped)
+
+
+def test_bad_stages_and_calls_are_clear_errors_on_every_rank():
+    errors = _errors(2, lambda r: PipelineStage(_block(), r, 3, "cpu"))
+    assert all("num_stages=3 on 2 ranks" in e for e in errors)
+    errors = _errors(2, lambda r: PipelineStage(_block(), r + 1, 2, "cpu"))
+    assert "stage_index=2 on rank 1 is outside 0..1" in errors[1] and "stage 1 was built on rank 0" in errors[0]
+
+    def too_few(rank):
+        Schedule1F1B(PipelineStage(_block(), rank, 2, "cpu"), 1, loss_fn=F.mse_loss)
+    assert all("n_microbatches=1" in e and "fewer than the 2 stages" in e for e in _errors(2, too_few))
+
+    def target_on_first(rank):
+        schedule = ScheduleGPipe(PipelineStage(_block(), rank, 2, "cpu"), 2, loss_fn=F.mse_loss)
+        schedule.step(minidl.zeros(4, 4, dtype=minidl.float64), target=minidl.zeros(4, 4, dtype=minidl.float64))
+    errors = _errors(2, target_on_first)
+    assert "stage 0 (rank 0): a target is given on a stage that is not the last" in errors[0]
+    with pytest.raises(NotImplementedError, match="build each rank's stage by hand"):
+        pipe_split()
+    with pytest.raises(NotImplementedError, match="PipelineStage"):
+        pipeline(None)
+
+
+def test_a_shape_that_does_not_fit_the_next_stage_names_both():
+    def run(rank):
+        stage = PipelineStage(nn.Linear(4, 5).double() if rank == 0 else nn.Linear(4, 4).double(), rank, 2, "cpu",
+                              input_args=minidl.zeros(2, 4, dtype=minidl.float64) if rank == 1 else None)
+        schedule = ScheduleGPipe(stage, 2, loss_fn=F.mse_loss)
+        if rank == 0:
+            schedule.step(minidl.zeros(4, 4, dtype=minidl.float64))
+        else:
+            schedule.step(target=minidl.zeros(4, 4, dtype=minidl.float64))
+    errors = _errors(2, run)
+    assert "stage 0 (rank 0) sends micro-batch 0 as [([2, 5], 'float64')]" in errors[1]
+    assert "stage 1 (rank 1) expects input_args [([2, 4], 'float64')]" in errors[1]
+    assert errors[0] is not None and "stage 0 (rank 0)" in errors[0]  # (and rank 0 does not hang)
+
+
+def test_a_stage_that_raises_ends_every_rank_naming_it():
+    class Broken(nn.Module):
+        def forward(self, x):
+            raise ArithmeticError("broken on purpose")
+
+    def run(rank):
+        stage = PipelineStage(Broken() if rank == 1 else _block(), rank, 3, "cpu")
+        schedule = Schedule1F1B(stage, 3, loss_fn=F.mse_loss)
+        x = minidl.zeros(6, 4, dtype=minidl.float64)
+        schedule.step(x) if rank == 0 else schedule.step(target=x) if rank == 2 else schedule.step()
+    errors = _errors(3, run)
+    assert "stage 1 (rank 1) raised in F0: ArithmeticError: broken on purpose" in errors[1]
+    assert all(e is not None for e in errors)
+
+
+def test_timeline_bubble_and_activation_memory():
+    def run(rank, cls, m):
+        stage = PipelineStage(nn.Sequential(nn.Linear(8, 8), nn.Tanh()).double(), rank, 2, "cpu")
+        schedule = cls(stage, m, loss_fn=F.mse_loss)
+        x = minidl.zeros(4 * m, 8, dtype=minidl.float64)
+        schedule.step(x) if rank == 0 else schedule.step(target=x)
+        return schedule.timeline()
+    one = dist.sim.run(2, run, ScheduleGPipe, 1)[0]
+    gpipe = dist.sim.run(2, run, ScheduleGPipe, 8)[0]
+    ofob = dist.sim.run(2, run, Schedule1F1B, 8)[0]
+    per_mb = one["peak_activation_bytes"]
+    assert min(per_mb) > 0
+    assert gpipe["peak_activation_bytes"] == [8 * b for b in per_mb]        # every micro-batch at once
+    assert ofob["peak_activation_bytes"] == [2 * per_mb[0], per_mb[1]]      # stage s: at most p - s
+    kinds = {(e["stage"], e["kind"]) for e in gpipe["events"]}
+    assert {(0, "F"), (0, "SEND_F"), (0, "RECV_B"), (0, "B"), (1, "RECV_F"), (1, "F"), (1, "B"), (1, "SEND_B")} == kinds
+    assert all(0 <= e["start"] <= e["end"] for e in gpipe["events"]) and len(gpipe["events"]) == 2 * 8 * 4
+    assert 0 <= gpipe["bubble"] < 1 and gpipe["ideal"] == actions.table(_programs(ScheduleGPipe, 2, 8))
+    assert np.isclose(dist.pipelining.bubble([
+        {"stage": 0, "kind": "F", "start": 0.0, "end": 1.0}, {"stage": 1, "kind": "RECV_F", "start": 0.0, "end": 1.0},
+        {"stage": 1, "kind": "F", "start": 1.0, "end": 2.0}], 2), 0.5)
