@@ -2,7 +2,8 @@
 
 cases: every collective under every algorithm, with small chunks, small ring segments and faked
 hosts, then p2p; prints "FAIL ..." lines and "DONE rank r: k failures". ddp: tests/ddp_cases.py,
-reported alike; mismatches: tests/dist_mismatch_cases.py, reported alike. mismatch (debug mode) /
+reported alike; pipelining: tests/pipeline_cases.py, reported alike; mismatches:
+tests/dist_mismatch_cases.py, reported alike. mismatch (debug mode) /
 timeout: expect the error and print it. crash: rank 1 raises while rank 0 waits in a collective (the job must end).
 """
 import os
@@ -70,6 +71,12 @@ def mismatch():
         print("CAUGHT", str(e).replace("\n", " | "), flush=True)
 
 
+def pipelining():
+    import pipeline_cases
+    dist.init_process_group()
+    report(pipeline_cases.run_all(rank, dist.get_world_size()))
+
+
 def mismatches():
     import dist_mismatch_cases
     dist.init_process_group()
@@ -93,4 +100,4 @@ def crash():
     dist.all_reduce(minidl.from_numpy(np.zeros(3)))
 
 
-{"cases": cases, "ddp": ddp, "mismatch": mismatch, "mismatches": mismatches, "timeout": timeout, "crash": crash}[mode]()
+{"cases": cases, "ddp": ddp, "pipelining": pipelining, "mismatch": mismatch, "mismatches": mismatches, "timeout": timeout, "crash": crash}[mode]()

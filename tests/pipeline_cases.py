@@ -119,7 +119,7 @@ def case_eval_and_chunk_spec(rank, size):
     if rank == size - 1:
         want = model(size)(x)
         if out is None or not close(out.numpy(), want.detach().numpy()) or len(losses) != 2:
-            return [f"eval with TensorChunkSpec(1): output or losses differ on the last stage"]
+            return ["eval with TensorChunkSpec(1): output or losses differ on the last stage"]
         if any(p.grad is not None for p in block.parameters()):
             return ["eval left gradients"]
     return []

@@ -89,6 +89,7 @@ def test_bad_stages_and_calls_are_clear_errors_on_every_rank():
         schedule.step(minidl.zeros(4, 4, dtype=minidl.float64), target=minidl.zeros(4, 4, dtype=minidl.float64))
     errors = _errors(2, target_on_first)
     assert "stage 0 (rank 0): a target is given on a stage that is not the last" in errors[0]
+    assert errors[1] is not None  # (rank 1, waiting for rank 0's activations, fails instead of hanging)
     with pytest.raises(NotImplementedError, match="build each rank's stage by hand"):
         pipe_split()
     with pytest.raises(NotImplementedError, match="PipelineStage"):
@@ -146,3 +147,19 @@ def test_timeline_bubble_and_activation_memory():
     assert np.isclose(dist.pipelining.bubble([
         {"stage": 0, "kind": "F", "start": 0.0, "end": 1.0}, {"stage": 1, "kind": "RECV_F", "start": 0.0, "end": 1.0},
         {"stage": 1, "kind": "F", "start": 1.0, "end": 2.0}], 2), 0.5)
+
+
+def test_the_picture_draws_the_measured_timeline(tmp_path):
+    pytest.importorskip("matplotlib")  # (an optional dependency: only the picture needs it)
+
+    def run(rank):
+        stage = PipelineStage(_block(), rank, 2, "cpu")
+        schedule = Schedule1F1B(stage, 4, loss_fn=F.mse_loss)
+        x = minidl.zeros(8, 4, dtype=minidl.float64)
+        schedule.step(x) if rank == 0 else schedule.step(target=x)
+        return schedule.timeline()
+    timeline = dist.sim.run(2, run)[0]
+    path = dist.pipelining.draw(timeline, str(tmp_path / "pipeline.png"), title="1F1B, 2 stages, 4 micro-batches")
+    assert (tmp_path / "pipeline.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.endswith("pipeline.png")
+    planned = list(dist.pipelining.picture._planned(timeline["ideal"]))
+    assert len(planned) == 2 * 2 * 4 and (0, "F", 0, 0) in planned and (1, "B", 3, 8) in planned

@@ -60,13 +60,13 @@ class PipelineScheduleSingle:
         return actions.table(self.programs)
 
     # -- the public calls -------------------------------------------------------------------------
-    def step(self, *args, target=None, losses=None, return_outputs=True, **kwargs):
+    def step(self, *args, target=None, losses=None, return_outputs=True, loss_kwargs=None, **kwargs):
         """One pipelined training step: the first stage is given the batch, the last the target;
-        ``losses`` (a list, on the last stage) receives each micro-batch's loss. Returns the last
-        stage's merged output (None on the other stages)."""
+        ``losses`` (a list, on the last stage) receives each micro-batch's loss (``loss_kwargs`` go
+        to loss_fn). Returns the last stage's merged output (None on the other stages)."""
         self._check_call(args, target, losses, training=True)
         program = self.programs[self._stage.stage_index]
-        out = self._run(program, args, kwargs, target, losses, return_outputs)
+        out = self._run(program, args, kwargs, target, losses, return_outputs, loss_kwargs)
         if self.scale_grads:
             self._stage.scale_grads(self._n_microbatches)
         return out
@@ -76,7 +76,7 @@ class PipelineScheduleSingle:
         self._check_call(args, target, losses, training=False)
         program = [a for a in self.programs[self._stage.stage_index] if a.kind in ("RECV_F", "F", "SEND_F")]
         with minidl.no_grad():
-            return self._run(program, args, kwargs, target, losses, True)
+            return self._run(program, args, kwargs, target, losses, True, None)
 
     def timeline(self) -> dict:
         """Every rank's actions of the last step with their start and end (seconds from the step's
@@ -106,8 +106,8 @@ class PipelineScheduleSingle:
             raise ValueError(f"{where}: losses are collected on the last stage only")
 
     # -- the runtime ----------------------------------------------------------------------------
-    def _run(self, program, args, kwargs, target, losses, return_outputs):
-        runtime = _Runtime(self, args, kwargs, target)
+    def _run(self, program, args, kwargs, target, losses, return_outputs, loss_kwargs):
+        runtime = _Runtime(self, args, kwargs, target, loss_kwargs or {})
         collectives.barrier(group=self._stage.group)   # a common start for the timeline
         self._events = runtime.execute(program)
         stage = self._stage
@@ -125,8 +125,8 @@ class _Runtime:
     shapes goes before each micro-batch's activations; from then on every receive of a step is
     posted at its start, into buffers of the known shapes, so transfers overlap the compute."""
 
-    def __init__(self, schedule, args, kwargs, target):
-        self.schedule, self.stage = schedule, schedule._stage
+    def __init__(self, schedule, args, kwargs, target, loss_kwargs):
+        self.schedule, self.stage, self.loss_kwargs = schedule, schedule._stage, loss_kwargs
         m = schedule._n_microbatches
         self.arg_mbs, self.kwarg_mbs = split_args_kwargs_into_chunks(
             args, kwargs, m, schedule._args_chunk_spec, schedule._kwargs_chunk_spec) if self.stage.is_first \
@@ -213,7 +213,7 @@ class _Runtime:
         single = outputs[0] if len(outputs) == 1 else outputs
         self.outputs[mb] = _detached(single)
         if self.target_mbs is not None and self.schedule._loss_fn is not None:
-            loss = self.schedule._loss_fn(single, self.target_mbs[mb][0])
+            loss = self.schedule._loss_fn(single, self.target_mbs[mb][0], **self.loss_kwargs)
             self.losses.append(loss.detach())
             self.loss_of[mb] = loss
 
