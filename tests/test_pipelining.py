@@ -163,3 +163,50 @@ def test_the_picture_draws_the_measured_timeline(tmp_path):
     assert (tmp_path / "pipeline.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.endswith("pipeline.png")
     planned = list(dist.pipelining.picture._planned(timeline["ideal"]))
     assert len(planned) == 2 * 2 * 4 and (0, "F", 0, 0) in planned and (1, "B", 3, 8) in planned
+
+
+def test_batches_of_any_size_and_new_schedules_on_one_stage():
+    """Shapes travel with every micro-batch: a smaller last batch, eval on another size and a second
+    schedule with more micro-batches on the same stage all run (and agree with one process)."""
+    def run(rank):
+        full = pipeline_cases.model(2)
+        stage = PipelineStage(full[rank], rank, 2, "cpu")
+        results = []
+        for cls, m, batch, training in ((ScheduleGPipe, 2, 8, True), (ScheduleGPipe, 2, 5, True),
+                                        (ScheduleGPipe, 2, 3, False), (Schedule1F1B, 4, 12, True)):
+            schedule = cls(stage, m, loss_fn=F.mse_loss)
+            x, y = pipeline_cases.data(batch)
+            losses = [0.0]  # (cleared by the step, as in torch)
+            call = schedule.step if training else schedule.eval
+            out = call(x) if rank == 0 else call(target=y, losses=losses)
+            if rank == 1:
+                want = pipeline_cases.model(2)(x).detach().numpy()
+                results.append((np.allclose(out.numpy(), want, rtol=1e-12), len(losses) == m))
+            for p in stage.submod.parameters():
+                p.grad = None
+        return results
+    assert dist.sim.run(2, run)[1] == [(True, True)] * 4
+
+
+def test_keyword_inputs_and_step_without_autograd():
+    class Keyword(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.inner = _block()
+
+        def forward(self, features=None):
+            return self.inner(features)
+
+    def run(rank):
+        stage = PipelineStage(Keyword() if rank == 0 else _block(), rank, 2, "cpu")
+        schedule = ScheduleGPipe(stage, 2, loss_fn=F.mse_loss)
+        x = minidl.ones(4, 4, dtype=minidl.float64)
+        out = schedule.step(features=x) if rank == 0 else schedule.step(target=x)
+        with minidl.no_grad():
+            try:
+                schedule.step(features=x) if rank == 0 else schedule.step(target=x)
+            except RuntimeError as e:
+                return out, str(e)
+    results = dist.sim.run(2, run)
+    assert results[1][0] is not None and tuple(results[1][0].shape) == (4, 4)
+    assert all("under no_grad use eval()" in message for _, message in results)

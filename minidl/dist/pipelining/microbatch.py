@@ -29,14 +29,14 @@ def chunk_sizes(n: int, chunks: int) -> list:
     return [q + 1 if i < r else q for i in range(chunks)]
 
 
-def _split(value, spec, chunks, where):
+def _split(value, spec, chunks, what):
     if not isinstance(value, minidl.Tensor):
         return [value] * chunks
     spec = spec or DEFAULT_SPEC
     dim = spec.split_dim % value.ndim if value.ndim else 0
     n = value.shape[dim] if value.ndim else 0
     if n < chunks:
-        raise ValueError(f"pipelining: {where} has size {n} along dim {spec.split_dim} (shape "
+        raise ValueError(f"pipelining: {what} has size {n} along dim {spec.split_dim} (shape "
                          f"{list(value.shape)}), fewer than the {chunks} micro-batches")
     parts, start = [], 0
     for size in chunk_sizes(n, chunks):
@@ -45,14 +45,17 @@ def _split(value, spec, chunks, where):
     return parts
 
 
-def split_args_kwargs_into_chunks(args, kwargs, chunks, args_chunk_spec=None, kwargs_chunk_spec=None):
-    """(list of args tuples, list of kwargs dicts), one per micro-batch."""
-    kwargs = kwargs or {}
+def split_args_kwargs_into_chunks(args, kwargs, chunks, args_chunk_spec=None, kwargs_chunk_spec=None, where=None,
+                                  names=None):
+    """(list of args tuples, list of kwargs dicts), one per micro-batch. ``where`` (a stage) and
+    ``names`` (of the arguments) only make the errors say more."""
+    kwargs, at = kwargs or {}, f" on {where}" if where else ""
     if args_chunk_spec is not None and len(args_chunk_spec) != len(args):
-        raise ValueError(f"pipelining: args_chunk_spec has {len(args_chunk_spec)} entries for {len(args)} arguments")
-    split_args = [_split(a, args_chunk_spec[i] if args_chunk_spec else None, chunks, f"argument {i}")
-                  for i, a in enumerate(args)]
-    split_kwargs = {k: _split(v, (kwargs_chunk_spec or {}).get(k), chunks, f"keyword argument {k!r}")
+        raise ValueError(f"pipelining: args_chunk_spec has {len(args_chunk_spec)} entries for {len(args)} "
+                         f"arguments{at}")
+    split_args = [_split(a, args_chunk_spec[i] if args_chunk_spec else None, chunks,
+                         (names[i] if names else f"argument {i}") + at) for i, a in enumerate(args)]
+    split_kwargs = {k: _split(v, (kwargs_chunk_spec or {}).get(k), chunks, f"keyword argument {k!r}{at}")
                     for k, v in kwargs.items()}
     return ([tuple(parts[i] for parts in split_args) for i in range(chunks)],
             [{k: parts[i] for k, parts in split_kwargs.items()} for i in range(chunks)])

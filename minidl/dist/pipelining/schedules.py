@@ -7,7 +7,9 @@ and ``actions.validate`` checks all ranks' programs together before the first st
 runtime (``_Runtime``) executes any such program, so the next schedules only add an order.
 
 Losses: the last stage computes ``loss_fn(output, target)`` per micro-batch and runs backward on
-it; with ``scale_grads=True`` the gradients are divided by the number of micro-batches at the end.
+it; with ``scale_grads=True`` the gradients are divided by the number of micro-batches at the end
+(all of each parameter's ``.grad``, as in torch: zero them between steps). The last stage needs a
+loss_fn to train (``eval`` runs without one).
 With a mean-reducing loss and a batch that splits evenly this is the gradient of the full batch's
 mean loss. A batch that does not split evenly is cut as ``tensor_split`` does (the first ones one
 row larger), and each micro-batch's mean then weighs the same: rows of smaller micro-batches count
@@ -64,16 +66,16 @@ class PipelineScheduleSingle:
         """One pipelined training step: the first stage is given the batch, the last the target;
         ``losses`` (a list, on the last stage) receives each micro-batch's loss (``loss_kwargs`` go
         to loss_fn). Returns the last stage's merged output (None on the other stages)."""
-        self._check_call(args, target, losses, training=True)
+        self._check_call(args, kwargs, target, training=True)
         program = self.programs[self._stage.stage_index]
         out = self._run(program, args, kwargs, target, losses, return_outputs, loss_kwargs)
         if self.scale_grads:
-            self._stage.scale_grads(self._n_microbatches)
+            self._stage.scale_grads(grad_scale_factor=self._n_microbatches)
         return out
 
     def eval(self, *args, target=None, losses=None, **kwargs):
         """Forward only, micro-batch by micro-batch (no graph kept); losses when a target is given."""
-        self._check_call(args, target, losses, training=False)
+        self._check_call(args, kwargs, target, training=False)
         program = [a for a in self.programs[self._stage.stage_index] if a.kind in ("RECV_F", "F", "SEND_F")]
         with minidl.no_grad():
             return self._run(program, args, kwargs, target, losses, True, None)
@@ -90,28 +92,30 @@ class PipelineScheduleSingle:
                 "peak_activation_bytes": [peak for _, _, peak in gathered], "ideal": self.table()}
 
     # -- checks ---------------------------------------------------------------------------------
-    def _check_call(self, args, target, losses, training):
+    def _check_call(self, args, kwargs, target, training):
         stage = self._stage
         where = f"{type(self).__name__}.{'step' if training else 'eval'} on stage {stage.stage_index} (rank {stage.rank})"
-        if stage.is_first and not args:
+        if stage.is_first and not args and not kwargs:
             raise ValueError(f"{where}: the first stage needs the batch as arguments")
-        if not stage.is_first and args:
+        if not stage.is_first and (args or kwargs):
             raise ValueError(f"{where}: only the first stage is given inputs; this stage receives them")
+        if training and not minidl.is_grad_enabled():
+            raise RuntimeError(f"{where}: step() trains and needs autograd; under no_grad use eval()")
         if target is not None and not stage.is_last:
             raise ValueError(f"{where}: a target is given on a stage that is not the last "
                              f"(stage {self._num_stages - 1} computes the loss)")
         if training and stage.is_last and (self._loss_fn is None or target is None):
             raise ValueError(f"{where}: the last stage needs a loss_fn and a target to train")
-        if losses is not None and not stage.is_last:
-            raise ValueError(f"{where}: losses are collected on the last stage only")
 
     # -- the runtime ----------------------------------------------------------------------------
     def _run(self, program, args, kwargs, target, losses, return_outputs, loss_kwargs):
-        runtime = _Runtime(self, args, kwargs, target, loss_kwargs or {})
-        collectives.barrier(group=self._stage.group)   # a common start for the timeline
-        self._events = runtime.execute(program)
         stage = self._stage
-        if losses is not None:
+        runtime = _Runtime(self, args, kwargs, target, loss_kwargs or {})
+        stage.clear_runtime_states()
+        collectives.barrier(group=stage.group)   # a common start for the timeline
+        self._events = runtime.execute(program)
+        if losses is not None and stage.is_last:
+            losses.clear()   # (as torch: the list holds this step's losses)
             losses.extend(runtime.losses)
         if stage.is_last and return_outputs and runtime.outputs:
             return merge_chunks([runtime.outputs[mb] for mb in sorted(runtime.outputs)], self._output_merge_spec)
@@ -119,34 +123,46 @@ class PipelineScheduleSingle:
 
 
 class _Runtime:
-    """One step of one rank's program: the transfers posted early, each action timed.
+    """One step of one rank's program: each action timed, the transfers posted early.
 
-    Tensors travel with tags per micro-batch (``stage.tag``). At the first step a header with the
-    shapes goes before each micro-batch's activations; from then on every receive of a step is
-    posted at its start, into buffers of the known shapes, so transfers overlap the compute."""
+    Tensors travel with tags per micro-batch (``stage.tag``). Before each micro-batch's activations
+    goes a small header with their shapes: every header is received from the step's start, and the
+    activations' receive is posted as soon as its header is in (checked before each action), so
+    the transfer overlaps the compute. A gradient's receive is posted right after the forward that
+    made the outputs it belongs to (their shapes are its shapes)."""
 
     def __init__(self, schedule, args, kwargs, target, loss_kwargs):
         self.schedule, self.stage, self.loss_kwargs = schedule, schedule._stage, loss_kwargs
-        m = schedule._n_microbatches
+        stage, m = self.stage, schedule._n_microbatches
+        where = f"stage {stage.stage_index} (rank {stage.rank})"
         self.arg_mbs, self.kwarg_mbs = split_args_kwargs_into_chunks(
-            args, kwargs, m, schedule._args_chunk_spec, schedule._kwargs_chunk_spec) if self.stage.is_first \
+            args, kwargs, m, schedule._args_chunk_spec, schedule._kwargs_chunk_spec, where) if stage.is_first \
             else ([()] * m, [{}] * m)
-        self.target_mbs = split_args_kwargs_into_chunks((target,), None, m)[0] if target is not None else None
+        self.target_mbs = None
+        if target is not None:
+            self.target_mbs = [mb[0] for mb in split_args_kwargs_into_chunks((target,), None, m, where=where,
+                                                                             names=("the target",))[0]]
         self.inputs, self.outputs, self.losses, self.loss_of = {}, {}, [], {}
         self.input_grads, self.output_grads = {}, {}
-        self.pending_sends, self.posted = [], {}
+        self.pending_sends, self.headers, self.posted = [], {}, {}
+        self.run = {"RECV_F": self.receive_activations, "F": self.forward, "SEND_F": self.send_activations,
+                    "RECV_B": self.receive_gradients, "B": self.backward, "SEND_B": self.send_gradients}
 
     def execute(self, program):
         stage, start, events = self.stage, time.perf_counter(), []
-        self._post(program, "RECV_F", "activation", stage.mb_input_meta, stage.prev_rank)
-        self._post(program, "RECV_B", "gradient", stage.mb_output_meta, stage.next_rank)
+        for action in program:
+            if action.kind == "RECV_F":
+                header = minidl.empty(HEADER, dtype=minidl.int64)
+                self.headers[action.mb] = (header, irecv(header, stage.prev_rank, group=stage.group,
+                                                         tag=tag("header", action.mb)))
         for action in program:
             began = time.perf_counter()
             try:
-                getattr(self, action.kind.lower())(action.mb)
+                self._post_arrived_headers()
+                self.run[action.kind](action.mb)
             except DistError as e:
-                raise PipelineError(f"pipelining: stage {stage.stage_index} (rank {stage.rank}) was waiting in "
-                                    f"{action} when a peer failed: {e}") from e
+                raise PipelineError(f"pipelining: stage {stage.stage_index} (rank {stage.rank}) failed in {action}, "
+                                    f"a transfer with its neighbour: {e}") from e
             except PipelineError:
                 raise
             except Exception as e:
@@ -156,85 +172,76 @@ class _Runtime:
                            "start": began - start, "end": time.perf_counter() - start})
         for work in self.pending_sends:
             work.wait()
-        stage.headers_sent = True
         return events
 
-    def _post(self, program, kind, what, metas, peer):
-        """irecv every transfer of ``kind`` now, when all their shapes are known (after a first step)."""
-        wanted = [a.mb for a in program if a.kind == kind]
-        if not wanted or metas is None or any(mb not in metas for mb in wanted):
-            return
-        for mb in wanted:
-            buffers = [minidl.empty(shape, dtype=dtype) for shape, dtype in metas[mb]]
-            works = [irecv(b, peer, group=self.stage.group, tag=tag(what, mb, i)) for i, b in enumerate(buffers)]
-            self.posted[(kind, mb)] = (buffers, works)
+    def _post(self, kind, mb, metas, peer):
+        what = "activation" if kind == "RECV_F" else "gradient"
+        buffers = [minidl.empty(shape, dtype=dtype) for shape, dtype in metas]
+        self.posted[(kind, mb)] = (buffers, [irecv(b, peer, group=self.stage.group, tag=tag(what, mb, i))
+                                             for i, b in enumerate(buffers)])
 
-    def _receive(self, kind, what, mb, peer, metas):
-        if (kind, mb) not in self.posted:
-            if mb not in metas:   # (the first step's activations: the header says the shapes)
-                header = minidl.empty(HEADER, dtype=minidl.int64)
-                irecv(header, peer, group=self.stage.group, tag=tag("header", mb)).wait()
-                metas[mb] = decode(header)
-            buffers = [minidl.empty(shape, dtype=dtype) for shape, dtype in metas[mb]]
-            self.posted[(kind, mb)] = (buffers, [irecv(b, peer, group=self.stage.group, tag=tag(what, mb, i))
-                                                 for i, b in enumerate(buffers)])
+    def _post_arrived_headers(self):
+        for mb, (header, work) in list(self.headers.items()):
+            if work.is_completed():
+                self._activations_announced(mb, header, work)
+
+    def _activations_announced(self, mb, header, work):
+        work.wait()
+        del self.headers[mb]
+        metas = decode(header)
+        self.stage.check_input_meta(mb, metas)
+        self._post("RECV_F", mb, metas, self.stage.prev_rank)
+
+    def _wait(self, kind, mb):
         buffers, works = self.posted.pop((kind, mb))
         for work in works:
             work.wait()
         return buffers
 
-    def _send(self, what, mb, tensors, peer, header):
+    def _send(self, what, mb, tensors, peer):
         group = self.stage.group
-        if header:
+        if what == "activation":
             self.pending_sends.append(isend(encode(tensors), peer, group=group, tag=tag("header", mb)))
         tensors = [t.detach().contiguous() for t in tensors]
         self.pending_sends += [isend(t, peer, group=group, tag=tag(what, mb, i)) for i, t in enumerate(tensors)]
 
     # -- the actions ----------------------------------------------------------------------------
-    def recv_f(self, mb):
-        stage = self.stage
-        if stage.mb_input_meta is None:
-            stage.mb_input_meta = {}
-        fresh = mb not in stage.mb_input_meta
-        self.inputs[mb] = self._receive("RECV_F", "activation", mb, stage.prev_rank, stage.mb_input_meta)
-        if fresh:
-            stage.check_input_meta(mb, stage.mb_input_meta[mb])
+    def receive_activations(self, mb):
+        if mb in self.headers:   # (not in yet: wait for it here)
+            self._activations_announced(mb, *self.headers[mb])
+        self.inputs[mb] = self._wait("RECV_F", mb)
 
-    def f(self, mb):
+    def forward(self, mb):
         stage, training = self.stage, minidl.is_grad_enabled()
         args = self.arg_mbs[mb] if stage.is_first else tuple(self.inputs.pop(mb))
-        outputs = stage.forward_one_chunk(mb, args, self.kwarg_mbs[mb] if stage.is_first else {}, keep=training)
+        outputs = stage.forward_one_chunk(mb, args, self.kwarg_mbs[mb], keep=training)
         if not stage.is_last:
             self.outputs[mb] = outputs
-            if stage.mb_output_meta is None:
-                stage.mb_output_meta = {}
-            stage.mb_output_meta.setdefault(mb, [(tuple(t.shape), t.dtype) for t in outputs])
+            if training:
+                self._post("RECV_B", mb, [(tuple(t.shape), t.dtype) for t in outputs], stage.next_rank)
             return
         single = outputs[0] if len(outputs) == 1 else outputs
         self.outputs[mb] = _detached(single)
         if self.target_mbs is not None and self.schedule._loss_fn is not None:
-            loss = self.schedule._loss_fn(single, self.target_mbs[mb][0], **self.loss_kwargs)
+            loss = self.schedule._loss_fn(single, self.target_mbs[mb], **self.loss_kwargs)
             self.losses.append(loss.detach())
             self.loss_of[mb] = loss
 
-    def send_f(self, mb):
-        stage = self.stage
-        self._send("activation", mb, self.outputs.pop(mb), stage.next_rank, not stage.headers_sent)
+    def send_activations(self, mb):
+        self._send("activation", mb, self.outputs.pop(mb), self.stage.next_rank)
 
-    def recv_b(self, mb):
-        stage = self.stage
-        self.output_grads[mb] = self._receive("RECV_B", "gradient", mb, stage.next_rank, stage.mb_output_meta)
+    def receive_gradients(self, mb):
+        self.output_grads[mb] = self._wait("RECV_B", mb)
 
-    def b(self, mb):
+    def backward(self, mb):
         stage = self.stage
         if stage.is_last:
             self.input_grads[mb] = stage.backward_one_chunk(mb, loss=self.loss_of.pop(mb))
         else:
             self.input_grads[mb] = stage.backward_one_chunk(mb, output_grads=self.output_grads.pop(mb))
 
-    def send_b(self, mb):
-        # (no header: the receiver knows the shapes, its own outputs')
-        self._send("gradient", mb, self.input_grads.pop(mb), self.stage.prev_rank, False)
+    def send_gradients(self, mb):
+        self._send("gradient", mb, self.input_grads.pop(mb), self.stage.prev_rank)
 
 
 def _detached(value):

@@ -2,9 +2,8 @@
 
 The stage keeps each micro-batch's inputs and outputs from its forward until its backward, and
 counts the bytes its autograd graph holds meanwhile (the saved activations). Tensors between
-stages travel with minidl.dist's isend/irecv; their shapes are learned at the first step, from a
-small header sent before each micro-batch's activations, and checked against ``input_args`` when
-the stage was given them.
+stages travel with minidl.dist's isend/irecv, each micro-batch's activations after a small header
+with their shapes, which the receiving stage checks against its ``input_args`` when it has them.
 """
 from __future__ import annotations
 
@@ -58,6 +57,7 @@ def graph_bytes(outputs, exclude) -> int:
         if id(node) in nodes:
             continue
         nodes.add(id(node))
+        # (autograd's node internals: save_for_backward's (tensor, version) pairs, and attributes)
         kept = [item[0] for item in node._saved if item is not None]
         kept += [v for v in vars(node).values() if isinstance(v, minidl.Tensor)] if hasattr(node, "__dict__") else []
         for t in kept:
@@ -99,9 +99,7 @@ class PipelineStage:
         self.next_rank = None if self.is_last else ranks[stage_index + 1]
         self.input_meta = None if input_args is None else [(tuple(t.shape), t.dtype) for t in as_tuple(input_args)]
         self.output_meta = None if output_args is None else [(tuple(t.shape), t.dtype) for t in as_tuple(output_args)]
-        self.mb_input_meta = None   # per micro-batch, learned at the first step
-        self.mb_output_meta = None
-        self.headers_sent = False
+        self.group_rank, self.group_size = g.rank, len(ranks)
         self._chunks = {}           # mb -> (inputs, outputs, activation bytes)
         self.activation_bytes = 0
         self.peak_activation_bytes = 0
@@ -164,8 +162,13 @@ class PipelineStage:
             return None
         return [a.grad if a.grad is not None else minidl.zeros_like(a) for a in inputs]
 
-    def scale_grads(self, factor):
+    def scale_grads(self, grad_scale_factor):
         with minidl.no_grad():
             for p in self.submod.parameters():
                 if p.grad is not None:
-                    p.grad.div_(factor)
+                    p.grad.div_(grad_scale_factor)
+
+    def clear_runtime_states(self):
+        """Forget the micro-batches of an earlier step (one that raised, say) and its byte counts."""
+        self._chunks.clear()
+        self.activation_bytes = self.peak_activation_bytes = 0
