@@ -210,3 +210,51 @@ def test_keyword_inputs_and_step_without_autograd():
     results = dist.sim.run(2, run)
     assert results[1][0] is not None and tuple(results[1][0].shape) == (4, 4)
     assert all("under no_grad use eval()" in message for _, message in results)
+
+
+def test_schedules_as_text_round_trip_and_run():
+    from minidl.dist.pipelining import ScheduleFromText, text
+    for cls, p, m in ((ScheduleGPipe, 3, 4), (Schedule1F1B, 4, 6)):
+        programs = _programs(cls, p, m)
+        assert text.loads(text.dumps(programs)) == programs
+        assert text.loads(text.dumps(programs, transfers=True)) == programs
+    assert text.dumps(_programs(Schedule1F1B, 2, 3)) == ("rank 0: 0F0 0F1 0B0 0F2 0B1 0B2\n"
+                                                         "rank 1: 1F0 1B0 1F1 1B1 1F2 1B2\n")
+    # a hand-written order that is neither built-in schedule: both stages' backwards in reverse
+    handmade = """
+        # F in order, B last micro-batch first
+        rank 0: 0F0 0F1 0F2 0B2 0B1 0B0
+        rank 1: 1F0 1F1 1F2 1B2 1B1 1B0   # (transfers implied)
+    """
+
+    def run(rank, schedule_text):
+        full = pipeline_cases.model(2)
+        schedule = ScheduleFromText(PipelineStage(full[rank], rank, 2, "cpu"), schedule_text, loss_fn=F.mse_loss)
+        x, y = pipeline_cases.data(6)
+        losses = []
+        schedule.step(x) if rank == 0 else schedule.step(target=y, losses=losses)
+        return [p.grad.numpy().copy() for p in full[rank].parameters()], losses
+    got = dist.sim.run(2, run, handmade)
+    want = dist.sim.run(2, run, text.dumps(_programs(ScheduleGPipe, 2, 3)))
+    for (g, losses), (w, want_losses) in zip(got, want):
+        assert all(np.allclose(a, b, rtol=1e-12) for a, b in zip(g, w))
+        assert [l.item() for l in losses] == [l.item() for l in want_losses]
+
+
+def test_bad_schedule_texts_name_the_first_offending_action():
+    from minidl.dist.pipelining import text
+    cases = {
+        "rank 0: 0F0 0B0 0B1\nrank 1: 1F0 1B0 1F1 1B1": "stage 0 runs B1 before F1",
+        "rank 0: 0F0 0F0 0B0\nrank 1: 1F0 1B0": "stage 0 runs F0 twice",
+        "rank 0: 0F0 0F1 0B0\nrank 1: 1F0 1B0 1F1 1B1": "stage 0 never runs B1",
+        "rank 0: 0F0 0B0\nrank 1: 1F0 1B0 1F1 1B1": "stage 0 never runs F1",
+        "rank 0: 0F0 0B0\nrank 1: 1RECV_F0 1F0 1B0": r"stage 0's RECV_B\(0\) has no matching SEND_B\(0\) on stage 1",
+        "rank 0: 0F0 0B0 0F1 0B1\nrank 1: 1F1 1F0 1B0 1B1": r"wait on each other forever.*0: 'RECV_B\(0\)'",
+        "rank 0: 0F0 1B0\nrank 1: 1F0 1B0": "1B0 is stage 1's, on rank 0",
+        "rank 0: 0F0 0W0\nrank 1: 1F0 1B0": "W.* needs a split backward",
+        "rank 0: 0F0 0X0": "'0X0' is not an action",
+        "rank 1: 0F0": "rank 1 where rank 0 comes next",
+    }
+    for source, message in cases.items():
+        with pytest.raises(ValueError, match=message):
+            text.loads(source)

@@ -12,15 +12,17 @@ Each rank builds its stage by hand from a module boundary and runs a schedule::
         schedule.step()
 
 A schedule is each rank's list of actions (``schedule.table()`` prints it, checked before it
-runs); ``schedule.timeline()`` gives what each action really took and the measured bubble, and
+runs, and ``schedule.dumps()`` writes it in a text format that ``ScheduleFromText`` runs, see
+``pipelining.text``); ``schedule.timeline()`` gives what each action really took and the measured bubble, and
 ``draw(timeline, "pipeline.png")`` pictures it beside the plan (with matplotlib).
 """
 from .picture import draw
 from .microbatch import TensorChunkSpec, merge_chunks, split_args_kwargs_into_chunks
-from .schedules import PipelineError, PipelineScheduleSingle, Schedule1F1B, ScheduleGPipe, bubble
+from .schedules import (PipelineError, PipelineScheduleSingle, Schedule1F1B, ScheduleFromText, ScheduleGPipe,
+                        bubble)
 from .stage import PipelineStage
 
-__all__ = ["draw", "PipelineError", "PipelineScheduleSingle", "PipelineStage", "Schedule1F1B", "ScheduleGPipe",
+__all__ = ["draw", "PipelineError", "PipelineScheduleSingle", "PipelineStage", "Schedule1F1B", "ScheduleFromText", "ScheduleGPipe",
            "TensorChunkSpec", "bubble", "merge_chunks", "pipe_split", "pipeline", "split_args_kwargs_into_chunks"]
 
 

@@ -3,8 +3,8 @@
 An action is a forward (F) or backward (B) of one micro-batch on a stage, or the transfer around
 it: RECV_F/SEND_F carry a stage's output to the next stage, RECV_B/SEND_B the gradient of that
 output back. ``validate`` plays the lists against each other (sends never block, a receive waits
-for its send) and rejects a schedule with a backward before its forward, a send without its
-receive or the reverse, or ranks that would wait on each other forever. ``table`` is the same
+for its send) and rejects a schedule with a backward before its forward, an action twice or
+missing, a send without its receive or the reverse, or ranks that would wait on each other forever. ``table`` is the same
 play, one compute action per rank per time step: the schedule's ideal picture.
 """
 from __future__ import annotations
@@ -84,20 +84,27 @@ def _play(programs, one_compute_per_step):
 
 def validate(programs) -> None:
     """Raise ValueError naming the problem unless every stage's program can run to its end."""
+    micro_batches = {a.mb for prog in programs for a in prog if a.kind == "F"}
     for s, prog in enumerate(programs):
-        forwards = set()
+        done = set()
         for action in prog:
             if action.stage != s:
                 raise ValueError(f"pipeline schedule: stage {s}'s program holds {action} of stage {action.stage}")
-            if action.kind == "F":
-                forwards.add(action.mb)
-            if action.kind == "B" and action.mb not in forwards:
+            if action in done:
+                raise ValueError(f"pipeline schedule: stage {s} runs {action} twice")
+            done.add(action)
+            if action.kind == "B" and Action("F", s, action.mb) not in done:
                 raise ValueError(f"pipeline schedule: stage {s} runs B{action.mb} before F{action.mb}")
             if action.kind.startswith(("SEND", "RECV")):
                 peer, answer = _peer(action)
                 if not 0 <= peer < len(programs) or answer not in programs[peer]:
                     raise ValueError(f"pipeline schedule: stage {s}'s {action} has no matching {answer} on "
                                      f"stage {peer}")
+        for kind in COMPUTE:
+            missing = sorted(micro_batches - {a.mb for a in prog if a.kind == kind})
+            if missing:
+                raise ValueError(f"pipeline schedule: stage {s} never runs {kind}{missing[0]} (every stage runs "
+                                 f"F and B of micro-batches {sorted(micro_batches)})")
     _play(programs, one_compute_per_step=False)
 
 

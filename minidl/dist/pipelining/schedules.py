@@ -24,7 +24,7 @@ import minidl
 from .. import collectives, objects
 from ..communicators.base import DistError
 from ..p2p import irecv, isend
-from . import actions
+from . import actions, text
 from .microbatch import merge_chunks, split_args_kwargs_into_chunks
 from .stage import HEADER, as_tuple, decode, encode, tag
 
@@ -47,15 +47,24 @@ class PipelineScheduleSingle:
         self._args_chunk_spec, self._kwargs_chunk_spec = args_chunk_spec, kwargs_chunk_spec
         self._output_merge_spec, self.scale_grads = output_merge_spec, scale_grads
         self._num_stages = stage.num_stages
-        self.programs = [actions.with_transfers(s, self._num_stages, self.compute_order(s, self._num_stages,
-                                                                                       n_microbatches))
-                         for s in range(self._num_stages)]
-        actions.validate(self.programs)
+        self.programs = self.make_programs()
         self._events = []
+
+    def make_programs(self) -> list:
+        """Every stage's actions, validated (from ``compute_order``, with the transfers added)."""
+        programs = [actions.with_transfers(s, self._num_stages, self.compute_order(s, self._num_stages,
+                                                                                   self._n_microbatches))
+                    for s in range(self._num_stages)]
+        actions.validate(programs)
+        return programs
 
     @staticmethod
     def compute_order(stage, num_stages, m):
         raise NotImplementedError
+
+    def dumps(self, transfers=False) -> str:
+        """The schedule in the text format of ``pipelining.text`` (to edit and run with ScheduleFromText)."""
+        return text.dumps(self.programs, transfers)
 
     def table(self) -> str:
         """The schedule as planned: one column per stage, one row per time step (unit-time compute)."""
@@ -286,3 +295,21 @@ class Schedule1F1B(PipelineScheduleSingle):
         for i in range(m - warmup):
             order += [("F", warmup + i), ("B", i)]
         return order + [("B", mb) for mb in range(m - warmup, m)]
+
+
+class ScheduleFromText(PipelineScheduleSingle):
+    """A schedule written as text (``pipelining.text``: one line per rank, such as
+    ``rank 0: 0F0 0F1 0B0 0F2 0B1 0B2``), validated, then run by the same runtime as the others.
+    The micro-batch count is the text's."""
+
+    def __init__(self, stage, schedule_text, loss_fn=None, args_chunk_spec=None, kwargs_chunk_spec=None,
+                 output_merge_spec=None, scale_grads=True):
+        self._loaded = text.loads(schedule_text)
+        if len(self._loaded) != stage.num_stages:
+            raise ValueError(f"ScheduleFromText: the text has {len(self._loaded)} ranks' lines for "
+                             f"{stage.num_stages} stages (stage {stage.stage_index}, rank {stage.rank})")
+        m = 1 + max(a.mb for program in self._loaded for a in program)
+        super().__init__(stage, m, loss_fn, args_chunk_spec, kwargs_chunk_spec, output_merge_spec, scale_grads)
+
+    def make_programs(self) -> list:
+        return self._loaded

@@ -1,0 +1,67 @@
+"""Schedules as text, to read, write by hand and run: one line per rank, its actions in order.
+
+    # 1F1B, 2 stages, 3 micro-batches
+    rank 0: 0F0 0F1 0B0 0F2 0B1 0B2
+    rank 1: 1F0 1B0 1F1 1B1 1F2 1B2
+
+An action is ``<stage><kind><micro-batch>``: ``0F3`` is stage 0's forward of micro-batch 3, ``1B2``
+stage 1's backward of micro-batch 2. Transfers are implied (the receive before each forward and
+backward that needs one, the send after), or written out on a line, where they are then taken as
+they stand: ``1RECV_F0``, ``0SEND_F0``, ``0RECV_B0``, ``1SEND_B0``. ``#`` starts a comment; the
+``rank R:`` prefix is optional (line i is then rank i). ``loads`` validates what it reads
+(``actions.validate``); ``dumps`` writes any schedule's programs, so the built-in ones can be
+saved, edited and run with ``ScheduleFromText``.
+"""
+from __future__ import annotations
+
+import re
+
+from . import actions
+from .actions import COMPUTE, Action
+
+TOKEN = re.compile(r"^(\d+)(F|B|W|SEND_F|RECV_F|SEND_B|RECV_B)(\d+)$")
+LINE = re.compile(r"^\s*(?:rank\s+(\d+)\s*:)?(.*)$")
+
+
+def dumps(programs, transfers=False) -> str:
+    """The programs as text, one line per rank (with ``transfers`` the sends and receives too)."""
+    return "".join(f"rank {s}: " + " ".join(f"{a.stage}{a.kind}{a.mb}" for a in program
+                                            if transfers or a.kind in COMPUTE) + "\n"
+                   for s, program in enumerate(programs))
+
+
+def loads(text: str) -> list:
+    """The per-rank programs a schedule text describes, validated; a ValueError names the line and
+    action at fault."""
+    lines = []
+    for number, raw in enumerate(text.splitlines(), 1):
+        body = raw.split("#", 1)[0]
+        if not body.strip():
+            continue
+        rank, tokens = LINE.match(body).groups()
+        if rank is not None and int(rank) != len(lines):
+            raise ValueError(f"schedule text, line {number}: rank {rank} where rank {len(lines)} comes next")
+        lines.append((number, tokens.split()))
+    num_stages = len(lines)
+    programs = []
+    for rank, (number, tokens) in enumerate(lines):
+        program = [_action(token, rank, number) for token in tokens]
+        if not any(a.kind not in COMPUTE for a in program):   # transfers implied
+            program = actions.with_transfers(rank, num_stages, [(a.kind, a.mb) for a in program])
+        programs.append(program)
+    actions.validate(programs)
+    return programs
+
+
+def _action(token, rank, number):
+    match = TOKEN.match(token)
+    if not match:
+        raise ValueError(f"schedule text, line {number}: {token!r} is not an action such as 0F3, 1B2 or 0SEND_F3")
+    stage, kind, mb = int(match.group(1)), match.group(2), int(match.group(3))
+    if kind == "W":
+        raise ValueError(f"schedule text, line {number}: {token}: a separate weight-gradient pass (W) needs a "
+                         f"split backward, which these schedules do not have yet")
+    if stage != rank:
+        raise ValueError(f"schedule text, line {number}: {token} is stage {stage}'s, on rank {rank}; these "
+                         f"schedules run one stage per rank (stage i on rank i)")
+    return Action(kind, stage, mb)
