@@ -258,3 +258,31 @@ def test_bad_schedule_texts_name_the_first_offending_action():
     for source, message in cases.items():
         with pytest.raises(ValueError, match=message):
             text.loads(source)
+
+
+def test_best_cut_is_the_best_contiguous_split():
+    import itertools
+    from minidl.dist.pipelining import best_cut
+    rng = np.random.default_rng(3)
+    for n, p in ((5, 2), (7, 3), (8, 4), (6, 6), (4, 1)):
+        costs = list(rng.uniform(0.1, 5.0, n))
+        brute = min(max(sum(costs[a:b]) for a, b in zip((0,) + cut, cut + (n,)))
+                    for cut in itertools.combinations(range(1, n), p - 1))   # every cut, by brute force
+        bounds = best_cut(costs, p)
+        assert bounds[0] == 0 and bounds[-1] == n and len(bounds) == p + 1 and all(a < b for a, b in zip(bounds, bounds[1:]))
+        assert max(sum(costs[a:b]) for a, b in zip(bounds, bounds[1:])) == pytest.approx(brute)
+    with pytest.raises(ValueError, match="3 blocks cannot make 4 non-empty stages"):
+        best_cut([1, 2, 3], 4)
+
+
+def test_split_by_cost_measures_and_balances_blocks():
+    from minidl.dist.pipelining import split_by_cost
+    big = [nn.Sequential(nn.Linear(768, 768), nn.Tanh()) for _ in range(2)]
+    small = [nn.Sequential(nn.Linear(768, 8), nn.Linear(8, 768)) for _ in range(4)]  # (each far lighter)
+    lines = []
+    stages = split_by_cost(big + small, 2, minidl.randn(256, 768), log=lines.append)
+    # the two heavy blocks must not share a stage: [big] | [big, small...]
+    assert [len(s) for s in stages] == [1, 5] and stages[0][0] is big[0]
+    assert lines[0] == "split_by_cost: 6 blocks into 2 stages, cut before blocks [1]"
+    assert lines[1].startswith("  stage 0: blocks 0..0, forward + backward") and "MB" in lines[2]
+    assert all(p.grad is None or not p.grad.abs().sum().item() for s in stages for p in s.parameters())

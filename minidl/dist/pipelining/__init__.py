@@ -16,13 +16,14 @@ runs, and ``schedule.dumps()`` writes it in a text format that ``ScheduleFromTex
 ``pipelining.text``); ``schedule.timeline()`` gives what each action really took and the measured bubble, and
 ``draw(timeline, "pipeline.png")`` pictures it beside the plan (with matplotlib).
 """
+from .cost import best_cut, split_by_cost
 from .picture import draw
 from .microbatch import TensorChunkSpec, merge_chunks, split_args_kwargs_into_chunks
 from .schedules import (PipelineError, PipelineScheduleSingle, Schedule1F1B, ScheduleFromText, ScheduleGPipe,
                         bubble)
 from .stage import PipelineStage
 
-__all__ = ["draw", "PipelineError", "PipelineScheduleSingle", "PipelineStage", "Schedule1F1B", "ScheduleFromText", "ScheduleGPipe",
+__all__ = ["best_cut", "draw", "split_by_cost", "PipelineError", "PipelineScheduleSingle", "PipelineStage", "Schedule1F1B", "ScheduleFromText", "ScheduleGPipe",
            "TensorChunkSpec", "bubble", "merge_chunks", "pipe_split", "pipeline", "split_args_kwargs_into_chunks"]
 
 
