@@ -9,7 +9,8 @@ import numpy as np
 import minidl
 import minidl.dist as dist
 from minidl import nn
-from minidl.dist.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe, TensorChunkSpec
+from minidl.dist.pipelining import (PipelineStage, Schedule1F1B, ScheduleGPipe, ScheduleInterleaved1F1B,
+                                    TensorChunkSpec)
 from minidl.nn import functional as F
 
 WIDTH = 6
@@ -125,6 +126,40 @@ def case_eval_and_chunk_spec(rank, size):
     return []
 
 
+def case_interleaved(rank, size, m, batch, steps, per_rank=2):
+    """ScheduleInterleaved1F1B with ``per_rank`` stages on each rank (stages rank, rank + size, ...)."""
+    name = f"ScheduleInterleaved1F1B p={size} stages={per_rank * size} m={m} batch={batch} steps={steps}"
+    num_stages = per_rank * size
+    full = model(num_stages)
+    mine = [rank + k * size for k in range(per_rank)]
+    stages = [PipelineStage(full[s], s, num_stages, "cpu") for s in mine]
+    schedule = ScheduleInterleaved1F1B(stages, m, loss_fn=F.mse_loss)
+    params = [p for s in mine for p in full[s].parameters()]
+    opt = minidl.optim.SGD(params, lr=0.1)
+    x, y = data(batch)
+    losses = []
+    for _ in range(steps):
+        opt.zero_grad()
+        inputs = (x,) if rank == 0 else ()
+        last = dict(target=y, losses=losses) if (num_stages - 1) in mine else {}
+        schedule.step(*inputs, **last)
+        grads = [p.grad.clone() for p in params]
+        opt.step()
+    ref = model(num_stages)
+    ref_losses, ref_grads, _ = reference(ref, x, y, m, steps)
+    ref_params = [p for s in mine for p in ref[s].parameters()]
+    per_block = len(list(ref[0].parameters()))
+    ref_grads = [g for s in mine for g in ref_grads[s * per_block:(s + 1) * per_block]]
+    failures = []
+    if not all(close(g.numpy(), r.numpy()) for g, r in zip(grads, ref_grads)):
+        failures.append(f"{name}: gradients differ on rank {rank}")
+    if not all(close(p.detach().numpy(), r.detach().numpy()) for p, r in zip(params, ref_params)):
+        failures.append(f"{name}: weights differ on rank {rank}")
+    if (num_stages - 1) in mine and not close([l.item() for l in losses], ref_losses):
+        failures.append(f"{name}: losses differ")
+    return failures
+
+
 def run_all(rank, size):
     failures = []
     for schedule_cls in (ScheduleGPipe, Schedule1F1B):
@@ -132,5 +167,7 @@ def run_all(rank, size):
             failures += case_equivalence(rank, size, schedule_cls, m, 2 * m, steps=1)
         failures += case_equivalence(rank, size, schedule_cls, 2 * size, 4 * size + 1, steps=3)  # uneven, 3 steps
     failures += case_eval_and_chunk_spec(rank, size)
+    for m in (size, 2 * size):
+        failures += case_interleaved(rank, size, m, 2 * m, steps=2)
     dist.barrier()
     return failures

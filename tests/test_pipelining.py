@@ -145,8 +145,8 @@ def test_timeline_bubble_and_activation_memory():
     assert all(0 <= e["start"] <= e["end"] for e in gpipe["events"]) and len(gpipe["events"]) == 2 * 8 * 4
     assert 0 <= gpipe["bubble"] < 1 and gpipe["ideal"] == actions.table(_programs(ScheduleGPipe, 2, 8))
     assert np.isclose(dist.pipelining.bubble([
-        {"stage": 0, "kind": "F", "start": 0.0, "end": 1.0}, {"stage": 1, "kind": "RECV_F", "start": 0.0, "end": 1.0},
-        {"stage": 1, "kind": "F", "start": 1.0, "end": 2.0}], 2), 0.5)
+        {"rank": 0, "kind": "F", "start": 0.0, "end": 1.0}, {"rank": 1, "kind": "RECV_F", "start": 0.0, "end": 1.0},
+        {"rank": 1, "kind": "F", "start": 1.0, "end": 2.0}]), 0.5)
 
 
 def test_the_picture_draws_the_measured_timeline(tmp_path):
@@ -246,8 +246,8 @@ def test_bad_schedule_texts_name_the_first_offending_action():
     cases = {
         "rank 0: 0F0 0B0 0B1\nrank 1: 1F0 1B0 1F1 1B1": "stage 0 runs B1 before F1",
         "rank 0: 0F0 0F0 0B0\nrank 1: 1F0 1B0": "stage 0 runs F0 twice",
-        "rank 0: 0F0 0F1 0B0\nrank 1: 1F0 1B0 1F1 1B1": "stage 0 never runs B1",
-        "rank 0: 0F0 0B0\nrank 1: 1F0 1B0 1F1 1B1": "stage 0 never runs F1",
+        "rank 0: 0F0 0F1 0B0": "stage 0 never runs B1",
+        "rank 0: 0F0 0F1 0B0\nrank 1: 1F0 1B0 1F1 1B1": r"stage 1's SEND_B\(1\) has no matching RECV_B\(1\)",
         "rank 0: 0F0 0B0\nrank 1: 1RECV_F0 1F0 1B0": r"stage 0's RECV_B\(0\) has no matching SEND_B\(0\) on stage 1",
         "rank 0: 0F0 0B0 0F1 0B1\nrank 1: 1F1 1F0 1B0 1B1": r"wait on each other forever.*0: 'RECV_B\(0\)'",
         "rank 0: 0F0 1B0\nrank 1: 1F0 1B0": "1B0 is stage 1's, on rank 0",
@@ -286,3 +286,33 @@ def test_split_by_cost_measures_and_balances_blocks():
     assert lines[0] == "split_by_cost: 6 blocks into 2 stages, cut before blocks [1]"
     assert lines[1].startswith("  stage 0: blocks 0..0, forward + backward") and "MB" in lines[2]
     assert all(p.grad is None or not p.grad.abs().sum().item() for s in stages for p in s.parameters())
+
+
+def _interleaved_programs(p, v, m):
+    from minidl.dist.pipelining import ScheduleInterleaved1F1B
+
+    def run(rank):
+        return ScheduleInterleaved1F1B([PipelineStage(_block(), rank + k * p, v * p, "cpu") for k in range(v)], m,
+                                       loss_fn=F.mse_loss).programs
+    return dist.sim.run(p, run)[0]
+
+
+@pytest.mark.parametrize("p,v,m", [(2, 2, 2), (2, 2, 8), (4, 2, 4), (4, 2, 16), (2, 3, 4)])
+def test_interleaved_planned_bubble_is_the_closed_form(p, v, m):
+    """(p - 1) / (v m + p - 1): v stages per rank shrink 1F1B's bubble v-fold."""
+    assert actions.ideal_bubble(_interleaved_programs(p, v, m)) == pytest.approx((p - 1) / (v * m + p - 1))
+
+
+def test_interleaved_refuses_what_torch_refuses():
+    from minidl.dist.pipelining import ScheduleInterleaved1F1B
+
+    def run(rank, m, per_rank):
+        stages = [PipelineStage(_block(), rank + k * 2, 4, "cpu") for k in range(per_rank)]
+        ScheduleInterleaved1F1B(stages, m, loss_fn=F.mse_loss)
+    errors = _errors(2, lambda r: run(r, 5, 2))
+    assert all("requires the number of microbatches to be a multiple of the number of rounds (2), but got 5" in e
+               for e in errors)
+    errors = _errors(2, lambda r: run(r, 4, 1))
+    assert all("1 stages of 4 on rank" in e for e in errors)
+    errors = _errors(2, lambda r: ScheduleGPipe(PipelineStage(_block(), r + 2, 4, "cpu"), 2, loss_fn=F.mse_loss))
+    assert all("this schedule runs one stage per rank (ScheduleInterleaved1F1B runs several)" in e for e in errors)

@@ -19,12 +19,13 @@ runs, and ``schedule.dumps()`` writes it in a text format that ``ScheduleFromTex
 from .cost import best_cut, split_by_cost
 from .picture import draw
 from .microbatch import TensorChunkSpec, merge_chunks, split_args_kwargs_into_chunks
-from .schedules import (PipelineError, PipelineScheduleSingle, Schedule1F1B, ScheduleFromText, ScheduleGPipe,
-                        bubble)
+from .schedules import (PipelineError, PipelineScheduleMulti, PipelineScheduleSingle, Schedule1F1B, ScheduleFromText,
+                        ScheduleGPipe, ScheduleInterleaved1F1B, bubble)
 from .stage import PipelineStage
 
-__all__ = ["best_cut", "draw", "split_by_cost", "PipelineError", "PipelineScheduleSingle", "PipelineStage", "Schedule1F1B", "ScheduleFromText", "ScheduleGPipe",
-           "TensorChunkSpec", "bubble", "merge_chunks", "pipe_split", "pipeline", "split_args_kwargs_into_chunks"]
+__all__ = ["PipelineError", "PipelineScheduleMulti", "PipelineScheduleSingle", "PipelineStage", "Schedule1F1B",
+           "ScheduleFromText", "ScheduleGPipe", "ScheduleInterleaved1F1B", "TensorChunkSpec", "best_cut", "bubble",
+           "draw", "merge_chunks", "pipe_split", "pipeline", "split_args_kwargs_into_chunks", "split_by_cost"]
 
 
 def _no_tracing(name):

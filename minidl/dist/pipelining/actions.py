@@ -1,5 +1,7 @@
 """A pipeline schedule as data: each rank's list of actions, checked before anything runs.
 
+Stage s runs on rank s % ranks: one stage per rank, or several (interleaved schedules).
+
 An action is a forward (F) or backward (B) of one micro-batch on a stage, or the transfer around
 it: RECV_F/SEND_F carry a stage's output to the next stage, RECV_B/SEND_B the gradient of that
 output back. ``validate`` plays the lists against each other (sends never block, a receive waits
@@ -24,8 +26,14 @@ class Action(namedtuple("Action", "kind stage mb")):
 
 def with_transfers(stage, num_stages, compute):
     """A stage's compute actions [(kind, mb)] with the receive before and the send after each."""
+    return program_of([(kind, stage, mb) for kind, mb in compute], num_stages)
+
+
+def program_of(compute, num_stages):
+    """A rank's compute actions [(kind, stage, mb)], each with the receive it needs before it and
+    the send it owes after it."""
     out = []
-    for kind, mb in compute:
+    for kind, stage, mb in compute:
         if kind == "F":
             out += [Action("RECV_F", stage, mb)] if stage > 0 else []
             out += [Action("F", stage, mb)]
@@ -46,50 +54,62 @@ def _peer(action):
             "RECV_B": (stage + 1, Action("SEND_B", stage + 1, mb))}[kind]
 
 
+def num_stages_of(programs) -> int:
+    return 1 + max(a.stage for program in programs for a in program)
+
+
+def _label(action, several):
+    return f"{action.stage}{action}" if several else str(action)
+
+
 def _play(programs, one_compute_per_step):
-    """Run the per-stage programs against each other; return the rows of compute actions per time
+    """Run the per-rank programs against each other; return the rows of compute actions per time
     step, or raise naming what never happens."""
+    ranks, several = len(programs), num_stages_of(programs) > len(programs)
     done = [set() for _ in programs]
-    pos = [0] * len(programs)
+    pos = [0] * ranks
     rows = []
     while any(p < len(prog) for p, prog in zip(pos, programs)):
-        row, progressed, sent = [None] * len(programs), False, []
-        for s, prog in enumerate(programs):
-            while pos[s] < len(prog):
-                action = prog[pos[s]]
+        row, progressed, sent = [None] * ranks, False, []
+        for r, prog in enumerate(programs):
+            while pos[r] < len(prog):
+                action = prog[pos[r]]
                 if action.kind.startswith("RECV"):
                     peer, send = _peer(action)
-                    if send not in done[peer]:
+                    if send not in done[peer % ranks]:
                         break
                 elif action.kind in COMPUTE:
-                    if one_compute_per_step and row[s] is not None:
+                    if one_compute_per_step and row[r] is not None:
                         break
-                    row[s] = action
+                    row[r] = action
                 if action.kind.startswith("SEND"):
-                    sent.append(action)  # (received from the next time step on)
+                    sent.append((r, action))  # (received from the next time step on)
                 else:
-                    done[s].add(action)
-                pos[s] += 1
+                    done[r].add(action)
+                pos[r] += 1
                 progressed = True
-        for action in sent:
-            done[action.stage].add(action)
+        for r, action in sent:
+            done[r].add(action)
         if not progressed:
-            stuck = {s: str(prog[pos[s]]) for s, prog in enumerate(programs) if pos[s] < len(prog)}
+            stuck = {r: _label(prog[pos[r]], several) for r, prog in enumerate(programs) if pos[r] < len(prog)}
             raise ValueError(f"pipeline schedule: the stages wait on each other forever; stuck at {stuck} "
-                             f"(stage: next action)")
+                             f"(rank: next action)")
         if any(a is not None for a in row):
             rows.append(row)
     return rows
 
 
 def validate(programs) -> None:
-    """Raise ValueError naming the problem unless every stage's program can run to its end."""
+    """Raise ValueError naming the problem unless every rank's program can run to its end."""
+    ranks, num_stages = len(programs), num_stages_of(programs)
     micro_batches = {a.mb for prog in programs for a in prog if a.kind == "F"}
-    for s, prog in enumerate(programs):
+    for r, prog in enumerate(programs):
         done = set()
         for action in prog:
-            if action.stage != s:
-                raise ValueError(f"pipeline schedule: stage {s}'s program holds {action} of stage {action.stage}")
+            s = action.stage
+            if s % ranks != r:
+                raise ValueError(f"pipeline schedule: rank {r}'s program holds {action} of stage {s}, which runs "
+                                 f"on rank {s % ranks}")
             if action in done:
                 raise ValueError(f"pipeline schedule: stage {s} runs {action} twice")
             done.add(action)
@@ -97,11 +117,12 @@ def validate(programs) -> None:
                 raise ValueError(f"pipeline schedule: stage {s} runs B{action.mb} before F{action.mb}")
             if action.kind.startswith(("SEND", "RECV")):
                 peer, answer = _peer(action)
-                if not 0 <= peer < len(programs) or answer not in programs[peer]:
+                if not 0 <= peer < num_stages or answer not in programs[peer % ranks]:
                     raise ValueError(f"pipeline schedule: stage {s}'s {action} has no matching {answer} on "
                                      f"stage {peer}")
+    for s in range(num_stages):
         for kind in COMPUTE:
-            missing = sorted(micro_batches - {a.mb for a in prog if a.kind == kind})
+            missing = sorted(micro_batches - {a.mb for a in programs[s % ranks] if a.kind == kind and a.stage == s})
             if missing:
                 raise ValueError(f"pipeline schedule: stage {s} never runs {kind}{missing[0]} (every stage runs "
                                  f"F and B of micro-batches {sorted(micro_batches)})")
@@ -109,18 +130,22 @@ def validate(programs) -> None:
 
 
 def table(programs) -> str:
-    """The schedule as text: one column per stage, one row per time step of unit-time compute."""
+    """The schedule as text: one column per rank, one row per time step of unit-time compute (with
+    several stages per rank, each action is prefixed by its stage: 2F0)."""
     rows = _play(programs, one_compute_per_step=True)
-    width = max(len(f"stage {len(programs) - 1}"), *(len(str(a)) for row in rows for a in row if a is not None)) + 2
-    lines = ["step  " + "".join(f"stage {s}".ljust(width) for s in range(len(programs))).rstrip()]
-    for t, row in enumerate(rows):
-        lines.append(f"{t:>4}  " + "".join((str(a) if a else ".").ljust(width) for a in row).rstrip())
+    several = num_stages_of(programs) > len(programs)
+    head = [f"rank {r}" if several else f"stage {r}" for r in range(len(programs))]
+    cells = [[_label(a, several) if a else "." for a in row] for row in rows]
+    width = max(len(h) for h in head + [c for row in cells for c in row]) + 2
+    lines = ["step  " + "".join(h.ljust(width) for h in head).rstrip()]
+    for t, row in enumerate(cells):
+        lines.append(f"{t:>4}  " + "".join(c.ljust(width) for c in row).rstrip())
     return "\n".join(lines)
 
 
 def ideal_bubble(programs) -> float:
     """The bubble of the schedule as planned (unit-time forwards and backwards): the idle fraction
-    of the time steps, averaged over the stages."""
+    of the time steps, averaged over the ranks."""
     rows = _play(programs, one_compute_per_step=True)
-    idle = [sum(row[s] is None for row in rows) for s in range(len(programs))]
+    idle = [sum(row[r] is None for row in rows) for r in range(len(programs))]
     return sum(idle) / (len(rows) * len(programs))

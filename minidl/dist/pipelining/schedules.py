@@ -26,40 +26,42 @@ from ..communicators.base import DistError
 from ..p2p import irecv, isend
 from . import actions, text
 from .microbatch import merge_chunks, split_args_kwargs_into_chunks
-from .stage import HEADER, as_tuple, decode, encode, tag
+from .stage import HEADER, MAX_TENSORS, decode, encode
 
-MAX_MICROBATCHES = 1000  # (message tags stay below MPI's guaranteed 32767)
+MAX_TAGGED = 1365  # stages x micro-batches: the message tags stay below MPI's guaranteed 32767
 
 
 class PipelineError(RuntimeError):
     """A stage failed during a pipelined step (the message names it)."""
 
 
-class PipelineScheduleSingle:
-    """Runs one ``PipelineStage`` per rank through ``n_microbatches`` micro-batches per step."""
+class _PipelineSchedule:
+    """Runs this rank's stages (one, or several for interleaved schedules) through the actions of
+    ``programs[rank]``, ``n_microbatches`` micro-batches per step."""
 
-    def __init__(self, stage, n_microbatches, loss_fn=None, args_chunk_spec=None, kwargs_chunk_spec=None,
+    def __init__(self, stages, n_microbatches, loss_fn=None, args_chunk_spec=None, kwargs_chunk_spec=None,
                  output_merge_spec=None, scale_grads=True):
-        if not 1 <= n_microbatches <= MAX_MICROBATCHES:
-            raise ValueError(f"{type(self).__name__}: n_microbatches={n_microbatches} on stage {stage.stage_index} "
-                             f"(rank {stage.rank}); it must be between 1 and {MAX_MICROBATCHES}")
-        self._stage, self._n_microbatches, self._loss_fn = stage, n_microbatches, loss_fn
+        first = stages[0]
+        self._stages = {stage.stage_index: stage for stage in stages}
+        self._group, self._rank, self._ranks = first.group, first.group_rank, first.group_size
+        self._num_stages, self._n_microbatches, self._loss_fn = first.num_stages, n_microbatches, loss_fn
+        self._where = f"stage{'s' if len(stages) > 1 else ''} {', '.join(map(str, self._stages))} (rank {first.rank})"
+        if not 1 <= n_microbatches or self._num_stages * n_microbatches > MAX_TAGGED:
+            raise ValueError(f"{type(self).__name__}: n_microbatches={n_microbatches} on {self._where}; it must be "
+                             f"at least 1 and at most {MAX_TAGGED // self._num_stages} for {self._num_stages} stages")
         self._args_chunk_spec, self._kwargs_chunk_spec = args_chunk_spec, kwargs_chunk_spec
         self._output_merge_spec, self.scale_grads = output_merge_spec, scale_grads
-        self._num_stages = stage.num_stages
         self.programs = self.make_programs()
         self._events = []
 
     def make_programs(self) -> list:
-        """Every stage's actions, validated (from ``compute_order``, with the transfers added)."""
-        programs = [actions.with_transfers(s, self._num_stages, self.compute_order(s, self._num_stages,
-                                                                                   self._n_microbatches))
-                    for s in range(self._num_stages)]
+        """Every rank's actions, validated (from ``rank_order``, with the transfers added)."""
+        programs = [actions.program_of(self.rank_order(r), self._num_stages) for r in range(self._ranks)]
         actions.validate(programs)
         return programs
 
-    @staticmethod
-    def compute_order(stage, num_stages, m):
+    def rank_order(self, rank) -> list:
+        """The forwards and backwards [(kind, stage, mb)] that ``rank`` runs, in order."""
         raise NotImplementedError
 
     def dumps(self, transfers=False) -> str:
@@ -67,206 +69,266 @@ class PipelineScheduleSingle:
         return text.dumps(self.programs, transfers)
 
     def table(self) -> str:
-        """The schedule as planned: one column per stage, one row per time step (unit-time compute)."""
+        """The schedule as planned: one column per rank, one row per time step (unit-time compute)."""
         return actions.table(self.programs)
 
     # -- the public calls -------------------------------------------------------------------------
     def step(self, *args, target=None, losses=None, return_outputs=True, loss_kwargs=None, **kwargs):
-        """One pipelined training step: the first stage is given the batch, the last the target;
-        ``losses`` (a list, on the last stage) receives each micro-batch's loss (``loss_kwargs`` go
-        to loss_fn). Returns the last stage's merged output (None on the other stages)."""
+        """One pipelined training step: the rank holding the first stage is given the batch, the one
+        holding the last the target; ``losses`` (a list, there) receives each micro-batch's loss
+        (``loss_kwargs`` go to loss_fn). Returns the last stage's merged output (None elsewhere)."""
         self._check_call(args, kwargs, target, training=True)
-        program = self.programs[self._stage.stage_index]
-        out = self._run(program, args, kwargs, target, losses, return_outputs, loss_kwargs)
+        out = self._run(self.programs[self._rank], args, kwargs, target, losses, return_outputs, loss_kwargs)
         if self.scale_grads:
-            self._stage.scale_grads(grad_scale_factor=self._n_microbatches)
+            for stage in self._stages.values():
+                stage.scale_grads(grad_scale_factor=self._n_microbatches)
         return out
 
     def eval(self, *args, target=None, losses=None, **kwargs):
         """Forward only, micro-batch by micro-batch (no graph kept); losses when a target is given."""
         self._check_call(args, kwargs, target, training=False)
-        program = [a for a in self.programs[self._stage.stage_index] if a.kind in ("RECV_F", "F", "SEND_F")]
+        program = [a for a in self.programs[self._rank] if a.kind in ("RECV_F", "F", "SEND_F")]
         with minidl.no_grad():
             return self._run(program, args, kwargs, target, losses, True, None)
 
     def timeline(self) -> dict:
         """Every rank's actions of the last step with their start and end (seconds from the step's
         start), the bubble and each stage's peak activation bytes. Collective: call it on every rank."""
-        gathered = [None] * minidl.dist.get_world_size(self._stage.group)
-        mine = (self._stage.stage_index, self._events, self._stage.peak_activation_bytes)
-        objects.all_gather_object(gathered, mine, group=self._stage.group)
+        gathered = [None] * self._ranks
+        peaks = {s: stage.peak_activation_bytes for s, stage in self._stages.items()}
+        objects.all_gather_object(gathered, (self._rank, self._events, peaks), group=self._group)
         gathered.sort(key=lambda item: item[0])
+        peak = {s: b for _, _, found in gathered for s, b in found.items()}
         events = [e for _, evs, _ in gathered for e in evs]
-        return {"events": events, "bubble": bubble(events, self._num_stages),
-                "peak_activation_bytes": [peak for _, _, peak in gathered], "ideal": self.table()}
+        return {"events": events, "bubble": bubble(events),
+                "peak_activation_bytes": [peak[s] for s in range(self._num_stages)], "ideal": self.table()}
 
     # -- checks ---------------------------------------------------------------------------------
     def _check_call(self, args, kwargs, target, training):
-        stage = self._stage
-        where = f"{type(self).__name__}.{'step' if training else 'eval'} on stage {stage.stage_index} (rank {stage.rank})"
-        if stage.is_first and not args and not kwargs:
+        where = f"{type(self).__name__}.{'step' if training else 'eval'} on {self._where}"
+        holds_first, holds_last = 0 in self._stages, self._num_stages - 1 in self._stages
+        if holds_first and not args and not kwargs:
             raise ValueError(f"{where}: the first stage needs the batch as arguments")
-        if not stage.is_first and (args or kwargs):
+        if not holds_first and (args or kwargs):
             raise ValueError(f"{where}: only the first stage is given inputs; this stage receives them")
         if training and not minidl.is_grad_enabled():
             raise RuntimeError(f"{where}: step() trains and needs autograd; under no_grad use eval()")
-        if target is not None and not stage.is_last:
+        if target is not None and not holds_last:
             raise ValueError(f"{where}: a target is given on a stage that is not the last "
                              f"(stage {self._num_stages - 1} computes the loss)")
-        if training and stage.is_last and (self._loss_fn is None or target is None):
+        if training and holds_last and (self._loss_fn is None or target is None):
             raise ValueError(f"{where}: the last stage needs a loss_fn and a target to train")
 
     # -- the runtime ----------------------------------------------------------------------------
     def _run(self, program, args, kwargs, target, losses, return_outputs, loss_kwargs):
-        stage = self._stage
         runtime = _Runtime(self, args, kwargs, target, loss_kwargs or {})
-        stage.clear_runtime_states()
-        collectives.barrier(group=stage.group)   # a common start for the timeline
+        for stage in self._stages.values():
+            stage.clear_runtime_states()
+        collectives.barrier(group=self._group)   # a common start for the timeline
         self._events = runtime.execute(program)
-        if losses is not None and stage.is_last:
+        holds_last = self._num_stages - 1 in self._stages
+        if losses is not None and holds_last:
             losses.clear()   # (as torch: the list holds this step's losses)
             losses.extend(runtime.losses)
-        if stage.is_last and return_outputs and runtime.outputs:
-            return merge_chunks([runtime.outputs[mb] for mb in sorted(runtime.outputs)], self._output_merge_spec)
+        if holds_last and return_outputs and runtime.outputs_of_last:
+            return merge_chunks([runtime.outputs_of_last[mb] for mb in sorted(runtime.outputs_of_last)],
+                                self._output_merge_spec)
         return None
+
+
+class PipelineScheduleSingle(_PipelineSchedule):
+    """One ``PipelineStage`` per rank (stage i on rank i); a subclass gives ``compute_order``."""
+
+    def __init__(self, stage, n_microbatches, loss_fn=None, args_chunk_spec=None, kwargs_chunk_spec=None,
+                 output_merge_spec=None, scale_grads=True):
+        if stage.num_stages != stage.group_size:
+            raise ValueError(f"{type(self).__name__}: num_stages={stage.num_stages} on {stage.group_size} ranks "
+                             f"(stage {stage.stage_index}, rank {stage.rank}); this schedule runs one stage per "
+                             f"rank (ScheduleInterleaved1F1B runs several)")
+        self._stage = stage
+        super().__init__([stage], n_microbatches, loss_fn, args_chunk_spec, kwargs_chunk_spec, output_merge_spec,
+                         scale_grads)
+
+    def rank_order(self, rank):
+        return [(kind, rank, mb) for kind, mb in self.compute_order(rank, self._num_stages, self._n_microbatches)]
+
+    @staticmethod
+    def compute_order(stage, num_stages, m):
+        raise NotImplementedError
+
+
+class PipelineScheduleMulti(_PipelineSchedule):
+    """Several ``PipelineStage`` s per rank (stage s on rank s % ranks); a subclass gives ``rank_order``."""
+
+    def __init__(self, stages, n_microbatches, loss_fn=None, args_chunk_spec=None, kwargs_chunk_spec=None,
+                 output_merge_spec=None, scale_grads=True):
+        stages = list(stages)
+        if not stages:
+            raise ValueError(f"{type(self).__name__}: no stages given")
+        ranks = stages[0].group_size
+        if stages[0].num_stages % ranks or len(stages) != stages[0].num_stages // ranks:
+            raise ValueError(f"{type(self).__name__}: {len(stages)} stages of {stages[0].num_stages} on rank "
+                             f"{stages[0].rank}; each of the {ranks} ranks holds num_stages / ranks of them")
+        super().__init__(stages, n_microbatches, loss_fn, args_chunk_spec, kwargs_chunk_spec, output_merge_spec,
+                         scale_grads)
 
 
 class _Runtime:
     """One step of one rank's program: each action timed, the transfers posted early.
 
-    Tensors travel with tags per micro-batch (``stage.tag``). Before each micro-batch's activations
-    goes a small header with their shapes: every header is received from the step's start, and the
-    activations' receive is posted as soon as its header is in (checked before each action), so
-    the transfer overlaps the compute. A gradient's receive is posted right after the forward that
-    made the outputs it belongs to (their shapes are its shapes)."""
+    Tensors travel with a tag per (stage, micro-batch, tensor). Before each micro-batch's
+    activations goes a small header with their shapes: every header is received from the step's
+    start, and the activations' receive is posted as soon as its header is in (checked before each
+    action), so the transfer overlaps the compute. A gradient's receive is posted right after the
+    forward that made the outputs it belongs to (their shapes are its shapes)."""
 
     def __init__(self, schedule, args, kwargs, target, loss_kwargs):
-        self.schedule, self.stage, self.loss_kwargs = schedule, schedule._stage, loss_kwargs
-        stage, m = self.stage, schedule._n_microbatches
-        where = f"stage {stage.stage_index} (rank {stage.rank})"
+        self.schedule, self.stages, self.loss_kwargs = schedule, schedule._stages, loss_kwargs
+        m, last, where = schedule._n_microbatches, schedule._num_stages - 1, schedule._where
         self.arg_mbs, self.kwarg_mbs = split_args_kwargs_into_chunks(
-            args, kwargs, m, schedule._args_chunk_spec, schedule._kwargs_chunk_spec, where) if stage.is_first \
+            args, kwargs, m, schedule._args_chunk_spec, schedule._kwargs_chunk_spec, where) if 0 in self.stages \
             else ([()] * m, [{}] * m)
         self.target_mbs = None
         if target is not None:
             self.target_mbs = [mb[0] for mb in split_args_kwargs_into_chunks((target,), None, m, where=where,
                                                                              names=("the target",))[0]]
-        self.inputs, self.outputs, self.losses, self.loss_of = {}, {}, [], {}
-        self.input_grads, self.output_grads = {}, {}
+        self.last = last
+        # keyed by (stage, micro-batch)
+        self.inputs, self.outputs, self.loss_of, self.input_grads, self.output_grads = {}, {}, {}, {}, {}
+        self.outputs_of_last, self.losses = {}, []
         self.pending_sends, self.headers, self.posted = [], {}, {}
+        self.local = {}   # (what, edge, mb) -> tensors passed between two stages of this rank
         self.run = {"RECV_F": self.receive_activations, "F": self.forward, "SEND_F": self.send_activations,
                     "RECV_B": self.receive_gradients, "B": self.backward, "SEND_B": self.send_gradients}
 
+    def tag(self, what, edge, mb, i=0):
+        """The message tag of tensor ``i`` of micro-batch ``mb``'s header, activations or gradients
+        between stages ``edge`` and ``edge + 1`` (the same at both ends)."""
+        kind = ("header", "activation", "gradient").index(what)
+        return ((mb * self.schedule._num_stages + edge) * 3 + kind) * MAX_TENSORS + i + 1
+
     def execute(self, program):
-        stage, start, events = self.stage, time.perf_counter(), []
+        start, events = time.perf_counter(), []
         for action in program:
-            if action.kind == "RECV_F":
+            if action.kind == "RECV_F" and self.stages[action.stage].prev_rank != self.stages[action.stage].rank:
+                stage = self.stages[action.stage]
                 header = minidl.empty(HEADER, dtype=minidl.int64)
-                self.headers[action.mb] = (header, irecv(header, stage.prev_rank, group=stage.group,
-                                                         tag=tag("header", action.mb)))
+                self.headers[(action.stage, action.mb)] = (header, irecv(
+                    header, stage.prev_rank, group=stage.group, tag=self.tag("header", action.stage - 1, action.mb)))
         for action in program:
-            began = time.perf_counter()
+            stage, began = self.stages[action.stage], time.perf_counter()
             try:
                 self._post_arrived_headers()
-                self.run[action.kind](action.mb)
+                self.run[action.kind](action.stage, action.mb)
             except DistError as e:
-                raise PipelineError(f"pipelining: stage {stage.stage_index} (rank {stage.rank}) failed in {action}, "
-                                    f"a transfer with its neighbour: {e}") from e
+                raise PipelineError(f"pipelining: stage {action.stage} (rank {stage.rank}) failed in {action}, a "
+                                    f"transfer with its neighbour: {e}") from e
             except PipelineError:
                 raise
             except Exception as e:
-                raise PipelineError(f"pipelining: stage {stage.stage_index} (rank {stage.rank}) raised in "
-                                    f"{action}: {type(e).__name__}: {e}") from e
-            events.append({"stage": stage.stage_index, "rank": stage.rank, "kind": action.kind, "mb": action.mb,
+                raise PipelineError(f"pipelining: stage {action.stage} (rank {stage.rank}) raised in {action}: "
+                                    f"{type(e).__name__}: {e}") from e
+            events.append({"stage": action.stage, "rank": stage.rank, "kind": action.kind, "mb": action.mb,
                            "start": began - start, "end": time.perf_counter() - start})
         for work in self.pending_sends:
             work.wait()
         return events
 
-    def _post(self, kind, mb, metas, peer):
-        what = "activation" if kind == "RECV_F" else "gradient"
+    def _post(self, kind, s, mb, metas, peer):
+        what, edge = ("activation", s - 1) if kind == "RECV_F" else ("gradient", s)
         buffers = [minidl.empty(shape, dtype=dtype) for shape, dtype in metas]
-        self.posted[(kind, mb)] = (buffers, [irecv(b, peer, group=self.stage.group, tag=tag(what, mb, i))
-                                             for i, b in enumerate(buffers)])
+        group = self.stages[s].group
+        self.posted[(kind, s, mb)] = (buffers, [irecv(b, peer, group=group, tag=self.tag(what, edge, mb, i))
+                                                for i, b in enumerate(buffers)])
 
     def _post_arrived_headers(self):
-        for mb, (header, work) in list(self.headers.items()):
+        for key, (header, work) in list(self.headers.items()):
             if work.is_completed():
-                self._activations_announced(mb, header, work)
+                self._activations_announced(key, header, work)
 
-    def _activations_announced(self, mb, header, work):
+    def _activations_announced(self, key, header, work):
         work.wait()
-        del self.headers[mb]
+        del self.headers[key]
+        s, mb = key
         metas = decode(header)
-        self.stage.check_input_meta(mb, metas)
-        self._post("RECV_F", mb, metas, self.stage.prev_rank)
+        self.stages[s].check_input_meta(mb, metas)
+        self._post("RECV_F", s, mb, metas, self.stages[s].prev_rank)
 
-    def _wait(self, kind, mb):
-        buffers, works = self.posted.pop((kind, mb))
+    def _wait(self, kind, s, mb):
+        buffers, works = self.posted.pop((kind, s, mb))
         for work in works:
             work.wait()
         return buffers
 
-    def _send(self, what, mb, tensors, peer):
-        group = self.stage.group
+    def _send(self, what, s, mb, tensors, peer):
+        group, edge = self.stages[s].group, s if what == "activation" else s - 1
+        if peer == self.stages[s].rank:   # (the neighbour stage is on this rank too)
+            self.local[(what, edge, mb)] = [t.detach() for t in tensors]
+            return
         if what == "activation":
-            self.pending_sends.append(isend(encode(tensors), peer, group=group, tag=tag("header", mb)))
+            self.pending_sends.append(isend(encode(tensors), peer, group=group, tag=self.tag("header", edge, mb)))
         tensors = [t.detach().contiguous() for t in tensors]
-        self.pending_sends += [isend(t, peer, group=group, tag=tag(what, mb, i)) for i, t in enumerate(tensors)]
+        self.pending_sends += [isend(t, peer, group=group, tag=self.tag(what, edge, mb, i))
+                               for i, t in enumerate(tensors)]
 
     # -- the actions ----------------------------------------------------------------------------
-    def receive_activations(self, mb):
-        if mb in self.headers:   # (not in yet: wait for it here)
-            self._activations_announced(mb, *self.headers[mb])
-        self.inputs[mb] = self._wait("RECV_F", mb)
+    def receive_activations(self, s, mb):
+        if self.stages[s].prev_rank == self.stages[s].rank:
+            self.inputs[(s, mb)] = self.local.pop(("activation", s - 1, mb))
+            return
+        if (s, mb) in self.headers:   # (not in yet: wait for it here)
+            self._activations_announced((s, mb), *self.headers[(s, mb)])
+        self.inputs[(s, mb)] = self._wait("RECV_F", s, mb)
 
-    def forward(self, mb):
-        stage, training = self.stage, minidl.is_grad_enabled()
-        args = self.arg_mbs[mb] if stage.is_first else tuple(self.inputs.pop(mb))
-        outputs = stage.forward_one_chunk(mb, args, self.kwarg_mbs[mb], keep=training)
-        if not stage.is_last:
-            self.outputs[mb] = outputs
-            if training:
-                self._post("RECV_B", mb, [(tuple(t.shape), t.dtype) for t in outputs], stage.next_rank)
+    def forward(self, s, mb):
+        stage, training = self.stages[s], minidl.is_grad_enabled()
+        args = self.arg_mbs[mb] if s == 0 else tuple(self.inputs.pop((s, mb)))
+        outputs = stage.forward_one_chunk(mb, args, self.kwarg_mbs[mb] if s == 0 else {}, keep=training)
+        if s != self.last:
+            self.outputs[(s, mb)] = outputs
+            if training and stage.next_rank != stage.rank:
+                self._post("RECV_B", s, mb, [(tuple(t.shape), t.dtype) for t in outputs], stage.next_rank)
             return
         single = outputs[0] if len(outputs) == 1 else outputs
-        self.outputs[mb] = _detached(single)
+        self.outputs_of_last[mb] = _detached(single)
         if self.target_mbs is not None and self.schedule._loss_fn is not None:
             loss = self.schedule._loss_fn(single, self.target_mbs[mb], **self.loss_kwargs)
             self.losses.append(loss.detach())
-            self.loss_of[mb] = loss
+            self.loss_of[(s, mb)] = loss
 
-    def send_activations(self, mb):
-        self._send("activation", mb, self.outputs.pop(mb), self.stage.next_rank)
+    def send_activations(self, s, mb):
+        self._send("activation", s, mb, self.outputs.pop((s, mb)), self.stages[s].next_rank)
 
-    def receive_gradients(self, mb):
-        self.output_grads[mb] = self._wait("RECV_B", mb)
+    def receive_gradients(self, s, mb):
+        local = self.stages[s].next_rank == self.stages[s].rank
+        self.output_grads[(s, mb)] = self.local.pop(("gradient", s, mb)) if local else self._wait("RECV_B", s, mb)
 
-    def backward(self, mb):
-        stage = self.stage
-        if stage.is_last:
-            self.input_grads[mb] = stage.backward_one_chunk(mb, loss=self.loss_of.pop(mb))
+    def backward(self, s, mb):
+        stage = self.stages[s]
+        if s == self.last:
+            self.input_grads[(s, mb)] = stage.backward_one_chunk(mb, loss=self.loss_of.pop((s, mb)))
         else:
-            self.input_grads[mb] = stage.backward_one_chunk(mb, output_grads=self.output_grads.pop(mb))
+            self.input_grads[(s, mb)] = stage.backward_one_chunk(mb, output_grads=self.output_grads.pop((s, mb)))
 
-    def send_gradients(self, mb):
-        self._send("gradient", mb, self.input_grads.pop(mb), self.stage.prev_rank)
+    def send_gradients(self, s, mb):
+        self._send("gradient", s, mb, self.input_grads.pop((s, mb)), self.stages[s].prev_rank)
 
 
 def _detached(value):
     return tuple(v.detach() for v in value) if isinstance(value, tuple) else value.detach()
 
 
-def bubble(events, num_stages) -> float:
+def bubble(events) -> float:
     """The fraction of the step's wall time (from the common start to the last rank's last action)
     that a rank spends outside its forwards and backwards, averaged over the ranks. For GPipe and
     1F1B with equal stages the theory is (p - 1) / (m + p - 1)."""
     span = max(e["end"] for e in events) - min(e["start"] for e in events)
+    ranks = sorted({e["rank"] for e in events})
     if span <= 0:
         return 0.0
-    busy = [sum(e["end"] - e["start"] for e in events if e["stage"] == s and e["kind"] in actions.COMPUTE)
-            for s in range(num_stages)]
-    return sum(1 - b / span for b in busy) / num_stages
+    busy = [sum(e["end"] - e["start"] for e in events if e["rank"] == r and e["kind"] in actions.COMPUTE)
+            for r in ranks]
+    return sum(1 - b / span for b in busy) / len(ranks)
 
 
 class ScheduleGPipe(PipelineScheduleSingle):
@@ -297,19 +359,64 @@ class Schedule1F1B(PipelineScheduleSingle):
         return order + [("B", mb) for mb in range(m - warmup, m)]
 
 
-class ScheduleFromText(PipelineScheduleSingle):
+class ScheduleFromText(_PipelineSchedule):
     """A schedule written as text (``pipelining.text``: one line per rank, such as
-    ``rank 0: 0F0 0F1 0B0 0F2 0B1 0B2``), validated, then run by the same runtime as the others.
-    The micro-batch count is the text's."""
+    ``rank 0: 0F0 0F1 0B0 0F2 0B1 0B2``), validated, then run by the same runtime as the others,
+    on this rank's stage (or list of stages). The micro-batch count is the text's."""
 
-    def __init__(self, stage, schedule_text, loss_fn=None, args_chunk_spec=None, kwargs_chunk_spec=None,
+    def __init__(self, stages, schedule_text, loss_fn=None, args_chunk_spec=None, kwargs_chunk_spec=None,
                  output_merge_spec=None, scale_grads=True):
+        stages = list(stages) if isinstance(stages, (list, tuple)) else [stages]
         self._loaded = text.loads(schedule_text)
-        if len(self._loaded) != stage.num_stages:
-            raise ValueError(f"ScheduleFromText: the text has {len(self._loaded)} ranks' lines for "
-                             f"{stage.num_stages} stages (stage {stage.stage_index}, rank {stage.rank})")
+        first = stages[0]
+        if len(self._loaded) != first.group_size or actions.num_stages_of(self._loaded) != first.num_stages:
+            raise ValueError(f"ScheduleFromText: the text has {len(self._loaded)} ranks' lines and "
+                             f"{actions.num_stages_of(self._loaded)} stages, the group {first.group_size} ranks and "
+                             f"{first.num_stages} stages (rank {first.rank})")
         m = 1 + max(a.mb for program in self._loaded for a in program)
-        super().__init__(stage, m, loss_fn, args_chunk_spec, kwargs_chunk_spec, output_merge_spec, scale_grads)
+        super().__init__(stages, m, loss_fn, args_chunk_spec, kwargs_chunk_spec, output_merge_spec, scale_grads)
 
     def make_programs(self) -> list:
         return self._loaded
+
+
+class ScheduleInterleaved1F1B(PipelineScheduleMulti):
+    """Interleaved 1F1B (Narayanan et al., 2021), as torch's: rank r holds stages r, r + p, ...;
+    forwards go round the rank's stages a round of micro-batches at a time, backwards the other way,
+    one forward and one backward alternating after a warm-up. The bubble shrinks with the stages
+    per rank. The micro-batches split into rounds of at most p: m must be a multiple of
+    max(1, m // p), as torch requires."""
+
+    def __init__(self, stages, n_microbatches, loss_fn=None, args_chunk_spec=None, kwargs_chunk_spec=None,
+                 output_merge_spec=None, scale_grads=True, backward_requires_autograd=True, defer_pp_recv=False):
+        stages = list(stages)
+        ranks = stages[0].group_size if stages else 1
+        self._rounds = max(1, n_microbatches // ranks)
+        if n_microbatches % self._rounds:
+            raise ValueError(f"Interleaved 1F1B requires the number of microbatches to be a multiple of the number of "
+                             f"rounds ({self._rounds}), but got {n_microbatches}.")
+        self._per_round = n_microbatches // self._rounds
+        super().__init__(stages, n_microbatches, loss_fn, args_chunk_spec, kwargs_chunk_spec, output_merge_spec,
+                         scale_grads)
+
+    def rank_order(self, rank):
+        p, m, per_round = self._ranks, self._n_microbatches, self._per_round
+        local = self._num_stages // p
+        total = local * m
+        warmup = min((local - 1) * per_round + 2 * (p - 1 - rank), total)
+        next_mb = {"F": {}, "B": {}}
+
+        def take(kind, stage):
+            mb = next_mb[kind].get(stage, 0)
+            next_mb[kind][stage] = mb + 1
+            return kind, stage, mb
+
+        def forward(i):   # the i-th forward: the rank's stages in order, a round of micro-batches each
+            return take("F", ((i // per_round) % local) * p + rank)
+
+        def backward(j):  # the j-th backward: the rank's stages in reverse
+            return take("B", (local - 1 - (j // per_round) % local) * p + rank)
+        order = [forward(i) for i in range(warmup)]
+        for i in range(warmup, total):
+            order += [forward(i), backward(i - warmup)]
+        return order + [backward(j) for j in range(total - warmup, total)]

@@ -17,11 +17,6 @@ DTYPES = (minidl.float32, minidl.float64, minidl.float16, minidl.bfloat16, minid
           minidl.int16, minidl.uint8, minidl.bool)
 
 
-def tag(kind: str, mb: int, i: int = 0) -> int:
-    """The message tag of tensor ``i`` of micro-batch ``mb``: its header, activation or gradient."""
-    return (mb * 3 + ("header", "activation", "gradient").index(kind)) * MAX_TENSORS + i + 1
-
-
 def as_tuple(value):
     return tuple(value) if isinstance(value, (tuple, list)) else (value,)
 
@@ -71,7 +66,7 @@ def graph_bytes(outputs, exclude) -> int:
 
 class PipelineStage:
     """``torch.distributed.pipelining.PipelineStage``: ``submodule`` as stage ``stage_index`` of
-    ``num_stages``, one stage per rank of ``group`` (stage i on the group's rank i).
+    ``num_stages``, on the group's rank stage_index % ranks (one stage per rank, or several).
 
     ``input_args`` / ``output_args``: example tensors (or tuples) of one micro-batch, to check the
     shapes met at the first step against; without them the shapes are whatever the first step
@@ -86,17 +81,17 @@ class PipelineStage:
         self.submod, self.stage_index, self.num_stages, self.group = submodule, stage_index, num_stages, group
         self.device = minidl.device(device)
         self.rank, ranks = g.ranks[g.rank], g.ranks
-        if num_stages != len(ranks):
-            raise ValueError(f"PipelineStage: num_stages={num_stages} on {len(ranks)} ranks (rank {self.rank}); the "
-                             f"single-stage schedules run one stage per rank, so num_stages must be {len(ranks)}")
+        if num_stages < len(ranks) or num_stages % len(ranks):
+            raise ValueError(f"PipelineStage: num_stages={num_stages} on {len(ranks)} ranks (rank {self.rank}); each "
+                             f"rank holds the same number of stages, so num_stages must be a multiple of {len(ranks)}")
         if not 0 <= stage_index < num_stages:
             raise ValueError(f"PipelineStage: stage_index={stage_index} on rank {self.rank} is outside 0..{num_stages - 1}")
-        if stage_index != g.rank:
+        if stage_index % len(ranks) != g.rank:
             raise ValueError(f"PipelineStage: stage {stage_index} was built on rank {self.rank}, which is group rank "
-                             f"{g.rank}; stage i runs on the group's rank i")
+                             f"{g.rank}; stage i runs on the group's rank i % {len(ranks)}")
         self.is_first, self.is_last = stage_index == 0, stage_index == num_stages - 1
-        self.prev_rank = None if self.is_first else ranks[stage_index - 1]
-        self.next_rank = None if self.is_last else ranks[stage_index + 1]
+        self.prev_rank = None if self.is_first else ranks[(stage_index - 1) % len(ranks)]
+        self.next_rank = None if self.is_last else ranks[(stage_index + 1) % len(ranks)]
         self.input_meta = None if input_args is None else [(tuple(t.shape), t.dtype) for t in as_tuple(input_args)]
         self.output_meta = None if output_args is None else [(tuple(t.shape), t.dtype) for t in as_tuple(output_args)]
         self.group_rank, self.group_size = g.rank, len(ranks)

@@ -5,7 +5,7 @@
     rank 1: 1F0 1B0 1F1 1B1 1F2 1B2
 
 An action is ``<stage><kind><micro-batch>``: ``0F3`` is stage 0's forward of micro-batch 3, ``1B2``
-stage 1's backward of micro-batch 2. Transfers are implied (the receive before each forward and
+stage 1's backward of micro-batch 2. Stage s runs on rank s % ranks (a rank may hold several). Transfers are implied (the receive before each forward and
 backward that needs one, the send after), or written out on a line, where they are then taken as
 they stand: ``1RECV_F0``, ``0SEND_F0``, ``0RECV_B0``, ``1SEND_B0``. ``#`` starts a comment; the
 ``rank R:`` prefix is optional (line i is then rank i). ``loads`` validates what it reads
@@ -42,18 +42,19 @@ def loads(text: str) -> list:
         if rank is not None and int(rank) != len(lines):
             raise ValueError(f"schedule text, line {number}: rank {rank} where rank {len(lines)} comes next")
         lines.append((number, tokens.split()))
-    num_stages = len(lines)
+    parsed = [[_action(token, rank, number, len(lines)) for token in tokens]
+              for rank, (number, tokens) in enumerate(lines)]
+    num_stages = 1 + max((a.stage for program in parsed for a in program), default=0)
     programs = []
-    for rank, (number, tokens) in enumerate(lines):
-        program = [_action(token, rank, number) for token in tokens]
+    for program in parsed:
         if not any(a.kind not in COMPUTE for a in program):   # transfers implied
-            program = actions.with_transfers(rank, num_stages, [(a.kind, a.mb) for a in program])
+            program = actions.program_of(program, num_stages)
         programs.append(program)
     actions.validate(programs)
     return programs
 
 
-def _action(token, rank, number):
+def _action(token, rank, number, ranks):
     match = TOKEN.match(token)
     if not match:
         raise ValueError(f"schedule text, line {number}: {token!r} is not an action such as 0F3, 1B2 or 0SEND_F3")
@@ -61,7 +62,7 @@ def _action(token, rank, number):
     if kind == "W":
         raise ValueError(f"schedule text, line {number}: {token}: a separate weight-gradient pass (W) needs a "
                          f"split backward, which these schedules do not have yet")
-    if stage != rank:
-        raise ValueError(f"schedule text, line {number}: {token} is stage {stage}'s, on rank {rank}; these "
-                         f"schedules run one stage per rank (stage i on rank i)")
+    if stage % ranks != rank:
+        raise ValueError(f"schedule text, line {number}: {token} is stage {stage}'s, on rank {rank}; stage s "
+                         f"runs on rank s % {ranks}")
     return Action(kind, stage, mb)
