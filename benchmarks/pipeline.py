@@ -4,10 +4,12 @@ model in one process, one compute thread per rank.
     mpiexec -n 2 python benchmarks/pipeline.py            # prints a markdown report on rank 0
     mpiexec -n 2 python benchmarks/pipeline.py --quick    # a short smoke run
 
-For GPipe and 1F1B and m in {2, 4, 8, 16} micro-batches: the step time and the speedup over the
+For GPipe, 1F1B and interleaved 1F1B (two stages of 2 layers per rank) and m in {2, 4, 8, 16}
+micro-batches: the step time and the speedup over the
 single process (rank 0 alone, same batch, same thread count, timed in the same run while rank 1
-waits), the measured bubble against (p - 1) / (m + p - 1), and each stage's peak activation bytes.
-With matplotlib, the measured 1F1B and GPipe timelines at m = 8 are drawn to
+waits), the measured bubble against (p - 1) / (v m + p - 1) (v stages per rank), and each stage's
+peak activation bytes.
+With matplotlib, the measured timelines at m = 8 are drawn to
 benchmarks/pipeline_<schedule>_m8.png. Targets: at m = 8, 1F1B at least 1.6x the single process;
 the measured bubble within 5 points of theory.
 """
@@ -24,7 +26,7 @@ import numpy as np
 import minidl
 import minidl.dist as dist
 from minidl import nn
-from minidl.dist.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe, draw
+from minidl.dist.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe, ScheduleInterleaved1F1B, draw
 from minidl.nn import functional as F
 
 WIDTH, LAYERS, BATCH = 1024, 8, 2048
@@ -68,20 +70,31 @@ def single_process(steps):
 
 
 def pipelined(rank, size, cls, m, steps):
-    """(ms per step, mean measured bubble, peak activation bytes per stage, last timeline)."""
-    block = blocks(size)[rank]
-    schedule = cls(PipelineStage(block, rank, size, "cpu"), m, loss_fn=F.mse_loss)
-    opt = minidl.optim.SGD(block.parameters(), lr=1e-3)
+    """(ms per step, mean measured bubble, peak activation bytes per stage, last timeline). The
+    interleaved schedule runs 2 stages per rank (stages rank and rank + size)."""
+    if cls is ScheduleInterleaved1F1B:
+        parts = blocks(2 * size)
+        mine = [rank, rank + size]
+        schedule = cls([PipelineStage(parts[s], s, 2 * size, "cpu") for s in mine], m, loss_fn=F.mse_loss)
+        params = [p for s in mine for p in parts[s].parameters()]
+    else:
+        block = blocks(size)[rank]
+        schedule = cls(PipelineStage(block, rank, size, "cpu"), m, loss_fn=F.mse_loss)
+        params = list(block.parameters())
+    opt = minidl.optim.SGD(params, lr=1e-3)
     x, y = batch()
     times, bubbles, timeline = [], [], None
     for i in range(steps + 1):
         dist.barrier()
         start = time.perf_counter()
         opt.zero_grad()
-        if rank == 0:
+        holds_last = rank == size - 1
+        if rank == 0 and not holds_last:
             schedule.step(x)
+        elif holds_last:
+            schedule.step(*((x,) if rank == 0 else ()), target=y)
         else:
-            schedule.step(target=y)
+            schedule.step()
         opt.step()
         dist.barrier()
         elapsed = time.perf_counter() - start
@@ -105,15 +118,16 @@ def main():
     single = single_process(steps) if rank == 0 else None
     dist.barrier()
     rows = []
-    for cls in (ScheduleGPipe, Schedule1F1B):
+    for cls in (ScheduleGPipe, Schedule1F1B, ScheduleInterleaved1F1B):
+        per_rank = 2 if cls is ScheduleInterleaved1F1B else 1
         for m in ms:
             if cls is Schedule1F1B and m < size:
                 continue
             step_ms, measured, peaks, timeline = pipelined(rank, size, cls, m, steps)
-            rows.append((cls.__name__, m, step_ms, measured, (size - 1) / (m + size - 1), peaks))
+            rows.append((cls.__name__, m, step_ms, measured, (size - 1) / (per_rank * m + size - 1), peaks))
             if rank == 0 and m == 8 and not args.quick:
                 try:
-                    name = "1f1b" if cls is Schedule1F1B else "gpipe"
+                    name = {ScheduleGPipe: "gpipe", Schedule1F1B: "1f1b", ScheduleInterleaved1F1B: "interleaved"}[cls]
                     draw(timeline, os.path.join(HERE, f"pipeline_{name}_m8.png"),
                          title=f"{cls.__name__}, {size} stages, 8 micro-batches (measured)")
                 except ImportError:
