@@ -160,6 +160,34 @@ def case_interleaved(rank, size, m, batch, steps, per_rank=2):
     return failures
 
 
+def case_pipeline_times_data_parallel(rank, size, schedule_cls, m):
+    """4 ranks as 2 stages x 2 replicas (rank = replica * 2 + stage): each replica pipelines half of
+    the batch, and each stage's module, wrapped in DistributedDataParallel over its replica group,
+    averages its gradients once per step. Equal to one process on the whole batch."""
+    from minidl.nn.parallel import DistributedDataParallel as DDP
+    replica, stage_index = divmod(rank, 2)
+    pipes = [dist.new_group([0, 1]), dist.new_group([2, 3])]
+    replicas = [dist.new_group([0, 2]), dist.new_group([1, 3])]
+    full = model(2)
+    block = full[stage_index]
+    stage = PipelineStage(DDP(block, process_group=replicas[stage_index]), stage_index, 2, "cpu",
+                          group=pipes[replica])
+    schedule = schedule_cls(stage, m, loss_fn=F.mse_loss)
+    x, y = data(8 * m)
+    half = 4 * m
+    mine_x, mine_y = x[replica * half:(replica + 1) * half], y[replica * half:(replica + 1) * half]
+    losses = []
+    schedule.step(mine_x) if stage_index == 0 else schedule.step(target=mine_y, losses=losses)
+    grads = [q.grad.clone() for q in block.parameters()]
+    ref = model(2)
+    _, ref_grads, _ = reference(ref, x, y, 2 * m)   # (2 replicas x m micro-batches of equal size)
+    n = len(grads)
+    ref_grads = ref_grads[stage_index * n:(stage_index + 1) * n]
+    if not all(close(g.numpy(), r.numpy()) for g, r in zip(grads, ref_grads)):
+        return [f"{schedule_cls.__name__} 2 stages x 2 replicas m={m}: gradients differ on rank {rank}"]
+    return []
+
+
 def run_all(rank, size):
     failures = []
     for schedule_cls in (ScheduleGPipe, Schedule1F1B):
@@ -169,5 +197,8 @@ def run_all(rank, size):
     failures += case_eval_and_chunk_spec(rank, size)
     for m in (size, 2 * size):
         failures += case_interleaved(rank, size, m, 2 * m, steps=2)
+    if size == 4:
+        for schedule_cls in (ScheduleGPipe, Schedule1F1B):
+            failures += case_pipeline_times_data_parallel(rank, size, schedule_cls, 2)
     dist.barrier()
     return failures

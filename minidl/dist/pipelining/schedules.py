@@ -209,6 +209,7 @@ class _Runtime:
 
     def execute(self, program):
         start, events = time.perf_counter(), []
+        self.last_backward = {a.stage: a.mb for a in program if a.kind == "B"}   # (the last one of each stage)
         for action in program:
             if action.kind == "RECV_F" and self.stages[action.stage].prev_rank != self.stages[action.stage].rank:
                 stage = self.stages[action.stage]
@@ -305,10 +306,12 @@ class _Runtime:
 
     def backward(self, s, mb):
         stage = self.stages[s]
+        last = self.last_backward[s] == mb
         if s == self.last:
-            self.input_grads[(s, mb)] = stage.backward_one_chunk(mb, loss=self.loss_of.pop((s, mb)))
+            self.input_grads[(s, mb)] = stage.backward_one_chunk(mb, loss=self.loss_of.pop((s, mb)), last=last)
         else:
-            self.input_grads[(s, mb)] = stage.backward_one_chunk(mb, output_grads=self.output_grads.pop((s, mb)))
+            self.input_grads[(s, mb)] = stage.backward_one_chunk(mb, output_grads=self.output_grads.pop((s, mb)),
+                                                                 last=last)
 
     def send_gradients(self, s, mb):
         self._send("gradient", s, mb, self.input_grads.pop((s, mb)), self.stages[s].prev_rank)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import minidl
 
+from ..ddp import DistributedDataParallel
 from ..state import resolve
 
 MAX_TENSORS = 8       # tensors per stage output
@@ -129,7 +130,11 @@ class PipelineStage:
         that require grad, so their gradients can go back) and outputs are kept until its backward."""
         if keep and not self.is_first:
             args = tuple(a.requires_grad_(a.dtype.is_floating_point) for a in args)
-        outputs = as_tuple(self.submod(*args, **kwargs))
+        if isinstance(self.submod, DistributedDataParallel):
+            with self.submod.no_sync():   # (the replicas reduce once per step: see backward_one_chunk)
+                outputs = as_tuple(self.submod(*args, **kwargs))
+        else:
+            outputs = as_tuple(self.submod(*args, **kwargs))
         if len(outputs) > MAX_TENSORS or not all(isinstance(t, minidl.Tensor) for t in outputs):
             raise TypeError(f"pipelining: stage {self.stage_index} must return a tensor or a tuple of at most "
                             f"{MAX_TENSORS} tensors, got {type(outputs[0]).__name__ if outputs else 'nothing'}")
@@ -142,10 +147,15 @@ class PipelineStage:
         self.peak_activation_bytes = max(self.peak_activation_bytes, self.activation_bytes)
         return outputs
 
-    def backward_one_chunk(self, mb, loss=None, output_grads=None):
+    def backward_one_chunk(self, mb, loss=None, output_grads=None, last=False):
         """Backward of one micro-batch from its loss (last stage) or its outputs' gradients; returns
-        the gradients of its inputs (None on the first stage)."""
+        the gradients of its inputs (None on the first stage). A stage module wrapped in
+        DistributedDataParallel (pipeline x data parallel) averages its gradients over the replicas
+        in the step's ``last`` backward, bucket by bucket as DDP does: what each replica
+        accumulated over its micro-batches."""
         inputs, outputs, held = self._chunks.pop(mb)
+        if last and isinstance(self.submod, DistributedDataParallel):
+            self.submod.reducer.prepare([loss] if loss is not None else list(outputs), True)
         if loss is not None:
             minidl.autograd.backward([loss])
         else:
