@@ -129,7 +129,7 @@ def main():
                 try:
                     name = {ScheduleGPipe: "gpipe", Schedule1F1B: "1f1b", ScheduleInterleaved1F1B: "interleaved"}[cls]
                     draw(timeline, os.path.join(HERE, f"pipeline_{name}_m8.png"),
-                         title=f"{cls.__name__}, {size} stages, 8 micro-batches (measured)")
+                         title=f"{cls.__name__}, {size} ranks, 8 micro-batches (measured)")
                 except ImportError:
                     pass
     if rank == 0:
