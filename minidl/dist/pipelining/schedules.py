@@ -1,10 +1,12 @@
-"""Single-stage pipeline schedules (one stage per rank), as ``torch.distributed.pipelining``'s
-``ScheduleGPipe`` and ``Schedule1F1B``.
+"""Pipeline schedules, as ``torch.distributed.pipelining``'s: ``ScheduleGPipe`` and
+``Schedule1F1B`` (one stage per rank), ``ScheduleInterleaved1F1B`` (several), and
+``ScheduleFromText`` (any, written as text).
 
-A schedule is data: ``compute_order(stage, num_stages, m)`` gives a stage's forwards and
-backwards in order; ``actions.with_transfers`` adds the receive before and the send after each,
-and ``actions.validate`` checks all ranks' programs together before the first step runs. One
-runtime (``_Runtime``) executes any such program, so the next schedules only add an order.
+A schedule is data: ``rank_order(rank)`` gives a rank's forwards and backwards in order
+(single-stage schedules give ``compute_order`` per stage); ``actions.program_of`` adds the
+receive before and the send after each, and ``actions.validate`` checks all ranks' programs
+together before the first step runs. One runtime (``_Runtime``) executes any such program, so a
+new schedule only adds an order.
 
 Losses: the last stage computes ``loss_fn(output, target)`` per micro-batch and runs backward on
 it; with ``scale_grads=True`` the gradients are divided by the number of micro-batches at the end
@@ -145,7 +147,6 @@ class PipelineScheduleSingle(_PipelineSchedule):
             raise ValueError(f"{type(self).__name__}: num_stages={stage.num_stages} on {stage.group_size} ranks "
                              f"(stage {stage.stage_index}, rank {stage.rank}); this schedule runs one stage per "
                              f"rank (ScheduleInterleaved1F1B runs several)")
-        self._stage = stage
         super().__init__([stage], n_microbatches, loss_fn, args_chunk_spec, kwargs_chunk_spec, output_merge_spec,
                          scale_grads)
 
@@ -184,7 +185,7 @@ class _Runtime:
 
     def __init__(self, schedule, args, kwargs, target, loss_kwargs):
         self.schedule, self.stages, self.loss_kwargs = schedule, schedule._stages, loss_kwargs
-        m, last, where = schedule._n_microbatches, schedule._num_stages - 1, schedule._where
+        m, where = schedule._n_microbatches, schedule._where
         self.arg_mbs, self.kwarg_mbs = split_args_kwargs_into_chunks(
             args, kwargs, m, schedule._args_chunk_spec, schedule._kwargs_chunk_spec, where) if 0 in self.stages \
             else ([()] * m, [{}] * m)
@@ -192,7 +193,6 @@ class _Runtime:
         if target is not None:
             self.target_mbs = [mb[0] for mb in split_args_kwargs_into_chunks((target,), None, m, where=where,
                                                                              names=("the target",))[0]]
-        self.last = last
         # keyed by (stage, micro-batch)
         self.inputs, self.outputs, self.loss_of, self.input_grads, self.output_grads = {}, {}, {}, {}, {}
         self.outputs_of_last, self.losses = {}, []
@@ -283,9 +283,9 @@ class _Runtime:
 
     def forward(self, s, mb):
         stage, training = self.stages[s], minidl.is_grad_enabled()
-        args = self.arg_mbs[mb] if s == 0 else tuple(self.inputs.pop((s, mb)))
-        outputs = stage.forward_one_chunk(mb, args, self.kwarg_mbs[mb] if s == 0 else {}, keep=training)
-        if s != self.last:
+        args = self.arg_mbs[mb] if stage.is_first else tuple(self.inputs.pop((s, mb)))
+        outputs = stage.forward_one_chunk(mb, args, self.kwarg_mbs[mb] if stage.is_first else {}, keep=training)
+        if not stage.is_last:
             self.outputs[(s, mb)] = outputs
             if training and stage.next_rank != stage.rank:
                 self._post("RECV_B", s, mb, [(tuple(t.shape), t.dtype) for t in outputs], stage.next_rank)
@@ -307,7 +307,7 @@ class _Runtime:
     def backward(self, s, mb):
         stage = self.stages[s]
         last = self.last_backward[s] == mb
-        if s == self.last:
+        if stage.is_last:
             self.input_grads[(s, mb)] = stage.backward_one_chunk(mb, loss=self.loss_of.pop((s, mb)), last=last)
         else:
             self.input_grads[(s, mb)] = stage.backward_one_chunk(mb, output_grads=self.output_grads.pop((s, mb)),
