@@ -234,8 +234,9 @@ def _promote(a, b):
 
 
 class Binary(Function):
-    """Broadcasting ``op(a, b)``; subclasses give ``grads(a, b, y, g)`` before un-broadcasting
-    (``y``, the output, is saved only for ops that read it)."""
+    """Broadcasting ``op(a, b)``; subclasses give ``grad_a(a, b, y, g)`` and ``grad_b`` (None: not
+    differentiable in b) before un-broadcasting, each computed only when asked for (``y``, the
+    output, is saved only for ops that read it)."""
     op = ""
     true_division = False
     saves_output = False
@@ -256,9 +257,9 @@ class Binary(Function):
     @classmethod
     def backward(cls, ctx, g):
         a, b, y = ctx.saved_tensors
-        ga, gb = cls.grads(a, b, y, g)
-        return (None if ga is None or not ctx.needs_input_grad[0] else sum_to(ga, a.shape),
-                None if gb is None or not ctx.needs_input_grad[1] else sum_to(gb, b.shape))
+        need_a, need_b = ctx.needs_input_grad
+        return (sum_to(cls.grad_a(a, b, y, g), a.shape) if need_a else None,
+                sum_to(cls.grad_b(a, b, y, g), b.shape) if need_b and cls.grad_b is not None else None)
 
 
 def _check_integer_power(a, b):
@@ -267,42 +268,41 @@ def _check_integer_power(a, b):
                            f"** {b.dtype.name} with negative values)")
 
 
-def _pow_grads(a, b, y, g):
-    ga = g * (b * a ** (b - 1)).masked_fill(b == 0, 0)  # d(a**0)/da is 0, also at a == 0
-    log_a = a.log()
-    gb = g * (y * log_a).masked_fill((a == 0) & (b >= 0), 0)
-    return ga, gb
+def _pow_grad_a(a, b, y, g):
+    return g * (b * a ** (b - 1)).masked_fill(b == 0, 0)  # d(a**0)/da is 0, also at a == 0
 
 
-def _max_grads(a, b, y, g, sign=1):
-    wa = (a * sign > b * sign) + (a == b) * 0.5
-    return g * wa, g * (1 - wa)
+def _pow_grad_b(a, b, y, g):
+    return g * (y * a.log()).masked_fill((a == 0) & (b >= 0), 0)
 
 
-def _binary(name, code, grads, true_division=False, saves_output=False, check=None):
-    return type(name, (Binary,), {"op": code, "grads": staticmethod(grads), "true_division": true_division,
-                                  "saves_output": saves_output, "check": None if check is None else staticmethod(check)})
+def _share(a, b, sign=1):
+    """a's share of the gradient of max(a, b) (min with sign -1): 1 unless a loses, 1/2 at a tie
+    (a NaN loses to nothing, as in PyTorch)."""
+    return 1 - (a * sign < b * sign) - (a == b) * 0.5
 
 
-Add = _binary("Add", "add", lambda a, b, y, g: (g, g))
-Sub = _binary("Sub", "sub", lambda a, b, y, g: (g, -g))
-Mul = _binary("Mul", "mul", lambda a, b, y, g: (g * b, g * a))
-Div = _binary("Div", "div", lambda a, b, y, g: (g / b, -g * a / (b * b)), true_division=True)
-Pow = _binary("Pow", "pow", _pow_grads, saves_output=True, check=_check_integer_power)
-Maximum = _binary("Maximum", "maximum", _max_grads)
-Minimum = _binary("Minimum", "minimum", lambda a, b, y, g: _max_grads(a, b, y, g, -1))
+def _binary(name, code, grad_a, grad_b, true_division=False, saves_output=False, check=None):
+    return type(name, (Binary,), {"op": code, "grad_a": staticmethod(grad_a),
+                                  "grad_b": None if grad_b is None else staticmethod(grad_b),
+                                  "true_division": true_division, "saves_output": saves_output,
+                                  "check": None if check is None else staticmethod(check)})
+
+
+Add = _binary("Add", "add", lambda a, b, y, g: g, lambda a, b, y, g: g)
+Sub = _binary("Sub", "sub", lambda a, b, y, g: g, lambda a, b, y, g: -g)
+Mul = _binary("Mul", "mul", lambda a, b, y, g: g * b, lambda a, b, y, g: g * a)
+Div = _binary("Div", "div", lambda a, b, y, g: g / b, lambda a, b, y, g: -g * a / (b * b), true_division=True)
+Pow = _binary("Pow", "pow", _pow_grad_a, _pow_grad_b, saves_output=True, check=_check_integer_power)
+Maximum = _binary("Maximum", "maximum", lambda a, b, y, g: g * _share(a, b), lambda a, b, y, g: g * _share(b, a))
+Minimum = _binary("Minimum", "minimum", lambda a, b, y, g: g * _share(a, b, -1),
+                  lambda a, b, y, g: g * _share(b, a, -1))
 # g where y > 0, else 0: ReLU's backward in one pass (its own gradient is the same gate of gg)
-Gate = _binary("Gate", "gate", lambda a, b, y, g: (Gate.apply(g, b), None))
-FloorDivide = _binary("FloorDivide", "floordiv", lambda a, b, y, g: (g * 0, g * 0))
-Remainder = _binary("Remainder", "remainder", lambda a, b, y, g: (g, -g * (a / b).floor()))
-
-
-def _atan2_grads(a, b, y, g):
-    r = a * a + b * b
-    return g * b / r, -g * a / r
-
-
-Atan2 = _binary("Atan2", "atan2", _atan2_grads, true_division=True)
+Gate = _binary("Gate", "gate", lambda a, b, y, g: Gate.apply(g, b), None)
+FloorDivide = _binary("FloorDivide", "floordiv", lambda a, b, y, g: g * 0, lambda a, b, y, g: g * 0)
+Remainder = _binary("Remainder", "remainder", lambda a, b, y, g: g, lambda a, b, y, g: -g * (a / b).floor())
+Atan2 = _binary("Atan2", "atan2", lambda a, b, y, g: g * b / (a * a + b * b),
+                lambda a, b, y, g: -g * a / (a * a + b * b), true_division=True)
 
 
 def binary_inplace(op_cls):
