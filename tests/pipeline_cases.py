@@ -9,8 +9,8 @@ import numpy as np
 import minidl
 import minidl.dist as dist
 from minidl import nn
-from minidl.dist.pipelining import (PipelineStage, Schedule1F1B, ScheduleGPipe, ScheduleInterleaved1F1B,
-                                    TensorChunkSpec)
+from minidl.dist.pipelining import (PipelineScheduleMulti, PipelineStage, Schedule1F1B, ScheduleGPipe,
+                                    ScheduleInterleaved1F1B, ScheduleInterleavedZeroBubble, TensorChunkSpec)
 from minidl.nn import functional as F
 
 WIDTH = 6
@@ -126,14 +126,14 @@ def case_eval_and_chunk_spec(rank, size):
     return []
 
 
-def case_interleaved(rank, size, m, batch, steps, per_rank=2):
-    """ScheduleInterleaved1F1B with ``per_rank`` stages on each rank (stages rank, rank + size, ...)."""
-    name = f"ScheduleInterleaved1F1B p={size} stages={per_rank * size} m={m} batch={batch} steps={steps}"
+def case_interleaved(rank, size, schedule_cls, m, batch, steps, per_rank=2):
+    """An interleaved schedule with ``per_rank`` stages on each rank (stages rank, rank + size, ...)."""
+    name = f"{schedule_cls.__name__} p={size} stages={per_rank * size} m={m} batch={batch} steps={steps}"
     num_stages = per_rank * size
     full = model(num_stages)
     mine = [rank + k * size for k in range(per_rank)]
     stages = [PipelineStage(full[s], s, num_stages, "cpu") for s in mine]
-    schedule = ScheduleInterleaved1F1B(stages, m, loss_fn=F.mse_loss)
+    schedule = schedule_cls(stages, m, loss_fn=F.mse_loss)
     params = [p for s in mine for p in full[s].parameters()]
     opt = minidl.optim.SGD(params, lr=0.1)
     x, y = data(batch)
@@ -172,7 +172,8 @@ def case_pipeline_times_data_parallel(rank, size, schedule_cls, m):
     block = full[stage_index]
     stage = PipelineStage(DDP(block, process_group=replicas[stage_index]), stage_index, 2, "cpu",
                           group=pipes[replica])
-    schedule = schedule_cls(stage, m, loss_fn=F.mse_loss)
+    schedule = schedule_cls([stage] if issubclass(schedule_cls, PipelineScheduleMulti) else stage, m,
+                            loss_fn=F.mse_loss)
     x, y = data(8 * m)
     half = 4 * m
     mine_x, mine_y = x[replica * half:(replica + 1) * half], y[replica * half:(replica + 1) * half]
@@ -195,10 +196,11 @@ def run_all(rank, size):
             failures += case_equivalence(rank, size, schedule_cls, m, 2 * m, steps=1)
         failures += case_equivalence(rank, size, schedule_cls, 2 * size, 4 * size + 1, steps=3)  # uneven, 3 steps
     failures += case_eval_and_chunk_spec(rank, size)
-    for m in (size, 2 * size):
-        failures += case_interleaved(rank, size, m, 2 * m, steps=2)
+    for schedule_cls in (ScheduleInterleaved1F1B, ScheduleInterleavedZeroBubble):
+        for m in (size, 2 * size):
+            failures += case_interleaved(rank, size, schedule_cls, m, 2 * m, steps=2)
     if size == 4:
-        for schedule_cls in (ScheduleGPipe, Schedule1F1B):
+        for schedule_cls in (ScheduleGPipe, Schedule1F1B, ScheduleInterleavedZeroBubble):
             failures += case_pipeline_times_data_parallel(rank, size, schedule_cls, 2)
     dist.barrier()
     return failures

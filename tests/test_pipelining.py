@@ -143,7 +143,7 @@ def test_timeline_bubble_and_activation_memory():
     kinds = {(e["stage"], e["kind"]) for e in gpipe["events"]}
     assert {(0, "F"), (0, "SEND_F"), (0, "RECV_B"), (0, "B"), (1, "RECV_F"), (1, "F"), (1, "B"), (1, "SEND_B")} == kinds
     assert all(0 <= e["start"] <= e["end"] for e in gpipe["events"]) and len(gpipe["events"]) == 2 * 8 * 4
-    assert 0 <= gpipe["bubble"] < 1 and gpipe["ideal"] == actions.table(_programs(ScheduleGPipe, 2, 8))
+    assert 0 <= gpipe["bubble"] < 1 and gpipe["ideal"] == actions.table(_programs(ScheduleGPipe, 2, 8), actions.COSTS)
     assert np.isclose(dist.pipelining.bubble([
         {"rank": 0, "kind": "F", "start": 0.0, "end": 1.0}, {"rank": 1, "kind": "RECV_F", "start": 0.0, "end": 1.0},
         {"rank": 1, "kind": "F", "start": 1.0, "end": 2.0}]), 0.5)
@@ -162,7 +162,7 @@ def test_the_picture_draws_the_measured_timeline(tmp_path):
     path = dist.pipelining.draw(timeline, str(tmp_path / "pipeline.png"), title="1F1B, 2 stages, 4 micro-batches")
     assert (tmp_path / "pipeline.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.endswith("pipeline.png")
     planned = list(dist.pipelining.picture._planned(timeline["ideal"]))
-    assert len(planned) == 2 * 2 * 4 and (0, "F", 0, 0) in planned and (1, "B", 3, 8) in planned
+    assert len(planned) == 2 * 2 * 4 and (0, "F", 0, 0, 1) in planned and (1, "B", 3, 11, 2) in planned
 
 
 def test_batches_of_any_size_and_new_schedules_on_one_stage():
@@ -251,7 +251,11 @@ def test_bad_schedule_texts_name_the_first_offending_action():
         "rank 0: 0F0 0B0\nrank 1: 1RECV_F0 1F0 1B0": r"stage 0's RECV_B\(0\) has no matching SEND_B\(0\) on stage 1",
         "rank 0: 0F0 0B0 0F1 0B1\nrank 1: 1F1 1F0 1B0 1B1": r"wait on each other forever.*0: 'RECV_B\(0\)'",
         "rank 0: 0F0 1B0\nrank 1: 1F0 1B0": "1B0 is stage 1's, on rank 0",
-        "rank 0: 0F0 0W0\nrank 1: 1F0 1B0": "W.* needs a split backward",
+        "rank 0: 0F0 0W0 0I0\nrank 1: 1F0 1B0": "stage 0 runs W0 before I0",
+        "rank 0: 0F0 0I0\nrank 1: 1F0 1B0": "stage 0 never runs W0",
+        "rank 0: 0F0 0B0 0W0\nrank 1: 1F0 1B0": "stage 0 runs W0 before I0",
+        "rank 0: 0F0 0SEND_F0 0RECV_B0 0I0 0W0 0B0\nrank 1: 1RECV_F0 1F0 1B0 1SEND_B0":
+            "stage 0 runs both B0 and its split halves",
         "rank 0: 0F0 0X0": "'0X0' is not an action",
         "rank 1: 0F0": "rank 1 where rank 0 comes next",
     }
@@ -288,13 +292,84 @@ def test_split_by_cost_measures_and_balances_blocks():
     assert all(p.grad is None or not p.grad.abs().sum().item() for s in stages for p in s.parameters())
 
 
-def _interleaved_programs(p, v, m):
+def _interleaved_schedules(p, v, m, cls=None):
+    """Rank 0's schedule of ``cls`` (ScheduleInterleaved1F1B) with v stages on each of p sim ranks."""
     from minidl.dist.pipelining import ScheduleInterleaved1F1B
+    cls = cls or ScheduleInterleaved1F1B
 
     def run(rank):
-        return ScheduleInterleaved1F1B([PipelineStage(_block(), rank + k * p, v * p, "cpu") for k in range(v)], m,
-                                       loss_fn=F.mse_loss).programs
+        return cls([PipelineStage(_block(), rank + k * p, v * p, "cpu") for k in range(v)], m, loss_fn=F.mse_loss)
     return dist.sim.run(p, run)[0]
+
+
+def _interleaved_programs(p, v, m, cls=None):
+    return _interleaved_schedules(p, v, m, cls).programs
+
+
+def _torch_order(name, p, v, m):
+    """Each rank's order in torch's own planner for schedule ``name`` (torch is pinned in the dev
+    dependencies; its planner is private, so this reads its internals)."""
+    from torch.distributed.pipelining import schedules as theirs
+    kinds = {theirs._ComputationType.FORWARD: "F", theirs._ComputationType.FULL_BACKWARD: "B",
+             theirs._ComputationType.BACKWARD_INPUT: "I", theirs._ComputationType.BACKWARD_WEIGHT: "W"}
+    planner = getattr(theirs, name).__new__(getattr(theirs, name))
+    planner.pp_group_size, planner.n_local_stages, planner._n_microbatches = p, v, m
+    planner.number_of_rounds = max(1, m // p)
+    planner.microbatches_per_round = m // planner.number_of_rounds
+    return [[(kinds[a.computation_type], a.stage_index, a.microbatch_index)
+             for a in planner._calculate_single_rank_operations(r) if a is not None] for r in range(p)]
+
+
+@pytest.mark.parametrize("name", ["ScheduleInterleaved1F1B", "ScheduleInterleavedZeroBubble"])
+@pytest.mark.parametrize("p,v,m", [(2, 2, 2), (2, 2, 3), (2, 2, 8), (4, 2, 4), (4, 2, 16), (2, 3, 4), (2, 1, 4)])
+def test_interleaved_orders_are_torchs(name, p, v, m):
+    schedule = _interleaved_schedules(p, v, m, getattr(dist.pipelining, name))
+    assert [list(schedule.rank_order(r)) for r in range(p)] == _torch_order(name, p, v, m)
+
+
+@pytest.mark.parametrize("p,v,m", [(2, 2, 2), (2, 2, 8), (4, 2, 4), (4, 2, 16), (2, 3, 4), (4, 1, 8)])
+def test_zero_bubble_planned_bubble_is_a_third_of_interleaved_1f1bs(p, v, m):
+    """With F, I and W one unit each (B two), a ZB1P rank idles p - 1 units where interleaved 1F1B
+    idles 3 (p - 1): (p - 1) / (3 v m + p - 1) against (p - 1) / (v m + p - 1)."""
+    from minidl.dist.pipelining import ScheduleInterleavedZeroBubble
+    zb = actions.ideal_bubble(_interleaved_programs(p, v, m, ScheduleInterleavedZeroBubble))
+    assert zb == pytest.approx((p - 1) / (3 * v * m + p - 1))
+    assert zb < actions.ideal_bubble(_interleaved_programs(p, v, m))
+
+
+def test_zero_bubble_runs_split_backwards_and_dw_builder():
+    """The timeline holds I and W; a stage given torch's dw_builder runs a full backward at I and
+    the built function at W, once per micro-batch; the text format carries I and W."""
+    from minidl.dist.pipelining import ScheduleFromText, ScheduleInterleavedZeroBubble, text
+
+    def run(rank, with_builder):
+        full = pipeline_cases.model(4)
+        built = []
+        stages = [PipelineStage(full[s], s, 4, "cpu", dw_builder=(lambda: lambda: built.append(1)) if with_builder
+                                else None) for s in (rank, rank + 2)]
+        schedule = ScheduleInterleavedZeroBubble(stages, 4, loss_fn=F.mse_loss)
+        x, y = pipeline_cases.data(8)
+        schedule.step(x) if rank == 0 else schedule.step(target=y)
+        grads = [p.grad.numpy().copy() for s in (rank, rank + 2) for p in full[s].parameters()]
+        return schedule.timeline(), grads, len(built), schedule.dumps()
+    (timeline, split, _, dumped), (_, split1, _, _) = dist.sim.run(2, run, False)
+    (_, built, calls, _), (_, built1, calls1, _) = dist.sim.run(2, run, True)
+    kinds = {e["kind"] for e in timeline["events"]}
+    assert {"F", "I", "W", "SEND_B", "RECV_B"} <= kinds and "B" not in kinds
+    assert calls == calls1 == 2 * 4   # 2 stages x 4 micro-batches
+    assert all(np.allclose(a, b, rtol=1e-12) for a, b in zip(split + split1, built + built1))
+    assert " 2I0 " in dumped and " 2W0" in dumped and text.loads(dumped) == text.loads(dumped)
+    loaded = dist.sim.run(2, lambda r: ScheduleFromText(
+        [PipelineStage(_block(), s, 4, "cpu") for s in (r, r + 2)], dumped, loss_fn=F.mse_loss).programs)[0]
+    assert loaded == _interleaved_programs(2, 2, 4, ScheduleInterleavedZeroBubble)
+
+
+def test_a_weight_pass_without_its_input_pass_is_refused():
+    def run(rank):
+        stage = PipelineStage(_block(), 0, 1, "cpu")
+        stage.backward_weight_one_chunk(3)
+    errors = _errors(1, run)
+    assert "stage 0 (rank 0) runs W3 without its input pass I3" in errors[0]
 
 
 @pytest.mark.parametrize("p,v,m", [(2, 2, 2), (2, 2, 8), (4, 2, 4), (4, 2, 16), (2, 3, 4)])
@@ -312,6 +387,10 @@ def test_interleaved_refuses_what_torch_refuses():
     errors = _errors(2, lambda r: run(r, 5, 2))
     assert all("requires the number of microbatches to be a multiple of the number of rounds (2), but got 5" in e
                for e in errors)
+    zero_bubble = _errors(2, lambda r: dist.pipelining.ScheduleInterleavedZeroBubble(
+        [PipelineStage(_block(), r + k * 2, 4, "cpu") for k in range(2)], 5, loss_fn=F.mse_loss))
+    assert all("Zero bubble requires the number of microbatches to be a multiple of the number of rounds (2), but "
+               "got 5." in e for e in zero_bubble)
     errors = _errors(2, lambda r: run(r, 4, 1))
     assert all("1 stages of 4 on rank" in e for e in errors)
     errors = _errors(2, lambda r: ScheduleGPipe(PipelineStage(_block(), r + 2, 4, "cpu"), 2, loss_fn=F.mse_loss))

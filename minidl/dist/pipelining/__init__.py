@@ -20,11 +20,12 @@ from .cost import best_cut, split_by_cost
 from .picture import draw
 from .microbatch import TensorChunkSpec, merge_chunks, split_args_kwargs_into_chunks
 from .schedules import (PipelineError, PipelineScheduleMulti, PipelineScheduleSingle, Schedule1F1B, ScheduleFromText,
-                        ScheduleGPipe, ScheduleInterleaved1F1B, bubble)
+                        ScheduleGPipe, ScheduleInterleaved1F1B, ScheduleInterleavedZeroBubble, bubble)
 from .stage import PipelineStage
 
 __all__ = ["PipelineError", "PipelineScheduleMulti", "PipelineScheduleSingle", "PipelineStage", "Schedule1F1B",
-           "ScheduleFromText", "ScheduleGPipe", "ScheduleInterleaved1F1B", "TensorChunkSpec", "best_cut", "bubble",
+           "ScheduleFromText", "ScheduleGPipe", "ScheduleInterleaved1F1B", "ScheduleInterleavedZeroBubble",
+           "TensorChunkSpec", "best_cut", "bubble",
            "draw", "merge_chunks", "pipe_split", "pipeline", "split_args_kwargs_into_chunks", "split_by_cost"]
 
 

@@ -2,24 +2,31 @@
 
 ``draw(timeline, path)`` takes what ``schedule.timeline()`` returns: the left panel is each rank's
 forwards and backwards at the times they ran (white is idle: waiting for a neighbour, or done),
-the right one the same schedule as planned, every forward and backward one time step long.
+the right one the same schedule as planned, a forward, input pass or weight pass one time step
+long and a full backward two.
 """
 from __future__ import annotations
 
 import re
 
-COLORS = {"F": "#4c72b0", "B": "#dd8452"}
+COLORS = {"F": "#4c72b0", "B": "#dd8452", "I": "#c44e52", "W": "#55a868"}
+NAMES = {"F": "forward", "B": "backward", "I": "input gradients (I)", "W": "weight gradients (W)"}
 
 
 def _planned(ideal: str):
-    """(rank, kind, mb, step) of each compute action in a ``schedule.table()`` text (whose cells
-    are F3, or 2F3 with several stages per rank)."""
-    lines = ideal.splitlines()[1:]
-    for step, line in enumerate(lines):
-        for rank, cell in enumerate(line.split()[1:]):
+    """(rank, kind, mb, step, steps) of each compute action in a ``schedule.table()`` text (whose
+    cells are F3, or 2F3 with several stages per rank; an action lasting n steps fills n rows)."""
+    rows = [line.split()[1:] for line in ideal.splitlines()[1:]]
+    for rank in range(len(rows[0]) if rows else 0):
+        step = 0
+        while step < len(rows):
+            cell, steps = rows[step][rank], 1
+            while step + steps < len(rows) and rows[step + steps][rank] == cell and cell != ".":
+                steps += 1
             if cell != ".":
-                _, kind, mb = re.match(r"^(\d*)([FB])(\d+)$", cell).groups()
-                yield rank, kind, int(mb), step
+                _, kind, mb = re.match(r"^(\d*)([FBIW])(\d+)$", cell).groups()
+                yield rank, kind, int(mb), step, steps
+            step += steps
 
 
 def draw(timeline: dict, path: str, title: str = "") -> str:
@@ -34,18 +41,20 @@ def draw(timeline: dict, path: str, title: str = "") -> str:
         if e["kind"] in COLORS:
             measured.broken_barh([(e["start"] * 1e3, (e["end"] - e["start"]) * 1e3)], (e["rank"] - 0.4, 0.8),
                                  facecolors=COLORS[e["kind"]], edgecolor="white", linewidth=0.3)
-    for rank, kind, mb, step in _planned(timeline["ideal"]):
-        planned.broken_barh([(step, 1)], (rank - 0.4, 0.8), facecolors=COLORS[kind], edgecolor="white")
-        planned.text(step + 0.5, rank, f"{kind}{mb}", ha="center", va="center", fontsize=7, color="white")
+    for rank, kind, mb, step, steps in _planned(timeline["ideal"]):
+        planned.broken_barh([(step, steps)], (rank - 0.4, 0.8), facecolors=COLORS[kind], edgecolor="white")
+        planned.text(step + steps / 2, rank, f"{kind}{mb}", ha="center", va="center", fontsize=7, color="white")
     measured.set_title(f"measured: bubble {timeline['bubble']:.1%}")
     measured.set_xlabel("ms since the step's start")
-    planned.set_title("planned (unit-time forward and backward)")
+    planned.set_title("planned (a backward two time steps, the rest one)")
     planned.set_xlabel("time step")
     measured.set_yticks(ranks, [f"rank {r}" for r in ranks])
     measured.invert_yaxis()
+    kinds = {e["kind"] for e in timeline["events"]}
     for kind, color in COLORS.items():
-        measured.bar(0, 0, color=color, label={"F": "forward", "B": "backward"}[kind])
-    fig.legend(loc="upper right", ncol=2, fontsize=8, frameon=False)
+        if kind in kinds:
+            measured.bar(0, 0, color=color, label=NAMES[kind])
+    fig.legend(loc="upper right", ncol=4, fontsize=8, frameon=False)
     if title:
         fig.suptitle(title, x=0.02, ha="left")
     fig.tight_layout()

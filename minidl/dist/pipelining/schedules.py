@@ -70,9 +70,10 @@ class _PipelineSchedule:
         """The schedule in the text format of ``pipelining.text`` (to edit and run with ScheduleFromText)."""
         return text.dumps(self.programs, transfers)
 
-    def table(self) -> str:
-        """The schedule as planned: one column per rank, one row per time step (unit-time compute)."""
-        return actions.table(self.programs)
+    def table(self, costs=None) -> str:
+        """The schedule as planned: one column per rank, one row per time step (every action one
+        step long, or ``costs[kind]`` steps: see ``actions.table``)."""
+        return actions.table(self.programs, costs)
 
     # -- the public calls -------------------------------------------------------------------------
     def step(self, *args, target=None, losses=None, return_outputs=True, loss_kwargs=None, **kwargs):
@@ -95,7 +96,8 @@ class _PipelineSchedule:
 
     def timeline(self) -> dict:
         """Every rank's actions of the last step with their start and end (seconds from the step's
-        start), the bubble and each stage's peak activation bytes. Collective: call it on every rank."""
+        start), the bubble, each stage's peak activation bytes and the plan (``ideal``, a backward
+        two time steps long). Collective: call it on every rank."""
         gathered = [None] * self._ranks
         peaks = {s: stage.peak_activation_bytes for s, stage in self._stages.items()}
         objects.all_gather_object(gathered, (self._rank, self._events, peaks), group=self._group)
@@ -103,7 +105,8 @@ class _PipelineSchedule:
         peak = {s: b for _, _, found in gathered for s, b in found.items()}
         events = [e for _, evs, _ in gathered for e in evs]
         return {"events": events, "bubble": bubble(events),
-                "peak_activation_bytes": [peak[s] for s in range(self._num_stages)], "ideal": self.table()}
+                "peak_activation_bytes": [peak[s] for s in range(self._num_stages)],
+                "ideal": self.table(actions.COSTS)}
 
     # -- checks ---------------------------------------------------------------------------------
     def _check_call(self, args, kwargs, target, training):
@@ -199,7 +202,8 @@ class _Runtime:
         self.pending_sends, self.headers, self.posted = [], {}, {}
         self.local = {}   # (what, edge, mb) -> tensors passed between two stages of this rank
         self.run = {"RECV_F": self.receive_activations, "F": self.forward, "SEND_F": self.send_activations,
-                    "RECV_B": self.receive_gradients, "B": self.backward, "SEND_B": self.send_gradients}
+                    "RECV_B": self.receive_gradients, "B": self.backward, "I": self.backward_input,
+                    "W": self.backward_weight, "SEND_B": self.send_gradients}
 
     def tag(self, what, edge, mb, i=0):
         """The message tag of tensor ``i`` of micro-batch ``mb``'s header, activations or gradients
@@ -209,7 +213,8 @@ class _Runtime:
 
     def execute(self, program):
         start, events = time.perf_counter(), []
-        self.last_backward = {a.stage: a.mb for a in program if a.kind == "B"}   # (the last one of each stage)
+        # each stage's last action that accumulates weight gradients (B, or W of a split backward)
+        self.last_backward = {a.stage: a for a in program if a.kind in ("B", "W")}
         for action in program:
             if action.kind == "RECV_F" and self.stages[action.stage].prev_rank != self.stages[action.stage].rank:
                 stage = self.stages[action.stage]
@@ -304,14 +309,18 @@ class _Runtime:
         local = self.stages[s].next_rank == self.stages[s].rank
         self.output_grads[(s, mb)] = self.local.pop(("gradient", s, mb)) if local else self._wait("RECV_B", s, mb)
 
-    def backward(self, s, mb):
+    def backward(self, s, mb, full=True):
         stage = self.stages[s]
-        last = self.last_backward[s] == mb
-        if stage.is_last:
-            self.input_grads[(s, mb)] = stage.backward_one_chunk(mb, loss=self.loss_of.pop((s, mb)), last=last)
-        else:
-            self.input_grads[(s, mb)] = stage.backward_one_chunk(mb, output_grads=self.output_grads.pop((s, mb)),
-                                                                 last=last)
+        last = self.last_backward[s] == ("B", s, mb)
+        given = dict(loss=self.loss_of.pop((s, mb))) if stage.is_last else \
+            dict(output_grads=self.output_grads.pop((s, mb)))
+        self.input_grads[(s, mb)] = stage.backward_one_chunk(mb, last=last, full_backward=full, **given)
+
+    def backward_input(self, s, mb):
+        self.backward(s, mb, full=False)
+
+    def backward_weight(self, s, mb):
+        self.stages[s].backward_weight_one_chunk(mb, last=self.last_backward[s] == ("W", s, mb))
 
     def send_gradients(self, s, mb):
         self._send("gradient", s, mb, self.input_grads.pop((s, mb)), self.stages[s].prev_rank)
@@ -390,36 +399,64 @@ class ScheduleInterleaved1F1B(PipelineScheduleMulti):
     per rank. The micro-batches split into rounds of at most p: m must be a multiple of
     max(1, m // p), as torch requires."""
 
+    _requirement = "Interleaved 1F1B"   # (how torch's error names the schedule)
+    _warmup_per_hop = 2                 # extra warm-up forwards per rank away from the last one
+
     def __init__(self, stages, n_microbatches, loss_fn=None, args_chunk_spec=None, kwargs_chunk_spec=None,
                  output_merge_spec=None, scale_grads=True, backward_requires_autograd=True, defer_pp_recv=False):
         stages = list(stages)
         ranks = stages[0].group_size if stages else 1
         self._rounds = max(1, n_microbatches // ranks)
         if n_microbatches % self._rounds:
-            raise ValueError(f"Interleaved 1F1B requires the number of microbatches to be a multiple of the number of "
-                             f"rounds ({self._rounds}), but got {n_microbatches}.")
+            raise ValueError(f"{self._requirement} requires the number of microbatches to be a multiple of the "
+                             f"number of rounds ({self._rounds}), but got {n_microbatches}.")
         self._per_round = n_microbatches // self._rounds
         super().__init__(stages, n_microbatches, loss_fn, args_chunk_spec, kwargs_chunk_spec, output_merge_spec,
                          scale_grads)
 
-    def rank_order(self, rank):
+    def _plan(self, rank, backward_kind):
+        """(this rank's forwards in order, its backwards in order, how many forwards warm up)."""
         p, m, per_round = self._ranks, self._n_microbatches, self._per_round
         local = self._num_stages // p
         total = local * m
-        warmup = min((local - 1) * per_round + 2 * (p - 1 - rank), total)
-        next_mb = {"F": {}, "B": {}}
+        next_mb = {}
 
         def take(kind, stage):
-            mb = next_mb[kind].get(stage, 0)
-            next_mb[kind][stage] = mb + 1
+            mb = next_mb.get((kind, stage), 0)
+            next_mb[(kind, stage)] = mb + 1
             return kind, stage, mb
+        # the i-th forward goes to the rank's stages in order, a round of micro-batches each;
+        # the j-th backward to its stages in reverse
+        forwards = [take("F", ((i // per_round) % local) * p + rank) for i in range(total)]
+        backwards = [take(backward_kind, (local - 1 - (j // per_round) % local) * p + rank) for j in range(total)]
+        warmup = min((local - 1) * per_round + self._warmup_per_hop * (p - 1 - rank), total)
+        return forwards, backwards, warmup
 
-        def forward(i):   # the i-th forward: the rank's stages in order, a round of micro-batches each
-            return take("F", ((i // per_round) % local) * p + rank)
+    def rank_order(self, rank):
+        forwards, backwards, warmup = self._plan(rank, "B")
+        order = forwards[:warmup]
+        for f, b in zip(forwards[warmup:], backwards):
+            order += [f, b]
+        return order + backwards[len(forwards) - warmup:]
 
-        def backward(j):  # the j-th backward: the rank's stages in reverse
-            return take("B", (local - 1 - (j // per_round) % local) * p + rank)
-        order = [forward(i) for i in range(warmup)]
-        for i in range(warmup, total):
-            order += [forward(i), backward(i - warmup)]
-        return order + [backward(j) for j in range(total - warmup, total)]
+
+class ScheduleInterleavedZeroBubble(ScheduleInterleaved1F1B):
+    """Zero bubble, torch's ZB1P (Qi et al., 2024, the ZB-H1 schedule interleaved): interleaved
+    1F1B's order with every backward split into I, the input's gradient, sent upstream at once,
+    and W, the weights' gradients, which waits. A rank warms up with one forward less per hop from
+    the last rank, and after its first ``rank`` input passes follows each with the oldest pending
+    W: the W passes fill the time that 1F1B's ranks spend waiting for gradients."""
+
+    _requirement = "Zero bubble"
+    _warmup_per_hop = 1
+
+    def rank_order(self, rank):
+        forwards, inputs, warmup = self._plan(rank, "I")
+        weights = [("W", stage, mb) for _, stage, mb in inputs]
+        order, pending = forwards[:warmup], 0
+        for j, backward in enumerate(inputs):
+            order += forwards[warmup + j:warmup + j + 1] + [backward]
+            if j >= rank:
+                order.append(weights[pending])
+                pending += 1
+        return order + weights[pending:]

@@ -71,8 +71,10 @@ class PipelineStage:
 
     ``input_args`` / ``output_args``: example tensors (or tuples) of one micro-batch, to check the
     shapes met at the first step against; without them the shapes are whatever the first step
-    brings. ``output_grads``, ``input_grads``, ``dw_builder`` and ``get_mesh`` are accepted for
-    torch's signature and unused here."""
+    brings. ``dw_builder``, as torch's: for zero-bubble schedules, a function that returns a
+    function computing the weights' gradients; given it, the input pass (I) runs a full backward
+    and the weight pass (W) calls what ``dw_builder()`` returned at I. ``output_grads``,
+    ``input_grads`` and ``get_mesh`` are accepted for torch's signature and unused here."""
 
     def __init__(self, submodule, stage_index: int, num_stages: int, device, input_args=None, output_args=None,
                  output_grads=None, input_grads=None, group=None, dw_builder=None, get_mesh=None):
@@ -96,7 +98,9 @@ class PipelineStage:
         self.input_meta = None if input_args is None else [(tuple(t.shape), t.dtype) for t in as_tuple(input_args)]
         self.output_meta = None if output_args is None else [(tuple(t.shape), t.dtype) for t in as_tuple(output_args)]
         self.group_rank, self.group_size = g.rank, len(ranks)
+        self.dw_builder = dw_builder
         self._chunks = {}           # mb -> (inputs, outputs, activation bytes)
+        self._weight_passes = {}    # mb -> (the deferred weight pass, the outputs, its activation bytes)
         self.activation_bytes = 0
         self.peak_activation_bytes = 0
 
@@ -147,25 +151,58 @@ class PipelineStage:
         self.peak_activation_bytes = max(self.peak_activation_bytes, self.activation_bytes)
         return outputs
 
-    def backward_one_chunk(self, mb, loss=None, output_grads=None, last=False):
+    def backward_one_chunk(self, mb, loss=None, output_grads=None, last=False, full_backward=True):
         """Backward of one micro-batch from its loss (last stage) or its outputs' gradients; returns
         the gradients of its inputs (None on the first stage). A stage module wrapped in
         DistributedDataParallel (pipeline x data parallel) averages its gradients over the replicas
         in the step's ``last`` backward, bucket by bucket as DDP does: what each replica
-        accumulated over its micro-batches."""
+        accumulated over its micro-batches. Without ``full_backward`` this is the input pass I of a
+        split backward, and ``backward_weight_one_chunk`` must follow."""
         inputs, outputs, held = self._chunks.pop(mb)
-        if last and isinstance(self.submod, DistributedDataParallel):
-            self.submod.reducer.prepare([loss] if loss is not None else list(outputs), True)
-        if loss is not None:
-            minidl.autograd.backward([loss])
+        roots, grads = self._roots(outputs, loss, output_grads)
+        if full_backward or self.dw_builder is not None:
+            self._before_last_weights(last, roots)
+            if roots:
+                minidl.autograd.backward(roots, grads)
+            self.activation_bytes -= held
+            if not full_backward:
+                self._weight_passes[mb] = (self.dw_builder(), (), 0)
+            input_grads = [a.grad for a in inputs]
         else:
-            pairs = [(o, g) for o, g in zip(outputs, output_grads) if o.requires_grad]
-            if pairs:
-                minidl.autograd.backward([o for o, _ in pairs], [g for _, g in pairs])
-        self.activation_bytes -= held
+            wanted = [] if self.is_first else [a for a in inputs if a.requires_grad]
+            found, weight_pass = minidl.autograd.split_backward(roots, wanted, grads)
+            found = {id(a): g for a, g in zip(wanted, found)}
+            input_grads = [found.get(id(a)) for a in inputs]
+            still = graph_bytes(roots, {id(p._storage) for p in self.submod.parameters()})
+            self.activation_bytes -= held - still
+            self._weight_passes[mb] = (weight_pass, roots, still)
         if self.is_first:
             return None
-        return [a.grad if a.grad is not None else minidl.zeros_like(a) for a in inputs]
+        return [g if g is not None else minidl.zeros_like(a) for a, g in zip(inputs, input_grads)]
+
+    def backward_weight_one_chunk(self, mb, last=False):
+        """The weight pass W of micro-batch ``mb``: its weights' gradients, deferred from its input
+        pass (``backward_one_chunk(mb, full_backward=False)``)."""
+        if mb not in self._weight_passes:
+            raise RuntimeError(f"pipelining: stage {self.stage_index} (rank {self.rank}) runs W{mb} without its "
+                               f"input pass I{mb} (backward_one_chunk(full_backward=False)) first")
+        weight_pass, roots, held = self._weight_passes.pop(mb)
+        self._before_last_weights(last, roots)
+        weight_pass()
+        self.activation_bytes -= held
+
+    @staticmethod
+    def _roots(outputs, loss, output_grads):
+        """What backward starts from: the loss, or the outputs that need a gradient with theirs."""
+        if loss is not None:
+            return [loss], None
+        pairs = [(o, g) for o, g in zip(outputs, output_grads) if o.requires_grad]
+        return [o for o, _ in pairs], [g for _, g in pairs]
+
+    def _before_last_weights(self, last, roots):
+        """Before the step's last weight gradients: arm DDP to reduce them over the replicas."""
+        if last and isinstance(self.submod, DistributedDataParallel):
+            self.submod.reducer.prepare(roots, True)
 
     def scale_grads(self, grad_scale_factor):
         with minidl.no_grad():
@@ -176,4 +213,5 @@ class PipelineStage:
     def clear_runtime_states(self):
         """Forget the micro-batches of an earlier step (one that raised, say) and its byte counts."""
         self._chunks.clear()
+        self._weight_passes.clear()
         self.activation_bytes = self.peak_activation_bytes = 0

@@ -5,7 +5,9 @@
     rank 1: 1F0 1B0 1F1 1B1 1F2 1B2
 
 An action is ``<stage><kind><micro-batch>``: ``0F3`` is stage 0's forward of micro-batch 3, ``1B2``
-stage 1's backward of micro-batch 2. Stage s runs on rank s % ranks (a rank may hold several). Transfers are implied (the receive before each forward and
+stage 1's backward of micro-batch 2; a zero-bubble schedule splits a backward into ``1I2``, the
+gradient of the stage's input, and ``1W2``, its weights' gradients (torch's letters; the paper's B
+is I here). Stage s runs on rank s % ranks (a rank may hold several). Transfers are implied (the receive before each forward and
 backward that needs one, the send after), or written out on a line, where they are then taken as
 they stand: ``1RECV_F0``, ``0SEND_F0``, ``0RECV_B0``, ``1SEND_B0``. ``#`` starts a comment; the
 ``rank R:`` prefix is optional (line i is then rank i). ``loads`` validates what it reads
@@ -19,7 +21,7 @@ import re
 from . import actions
 from .actions import COMPUTE, Action
 
-TOKEN = re.compile(r"^(\d+)(F|B|W|SEND_F|RECV_F|SEND_B|RECV_B)(\d+)$")
+TOKEN = re.compile(r"^(\d+)(F|B|I|W|SEND_F|RECV_F|SEND_B|RECV_B)(\d+)$")
 LINE = re.compile(r"^\s*(?:rank\s+(\d+)\s*:)?(.*)$")
 
 
@@ -57,11 +59,8 @@ def loads(text: str) -> list:
 def _action(token, rank, number, ranks):
     match = TOKEN.match(token)
     if not match:
-        raise ValueError(f"schedule text, line {number}: {token!r} is not an action such as 0F3, 1B2 or 0SEND_F3")
+        raise ValueError(f"schedule text, line {number}: {token!r} is not an action such as 0F3, 1B2, 1I2, 1W2 or 0SEND_F3")
     stage, kind, mb = int(match.group(1)), match.group(2), int(match.group(3))
-    if kind == "W":
-        raise ValueError(f"schedule text, line {number}: {token}: a separate weight-gradient pass (W) needs a "
-                         f"split backward, which these schedules do not have yet")
     if stage % ranks != rank:
         raise ValueError(f"schedule text, line {number}: {token} is stage {stage}'s, on rank {rank}; stage s "
                          f"runs on rank s % {ranks}")
