@@ -160,10 +160,11 @@ def case_interleaved(rank, size, schedule_cls, m, batch, steps, per_rank=2):
     return failures
 
 
-def case_pipeline_times_data_parallel(rank, size, schedule_cls, m):
+def case_pipeline_times_data_parallel(rank, size, schedule_cls, m, dw_builder=None):
     """4 ranks as 2 stages x 2 replicas (rank = replica * 2 + stage): each replica pipelines half of
     the batch, and each stage's module, wrapped in DistributedDataParallel over its replica group,
-    averages its gradients once per step. Equal to one process on the whole batch."""
+    averages its gradients once per step (also when a dw_builder makes I a full backward). Equal
+    to one process on the whole batch."""
     from minidl.nn.parallel import DistributedDataParallel as DDP
     replica, stage_index = divmod(rank, 2)
     pipes = [dist.new_group([0, 1]), dist.new_group([2, 3])]
@@ -171,7 +172,7 @@ def case_pipeline_times_data_parallel(rank, size, schedule_cls, m):
     full = model(2)
     block = full[stage_index]
     stage = PipelineStage(DDP(block, process_group=replicas[stage_index]), stage_index, 2, "cpu",
-                          group=pipes[replica])
+                          group=pipes[replica], dw_builder=dw_builder)
     schedule = schedule_cls([stage] if issubclass(schedule_cls, PipelineScheduleMulti) else stage, m,
                             loss_fn=F.mse_loss)
     x, y = data(8 * m)
@@ -185,7 +186,8 @@ def case_pipeline_times_data_parallel(rank, size, schedule_cls, m):
     n = len(grads)
     ref_grads = ref_grads[stage_index * n:(stage_index + 1) * n]
     if not all(close(g.numpy(), r.numpy()) for g, r in zip(grads, ref_grads)):
-        return [f"{schedule_cls.__name__} 2 stages x 2 replicas m={m}: gradients differ on rank {rank}"]
+        return [f"{schedule_cls.__name__} 2 stages x 2 replicas m={m}{' (dw_builder)' if dw_builder else ''}: "
+                f"gradients differ on rank {rank}"]
     return []
 
 
@@ -202,5 +204,7 @@ def run_all(rank, size):
     if size == 4:
         for schedule_cls in (ScheduleGPipe, Schedule1F1B, ScheduleInterleavedZeroBubble):
             failures += case_pipeline_times_data_parallel(rank, size, schedule_cls, 2)
+        failures += case_pipeline_times_data_parallel(rank, size, ScheduleInterleavedZeroBubble, 2,
+                                                      dw_builder=lambda: lambda: None)
     dist.barrier()
     return failures

@@ -2,6 +2,8 @@
 later) gives PyTorch's gradients of one full backward, computes nothing twice (kernel launches
 counted), and narrows every pruned pass to the gradients it was asked for."""
 import contextlib
+import threading
+import time
 from collections import Counter
 
 import numpy as np
@@ -115,8 +117,12 @@ def test_narrowed_passes_launch_only_what_they_need():
     grads, weight_pass = split_backward([loss], [])
     assert grads == () and all(p.grad is None for p in net.parameters()) and x.grad is None
     weight_pass()   # every leaf that is not an input: here x too
-    want = minidl.autograd.grad(net(x).sum(), [x] + list(net.parameters()))
-    assert all(np.allclose(p.grad.numpy(), w.numpy()) for p, w in zip([x] + list(net.parameters()), want))
+    theirs = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Tanh(), torch.nn.Linear(4, 2))
+    theirs.load_state_dict({k: torch.from_numpy(v.numpy().copy()) for k, v in net.state_dict().items()})
+    tx = torch.from_numpy(x.detach().numpy().copy()).requires_grad_()
+    theirs(tx).sum().backward()
+    for mine, want in zip([x] + list(net.parameters()), [tx] + list(theirs.parameters())):
+        np.testing.assert_allclose(mine.grad.numpy(), want.grad.numpy(), rtol=1e-5, atol=1e-6)
 
 
 def test_hooks_fire_once_in_the_pass_that_computes_their_gradient():
@@ -163,3 +169,31 @@ def test_outputs_inputs_and_roots_of_every_kind():
     weight_pass()
     np.testing.assert_allclose(w.grad.numpy(), [1.0 + 3.0, 6.0 - 4.0])   # h + 2w
     np.testing.assert_allclose(x.grad.numpy(), [3.0, -4.0])   # the rest of backward: below h too
+
+
+def test_a_narrowed_pass_does_not_narrow_another_threads_pass():
+    """The narrowing is per call and per thread: a full backward running meanwhile on the same
+    graph (retain_graph) still gets every gradient."""
+    class Slow(minidl.autograd.Function):
+        @staticmethod
+        def forward(ctx, a, b):
+            ctx.save_for_backward(a, b)
+            return a * b
+
+        @staticmethod
+        def backward(ctx, g):
+            a, b = ctx.saved_tensors
+            need = ctx.needs_input_grad
+            time.sleep(0.05)   # (the other thread's pass runs the same node meanwhile)
+            return g * b if need[0] else None, g * a if need[1] else None
+    x, w = minidl.ones(3, requires_grad=True), minidl.full((3,), 2.0, requires_grad=True)
+    y = Slow.apply(x, w).sum()
+    found = []
+    other = threading.Thread(target=lambda: found.extend(minidl.autograd.grad(y, x, retain_graph=True)))
+    other.start()
+    time.sleep(0.01)
+    y.backward(retain_graph=True)
+    other.join()
+    np.testing.assert_allclose(found[0].numpy(), [2.0, 2.0, 2.0])
+    np.testing.assert_allclose(x.grad.numpy(), [2.0, 2.0, 2.0])
+    np.testing.assert_allclose(w.grad.numpy(), [1.0, 1.0, 1.0])

@@ -202,13 +202,7 @@ def _run_masked(node, node_grads, deps):
     """Run ``node`` asking only for the gradients of inputs whose nodes take part in this pass."""
     static = node.needs_input_grad
     wanted = tuple(n and e is not None and e[0] in deps for n, e in zip(static, node.next_functions))
-    if wanted == static:
-        return node.run_backward(node_grads)
-    node.needs_input_grad = wanted
-    try:
-        return node.run_backward(node_grads)
-    finally:
-        node.needs_input_grad = static
+    return node.run_backward(node_grads, None if wanted == static else wanted)
 
 
 def _retain(node, node_grads):
@@ -306,6 +300,12 @@ class WeightPass:
     def __repr__(self):
         state = "done" if self._stash is None else f"{len(self._stash)} nodes to resume"
         return f"<WeightPass: {state}>"
+
+    @property
+    def held_gradients(self) -> list:
+        """The gradients kept for the nodes it resumes (memory held until it runs, beside the
+        saved tensors of those nodes)."""
+        return [g for grads in (self._stash or {}).values() for g in grads if g is not None]
 
     def __call__(self) -> None:
         stash, done, self._stash, self._done = self._stash, self._done, None, None

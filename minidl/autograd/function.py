@@ -10,10 +10,14 @@ ops and user-defined ops use this same class.
 from __future__ import annotations
 
 import sys
+import threading
 
 from . import grad_mode
 from .hooks import apply_hooks
 from .variable import Variable
+
+
+_narrowed = threading.local()   # per thread: (node, mask) while a pruned pass runs that node
 
 
 class Function:
@@ -24,7 +28,7 @@ class Function:
     """
 
     next_functions = ()
-    needs_input_grad = ()
+    _needs_input_grad = ()
     _saved = ()
     _released = False
     _pre_hooks = None          # output index -> list of hooks on that output's gradient
@@ -85,6 +89,17 @@ class Function:
         outputs (their history is rebased onto it) and their version is bumped."""
         self._dirty = tuple(id(t) for t in tensors)
 
+    @property
+    def needs_input_grad(self) -> tuple:
+        """Per input: whether backward should compute its gradient. Set by the forward call, and
+        narrowed by a backward pass that wants fewer of them (``run_backward(grads, wanted)``),
+        for that call and this thread only: another thread's pass over the same graph sees
+        the forward's."""
+        narrowed = getattr(_narrowed, "current", None)
+        if narrowed is not None and narrowed[0] is self:
+            return narrowed[1]
+        return self._needs_input_grad
+
     # -- node API -------------------------------------------------------------------------------
     @classmethod
     def name(cls) -> str:
@@ -128,7 +143,7 @@ class Function:
                 needs.append(False)
                 edges.append(None)
                 in_meta.append(None)
-        ctx.needs_input_grad = tuple(needs)
+        ctx._needs_input_grad = tuple(needs)
         ctx._recording = True
         state.enabled = False
         try:
@@ -166,8 +181,15 @@ class Function:
             out._output_nr = i
         return out
 
-    def run_backward(self, grads):
-        """Call ``backward`` on the gradients of the outputs; returns one gradient per input."""
+    def run_backward(self, grads, wanted=None):
+        """Call ``backward`` on the gradients of the outputs; returns one gradient per input.
+        ``wanted``: the inputs whose gradients this pass needs, if fewer than needs_input_grad."""
+        if wanted is not None:
+            previous, _narrowed.current = getattr(_narrowed, "current", None), (self, wanted)
+            try:
+                return self.run_backward(grads)
+            finally:
+                _narrowed.current = previous
         missing = False
         for g in grads:
             if g is None:

@@ -124,7 +124,8 @@ def validate(programs) -> None:
             if action.kind in BACKWARDS and Action("F", s, action.mb) not in done:
                 raise ValueError(f"pipeline schedule: stage {s} runs {action} before F{action.mb}")
             if action.kind == "W" and Action("I", s, action.mb) not in done:
-                raise ValueError(f"pipeline schedule: stage {s} runs {action} before I{action.mb} (the weights' "
+                order = "before" if Action("I", s, action.mb) in prog else "without"
+                raise ValueError(f"pipeline schedule: stage {s} runs {action} {order} I{action.mb} (the weights' "
                                  f"gradients need the input pass first)")
             if action.kind.startswith(("SEND", "RECV")):
                 peer, answer = _peer(action)

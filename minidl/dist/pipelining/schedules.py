@@ -213,8 +213,8 @@ class _Runtime:
 
     def execute(self, program):
         start, events = time.perf_counter(), []
-        # each stage's last action that accumulates weight gradients (B, or W of a split backward)
-        self.last_backward = {a.stage: a for a in program if a.kind in ("B", "W")}
+        # each stage's last backward (B or I) and last W: DDP reduces in one of them (see the stage)
+        self.last_of = {(a.kind in actions.BACKWARDS, a.stage): a for a in program if a.kind in ("B", "I", "W")}
         for action in program:
             if action.kind == "RECV_F" and self.stages[action.stage].prev_rank != self.stages[action.stage].rank:
                 stage = self.stages[action.stage]
@@ -311,7 +311,7 @@ class _Runtime:
 
     def backward(self, s, mb, full=True):
         stage = self.stages[s]
-        last = self.last_backward[s] == ("B", s, mb)
+        last = self.last_of[True, s] == ("B" if full else "I", s, mb)
         given = dict(loss=self.loss_of.pop((s, mb))) if stage.is_last else \
             dict(output_grads=self.output_grads.pop((s, mb)))
         self.input_grads[(s, mb)] = stage.backward_one_chunk(mb, last=last, full_backward=full, **given)
@@ -320,7 +320,7 @@ class _Runtime:
         self.backward(s, mb, full=False)
 
     def backward_weight(self, s, mb):
-        self.stages[s].backward_weight_one_chunk(mb, last=self.last_backward[s] == ("W", s, mb))
+        self.stages[s].backward_weight_one_chunk(mb, last=self.last_of[False, s] == ("W", s, mb))
 
     def send_gradients(self, s, mb):
         self._send("gradient", s, mb, self.input_grads.pop((s, mb)), self.stages[s].prev_rank)

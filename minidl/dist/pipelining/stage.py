@@ -41,12 +41,13 @@ def decode(header) -> list:
     return metas
 
 
-def graph_bytes(outputs, exclude) -> int:
+def graph_bytes(outputs, exclude, extra=()) -> int:
     """Bytes of the tensors that the autograd graph behind ``outputs`` keeps for backward (saved
-    tensors and tensors kept on the nodes), each view once, parameters' storages (``exclude``)
-    left out. A view counts its own elements: a micro-batch that is a slice of the batch holds
-    its slice."""
-    seen, total, nodes = set(), 0, set()
+    tensors and tensors kept on the nodes) and of the ``extra`` tensors, each view once,
+    parameters' storages (``exclude``) left out. A view counts its own elements: a micro-batch
+    that is a slice of the batch holds its slice."""
+    seen, nodes = set(), set()
+    total = sum(_new_bytes(t, seen, exclude) for t in extra)
     stack = [t.grad_fn for t in outputs if t.grad_fn is not None]
     while stack:
         node = stack.pop()
@@ -56,13 +57,18 @@ def graph_bytes(outputs, exclude) -> int:
         # (autograd's node internals: save_for_backward's (tensor, version) pairs, and attributes)
         kept = [item[0] for item in node._saved if item is not None]
         kept += [v for v in vars(node).values() if isinstance(v, minidl.Tensor)] if hasattr(node, "__dict__") else []
-        for t in kept:
-            key = (id(t._storage), t._layout.offset, tuple(t.shape), t._layout.strides)
-            if id(t._storage) not in exclude and key not in seen:
-                seen.add(key)
-                total += t.numel() * t.dtype.itemsize
+        total += sum(_new_bytes(t, seen, exclude) for t in kept)
         stack.extend(e[0] for e in node.next_functions if e is not None)
     return total
+
+
+def _new_bytes(t, seen, exclude) -> int:
+    """t's bytes, unless its storage is excluded or this very view was counted already."""
+    key = (id(t._storage), t._layout.offset, tuple(t.shape), t._layout.strides)
+    if id(t._storage) in exclude or key in seen:
+        return 0
+    seen.add(key)
+    return t.numel() * t.dtype.itemsize
 
 
 class PipelineStage:
@@ -157,7 +163,9 @@ class PipelineStage:
         DistributedDataParallel (pipeline x data parallel) averages its gradients over the replicas
         in the step's ``last`` backward, bucket by bucket as DDP does: what each replica
         accumulated over its micro-batches. Without ``full_backward`` this is the input pass I of a
-        split backward, and ``backward_weight_one_chunk`` must follow."""
+        split backward, and ``backward_weight_one_chunk`` must follow; ``last`` is then the step's
+        last I, and DDP reduces at the last W instead, where the weights' gradients come (with a
+        dw_builder, the backward is full at I and reduces there)."""
         inputs, outputs, held = self._chunks.pop(mb)
         roots, grads = self._roots(outputs, loss, output_grads)
         if full_backward or self.dw_builder is not None:
@@ -165,15 +173,20 @@ class PipelineStage:
             if roots:
                 minidl.autograd.backward(roots, grads)
             self.activation_bytes -= held
-            if not full_backward:
-                self._weight_passes[mb] = (self.dw_builder(), (), 0)
+            if self.dw_builder is not None:   # (torch's: its runner runs now, or at W)
+                runner = self.dw_builder()
+                if full_backward:
+                    runner()
+                else:
+                    self._weight_passes[mb] = (runner, (), 0)
             input_grads = [a.grad for a in inputs]
         else:
             wanted = [] if self.is_first else [a for a in inputs if a.requires_grad]
             found, weight_pass = minidl.autograd.split_backward(roots, wanted, grads)
             found = {id(a): g for a, g in zip(wanted, found)}
             input_grads = [found.get(id(a)) for a in inputs]
-            still = graph_bytes(roots, {id(p._storage) for p in self.submod.parameters()})
+            still = graph_bytes(roots, {id(p._storage) for p in self.submod.parameters()},
+                                weight_pass.held_gradients)
             self.activation_bytes -= held - still
             self._weight_passes[mb] = (weight_pass, roots, still)
         if self.is_first:
@@ -182,12 +195,14 @@ class PipelineStage:
 
     def backward_weight_one_chunk(self, mb, last=False):
         """The weight pass W of micro-batch ``mb``: its weights' gradients, deferred from its input
-        pass (``backward_one_chunk(mb, full_backward=False)``)."""
+        pass (``backward_one_chunk(mb, full_backward=False)``), or the runner that ``dw_builder``
+        built there. ``last``: the step's last W of this stage, where DDP reduces."""
         if mb not in self._weight_passes:
             raise RuntimeError(f"pipelining: stage {self.stage_index} (rank {self.rank}) runs W{mb} without its "
                                f"input pass I{mb} (backward_one_chunk(full_backward=False)) first")
         weight_pass, roots, held = self._weight_passes.pop(mb)
-        self._before_last_weights(last, roots)
+        if self.dw_builder is None:
+            self._before_last_weights(last, roots)
         weight_pass()
         self.activation_bytes -= held
 
