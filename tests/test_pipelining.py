@@ -8,7 +8,7 @@ import minidl
 import minidl.dist as dist
 import pipeline_cases
 from minidl import nn
-from minidl.dist.pipelining import (PipelineError, PipelineStage, Schedule1F1B, ScheduleGPipe, actions, pipe_split,
+from minidl.dist.pipelining import (PipelineStage, Schedule1F1B, ScheduleGPipe, actions, pipe_split,
                                     pipeline)
 from minidl.nn import functional as F
 
@@ -340,7 +340,7 @@ def test_zero_bubble_planned_bubble_is_a_third_of_interleaved_1f1bs(p, v, m):
 def test_zero_bubble_runs_split_backwards_and_dw_builder():
     """The timeline holds I and W; a stage given torch's dw_builder runs a full backward at I and
     the built function at W, once per micro-batch; the text format carries I and W."""
-    from minidl.dist.pipelining import ScheduleFromText, ScheduleInterleavedZeroBubble, text
+    from minidl.dist.pipelining import ScheduleFromText, ScheduleInterleavedZeroBubble
 
     def run(rank, with_builder):
         full = pipeline_cases.model(4)
