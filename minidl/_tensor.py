@@ -6,6 +6,7 @@ import numpy as np
 from . import _dtype as dt
 from . import _tensor_base, ops
 from .autograd import engine
+from ._layouts import strided
 from ._tensor_base import TensorBase, as_device
 from .ops import elementwise as ew
 from .ops import inplace
@@ -277,9 +278,23 @@ class Tensor(TensorBase):
     def new_tensor(self, data, dtype=None, device=None, requires_grad=False):
         return ops.tensor(data, dtype=dtype or self.dtype, device=device or self.device, requires_grad=requires_grad)
 
+    # -- layout ---------------------------------------------------------------------------------
+    layout = strided
+    is_sparse = False
+
+    def to_sparse(self, sparse_dim=None):
+        """This tensor as a sparse COO tensor (``minidl.sparse``): its nonzero elements, or with
+        ``sparse_dim`` its nonzero slices over the first sparse_dim dims."""
+        from .sparse import dense_to_sparse
+        return dense_to_sparse(self, sparse_dim)
+
     # -- operators ------------------------------------------------------------------------------
     def __add__(self, other):
-        return ew.Add.apply(self, other if type(other) is Tensor else as_operand(other, self))
+        if type(other) is Tensor:
+            return ew.Add.apply(self, other)
+        if getattr(other, "is_sparse", False):
+            return ew.add(self, other)   # (dense + sparse: add's rule for a sparse operand)
+        return ew.Add.apply(self, as_operand(other, self))
 
     def __radd__(self, other):
         return ew.Add.apply(as_operand(other, self), self)

@@ -24,7 +24,9 @@ def _format_array(array: np.ndarray) -> str:
     return np.array2string(array, **options)
 
 
-def tensor_repr(t) -> str:
+def tensor_repr(t, in_sparse=False) -> str:
+    """``in_sparse``: as the indices or values of a sparse tensor's repr, which names the dtype
+    once itself and gives every empty part its size."""
     array = t._host_values()
     body = _format_array(array.astype(np.float32) if array.dtype == np.float16 else array)
     if t.numel() == 0:
@@ -33,9 +35,9 @@ def tensor_repr(t) -> str:
     if t.device.type != "cpu":
         extras.append(f"device='{t.device}'")
     default = {dt.get_default_dtype(), dt.int64, dt.bool_}
-    if t.dtype not in default or t.numel() == 0 and t.dtype is not dt.get_default_dtype():
+    if not in_sparse and (t.dtype not in default or t.numel() == 0 and t.dtype is not dt.get_default_dtype()):
         extras.append(f"dtype=minidl.{t.dtype.name}")
-    if t.numel() == 0 and t.ndim != 1:
+    if t.numel() == 0 and (t.ndim != 1 or in_sparse):
         extras.insert(0, f"size={tuple(t.shape)}")
     if t.grad_fn is not None:
         extras.append(f"grad_fn=<{t.grad_fn.name()}>")

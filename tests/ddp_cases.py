@@ -188,11 +188,49 @@ def view_grads(rank, size):
     return failures
 
 
+def sparse_embedding(rank, size):
+    """A sparse embedding's gradient is gathered (each rank's rows, averaged, coalesced), not summed
+    densely: 3 SGD steps with momentum (one under no_sync first) equal one process on the whole batch."""
+    def model():
+        rs = np.random.RandomState(0)
+        net = nn.Sequential(nn.Embedding(20, 4, sparse=True), nn.Flatten(), nn.Linear(12, 1)).double()
+        with minidl.no_grad():
+            for p in net.parameters():
+                p.copy_(minidl.from_numpy(rs.randn(*p.shape)))
+        return net
+    rs = np.random.RandomState(1)
+    x, y = minidl.tensor(rs.randint(0, 20, size=(2 * size * PER_RANK, 3))), minidl.tensor(rs.randn(2 * size * PER_RANK, 1))
+    ddp, ref = DDP(model()), model()
+    opt, ref_opt = minidl.optim.SGD(ddp.parameters(), lr=0.1, momentum=0.9), minidl.optim.SGD(ref.parameters(), lr=0.1,
+                                                                                            momentum=0.9)
+    half = size * PER_RANK   # (the first half of the batch under no_sync, the second synced)
+    failures = []
+    for step in range(3):
+        opt.zero_grad()
+        ref_opt.zero_grad()
+        with ddp.no_sync():
+            F.mse_loss(ddp(mine(x[:half], rank)), mine(y[:half], rank)).div(2).backward()
+        F.mse_loss(ddp(mine(x[half:], rank)), mine(y[half:], rank)).div(2).backward()
+        (F.mse_loss(ref(x[:half]), y[:half]) / 2 + F.mse_loss(ref(x[half:]), y[half:]) / 2).backward()
+        grad = ddp.module[0].weight.grad
+        if not (grad.is_sparse and grad.is_coalesced()):
+            failures.append(f"sparse embedding: the gathered gradient is {grad.layout}, coalesced "
+                            f"{getattr(grad, 'is_coalesced', lambda: None)()}")
+        if not np.allclose(grad.to_dense().numpy(), ref[0].weight.grad.to_dense().numpy(), rtol=1e-10, atol=1e-12):
+            failures.append(f"sparse embedding: step {step} gradient differs from one process")
+        opt.step()
+        ref_opt.step()
+    if not all(np.allclose(p.detach().numpy(), q.detach().numpy(), rtol=1e-10, atol=1e-12)
+               for p, q in zip(ddp.parameters(), ref.parameters())):
+        failures.append("sparse embedding: the weights after 3 steps differ from one process")
+    return failures
+
+
 def run_all(rank, size):
     failures = []
     for options in ({}, {"bucket_cap_mb": 1e-4}, {"static_graph": True}):
         failures += steps_match_single_process(rank, size, **options)
     for case in (no_sync_accumulates, unused_parameters, comm_hooks, buffers_and_state_dict,
-                 timeline_shows_overlap, view_grads):
+                 timeline_shows_overlap, view_grads, sparse_embedding):
         failures += case(rank, size)
     return failures

@@ -17,7 +17,7 @@ from __future__ import annotations
 import threading
 
 from . import grad_mode
-from .function import AccumulateGrad
+from .function import AccumulateGrad, add_gradients
 from .hooks import apply_hooks
 
 
@@ -225,7 +225,7 @@ def _deliver(buffers, node, nr, grad):
     slots = buffers.get(node)
     if slots is None:
         slots = buffers[node] = [None] * max(len(node._output_meta), 1)
-    slots[nr] = grad if slots[nr] is None else slots[nr] + grad
+    slots[nr] = grad if slots[nr] is None else add_gradients(slots[nr], grad)
 
 
 def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False, inputs=None):

@@ -225,6 +225,12 @@ class Function:
         return checked
 
 
+def add_gradients(a, b):
+    """a + b where either may be a sparse COO gradient: two sparse ones stay sparse (their
+    entries, uncoalesced), a sparse and a dense one give a dense one, as in torch."""
+    return b + a if a.is_sparse and not b.is_sparse else a + b
+
+
 def _zeros_like_meta(meta):
     shape, dtype, device, cls = meta
     return cls._zeros(shape, dtype, device)
@@ -267,7 +273,13 @@ class AccumulateGrad(Function):
         leaf = self.variable
         if run_hooks and leaf._hooks:
             grad = apply_hooks(leaf._hooks, grad)
-        if leaf.grad is None:
+        if grad.is_sparse and leaf.grad is None:
+            leaf.grad = grad   # (fresh from backward: a sparse embedding's values are its own copy)
+        elif grad.is_sparse and not leaf.grad.is_sparse:
+            leaf.grad.add_(grad)
+        elif leaf.grad is not None and leaf.grad.is_sparse:
+            leaf.grad = add_gradients(leaf.grad, grad)
+        elif leaf.grad is None:
             if create_graph:
                 leaf.grad = grad.clone()
             elif (sys.getrefcount(grad) <= _LONE_REFCOUNT and not grad.requires_grad

@@ -10,6 +10,7 @@ import os
 
 from .. import cat, device as Device, is_grad_enabled, no_grad
 from ..nn.module import Module
+from ..nn.sparse import Embedding
 from .collectives import broadcast
 from .reducer import Reducer
 from .state import resolve
@@ -87,9 +88,10 @@ class DistributedDataParallel(Module):
         _broadcast_coalesced([p for _, p in module.named_parameters()] + list(module.buffers()), group, self._src)
         if timeline is None:
             timeline = os.environ.get("MINIDL_DDP_TIMELINE", "0") not in ("", "0")
-        self.reducer = Reducer([p for _, p in named], {id(p): n for n, p in named}, group,
+        sparse = {id(m.weight) for m in module.modules() if isinstance(m, Embedding) and m.sparse}  # (as torch)
+        self.reducer = Reducer([p for _, p in named if id(p) not in sparse], {id(p): n for n, p in named}, group,
                                int(bucket_cap_mb * 1024 * 1024), find_unused_parameters, static_graph,
-                               gradient_as_bucket_view, timeline)
+                               gradient_as_bucket_view, timeline, [p for _, p in named if id(p) in sparse])
 
     def forward(self, *inputs, **kwargs):
         if self.broadcast_buffers and self.training:

@@ -16,6 +16,7 @@ from ..autograd import queue_callback
 from ..ops.creation import zeros
 from .collectives import all_reduce_buffer
 from .ddp_comm_hooks import GradBucket, allreduce_hook
+from .sparse_reduce import all_gather_sparse_mean
 
 FIRST_BUCKET_BYTES = 1024 * 1024
 
@@ -54,8 +55,13 @@ class _Bucket:
 
 
 class Reducer:
-    def __init__(self, params, names, group, cap_bytes, find_unused, static_graph, as_view, timeline):
+    """``sparse_params`` (the weights of sparse embeddings) take no bucket: their sparse gradients
+    are gathered at the end of backward, each in turn (``sparse_reduce``)."""
+
+    def __init__(self, params, names, group, cap_bytes, find_unused, static_graph, as_view, timeline,
+                 sparse_params=()):
         self.names, self.group, self.as_view = names, group, as_view
+        self.sparse_params = list(sparse_params)
         self.buckets = [_Bucket(k, [params[i] for i in idx]) for k, idx in enumerate(assign_buckets(params, cap_bytes))]
         self.where = {id(p): (b, k) for b in self.buckets for k, p in enumerate(b.params)}
         self.detect_unused = find_unused or static_graph
@@ -64,6 +70,7 @@ class Reducer:
         self.record, self.timeline = timeline, []
         self.syncing = self.started = False
         self.handles = [p.register_post_accumulate_grad_hook(self._grad_ready) for p in params]
+        self.handles += [p.register_post_accumulate_grad_hook(self._sparse_ready) for p in self.sparse_params]
 
     def register_comm_hook(self, state, hook):
         if self.hook is not allreduce_hook:
@@ -102,6 +109,10 @@ class Reducer:
                 reached.add(id(leaf))
             stack.extend(e[0] for e in node.next_functions if e is not None)
         return [p for b in self.buckets for p in b.params if id(p) not in reached]
+
+    def _sparse_ready(self, p):
+        if self.syncing:
+            self._begin()   # (gathered in _finish, once the whole backward has accumulated)
 
     def _begin(self):
         if self.started:
@@ -154,6 +165,12 @@ class Reducer:
                 f"bucket(s) {list(range(len(launched), len(self.buckets)))} could not be reduced. These parameters "
                 f"were not used in producing the loss: pass find_unused_parameters=True to DistributedDataParallel "
                 f"(their gradients then count as zero), or make every parameter take part in the output.")
+        for p in self.sparse_params:
+            if p.grad is not None and not p.grad.is_sparse:
+                raise RuntimeError(f"DistributedDataParallel: parameter {self.names[id(p)]} belongs to a sparse "
+                                   f"embedding but got a dense gradient; DDP expects its gradient sparse")
+            reduced = all_gather_sparse_mean(p.grad, tuple(p.shape), p.dtype, p.device, self.group)
+            p.grad = reduced if reduced._nnz() or p.grad is not None else None
         used = self._globally_used() if self.detect_unused else None
         with no_grad():
             for b in self.buckets:

@@ -7,7 +7,7 @@ import warnings
 import minidl
 from minidl.amp import autocast_op, computed_in_float32
 from minidl.ops import (_split_heads, adaptive_avg_pool2d, avg_pool2d, batch_norm, conv1d, conv2d,  # noqa: F401
-                        conv_transpose2d, fold, group_norm, layer_norm, linear, max_pool2d, unfold)
+                        conv_transpose2d, embedding, fold, group_norm, layer_norm, linear, max_pool2d, unfold)
 
 __all__ = [
     "linear", "relu", "relu_", "gelu", "silu", "leaky_relu", "elu", "softplus", "sigmoid", "tanh", "logsigmoid",
@@ -135,19 +135,6 @@ def dropout(input, p: float = 0.5, training: bool = True, inplace: bool = False)
         mask = minidl.empty(tuple(input.shape), dtype=input.dtype, device=input.device).bernoulli_(1.0 - p)
         out = input * (mask * (1.0 / (1.0 - p)))
     return _inplace_result(input, out, inplace)
-
-
-def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0, scale_grad_by_freq=False,
-              sparse=False):
-    if max_norm is not None or scale_grad_by_freq or sparse:
-        raise NotImplementedError("embedding: max_norm, scale_grad_by_freq and sparse are not supported")
-    out = weight[input]
-    if padding_idx is not None:
-        if padding_idx < 0:
-            padding_idx += weight.shape[0]
-        keep = (input != padding_idx).unsqueeze(-1)
-        out = minidl.where(keep, out, out.detach())   # the padding row gets no gradient
-    return out
 
 
 def one_hot(tensor, num_classes: int = -1):

@@ -7,25 +7,33 @@ import minidl
 from minidl import Tensor
 
 
-def _grads(parameters):
+def _with_grads(parameters):
     if isinstance(parameters, Tensor):
         parameters = [parameters]
-    return [p.grad for p in parameters if p.grad is not None]
+    return [p for p in parameters if p.grad is not None]
+
+
+def _grads(parameters):
+    return [p.grad for p in _with_grads(parameters)]
 
 
 def clip_grad_norm_(parameters, max_norm: float, norm_type: float = 2.0, error_if_nonfinite: bool = False,
                     foreach=None):
-    """Scale all gradients together so that their joint norm is at most max_norm; returns the norm."""
-    grads = _grads(parameters)
+    """Scale all gradients together so that their joint norm is at most max_norm; returns the norm.
+    A sparse gradient counts by its coalesced values (the entries it really holds, repeats summed;
+    torch 2.13 raises on one instead)."""
+    params = _with_grads(parameters)
     max_norm, norm_type = float(max_norm), float(norm_type)
-    if not grads:
+    if not params:
         return minidl.tensor(0.0)
     with minidl.no_grad():
+        grads = [_coalesced(p) if p.grad.is_sparse else p.grad for p in params]
+        elements = [g._values() if g.is_sparse else g for g in grads]
         if norm_type == math.inf:
-            norms = [g.detach().abs().max() for g in grads]
+            norms = [g.detach().abs().max() for g in elements]
             total = norms[0] if len(norms) == 1 else minidl.stack(norms).max()
         else:
-            norms = [g.detach().norm(norm_type) for g in grads]
+            norms = [g.detach().norm(norm_type) for g in elements]
             total = minidl.stack(norms).norm(norm_type)
         if error_if_nonfinite and not bool(total.isfinite()):
             raise RuntimeError(f"The total norm of order {norm_type} for gradients from `parameters` is "
@@ -36,6 +44,12 @@ def clip_grad_norm_(parameters, max_norm: float, norm_type: float = 2.0, error_i
             for g in grads:
                 g.mul_(clip_coef)
     return total
+
+
+def _coalesced(p):
+    """p's sparse gradient, coalesced in place of the old (so scaling it scales what is summed)."""
+    p.grad = p.grad.coalesce()
+    return p.grad
 
 
 def clip_grad_value_(parameters, clip_value: float, foreach=None) -> None:

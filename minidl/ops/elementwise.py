@@ -15,7 +15,7 @@ from ..formulas import expr
 from ..layout import broadcast_shapes, expand
 from .autocast_mode import autocast_op, listed
 from .inplace import assign, check_no_internal_overlap, check_writable, rebased
-from .registry import op
+from .registry import OPS, op
 from .core import (
     as_operand,
     broadcast_layouts,
@@ -379,12 +379,28 @@ atan2 = op(aliases=("arctan2",), inplace=binary_inplace(Atan2), samples=lambda t
 ])(autocast_op("atan2")(_binary_entry(Atan2)))
 
 
-@op(inplace=binary_inplace(Add), samples=lambda t: [
+def _add_inplace(fn, name):
+    """x.add_(other): the binary in-place twin, and a sparse ``other`` added into x by add's rule."""
+    dense = binary_inplace(Add)(fn, name)
+
+    def add_(self, other, *, alpha=1):
+        if getattr(other, "is_sparse", False):
+            return OPS["add"].rules["sparse_input"](self, other, alpha, True)
+        return dense(self, other, alpha=None if alpha == 1 else alpha)
+    add_.__name__ = name
+    return add_
+
+
+@op(inplace=_add_inplace, samples=lambda t: [
     t.S("add-broadcast", lambda a, b: a + b, t.rn(3, 4), t.rn(4)),
     t.S("add-broadcast-3d-noncontig", lambda a, b: add(a, b, alpha=2), t.rn(2, 1, 3), t.NC(t.rn(4, 3), "F")),
     t.S("add-scalar", lambda a: 2.5 + a, t.rn(3)),
     t.S("add-0d", lambda a, b: a + b, t.rn(), t.rn(2, 3))])
 def add(a, b, alpha=1):
+    """A sparse COO ``b`` is added by the rule its module attaches (``sparse_input``: dense + sparse
+    is dense, as in torch)."""
+    if getattr(b, "is_sparse", False):
+        return OPS["add"].rules["sparse_input"](a, b, alpha, False)
     return _add(a, b if alpha == 1 else b * alpha)
 
 

@@ -2,8 +2,8 @@
 
 From the declarations come ``minidl``'s functions, the ``Tensor`` methods and their in-place
 twins (``x.add_``), and the op test sweep (``samples``). Later work attaches per-op rules to a
-declaration with ``attach_rule`` (how an op shards, its sparse gradient), so that one place
-knows every op. (Splitting a backward into input and weight gradients needs no rule: the engine
+declaration with ``attach_rule`` (how an op shards, its sparse gradient, how it takes a sparse
+operand), so that one place knows every op. (Splitting a backward into input and weight gradients needs no rule: the engine
 asks each node only for the gradients it wants, through ``needs_input_grad``.)
 """
 from __future__ import annotations
@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 NAMESPACES = ("minidl", "nn.functional", None)
-RULE_KINDS = ("sharding", "sparse_grad")
+RULE_KINDS = ("sharding", "sparse_grad", "sparse_input")
 
 
 @dataclass

@@ -7,6 +7,8 @@ from .optimizer import Optimizer, _call_closure, _check_non_negative, _init_stat
 
 
 class Adadelta(Optimizer):
+    sparse_error = "Adadelta does not support sparse gradients"
+
     def __init__(self, params, lr=1.0, rho=0.9, eps=1e-6, weight_decay=0, foreach=None, *, capturable=False,
                  maximize=False, differentiable=False):
         _check_non_negative(lr=lr)

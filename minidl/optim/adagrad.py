@@ -1,4 +1,4 @@
-"""Adagrad (``torch.optim.Adagrad``)."""
+"""Adagrad (``torch.optim.Adagrad``), on dense or sparse gradients."""
 from __future__ import annotations
 
 from .. import ops
@@ -26,8 +26,11 @@ class Adagrad(Optimizer):
                 if len(state) == 0:                         # a group added after construction
                     _init_sum(state, p, group)
                 state["step"].add_(1)
-                grad = _update_grad(p, group)
                 clr = group["lr"] / (1 + (state["step"].item() - 1) * group["lr_decay"])
+                if p.grad.is_sparse:
+                    _sparse_step(p, state["sum"], group, clr)
+                    continue
+                grad = _update_grad(p, group)
                 state["sum"].add_(grad * grad)
                 std = state["sum"].sqrt().add_(group["eps"])
                 p.add_(grad / std, alpha=-clr)
@@ -37,3 +40,13 @@ class Adagrad(Optimizer):
 def _init_sum(state, p, group) -> None:
     state["step"] = ops.tensor(0.0)
     state["sum"] = ops.full_like(p, group["initial_accumulator_value"])
+
+
+def _sparse_step(p, sum_, group, clr):
+    """The same update on the rows of a sparse gradient only (lazy: other rows' sums stay)."""
+    if group["weight_decay"] != 0:
+        raise RuntimeError("weight_decay option is not compatible with sparse gradients")
+    grad = (-p.grad if group["maximize"] else p.grad).coalesce()   # (non-linear: one entry per row)
+    rows, values = tuple(grad._indices()), grad._values()
+    sum_.index_put_(rows, values * values, accumulate=True)
+    p.index_put_(rows, values / sum_[rows].sqrt().add_(group["eps"]) * -clr, accumulate=True)

@@ -9,6 +9,8 @@ from .optimizer import (Optimizer, _call_closure, _check_betas, _check_non_negat
 
 
 class Adamax(Optimizer):
+    sparse_error = "Adamax does not support sparse gradients"
+
     def __init__(self, params, lr=2e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0, foreach=None, *,
                  maximize=False, differentiable=False, capturable=False):
         _check_non_negative(lr=lr, eps=eps)

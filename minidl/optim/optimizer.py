@@ -23,6 +23,8 @@ required = _RequiredParameter()
 class Optimizer:
     """Base class of all optimizers (``torch.optim.Optimizer``)."""
 
+    sparse_error = None   # what a subclass that cannot take sparse gradients says to one
+
     def __init__(self, params, defaults: dict):
         self.defaults = defaults
         if isinstance(params, Tensor):
@@ -188,10 +190,13 @@ def _call_closure(closure):
 
 
 def _params_with_grad(optimizer):
-    """(group, param, state) for every parameter that has a gradient, the loop of every update rule."""
+    """(group, param, state) for every parameter that has a gradient, the loop of every update rule.
+    A sparse gradient gets the optimizer's ``sparse_error`` (torch's words), unless it has none."""
     for group in optimizer.param_groups:
         for p in group["params"]:
             if p.grad is not None:
+                if p.grad.is_sparse and optimizer.sparse_error:
+                    raise RuntimeError(optimizer.sparse_error)
                 yield group, p, optimizer.state[p]
 
 

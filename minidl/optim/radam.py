@@ -9,6 +9,8 @@ from .optimizer import (Optimizer, _call_closure, _check_betas, _check_non_negat
 
 
 class RAdam(Optimizer):
+    sparse_error = "RAdam does not support sparse gradients"
+
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0,
                  decoupled_weight_decay=False, *, foreach=None, maximize=False, capturable=False,
                  differentiable=False):

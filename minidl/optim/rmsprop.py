@@ -7,6 +7,8 @@ from .optimizer import (Optimizer, _call_closure, _check_non_negative, _init_sta
 
 
 class RMSprop(Optimizer):
+    sparse_error = "RMSprop does not support sparse gradients"
+
     def __init__(self, params, lr=1e-2, alpha=0.99, eps=1e-8, weight_decay=0, momentum=0, centered=False,
                  capturable=False, foreach=None, maximize=False, differentiable=False):
         _check_non_negative(lr=lr, eps=eps, momentum=momentum, weight_decay=weight_decay, alpha=alpha)

@@ -1,4 +1,5 @@
-"""Stochastic gradient descent (``torch.optim.SGD``), with momentum and Nesterov momentum."""
+"""Stochastic gradient descent (``torch.optim.SGD``), with momentum and Nesterov momentum, on dense
+gradients (one fused kernel per parameter) or sparse ones (the rows they hold)."""
 from __future__ import annotations
 
 from .. import ops
@@ -36,6 +37,9 @@ class SGD(Optimizer):
                 for p in group["params"]:
                     if p.grad is None:
                         continue
+                    if p.grad.is_sparse:
+                        _sparse_step(p, self.state[p], **hyper)
+                        continue
                     buf, first = None, False
                     if group["momentum"] != 0:
                         state = self.state[p]
@@ -45,3 +49,17 @@ class SGD(Optimizer):
                             first = True  # the step fills it with the gradient
                     ops._fused_sgd_step_(p, p.grad, buf, first=first, **hyper)
         return loss
+
+
+def _sparse_step(p, state, lr, weight_decay, momentum, dampening, nesterov, maximize):
+    """torch's SGD step on a sparse gradient: only the rows it holds move (with momentum, the rows
+    its sparse buffer has ever held). Weight decay would need every row: torch's error."""
+    grad = -p.grad if maximize else p.grad
+    if weight_decay != 0:
+        grad = grad.add(p, alpha=weight_decay)   # (raises: sparse + dense)
+    if momentum != 0:
+        buf = state.get("momentum_buffer")
+        buf = grad.clone() if buf is None else (buf * momentum).add(grad, alpha=1 - dampening)
+        state["momentum_buffer"] = buf = buf.coalesce()   # (one entry per row, however many steps)
+        grad = grad.add(buf, alpha=momentum) if nesterov else buf
+    p.add_(grad, alpha=-lr)
