@@ -424,8 +424,13 @@ class Tensor(TensorBase):
         if accumulate:
             view, advanced = ops.indexing.plan(self, tuple(indices))
             flat = ops.indexing.flat_indices(view, advanced)
-            return inplace.assign(view, lambda t: ops.take_put.IndexPut.apply(t, flat, as_operand(values, t).to(t.dtype), True),
-                                  "index_put_")
+            values = as_operand(values, view).to(view.dtype)
+            if (not (grad_enabled() and (view._requires_grad or values._requires_grad))
+                    and dt.compute_dtype(view.dtype) is view.dtype):   # (no graph: write in place)
+                inplace.check_writable(view, "index_put_")
+                ops.take_put.put_(view, flat, values, True)
+                return self
+            return inplace.assign(view, lambda t: ops.take_put.IndexPut.apply(t, flat, values, True), "index_put_")
         self[tuple(indices)] = values
         return self
 

@@ -50,3 +50,13 @@ class IndexPut(Function):
             gx = g if accumulate else IndexPut.apply(g, flat, g.new_zeros(()), False)
         gv = sum_to(Take.apply(g, flat), values_shape) if ctx.needs_input_grad[2] else None
         return gx, None, gv, None
+
+
+def put_(x, flat, values, accumulate):
+    """x.reshape(-1)[flat] set to (or increased by) ``values``, straight into x's memory: an
+    in-place write that records no graph, at the cost of the written elements only (``IndexPut``
+    makes a whole copy, for autograd)."""
+    vals = cast(values.expand(flat.shape), x.dtype)
+    kernel("put", x)(buf(x), x._layout, packed_buffer(flat), packed_buffer(vals), accumulate)
+    x._bump_version()
+    return x
