@@ -282,6 +282,10 @@ class Tensor(TensorBase):
     layout = strided
     is_sparse = False
 
+    def to_dense(self, dtype=None):
+        """This tensor (already dense), as torch's; in ``dtype`` if given."""
+        return self if dtype is None else self.to(dtype)
+
     def to_sparse(self, sparse_dim=None):
         """This tensor as a sparse COO tensor (``minidl.sparse``): its nonzero elements, or with
         ``sparse_dim`` its nonzero slices over the first sparse_dim dims."""
@@ -421,15 +425,19 @@ class Tensor(TensorBase):
         return self.fill_(0)
 
     def index_put_(self, indices, values, accumulate=False):
+        view, advanced = ops.indexing.plan(self, tuple(indices))
+        if advanced and not (grad_enabled() and (self._requires_grad or getattr(values, "_requires_grad", False))) \
+                and dt.compute_dtype(view.dtype) is view.dtype:
+            # no graph to record: write the addressed elements in place (not a copy of the whole tensor)
+            values = as_operand(values, view).to(view.dtype)
+            if values._storage is view._storage:
+                values = values.clone()   # (it may overlap what is written)
+            inplace.check_writable(view, "index_put_")
+            ops.take_put.put_(view, ops.indexing.flat_indices(view, advanced), values, accumulate)
+            return self
         if accumulate:
-            view, advanced = ops.indexing.plan(self, tuple(indices))
             flat = ops.indexing.flat_indices(view, advanced)
             values = as_operand(values, view).to(view.dtype)
-            if (not (grad_enabled() and (view._requires_grad or values._requires_grad))
-                    and dt.compute_dtype(view.dtype) is view.dtype):   # (no graph: write in place)
-                inplace.check_writable(view, "index_put_")
-                ops.take_put.put_(view, flat, values, True)
-                return self
             return inplace.assign(view, lambda t: ops.take_put.IndexPut.apply(t, flat, values, True), "index_put_")
         self[tuple(indices)] = values
         return self

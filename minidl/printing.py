@@ -26,13 +26,13 @@ def _format_array(array: np.ndarray) -> str:
 
 def tensor_repr(t, in_sparse=False) -> str:
     """``in_sparse``: as the indices or values of a sparse tensor's repr, which names the dtype
-    once itself and gives every empty part its size."""
+    and device once itself and gives every empty part its size."""
     array = t._host_values()
     body = _format_array(array.astype(np.float32) if array.dtype == np.float16 else array)
     if t.numel() == 0:
         body = "[]" if t.ndim == 1 else body
     extras = []
-    if t.device.type != "cpu":
+    if t.device.type != "cpu" and not in_sparse:
         extras.append(f"device='{t.device}'")
     default = {dt.get_default_dtype(), dt.int64, dt.bool_}
     if not in_sparse and (t.dtype not in default or t.numel() == 0 and t.dtype is not dt.get_default_dtype()):

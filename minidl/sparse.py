@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import inspect
 import math
+import numbers
 import sys
 
 from . import _dtype as dt
@@ -33,7 +34,8 @@ def sparse_coo_tensor(indices, values, size=None, *, dtype=None, device=None, re
     if requires_grad:
         raise NotImplementedError("sparse_coo_tensor: sparse tensors that require grad are not supported (sparse "
                                   "tensors here are gradients: nn.Embedding(sparse=True) makes them)")
-    indices = indices if isinstance(indices, Tensor) else ops.tensor(indices, dtype=dt.int64, device=device)
+    indices = indices if isinstance(indices, Tensor) else ops.tensor(indices, device=device)
+    indices = indices.long()   # (torch takes any integer or float indices and makes them int64)
     values = values if isinstance(values, Tensor) else ops.tensor(values, dtype=dtype, device=device)
     if device is not None:
         indices, values = indices.to(device), values.to(device)
@@ -194,8 +196,9 @@ class SparseCOOTensor:
         self._same_size(other, "add")
         values = other._vals if alpha == 1 else other._vals * alpha
         result = dt.result_type(self._vals, values)
-        return SparseCOOTensor(ops.cat([self._idx, other._idx], dim=1),
-                               ops.cat([self._vals.to(result), values.to(result)]), self._size)
+        total = SparseCOOTensor(ops.cat([self._idx, other._idx], dim=1),
+                                ops.cat([self._vals.to(result), values.to(result)]), self._size, check=False)
+        return total.coalesce() if self._coalesced and other._coalesced else total   # (as torch's)
 
     __add__ = add
 
@@ -242,8 +245,12 @@ class SparseCOOTensor:
             raise RuntimeError(f"add: expected 'self' and 'other' to have same size, but self has size "
                                f"{list(dense.shape)} while other has size {list(self._size)}")
         values = self._vals if alpha == 1 else self._vals * alpha
+        result = dt.result_type(dense, values)
         if not in_place:
-            dense = dense.to(dt.result_type(dense, values), copy=True)
+            dense = dense.to(result, copy=True)
+        elif result.category > dense.dtype.category:
+            raise RuntimeError(f"add_: result type {result.name} can't be cast to the desired output type "
+                               f"{dense.dtype.name}")
         return dense.index_put_(tuple(self._idx), values.to(dense.dtype), accumulate=True)
 
     # -- helpers ----------------------------------------------------------------------------------
@@ -268,7 +275,7 @@ class SparseCOOTensor:
 
     def __repr__(self):
         extras = [f"size={tuple(self._size)}", f"nnz={self._nnz()}"]
-        if self.dtype is not dt.get_default_dtype():
+        if self.dtype not in (dt.get_default_dtype(), dt.int64, dt.bool_):
             extras.append(f"dtype=minidl.{self.dtype.name}")
         if self.device.type != "cpu":
             extras.append(f"device='{self.device}'")
@@ -319,7 +326,7 @@ def _check(indices, values, size):
 
 
 def _scalar(other, op):
-    if isinstance(other, (int, float, bool)):
+    if isinstance(other, numbers.Number):
         return other
     if isinstance(other, Tensor) and other.ndim == 0:
         return other.item()
@@ -329,7 +336,8 @@ def _scalar(other, op):
 
 def _field(prefix, t):
     """``prefix`` then t's repr, its later lines indented under the first."""
-    return prefix + tensor_repr(t, in_sparse=True).replace("\n", "\n" + " " * len(prefix))
+    lines = tensor_repr(t, in_sparse=True).split("\n")
+    return "\n".join([prefix + lines[0]] + [(" " * len(prefix) + line).rstrip() for line in lines[1:]])
 
 
 def _calling_op():

@@ -2,8 +2,6 @@
 an embedding's sparse gradient through autograd, the optimizers that take one (and those that
 refuse it), clipping, and the same on the CUDA simulator. DDP's gather of sparse gradients is in
 tests/ddp_cases.py (sim and mpiexec)."""
-import warnings
-
 import numpy as np
 import pytest
 import torch
@@ -13,7 +11,7 @@ from hypothesis import strategies as st
 import minidl
 from minidl.nn import functional as F
 
-warnings.filterwarnings("ignore", message="Sparse invariant checks")   # (torch's, on construction)
+pytestmark = pytest.mark.filterwarnings("ignore:Sparse invariant checks")   # (torch's, on construction)
 
 
 def pair(indices, values, size):
@@ -244,3 +242,58 @@ def test_on_the_cuda_simulator_as_on_the_cpu():
     for name in ("sgd-momentum", "adagrad", "sparse-adam"):
         np.testing.assert_allclose(_trajectory(minidl, OPTIMIZERS[name], "cuda"), _trajectory(torch, OPTIMIZERS[name]),
                                    rtol=1e-10, atol=1e-12)
+
+
+def test_review_cases_behave_as_torch():
+    """Gradients own their memory (a reused index buffer), an index changed before backward is
+    caught, one gradient reaching two leaves is two tensors, a sparse gradient flowing into an
+    ordinary op's backward becomes dense, a dense momentum buffer takes a sparse gradient."""
+    for lib in (minidl, torch):
+        w = lib.nn.Parameter(lib.zeros(5, 2, dtype=lib.float64))
+        buf = lib.zeros(2, dtype=lib.int64)
+        for rows in ([0, 1], [2, 3]):
+            buf.copy_(lib.tensor(rows))
+            lib.nn.functional.embedding(buf, w, sparse=True).sum().backward()
+        assert w.grad.to_dense().sum(1).tolist() == [2.0, 2.0, 2.0, 2.0, 0.0]
+        idx = lib.tensor([1, 2])
+        out = lib.nn.functional.embedding(idx, w)
+        idx[0] = 4
+        with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+            out.sum().backward()
+    x = minidl.arange(4.0, dtype=minidl.float64)   # (values overlapping what is written: read first;
+    x.index_put_((minidl.tensor([1, 2, 3]),), x[0:3], accumulate=True)   # torch refuses outright)
+    assert x.tolist() == [0.0, 1.0, 3.0, 5.0]
+    a, b = (minidl.nn.Parameter(minidl.ones(4, 3, dtype=minidl.float64)) for _ in range(2))
+    F.embedding(minidl.tensor([1]), a + b, sparse=True).sum().backward()
+    assert a.grad is not b.grad and a.grad[1].tolist() == [1.0] * 3   # (through add: dense here)
+    w = minidl.nn.Parameter(minidl.ones(6, 2, dtype=minidl.float64))
+    F.embedding(minidl.tensor([1, 3]), w[1:5], sparse=True).pow(2).sum().backward()
+    assert w.grad.tolist() == [[0, 0], [0, 0], [2, 2], [0, 0], [2, 2], [0, 0]]
+    trajectories = []
+    for lib in (minidl, torch):
+        w = lib.nn.Parameter(lib.ones(4, 2, dtype=lib.float64))
+        opt = lib.optim.SGD([w], lr=0.1, momentum=0.9)
+        (w * w).sum().backward()
+        opt.step()
+        opt.zero_grad()
+        lib.nn.functional.embedding(lib.tensor([2]), w, sparse=True).sum().backward()
+        opt.step()
+        trajectories.append(w.detach().numpy().copy())
+    np.testing.assert_allclose(*trajectories, rtol=1e-12)
+
+
+def test_review_cases_of_the_tensor():
+    s = minidl.sparse_coo_tensor(minidl.tensor([[0, 2]], dtype=minidl.int32), minidl.tensor([1, 2]), (3,))
+    t = torch.sparse_coo_tensor(torch.tensor([[0, 2]], dtype=torch.int32), torch.tensor([1, 2]), (3,))
+    assert s._indices().dtype is minidl.int64 and repr(s) == repr(t).replace("torch.", "minidl.")
+    c, tc = s.coalesce(), t.coalesce()
+    assert (c + c).is_coalesced() == (tc + tc).is_coalesced() and (c + c).values().tolist() == [2, 4]
+    with pytest.raises(RuntimeError, match="result type float32 can't be cast to the desired output type int64"):
+        minidl.zeros(3, dtype=minidl.int64).add_(minidl.sparse_coo_tensor([[1]], [0.5], (3,)))
+    with pytest.raises(IndexError, match="index out of range in self"):
+        F.embedding(minidl.tensor([-1, 2]), minidl.ones(3, 2))
+    w = minidl.nn.Parameter(minidl.ones(3, 2))
+    F.embedding(minidl.tensor([1]), w, sparse=True).sum().backward()
+    w.grad.zero_()
+    assert float(minidl.nn.utils.clip_grad_norm_([w], 1.0, float("inf"))) == 0.0
+    assert (s * np.float32(2)).to_dense().tolist() == [2, 0, 4]

@@ -190,11 +190,14 @@ class Function:
                 return self.run_backward(grads)
             finally:
                 _narrowed.current = previous
-        missing = False
+        missing = sparse = False
         for g in grads:
             if g is None:
                 missing = True
-                break
+            elif g.is_sparse:
+                sparse = True
+        if sparse:   # (a sparse gradient reaching an op's backward, say a slice of an embedding's table)
+            grads = [g.to_dense() if g is not None and g.is_sparse else g for g in grads]
         if missing:
             if all(g is None for g in grads):
                 return (None,) * len(self.next_functions)
@@ -274,7 +277,7 @@ class AccumulateGrad(Function):
         if run_hooks and leaf._hooks:
             grad = apply_hooks(leaf._hooks, grad)
         if grad.is_sparse and leaf.grad is None:
-            leaf.grad = grad   # (fresh from backward: a sparse embedding's values are its own copy)
+            leaf.grad = grad.clone()   # (each leaf its own: one backward may hand it to several)
         elif grad.is_sparse and not leaf.grad.is_sparse:
             leaf.grad.add_(grad)
         elif leaf.grad is not None and leaf.grad.is_sparse:

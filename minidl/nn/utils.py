@@ -29,6 +29,7 @@ def clip_grad_norm_(parameters, max_norm: float, norm_type: float = 2.0, error_i
     with minidl.no_grad():
         grads = [_coalesced(p) if p.grad.is_sparse else p.grad for p in params]
         elements = [g._values() if g.is_sparse else g for g in grads]
+        elements = [e for e in elements if e.numel()] or [minidl.zeros(1)]   # (an empty gradient has norm 0)
         if norm_type == math.inf:
             norms = [g.detach().abs().max() for g in elements]
             total = norms[0] if len(norms) == 1 else minidl.stack(norms).max()

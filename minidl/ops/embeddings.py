@@ -19,13 +19,15 @@ class Embedding(Function):
 
     @staticmethod
     def forward(ctx, weight, input, padding_idx, scale_grad_by_freq, sparse):
-        ctx.input, ctx.size, ctx.options = input, tuple(weight.shape), (padding_idx, scale_grad_by_freq, sparse)
+        ctx.save_for_backward(input)   # (an index changed in place before backward is an error)
+        ctx.size, ctx.options = tuple(weight.shape), (padding_idx, scale_grad_by_freq, sparse)
         return weight[input]
 
     @staticmethod
     def backward(ctx, g):
         padding_idx, scale_grad_by_freq, sparse = ctx.options
-        rows, values = ctx.input.reshape(-1), g.reshape(-1, ctx.size[1])
+        (input,) = ctx.saved_tensors
+        rows, values = input.reshape(-1).clone(), g.reshape(-1, ctx.size[1])   # (the gradient's own rows)
         if scale_grad_by_freq:
             values = values / bincount(rows, minlength=ctx.size[0])[rows].unsqueeze(1).to(values.dtype)
         if padding_idx is not None:
@@ -57,6 +59,9 @@ def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0, sca
     if sparse and scale_grad_by_freq:   # (torch says so at backward; here at once)
         raise RuntimeError("embedding_backward: scale_grad_by_freq not supported with sparse gradients")
     input = input.long()
+    if input.numel() and (int(input.min()) < 0 or int(input.max()) >= weight.shape[0]):
+        raise IndexError(f"index out of range in self (embedding: indices from {int(input.min())} to "
+                         f"{int(input.max())} for {weight.shape[0]} rows)")
     if max_norm is not None:
         _renorm_(weight, input, max_norm, norm_type)
     return Embedding.apply(weight, input, padding_idx, scale_grad_by_freq, sparse)
@@ -69,4 +74,4 @@ def _renorm_(weight, input, max_norm, norm_type):
         norms = weight[rows].norm(norm_type, dim=1)
         big = norms > max_norm
         rows, norms = rows[big], norms[big]
-        weight[rows] = weight[rows] * (max_norm / (norms + 1e-7)).unsqueeze(1)
+        weight.index_put_((rows,), weight[rows] * (max_norm / (norms + 1e-7)).unsqueeze(1))

@@ -59,7 +59,12 @@ def _sparse_step(p, state, lr, weight_decay, momentum, dampening, nesterov, maxi
         grad = grad.add(p, alpha=weight_decay)   # (raises: sparse + dense)
     if momentum != 0:
         buf = state.get("momentum_buffer")
-        buf = grad.clone() if buf is None else (buf * momentum).add(grad, alpha=1 - dampening)
-        state["momentum_buffer"] = buf = buf.coalesce()   # (one entry per row, however many steps)
-        grad = grad.add(buf, alpha=momentum) if nesterov else buf
+        if buf is None:
+            buf = grad.clone()
+        elif buf.is_sparse:
+            buf = (buf * momentum).add(grad, alpha=1 - dampening).coalesce()   # (an entry per row, however long)
+        else:   # (a dense buffer from earlier dense steps stays dense)
+            buf.mul_(momentum).add_(grad, alpha=1 - dampening)
+        state["momentum_buffer"] = buf
+        grad = (buf * momentum).add(grad) if nesterov else buf
     p.add_(grad, alpha=-lr)

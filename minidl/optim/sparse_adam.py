@@ -46,9 +46,10 @@ def _step(p, state, group):
         return
     beta1, beta2 = group["betas"]
     exp_avg, exp_avg_sq = state["exp_avg"], state["exp_avg_sq"]
-    m = exp_avg[rows] + (g - exp_avg[rows]) * (1 - beta1)          # the moments of these rows only
-    v = exp_avg_sq[rows] + (g * g - exp_avg_sq[rows]) * (1 - beta2)
-    exp_avg[rows], exp_avg_sq[rows] = m, v
+    old_m, old_v = exp_avg[rows], exp_avg_sq[rows]       # the moments of these rows only
+    m_change, v_change = (g - old_m) * (1 - beta1), (g * g - old_v) * (1 - beta2)
+    exp_avg.index_put_(rows, m_change, accumulate=True)
+    exp_avg_sq.index_put_(rows, v_change, accumulate=True)
     step = state["step"]
     step_size = group["lr"] * math.sqrt(1 - beta2 ** step) / (1 - beta1 ** step)
-    p.index_put_(rows, m / (v.sqrt() + group["eps"]) * -step_size, accumulate=True)
+    p.index_put_(rows, (m_change + old_m) / ((v_change + old_v).sqrt() + group["eps"]) * -step_size, accumulate=True)
