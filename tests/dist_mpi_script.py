@@ -2,7 +2,7 @@
 
 cases: every collective under every algorithm, with small chunks, small ring segments and faked
 hosts, then p2p; prints "FAIL ..." lines and "DONE rank r: k failures". ddp: tests/ddp_cases.py,
-reported alike; pipelining: tests/pipeline_cases.py, reported alike; mismatches:
+reported alike; pipelining: tests/pipeline_cases.py, and ps: tests/ps_cases.py, reported alike; mismatches:
 tests/dist_mismatch_cases.py, reported alike. mismatch (debug mode) /
 timeout: expect the error and print it. crash: rank 1 raises while rank 0 waits in a collective (the job must end).
 """
@@ -77,6 +77,12 @@ def pipelining():
     report(pipeline_cases.run_all(rank, dist.get_world_size()))
 
 
+def parameter_server():
+    import ps_cases
+    dist.init_process_group()
+    report(ps_cases.run_all(rank, dist.get_world_size()))
+
+
 def mismatches():
     import dist_mismatch_cases
     dist.init_process_group()
@@ -100,4 +106,4 @@ def crash():
     dist.all_reduce(minidl.from_numpy(np.zeros(3)))
 
 
-{"cases": cases, "ddp": ddp, "pipelining": pipelining, "mismatch": mismatch, "mismatches": mismatches, "timeout": timeout, "crash": crash}[mode]()
+{"cases": cases, "ddp": ddp, "pipelining": pipelining, "ps": parameter_server, "mismatch": mismatch, "mismatches": mismatches, "timeout": timeout, "crash": crash}[mode]()

@@ -35,10 +35,11 @@ def launch(n, mode, timeout=90):
 
 
 @pytest.mark.parametrize("mode, n", [("cases", 2), ("cases", 4), ("ddp", 2), ("ddp", 4), ("pipelining", 2),
-                                     ("pipelining", 4), ("mismatches", 2), ("mismatches", 4)])
+                                     ("pipelining", 4), ("ps", 3), ("ps", 4), ("mismatches", 2), ("mismatches", 4)])
 def test_every_case_on_every_rank(mode, n):
     """cases: every collective and algorithm; ddp: DistributedDataParallel (tests/ddp_cases.py);
     pipelining: pipelined steps against single-process training (tests/pipeline_cases.py);
+    ps: the parameter server's consistency models and sparse tables (tests/ps_cases.py);
     mismatches: mismatched collectives and messages, without debug mode (tests/dist_mismatch_cases.py)."""
     code, out, _ = launch(n, mode)
     assert code == 0, out

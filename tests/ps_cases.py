@@ -1,0 +1,131 @@
+"""Parameter-server cases shared by the sim tests and the mpiexec script: each runs one ps.init ...
+ps.shutdown on every rank and returns failure strings (servers return none).
+
+The spec: under BSP with plain SGD the workers end with the parameters of synchronous SGD on the
+summed gradients (float64, 1e-10), which every worker computes itself; under SSP no applied push
+is staler than s, read from the servers' records with a slowed worker; under ASP the fast workers
+finish while the slow one sleeps; sparse pushes touch only their rows.
+"""
+import time
+
+import numpy as np
+
+import minidl
+from minidl.dist import ps
+
+STEPS, LR = 4, 0.1
+
+
+def data(worker, step):
+    rs = np.random.RandomState(100 * step + worker)
+    return minidl.from_numpy(rs.randn(6, 4)), minidl.from_numpy(rs.randn(6, 3)), minidl.tensor(rs.randint(0, 12, 5))
+
+
+def gradients(w, table, worker, step):
+    """Of a least-squares loss in w (4 x 3) and a row-sum loss in the looked-up table rows."""
+    x, y, rows = data(worker, step)
+    gw = x.t() @ (x @ w - y) / 6
+    return gw, rows, table[rows] * 2.0
+
+
+def start():
+    w0 = minidl.from_numpy(np.random.RandomState(7).randn(4, 3))
+    table0 = minidl.from_numpy(np.random.RandomState(8).randn(12, 2))
+    return w0, table0
+
+
+def case_bsp_is_synchronous_sgd(rank, size, servers):
+    if ps.init(num_servers=servers, consistency="bsp") == "server":
+        return []
+    workers = ps.num_workers()
+    w0, table0 = start()
+    ps.register("w", w0, optimizer=ps.SGD(lr=LR))
+    ps.register("table", table0, optimizer=ps.SGD(lr=LR), sparse=True)
+    for step in range(STEPS):
+        w, table = ps.pull("w"), ps.pull("table")
+        gw, rows, gt = gradients(w, table, rank, step)
+        ps.push("w", gw)
+        ps.push("table", gt, rows=rows)
+        ps.clock()
+    got_w, got_table = ps.pull("w"), ps.pull("table")
+    counts = ps.stats()
+    ps.shutdown()
+    w, table = w0.clone(), table0.clone()   # the reference: every worker's gradients summed per step
+    for step in range(STEPS):
+        grads = [gradients(w, table, k, step) for k in range(workers)]
+        w = w - LR * sum(g[0] for g in grads)
+        update = minidl.zeros_like(table)
+        for _, rows, gt in grads:
+            update.index_add_(0, rows, gt)
+        table = table - LR * update
+    failures = []
+    if not np.allclose(got_w.numpy(), w.numpy(), rtol=1e-10, atol=1e-12):
+        failures.append(f"BSP ({servers} servers): w differs from synchronous SGD by "
+                        f"{np.abs(got_w.numpy() - w.numpy()).max():.3g}")
+    if not np.allclose(got_table.numpy(), table.numpy(), rtol=1e-10, atol=1e-12):
+        failures.append(f"BSP ({servers} servers): the table differs from synchronous SGD")
+    if set(counts["staleness"]) != {0}:
+        failures.append(f"BSP: staleness {counts['staleness']} (every push should be 0 clocks stale)")
+    return failures
+
+
+def case_ssp_and_asp_with_a_slow_worker(rank, size, servers, consistency, staleness=1):
+    """Worker 0 sleeps 30 ms per iteration, the others not at all."""
+    if ps.init(num_servers=servers, consistency=consistency, staleness=staleness) == "server":
+        return []
+    ps.register("w", minidl.zeros(8), optimizer=ps.SGD(lr=0.01))
+    began = time.monotonic()
+    for step in range(6):
+        if rank == 0:
+            time.sleep(0.03)
+        ps.pull("w")
+        ps.push("w", minidl.ones(8))
+        ps.clock()
+    took = time.monotonic() - began
+    counts = ps.stats() if rank == 0 else None
+    ps.shutdown()
+    failures = []
+    if consistency == "ssp" and rank == 0 and max(counts["staleness"]) > staleness:
+        failures.append(f"SSP({staleness}): a push {max(counts['staleness'])} clocks stale: {counts['staleness']}")
+    if consistency == "asp" and rank != 0 and took > 0.03 * 6 * 0.5:
+        failures.append(f"ASP: fast worker {rank} took {took:.3f} s, as if it waited for the slow one")
+    if consistency == "ssp" and rank != 0 and took < 0.03 * (6 - staleness - 1):
+        failures.append(f"SSP({staleness}): fast worker {rank} took {took:.3f} s, as if it never waited")
+    return failures
+
+
+def case_sparse_rows_and_embeddings(rank, size, servers):
+    if ps.init(num_servers=servers, consistency="bsp") == "server":
+        return []
+    ps.register_embedding("emb", 9, 3, optimizer=ps.Adam(lr=0.1), init_std=0.5, seed=11)
+    whole = minidl.empty(9, 3).normal_(0.0, 0.5, generator=minidl.Generator().manual_seed(11))
+    first = ps.pull("emb")
+    pushed = minidl.tensor([1, 7])
+    if rank == 0:
+        grad = minidl.sparse_coo_tensor(pushed.unsqueeze(0), minidl.ones(2, 3), (9, 3))
+        ps.push("emb", grad).wait()
+    ps.clock()
+    after = ps.pull("emb")
+    picked = ps.pull("emb", minidl.tensor([7, 0, 7]))
+    ps.shutdown()
+    failures = []
+    if not np.array_equal(first.numpy(), whole.numpy()):
+        failures.append(f"embedding on {servers} servers: initial rows differ from the whole table's draw")
+    untouched = [r for r in range(9) if r not in (1, 7)]
+    if not np.array_equal(after.numpy()[untouched], first.numpy()[untouched]):
+        failures.append("a sparse push changed rows it did not hold")
+    if np.allclose(after.numpy()[[1, 7]], first.numpy()[[1, 7]]):
+        failures.append("a sparse push left its rows unchanged")
+    if not np.array_equal(picked.numpy(), after.numpy()[[7, 0, 7]]):
+        failures.append("pull by rows returned other rows than pull of all")
+    return failures
+
+
+def run_all(rank, size):
+    failures = []
+    for servers in sorted({1, size - 2} - {0}):
+        failures += case_bsp_is_synchronous_sgd(rank, size, servers)
+        failures += case_sparse_rows_and_embeddings(rank, size, servers)
+    for consistency in ("ssp", "asp"):
+        failures += case_ssp_and_asp_with_a_slow_worker(rank, size, 1, consistency)
+    return failures

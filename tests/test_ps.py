@@ -1,0 +1,96 @@
+"""minidl.dist.ps on simulated ranks: the consistency models and sparse tables (tests/ps_cases.py,
+also run under `mpiexec -n 3` and `-n 4` by test_dist_mpi.py), bad input named on the worker, a
+malformed request refused by the server with its shard intact, a failing worker ending the job."""
+import logging
+
+import pytest
+
+import minidl
+import minidl.dist as dist
+import ps_cases
+from minidl.dist import ps
+from minidl.dist.ps import protocol as P
+from minidl.dist.ps.worker import Work, _Awaited
+
+
+@pytest.mark.parametrize("size", [3, 4])
+def test_consistency_models_and_sparse_tables(size):
+    assert dist.sim.run(size, ps_cases.run_all, size) == [[]] * size
+
+
+def test_bad_input_is_named_on_the_worker(caplog):
+    def run(rank):
+        if ps.init(num_servers=1) == "server":
+            return None
+        ps.register("w", minidl.zeros(4, 2), optimizer=ps.SGD(lr=0.1))
+        ps.register("table", minidl.zeros(5, 2), optimizer=ps.SGD(lr=0.1), sparse=True)
+        errors = []
+        for call in (lambda: ps.push("nope", minidl.zeros(1)),
+                     lambda: ps.register("w", minidl.zeros(3), optimizer=ps.SGD(lr=0.1)),
+                     lambda: ps.pull("table", minidl.tensor([1, 5])),
+                     lambda: ps.push("w", minidl.zeros(4, 3)),
+                     lambda: ps.push("w", minidl.zeros(4, 2, dtype=minidl.float64)),
+                     lambda: ps.push("w", minidl.zeros(4, 2), rows=minidl.tensor([0]))):
+            try:
+                call()
+            except Exception as e:
+                errors.append(f"{type(e).__name__}: {e}")
+        if rank == 0:   # a malformed request (an unknown parameter key), as from a broken client
+            client = ps._client("push")
+            bad = client.request(0, P.header(P.PULL, key=99), (), _Awaited("pull", minidl.float32))
+            try:
+                Work(client, [(0, bad)]).wait()
+            except RuntimeError as e:
+                errors.append(f"server: {e}")
+        ps.clock()
+        intact, counts = ps.pull("w"), ps.stats()
+        ps.shutdown()
+        try:
+            ps.push("w", minidl.zeros(4, 2))
+        except RuntimeError as e:
+            errors.append(str(e))
+        return errors, intact.tolist(), counts["rejected"]
+    with caplog.at_level(logging.WARNING, logger="minidl.dist.ps"):
+        results = dist.sim.run(3, run)
+    errors, intact, rejected = results[0]
+    expected = ["KeyError: \"ps.push: no parameter named 'nope' was registered",
+                "ValueError: ps.register('w'): registered before as 'w' ([4, 2], float32), now with shape [3]",
+                "IndexError: ps.pull('table'): rows from 1 to 5 for a table of 5 rows",
+                "ValueError: ps.push('w'): a gradient of shape [4, 3] for 'w' ([4, 2], float32); expected [4, 2]",
+                "TypeError: ps.push('w'): a float64 gradient for 'w'",
+                "ValueError: ps.push('w'): rows are for row-sharded parameters",
+                "server: ps.pull (worker 0, server 0): no parameter with key 99",
+                "ps.push: called after ps.shutdown() on worker 0"]
+    assert len(errors) == len(expected) and all(e.startswith(want) for e, want in zip(errors, expected)), errors
+    assert intact == [[0.0, 0.0]] * 4 and rejected == 1
+    assert "rejected a request from worker 0: no parameter with key 99" in caplog.text
+
+
+def test_a_failing_worker_ends_the_job_naming_it():
+    def run(rank):
+        if ps.init(num_servers=1) == "server":
+            return
+        ps.register("w", minidl.zeros(3), optimizer=ps.SGD(lr=0.1))
+        if rank == 1:
+            raise ArithmeticError("worker 1 fails on purpose")
+        for _ in range(3):
+            ps.push("w", minidl.ones(3))
+            ps.clock()
+        ps.shutdown()
+    with pytest.raises(ArithmeticError, match="worker 1 fails on purpose") as info:
+        dist.sim.run(3, run)
+    assert "sim rank 1" in str(info.value.__notes__)
+
+
+def test_roles_and_init_errors():
+    def run(rank):
+        if ps.init(num_servers=2) == "server":
+            return "server"
+        out = (ps.worker_rank(), ps.num_workers(), ps.num_servers(), dist.get_world_size(ps.worker_group()))
+        ps.shutdown()
+        return out
+    assert dist.sim.run(4, run) == [(0, 2, 2, 2), (1, 2, 2, 2), "server", "server"]
+    with pytest.raises(ValueError, match="consistency='eventual'"):
+        dist.sim.run(2, lambda r: ps.init(consistency="eventual"))
+    with pytest.raises(ValueError, match="num_servers=2 on 2 ranks"):
+        dist.sim.run(2, lambda r: ps.init(num_servers=2))
