@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import threading
 
+import numpy as np
+
 import minidl
 
 from .. import state as dist_state
@@ -202,14 +204,13 @@ def pull(name, rows=None, async_op=False):
     p = _param(c, name, "pull")
     if rows is not None and not p.sparse:
         raise ValueError(f"ps.pull({p.name!r}): rows are for row-sharded parameters; {p.describe()} is dense")
-    if rows is None:
-        parts = [None] * c.servers
-
-        def keep(k):
-            return lambda values: parts.__setitem__(k, values)
+    if rows is None:   # (each server's part received straight into its place)
+        out = minidl.empty(p.bounds[-1] * (int(np.prod(p.shape[1:])) if p.sparse else 1), dtype=p.dtype)
+        width = int(np.prod(p.shape[1:])) if p.sparse else 1
         awaited = [(k, c.request(k, P.header(P.PULL, p.key, c.clock_count, dtype=p.dtype), (),
-                                 _Awaited("pull", p.dtype, keep(k)))) for k in range(c.servers)]
-        work = Work(c, awaited, lambda: minidl.cat(parts).reshape(p.shape))
+                                 _Awaited("pull", p.dtype, into=out[p.bounds[k] * width:p.bounds[k + 1] * width])))
+                   for k in range(c.servers)]
+        work = Work(c, awaited, lambda: out.reshape(p.shape))
     else:
         out = minidl.empty((rows.numel(),) + p.shape[1:], dtype=p.dtype)
         awaited = []

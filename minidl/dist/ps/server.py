@@ -46,6 +46,7 @@ class Shard:
             value = minidl.empty(local, dtype=dtype).normal_(0.0, std, generator=g)
         self.param = minidl.nn.Parameter(value.reshape(local).to(dtype).clone())
         self.optimizer = optimizer.build(self.param, sparse)
+        self.inbox = None if sparse else minidl.empty(self.param.numel(), dtype=dtype)   # (every dense push's size)
 
     def apply(self, grad):
         self.param.grad = grad
@@ -94,8 +95,8 @@ class Server:
             self.sends.append(isend(body.contiguous().reshape(-1), worker, group=self.group, tag=P.REPLY_DATA))
         self.sends = [w for w in self.sends if not w.is_completed()]
 
-    def payload(self, worker, numel, dtype):
-        buf = minidl.empty(numel, dtype=dtype)
+    def payload(self, worker, numel, dtype, into=None):
+        buf = into if into is not None and into.numel() == numel else minidl.empty(numel, dtype=dtype)
         recv(buf, worker, group=self.group, tag=P.PAYLOAD)
         return buf
 
@@ -136,7 +137,7 @@ class Server:
         rows = self._rows(s, worker, words) if s.sparse else None
         width = int(np.prod(s.shape[1:])) if s.sparse else 1
         want = rows.numel() * width if s.sparse else s.hi - s.lo
-        values = self.payload(worker, words[P.NUMEL], s.dtype)
+        values = self.payload(worker, words[P.NUMEL], s.dtype, s.inbox)
         if values.numel() != want:
             raise ValueError(f"push to {s.name!r}: {values.numel()} values where {want} were due")
         if s.sparse:
@@ -144,8 +145,8 @@ class Server:
                                             s.param.shape)
         else:
             grad = values.reshape(s.param.shape)
-        if self.bsp:
-            self.deferred.append((s, grad, words[P.WORKER_CLOCK]))   # (applied when the iteration ends)
+        if self.bsp:   # (applied when the iteration ends: the inbox will hold the next push by then)
+            self.deferred.append((s, grad if s.sparse else grad.clone(), words[P.WORKER_CLOCK]))
         else:
             self.apply(s, grad, words[P.WORKER_CLOCK])
         self.reply(worker)

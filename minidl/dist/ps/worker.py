@@ -29,10 +29,12 @@ class Param:
 
 
 class _Awaited:
-    """One reply a request awaits from one server; ``on_reply(values)`` takes its values."""
+    """One reply a request awaits from one server; ``on_reply(values)`` takes its values, received
+    straight into ``into`` (a contiguous tensor of their size) when given."""
 
-    def __init__(self, what, dtype, on_reply=None):
-        self.what, self.dtype, self.on_reply, self.done, self.error = what, dtype, on_reply, False, None
+    def __init__(self, what, dtype, on_reply=None, into=None):
+        self.what, self.dtype, self.on_reply, self.into = what, dtype, on_reply, into
+        self.done, self.error = False, None
 
 
 class Work:
@@ -83,7 +85,10 @@ class Client:
             h = minidl.empty(4, dtype=minidl.int64)
             recv(h, self.server_rank(k), group=self.group, tag=P.REPLY)
             status, numel = h.tolist()[:2]
-            body = minidl.empty(numel, dtype=minidl.uint8 if status == P.ERROR else item.dtype)
+            if status != P.ERROR and item.into is not None and item.into.numel() == numel:
+                body = item.into
+            else:
+                body = minidl.empty(numel, dtype=minidl.uint8 if status == P.ERROR else item.dtype)
             if numel:
                 recv(body, self.server_rank(k), group=self.group, tag=P.REPLY_DATA)
             if status == P.ERROR:
