@@ -35,13 +35,15 @@ def test_bad_input_is_named_on_the_worker(caplog):
                 call()
             except Exception as e:
                 errors.append(f"{type(e).__name__}: {e}")
-        if rank == 0:   # a malformed request (an unknown parameter key), as from a broken client
+        if rank == 0:   # malformed requests, as from a broken client (one with a payload to consume)
             client = ps._client("push")
-            bad = client.request(0, P.header(P.PULL, key=99), (), _Awaited("pull", minidl.float32))
-            try:
-                Work(client, [(0, bad)]).wait()
-            except RuntimeError as e:
-                errors.append(f"server: {e}")
+            for header, payload in ((P.header(P.PULL, key=99), ()),
+                                    (P.header(P.PUSH, key=0, numel=3), [minidl.ones(3)])):
+                bad = client.request(0, header, payload, _Awaited("bad", minidl.float32))
+                try:
+                    Work(client, [(0, bad)]).wait()
+                except RuntimeError as e:
+                    errors.append(f"server: {e}")
         ps.clock()
         intact, counts = ps.pull("w"), ps.stats()
         ps.shutdown()
@@ -59,10 +61,11 @@ def test_bad_input_is_named_on_the_worker(caplog):
                 "ValueError: ps.push('w'): a gradient of shape [4, 3] for 'w' ([4, 2], float32); expected [4, 2]",
                 "TypeError: ps.push('w'): a float64 gradient for 'w'",
                 "ValueError: ps.push('w'): rows are for row-sharded parameters",
-                "server: ps.pull (worker 0, server 0): no parameter with key 99",
+                "server: ps.bad (worker 0, server 0): no parameter with key 99",
+                "server: ps.bad (worker 0, server 0): push to 'w': 3 values where 8 were due",
                 "ps.push: called after ps.shutdown() on worker 0"]
     assert len(errors) == len(expected) and all(e.startswith(want) for e, want in zip(errors, expected)), errors
-    assert intact == [[0.0, 0.0]] * 4 and rejected == 1
+    assert intact == [[0.0, 0.0]] * 4 and rejected == 2
     assert "rejected a request from worker 0: no parameter with key 99" in caplog.text
 
 

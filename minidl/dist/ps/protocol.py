@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import minidl
 
-HEADER = 12
+HEADER = 13
 REQUEST, PAYLOAD, REPLY, REPLY_DATA = 7101, 7102, 7103, 7104
 REGISTER, PUSH, PULL, CLOCK, SHUTDOWN, STATS = range(1, 7)
 KIND_NAMES = {REGISTER: "register", PUSH: "push", PULL: "pull", CLOCK: "clock", SHUTDOWN: "shutdown",
@@ -20,7 +20,8 @@ OK, ERROR = 0, 1
 DTYPES = (minidl.float32, minidl.float64, minidl.int64)
 
 # request header words
-KIND, KEY, WORKER_CLOCK, ROWS, NUMEL, DTYPE, NAME_LEN, NDIM, OPTIMIZER, SPARSE, EMBEDDING, SEED = range(HEADER)
+# (PARTS: how many payload tensors follow, so a server can consume those of a request it refuses)
+KIND, KEY, WORKER_CLOCK, ROWS, NUMEL, DTYPE, NAME_LEN, NDIM, OPTIMIZER, SPARSE, EMBEDDING, SEED, PARTS = range(HEADER)
 
 
 def header(kind, key=0, clock=0, rows=-1, numel=0, dtype=minidl.float32, **words) -> minidl.Tensor:

@@ -24,6 +24,7 @@ import numpy as np
 
 import minidl
 
+from ..communicators.base import DistError
 from ..p2p import irecv, isend, recv
 from . import protocol as P
 from .optimizers import from_words
@@ -72,6 +73,7 @@ class Server:
             work = irecv(h, group=self.group, tag=P.REQUEST)
             work.wait()
             worker, words = work.source(), h.tolist()
+            self.consumed = 0
             try:
                 handler = self.handlers.get(words[P.KIND])
                 if handler is None:
@@ -80,6 +82,7 @@ class Server:
             except Exception as e:   # (a malformed request: refused, the shard untouched)
                 self.stats["rejected"] += 1
                 log.warning("parameter server %d: rejected a request from worker %d: %s", self.server, worker, e)
+                self.discard_payload(worker, words[P.PARTS] - self.consumed)
                 self.reply(worker, error=str(e))
         for work in self.sends:
             work.wait()
@@ -97,8 +100,17 @@ class Server:
 
     def payload(self, worker, numel, dtype, into=None):
         buf = into if into is not None and into.numel() == numel else minidl.empty(numel, dtype=dtype)
+        self.consumed += 1   # (taken from the stream even when its size turns out wrong)
         recv(buf, worker, group=self.group, tag=P.PAYLOAD)
         return buf
+
+    def discard_payload(self, worker, parts):
+        """Take a refused request's remaining payload messages off the stream, whatever their size."""
+        for _ in range(max(0, parts)):
+            try:
+                recv(minidl.empty(0), worker, group=self.group, tag=P.PAYLOAD)
+            except DistError:
+                pass   # (the size differed, as expected: the message is consumed all the same)
 
     def shard(self, words):
         key = words[P.KEY]

@@ -70,6 +70,7 @@ class Client:
     def request(self, k, header, payload=(), awaited=None):
         """Send a request to server k; returns what its reply will fill (None: no reply)."""
         rank = self.server_rank(k)
+        header[P.PARTS] = len(payload)
         self.sends.append(isend(header, rank, group=self.group, tag=P.REQUEST))
         for t in payload:
             self.sends.append(isend(t.contiguous().reshape(-1), rank, group=self.group, tag=P.PAYLOAD))
