@@ -4,7 +4,8 @@ cases: every collective under every algorithm, with small chunks, small ring seg
 hosts, then p2p; prints "FAIL ..." lines and "DONE rank r: k failures". ddp: tests/ddp_cases.py,
 reported alike; pipelining: tests/pipeline_cases.py, and ps: tests/ps_cases.py, reported alike; mismatches:
 tests/dist_mismatch_cases.py, reported alike. mismatch (debug mode) /
-timeout: expect the error and print it. crash: rank 1 raises while rank 0 waits in a collective (the job must end).
+timeout: expect the error and print it. crash: rank 1 raises while rank 0 waits in a collective (the job must end);
+ps_crash: a parameter-server worker raises while the other waits at its clock (the job must end).
 """
 import os
 import sys
@@ -83,6 +84,20 @@ def parameter_server():
     report(ps_cases.run_all(rank, dist.get_world_size()))
 
 
+def parameter_server_crash():
+    from minidl.dist import ps
+    dist.init_process_group()
+    if ps.init(num_servers=1) == "server":
+        return
+    ps.register("w", minidl.zeros(3), optimizer=ps.SGD(lr=0.1))
+    if rank == 1:
+        raise ValueError("worker 1 fails on purpose")
+    for _ in range(3):   # (under BSP worker 0 waits at its clock for worker 1, which is gone)
+        ps.push("w", minidl.ones(3))
+        ps.clock()
+    ps.shutdown()
+
+
 def mismatches():
     import dist_mismatch_cases
     dist.init_process_group()
@@ -106,4 +121,4 @@ def crash():
     dist.all_reduce(minidl.from_numpy(np.zeros(3)))
 
 
-{"cases": cases, "ddp": ddp, "pipelining": pipelining, "ps": parameter_server, "mismatch": mismatch, "mismatches": mismatches, "timeout": timeout, "crash": crash}[mode]()
+{"cases": cases, "ddp": ddp, "pipelining": pipelining, "ps": parameter_server, "ps_crash": parameter_server_crash, "mismatch": mismatch, "mismatches": mismatches, "timeout": timeout, "crash": crash}[mode]()

@@ -64,3 +64,9 @@ def test_an_exception_on_one_rank_ends_the_job():
     code, out, seconds = launch(2, "crash", timeout=60)
     assert code != 0 and "rank 1 fails on purpose" in out, out
     assert seconds < 30
+
+
+def test_a_failing_parameter_server_worker_ends_the_job():
+    code, out, seconds = launch(3, "ps_crash", timeout=60)
+    assert code != 0 and "worker 1 fails on purpose" in out, out
+    assert seconds < 30

@@ -159,8 +159,9 @@ print(f"loss: {loss(w0):.3f} at the start, {loss(sequential):.4f} sequential, {l
 assert sum(stale_free.values()) == WORKERS * STEPS and min(stale_free) >= 0
 assert loss(w_free) < 0.1 * loss(w0)      # stale gradients, still descending
 print("""
-No worker waited for another, and SGD still converged, but each gradient may be computed on a
-w that misses some of the others' updates. What the toy lacks, and real servers have:
+No worker waited for another (only for the server's answers), and SGD still converged, but each
+gradient may be computed on a w that misses some of the others' updates. What the toy lacks, and
+real servers have:
   * keys and shards: many named parameters, each cut across several servers, so that no one
     server's link or memory carries all of them (a big embedding table is sharded by row);
   * clocks: each worker says when it ends an iteration, so the server can bound how far ahead

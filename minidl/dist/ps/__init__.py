@@ -41,24 +41,24 @@ CONSISTENCIES = ("bsp", "ssp", "asp")
 _local = threading.local()   # this rank's client (sim ranks are threads of one process)
 
 
-def init(num_servers=1, consistency="bsp", staleness=0, group=None) -> str:
-    """Make the group's last ``num_servers`` ranks servers and the rest workers (collective). A
-    server serves until every worker has called ``shutdown()``, then returns "server"; a worker
-    returns "worker" at once."""
+def init(num_servers=1, consistency="bsp", staleness=0) -> str:
+    """Make the default group's last ``num_servers`` ranks servers and the rest workers
+    (collective). A server serves until every worker has called ``shutdown()``, then returns
+    "server"; a worker returns "worker" at once."""
     if consistency not in CONSISTENCIES:
         raise ValueError(f"ps.init: consistency={consistency!r}; it must be one of {', '.join(CONSISTENCIES)}")
     if consistency == "ssp" and staleness < 0:
         raise ValueError(f"ps.init: staleness={staleness} must be >= 0")
-    size, rank = dist_state.get_world_size(group), dist_state.get_rank(group)
+    size, rank = dist_state.get_world_size(), dist_state.get_rank()
     if not 1 <= num_servers < size:
         raise ValueError(f"ps.init: num_servers={num_servers} on {size} ranks; there must be at least one server "
                          f"and one worker")
     workers = size - num_servers
     worker_group = dist_state.new_group(list(range(workers)))
     if rank >= workers:
-        Server(group, rank - workers, num_servers, workers, consistency, staleness).serve()
+        Server(None, rank - workers, num_servers, workers, consistency, staleness).serve()
         return "server"
-    _local.client = Client(group, rank, workers, num_servers, consistency)
+    _local.client = Client(None, rank, workers, num_servers, consistency)
     _local.worker_group = worker_group
     return "worker"
 
@@ -238,7 +238,9 @@ def clock() -> None:
 
 def stats() -> dict:
     """The servers' counts (pushes applied, pulls served, requests rejected) and the histogram of
-    the applied pushes' staleness (clocks behind the fastest worker), summed over the servers."""
+    the applied pushes' staleness (how many clocks the pushing worker was ahead of the slowest
+    unfinished one), summed over the servers: a dense push counts once per server. Under BSP a
+    push is counted once applied, when every worker has ended its iteration."""
     c = _client("stats")
     found = [None] * c.servers
 
