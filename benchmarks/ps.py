@@ -103,7 +103,7 @@ def small_parts(rank, quick):
             dist.send(t, 1)
             dist.recv(ack, 1)
         out["p2p round trip (16 floats out, 1 back)"] = median_time(once, reps)
-        out["a request header (12 int64 words)"] = median_time(lambda: P.header(P.PUSH, 1, 0, numel=64), reps)
+        out["a request header (13 int64 words)"] = median_time(lambda: P.header(P.PUSH, 1, 0, numel=64), reps)
         shard = minidl.nn.Parameter(minidl.zeros(64))
         opt = minidl.optim.SGD([shard], lr=1e-3)
         g = minidl.ones(64)

@@ -38,7 +38,8 @@ def test_bad_input_is_named_on_the_worker(caplog):
         if rank == 0:   # malformed requests, as from a broken client (one with a payload to consume)
             client = ps._client("push")
             for header, payload in ((P.header(P.PULL, key=99), ()),
-                                    (P.header(P.PUSH, key=0, numel=3), [minidl.ones(3)])):
+                                    (P.header(P.PUSH, key=0, numel=3), [minidl.ones(3)]),
+                                    (P.header(P.PUSH, key=99, numel=4), [minidl.full((4,), 100.0)])):
                 bad = client.request(0, header, payload, _Awaited("bad", minidl.float32))
                 try:
                     Work(client, [(0, bad)]).wait()
@@ -56,16 +57,17 @@ def test_bad_input_is_named_on_the_worker(caplog):
         results = dist.sim.run(3, run)
     errors, intact, rejected = results[0]
     expected = ["KeyError: \"ps.push: no parameter named 'nope' was registered",
-                "ValueError: ps.register('w'): registered before as 'w' ([4, 2], float32), now with shape [3]",
+                "ValueError: ps.register('w'): registered before as 'w' ([4, 2], float32), now with shape [3], float32, dense",
                 "IndexError: ps.pull('table'): rows from 1 to 5 for a table of 5 rows",
                 "ValueError: ps.push('w'): a gradient of shape [4, 3] for 'w' ([4, 2], float32); expected [4, 2]",
                 "TypeError: ps.push('w'): a float64 gradient for 'w'",
                 "ValueError: ps.push('w'): rows are for row-sharded parameters",
                 "server: ps.bad (worker 0, server 0): no parameter with key 99",
                 "server: ps.bad (worker 0, server 0): push to 'w': 3 values where 8 were due",
-                "ps.push: called after ps.shutdown() on worker 0"]
+                "server: ps.bad (worker 0, server 0): no parameter with key 99",
+                "ps.push('w'): called after ps.shutdown() on worker 0"]
     assert len(errors) == len(expected) and all(e.startswith(want) for e, want in zip(errors, expected)), errors
-    assert intact == [[0.0, 0.0]] * 4 and rejected == 2
+    assert intact == [[0.0, 0.0]] * 4 and rejected == 3   # (the refused push's payload did not leak into w)
     assert "rejected a request from worker 0: no parameter with key 99" in caplog.text
 
 

@@ -50,7 +50,7 @@ def _irecv(tensor, src, group, tag, what):
                          f"tensor on rank {g.ranks[g.rank]} holds {mine.size} elements of {dtype_name(mine.dtype)}")
     request = g.mailbox.irecv(mine, peer, tag, mismatch)
     work = RequestWork(ch, [request], out.commit)
-    work.source = lambda: g.ranks[request.source]
+    work.source = lambda: None if request.source is None else g.ranks[request.source]   # (None: nothing came yet)
     return work
 
 

@@ -85,10 +85,11 @@ class _SimRecv(Request):
                 return True
             if self.peer is not None:
                 world.check_alive([comm.members[self.peer]], "recv")
-            else:
+            else:   # (a failed rank ends the job, as under mpiexec; ranks that merely exited do not)
                 others = [m for i, m in enumerate(comm.members) if i != comm.rank]
-                if all(m in world.gone for m in others):
-                    world.check_alive(others, "recv from any rank")
+                failed = [m for m in others if world.gone.get(m) == "failed"]
+                if failed or all(m in world.gone for m in others):
+                    world.check_alive(failed or others, "recv from any rank")
         return False
 
 

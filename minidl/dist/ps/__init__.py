@@ -15,9 +15,12 @@ The last ``num_servers`` ranks are servers; each holds a contiguous range of eve
 its elements, or of its rows for a row-addressed table, ``sparse=True`` or
 ``register_embedding``), and applies each push as it arrives with the parameter's server-side
 optimizer (``ps.SGD``, ``ps.Adagrad``, ``ps.Adam``: minidl.optim's, lazily on pushed rows).
-Consistency: BSP (a pull after clock c sees every worker's pushes from before its clock c), SSP
-(``clock()`` waits while this worker is more than ``staleness`` clocks ahead of the slowest) or
-ASP (nothing waits). ``ps.stats()`` gives the servers' counts and the staleness histogram of the
+Consistency: BSP (a pull after clock c sees every worker's pushes from before its clock c, and
+no later ones: with plain SGD, synchronous SGD on the summed gradients; an optimizer with state
+takes one step per push), SSP (``clock()`` waits while this worker is more than ``staleness``
+clocks ahead of the slowest) or ASP (nothing waits). Parameters are keyed by registration order
+and their first registration sets their value: register the same parameters, with the same
+values, in the same order on every worker. ``ps.stats()`` gives the servers' counts and the staleness histogram of the
 applied pushes.
 """
 from __future__ import annotations
@@ -99,9 +102,9 @@ def _register(name, shape, dtype, sparse, optimizer, value=None, std=0.0, seed=0
         p = c.params[name]
         if (p.shape, p.dtype, p.sparse) != (tuple(shape), dtype, sparse):
             raise ValueError(f"ps.register({name!r}): registered before as {p.describe()}, now with shape "
-                             f"{list(shape)}, {dtype.name}")
+                             f"{list(shape)}, {dtype.name}{', row-sharded' if sparse else ', dense'}")
         return
-    p = c.params[name] = Param(len(c.params), name, shape, dtype, sparse, c.servers)
+    p = Param(len(c.params), name, shape, dtype, sparse, c.servers)   # (kept once every server took it)
     flat = None if value is None else value.detach().reshape(-1)
     row = int(minidl.tensor(shape[1:]).prod()) if len(shape) > 1 else 1
     awaited = []
@@ -115,6 +118,7 @@ def _register(name, shape, dtype, sparse, optimizer, value=None, std=0.0, seed=0
                    minidl.tensor(optimizer.words() + [std], dtype=minidl.float64)] + ([] if part is None else [part])
         awaited.append((k, c.request(k, header, payload, _Awaited("register", dtype))))
     Work(c, awaited).wait()
+    c.params[name] = p
 
 
 def register(name, init, optimizer=None, sparse=False):
@@ -163,13 +167,19 @@ def _rows_by_server(p, rows, what):
 def push(name, grad, rows=None) -> Work:
     """Send a gradient to the servers, which apply it with the parameter's optimizer; returns a Work
     whose ``wait()`` returns once every server has applied its part (under BSP: has taken it, to
-    apply when every worker has ended this iteration). ``grad``: the parameter's
+    apply when every worker has ended this iteration). As with ``isend``, the gradient's memory may
+    still be read until then: do not change it before ``wait()``. ``grad``: the parameter's
     shape, or (len(rows), ...) with ``rows``, or a sparse COO gradient of a row-sharded one."""
-    c = _client("push")
+    c = _client(f"push({name!r})")
     p = _param(c, name, "push")
     if getattr(grad, "is_sparse", False):
+        if not p.sparse or tuple(grad.shape) != p.shape or grad.sparse_dim() != 1:
+            raise ValueError(f"ps.push({p.name!r}): a sparse gradient of size {list(grad.shape)} with "
+                             f"{grad.sparse_dim()} sparse dims for {p.describe()}; it must be the table's size, by row")
         grad = grad.coalesce()
         rows, grad = grad.indices()[0], grad.values()
+    if rows is not None and p.sparse:
+        _rows_by_server(p, rows, "push")   # (checks them first)
     grad = grad.detach()
     if grad.dtype is not p.dtype:
         raise TypeError(f"ps.push({p.name!r}): a {grad.dtype.name} gradient for {p.describe()}")
@@ -200,7 +210,7 @@ def push(name, grad, rows=None) -> Work:
 def pull(name, rows=None, async_op=False):
     """The parameter's current value from the servers (or its ``rows``, a 1-D int64 tensor, of a
     row-sharded one); with ``async_op`` a Work whose ``wait()`` returns it."""
-    c = _client("pull")
+    c = _client(f"pull({name!r})")
     p = _param(c, name, "pull")
     if rows is not None and not p.sparse:
         raise ValueError(f"ps.pull({p.name!r}): rows are for row-sharded parameters; {p.describe()} is dense")

@@ -32,7 +32,29 @@ class SGD(ServerOptimizer):
         super().__init__(lr, momentum)
 
     def build(self, shard, sparse):
+        if sparse and self.a:
+            return _LazyMomentum(shard, self.lr, self.a)
         return minidl.optim.SGD([shard], lr=self.lr, momentum=self.a)
+
+
+class _LazyMomentum:
+    """SGD with momentum on the pushed rows of a row-sharded table only: their momentum and values
+    move, every other row's stay (torch's sparse SGD would decay every row its buffer ever held).
+    The update is minidl's fused SGD step, run on the gathered rows."""
+
+    def __init__(self, shard, lr, momentum):
+        self.shard, self.lr, self.momentum = shard, lr, momentum
+        self.buffer = minidl.zeros_like(shard)
+
+    def step(self):
+        grad = self.shard.grad.coalesce()
+        rows, g = tuple(grad.indices()), grad.values()
+        with minidl.no_grad():
+            p, buf = self.shard[rows], self.buffer[rows]
+            minidl._fused_sgd_step_(p, g, buf, first=False, lr=self.lr, weight_decay=0, momentum=self.momentum,
+                                    dampening=0, nesterov=False, maximize=False)
+            self.shard.index_put_(rows, p)
+            self.buffer.index_put_(rows, buf)
 
 
 class Adagrad(ServerOptimizer):

@@ -24,9 +24,11 @@ import numpy as np
 
 import minidl
 
+from ..algorithms.channel import DistTimeoutError
 from ..communicators.base import DistError
 from ..p2p import irecv, isend, recv
 from . import protocol as P
+from .optimizers import KINDS as OPTIMIZER_KINDS
 from .optimizers import from_words
 from .sharding import bounds
 
@@ -71,7 +73,14 @@ class Server:
         while len(self.finished) < self.workers:
             h = minidl.empty(P.HEADER, dtype=minidl.int64)
             work = irecv(h, group=self.group, tag=P.REQUEST)
-            work.wait()
+            try:
+                work.wait()
+            except DistError as e:   # (a header of another size arrived: consumed, and refused)
+                if isinstance(e, DistTimeoutError) or work.source() is None:
+                    raise   # (no message came: a rank is gone, or none sent anything)
+                self.stats["rejected"] += 1
+                log.warning("parameter server %d: rejected a malformed request header: %s", self.server, e)
+                continue
             worker, words = work.source(), h.tolist()
             self.consumed = 0
             try:
@@ -109,6 +118,8 @@ class Server:
         for _ in range(max(0, parts)):
             try:
                 recv(minidl.empty(0), worker, group=self.group, tag=P.PAYLOAD)
+            except DistTimeoutError:
+                raise
             except DistError:
                 pass   # (the size differed, as expected: the message is consumed all the same)
 
@@ -120,6 +131,8 @@ class Server:
 
     # -- requests -----------------------------------------------------------------------------
     def register(self, worker, words):
+        if not 0 <= words[P.DTYPE] < 2 or words[P.OPTIMIZER] not in OPTIMIZER_KINDS:
+            raise ValueError(f"register: dtype code {words[P.DTYPE]} or optimizer kind {words[P.OPTIMIZER]} unknown")
         dtype = P.DTYPES[words[P.DTYPE]]
         name = P.read_text(self.payload(worker, words[P.NAME_LEN], minidl.uint8))
         shape = tuple(self.payload(worker, words[P.NDIM], minidl.int64).tolist())
@@ -173,8 +186,8 @@ class Server:
         self.stats["pulls"] += 1
         if s.sparse and words[P.ROWS] >= 0:
             self.reply(worker, s.param.detach()[self._rows(s, worker, words)])
-        else:
-            self.reply(worker, s.param.detach())
+        else:   # (a copy: under MPI the send may still read it while later pushes change the shard)
+            self.reply(worker, s.param.detach().clone())
 
     def clock(self, worker, words):
         self.clocks[worker] += 1

@@ -12,7 +12,7 @@ import numpy as np
 
 import minidl
 
-from ..p2p import isend, recv
+from ..p2p import irecv, isend, recv
 from . import protocol as P
 from .sharding import bounds
 
@@ -53,6 +53,9 @@ class Work:
         return self.result() if self.result is not None else None
 
     def is_completed(self) -> bool:
+        """Without blocking: have all its replies come (receiving those that have)?"""
+        for server in {server for server, item in self.awaited if not item.done}:
+            self.client.poll(server)
         return all(item.done for _, item in self.awaited)
 
 
@@ -61,6 +64,7 @@ class Client:
         self.group, self.rank, self.workers, self.servers = group, rank, workers, servers
         self.consistency, self.params, self.clock_count, self.closed = consistency, {}, 0, False
         self.queues = [deque() for _ in range(servers)]
+        self.posted = [None] * servers   # per server: the receive of its next reply's header, once posted
         self.sends = []
 
     def server_rank(self, k):
@@ -79,24 +83,44 @@ class Client:
             self.queues[k].append(awaited)
         return awaited
 
+    def _header(self, k):
+        if self.posted[k] is None:
+            h = minidl.empty(4, dtype=minidl.int64)
+            self.posted[k] = (h, irecv(h, self.server_rank(k), group=self.group, tag=P.REPLY))
+        return self.posted[k]
+
+    def _take(self, k):
+        """Server k's next reply, whose header is in: its values (or error) to the request first in line."""
+        (h, _), self.posted[k] = self.posted[k], None
+        item = self.queues[k].popleft()
+        status, numel = h.tolist()[:2]
+        if status == P.ERROR:
+            body = minidl.empty(numel, dtype=minidl.uint8)
+        elif item.into is not None:
+            body = item.into if item.into.numel() == numel else minidl.empty(numel, dtype=item.dtype)
+        else:
+            body = minidl.empty(numel, dtype=item.dtype)
+        if numel:
+            recv(body, self.server_rank(k), group=self.group, tag=P.REPLY_DATA)
+        if status == P.ERROR:
+            item.error = f"ps.{item.what} (worker {self.rank}, server {k}): {P.read_text(body)}"
+        elif item.into is not None and body is not item.into:
+            item.error = (f"ps.{item.what} (worker {self.rank}, server {k}): the server sent {numel} values where "
+                          f"{item.into.numel()} were due")
+        elif item.on_reply is not None:
+            item.on_reply(body)
+        item.done = True
+
+    def poll(self, k):
+        """Take server k's replies that have arrived, without waiting."""
+        while self.queues[k] and self._header(k)[1].is_completed():
+            self._take(k)
+
     def drain(self, k, until):
         """Receive server k's replies in order until ``until`` has its own."""
         while not until.done:
-            item = self.queues[k].popleft()
-            h = minidl.empty(4, dtype=minidl.int64)
-            recv(h, self.server_rank(k), group=self.group, tag=P.REPLY)
-            status, numel = h.tolist()[:2]
-            if status != P.ERROR and item.into is not None and item.into.numel() == numel:
-                body = item.into
-            else:
-                body = minidl.empty(numel, dtype=minidl.uint8 if status == P.ERROR else item.dtype)
-            if numel:
-                recv(body, self.server_rank(k), group=self.group, tag=P.REPLY_DATA)
-            if status == P.ERROR:
-                item.error = f"ps.{item.what} (worker {self.rank}, server {k}): {P.read_text(body)}"
-            elif item.on_reply is not None:
-                item.on_reply(body)
-            item.done = True
+            self._header(k)[1].wait()
+            self._take(k)
 
     def drain_all(self):
         for k in range(self.servers):
