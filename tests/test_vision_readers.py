@@ -328,14 +328,16 @@ RATINGS = [(10, 100, 5, 881250949), (3, 5, 3, 891717742), (7, 100, 4, 878887116)
 
 
 def write_ratings(root, version, rows=RATINGS, extra=""):
-    name, sep = {"ml-100k": ("u.data", "\t"), "ml-1m": ("ratings.dat", "::")}[version]
+    name, sep = {"ml-100k": ("u.data", "\t"), "ml-1m": ("ratings.dat", "::"),
+                 "ml-latest-small": ("ratings.csv", ",")}[version]
     path = root / version / name
     path.parent.mkdir(parents=True)
-    path.write_text("".join(sep.join(str(v) for v in row) + "\n" for row in rows) + extra)
+    header = "userId,movieId,rating,timestamp\n" if version == "ml-latest-small" else ""
+    path.write_text(header + "".join(sep.join(str(v) for v in row) + "\n" for row in rows) + extra)
     return path
 
 
-@pytest.mark.parametrize("version", ["ml-100k", "ml-1m"])
+@pytest.mark.parametrize("version", ["ml-100k", "ml-1m", "ml-latest-small"])
 def test_movielens_remaps_ids(tmp_path, version):
     write_ratings(tmp_path, version, extra="\n")  # a trailing blank line is fine
     ds = MovieLens(tmp_path, version=version)
@@ -358,12 +360,35 @@ def test_movielens_remaps_ids(tmp_path, version):
 @pytest.mark.parametrize("version,bad", [("ml-100k", "1\t2\t3"), ("ml-100k", "a\t2\t3\t4"),
                                          ("ml-100k", "1\t2\tfive\t4"), ("ml-100k", "1::2::3::4"),
                                          ("ml-1m", "1::2::3::4::5"), ("ml-1m", "1\t2\t3\t4"),
-                                         ("ml-1m", "1::2::3::4.5")])
+                                         ("ml-1m", "1::2::3::4.5"), ("ml-latest-small", "1,2,3.5"),
+                                         ("ml-latest-small", "userId,movieId,rating,timestamp")])
 def test_movielens_malformed_line_names_file_and_line(tmp_path, version, bad):
     path = write_ratings(tmp_path, version, RATINGS[:2], extra=bad + "\n")
-    with pytest.raises(ValueError, match="line 3: expected user") as info:
+    line = 4 if version == "ml-latest-small" else 3   # (after the csv's header)
+    with pytest.raises(ValueError, match=f"line {line}: expected user") as info:
         MovieLens(tmp_path, version)
     assert str(path) in str(info.value) and repr(bad) in str(info.value)
+
+
+@pytest.mark.parametrize("version", ["ml-100k", "ml-1m", "ml-latest-small"])
+def test_written_movielens_reads_back_with_latent_structure(tmp_path, version):
+    """The generator's file reads back in its version's format, and its ratings follow the users'
+    and items' latent factors: a rank-4 fit of the rating matrix explains far more of it than of
+    the same ratings shuffled."""
+    path = minidl.vision.datasets.write_movielens(tmp_path, version, users=60, items=50, per_user=40, seed=1)
+    ds = MovieLens(tmp_path, version)
+    assert path.name == MovieLens.versions[version][0] and len(ds) == 60 * 40
+    assert ds.num_users == 60 and ds.num_items <= 50 and set(ds.ratings.tolist()) == {1.0, 2.0, 3.0, 4.0, 5.0}
+    def explained_by_rank_4(ratings):
+        grid = np.full((60, ds.num_items), np.nan)
+        grid[ds.users, ds.items] = ratings
+        filled = np.where(np.isnan(grid), np.nanmean(grid), grid) - np.nanmean(grid)
+        s = np.linalg.svd(filled, compute_uv=False)
+        return (s[:4] ** 2).sum() / (s ** 2).sum()
+    shuffled = np.random.RandomState(0).permutation(ds.ratings)   # (the same ratings, no structure)
+    assert explained_by_rank_4(ds.ratings) > 2 * explained_by_rank_4(shuffled)
+    with pytest.raises(ValueError, match="per_user=60 must be in 1..items"):
+        minidl.vision.datasets.write_movielens(tmp_path, version, items=50, per_user=60)
 
 
 def test_movielens_missing_empty_and_unknown_version(tmp_path):

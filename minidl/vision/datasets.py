@@ -16,11 +16,11 @@ import minidl
 
 from ..utils.data import Dataset
 from .image_readers import CIFAR10, MNIST, FashionMNIST, VisionDataset, read_idx
-from .text_readers import MovieLens, TextDataset
+from .text_readers import MovieLens, TextDataset, write_movielens
 
 
 __all__ = ["Digits", "load_digits", "digits_split", "VisionDataset", "MNIST", "FashionMNIST", "CIFAR10",
-           "read_idx", "MovieLens", "TextDataset"]
+           "read_idx", "MovieLens", "TextDataset", "write_movielens"]
 
 DATA_FILE = Path(__file__).with_name("data") / "digits.csv.gz"
 N_SAMPLES = 1797

@@ -16,7 +16,7 @@ from ..utils.data import Dataset
 from .image_readers import _missing
 
 
-__all__ = ["MovieLens", "TextDataset"]
+__all__ = ["MovieLens", "TextDataset", "write_movielens"]
 
 
 def _read_text(path: Path, encoding: str) -> str:
@@ -37,13 +37,15 @@ class MovieLens(Dataset):
 
     ``root`` holds the extracted archive: ``root/ml-100k/u.data`` (``user<TAB>item<TAB>rating<TAB>timestamp``)
     for ``version="ml-100k"``, ``root/ml-1m/ratings.dat`` (``user::item::rating::timestamp``) for
-    ``"ml-1m"``. The new ids follow the order of the original ones: ``user_ids[u]`` is new user ``u``'s
+    ``"ml-1m"``, ``root/ml-latest-small/ratings.csv`` (a ``userId,movieId,rating,timestamp`` header,
+    then comma-separated rows) for ``"ml-latest-small"``. ``write_movielens`` makes such a file. The new ids follow the order of the original ones: ``user_ids[u]`` is new user ``u``'s
     original id and ``user_index[original] == u`` (likewise ``item_ids``, ``item_index``). ``users``,
     ``items`` (int64), ``ratings`` (float32) and ``timestamps`` (int64) hold the file's rows in order; a
     sample's rating is a float32 scalar, so that a DataLoader batches it into a float32 tensor.
     """
 
-    versions = {"ml-100k": ("u.data", "\t"), "ml-1m": ("ratings.dat", "::")}
+    versions = {"ml-100k": ("u.data", "\t"), "ml-1m": ("ratings.dat", "::"), "ml-latest-small": ("ratings.csv", ",")}
+    HEADER = "userId,movieId,rating,timestamp"   # (ml-latest-small's first line)
 
     def __init__(self, root, version: str = "ml-100k", transform=None):
         if version not in self.versions:
@@ -66,7 +68,7 @@ class MovieLens(Dataset):
         """(n, 4) float64 rows: user, item, rating, timestamp (ids and timestamps checked to be integers)."""
         rows = []
         for number, line in enumerate(_read_text(path, "latin-1").splitlines(), 1):
-            if not line.strip():
+            if not line.strip() or (number == 1 and line.strip() == MovieLens.HEADER):
                 continue
             fields = line.split(sep)
             try:
@@ -100,6 +102,36 @@ class MovieLens(Dataset):
     def __repr__(self) -> str:
         return (f"Dataset MovieLens ({self.version})\n    Number of datapoints: {len(self)}\n"
                 f"    Users: {self.num_users}, items: {self.num_items}\n    Root location: {self.root}")
+
+
+def write_movielens(root, version: str = "ml-100k", users: int = 200, items: int = 300, per_user: int = 30,
+                    factors: int = 4, seed: int = 0):
+    """Write ``root/<version>/<ratings file>`` in that version's format: ``per_user`` ratings of
+    distinct items per user, from latent factors (a user likes the items whose factors align
+    with hers), so that a recommender has structure to learn: rating = 1..5 by the quantile of
+    u . v + noise; timestamps increase per user. For tests, and for users without the real data.
+    Returns the file's path."""
+    if version not in MovieLens.versions:
+        raise ValueError(f"version must be one of {sorted(MovieLens.versions)}, got {version!r}")
+    if not 0 < per_user <= items:
+        raise ValueError(f"write_movielens: per_user={per_user} must be in 1..items ({items})")
+    rs = np.random.RandomState(seed)
+    u, v = rs.randn(users, factors), rs.randn(items, factors)
+    rows = []
+    for user in range(users):
+        chosen = rs.choice(items, per_user, replace=False)
+        rows += [(user, item, score, t) for t, (item, score) in
+                 enumerate(zip(chosen, u[user] @ v[chosen].T + 0.5 * rs.randn(per_user)))]
+    scores = np.array([r[2] for r in rows])
+    stars = 1 + np.searchsorted(np.quantile(scores, [0.1, 0.25, 0.5, 0.75]), scores)   # 1..5
+    name, sep = MovieLens.versions[version]
+    path = Path(root) / version / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lines = [MovieLens.HEADER] if version == "ml-latest-small" else []
+    lines += [sep.join(map(str, (user + 1, item + 1, star, 874965758 + 60 * t)))
+              for (user, item, _, t), star in zip(rows, stars)]
+    path.write_text("\n".join(lines) + "\n", encoding="latin-1")
+    return path
 
 
 class TextDataset(Dataset):
