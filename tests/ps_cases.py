@@ -138,6 +138,50 @@ def case_sparse_rows_and_embeddings(rank, size, servers):
     return failures
 
 
+def case_downpour_module(rank, size, push_every):
+    """ps.DistributedModel under BSP with plain SGD: a sparse embedding + linear model equals
+    synchronous SGD on every worker's gradients summed, with pushes every ``push_every`` steps
+    (gradients accumulated in between)."""
+    if ps.init(num_servers=1, consistency="bsp") == "server":
+        return []
+    workers = ps.num_workers()
+
+    def net():
+        rs = np.random.RandomState(5)
+        m = minidl.nn.Sequential(minidl.nn.Embedding(12, 3, sparse=True), minidl.nn.Flatten(),
+                                 minidl.nn.Linear(6, 1)).double()
+        with minidl.no_grad():
+            for p in m.parameters():
+                p.copy_(minidl.from_numpy(rs.randn(*p.shape)))
+        return m
+
+    def batch(worker, step):
+        rs = np.random.RandomState(1000 + 10 * step + worker)
+        return minidl.tensor(rs.randint(0, 12, size=(4, 2))), minidl.from_numpy(rs.randn(4, 1))
+    model = ps.DistributedModel(net(), optimizer=ps.SGD(lr=LR), push_every=push_every)
+    steps = 2 * push_every
+    for step in range(steps):
+        x, y = batch(rank, step)
+        ((model(x) - y) ** 2).mean().backward()
+        model.step()
+    final = [ps.pull(name) for name in ("0.weight", "2.weight", "2.bias")]
+    ps.shutdown()
+    ref = net()
+    for start in range(0, steps, push_every):   # one synchronous step per push: every worker's batches
+        for step in range(start, start + push_every):
+            for worker in range(workers):
+                x, y = batch(worker, step)
+                ((ref(x) - y) ** 2).mean().backward()
+        with minidl.no_grad():
+            for p in ref.parameters():
+                p -= LR * (p.grad.to_dense() if p.grad.is_sparse else p.grad)
+                p.grad = None
+    want = [ref[0].weight, ref[2].weight, ref[2].bias]
+    if not all(np.allclose(a.numpy(), b.detach().numpy(), rtol=1e-10, atol=1e-12) for a, b in zip(final, want)):
+        return [f"DistributedModel (push_every={push_every}): differs from synchronous SGD"]
+    return []
+
+
 def run_all(rank, size):
     failures = []
     for servers in sorted({1, size - 2} - {0}):
@@ -145,4 +189,6 @@ def run_all(rank, size):
         failures += case_sparse_rows_and_embeddings(rank, size, servers)
     for consistency in ("ssp", "asp"):
         failures += case_ssp_and_asp_with_a_slow_worker(rank, size, 1, consistency)
+    for push_every in (1, 2):
+        failures += case_downpour_module(rank, size, push_every)
     return failures

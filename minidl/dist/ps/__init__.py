@@ -38,7 +38,7 @@ from .server import Server
 from .worker import Client, Param, Work, _Awaited
 
 __all__ = ["init", "shutdown", "worker_rank", "num_workers", "num_servers", "worker_group", "register",
-           "register_embedding", "push", "pull", "clock", "stats", "SGD", "Adagrad", "Adam", "Work"]
+           "register_embedding", "push", "pull", "clock", "stats", "SGD", "Adagrad", "Adam", "Work", "DistributedModel"]
 
 CONSISTENCIES = ("bsp", "ssp", "asp")
 _local = threading.local()   # this rank's client (sim ranks are threads of one process)
@@ -275,3 +275,6 @@ def shutdown() -> None:
         c.request(k, P.header(P.SHUTDOWN))
     c.drain_all()
     c.closed = True
+
+
+from .model import DistributedModel  # noqa: E402  (it uses the functions above)
