@@ -138,10 +138,11 @@ def case_sparse_rows_and_embeddings(rank, size, servers):
     return failures
 
 
-def case_downpour_module(rank, size, push_every):
+def case_downpour_module(rank, size, push_every, hybrid=False):
     """ps.DistributedModel under BSP with plain SGD: a sparse embedding + linear model equals
     synchronous SGD on every worker's gradients summed, with pushes every ``push_every`` steps
-    (gradients accumulated in between)."""
+    (gradients accumulated in between). Hybrid: the linear layer replicated instead, its
+    gradients averaged over the workers (the embedding's still summed by the server)."""
     if ps.init(num_servers=1, consistency="bsp") == "server":
         return []
     workers = ps.num_workers()
@@ -158,13 +159,19 @@ def case_downpour_module(rank, size, push_every):
     def batch(worker, step):
         rs = np.random.RandomState(1000 + 10 * step + worker)
         return minidl.tensor(rs.randint(0, 12, size=(4, 2))), minidl.from_numpy(rs.randn(4, 1))
-    model = ps.DistributedModel(net(), optimizer=ps.SGD(lr=LR), push_every=push_every)
+    local = net()
+    if hybrid and rank != 0:   # (replicas that start apart: the model must take worker 0's values)
+        with minidl.no_grad():
+            local[2].weight.add_(1.0)
+    model = ps.DistributedModel(local, optimizer=ps.SGD(lr=LR), push_every=push_every, hybrid=hybrid,
+                                dense_optimizer=(lambda params: minidl.optim.SGD(params, lr=LR)) if hybrid else None)
     steps = 2 * push_every
     for step in range(steps):
         x, y = batch(rank, step)
         ((model(x) - y) ** 2).mean().backward()
         model.step()
-    final = [ps.pull(name) for name in ("0.weight", "2.weight", "2.bias")]
+    final = [ps.pull("0.weight")] + ([local[2].weight.detach(), local[2].bias.detach()] if hybrid else
+                                     [ps.pull(name) for name in ("2.weight", "2.bias")])
     ps.shutdown()
     ref = net()
     for start in range(0, steps, push_every):   # one synchronous step per push: every worker's batches
@@ -174,11 +181,12 @@ def case_downpour_module(rank, size, push_every):
                 ((ref(x) - y) ** 2).mean().backward()
         with minidl.no_grad():
             for p in ref.parameters():
-                p -= LR * (p.grad.to_dense() if p.grad.is_sparse else p.grad)
+                scale = 1 / workers if hybrid and p is not ref[0].weight else 1   # (replicated: averaged)
+                p -= LR * scale * (p.grad.to_dense() if p.grad.is_sparse else p.grad)
                 p.grad = None
     want = [ref[0].weight, ref[2].weight, ref[2].bias]
     if not all(np.allclose(a.numpy(), b.detach().numpy(), rtol=1e-10, atol=1e-12) for a, b in zip(final, want)):
-        return [f"DistributedModel (push_every={push_every}): differs from synchronous SGD"]
+        return [f"DistributedModel (push_every={push_every}, hybrid={hybrid}): differs from synchronous SGD"]
     return []
 
 
@@ -191,4 +199,5 @@ def run_all(rank, size):
         failures += case_ssp_and_asp_with_a_slow_worker(rank, size, 1, consistency)
     for push_every in (1, 2):
         failures += case_downpour_module(rank, size, push_every)
+    failures += case_downpour_module(rank, size, 2, hybrid=True)
     return failures

@@ -6,7 +6,10 @@
         model.step()          # pushes (every push_every steps), then ps.clock()
 
 Every worker registers the module's parameters under their names (the same module, the same
-values, on every worker). A forward pulls the dense parameters every ``pull_every`` steps; a
+values, on every worker). With ``hybrid=True`` (Hetu's hybrid mode) only the sparse embeddings go
+through the servers: every other parameter stays replicated on the workers, starts as worker 0's,
+and each push step averages its gradients over ``ps.worker_group()`` with minidl.dist's
+all-reduce (as DDP does) and applies them with ``dense_optimizer(params)``, a minidl.optim one. A forward pulls the dense parameters every ``pull_every`` steps; a
 sparse embedding (``nn.Embedding(sparse=True)``) pulls only the rows its input looks up, just
 before its lookup. ``step()`` pushes the gradients accumulated since the last push every
 ``push_every`` steps (a sparse embedding's rows only), clears them, and ends the worker's
@@ -17,29 +20,44 @@ from __future__ import annotations
 import minidl
 from minidl.nn import Embedding
 
-from . import clock, pull, push, register
+from .. import collectives
+from . import clock, num_workers, pull, push, register, worker_group
 
 
 class DistributedModel:
-    def __init__(self, module, optimizer, pull_every: int = 1, push_every: int = 1, prefix: str = ""):
+    def __init__(self, module, optimizer, pull_every: int = 1, push_every: int = 1, prefix: str = "",
+                 hybrid: bool = False, dense_optimizer=None):
         if pull_every < 1 or push_every < 1:
             raise ValueError(f"ps.DistributedModel: pull_every={pull_every} and push_every={push_every} must be >= 1")
+        if hybrid and dense_optimizer is None:
+            raise ValueError("ps.DistributedModel(hybrid=True): give dense_optimizer, e.g. "
+                             "lambda params: minidl.optim.Adam(params, lr=1e-3), for the replicated dense layers")
         self.module, self.pull_every, self.push_every, self.steps = module, pull_every, push_every, 0
         self.names = {id(p): prefix + name for name, p in module.named_parameters()}
         tables = [m for m in module.modules() if isinstance(m, Embedding) and m.sparse]
         self.sparse = {id(m.weight) for m in tables}
+        self.replicated = [p for p in module.parameters() if hybrid and id(p) not in self.sparse]
+        mine = {id(p) for p in self.replicated}
         for name, p in module.named_parameters():
-            register(prefix + name, p.detach(), optimizer=optimizer, sparse=id(p) in self.sparse)
+            if id(p) not in mine:
+                register(prefix + name, p.detach(), optimizer=optimizer, sparse=id(p) in self.sparse)
         for table in tables:
             table.register_forward_pre_hook(self._pull_rows)
+        self.dense_optimizer = dense_optimizer(self.replicated) if self.replicated else None
+        with minidl.no_grad():
+            for p in self.replicated:   # (the replicas start equal: worker 0's values)
+                collectives.broadcast(p.detach(), src=0, group=worker_group())
 
     def __call__(self, *args, **kwargs):
         if self._pulling():
             with minidl.no_grad():
                 for p in self.module.parameters():
-                    if id(p) not in self.sparse:
+                    if id(p) not in self.sparse and not self._replicated(p):
                         p.copy_(pull(self.names[id(p)]))
         return self.module(*args, **kwargs)
+
+    def _replicated(self, p) -> bool:
+        return any(p is q for q in self.replicated)
 
     def _pulling(self) -> bool:
         return self.steps % self.pull_every == 0
@@ -55,12 +73,25 @@ class DistributedModel:
         """After backward: push what accumulated (every ``push_every`` steps), then ``ps.clock()``."""
         self.steps += 1
         if self.steps % self.push_every == 0:
-            works = [push(self.names[id(p)], p.grad) for p in self.module.parameters() if p.grad is not None]
+            works = [push(self.names[id(p)], p.grad) for p in self.module.parameters()
+                     if p.grad is not None and not self._replicated(p)]
+            if self.dense_optimizer is not None:
+                self._average_replicated()
+                self.dense_optimizer.step()
             for work in works:
                 work.wait()   # (the gradients' memory is read until then)
             for p in self.module.parameters():
                 p.grad = None
         clock()
+
+    def _average_replicated(self):
+        """The replicated layers' gradients averaged over the workers (an all-reduce, as DDP's)."""
+        with minidl.no_grad():
+            for p in self.replicated:
+                if p.grad is None:
+                    p.grad = minidl.zeros_like(p)
+                collectives.all_reduce(p.grad, group=worker_group())
+                p.grad.div_(num_workers())
 
     def parameters(self):
         return self.module.parameters()
