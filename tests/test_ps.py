@@ -99,3 +99,21 @@ def test_roles_and_init_errors():
         dist.sim.run(2, lambda r: ps.init(consistency="eventual"))
     with pytest.raises(ValueError, match="num_servers=2 on 2 ranks"):
         dist.sim.run(2, lambda r: ps.init(num_servers=2))
+
+
+def test_workers_that_start_from_different_values_are_refused():
+    """A model whose parameters differ between workers: the registration that reaches the server
+    second is refused (whichever worker that is)."""
+    def run(rank):
+        if ps.init(num_servers=1) == "server":
+            return None
+        try:
+            ps.register("w", minidl.full((3,), float(rank)), optimizer=ps.SGD(lr=0.1))
+            outcome = "registered"
+        except RuntimeError as e:
+            outcome = str(e)
+        ps.shutdown()
+        return outcome
+    outcomes = dist.sim.run(3, run)[:2]
+    assert sorted(o == "registered" for o in outcomes) == [False, True], outcomes
+    assert any("this worker's value differs from the one registered first" in o for o in outcomes)

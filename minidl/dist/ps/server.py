@@ -144,9 +144,13 @@ class Server:
             if (s.name, s.shape, s.dtype, s.sparse) != (name, shape, dtype, bool(words[P.SPARSE])):
                 raise ValueError(f"register {name!r} {list(shape)} {dtype.name}: key {key} is already "
                                  f"{s.name!r} {list(s.shape)} {s.dtype.name}")
+            if s.checksum != _checksum(value):
+                raise ValueError(f"register {name!r}: this worker's value differs from the one registered first "
+                                 f"(every worker must start from the same parameters)")
         elif key == len(self.shards):
             self.shards.append(Shard(name, shape, dtype, bool(words[P.SPARSE]), from_words(words[P.OPTIMIZER], hyper),
                                      self.server, self.servers, value, hyper[3], words[P.SEED]))
+            self.shards[-1].checksum = _checksum(value)
         else:
             raise ValueError(f"register {name!r}: key {key} out of order (next is {len(self.shards)})")
         self.reply(worker)
@@ -226,3 +230,12 @@ class Server:
             else:
                 still.append(worker)
         self.waiting = still
+
+
+def _checksum(value):
+    """Two sums that two registrations of the same values agree on exactly (None for a table the
+    server makes itself)."""
+    if value is None:
+        return None
+    v = value.double()
+    return float(v.sum()), float((v * minidl.arange(1, v.numel() + 1, dtype=minidl.float64)).sum())
