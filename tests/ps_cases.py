@@ -190,6 +190,29 @@ def case_downpour_module(rank, size, push_every, hybrid=False):
     return []
 
 
+def case_downpour_learns_under(rank, size, consistency):
+    """ps.DistributedModel under SSP(1) or ASP: every worker fits the same least-squares problem
+    through a shared linear layer; the loss falls well below its start."""
+    if ps.init(num_servers=1, consistency=consistency, staleness=1) == "server":
+        return []
+    layer = minidl.nn.Linear(4, 3, bias=False).double()
+    with minidl.no_grad():   # (every worker the same start: the servers refuse different ones)
+        layer.weight.copy_(minidl.from_numpy(np.random.RandomState(3).randn(3, 4)))
+    model = ps.DistributedModel(layer, optimizer=ps.SGD(lr=LR))
+    losses = []
+    for step in range(30):
+        x = data(rank, step % 3)[0]
+        y = x @ minidl.from_numpy(np.random.RandomState(9).randn(4, 3))   # (a target the layer can reach)
+        loss = ((model(x) - y) ** 2).mean()
+        loss.backward()
+        model.step()
+        losses.append(loss.item())
+    ps.shutdown()
+    if not losses[-1] < 0.1 * losses[0]:
+        return [f"DistributedModel under {consistency}: loss {losses[0]:.3g} -> {losses[-1]:.3g}"]
+    return []
+
+
 def run_all(rank, size):
     failures = []
     for servers in sorted({1, size - 2} - {0}):
@@ -200,4 +223,6 @@ def run_all(rank, size):
     for push_every in (1, 2):
         failures += case_downpour_module(rank, size, push_every)
     failures += case_downpour_module(rank, size, 2, hybrid=True)
+    for consistency in ("ssp", "asp"):
+        failures += case_downpour_learns_under(rank, size, consistency)
     return failures
