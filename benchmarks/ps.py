@@ -53,25 +53,17 @@ def mpi_floor(comm, rank, quick):
     for n in SIZES:
         data = np.ones(n, np.float32)
         reps = reps_for(n, quick)
-        for kind in ("push", "pull"):
+        for kind, there, back in (("push", data, ack), ("pull", ack, data)):   # (what goes to rank 1, what returns)
             comm.Barrier()
             if rank == 0:
                 def once():
-                    if kind == "push":
-                        comm.Send(data, dest=1)
-                        comm.Recv(ack, source=1)
-                    else:
-                        comm.Send(ack, dest=1)
-                        comm.Recv(data, source=1)
+                    comm.Send(there, dest=1)
+                    comm.Recv(back, source=1)
                 out[kind, n] = median_time(once, reps)
             elif rank == 1:
                 for _ in range(reps + 1):
-                    if kind == "push":
-                        comm.Recv(data, source=0)
-                        comm.Send(ack, dest=0)
-                    else:
-                        comm.Recv(ack, source=0)
-                        comm.Send(data, dest=0)
+                    comm.Recv(there, source=0)
+                    comm.Send(back, dest=0)
     return out
 
 

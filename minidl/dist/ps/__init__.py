@@ -178,14 +178,13 @@ def push(name, grad, rows=None) -> Work:
                              f"{grad.sparse_dim()} sparse dims for {p.describe()}; it must be the table's size, by row")
         grad = grad.coalesce()
         rows, grad = grad.indices()[0], grad.values()
-    if rows is not None and p.sparse:
-        _rows_by_server(p, rows, "push")   # (checks them first)
+    groups = _rows_by_server(p, minidl.arange(p.shape[0]) if rows is None else rows, "push") if p.sparse else None
     grad = grad.detach()
     if grad.dtype is not p.dtype:
         raise TypeError(f"ps.push({p.name!r}): a {grad.dtype.name} gradient for {p.describe()}")
     if rows is not None and not p.sparse:
         raise ValueError(f"ps.push({p.name!r}): rows are for row-sharded parameters; {p.describe()} is dense")
-    want = p.shape if rows is None else (getattr(rows, "numel", lambda: -1)(),) + p.shape[1:]
+    want = p.shape if rows is None else (rows.numel(),) + p.shape[1:]
     if tuple(grad.shape) != tuple(want):
         raise ValueError(f"ps.push({p.name!r}): a gradient of shape {list(grad.shape)} for {p.describe()}"
                          f"{'' if rows is None else f' at {rows.numel()} rows'}; expected {list(want)}")
@@ -197,9 +196,7 @@ def push(name, grad, rows=None) -> Work:
             awaited.append((k, c.request(k, P.header(P.PUSH, p.key, c.clock_count, numel=part.numel(), dtype=p.dtype),
                                          [part], _Awaited("push", p.dtype))))
         return Work(c, awaited)
-    if rows is None:
-        rows = minidl.arange(p.shape[0])
-    for k, (where, local) in enumerate(_rows_by_server(p, rows, "push")):
+    for k, (where, local) in enumerate(groups):
         if local.numel():
             part = grad[where]
             header = P.header(P.PUSH, p.key, c.clock_count, rows=local.numel(), numel=part.numel(), dtype=p.dtype)
@@ -215,8 +212,8 @@ def pull(name, rows=None, async_op=False):
     if rows is not None and not p.sparse:
         raise ValueError(f"ps.pull({p.name!r}): rows are for row-sharded parameters; {p.describe()} is dense")
     if rows is None:   # (each server's part received straight into its place)
-        out = minidl.empty(p.bounds[-1] * (int(np.prod(p.shape[1:])) if p.sparse else 1), dtype=p.dtype)
         width = int(np.prod(p.shape[1:])) if p.sparse else 1
+        out = minidl.empty(p.bounds[-1] * width, dtype=p.dtype)
         awaited = [(k, c.request(k, P.header(P.PULL, p.key, c.clock_count, dtype=p.dtype), (),
                                  _Awaited("pull", p.dtype, into=out[p.bounds[k] * width:p.bounds[k + 1] * width])))
                    for k in range(c.servers)]

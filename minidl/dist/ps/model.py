@@ -37,9 +37,9 @@ class DistributedModel:
         tables = [m for m in module.modules() if isinstance(m, Embedding) and m.sparse]
         self.sparse = {id(m.weight) for m in tables}
         self.replicated = [p for p in module.parameters() if hybrid and id(p) not in self.sparse]
-        mine = {id(p) for p in self.replicated}
+        self.local = {id(p) for p in self.replicated}   # (not on the servers)
         for name, p in module.named_parameters():
-            if id(p) not in mine:
+            if id(p) not in self.local:
                 register(prefix + name, p.detach(), optimizer=optimizer, sparse=id(p) in self.sparse)
         for table in tables:
             table.register_forward_pre_hook(self._pull_rows)
@@ -52,12 +52,9 @@ class DistributedModel:
         if self._pulling():
             with minidl.no_grad():
                 for p in self.module.parameters():
-                    if id(p) not in self.sparse and not self._replicated(p):
+                    if id(p) not in self.sparse and id(p) not in self.local:
                         p.copy_(pull(self.names[id(p)]))
         return self.module(*args, **kwargs)
-
-    def _replicated(self, p) -> bool:
-        return any(p is q for q in self.replicated)
 
     def _pulling(self) -> bool:
         return self.steps % self.pull_every == 0
@@ -74,7 +71,7 @@ class DistributedModel:
         self.steps += 1
         if self.steps % self.push_every == 0:
             works = [push(self.names[id(p)], p.grad) for p in self.module.parameters()
-                     if p.grad is not None and not self._replicated(p)]
+                     if p.grad is not None and id(p) not in self.local]
             if self.dense_optimizer is not None:
                 self._average_replicated()
                 self.dense_optimizer.step()
