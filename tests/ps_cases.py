@@ -138,11 +138,12 @@ def case_sparse_rows_and_embeddings(rank, size, servers):
     return failures
 
 
-def case_downpour_module(rank, size, push_every, hybrid=False):
-    """ps.DistributedModel under BSP with plain SGD: a sparse embedding + linear model equals
-    synchronous SGD on every worker's gradients summed, with pushes every ``push_every`` steps
-    (gradients accumulated in between). Hybrid: the linear layer replicated instead, its
-    gradients averaged over the workers (the embedding's still summed by the server)."""
+def case_downpour_module(rank, size, push_every, hybrid=False, adam=False):
+    """ps.DistributedModel under BSP: a sparse embedding + linear model equals synchronous training
+    on every worker's gradients averaged, with pushes every ``push_every`` steps (gradients
+    accumulated in between); with SGD on the servers, or with Adam (the servers sum an
+    iteration's pushes and take one step). Hybrid: the linear layer replicated instead (its
+    gradients averaged by all-reduce and stepped by a local optimizer of the same kind)."""
     if ps.init(num_servers=1, consistency="bsp") == "server":
         return []
     workers = ps.num_workers()
@@ -159,12 +160,15 @@ def case_downpour_module(rank, size, push_every, hybrid=False):
     def batch(worker, step):
         rs = np.random.RandomState(1000 + 10 * step + worker)
         return minidl.tensor(rs.randint(0, 12, size=(4, 2))), minidl.from_numpy(rs.randn(4, 1))
+
+    def local_optimizer(params):
+        return minidl.optim.Adam(params, lr=LR) if adam else minidl.optim.SGD(params, lr=LR)
     local = net()
     if hybrid and rank != 0:   # (replicas that start apart: the model must take worker 0's values)
         with minidl.no_grad():
             local[2].weight.add_(1.0)
-    model = ps.DistributedModel(local, optimizer=ps.SGD(lr=LR), push_every=push_every, hybrid=hybrid,
-                                dense_optimizer=(lambda params: minidl.optim.SGD(params, lr=LR)) if hybrid else None)
+    model = ps.DistributedModel(local, optimizer=ps.Adam(lr=LR) if adam else ps.SGD(lr=LR), push_every=push_every,
+                                hybrid=hybrid, dense_optimizer=local_optimizer if hybrid else None)
     steps = 2 * push_every
     for step in range(steps):
         x, y = batch(rank, step)
@@ -174,19 +178,20 @@ def case_downpour_module(rank, size, push_every, hybrid=False):
                                      [ps.pull(name) for name in ("2.weight", "2.bias")])
     ps.shutdown()
     ref = net()
+    optimizers = [minidl.optim.SparseAdam([ref[0].weight], lr=LR) if adam else minidl.optim.SGD([ref[0].weight], lr=LR),
+                  local_optimizer(ref[2].parameters())]
     for start in range(0, steps, push_every):   # one synchronous step per push: every worker's batches
         for step in range(start, start + push_every):
             for worker in range(workers):
                 x, y = batch(worker, step)
-                ((ref(x) - y) ** 2).mean().backward()
-        with minidl.no_grad():
-            for p in ref.parameters():
-                scale = 1 / workers if hybrid and p is not ref[0].weight else 1   # (replicated: averaged)
-                p -= LR * scale * (p.grad.to_dense() if p.grad.is_sparse else p.grad)
-                p.grad = None
+                (((ref(x) - y) ** 2).mean() / workers).backward()
+        for opt in optimizers:
+            opt.step()
+            opt.zero_grad()
     want = [ref[0].weight, ref[2].weight, ref[2].bias]
     if not all(np.allclose(a.numpy(), b.detach().numpy(), rtol=1e-10, atol=1e-12) for a, b in zip(final, want)):
-        return [f"DistributedModel (push_every={push_every}, hybrid={hybrid}): differs from synchronous SGD"]
+        return [f"DistributedModel (push_every={push_every}, hybrid={hybrid}, adam={adam}): differs from "
+                f"synchronous training"]
     return []
 
 
@@ -223,6 +228,8 @@ def run_all(rank, size):
     for push_every in (1, 2):
         failures += case_downpour_module(rank, size, push_every)
     failures += case_downpour_module(rank, size, 2, hybrid=True)
+    failures += case_downpour_module(rank, size, 1, adam=True)
+    failures += case_downpour_module(rank, size, 1, hybrid=True, adam=True)
     for consistency in ("ssp", "asp"):
         failures += case_downpour_learns_under(rank, size, consistency)
     return failures

@@ -207,9 +207,10 @@ for servers in (1, 2):
 print(f"""
 BSP: a pull during iteration c sees exactly the pushes of iterations before c, so each iteration
 applies all {WORKERS} workers' gradients of the same w: w -= lr * (g_0 + g_1 + g_2), data-parallel SGD
-with the gradients summed (tutorial 6 averages them; scale lr to match). The server applies the
-pushes one by one in arrival order, so the sum's rounding can differ in the last bits: 1e-10, not
-equality. (With ps.Adagrad or ps.Adam each push is its own optimizer step, so there the order matters.)
+with the gradients summed (tutorial 6 averages them; scale lr to match, or let
+ps.DistributedModel average them). The server adds the pushes up in arrival order, so the sum's
+rounding can differ in the last bits: 1e-10, not equality. It applies the sum as one step of the
+parameter's optimizer, so with ps.Adagrad or ps.Adam too BSP is synchronous training.
 Sequential SGD (section 1) is another algorithm: it ends {np.abs(sequential - synchronous).max():.2f} away.""")
 
 # =============================================================================================

@@ -16,8 +16,8 @@ its elements, or of its rows for a row-addressed table, ``sparse=True`` or
 ``register_embedding``), and applies each push as it arrives with the parameter's server-side
 optimizer (``ps.SGD``, ``ps.Adagrad``, ``ps.Adam``: minidl.optim's, lazily on pushed rows).
 Consistency: BSP (a pull after clock c sees every worker's pushes from before its clock c, and
-no later ones: with plain SGD, synchronous SGD on the summed gradients; an optimizer with state
-takes one step per push), SSP (``clock()`` waits while this worker is more than ``staleness``
+no later ones: each iteration's pushes to a parameter are summed and applied as one step of its
+optimizer, synchronous SGD on the summed gradients), SSP (``clock()`` waits while this worker is more than ``staleness``
 clocks ahead of the slowest) or ASP (nothing waits). Parameters are keyed by registration order
 and their first registration sets their value: register the same parameters, with the same
 values, in the same order on every worker. ``ps.stats()`` gives the servers' counts and the staleness histogram of the

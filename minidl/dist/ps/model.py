@@ -14,6 +14,13 @@ sparse embedding (``nn.Embedding(sparse=True)``) pulls only the rows its input l
 before its lookup. ``step()`` pushes the gradients accumulated since the last push every
 ``push_every`` steps (a sparse embedding's rows only), clears them, and ends the worker's
 iteration with ``ps.clock()``: the consistency model set in ``ps.init`` decides who waits.
+
+Every gradient leaves the worker divided by the number of workers, as DDP averages: the servers'
+sum of one iteration's pushes is the workers' mean gradient. So one learning rate serves any
+number of workers, and under BSP (the servers sum an iteration's pushes and take one optimizer
+step) W workers on batches of b train exactly as one process on batches of W * b (each batch the
+union of the workers' ones), with any server-side optimizer. Under SSP and ASP each push is a step
+of its own, 1/W of its worker's: the workers' steps add up to one process's per round.
 """
 from __future__ import annotations
 
@@ -70,7 +77,7 @@ class DistributedModel:
         """After backward: push what accumulated (every ``push_every`` steps), then ``ps.clock()``."""
         self.steps += 1
         if self.steps % self.push_every == 0:
-            works = [push(self.names[id(p)], p.grad) for p in self.module.parameters()
+            works = [push(self.names[id(p)], p.grad / num_workers()) for p in self.module.parameters()
                      if p.grad is not None and id(p) not in self.local]
             if self.dense_optimizer is not None:
                 self._average_replicated()

@@ -2,8 +2,9 @@
 
 The loop takes requests in arrival order from any worker and applies each push with the
 parameter's server-side optimizer: at once under SSP and ASP; under BSP at the end of the
-iteration, once every worker has clocked past it, so that a pull during iteration c sees exactly
-the pushes of iterations before c (synchronous SGD, with the gradients summed). Consistency is kept
+iteration, once every worker has clocked past it, the iteration's pushes to a parameter summed
+and applied as one optimizer step, so that a pull during iteration c sees exactly the pushes of
+iterations before c (synchronous SGD on the summed gradients, whatever the optimizer). Consistency is kept
 at the clock: a worker's ``clock()`` is answered only once it is at most ``staleness`` clocks
 ahead of the slowest unfinished worker (0 for BSP; ASP workers do not wait for an answer). A
 worker sends its pushes before its clock, and messages between two ranks keep their order, so when
@@ -182,8 +183,20 @@ class Server:
 
     def apply(self, s, grad, clock):
         s.apply(grad)
+        self.count(clock)
+
+    def count(self, clock):
         self.stats["pushes"] += 1
         self.stats["staleness"][max(0, clock - min(self.active_clocks(), default=clock))] += 1
+
+    def apply_summed(self, due):
+        """BSP: each ended iteration's pushes to a parameter, summed, as one optimizer step."""
+        steps = {}
+        for s, grad, clock in due:
+            steps.setdefault((clock, id(s)), (s, []))[1].append(grad)
+            self.count(clock)
+        for (clock, _), (s, grads) in sorted(steps.items(), key=lambda item: item[0][0]):
+            s.apply(_sum(grads))
 
     def pull(self, worker, words):
         s = self.shard(words)
@@ -221,8 +234,7 @@ class Server:
         slowest = min(self.active_clocks(), default=None)
         due = [d for d in self.deferred if slowest is None or d[2] < slowest]
         self.deferred = [d for d in self.deferred if not (slowest is None or d[2] < slowest)]
-        for s, grad, clock in due:   # (BSP: the ended iterations' pushes, before anyone goes on)
-            self.apply(s, grad, clock)
+        self.apply_summed(due)   # (BSP: the ended iterations' pushes, before anyone goes on)
         still = []
         for worker in self.waiting:
             if slowest is None or self.clocks[worker] - slowest <= self.bound:
@@ -230,6 +242,19 @@ class Server:
             else:
                 still.append(worker)
         self.waiting = still
+
+
+def _sum(grads):
+    """Gradients of one shard added up: dense ones elementwise, sparse ones by row (coalesced)."""
+    if len(grads) == 1:
+        return grads[0]
+    if grads[0].is_sparse:
+        return minidl.sparse_coo_tensor(minidl.cat([g._indices() for g in grads], 1),
+                                        minidl.cat([g._values() for g in grads]), grads[0].shape).coalesce()
+    total = grads[0]   # (a copy the server made: BSP's deferred dense pushes are cloned)
+    for g in grads[1:]:
+        total.add_(g)
+    return total
 
 
 def _checksum(value):
