@@ -1,8 +1,6 @@
 """The examples run as a user runs them, and learn what they claim to learn."""
-import importlib.util
 import os
 import re
-import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -13,6 +11,7 @@ import minidl
 from minidl.kernels.cuda import runtime
 from minidl.utils.data import DataLoader
 from minidl.vision.datasets import Digits
+from example_runs import run_example
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -81,20 +80,7 @@ def test_digits_trains_on_cuda_in_the_simulator(tmp_path):
 
 def _ddp_example(*args, cwd, ranks=2):
     """(exit code, stdout and stderr together) of train_digits_ddp.py under mpiexec."""
-    from minidl.dist.launch import find_mpiexec
-    mpiexec = find_mpiexec()
-    if mpiexec is None or importlib.util.find_spec("mpi4py") is None:
-        pytest.skip("mpiexec or mpi4py not found")
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    proc = subprocess.Popen([mpiexec, "-n", str(ranks), sys.executable, str(ROOT / "examples" / "train_digits_ddp.py"),
-                             *args], cwd=cwd, env=env, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
-    try:
-        out, _ = proc.communicate(timeout=120)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        pytest.fail(f"train_digits_ddp.py hung: {proc.communicate()[0]}")
-    return proc.returncode, out
+    return run_example("train_digits_ddp.py", *args, cwd=cwd, ranks=ranks, timeout=120)
 
 
 @pytest.mark.parametrize("args, error", [(["--batch-size", "31"], "error: --batch-size 31 does not split evenly"),

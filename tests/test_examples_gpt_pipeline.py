@@ -2,35 +2,22 @@
 trains the loss curve of the whole model trained in one process (float32, to 1e-5), keeps the two
 copies of the tied weight equal and clips by the global norm. Each launch is killed, with its
 process group, if it outlives its timeout; skipped where mpi4py or mpiexec are missing."""
-import os
 import re
-import signal
-import subprocess
-import sys
 
 import pytest
+from example_runs import ROOT, run_example
 
 from minidl.dist.launch import find_mpiexec
-from test_examples import ROOT
 
 pytest.importorskip("mpi4py")
 MPIEXEC = find_mpiexec()
 pytestmark = pytest.mark.skipif(MPIEXEC is None, reason="mpiexec not found")
-SCRIPT = str(ROOT / "examples" / "gpt_pipeline.py")
 CLIP = 0.5
 
 
 def launch(*args, ranks=4, timeout=90):
     """(exit code, stdout and stderr together) of `mpiexec -n ranks python gpt_pipeline.py args`."""
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    proc = subprocess.Popen([MPIEXEC, "-n", str(ranks), sys.executable, SCRIPT, *args], cwd=ROOT, env=env, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
-    try:
-        out, _ = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        pytest.fail(f"gpt_pipeline.py {' '.join(args)} hung for {timeout} s; output:\n{proc.communicate()[0]}")
-    return proc.returncode, out
+    return run_example("gpt_pipeline.py", *args, cwd=ROOT, ranks=ranks, timeout=timeout)
 
 
 @pytest.mark.parametrize("schedule, dp", [("gpipe", 1), ("1f1b", 1), ("interleaved", 1), ("zb", 1), ("1f1b", 2),
@@ -53,6 +40,5 @@ def test_a_bad_layout_is_reported_once():
 
 
 def test_without_mpiexec_it_says_how_to_launch():
-    out = subprocess.run([sys.executable, SCRIPT, "--steps", "1"], capture_output=True, text=True, timeout=60,
-                         env=dict(os.environ, PYTHONPATH=str(ROOT)))
-    assert out.returncode != 0 and "mpiexec -n 4 python examples/gpt_pipeline.py" in out.stderr, out.stderr
+    code, out = run_example("gpt_pipeline.py", "--steps", "1", cwd=ROOT, timeout=60)
+    assert code != 0 and "mpiexec -n 4 python examples/gpt_pipeline.py" in out, out

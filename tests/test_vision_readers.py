@@ -357,6 +357,12 @@ def test_movielens_remaps_ids(tmp_path, version):
     assert ratings.numpy().tolist() == [5, 3, 4, 1]
 
 
+def test_movielens_root_may_be_the_version_folder(tmp_path):
+    path = write_ratings(tmp_path, "ml-1m")
+    ds = MovieLens(tmp_path / "ml-1m", "ml-1m")
+    assert ds.path == path and ds.ratings.tolist() == [5, 3, 4, 1, 2]
+
+
 @pytest.mark.parametrize("version,bad", [("ml-100k", "1\t2\t3"), ("ml-100k", "a\t2\t3\t4"),
                                          ("ml-100k", "1\t2\tfive\t4"), ("ml-100k", "1::2::3::4"),
                                          ("ml-1m", "1::2::3::4::5"), ("ml-1m", "1\t2\t3\t4"),

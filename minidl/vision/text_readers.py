@@ -38,7 +38,8 @@ class MovieLens(Dataset):
     ``root`` holds the extracted archive: ``root/ml-100k/u.data`` (``user<TAB>item<TAB>rating<TAB>timestamp``)
     for ``version="ml-100k"``, ``root/ml-1m/ratings.dat`` (``user::item::rating::timestamp``) for
     ``"ml-1m"``, ``root/ml-latest-small/ratings.csv`` (a ``userId,movieId,rating,timestamp`` header,
-    then comma-separated rows) for ``"ml-latest-small"``. ``write_movielens`` makes such a file. The new ids follow the order of the original ones: ``user_ids[u]`` is new user ``u``'s
+    then comma-separated rows) for ``"ml-latest-small"``; ``root`` may also be that version's folder
+    itself (``root/u.data``). ``write_movielens`` makes such a file. The new ids follow the order of the original ones: ``user_ids[u]`` is new user ``u``'s
     original id and ``user_index[original] == u`` (likewise ``item_ids``, ``item_index``). ``users``,
     ``items`` (int64), ``ratings`` (float32) and ``timestamps`` (int64) hold the file's rows in order; a
     sample's rating is a float32 scalar, so that a DataLoader batches it into a float32 tensor.
@@ -53,6 +54,8 @@ class MovieLens(Dataset):
         self.root, self.version, self.transform = root, version, transform
         name, sep = self.versions[version]
         self.path = Path(root) / version / name
+        if not self.path.exists() and (Path(root) / name).exists():   # (root is the version's folder)
+            self.path = Path(root) / name
         rows = self._parse(self.path, sep)
         users, items = rows[:, 0].astype(np.int64), rows[:, 1].astype(np.int64)
         self.user_ids, self.users = np.unique(users, return_inverse=True)
@@ -108,9 +111,10 @@ def write_movielens(root, version: str = "ml-100k", users: int = 200, items: int
                     factors: int = 4, seed: int = 0):
     """Write ``root/<version>/<ratings file>`` in that version's format: ``per_user`` ratings of
     distinct items per user, from latent factors (a user likes the items whose factors align
-    with hers), so that a recommender has structure to learn: rating = 1..5 by the quantile of
-    u . v + noise; timestamps increase per user. For tests, and for users without the real data.
-    Returns the file's path."""
+    with hers), so that a recommender has structure to learn in both what a user rates and how:
+    she rates items drawn with probability growing with exp(u . v) (the Gumbel top-k draw, without
+    replacement), and rates each 1..5 by the quantile of u . v + noise; timestamps increase per
+    user. For tests, and for users without the real data. Returns the file's path."""
     if version not in MovieLens.versions:
         raise ValueError(f"version must be one of {sorted(MovieLens.versions)}, got {version!r}")
     if not 0 < per_user <= items:
@@ -119,7 +123,7 @@ def write_movielens(root, version: str = "ml-100k", users: int = 200, items: int
     u, v = rs.randn(users, factors), rs.randn(items, factors)
     rows = []
     for user in range(users):
-        chosen = rs.choice(items, per_user, replace=False)
+        chosen = np.argsort(-(u[user] @ v.T + rs.gumbel(size=items)), kind="stable")[:per_user]
         rows += [(user, item, score, t) for t, (item, score) in
                  enumerate(zip(chosen, u[user] @ v[chosen].T + 0.5 * rs.randn(per_user)))]
     scores = np.array([r[2] for r in rows])

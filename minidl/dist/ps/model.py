@@ -89,13 +89,29 @@ class DistributedModel:
         clock()
 
     def _average_replicated(self):
-        """The replicated layers' gradients averaged over the workers (an all-reduce, as DDP's)."""
+        """The replicated layers' gradients averaged over the workers: one all-reduce per dtype of
+        all of them flattened together (as DDP's buckets: one message, not one per layer)."""
         with minidl.no_grad():
             for p in self.replicated:
                 if p.grad is None:
                     p.grad = minidl.zeros_like(p)
-                collectives.all_reduce(p.grad, group=worker_group())
-                p.grad.div_(num_workers())
+            for dtype in dict.fromkeys(p.dtype for p in self.replicated):   # (the same order on every worker)
+                grads = [p.grad for p in self.replicated if p.dtype is dtype]
+                flat = minidl.cat([g.reshape(-1) for g in grads])
+                collectives.all_reduce(flat, group=worker_group())
+                flat.div_(num_workers())
+                start = 0
+                for g in grads:
+                    g.copy_(flat[start:start + g.numel()].reshape(g.shape))
+                    start += g.numel()
+
+    def pull_parameters(self) -> None:
+        """Fetch every parameter the servers hold, whole (a sparse table's every row), into the
+        module: before evaluating or saving it."""
+        with minidl.no_grad():
+            for p in self.module.parameters():
+                if id(p) not in self.local:
+                    p.copy_(pull(self.names[id(p)]))
 
     def parameters(self):
         return self.module.parameters()

@@ -1,0 +1,196 @@
+"""The training loop of both recommender examples: one process (``--servers 0``), or under
+mpiexec the last ``--servers`` ranks parameter servers and the rest workers (minidl.dist.ps).
+
+``--mode ps`` keeps every parameter on the servers (Downpour SGD: pull, compute, push);
+``--mode hybrid`` (Hetu's) keeps only the embedding tables there and replicates the dense layers,
+whose gradients the workers average by all-reduce. ``--batch-size`` is the global batch: each
+worker takes its equal slice of every batch of one shared, seeded order, and ps.DistributedModel
+averages the workers' gradients, so that under BSP the run is the one-process run's optimisation
+(its metrics equal up to rounding), while SSP and ASP let workers run ahead on stale parameters.
+Worker 0 prints one line per epoch with the held-out metrics, and at the end the staleness of the
+pushes the servers applied, as a histogram picture too (with matplotlib).
+"""
+import argparse
+import sys
+import time
+
+import numpy as np
+from tqdm import tqdm
+
+import minidl
+import minidl.dist as dist
+import minidl.nn.functional as F
+from minidl.dist import ps
+from minidl.dist.launch import launch_rank, launched_by_mpi
+from train_digits_ddp import parse_on_every_rank
+
+from . import data
+
+
+def arguments(description, epochs, batch_size, lr, optimizer):
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--data", help="a MovieLens ratings file (u.data, ratings.dat or ratings.csv) or the folder "
+                                       "holding it; without it, ratings are generated (see --users)")
+    parser.add_argument("--servers", type=int, default=1,
+                        help="parameter servers, the last ranks (0: train in one process, without mpiexec)")
+    parser.add_argument("--consistency", choices=ps.CONSISTENCIES, default="bsp")
+    parser.add_argument("--staleness", type=int, default=2, help="SSP's bound, in clocks")
+    parser.add_argument("--mode", choices=("ps", "hybrid"), default="ps",
+                        help="ps: every parameter on the servers; hybrid: the embeddings there, the dense layers "
+                             "replicated and all-reduced")
+    parser.add_argument("--epochs", type=int, default=epochs)
+    parser.add_argument("--batch-size", type=int, default=batch_size, help="global batch, split over the workers")
+    parser.add_argument("--lr", type=float, default=lr)
+    parser.add_argument("--optimizer", choices=("adam", "adagrad", "sgd"), default=optimizer)
+    parser.add_argument("--limit-batches", type=int, default=None, help="stop each epoch after this many batches")
+    parser.add_argument("--users", type=int, default=600, help="generated ratings: users")
+    parser.add_argument("--items", type=int, default=400, help="generated ratings: items")
+    parser.add_argument("--per-user", type=int, default=40, help="generated ratings: ratings per user")
+    parser.add_argument("--picture", help="where to draw the staleness histogram (default: <model>-staleness.png)")
+    parser.add_argument("--seed", type=int, default=0)
+    return parser
+
+
+LOCAL_OPTIMIZERS = {"adam": minidl.optim.Adam, "adagrad": minidl.optim.Adagrad, "sgd": minidl.optim.SGD}
+SERVER_OPTIMIZERS = {"adam": ps.Adam, "adagrad": ps.Adagrad, "sgd": ps.SGD}
+
+
+def local_optimizers(module, name, lr):
+    """The one-process run's optimizers: those the servers run (ps.Adam is SparseAdam on a table)."""
+    if name != "adam":
+        return [LOCAL_OPTIMIZERS[name](module.parameters(), lr=lr)]
+    tables = [m.weight for m in module.modules() if isinstance(m, minidl.nn.Embedding) and m.sparse]
+    dense = [p for p in module.parameters() if all(p is not t for t in tables)]
+    return [minidl.optim.SparseAdam(tables, lr=lr), minidl.optim.Adam(dense, lr=lr)]
+
+
+def fail(message, rank):
+    if rank == 0:
+        print(f"error: {message}", file=sys.stderr)
+    if dist.is_initialized():
+        dist.destroy_process_group()
+    sys.exit(2)
+
+
+def start(args):
+    """(rank among the workers, number of workers), or None on a server once it has served."""
+    if args.servers == 0:
+        if launched_by_mpi():
+            fail("--servers 0 trains in one process: run it without mpiexec", 0)
+        return 0, 1
+    if not launched_by_mpi():
+        fail(f"--servers {args.servers} needs workers beside the servers: "
+             f"mpiexec -n {args.servers + 2} python {sys.argv[0]} --servers {args.servers} ...", 0)
+    dist.init_process_group()
+    rank, world = dist.get_rank(), dist.get_world_size()
+    workers = world - args.servers
+    if workers < 1:
+        fail(f"--servers {args.servers} leaves no worker among {world} ranks", rank)
+    if args.batch_size % workers:
+        fail(f"--batch-size {args.batch_size} does not split evenly over {workers} workers", rank)
+    if ps.init(num_servers=args.servers, consistency=args.consistency, staleness=args.staleness) == "server":
+        dist.destroy_process_group()
+        return None
+    return ps.worker_rank(), workers
+
+
+def run(task_class, parser, argv=None):
+    args = parse_on_every_rank(parser, argv)
+    if args.batch_size < 1 or args.epochs < 1:
+        fail(f"--batch-size {args.batch_size} and --epochs {args.epochs} must be >= 1", 0)
+    try:   # (on every rank, servers too: a bad file ends them all with one message)
+        ratings = data.load(args.data, args.users, args.items, args.per_user, args.seed)
+        task = task_class(ratings, args)
+    except (OSError, ValueError) as e:
+        fail(str(e), launch_rank())
+    roles = start(args)
+    if roles is None:
+        return
+    rank, workers = roles
+    say = print if rank == 0 else (lambda *a, **k: None)
+    minidl.manual_seed(args.seed)   # (every worker the same initial model: the servers check)
+    module = task.model()
+    distributed = args.servers > 0
+    if distributed:
+        make = SERVER_OPTIMIZERS[args.optimizer]
+        model = ps.DistributedModel(module, optimizer=make(lr=args.lr), hybrid=args.mode == "hybrid",
+                                    dense_optimizer=lambda params: LOCAL_OPTIMIZERS[args.optimizer](params, lr=args.lr))
+        setup = f"{workers} worker(s), {args.servers} server(s), {args.consistency.upper()}" + \
+                (f"({args.staleness})" if args.consistency == "ssp" else "") + f", mode {args.mode}"
+    else:
+        model, optimizers = module, local_optimizers(module, args.optimizer, args.lr)
+        setup = "one process, no parameter server"
+    say(f"{task.name} on {ratings.version} ({len(ratings)} ratings, {ratings.num_users} users, "
+        f"{ratings.num_items} items): {setup}, {args.optimizer} lr {args.lr}, global batch {args.batch_size}")
+
+    share = args.batch_size // workers
+    began = time.perf_counter()
+    for epoch in range(args.epochs):
+        users, items, labels = task.epoch(epoch)
+        batches = len(users) // args.batch_size
+        if args.limit_batches is not None:
+            batches = min(batches, args.limit_batches)
+        bar = tqdm(range(batches), desc=f"epoch {epoch + 1}/{args.epochs}", leave=False, file=sys.stdout,
+                   disable=None if rank == 0 else True)
+        total = 0.0
+        for b in bar:
+            mine = slice(b * args.batch_size + rank * share, b * args.batch_size + (rank + 1) * share)
+            logits = model(minidl.from_numpy(users[mine]), minidl.from_numpy(items[mine]))
+            loss = F.binary_cross_entropy_with_logits(logits, minidl.from_numpy(labels[mine]))
+            loss.backward()
+            if distributed:
+                model.step()
+            else:
+                for opt in optimizers:
+                    opt.step()
+                    opt.zero_grad()
+            total += loss.item()
+            bar.set_postfix(loss=f"{total / (b + 1):.4f}", refresh=False)
+        if distributed and epoch == args.epochs - 1:
+            dist.barrier(group=ps.worker_group())   # (every worker's pushes are in: the final model)
+        if rank == 0:
+            if distributed:
+                model.pull_parameters()
+            with minidl.no_grad():
+                metrics = task.evaluate(module)
+            shown = "  ".join(f"{name} {value:.4f}" for name, value in metrics.items())
+            say(f"epoch {epoch + 1:3d}  loss {total / max(batches, 1):.4f}  {shown}  "
+                f"({time.perf_counter() - began:.1f} s)")
+    if rank == 0:
+        say(f"final {shown} ({setup}, {time.perf_counter() - began:.1f} s)")
+    if distributed:
+        if rank == 0:
+            report_staleness(ps.stats(), args.picture or f"{task.name}-staleness.png", setup)
+        ps.shutdown()
+        dist.destroy_process_group()
+
+
+def report_staleness(stats, path, setup):
+    hist = stats["staleness"]
+    top = max(hist, default=0)
+    counts = [hist.get(k, 0) for k in range(top + 1)]
+    print(f"pushes applied by staleness (clocks ahead of the slowest worker): "
+          f"{', '.join(f'{k}: {c}' for k, c in enumerate(counts))}")
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("(matplotlib is not installed: no picture; pip install matplotlib)")
+        return
+    fig, ax = plt.subplots(figsize=(5, 3.2))
+    ax.bar(range(top + 1), counts, color="tab:blue")
+    ax.set_xticks(range(top + 1))
+    ax.set_xlabel("staleness (clocks ahead of the slowest worker)")
+    ax.set_ylabel("pushes applied")
+    ax.set_title(setup, fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    print(f"staleness histogram: {path}")
+
+
+def batched_scores(module, users, items, size=8192):
+    """The module's logits for many (user, item) pairs, in batches, as numpy."""
+    return np.concatenate([module(minidl.from_numpy(users[i:i + size]), minidl.from_numpy(items[i:i + size])).numpy()
+                           for i in range(0, len(users), size)])

@@ -1,0 +1,217 @@
+"""The recommender examples (examples/ncf_ps.py, examples/wide_deep_ps.py, examples/recsys/):
+their metrics against brute-force counts, their data splits against loops over the ratings,
+their models against the same models written in torch, and their runs through the parameter
+server against the one-process run."""
+import importlib.util
+import math
+import re
+import sys
+
+import numpy as np
+import pytest
+import torch
+from example_runs import ROOT, run_example
+
+import minidl
+from minidl.vision.datasets import MovieLens, write_movielens
+
+sys.path.insert(0, str(ROOT / "examples"))
+from recsys import data  # noqa: E402
+from recsys.metrics import auc, hit_ratio_and_ndcg  # noqa: E402
+from recsys.models import NeuMF, WideDeep  # noqa: E402
+
+sys.path.pop(0)
+
+
+# ------------------------------------------------------------------------------- metrics
+def test_auc_is_the_share_of_positive_negative_pairs_ranked_right():
+    rs = np.random.RandomState(0)
+    labels = rs.rand(300) < 0.3
+    scores = np.round(rs.randn(300) + labels, 1)   # (rounded: many ties, which count one half)
+    pairs = [(p > n) + 0.5 * (p == n) for p in scores[labels] for n in scores[~labels]]
+    assert auc(labels, scores) == pytest.approx(np.mean(pairs), abs=1e-12)
+    assert auc([0, 0, 1, 1], [0.1, 0.2, 0.3, 0.4]) == 1.0 and auc([1, 0], [3.0, 3.0]) == 0.5
+    with pytest.raises(ValueError, match="needs both classes, got 2 positives and 0 negatives"):
+        auc([1, 1], [0.2, 0.4])
+
+
+def test_hit_ratio_and_ndcg_rank_the_held_out_item_among_its_negatives():
+    rs = np.random.RandomState(1)
+    scores = np.round(rs.randn(50, 100), 1)
+    hits, gains = [], []
+    for row in scores:
+        rank = sum(negative >= row[0] for negative in row[1:])   # (a tie counts against the held-out item)
+        hits.append(rank < 10)
+        gains.append(1 / math.log2(rank + 2) if rank < 10 else 0.0)
+    hr, ndcg = hit_ratio_and_ndcg(scores, k=10)
+    assert hr == pytest.approx(np.mean(hits)) and ndcg == pytest.approx(np.mean(gains))
+    assert hit_ratio_and_ndcg(np.array([[5.0] + [1.0] * 99]), k=10) == (1.0, 1.0)
+    assert hit_ratio_and_ndcg(np.ones((3, 100)), k=10) == (0.0, 0.0)   # (constant scores: no hit)
+
+
+# ---------------------------------------------------------------------------------- data
+@pytest.fixture(scope="module")
+def ratings(tmp_path_factory):
+    root = tmp_path_factory.mktemp("movielens")
+    write_movielens(root, "ml-1m", users=30, items=60, per_user=12, seed=3)
+    return MovieLens(root, "ml-1m")
+
+
+def test_leave_one_out_holds_out_each_users_latest_rating(ratings):
+    train_users, train_items, test = data.leave_one_out(ratings)
+    for user in range(ratings.num_users):
+        mine = np.flatnonzero(ratings.users == user)
+        latest = mine[np.argmax(ratings.timestamps[mine])]
+        assert test[user] == ratings.items[latest]
+        kept = sorted(ratings.items[i] for i in mine if i != latest)
+        assert sorted(train_items[train_users == user]) == kept
+
+
+def test_ranking_candidates_are_the_held_out_item_then_distinct_unrated_ones(ratings):
+    rated = data.rated_matrix(ratings)
+    _, _, test = data.leave_one_out(ratings)
+    candidates = data.ranking_candidates(rated, test, negatives=40, seed=0)
+    assert candidates.shape == (30, 41) and (candidates[:, 0] == test).all()
+    for user, row in enumerate(candidates):
+        assert len(set(row[1:])) == 40 and not rated[user, row[1:]].any()
+    with pytest.raises(ValueError, match="rated all but 48 items; 49 unrated ones are needed"):
+        data.ranking_candidates(rated, test, negatives=49)
+
+
+def test_an_ncf_epoch_pairs_each_interaction_with_four_unrated_items(ratings):
+    train_users, train_items, _ = data.leave_one_out(ratings)
+    rated = data.rated_matrix(ratings)
+    users, items, labels = data.ncf_epoch(train_users, train_items, rated, epoch=0)
+    assert len(users) == 5 * len(train_users) and labels.sum() == len(train_users)
+    positives = sorted(zip(users[labels == 1], items[labels == 1]))
+    assert positives == sorted(zip(train_users, train_items))
+    assert not rated[users[labels == 0], items[labels == 0]].any()
+    assert np.bincount(users[labels == 0]).tolist() == (4 * np.bincount(train_users)).tolist()
+    again, other = data.ncf_epoch(train_users, train_items, rated, 0), data.ncf_epoch(train_users, train_items, rated, 1)
+    assert (again[1] == items).all() and not (other[1] == items).all()
+
+
+def test_click_split_holds_out_a_fifth_and_clicks_are_ratings_of_four_or_more(ratings):
+    (u, i, c), (tu, ti, tc) = data.click_split(ratings)
+    assert len(tu) == round(0.2 * len(ratings)) and len(u) + len(tu) == len(ratings)
+    every = sorted(zip(np.r_[u, tu], np.r_[i, ti], np.r_[c, tc]))
+    assert every == sorted(zip(ratings.users, ratings.items, (ratings.ratings >= 4).astype(np.float32)))
+
+
+def test_data_path_may_be_the_file_or_its_folder(tmp_path):
+    path = write_movielens(tmp_path, "ml-100k", users=5, items=10, per_user=3)
+    assert len(data.load(path)) == len(data.load(path.parent)) == 15
+    with pytest.raises(FileNotFoundError, match="expected a MovieLens ratings file"):
+        data.load(tmp_path)
+
+
+# -------------------------------------------------------------------------------- models
+def _torch_mlp(widths, linears):
+    layers = []
+    for a, b in zip(widths, widths[1:]):
+        layers += [torch.nn.Linear(a, b), torch.nn.ReLU()]
+    return layers
+
+
+def _copy_to_torch(module, torch_params):
+    with torch.no_grad():
+        for (name, p), t in zip(module.named_parameters(), torch_params):
+            assert tuple(t.shape) == tuple(p.shape), name
+            t.copy_(torch.from_numpy(p.detach().numpy().copy()))
+
+
+def _check_gradients(module, torch_params):
+    for (name, p), t in zip(module.named_parameters(), torch_params):
+        grad = p.grad.to_dense() if p.grad.is_sparse else p.grad
+        np.testing.assert_allclose(grad.numpy(), t.grad.numpy(), rtol=1e-4, atol=1e-6, err_msg=name)
+
+
+def test_neumf_equals_the_same_model_in_torch():
+    minidl.manual_seed(0)
+    model = NeuMF(7, 9, factors=4, layers=(8, 6, 4))
+    for table in (model.gmf_user, model.gmf_item, model.mlp_user, model.mlp_item):
+        minidl.nn.init.normal_(table.weight, std=0.5)   # (large enough for the ReLUs to matter)
+    gu, gi, mu, mi = (torch.nn.Embedding(n, d) for n, d in ((7, 4), (9, 4), (7, 4), (9, 4)))
+    mlp = torch.nn.Sequential(*_torch_mlp((8, 6, 4), None))
+    predict = torch.nn.Linear(8, 1)
+    params = [gu.weight, gi.weight, mu.weight, mi.weight] + list(mlp.parameters()) + list(predict.parameters())
+    _copy_to_torch(model, params)
+    users, items = np.array([0, 3, 6, 3]), np.array([8, 1, 0, 1])
+    out = model(minidl.from_numpy(users), minidl.from_numpy(items))
+    u, i = torch.from_numpy(users), torch.from_numpy(items)
+    want = predict(torch.cat([gu(u) * gi(i), mlp(torch.cat([mu(u), mi(i)], 1))], 1)).squeeze(1)
+    np.testing.assert_allclose(out.detach().numpy(), want.detach().numpy(), rtol=1e-5, atol=1e-6)
+    labels = np.array([1, 0, 1, 0], dtype=np.float32)
+    minidl.nn.functional.binary_cross_entropy_with_logits(out, minidl.from_numpy(labels)).backward()
+    torch.nn.functional.binary_cross_entropy_with_logits(want, torch.from_numpy(labels)).backward()
+    _check_gradients(model, params)
+    assert model.gmf_user.weight.grad.is_sparse
+
+
+def test_wide_deep_equals_the_same_model_in_torch():
+    minidl.manual_seed(1)
+    model = WideDeep(5, 8, cross_buckets=11, dim=3, hidden=(4, 2))
+    minidl.nn.init.normal_(model.wide.weight, std=0.5)
+    minidl.nn.init.normal_(model.deep.weight, std=0.5)
+    wide, deep = torch.nn.Embedding(5 + 8 + 11, 1), torch.nn.Embedding(13, 3)
+    mlp = torch.nn.Sequential(*_torch_mlp((6, 4, 2), None), torch.nn.Linear(2, 1))
+    params = [wide.weight, deep.weight] + list(mlp.parameters())
+    _copy_to_torch(model, params)
+    users, items = np.array([0, 4, 2, 4]), np.array([7, 0, 3, 0])
+    out = model(minidl.from_numpy(users), minidl.from_numpy(items))
+    u, i = torch.from_numpy(users), torch.from_numpy(items)
+    cross = 13 + (u * 1_000_003 + i) % 11
+    want = wide(torch.stack([u, 5 + i, cross], 1)).sum((1, 2)) + \
+        mlp(deep(torch.stack([u, 5 + i], 1)).flatten(1)).squeeze(1)
+    np.testing.assert_allclose(out.detach().numpy(), want.detach().numpy(), rtol=1e-5, atol=1e-6)
+    (out ** 2).sum().backward()
+    (want ** 2).sum().backward()
+    _check_gradients(model, params)
+
+
+# --------------------------------------------------------------------------------- runs
+SMALL = ["--users", "120", "--items", "150", "--per-user", "20", "--batch-size", "128"]
+
+
+def _final(out, metric):
+    assert out.count("final ") == 1, out   # (worker 0 alone prints)
+    return float(re.search(rf"final .*{metric} ([\d.]+)", out).group(1))
+
+
+@pytest.mark.parametrize("script, metric, args", [
+    ("wide_deep_ps.py", "AUC", ["--mode", "ps"]),
+    ("ncf_ps.py", "HR@10", ["--mode", "hybrid", "--epochs", "3", "--lr", "0.005"]),
+])
+def test_bsp_through_the_servers_reaches_the_one_process_metric(script, metric, args, tmp_path):
+    code, alone = run_example(script, "--servers", "0", *SMALL, *args, cwd=tmp_path)
+    assert code == 0, alone
+    code, out = run_example(script, "--servers", "1", "--consistency", "bsp", *SMALL, *args, cwd=tmp_path, ranks=3)
+    assert code == 0, out
+    assert "2 worker(s), 1 server(s), BSP" in out and "epoch   1" in out
+    assert abs(_final(out, metric) - _final(alone, metric)) <= 0.005 and _final(alone, metric) > 0.3   # (it learnt)
+    assert re.search(r"pushes applied by staleness \(clocks ahead of the slowest worker\): 0: \d+\n", out)
+
+
+def test_asp_learns_with_stale_pushes_and_draws_their_histogram(tmp_path):
+    code, alone = run_example("wide_deep_ps.py", "--servers", "0", *SMALL, cwd=tmp_path)
+    assert code == 0, alone
+    code, out = run_example("wide_deep_ps.py", "--servers", "1", "--consistency", "asp", "--picture", "hist.png",
+                         *SMALL, cwd=tmp_path, ranks=3)
+    assert code == 0, out
+    assert abs(_final(out, "AUC") - _final(alone, "AUC")) <= 0.02 and _final(alone, "AUC") > 0.75
+    counts = re.search(r"pushes applied by staleness[^:]*: (.*)\n", out).group(1)
+    assert sum(int(c.split(": ")[1]) for c in counts.split(", ")) > 0
+    if importlib.util.find_spec("matplotlib"):
+        assert (tmp_path / "hist.png").stat().st_size > 0
+
+
+def test_bad_input_ends_every_rank_with_one_message(tmp_path):
+    bad = tmp_path / "ml-1m" / "ratings.dat"
+    bad.parent.mkdir()
+    bad.write_text("1::2::3::4\n1::2::x::5\n")
+    code, out = run_example("ncf_ps.py", "--data", str(bad.parent), cwd=tmp_path, ranks=3)
+    assert code != 0 and out.count(f"error: {bad}, line 2: expected user::item::rating::timestamp") == 1, out
+    code, out = run_example("ncf_ps.py", "--servers", "1", cwd=tmp_path)
+    assert code == 2 and "error: --servers 1 needs workers beside the servers: mpiexec -n 3" in out
+    code, out = run_example("wide_deep_ps.py", "--servers", "1", "--batch-size", "99", cwd=tmp_path, ranks=3)
+    assert code == 2 and out.count("error: --batch-size 99 does not split evenly over 2 workers") == 1, out
