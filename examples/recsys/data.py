@@ -19,9 +19,9 @@ def load(path=None, users=600, items=400, per_user=40, seed=0) -> MovieLens:
     """The ratings at ``path`` (a ratings file, or the folder holding one: u.data, ratings.dat or
     ratings.csv), or, with no path, a generated ml-latest-small file with latent-factor structure."""
     if path is None:
-        root = tempfile.mkdtemp(prefix="minidl-movielens-")
-        write_movielens(root, "ml-latest-small", users=users, items=items, per_user=per_user, seed=seed)
-        return MovieLens(root, "ml-latest-small")
+        with tempfile.TemporaryDirectory(prefix="minidl-movielens-") as root:   # (read whole, then removed)
+            write_movielens(root, "ml-latest-small", users=users, items=items, per_user=per_user, seed=seed)
+            return MovieLens(root, "ml-latest-small")
     path = Path(path)
     folder = path.parent if path.is_file() else path
     found = [name for name in FILES if (folder / name).exists() and (path.is_dir() or path.name == name)]
