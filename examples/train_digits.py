@@ -4,6 +4,7 @@
     python examples/train_digits.py --model mlp      # MLP, 97%+
     python examples/train_digits.py --resume         # continue from the last checkpoint
     python examples/train_digits.py --device cuda    # on a GPU (MINIDL_CUDA_SIM=1: the CPU simulator)
+    python examples/train_digits.py --tensorboard runs/digits   # then: tensorboard --logdir runs
 
 The script is written as a PyTorch user would write it: swap `minidl` for `torch` (and
 `minidl.vision` for `torchvision`-style code) and it reads the same.
@@ -78,6 +79,9 @@ def main(argv=None):
     parser.add_argument("--resume", action="store_true", help="continue from the checkpoint")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--limit-batches", type=int, default=None, help="train on at most this many batches an epoch")
+    parser.add_argument("--tensorboard", metavar="DIR", default=None,
+                        help="log each epoch's training loss and test accuracy for TensorBoard into DIR "
+                             "(needs pip install 'minidl[tensorboard]')")
     args = parser.parse_args(argv)
     device = minidl.device(args.device)
     if device.type == "cuda" and not minidl.cuda.is_available():
@@ -105,6 +109,14 @@ def main(argv=None):
             minidl.cuda.set_rng_state(state["cuda_rng"], device)
         start_epoch = state["epoch"]
         print(f"resumed from {checkpoint} at epoch {start_epoch}")
+    writer = None
+    if args.tensorboard:
+        try:
+            from minidl.utils.tensorboard import SummaryWriter
+        except ImportError as e:
+            sys.exit(f"error: --tensorboard: {e}")
+        # a resumed run hides what an interrupted one logged after its checkpoint
+        writer = SummaryWriter(args.tensorboard, purge_step=start_epoch + 1 if start_epoch else None)
 
     began = time.perf_counter()
     accuracy = evaluate(model, test_loader, device)
@@ -115,12 +127,18 @@ def main(argv=None):
         accuracy = evaluate(model, test_loader, device)
         print(f"epoch {epoch + 1:3d}  loss {loss:.4f}  test accuracy {accuracy:.4f}  "
               f"({time.perf_counter() - began:.1f} s)")
+        if writer is not None:
+            writer.add_scalar("loss/train", loss, epoch + 1)
+            writer.add_scalar("accuracy/test", accuracy, epoch + 1)
+            writer.flush()  # (TensorBoard shows each epoch as it ends)
         state = {"model": model.state_dict(), "optimizer": optimizer.state_dict(),
                  "scheduler": scheduler.state_dict(), "epoch": epoch + 1, "rng": minidl.get_rng_state(),
                  "loader_rng": generator.get_state()}
         if device.type == "cuda":
             state["cuda_rng"] = minidl.cuda.get_rng_state(device)  # dropout draws on the GPU
         minidl.save(state, checkpoint)
+    if writer is not None:
+        writer.close()
     print(f"final test accuracy {accuracy:.4f} ({args.model}, {time.perf_counter() - began:.1f} s); "
           f"checkpoint: {checkpoint}")
     return accuracy

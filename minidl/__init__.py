@@ -25,6 +25,7 @@ from ._tensor_base import Storage as UntypedStorage
 from .legacy_tensors import (BFloat16Tensor, BoolTensor, ByteTensor, DoubleTensor, FloatTensor, HalfTensor, IntTensor, LongTensor,
                              ShortTensor)
 from .serialization import load, save
+from ._dlpack import from_dlpack
 from .threads import get_num_threads, set_num_threads
 from . import accelerator, amp, backends, cuda, multiprocessing, nn, optim, utils  # noqa: E402  (above the Tensor layer)
 from .cuda.streams import Event, Stream  # noqa: E402

@@ -55,6 +55,16 @@ class Tensor(TensorBase):
         array = self.detach().numpy(force=True)
         return array if dtype is None else array.astype(dtype)
 
+    def __dlpack__(self, *, stream=-1, max_version=None, dl_device=None, copy=None):
+        """A DLPack capsule over this tensor's memory, for another framework's ``from_dlpack``
+        (PyTorch's signature and rules; the exchange is ``minidl/_dlpack.py``)."""
+        from ._dlpack import export
+        return export(self, stream, max_version, dl_device, copy)
+
+    def __dlpack_device__(self):
+        from ._dlpack import device_of
+        return device_of(self)
+
     def _host_values(self) -> np.ndarray:
         """The elements as a numpy array on the host, for Python to read: bfloat16, which numpy
         lacks, widened to float32 (exact)."""

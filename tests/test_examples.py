@@ -46,6 +46,25 @@ def test_digits_mlp_trains_checkpoints_and_resumes(tmp_path):
     assert "resumed from digits-mlp.safetensors at epoch 12" in resumed and "epoch  14" in resumed
 
 
+def test_digits_logs_loss_and_accuracy_for_tensorboard(tmp_path):
+    """--tensorboard DIR: each epoch's printed training loss and test accuracy, read back by
+    TensorBoard's own reader; a resumed run goes on logging into the same run."""
+    pytest.importorskip("tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    script = str(ROOT / "examples" / "train_digits.py")
+    args = ("--model", "mlp", "--limit-batches", "3", "--tensorboard", "tb")
+    out = _run(script, "--epochs", "2", *args, cwd=tmp_path)
+    out += _run(script, "--epochs", "3", "--resume", *args, cwd=tmp_path)
+    printed = [(float(loss), float(accuracy)) for loss, accuracy in
+               re.findall(r"loss ([\d.]+)  test accuracy ([\d.]+)", out)]
+    events = EventAccumulator(str(tmp_path / "tb")).Reload()
+    losses, accuracies = events.Scalars("loss/train"), events.Scalars("accuracy/test")
+    assert [e.step for e in losses] == [e.step for e in accuracies] == [1, 2, 3] and len(printed) == 3
+    for (loss, accuracy), logged_loss, logged_accuracy in zip(printed, losses, accuracies):
+        assert logged_loss.value == pytest.approx(loss, abs=1e-4)  # (printed to 4 decimals)
+        assert logged_accuracy.value == pytest.approx(accuracy, abs=1e-4)
+
+
 def test_hogwild_processes_train_one_shared_model(tmp_path):
     out = _run(str(ROOT / "examples" / "hogwild.py"), "--processes", "2", "--steps", "100", cwd=tmp_path)
     before = float(re.search(r"test loss before: ([\d.]+)", out).group(1))
