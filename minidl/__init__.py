@@ -28,6 +28,7 @@ from .serialization import load, save
 from ._dlpack import from_dlpack
 from .threads import get_num_threads, set_num_threads
 from . import accelerator, amp, backends, cuda, multiprocessing, nn, optim, utils  # noqa: E402  (above the Tensor layer)
+from . import onnx  # noqa: E402  (its exporter needs the onnx package only when it runs)
 from .cuda.streams import Event, Stream  # noqa: E402
 from .amp import autocast
 

@@ -87,7 +87,8 @@ def test_an_ncf_epoch_pairs_each_interaction_with_four_unrated_items(ratings):
     assert positives == sorted(zip(train_users, train_items))
     assert not rated[users[labels == 0], items[labels == 0]].any()
     assert np.bincount(users[labels == 0]).tolist() == (4 * np.bincount(train_users)).tolist()
-    again, other = data.ncf_epoch(train_users, train_items, rated, 0), data.ncf_epoch(train_users, train_items, rated, 1)
+    again = data.ncf_epoch(train_users, train_items, rated, 0)
+    other = data.ncf_epoch(train_users, train_items, rated, 1)
     assert (again[1] == items).all() and not (other[1] == items).all()
 
 

@@ -3,16 +3,21 @@
 From the declarations come ``minidl``'s functions, the ``Tensor`` methods and their in-place
 twins (``x.add_``), and the op test sweep (``samples``). Later work attaches per-op rules to a
 declaration with ``attach_rule`` (how an op shards, its sparse gradient, how it takes a sparse
-operand), so that one place knows every op. (Splitting a backward into input and weight gradients needs no rule: the engine
-asks each node only for the gradients it wants, through ``needs_input_grad``.)
+operand, its ONNX lowering), so that one place knows every op. The function a declaration
+publishes lets an exporter watch it run (``minidl._tracing``). (Splitting a backward into input
+and weight gradients needs no rule: the engine asks each node only for the gradients it wants,
+through ``needs_input_grad``.)
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import Callable
 
+from .. import _tracing
+
 NAMESPACES = ("minidl", "nn.functional", None)
-RULE_KINDS = ("sharding", "sparse_grad", "sparse_input")
+RULE_KINDS = ("sharding", "sparse_grad", "sparse_input", "onnx")
 
 
 @dataclass
@@ -54,11 +59,24 @@ def op(name: str | None = None, *, method=True, inplace=None, aliases=(), sample
         for new in (key,) + tuple(aliases):
             if new in taken:
                 raise ValueError(f"op {new!r} is declared twice")
-        as_method = _delegate(key, fn) if method is True else (method or None)
-        twins = {n + "_": inplace(fn, n + "_") for n in (key,) + tuple(aliases)} if inplace else {}
-        OPS[key] = OpDef(key, fn, as_method, twins, tuple(aliases), samples, namespace)
-        return fn
+        public = _watched(key, fn, in_place=False)
+        as_method = _delegate(key, public) if method is True else (method or None)
+        twins = ({n + "_": _watched(key, inplace(fn, n + "_"), in_place=True) for n in (key,) + tuple(aliases)}
+                 if inplace else {})
+        OPS[key] = OpDef(key, public, as_method, twins, tuple(aliases), samples, namespace)
+        return public
     return declare
+
+
+def _watched(key, fn, in_place):
+    """``fn`` as the op's public face: itself, unless an exporter is tracing (``minidl._tracing``),
+    which then runs and records the call as op ``key`` (``in_place``: an in-place twin)."""
+    def call(*args, **kwargs):
+        tracer = _tracing.active
+        if tracer is None:
+            return fn(*args, **kwargs)
+        return tracer.call(key, fn, args, kwargs, in_place)
+    return functools.update_wrapper(call, fn)
 
 
 def attach_rule(name: str, kind: str, rule) -> None:

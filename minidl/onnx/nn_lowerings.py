@@ -1,0 +1,267 @@
+"""ONNX lowerings of the neural-network ops: matrix products, reductions, softmax, the layers'
+functions (linear, convolution, pooling, normalisation, embedding). See ``lowerings``."""
+from __future__ import annotations
+
+import numpy as np
+
+from ..ops.registry import attach_rule
+from .lowerings import _dim, _np, _operand, lowers
+
+
+@lowers("matmul", "mm", "bmm")
+def _matmul(L, a, b):
+    return L.op("MatMul", L.value(a), L.value(b))
+
+
+@lowers("addmm", "baddbmm")
+def _addmm(L, x, m1, m2, beta=1, alpha=1):
+    dtype = _np(L.out)
+    product = L.op("MatMul", L.value(m1), L.value(m2))
+    if alpha != 1:
+        product = L.op("Mul", product, L.constant(alpha, dtype))
+    if beta == 0:
+        return product
+    bias = _operand(L, x, dtype)
+    return L.op("Add", product, bias if beta == 1 else L.op("Mul", bias, L.constant(beta, dtype)))
+
+
+@lowers("linear")
+def _linear(L, input, weight, bias=None):
+    out = L.op("MatMul", L.value(input), L.op("Transpose", L.value(weight), perm=[1, 0]))
+    return out if bias is None else L.op("Add", out, L.value(bias))
+
+
+def _axes(L, x, dim):
+    dims = range(x.ndim) if dim is None else dim if isinstance(dim, (tuple, list)) else [dim]
+    return L.ints(sorted(_dim(d, x.ndim) for d in dims))
+
+
+def _reduce(L, op_type, value, x, dim, keepdim):
+    """A Reduce* node over ``dim`` of x (all dims if None); a 0-d x is its own reduction."""
+    if x.ndim == 0:
+        return L.op("Identity", value)
+    return L.op(op_type, value, _axes(L, x, dim), keepdims=int(bool(keepdim)))
+
+
+def _reduction(op_type):
+    def rule(L, x, dim=None, keepdim=False, dtype=None):
+        value = L.value(x)
+        if _np(x) != _np(L.out):
+            value = L.op("Cast", value, to=L.type_code(L.out.dtype))
+        return _reduce(L, op_type, value, x, dim, keepdim)
+    return rule
+
+
+for _name, _op_type in {"sum": "ReduceSum", "mean": "ReduceMean"}.items():
+    attach_rule(_name, "onnx", _reduction(_op_type))
+
+
+def _extreme(op_type):
+    return lambda L, x, dim=None, keepdim=False: _reduce(L, op_type, L.value(x), x, dim, keepdim)
+
+
+attach_rule("amax", "onnx", _extreme("ReduceMax"))
+attach_rule("amin", "onnx", _extreme("ReduceMin"))
+
+
+def _any_all(op_type):
+    def rule(L, x, dim=None, keepdim=False):
+        as_int = L.op("Cast", L.value(x), to=L.type_code(np.dtype(np.int32)))
+        reduced = _reduce(L, op_type, as_int, x, dim, keepdim)
+        return L.op("Cast", reduced, to=L.type_code(np.dtype(np.bool_)))
+    return rule
+
+
+attach_rule("any", "onnx", _any_all("ReduceMax"))
+attach_rule("all", "onnx", _any_all("ReduceMin"))
+
+
+def _softmax(op_type):
+    def rule(L, x, dim, dtype=None):
+        value = L.value(x)
+        if _np(x) != _np(L.out):
+            value = L.op("Cast", value, to=L.type_code(L.out.dtype))
+        return L.op(op_type, value, axis=_dim(dim, x.ndim))
+    return rule
+
+
+attach_rule("softmax", "onnx", _softmax("Softmax"))
+attach_rule("log_softmax", "onnx", _softmax("LogSoftmax"))
+
+
+@lowers("embedding")
+def _embedding(L, input, weight, padding_idx=None, max_norm=None, norm_type=2.0, scale_grad_by_freq=False,
+               sparse=False):
+    if max_norm is not None:
+        raise NotImplementedError("minidl.onnx.export: embedding with max_norm (it rewrites the weight) is not "
+                                  "lowered")
+    return L.op("Gather", L.value(weight), _operand(L, input, np.dtype(np.int64)), axis=0)
+
+
+@lowers("layer_norm")
+def _layer_norm(L, input, normalized_shape, weight=None, bias=None, eps=1e-5):
+    dims = [normalized_shape] if isinstance(normalized_shape, int) else list(normalized_shape)
+    scale = L.value(weight) if weight is not None else L.constant(np.ones(dims, _np(input)))
+    return L.op("LayerNormalization", L.value(input), scale, None if bias is None else L.value(bias),
+                axis=-len(dims), epsilon=float(eps))
+
+
+@lowers("batch_norm")
+def _batch_norm(L, input, running_mean, running_var, weight=None, bias=None, training=False, momentum=0.1,
+                eps=1e-5):
+    if training or running_mean is None:
+        raise NotImplementedError("minidl.onnx.export: batch_norm in training mode (batch statistics) is not "
+                                  "lowered; export the model in eval mode")
+    channels, dtype = input.shape[1], _np(L.out)
+    scale = _operand(L, weight, dtype) if weight is not None else L.constant(np.ones(channels, dtype))
+    shift = _operand(L, bias, dtype) if bias is not None else L.constant(np.zeros(channels, dtype))
+    return L.op("BatchNormalization", _operand(L, input, dtype), scale, shift, _operand(L, running_mean, dtype),
+                _operand(L, running_var, dtype), epsilon=float(eps))
+
+
+def _pair(v, n=2):
+    return list(v) if isinstance(v, (tuple, list)) else [v] * n
+
+
+@lowers("conv2d", "conv1d")
+def _conv(L, input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+    n = weight.ndim - 2
+    attributes = dict(strides=_pair(stride, n), dilations=_pair(dilation, n), group=groups)
+    if padding == "same":
+        attributes["auto_pad"] = "SAME_UPPER"
+    elif padding != "valid":
+        pads = _pair(padding, n)
+        attributes["pads"] = pads + pads
+    unbatched = input.ndim == weight.ndim - 1
+    x = L.op("Unsqueeze", L.value(input), L.ints([0])) if unbatched else L.value(input)
+    out = L.op("Conv", x, L.value(weight), None if bias is None else L.value(bias), **attributes)
+    return L.op("Squeeze", out, L.ints([0])) if unbatched else out
+
+
+def _window(kernel_size, stride, padding):
+    """A pooling window's ONNX attributes (torch's stride defaults to the kernel size)."""
+    pads = _pair(padding)
+    strides = _pair(kernel_size if stride is None or stride == [] else stride)
+    return dict(kernel_shape=_pair(kernel_size), strides=strides, pads=pads + pads)
+
+
+@lowers("max_pool2d")
+def _max_pool2d(L, input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, return_indices=False):
+    if return_indices:
+        raise NotImplementedError("minidl.onnx.export: max_pool2d(return_indices=True) is not lowered")
+    return L.op("MaxPool", L.value(input), dilations=_pair(dilation), ceil_mode=int(ceil_mode),
+                **_window(kernel_size, stride, padding))
+
+
+@lowers("avg_pool2d")
+def _avg_pool2d(L, input, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True,
+                divisor_override=None):
+    if divisor_override is not None:
+        raise NotImplementedError("minidl.onnx.export: avg_pool2d(divisor_override=...) is not lowered")
+    return L.op("AveragePool", L.value(input), ceil_mode=int(ceil_mode), count_include_pad=int(count_include_pad),
+                **_window(kernel_size, stride, padding))
+
+
+@lowers("adaptive_avg_pool2d")
+def _adaptive_avg_pool2d(L, input, output_size):
+    if _pair(output_size) != [1, 1]:
+        raise NotImplementedError("minidl.onnx.export: adaptive_avg_pool2d to a size other than 1 is not lowered")
+    return L.op("GlobalAveragePool", L.value(input))
+
+
+def _arg(op_type):
+    def rule(L, x, dim=None, keepdim=False):
+        if dim is None:   # (over the flattened tensor)
+            return L.op(op_type, L.op("Reshape", L.value(x), L.ints([-1])), axis=0, keepdims=0)
+        return L.op(op_type, L.value(x), axis=_dim(dim, x.ndim), keepdims=int(bool(keepdim)))
+    return rule
+
+
+attach_rule("argmax", "onnx", _arg("ArgMax"))
+attach_rule("argmin", "onnx", _arg("ArgMin"))
+
+
+def _max_min(reduce, arg, pairwise):
+    """max(x) (all), max(x, dim, keepdim) (values, indices), or max(a, b) (elementwise)."""
+    def rule(L, x, dim=None, keepdim=False):
+        if hasattr(dim, "shape"):
+            return L.op(pairwise, L.value(x), _operand(L, dim, _np(x)))
+        if dim is None:
+            return _reduce(L, reduce, L.value(x), x, None, False)
+        if x.ndim == 0:   # (a 0-d tensor is its own max, at index 0)
+            return L.op("Identity", L.value(x)), L.constant(0, np.int64)
+        axes = L.ints([_dim(dim, x.ndim)])
+        return (L.op(reduce, L.value(x), axes, keepdims=int(bool(keepdim))),
+                L.op(arg, L.value(x), axis=_dim(dim, x.ndim), keepdims=int(bool(keepdim))))
+    return rule
+
+
+attach_rule("max", "onnx", _max_min("ReduceMax", "ArgMax", "Max"))
+attach_rule("min", "onnx", _max_min("ReduceMin", "ArgMin", "Min"))
+attach_rule("prod", "onnx", _reduction("ReduceProd"))
+
+
+@lowers("logsumexp")
+def _logsumexp(L, x, dim, keepdim=False):
+    return _reduce(L, "ReduceLogSumExp", L.value(x), x, dim, keepdim)
+
+
+@lowers("cumsum")
+def _cumsum(L, x, dim, dtype=None):
+    value = L.value(x)
+    if _np(x) != _np(L.out):
+        value = L.op("Cast", value, to=L.type_code(L.out.dtype))
+    return L.op("CumSum", value, L.scalar(_dim(dim, x.ndim)))
+
+
+def _moments(L, x, dim, correction, keepdim):
+    """(variance value) with ``correction`` subtracted from the count, as torch's var."""
+    value = L.value(x)
+    mean = L.op("ReduceMean", value, _axes(L, x, dim), keepdims=1)
+    centred = L.op("Sub", value, mean)
+    total = L.op("ReduceSum", L.op("Mul", centred, centred), _axes(L, x, dim), keepdims=int(bool(keepdim)))
+    dims = range(x.ndim) if dim is None else dim if isinstance(dim, (tuple, list)) else [dim]
+    count = int(np.prod([x.shape[_dim(d, x.ndim)] for d in dims]))
+    return L.op("Div", total, L.constant(max(count - correction, 0), _np(x)))
+
+
+def _correction(unbiased, correction):
+    if correction is not None:
+        return correction
+    return 0 if unbiased is False else 1
+
+
+@lowers("var")
+def _var(L, x, dim=None, unbiased=None, keepdim=False, correction=None):
+    return _moments(L, x, dim, _correction(unbiased, correction), keepdim)
+
+
+@lowers("std")
+def _std(L, x, dim=None, unbiased=None, keepdim=False, correction=None):
+    return L.op("Sqrt", _moments(L, x, dim, _correction(unbiased, correction), keepdim))
+
+
+@lowers("index_select")
+def _index_select(L, x, dim, index):
+    return L.op("Gather", L.value(x), _operand(L, index, np.dtype(np.int64)), axis=_dim(dim, x.ndim))
+
+
+@lowers("gather")
+def _gather(L, x, dim, index):
+    return L.op("GatherElements", L.value(x), _operand(L, index, np.dtype(np.int64)), axis=_dim(dim, x.ndim))
+
+
+@lowers("dot")
+def _dot(L, a, b):
+    return L.op("ReduceSum", L.op("Mul", L.value(a), L.value(b)), L.ints([0]), keepdims=0)
+
+
+@lowers("outer")
+def _outer(L, a, b):
+    return L.op("Mul", L.op("Unsqueeze", L.value(a), L.ints([1])), L.op("Unsqueeze", L.value(b), L.ints([0])))
+
+
+@lowers("einsum")
+def _einsum(L, equation, *operands):
+    operands = operands[0] if len(operands) == 1 and isinstance(operands[0], (list, tuple)) else operands
+    return L.op("Einsum", *[L.value(t) for t in operands], equation=equation.replace(" ", ""))
