@@ -121,6 +121,14 @@ def test_max_pool2d(kw):
     _compare(lambda: nn.MaxPool2d(**kw), lambda: torch.nn.MaxPool2d(**kw), (2, 3, 9, 8))
 
 
+@pytest.mark.parametrize("kw", [dict(kernel_size=2, ceil_mode=True), dict(kernel_size=3, stride=2, ceil_mode=True)],
+                         ids=str)
+def test_max_pool2d_window_hanging_over_the_edge(kw):
+    """ceil_mode's last window reaches past an odd-sized input without padding: only the elements
+    inside count (the dense fast paths once read past the plane)."""
+    _compare(lambda: nn.MaxPool2d(**kw), lambda: torch.nn.MaxPool2d(**kw), (2, 3, 5, 7))
+
+
 @pytest.mark.parametrize("kw", [dict(kernel_size=2), dict(kernel_size=3, stride=2, padding=1, ceil_mode=True),
                                 dict(kernel_size=3, stride=2, padding=1, ceil_mode=True, count_include_pad=False),
                                 dict(kernel_size=(2, 3), stride=(1, 2), padding=(1, 1), divisor_override=5)],

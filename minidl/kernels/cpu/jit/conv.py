@@ -220,7 +220,9 @@ def _max_pool_plane_2x2(x, out, idx, p, h, w, sh, sw, oh, ow):
 
 @njit(inline="always")
 def _max_pool_any(x, out, idx, p, h, w, kh, kw, sh, sw, ph, pw, dh, dw, oh, ow):
-    if ph == 0 and pw == 0 and dh == 1 and dw == 1:
+    # (the dense paths read whole windows: only when every window lies inside the plane, which a
+    # ceil_mode window hanging over the edge does not)
+    if ph == 0 and pw == 0 and dh == 1 and dw == 1 and (oh - 1) * sh + kh <= h and (ow - 1) * sw + kw <= w:
         if kh == 2 and kw == 2:
             if not _max_pool_plane_2x2(x, out, idx, p, h, w, sh, sw, oh, ow):
                 return
