@@ -4,6 +4,7 @@ TransformerEncoder and the char-GPT) give ONNX Runtime's outputs equal to minidl
 sizes and two sequence lengths; sizes read while tracing stay dynamic; what cannot be traced
 warns or fails naming the op, the module and the opset."""
 import io
+import math
 import re
 import subprocess
 import sys
@@ -317,3 +318,95 @@ def test_another_threads_ops_are_not_recorded():
     program = minidl.onnx.export(Busy(), (x,))
     assert [n.op_type for n in program.model_proto.graph.node] == ["Add", "Identity"]
     assert np.allclose(program(x)[0], x.numpy() + 1)
+
+
+IDIOMS = {   # name: (function of x, x's dtype), traced at (2, 4) and run at (3, 9) with both axes dynamic
+    "size-in-arithmetic": (lambda x: x.sum(1) / x.shape[1] + x[:, 0] * x.shape[1] - (x.size(1) - x[:, 1]), "f"),
+    "arange-over-size": (lambda x: minidl.arange(x.shape[1]) / x.shape[1] + x, "f"),
+    "numel": (lambda x: x.sum() / x.numel(), "f"),
+    "var-std": (lambda x: x.var(1) + x.std(1, unbiased=False) + x.var(), "f"),
+    "narrow-from-the-end": (lambda x: x.narrow(1, -2, 2), "f"),
+    "floor-division": (lambda x: (x // 2) + minidl.div(x, -3, rounding_mode="floor") + x.floor_divide(4), "i"),
+    "int-against-float": (lambda x: (x < 0.5).int() + (x == 0.5).int() + (x >= 0.5).int() + ((x > 0) == 2).int(),
+                          "i"),
+    "chunk": (lambda x: x.chunk(2, 1)[0] * 2, "f"),
+    "floor-of-negative-size": (lambda x: x[:, -x.shape[1] // 2:], "f"),
+    "view-batch-flat": (lambda x: x.view(x.size(0), -1).unsqueeze(-1).expand(-1, -1, x.shape[1]).sum(-1), "f"),
+}
+
+
+@pytest.mark.parametrize("name", list(IDIOMS))
+def test_what_a_traced_size_computes_follows_the_input(name):
+    fn, kind = IDIOMS[name]
+
+    def make(*shape):
+        return minidl.randint(-5, 6, shape) if kind == "i" else minidl.randn(*shape)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", TracerWarning)   # (none of these is fixed at export)
+        program = minidl.onnx.export(fn, (make(2, 4),), input_names=["x"], dynamic_axes={"x": {0: "b", 1: "t"}})
+    x = make(3, 9)
+    got, want = program(x)[0], fn(x).numpy()
+    assert got.shape == want.shape and np.allclose(got, want, atol=1e-5), name
+
+
+@pytest.mark.parametrize("fn, what", [(lambda x: x * math.sqrt(x.shape[1]), "turned into float()"),
+                                      (lambda x: x * (x.shape[1] / 2), "divided with /"),
+                                      (lambda x: x * len(x), "Tensor.__len__"),
+                                      (lambda x: x.split(2, 1)[0], "split(x, size)"),
+                                      (lambda x: x.squeeze(), "squeeze() of a traced tensor")])
+def test_what_a_traced_size_cannot_follow_warns(fn, what):
+    with pytest.warns(TracerWarning, match=re.escape(what)):
+        minidl.onnx.export(fn, (minidl.randn(1, 4),), input_names=["x"], dynamic_axes={"x": [0, 1]})
+
+
+def test_outputs_not_named_in_dynamic_axes_take_their_inferred_sizes():
+    gru, x = nn.GRU(5, 7), minidl.randn(5, 5)   # (unbatched: the time axis runs through the whole graph)
+    program = minidl.onnx.export(gru, (x,), input_names=["x"], dynamic_axes={"x": {0: "t"}})
+    outputs = program.model_proto.graph.output
+    dims = [[d.dim_param or d.dim_value for d in o.type.tensor_type.shape.dim] for o in outputs]
+    assert dims == [["t", 7], [1, 7]]
+    x = minidl.randn(7, 5)
+    assert all(np.allclose(g, w.detach().numpy(), atol=1e-5) for g, w in zip(program(x), gru(x)))
+
+
+def test_parameters_given_as_inputs_are_not_folded():
+    class Scaled(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = nn.Parameter(minidl.randn(3, 2))
+
+        def forward(self, x):
+            return x @ (self.w * 0.5)   # (work on a parameter: in the graph, not a constant)
+    model, x = Scaled(), minidl.randn(4, 3)
+    program = minidl.onnx.export(model, (x,), export_params=False)
+    other = minidl.randn(3, 2)
+    assert np.allclose(program(x, other)[0], (x @ (other * 0.5)).numpy(), atol=1e-6)
+
+
+def test_an_item_in_another_thread_leaves_the_trace_alone():
+    import threading
+    import time
+    slow = minidl.randn(1000)
+
+    class Model(nn.Module):
+        def forward(self, x):
+            reader = threading.Thread(target=lambda: [slow.tolist() for _ in range(20)])
+            reader.start()
+            time.sleep(0.01)
+            out = x * 2 + 1
+            reader.join()
+            return out
+    x = minidl.randn(3)
+    program = minidl.onnx.export(Model(), (x,))
+    assert [n.op_type for n in program.model_proto.graph.node] == ["Mul", "Add", "Identity"]
+    assert np.allclose(program(minidl.ones(3))[0], 3.0)
+
+
+def test_modes_names_and_pickling_after_export():
+    import pickle
+    model = nn.Sequential(nn.Linear(2, 2), nn.Dropout(0.5))
+    model[1].eval()   # (a submodule in its own mode)
+    with pytest.warns(UserWarning, match=r"dynamic_axes names \['inptu'\], which are no input or output name"):
+        minidl.onnx.export(model, (minidl.randn(1, 2),), dynamic_axes={"inptu": [0]})
+    assert model.training and not model[1].training
+    assert all(pickle.loads(pickle.dumps(f)) is f for f in (minidl.relu, minidl.tanh, minidl.add, minidl.sigmoid))

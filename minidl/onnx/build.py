@@ -3,6 +3,7 @@ shape-inferred onnx.ModelProto."""
 from __future__ import annotations
 
 import inspect
+import warnings
 
 import minidl
 
@@ -48,19 +49,19 @@ def _input_names(model, count, given):
 
 
 class _Patched:
-    """While tracing: sizes read from traced tensors are TracedInts, a traced tensor's Python value
-    warns, and module calls with a lowering (``modules.MODULES``) are recorded whole."""
+    """While tracing: sizes read from traced tensors (``shape``, ``size()``, ``numel()``) are
+    TracedInts, a traced tensor's Python value (``bool``, ``item``, ``tolist``, ``len``) warns, and
+    module calls with a lowering (``modules.MODULES``) are recorded whole."""
 
     def __init__(self, tracer):
         self.tracer = tracer
 
     def __enter__(self):
         tracer = self.tracer
-        self.saved = {name: TensorBase.__dict__[name] for name in ("shape", "size")}
-        self.saved_tensor = {name: minidl.Tensor.__dict__[name] for name in ("__bool__", "item", "tolist")
-                             if name in minidl.Tensor.__dict__}
+        self.saved = {name: TensorBase.__dict__[name] for name in ("shape", "size", "numel")}
+        self.saved_tensor = {name: minidl.Tensor.__dict__[name] for name in ("__bool__", "item", "tolist", "__len__")}
         self.saved_call = Module.__call__
-        plain_shape, plain_size = self.saved["shape"], self.saved["size"]
+        plain_shape, plain_size, plain_numel = self.saved["shape"], self.saved["size"], self.saved["numel"]
 
         def shape(t):
             if tracer.depth == 0 and id(t) in tracer.values:
@@ -72,6 +73,11 @@ class _Patched:
                 sizes = tracer.traced_shape(t)
                 return sizes if dim is None else sizes[dim if dim >= 0 else dim + len(sizes)]
             return plain_size(t, dim)
+
+        def numel(t):
+            if tracer.depth == 0 and id(t) in tracer.values:
+                return tracer.traced_numel(t)
+            return plain_numel(t)
 
         def valued(name):
             plain = self.saved_tensor[name]
@@ -97,7 +103,7 @@ class _Patched:
             finally:
                 tracer.modules.pop()
         TensorBase.shape = property(shape)
-        TensorBase.size = size
+        TensorBase.size, TensorBase.numel = size, numel
         for name in self.saved_tensor:
             setattr(minidl.Tensor, name, valued(name))
         Module.__call__ = call
@@ -134,24 +140,29 @@ def trace(model, args, kwargs, opset, input_names, output_names, dynamic_axes, e
         axes = _axes(dynamic_axes, name, t.ndim)
         graph.inputs.append((name, numpy_dtype(t.dtype), [axes.get(i, n) for i, n in enumerate(t.shape)]))
         tracer.bind(t, name)
-    was_training = model.training if is_module else None
+    modes = {m: m.training for m in model.modules()} if is_module else {}
     if is_module and training != 1:   # (TrainingMode.PRESERVE keeps the model's mode)
         model.train(training == 2)
     try:
         with minidl.no_grad(), _Patched(tracer):
             out = model(*args, **kwargs)
     finally:
-        if is_module:
-            model.train(was_training)
+        for m, mode in modes.items():   # (every submodule its own mode back)
+            m.training = mode
     outs = _flat(out)
     if not outs:
         raise OnnxExporterError(f"minidl.onnx.export: the model returned no tensor ({type(out).__name__})")
     out_names = list(output_names or []) + [f"output_{i}" for i in range(len(output_names or []), len(outs))]
+    unknown = sorted(set(dynamic_axes) - set(in_names) - set(out_names[:len(outs)]))
+    if unknown:   # (as torch's exporter warns)
+        warnings.warn(f"minidl.onnx.export: dynamic_axes names {unknown}, which are no input or output name "
+                      f"(inputs {in_names}, outputs {out_names[:len(outs)]}); nothing there is made dynamic",
+                      UserWarning, stacklevel=3)
     for name, t in zip(out_names, outs):
         value = tracer.value(t)
         graph.nodes.append(("Identity", [value], [name], {}))
         axes = _axes(dynamic_axes, name, t.ndim)
-        graph.outputs.append((name, numpy_dtype(t.dtype), [axes.get(i, n) for i, n in enumerate(t.shape)]))
+        graph.outputs.append((name, numpy_dtype(t.dtype), [axes.get(i) for i in range(t.ndim)]))   # (see _checked)
     _prune(graph, tracer)
     if keep_initializers_as_inputs:
         graph.inputs += [(n, a.dtype, list(a.shape)) for n, a in graph.initializers.items()]
@@ -177,8 +188,21 @@ def _prune(graph, tracer):
 
 
 def _checked(graph):
+    """The checked model, its value shapes inferred. An output dim not named in dynamic_axes takes
+    the inferred one (a number where it is fixed, a symbol where it follows an input) rather than
+    its traced size, which would be wrong for other inputs."""
     import onnx
     proto = graph.model("minidl", minidl.__version__)
     onnx.checker.check_model(proto)
-    return onnx.shape_inference.infer_shapes(proto, strict_mode=True)
-
+    inferred = onnx.shape_inference.infer_shapes(proto, strict_mode=True)
+    found = {v.name: v for v in inferred.graph.value_info}
+    sources = {node.output[0]: node.input[0] for node in inferred.graph.node if node.op_type == "Identity"}
+    for out in inferred.graph.output:
+        source = found.get(sources.get(out.name))
+        if source is None:
+            continue
+        for ours, theirs in zip(out.type.tensor_type.shape.dim, source.type.tensor_type.shape.dim):
+            if not ours.dim_param and not ours.HasField("dim_value"):
+                ours.CopyFrom(theirs)
+    onnx.checker.check_model(inferred)
+    return inferred

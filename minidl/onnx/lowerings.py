@@ -16,8 +16,9 @@ import numpy as np
 from ..ops import conversion
 from ..ops import elementwise as ew
 from ..ops.registry import OPS, attach_rule
+from .._dtype import result_type
 from .dtypes import code, numpy_dtype
-from .tracer import TracedInt
+from .tracer import TracedInt, warn
 
 INT64_MAX, INT64_MIN = np.iinfo(np.int64).max, np.iinfo(np.int64).min
 
@@ -104,12 +105,19 @@ for _name, _op_type in {"add": "Add", "sub": "Sub", "mul": "Mul", "pow": "Pow", 
 @lowers("div")
 def _div(L, a, b, rounding_mode=None):
     dtype = _np(L.out)
-    if rounding_mode is not None and np.issubdtype(dtype, np.integer):
-        raise NotImplementedError("minidl.onnx.export: integer div with a rounding_mode is not lowered")
-    out = L.op("Div", _operand(L, a, dtype), _operand(L, b, dtype))
+    x, y = _operand(L, a, dtype), _operand(L, b, dtype)
+    if np.issubdtype(dtype, np.integer):   # (ONNX's integer Div truncates)
+        return _integer_floor(L, x, y) if rounding_mode == "floor" else L.op("Div", x, y)
+    out = L.op("Div", x, y)
     if rounding_mode == "floor":
         return L.op("Floor", out)
     return _trunc(L, out) if rounding_mode == "trunc" else out
+
+
+def _integer_floor(L, x, y):
+    """Python's and torch's floor division of integers: (x - x mod y) / y, exact (Mod takes the
+    divisor's sign, as Python's %)."""
+    return L.op("Div", L.op("Sub", x, L.op("Mod", x, y)), y)
 
 
 def _trunc(L, v):
@@ -119,14 +127,13 @@ def _trunc(L, v):
 @lowers("floor_divide")
 def _floor_divide(L, a, b):
     dtype = _np(L.out)
-    out = L.op("Div", _operand(L, a, dtype), _operand(L, b, dtype))
-    return out if np.issubdtype(dtype, np.integer) else L.op("Floor", out)
+    x, y = _operand(L, a, dtype), _operand(L, b, dtype)
+    return _integer_floor(L, x, y) if np.issubdtype(dtype, np.integer) else L.op("Floor", L.op("Div", x, y))
 
 
 def _comparison(op_type, negate=False):
     def rule(L, a, b):
-        kinds = [_np(x) if hasattr(x, "dtype") else None for x in (a, b)]
-        dtype = np.result_type(*[k for k in kinds if k is not None])
+        dtype = numpy_dtype(result_type(a, b))   # (a Python number weakly, as eager promotes: int < 0.5 in float)
         out = L.op(op_type, _operand(L, a, dtype), _operand(L, b, dtype))
         return L.op("Not", out) if negate else out
     return rule
@@ -233,6 +240,9 @@ def _unsqueeze(L, x, dim):
 def _squeeze(L, x, dim=None):
     dims = range(x.ndim) if dim is None else dim if isinstance(dim, (tuple, list)) else [dim]
     axes = [_dim(d, x.ndim) for d in dims if x.shape[_dim(d, x.ndim)] == 1]
+    if dim is None and axes and L.tracer.traced(x):
+        warn("minidl.onnx.export: squeeze() of a traced tensor removes the dims that had size 1 while tracing, "
+             "whatever their size later")
     return L.op("Squeeze", L.value(x), L.ints(axes)) if axes else L.op("Identity", L.value(x))
 
 
@@ -266,12 +276,25 @@ def _split_outputs(L, x, dim, outs):
 
 @lowers("split")
 def _split(L, x, split_size_or_sections, dim=0):
+    if isinstance(split_size_or_sections, int) and L.tracer.traced(x):
+        _fixed_parts("split(x, size)")
     return _split_outputs(L, x, dim, L.out)
 
 
 @lowers("chunk")
 def _chunk(L, x, chunks, dim=0):
+    """ONNX's Split into num_outputs parts is chunk's rule (ceil-sized parts, the last smaller)
+    while the traced size gave ``chunks`` parts; else the traced sizes, with a warning."""
+    if len(L.out) == chunks > 1:
+        return L.op("Split", L.value(x), outputs=chunks, axis=_dim(dim, x.ndim), num_outputs=chunks)
+    if L.tracer.traced(x):
+        _fixed_parts("chunk(x, n)")
     return _split_outputs(L, x, dim, L.out)
+
+
+def _fixed_parts(what):
+    warn(f"minidl.onnx.export: {what} on a traced tensor keeps the number and sizes of the parts it had while "
+         f"tracing")
 
 
 @lowers("unbind")
@@ -323,6 +346,8 @@ def _is_bool_tensor(i):
 @lowers("narrow")
 def _narrow(L, x, dim, start, length):
     d = _dim(dim, x.ndim)
+    if start < 0:   # (counted from the end, as torch's: from the dim's size, which may be traced)
+        start = _sizes(L, x)[d] + start
     return L.op("Slice", L.value(x), L.ints([start]), L.ints([start + length]), L.ints([d]))
 
 

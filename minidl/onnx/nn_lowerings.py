@@ -215,14 +215,16 @@ def _cumsum(L, x, dim, dtype=None):
 
 
 def _moments(L, x, dim, correction, keepdim):
-    """(variance value) with ``correction`` subtracted from the count, as torch's var."""
-    value = L.value(x)
-    mean = L.op("ReduceMean", value, _axes(L, x, dim), keepdims=1)
+    """The variance over ``dim`` with ``correction`` taken from the count, as torch's var; the
+    count is the product of the (possibly traced) sizes reduced, so it follows the input."""
+    value, axes = L.value(x), _axes(L, x, dim)
+    mean = L.op("ReduceMean", value, axes, keepdims=1)
     centred = L.op("Sub", value, mean)
-    total = L.op("ReduceSum", L.op("Mul", centred, centred), _axes(L, x, dim), keepdims=int(bool(keepdim)))
-    dims = range(x.ndim) if dim is None else dim if isinstance(dim, (tuple, list)) else [dim]
-    count = int(np.prod([x.shape[_dim(d, x.ndim)] for d in dims]))
-    return L.op("Div", total, L.constant(max(count - correction, 0), _np(x)))
+    total = L.op("ReduceSum", L.op("Mul", centred, centred), axes, keepdims=int(bool(keepdim)))
+    count = L.op("ReduceProd", L.op("Gather", L.op("Shape", value), axes, axis=0), keepdims=0)
+    dof = L.op("Max", L.op("Sub", L.op("Cast", count, to=L.type_code(_np(x))), L.constant(correction, _np(x))),
+               L.constant(0, _np(x)))
+    return L.op("Div", total, dof)
 
 
 def _correction(unbiased, correction):

@@ -18,7 +18,10 @@ torch's tracer warns.
 """
 from __future__ import annotations
 
+import math
 import operator
+import os
+import sys
 import threading
 import warnings
 
@@ -38,67 +41,85 @@ class TracerWarning(UserWarning):
     """A traced value became a Python constant: the exported graph keeps its traced value."""
 
 
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def warn(message):
+    """A TracerWarning at the first line outside minidl: the model's own code."""
+    frame, level = sys._getframe(0), 1
+    while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE):
+        frame, level = frame.f_back, level + 1
+    warnings.warn(message, TracerWarning, stacklevel=level)
+
+
 def _fixed(what):
-    """Warn (once per place in the model's code) that ``what`` became a Python constant."""
+    """Warn (once per line of the model's code) that ``what`` became a Python constant."""
     tracer = _tracing.active
     if tracer is not None and tracer.depth == 0:
-        warnings.warn(f"minidl.onnx.export: {what} is turned into a Python value; the exported graph keeps the "
-                      f"value it had while tracing and will not follow it for other inputs", TracerWarning,
-                      stacklevel=3)
+        warn(f"minidl.onnx.export: {what} is turned into a Python value; the exported graph keeps the value it "
+             f"had while tracing and will not follow it for other inputs")
+
+
+_plain = int.__int__   # (a TracedInt's value as a plain int, without the warning int() gives)
 
 
 class TracedInt(int):
-    """A size read during tracing: its value, and how to compute it from the graph's values."""
+    """A size read during tracing: its value, and how to compute it from the graph's values.
+    Integer arithmetic keeps it traced; anything that makes a plain Python value of it (a
+    comparison, ``int()``, ``float()``, true division, a power, use as an index) warns."""
 
     def __new__(cls, value, expr):
         self = int.__new__(cls, value)
-        self.expr = expr   # ("size", value name, dim) or (ONNX op, operand, operand)
+        self.expr = expr   # ("size", value name, dim) or (op, operand, operand)
         return self
 
     def _arith(op_type, fn, swap=False):
         def method(self, other):
-            if not isinstance(other, int) or isinstance(other, bool):
-                return fn(int(self), other) if not swap else fn(other, int(self))
+            if not isinstance(other, (int, float)):
+                return NotImplemented   # (a tensor's operator takes it: x.shape[1] - x stays traced)
+            if isinstance(other, float):
+                _fixed("a traced size combined with a float")
+                return fn(_plain(self), other) if not swap else fn(other, _plain(self))
             a, b = (other, self) if swap else (self, other)
-            return TracedInt(fn(int(a), int(b)), (op_type, a, b))
+            return TracedInt(fn(_plain(a), _plain(b)), (op_type, a, b))
         return method
 
     __add__, __radd__ = _arith("Add", operator.add), _arith("Add", operator.add, swap=True)
     __sub__, __rsub__ = _arith("Sub", operator.sub), _arith("Sub", operator.sub, swap=True)
     __mul__, __rmul__ = _arith("Mul", operator.mul), _arith("Mul", operator.mul, swap=True)
-    __floordiv__ = _arith("Div", operator.floordiv)   # (sizes are >= 0: ONNX's truncation is floor)
-    __rfloordiv__ = _arith("Div", operator.floordiv, swap=True)
+    __floordiv__ = _arith("FloorDiv", operator.floordiv)
+    __rfloordiv__ = _arith("FloorDiv", operator.floordiv, swap=True)
     __mod__, __rmod__ = _arith("Mod", operator.mod), _arith("Mod", operator.mod, swap=True)
 
     def __neg__(self):
-        return TracedInt(-int(self), ("Neg", self, None))
+        return TracedInt(-_plain(self), ("Neg", self, None))
 
     def __pos__(self):
         return self
 
-    def _compare(fn, symbol):
-        def method(self, other):
-            _fixed(f"a traced size compared with {symbol}")
-            return fn(int(self), int(other) if isinstance(other, int) else other)
+    def _fixing(fn, what):
+        def method(self, *args):
+            _fixed(f"a traced size {what}")
+            return fn(_plain(self), *[_plain(a) if isinstance(a, TracedInt) else a for a in args])
         return method
 
-    __eq__, __ne__ = _compare(operator.eq, "=="), _compare(operator.ne, "!=")
-    __lt__, __le__ = _compare(operator.lt, "<"), _compare(operator.le, "<=")
-    __gt__, __ge__ = _compare(operator.gt, ">"), _compare(operator.ge, ">=")
+    __eq__, __ne__ = _fixing(operator.eq, "compared with =="), _fixing(operator.ne, "compared with !=")
+    __lt__, __le__ = _fixing(operator.lt, "compared with <"), _fixing(operator.le, "compared with <=")
+    __gt__, __ge__ = _fixing(operator.gt, "compared with >"), _fixing(operator.ge, "compared with >=")
+    __truediv__ = _fixing(operator.truediv, "divided with /")
+    __rtruediv__ = _fixing(lambda a, b: b / a, "divided with /")
+    __pow__ = _fixing(operator.pow, "raised to a power")
+    __rpow__ = _fixing(lambda a, b: b ** a, "used as an exponent")
+    __int__ = _fixing(int, "turned into int()")
+    __float__ = _fixing(float, "turned into float()")
+    __index__ = _fixing(int, "used as a Python index or count")
+    __bool__ = _fixing(bool, "tested for truth")
     __hash__ = int.__hash__
 
-    def __index__(self):
-        _fixed("a traced size used as a Python index or count")
-        return int(self)
-
-    def __bool__(self):
-        _fixed("a traced size tested for truth")
-        return int(self) != 0
-
     def __repr__(self):
-        return f"TracedInt({int(self)})"
+        return f"TracedInt({_plain(self)})"
 
-    del _arith, _compare
+    del _arith, _fixing
 
 
 def _leaves(obj):
@@ -190,6 +211,9 @@ class Tracer:
                 self.sizes[key] = g.op("Shape", a, start=b, end=b + 1)
             elif op == "Neg":
                 self.sizes[key] = g.op("Neg", self.size_vector(a))
+            elif op == "FloorDiv":   # (Python's floor, from ONNX's truncating Div: (a - a % b) / b is exact)
+                x, y = self.size_vector(a), self.size_vector(b)
+                self.sizes[key] = g.op("Div", g.op("Sub", x, g.op("Mod", x, y)), y)
             else:
                 self.sizes[key] = g.op(op, self.size_vector(a), self.size_vector(b))
             self.keep.append(n)
@@ -209,14 +233,29 @@ class Tracer:
             return self.graph.constant([int(s) for s in sizes], np.int64)
         return self.graph.op("Concat", *[self.size_vector(s) for s in sizes], axis=0)
 
+    def size_operand(self, t, n):
+        """``t``, the 0-d tensor an operator made of the number ``n`` (``x * t``): tied to the
+        size's graph value when ``n`` is a traced size."""
+        if isinstance(n, TracedInt) and self.depth == 0:
+            self.bind(t, self.scalar(n, np.dtype(t.dtype.np)))
+        return t
+
     def traced_shape(self, t):
         """``t.shape`` as TracedInts (read by the model from a traced tensor)."""
         name = self.values[id(t)]
         return Size(TracedInt(n, ("size", name, i)) for i, n in enumerate(t._layout.shape))
 
+    def traced_numel(self, t):
+        """``t.numel()`` as the product of its traced sizes."""
+        return math.prod(self.traced_shape(t), start=1) if t.ndim else 1
+
     # -- recording ----------------------------------------------------------------------------
     def involved(self, args, kwargs) -> bool:
-        return any(isinstance(x, TracedInt) or id(x) in self.values for x in _leaves((args, kwargs)))
+        """Does the call read a graph value: a traced tensor or size, or a parameter or buffer
+        (which export_params=False makes a graph input; with it they are initializers, and work
+        on them stays in the graph, as in torch's export)?"""
+        return any(isinstance(x, TracedInt) or id(x) in self.values or id(x) in self.names
+                   for x in _leaves((args, kwargs)))
 
     @property
     def depth(self) -> int:
@@ -225,6 +264,8 @@ class Tracer:
         return self._depth if threading.get_ident() == self.thread else 1
 
     def run_inside(self, fn, *args, **kwargs):
+        if threading.get_ident() != self.thread:   # (another thread: not the model, nothing to count)
+            return fn(*args, **kwargs)
         self._depth += 1
         try:
             return fn(*args, **kwargs)

@@ -7,7 +7,7 @@ import math
 import numpy as np
 
 from .. import _dtype as dt
-from .. import kernels
+from .. import _tracing, kernels
 from .._tensor_base import Storage, TensorBase, as_device, empty, make
 from ..autograd import grad_mode
 from ..layout import Layout, broadcast_shapes, expand
@@ -127,6 +127,9 @@ def as_operand(x, like: TensorBase, full_precision: bool = False) -> TensorBase:
         # rounded to the half type first, as PyTorch does (x == 1.1 compares equal); its mul and div
         # read the number at full precision instead (full_precision)
         dtype = like.dtype
+    if _tracing.active is not None and type(x) is not int and isinstance(x, int) and not isinstance(x, bool):
+        # (a size an exporter traces, x.shape[1]: a tensor the exporter ties to it, never cached)
+        return _tracing.active.size_operand(scalar_tensor(int.__int__(x), dtype, device), x)
     key = (type(x), x, math.copysign(1.0, x) if isinstance(x, (float, np.floating)) else 0, device, dtype)
     found = _scalars.get(key)
     if found is None:

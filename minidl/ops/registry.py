@@ -60,6 +60,10 @@ def op(name: str | None = None, *, method=True, inplace=None, aliases=(), sample
             if new in taken:
                 raise ValueError(f"op {new!r} is declared twice")
         public = _watched(key, fn, in_place=False)
+        if isinstance(getattr(fn, "__self__", None), type):   # (a Function's apply: named as the op, to pickle)
+            public.__qualname__ = public.__name__ = key
+            public.__module__ = {"minidl": "minidl", "nn.functional": "minidl.nn.functional"}.get(namespace,
+                                                                                               public.__module__)
         as_method = _delegate(key, public) if method is True else (method or None)
         twins = ({n + "_": _watched(key, inplace(fn, n + "_"), in_place=True) for n in (key,) + tuple(aliases)}
                  if inplace else {})
