@@ -10,11 +10,13 @@ is a constant: its result is baked into the graph as an initializer when somethi
 it (constant folding comes for free). Module lowerings (``modules.py``) take a whole module call
 the same way (an LSTM becomes one ONNX LSTM node).
 
-Sizes read from a traced tensor (``x.shape[1]``, ``x.size(0)``) are ``TracedInt``s: ints that
-remember where they came from, so that arithmetic on them, ``arange(t)``, ``view(b, t, -1)`` or
-``mask[:t, :t]`` become ``Shape``/``Gather``/arithmetic nodes and stay dynamic. Turning one into a
-plain Python value (a comparison, ``range(t)``) fixes it at its traced value, with a warning, as
-torch's tracer warns.
+Sizes read from a traced tensor (``x.shape[1]``, ``x.size(0)``, ``x.numel()``) are
+``TracedInt``s: ints that remember where they came from, so that integer arithmetic on them,
+``x / t``, ``arange(t)``, ``view(b, t, -1)`` or ``mask[:t, :t]`` become ``Shape``/``Gather``/
+arithmetic nodes and stay dynamic. Turning one into a plain Python value (a comparison, ``int()``,
+``float()``, ``t / 2``, an index) fixes it at its traced value with a warning, as torch's tracer
+warns. Python itself reads a size's value without asking in ``range(t)``, ``np.prod(shape)`` and
+the like: those are fixed silently.
 """
 from __future__ import annotations
 
