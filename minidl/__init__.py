@@ -25,7 +25,7 @@ from ._tensor_base import Storage as UntypedStorage
 from .legacy_tensors import (BFloat16Tensor, BoolTensor, ByteTensor, DoubleTensor, FloatTensor, HalfTensor, IntTensor, LongTensor,
                              ShortTensor)
 from .serialization import load, save
-from ._dlpack import from_dlpack
+from ._dlpack import DLDeviceType, from_dlpack
 from .threads import get_num_threads, set_num_threads
 from . import accelerator, amp, backends, cuda, multiprocessing, nn, optim, utils  # noqa: E402  (above the Tensor layer)
 from . import onnx  # noqa: E402  (its exporter needs the onnx package only when it runs)

@@ -29,11 +29,13 @@ from __future__ import annotations
 
 import ctypes
 import enum
+import weakref
 
 import numpy as np
 
 from . import _dtype as dt
 from . import kernels
+from ._device import device as Device
 from ._tensor_base import Storage, as_device, make
 from .layout import Layout
 
@@ -90,18 +92,35 @@ class _ManagedVersioned(ctypes.Structure):  # DLManagedTensorVersioned, DLPack 1
 
 _READ_ONLY, _IS_COPIED = 1 << 0, 1 << 1  # DLPACK_FLAG_BITMASK_*
 
-_LEGACY, _VERSIONED = b"dltensor", b"dltensor_versioned"
-# PyCapsule_SetName keeps the pointer, not a copy: these buffers live as long as the module
-_USED = {_LEGACY: ctypes.create_string_buffer(b"used_dltensor"),
-         _VERSIONED: ctypes.create_string_buffer(b"used_dltensor_versioned")}
 
-_api = ctypes.pythonapi
-_api.PyCapsule_GetName.restype = ctypes.c_char_p
-_api.PyCapsule_GetName.argtypes = [ctypes.py_object]
-_api.PyCapsule_GetPointer.restype = ctypes.c_void_p
-_api.PyCapsule_GetPointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
-_api.PyCapsule_SetName.restype = ctypes.c_int
-_api.PyCapsule_SetName.argtypes = [ctypes.py_object, ctypes.c_void_p]
+def _c_function(library, name, restype, *argtypes, prototype=ctypes.PYFUNCTYPE):
+    """minidl's own typed handle on a C function: the shared ``ctypes.pythonapi.<name>`` object's
+    argtypes and restype belong to whichever library set them last."""
+    return prototype(restype, *argtypes)((name, library))
+
+
+_get_name = _c_function(ctypes.pythonapi, "PyCapsule_GetName", ctypes.c_char_p, ctypes.py_object)
+_get_pointer = _c_function(ctypes.pythonapi, "PyCapsule_GetPointer", ctypes.c_void_p, ctypes.py_object,
+                           ctypes.c_char_p)
+_set_name = _c_function(ctypes.pythonapi, "PyCapsule_SetName", ctypes.c_int, ctypes.py_object, ctypes.c_void_p)
+_raw_malloc = _c_function(ctypes.pythonapi, "PyMem_RawMalloc", ctypes.c_void_p, ctypes.c_size_t)
+
+
+def _kept_forever(text: bytes) -> int:
+    """A C string holding ``text`` that is never freed (Python's raw allocator: every platform)."""
+    at = _raw_malloc(len(text) + 1)
+    ctypes.memmove(at, text + b"\0", len(text) + 1)
+    return at
+
+
+_LEGACY, _VERSIONED = b"dltensor", b"dltensor_versioned"
+# PyCapsule_SetName keeps the pointer, not a copy, and a consumed capsule may outlive this module
+# (its globals are freed at shutdown): the names are C strings that are never freed
+_USED = {_LEGACY: _kept_forever(b"used_dltensor"), _VERSIONED: _kept_forever(b"used_dltensor_versioned")}
+# The kDLCUDA capsules the CUDA simulator exported (host memory) by struct address, each to the
+# array the capsule holds until it frees the struct (the entry goes with it): any other kDLCUDA
+# capsule holds real device memory, which the simulator cannot read
+_SIMULATED = weakref.WeakValueDictionary()
 
 # (type code, bits) of each dtype: kDLInt 0, kDLUInt 1, kDLFloat 2, kDLBfloat 4, kDLBool 6
 _CODES = {dt.bool_: (6, 8), dt.uint8: (1, 8), dt.int16: (0, 16), dt.int32: (0, 32), dt.int64: (0, 64),
@@ -112,8 +131,7 @@ _CODE_NAMES = {0: "int", 1: "uint", 2: "float", 3: "opaque handle", 4: "bfloat",
 
 def _managed(capsule, name):
     """The struct a capsule of this name holds: ``_ManagedVersioned`` for 1.x, ``_Managed`` for 0.x."""
-    return (_ManagedVersioned if name == _VERSIONED else _Managed).from_address(
-        _api.PyCapsule_GetPointer(capsule, name))
+    return (_ManagedVersioned if name == _VERSIONED else _Managed).from_address(_get_pointer(capsule, name))
 
 
 # ---------------------------------------------------------------------------------------- export
@@ -145,6 +163,8 @@ def _check_stream(t, stream):
         raise AssertionError("stream should be None on cpu.")
     if t.device.type == "cuda" and stream == 2:
         raise BufferError("per-thread default stream is not supported.")
+    if t.device.type == "cuda" and stream == 0:  # (CUDA has no stream 0 to name: 1 is the legacy default)
+        raise AssertionError("unsupported stream on CUDA: 0.")
 
 
 def export(t, stream=-1, max_version=None, dl_device=None, copy=None):
@@ -173,11 +193,12 @@ def export(t, stream=-1, max_version=None, dl_device=None, copy=None):
         t = t.to(target)    # (a packed copy)
     elif copied:
         t = t.clone()
-    kwargs = {} if max_version is None else {"max_version": max_version}
+    kwargs = {} if max_version is None or max_version[0] < 1 else {"max_version": max_version}
     if not _on_host(t):
         kwargs["stream"] = stream  # CuPy orders the consumer's stream after ours
-    capsule = _exporter_array(t).__dlpack__(**kwargs)
-    _stamp(capsule, t, copied)
+    array = _exporter_array(t)
+    capsule = array.__dlpack__(**kwargs)
+    _stamp(capsule, t, copied, array)
     return capsule
 
 
@@ -188,25 +209,31 @@ def _on_host(t) -> bool:
 
 def _exporter_array(t):
     """An array of the library that makes the capsule (numpy on the host, CuPy on a GPU) showing
-    ``t``'s elements with its strides; it holds the buffer alive for as long as the consumer needs it."""
+    ``t``'s elements with its strides; it holds the buffer alive for as long as the consumer needs it.
+    A read-only storage gives a read-only array: numpy then refuses a 0.x capsule (which cannot say
+    so) and marks a 1.x one READ_ONLY."""
     if _on_host(t):
         from .kernels.cpu.memory import numpy_view  # (the CPU kernels load on first use)
-        return numpy_view(t._storage.buf, t._layout)
+        view = numpy_view(t._storage.buf, t._layout)
+        if not t._storage.writable:
+            view.flags.writeable = False
+        return view
     import cupy
     item, layout, buf = t.dtype.itemsize, t._layout, t._storage.buf
     start = 0 if layout.numel == 0 else layout.offset * item
     return cupy.ndarray(tuple(layout.shape), buf.dtype, buf.data + start, tuple(s * item for s in layout.strides))
 
 
-def _stamp(capsule, t, copied):
-    """Write into the new capsule's struct what its maker could not know."""
-    name = _api.PyCapsule_GetName(capsule)
+def _stamp(capsule, t, copied, array):
+    """Write into the new capsule's struct what its maker (holding ``array``) could not know."""
+    name = _get_name(capsule)
     managed = _managed(capsule, name)
     if t.dtype is dt.bfloat16:  # numpy and CuPy have no bfloat16: the buffer holds its uint16 bits
         managed.dl_tensor.dtype.code = _CODES[dt.bfloat16][0]
     if t.device.type == "cuda" and _on_host(t):
         managed.dl_tensor.device.device_type = DLDeviceType.kDLCUDA
         managed.dl_tensor.device.device_id = t.device.index
+        _SIMULATED[ctypes.addressof(managed)] = array
     if name == _VERSIONED and copied:
         managed.flags |= _IS_COPIED
 
@@ -214,6 +241,11 @@ def _stamp(capsule, t, copied):
 def _cuda_runtime():
     from .kernels.cuda import runtime
     return runtime.get()
+
+
+def _simulated() -> bool:
+    """Whether device 'cuda' is the CPU simulator, whose device memory is host memory."""
+    return _cuda_runtime().xp is np
 
 
 # ---------------------------------------------------------------------------------------- import
@@ -228,6 +260,8 @@ def from_dlpack(ext_tensor, *, device=None, copy=None):
         if device is not None or copy is not None:
             raise AssertionError("device and copy kwargs not supported when ext_tensor is already a DLPack capsule.")
         return _consume(ext_tensor)
+    if device is not None and not isinstance(device, (str, Device)):
+        raise AssertionError(f"from_dlpack: unsupported device type: {type(device)}")
     source = tuple(int(v) for v in ext_tensor.__dlpack_device__())
     target = None if device is None else as_device(device)
     crossing = target is not None and _dl_device(target) != source
@@ -268,7 +302,7 @@ def _dl_device(device) -> tuple:
 def _consume(capsule):
     """Take ownership of a capsule's tensor: check everything first (a refused capsule stays the
     producer's to free), then rename the capsule and wrap its memory."""
-    name = _api.PyCapsule_GetName(capsule)
+    name = _get_name(capsule)
     if name in (b"used_dltensor", b"used_dltensor_versioned"):
         raise RuntimeError("from_dlpack: this DLPack capsule was consumed already (a capsule can be consumed "
                            "only once; call __dlpack__ again for a new one)")
@@ -286,11 +320,14 @@ def _consume(capsule):
         raise TypeError(f"from_dlpack: minidl has no dtype for DLPack's {_CODE_NAMES.get(code[0], code[0])}"
                         f"{code[1]}{lanes}; supported: {', '.join(d.name for d in _CODES)}")
     dtype, device = _DTYPES[code], _import_device(tensor.device)
+    if device.type == "cuda" and _simulated() and ctypes.addressof(managed) not in _SIMULATED:
+        raise BufferError("from_dlpack: the CUDA simulator (MINIDL_CUDA_SIM=1) reads only the kDLCUDA "
+                          "capsules it exported itself; this one holds real GPU memory")
     shape = tuple(tensor.shape[i] for i in range(tensor.ndim))
     layout = Layout(shape, tuple(tensor.strides[i] for i in range(tensor.ndim)) if tensor.strides
                     else None)  # (0.x allowed no strides for row-major)
     readonly = name == _VERSIONED and bool(managed.flags & _READ_ONLY)
-    _api.PyCapsule_SetName(capsule, ctypes.addressof(_USED[name]))
+    _set_name(capsule, _USED[name])
     owner = _Owner(ctypes.addressof(managed), managed.deleter)  # from here on, the deleter is ours to call
     lo, hi = layout.span()
     first = (tensor.data or 0) + tensor.byte_offset  # the address of element 0
@@ -332,7 +369,7 @@ def _wrap(owner, address, count, dtype, device, readonly):
     """A 1-D buffer of ``count`` elements at ``address`` for ``device``, holding ``owner``."""
     if count <= 0:  # nothing to share: the producer is told so at once (owner dies here)
         return kernels.get("alloc", device.type)(0, dtype)
-    if device.type == "cpu" or _cuda_runtime().xp is np:  # (the simulator's device memory is host memory)
+    if device.type == "cpu" or _simulated():
         owner.__array_interface__ = {"data": (address, readonly), "shape": (count,), "typestr": dtype.np.str,
                                      "version": 3}
         return np.asarray(owner)

@@ -4,7 +4,13 @@ lifetimes and refusals as torch 2.13 has them. numpy and torch are the oracles: 
 and layouts come from the same views taken in numpy, never from minidl."""
 import ctypes
 import gc
+import os
+import pickle
+import subprocess
+import sys
 import weakref
+from multiprocessing.reduction import ForkingPickler
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -39,8 +45,10 @@ def capsule_name(capsule) -> str:
     return repr(capsule).split('"')[1]
 
 
-_get_pointer = ctypes.pythonapi.PyCapsule_GetPointer
-_get_pointer.restype, _get_pointer.argtypes = ctypes.c_void_p, [ctypes.py_object, ctypes.c_char_p]
+ROOT = Path(__file__).resolve().parent.parent
+# (the test's own function object: the shared ctypes.pythonapi one's signature is anyone's to set)
+_get_pointer = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.py_object, ctypes.c_char_p)(
+    ("PyCapsule_GetPointer", ctypes.pythonapi))
 
 
 def versioned_fields(capsule):
@@ -57,6 +65,12 @@ def versioned_fields(capsule):
 def write_legacy_field(capsule, offset, ctype, value):
     """Overwrite a field of a "dltensor" capsule's DLTensor (device type at 8, dtype code at 20)."""
     ctype.from_address(_get_pointer(capsule, b"dltensor") + offset).value = value
+
+
+def run_python(code, **env):
+    """Run ``code`` in a fresh interpreter (a crash fails the test instead of killing pytest)."""
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=ROOT,
+                          env=dict(os.environ, PYTHONPATH=str(ROOT), **env))
 
 
 def freed(watch) -> bool:
@@ -138,7 +152,7 @@ def test_dlpack_device_and_capsule_versions_are_torchs():
     t, x = minidl.zeros(3), torch.zeros(3)
     assert t.__dlpack_device__() == x.__dlpack_device__() == (1, 0)
     assert t.__dlpack_device__()[0].name == "kDLCPU"
-    for max_version in (None, (0, 8), (1, 0), (1, 3), (2, 0)):
+    for max_version in (None, (0,), (0, 8), (1, 0), (1, 3), (2, 0)):
         assert capsule_name(t.__dlpack__(max_version=max_version)) == \
             capsule_name(x.__dlpack__(max_version=max_version))
     assert capsule_name(minidl.utils.dlpack.to_dlpack(t)) == capsule_name(torch.utils.dlpack.to_dlpack(x)) \
@@ -238,6 +252,28 @@ def test_read_only_memory_stays_read_only_both_ways():
         m.__dlpack__()
 
 
+def test_a_storage_minidl_will_not_write_goes_out_read_only():
+    """Shared memory of a read-only array, and its mapping in another process (``from_shared(...,
+    writable=False)``), hold writable numpy buffers that minidl treats as read-only: they go out as
+    numpy's read-only arrays do."""
+    a = np.arange(3.)
+    a.flags.writeable = False
+    with pytest.warns(UserWarning, match="not writable"):
+        t = minidl.from_numpy(a).share_memory_()
+    mapped = pickle.loads(ForkingPickler.dumps(t))  # (the handle, opened read-only)
+    for v in (t, mapped):
+        assert not np.from_dlpack(v).flags.writeable
+        for export in (v.__dlpack__, lambda: minidl.utils.dlpack.to_dlpack(v)):
+            with pytest.raises(BufferError, match="readonly"):  # a 0.x capsule cannot say read-only
+                export()
+        assert versioned_fields(v.__dlpack__(max_version=(1, 0)))[1] & 1  # DLPACK_FLAG_BITMASK_READ_ONLY
+        with pytest.raises(RuntimeError, match="read-only"):
+            minidl.from_dlpack(v).add_(1)
+        # torch 2.13 takes a READ_ONLY capsule as a writable tensor, numpy's as ours: the flag is all
+        # a producer can give it
+        assert torch.from_dlpack(v).tolist() == torch.from_dlpack(a).tolist() == [0.0, 1.0, 2.0]
+
+
 # ------------------------------------------------------------------------------------------ lifetimes
 def test_the_consumer_keeps_the_memory_after_the_tensor_is_gone_and_then_frees_it():
     owner = np.arange(1000.)
@@ -275,6 +311,20 @@ def test_minidl_calls_the_producers_deleter_when_its_last_view_dies():
     assert freed(watch)
 
 
+def test_consumed_capsules_alive_at_exit_keep_their_names_after_minidl_is_torn_down():
+    """A consumed capsule points at its "used_dltensor..." name until it dies, which can be after
+    minidl's globals are freed at shutdown: numpy's destructor must still read that name."""
+    out = run_python("import numpy, minidl\n"
+                     "keep = []\n"
+                     "for version in (None, (1, 0)):\n"
+                     "    for _ in range(100):\n"
+                     "        c = minidl.arange(3.).__dlpack__(max_version=version)\n"
+                     "        minidl.from_dlpack(c)\n"
+                     "        keep.append(c)\n"
+                     "numpy.kept_capsules = keep  # (numpy, imported first, is torn down after minidl)\n")
+    assert out.returncode == 0 and out.stderr == "", out.stderr[-2000:]
+
+
 def test_a_torch_tensor_outlives_its_python_object_inside_minidl():
     x = torch.arange(100, dtype=torch.int64)
     m = minidl.from_dlpack(x)
@@ -299,7 +349,27 @@ def test_refusals_are_torchs():
         for importer in (minidl.from_dlpack, torch.from_dlpack):
             with pytest.raises(AssertionError, match="device and copy kwargs not supported"):
                 importer(capsule, copy=True)
+    for importer in (minidl.from_dlpack, torch.from_dlpack):
+        with pytest.raises(AssertionError, match="from_dlpack: unsupported device type: <class 'int'>"):
+            importer(np.arange(3.), device=5)
     assert minidl.from_dlpack(minidl.zeros(2, requires_grad=True).detach()).tolist() == [0.0, 0.0]
+
+
+def test_signatures_others_set_on_ctypes_pythonapi_change_nothing(monkeypatch):
+    """minidl calls the capsule API through its own function objects: the shared
+    ``ctypes.pythonapi`` ones' signatures are whatever another library set last."""
+    api = ctypes.pythonapi
+    monkeypatch.setattr(api.PyCapsule_GetName, "restype", ctypes.c_void_p)
+    monkeypatch.setattr(api.PyCapsule_GetName, "argtypes", [ctypes.py_object])
+    monkeypatch.setattr(api.PyCapsule_SetName, "argtypes", [ctypes.py_object, ctypes.c_char_p])
+    for max_version in (None, (1, 0)):
+        t = minidl.tensor([1.5, -2.0]).bfloat16()
+        capsule = t.__dlpack__(max_version=max_version)
+        m = minidl.from_dlpack(capsule)
+        assert m.dtype is minidl.bfloat16 and m.tolist() == [1.5, -2.0] and m.data_ptr() == t.data_ptr()
+        assert capsule_name(capsule).startswith("used_dltensor")
+    x = torch.arange(3.)
+    assert minidl.from_dlpack(x).data_ptr() == x.data_ptr()
 
 
 def test_bad_input_is_named():
@@ -362,6 +432,13 @@ def test_utils_dlpack_is_torchs_module():
     assert m.tolist() == [0.0, 1.0, 2.0] and m.data_ptr() == x.data_ptr()
     y = torch.utils.dlpack.from_dlpack(minidl.utils.dlpack.to_dlpack(m))
     assert y.data_ptr() == x.data_ptr()
+    # to_dlpack, unlike __dlpack__, takes a tensor that requires grad (its data goes out)
+    g = minidl.arange(3., requires_grad=True)
+    assert torch.from_dlpack(minidl.utils.dlpack.to_dlpack(g)).tolist() == \
+        torch.from_dlpack(torch.utils.dlpack.to_dlpack(torch.arange(3., requires_grad=True))).tolist()
+    ours, theirs = minidl.utils.dlpack.DLDeviceType, torch.utils.dlpack.DLDeviceType
+    assert [(d.name, d.value) for d in ours] == [(d.name, d.value) for d in theirs]
+    assert m.__dlpack_device__()[0] is ours.kDLCPU and "DLDeviceType" in minidl.utils.dlpack.__all__
 
 
 # ------------------------------------------------------------------------------ CUDA, on the simulator
@@ -388,6 +465,12 @@ def test_cuda_tensors_export_as_kdlcuda_and_come_back_shared(sim):
     assert c[0, 0, 1].item() == -3.0
     with pytest.raises(RuntimeError, match="Unsupported device"):  # numpy reads host memory only
         np.from_dlpack(v)
+    with pytest.raises(AssertionError, match="unsupported stream on CUDA: 0"):  # (torch's _check_stream)
+        v.__dlpack__(stream=0)
+    with pytest.raises(BufferError, match="per-thread default stream"):
+        v.__dlpack__(stream=2)
+    for stream in (None, -1, 1):
+        assert minidl.from_dlpack(v.__dlpack__(stream=stream)).tolist() == v.tolist()
 
 
 def test_cuda_tensors_cross_to_the_host_only_by_a_copy(sim):
@@ -407,3 +490,33 @@ def test_cuda_tensors_cross_to_the_host_only_by_a_copy(sim):
     assert minidl.from_dlpack(c, device="cpu").device.type == "cpu"
     b = minidl.tensor([1.5, -2.0]).bfloat16().cuda()
     assert minidl.from_dlpack(b).tolist() == [1.5, -2.0]
+
+
+def test_the_simulator_refuses_kdlcuda_capsules_it_did_not_make():
+    """Under the simulator a CUDA buffer is host memory, so the kDLCUDA capsules it exported are read
+    as host memory; any other one (torch's or CuPy's, on a real GPU) holds a device address, which
+    would crash the process if read: it is refused and stays its producer's."""
+    out = run_python("""
+import ctypes, gc, numpy as np, minidl
+get = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.py_object, ctypes.c_char_p)(("PyCapsule_GetPointer", ctypes.pythonapi))
+c = np.ones(4).__dlpack__()  # dressed as a real GPU's: kDLCUDA, an address not mapped here
+p = get(c, b"dltensor")
+ctypes.c_int32.from_address(p + 8).value = 2
+ctypes.c_void_p.from_address(p).value = 0x7f0000000000 >> 4
+try:
+    minidl.from_dlpack(c)
+except BufferError as e:
+    print("refused:", e)
+assert repr(c).split('"')[1] == "dltensor"
+x = minidl.arange(4., device="cuda")
+for version in (None, (1, 0)):
+    m = minidl.from_dlpack(x.__dlpack__(max_version=version))
+    assert m.device.type == "cuda" and m.data_ptr() == x.data_ptr() and m.tolist() == [0.0, 1.0, 2.0, 3.0]
+    assert minidl.from_dlpack(x).data_ptr() == x.data_ptr()
+del c, m
+gc.collect()
+assert not minidl._dlpack._SIMULATED  # (freed capsules are forgotten: their addresses may come back)
+print("round trips")
+""", MINIDL_CUDA_SIM="1")
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "refused: from_dlpack: the CUDA simulator" in out.stdout and "round trips" in out.stdout

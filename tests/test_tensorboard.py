@@ -117,6 +117,20 @@ def test_histogram_of_an_empty_tensor_is_refused_as_torch(tmp_path):
             writer.add_histogram("h", empty)
 
 
+def test_a_histogram_no_value_falls_in_is_torchs(tmp_path):
+    """torch writes one empty bin as an empty histogram (its right edge, count 0); more, it refuses."""
+    data = np.array([1.0, 2.0, 3.0])
+    ours, theirs = both(tmp_path, lambda w: w.add_histogram("h", minidl.tensor(data), 1, bins=[10.0, 20.0]),
+                        lambda w: w.add_histogram("h", torch.tensor(data), 1, bins=[10.0, 20.0]))
+    h = read(ours).Histograms("h")[0].histogram_value
+    assert h == read(theirs).Histograms("h")[0].histogram_value
+    assert (list(h.bucket_limit), list(h.bucket), h.num, h.sum) == ([20.0], [0.0], 3, 6.0)
+    with SummaryWriter(str(tmp_path / "a")) as ours, TorchWriter(str(tmp_path / "b")) as theirs:
+        for w, t in ((ours, minidl.tensor), (theirs, torch.tensor)):
+            with pytest.raises(ValueError):
+                w.add_histogram("h", t(data), bins=[10.0, 20.0, 30.0])
+
+
 def pixels(event):
     return np.asarray(Image.open(io.BytesIO(event.encoded_image_string)))
 
@@ -243,6 +257,8 @@ def test_bad_arguments_fail_as_torchs(tmp_path):
                 w.add_image("img", t(np.zeros((2, 2))))
             with pytest.raises(AssertionError, match="same dimension shorthand twice"):
                 w.add_image("img", t(np.zeros((2, 2))), dataformats="HH")
+            with pytest.raises(AssertionError, match="Input should be a 4D numpy array with 3 channels"):
+                w.add_images("rgba", t(np.zeros((2, 4, 3, 3))))
             with pytest.raises(TypeError, match="should be dictionary"):
                 w.add_hparams([("lr", 0.1)], {})
             with pytest.raises(TypeError, match=r"hparam_domain_discrete\[lr\] should be a list"):

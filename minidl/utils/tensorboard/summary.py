@@ -62,7 +62,8 @@ TENSORFLOW_BINS = _tensorflow_bins()
 def histogram(tag, values, bins="tensorflow", max_bins=None) -> Summary:
     """A histogram of ``values`` over ``bins`` (anything ``np.histogram`` takes, or "tensorflow"), cut
     to the buckets from the first non-empty one to the last. TensorBoard reads each bucket's right
-    edge (its limit), so one empty bucket goes first to carry the left edge of the data."""
+    edge (its limit), so one empty bucket goes first to carry the left edge of the data. Where no value
+    falls in the bins, torch writes a lone bin as its right edge with count 0 and refuses more."""
     values = as_numpy(values).astype(np.float64).reshape(-1)
     if values.size == 0:
         raise ValueError("The input has no element.")
@@ -73,9 +74,9 @@ def histogram(tag, values, bins="tensorflow", max_bins=None) -> Summary:
         counts = np.pad(counts, (0, -len(counts) % group)).reshape(-1, group).sum(1)
         edges = np.append(edges[:-1:group], edges[-1])
     filled = np.flatnonzero(counts)
-    if filled.size == 0:
+    if filled.size == 0 and len(counts) > 1:
         raise ValueError(f"add_histogram: none of the {values.size} values falls inside the bins")
-    first, last = filled[0], filled[-1]
+    first, last = (filled[0], filled[-1]) if filled.size else (1, 0)  # (the lone empty bin: edges[1:2], [0])
     proto = HistogramProto(min=values.min(), max=values.max(), num=values.size, sum=values.sum(),
                            sum_squares=values.dot(values), bucket_limit=edges[first:last + 2].tolist(),
                            bucket=[0.0] + counts[first:last + 1].tolist())
@@ -96,7 +97,7 @@ def _grid(images: np.ndarray, columns: int = 8) -> np.ndarray:
 
 def to_hwc(array: np.ndarray, dataformats: str) -> np.ndarray:
     """``array`` laid out as ``dataformats`` (letters N, C, H, W) as (H, W, C) with 3 or 4 channels:
-    grey images (one channel, or none) become RGB, a batch (N) becomes a grid."""
+    grey images (one channel, or none) become RGB, a batch (N; grey or RGB, as torch's) becomes a grid."""
     fmt = dataformats.upper()
     if len(set(fmt)) != len(fmt):
         raise AssertionError(f"You can not use the same dimension shorthand twice. input_format: {dataformats}")
@@ -107,6 +108,8 @@ def to_hwc(array: np.ndarray, dataformats: str) -> np.ndarray:
         batch = array.transpose([fmt.index(c) for c in "NCHW"])
         if batch.shape[1] == 1:
             batch = np.repeat(batch, 3, axis=1)
+        if batch.shape[1] != 3:  # (torch's grid has no alpha)
+            raise AssertionError("Input should be a 4D numpy array with 3 channels")
         return _grid(batch).transpose(1, 2, 0)
     if len(fmt) == 3:
         image = array.transpose([fmt.index(c) for c in "HWC"])

@@ -79,7 +79,7 @@ class SummaryWriter:
         self._add(summary.image(tag, img_tensor, dataformats), global_step, walltime)
 
     def add_images(self, tag, img_tensor, global_step=None, walltime=None, dataformats="NCHW") -> None:
-        """A batch of images, shown as one grid of up to 8 columns."""
+        """A batch of grey or RGB images, shown as one grid of up to 8 columns."""
         self._add(summary.image(tag, img_tensor, dataformats), global_step, walltime)
 
     def add_text(self, tag, text_string, global_step=None, walltime=None) -> None:
