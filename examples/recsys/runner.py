@@ -4,9 +4,10 @@ mpiexec the last ``--servers`` ranks parameter servers and the rest workers (min
 ``--mode ps`` keeps every parameter on the servers (Downpour SGD: pull, compute, push);
 ``--mode hybrid`` (Hetu's) keeps only the embedding tables there and replicates the dense layers,
 whose gradients the workers average by all-reduce. ``--batch-size`` is the global batch: each
-worker takes its equal slice of every batch of one shared, seeded order, and ps.DistributedModel
-averages the workers' gradients, so that under BSP the run is the one-process run's optimisation
-(its metrics equal up to rounding), while SSP and ASP let workers run ahead on stale parameters.
+worker takes its slice of every batch of one shared, seeded order (the sizes differ by at most one
+when they do not divide it), weights its loss by its share, and ps.DistributedModel averages the
+workers' gradients; so under BSP the run is the one-process run's optimisation (its metrics equal
+up to rounding), while SSP and ASP let workers run ahead on stale parameters.
 Worker 0 prints one line per epoch with the held-out metrics, and at the end the staleness of the
 pushes the servers applied, as a histogram picture too (with matplotlib).
 """
@@ -86,8 +87,8 @@ def start(args):
     workers = world - args.servers
     if workers < 1:
         fail(f"--servers {args.servers} leaves no worker among {world} ranks", rank)
-    if args.batch_size % workers:
-        fail(f"--batch-size {args.batch_size} does not split evenly over {workers} workers", rank)
+    if args.batch_size < workers:
+        fail(f"--batch-size {args.batch_size} leaves some of the {workers} workers no sample", rank)
     if ps.init(num_servers=args.servers, consistency=args.consistency, staleness=args.staleness) == "server":
         dist.destroy_process_group()
         return None
@@ -123,7 +124,8 @@ def run(task_class, parser, argv=None):
     say(f"{task.name} on {ratings.version} ({len(ratings)} ratings, {ratings.num_users} users, "
         f"{ratings.num_items} items): {setup}, {args.optimizer} lr {args.lr}, global batch {args.batch_size}")
 
-    share = args.batch_size // workers
+    lo, hi = rank * args.batch_size // workers, (rank + 1) * args.batch_size // workers   # (this worker's slice)
+    weight = (hi - lo) * workers / args.batch_size   # (its share: the averaged gradients are the batch's mean)
     began = time.perf_counter()
     for epoch in range(args.epochs):
         users, items, labels = task.epoch(epoch)
@@ -134,10 +136,10 @@ def run(task_class, parser, argv=None):
                    disable=None if rank == 0 else True)
         total = 0.0
         for b in bar:
-            mine = slice(b * args.batch_size + rank * share, b * args.batch_size + (rank + 1) * share)
+            mine = slice(b * args.batch_size + lo, b * args.batch_size + hi)
             logits = model(minidl.from_numpy(users[mine]), minidl.from_numpy(items[mine]))
             loss = F.binary_cross_entropy_with_logits(logits, minidl.from_numpy(labels[mine]))
-            loss.backward()
+            (loss * weight if weight != 1 else loss).backward()
             if distributed:
                 model.step()
             else:
