@@ -6,7 +6,8 @@
 
 As in He et al. (2017): every rating is an interaction; each user's latest one is held out and
 ranked against 99 items the user never rated (HR@10, NDCG@10); training pairs each interaction
-with 4 unrated items, drawn afresh every epoch, under binary cross-entropy, with Adam. Without
+with 4 items the user has no training interaction with, drawn afresh every epoch, under binary
+cross-entropy, with Adam. Without
 --data the ratings are generated (minidl.vision.datasets.write_movielens: latent-factor structure).
 Options and the distributed setup: examples/recsys/runner.py.
 """
@@ -21,14 +22,14 @@ class NCF:
     def __init__(self, ratings, args):
         self.ratings, self.args = ratings, args
         self.train_users, self.train_items, test = data.leave_one_out(ratings)
-        self.rated = data.rated_matrix(ratings)
-        self.candidates = data.ranking_candidates(self.rated, test, seed=args.seed)
+        self.candidates = data.ranking_candidates(data.rated_matrix(ratings), test, seed=args.seed)
+        self.trained = data.rated_matrix(ratings, self.train_users, self.train_items)   # (negatives: not these)
 
     def model(self, sparse=True):
         return NeuMF(self.ratings.num_users, self.ratings.num_items, sparse=sparse)
 
     def epoch(self, epoch):
-        return data.ncf_epoch(self.train_users, self.train_items, self.rated, epoch, self.args.seed)
+        return data.ncf_epoch(self.train_users, self.train_items, self.trained, epoch, self.args.seed)
 
     def evaluate(self, module):
         users = self.candidates.shape[0]

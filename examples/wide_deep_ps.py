@@ -21,6 +21,10 @@ class ClickPrediction:
     def __init__(self, ratings, args):
         self.ratings, self.args = ratings, args
         self.train, self.test = data.click_split(ratings, seed=args.seed)
+        clicks = self.test[2]
+        if clicks.min() == clicks.max():
+            raise ValueError(f"{ratings.path}: every held-out rating is {'a click' if clicks[0] else 'no click'} "
+                             f"(rating >= 4): AUC needs both")
 
     def model(self, sparse=True):
         return WideDeep(self.ratings.num_users, self.ratings.num_items, sparse=sparse)

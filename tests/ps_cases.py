@@ -138,13 +138,15 @@ def case_sparse_rows_and_embeddings(rank, size, servers):
     return failures
 
 
-def case_downpour_module(rank, size, push_every, hybrid=False, adam=False):
+def case_downpour_module(rank, size, push_every, hybrid=False, adam=False, servers=1):
     """ps.DistributedModel under BSP: a sparse embedding + linear model equals synchronous training
     on every worker's gradients averaged, with pushes every ``push_every`` steps (gradients
     accumulated in between); with SGD on the servers, or with Adam (the servers sum an
     iteration's pushes and take one step). Hybrid: the linear layer replicated instead (its
-    gradients averaged by all-reduce and stepped by a local optimizer of the same kind)."""
-    if ps.init(num_servers=1, consistency="bsp") == "server":
+    gradients averaged by all-reduce and stepped by a local optimizer of the same kind). The first
+    step looks up rows of the first half of the table only: on 2 servers, Adam's step count must
+    still be the table's on both."""
+    if ps.init(num_servers=servers, consistency="bsp") == "server":
         return []
     workers = ps.num_workers()
 
@@ -159,7 +161,7 @@ def case_downpour_module(rank, size, push_every, hybrid=False, adam=False):
 
     def batch(worker, step):
         rs = np.random.RandomState(1000 + 10 * step + worker)
-        return minidl.tensor(rs.randint(0, 12, size=(4, 2))), minidl.from_numpy(rs.randn(4, 1))
+        return minidl.tensor(rs.randint(0, 6 if step == 0 else 12, size=(4, 2))), minidl.from_numpy(rs.randn(4, 1))
 
     def local_optimizer(params):
         return minidl.optim.Adam(params, lr=LR) if adam else minidl.optim.SGD(params, lr=LR)
@@ -190,8 +192,8 @@ def case_downpour_module(rank, size, push_every, hybrid=False, adam=False):
             opt.zero_grad()
     want = [ref[0].weight, ref[2].weight, ref[2].bias]
     if not all(np.allclose(a.numpy(), b.detach().numpy(), rtol=1e-10, atol=1e-12) for a, b in zip(final, want)):
-        return [f"DistributedModel (push_every={push_every}, hybrid={hybrid}, adam={adam}): differs from "
-                f"synchronous training"]
+        return [f"DistributedModel (push_every={push_every}, hybrid={hybrid}, adam={adam}, servers={servers}): "
+                f"differs from synchronous training"]
     return []
 
 
@@ -230,6 +232,8 @@ def run_all(rank, size):
     failures += case_downpour_module(rank, size, 2, hybrid=True)
     failures += case_downpour_module(rank, size, 1, adam=True)
     failures += case_downpour_module(rank, size, 1, hybrid=True, adam=True)
+    if size >= 4:
+        failures += case_downpour_module(rank, size, 1, adam=True, servers=2)
     for consistency in ("ssp", "asp"):
         failures += case_downpour_learns_under(rank, size, consistency)
     return failures

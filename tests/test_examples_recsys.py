@@ -78,18 +78,24 @@ def test_ranking_candidates_are_the_held_out_item_then_distinct_unrated_ones(rat
         data.ranking_candidates(rated, test, negatives=49)
 
 
-def test_an_ncf_epoch_pairs_each_interaction_with_four_unrated_items(ratings):
-    train_users, train_items, _ = data.leave_one_out(ratings)
-    rated = data.rated_matrix(ratings)
-    users, items, labels = data.ncf_epoch(train_users, train_items, rated, epoch=0)
+def test_an_ncf_epoch_pairs_each_interaction_with_four_items_not_trained_on(ratings):
+    train_users, train_items, test = data.leave_one_out(ratings)
+    trained = data.rated_matrix(ratings, train_users, train_items)
+    assert trained.sum() == len(train_users) and not trained[np.arange(len(test)), test].any()
+    users, items, labels = data.ncf_epoch(train_users, train_items, trained, epoch=0)
     assert len(users) == 5 * len(train_users) and labels.sum() == len(train_users)
     positives = sorted(zip(users[labels == 1], items[labels == 1]))
     assert positives == sorted(zip(train_users, train_items))
-    assert not rated[users[labels == 0], items[labels == 0]].any()
+    assert not trained[users[labels == 0], items[labels == 0]].any()
     assert np.bincount(users[labels == 0]).tolist() == (4 * np.bincount(train_users)).tolist()
-    again = data.ncf_epoch(train_users, train_items, rated, 0)
-    other = data.ncf_epoch(train_users, train_items, rated, 1)
+    again = data.ncf_epoch(train_users, train_items, trained, 0)
+    other = data.ncf_epoch(train_users, train_items, trained, 1)
     assert (again[1] == items).all() and not (other[1] == items).all()
+    drawn = set()   # (training does not know the held-out items: they come up as negatives too)
+    for epoch in range(10):
+        u, i, y = data.ncf_epoch(train_users, train_items, trained, epoch)
+        drawn |= set(zip(u[y == 0].tolist(), i[y == 0].tolist()))
+    assert any((user, int(item)) in drawn for user, item in enumerate(test))
 
 
 def test_click_split_holds_out_a_fifth_and_clicks_are_ratings_of_four_or_more(ratings):
@@ -215,5 +221,15 @@ def test_bad_input_ends_every_rank_with_one_message(tmp_path):
     assert code != 0 and out.count(f"error: {bad}, line 2: expected user::item::rating::timestamp") == 1, out
     code, out = run_example("ncf_ps.py", "--servers", "1", cwd=tmp_path)
     assert code == 2 and "error: --servers 1 needs workers beside the servers: mpiexec -n 3" in out
+    for args, error in ((["--lr", "nan"], "--lr nan must be a positive number"),
+                        (["--staleness", "-1"], "--servers 0, --staleness -1 and --limit-batches None must be"),
+                        (["--picture", "nowhere/h.png"], "--picture nowhere/h.png: there is no folder nowhere")):
+        code, out = run_example("ncf_ps.py", "--servers", "0", *args, cwd=tmp_path)
+        assert code == 2 and f"error: {error}" in out, out
+    fives = tmp_path / "fives" / "ratings.dat"
+    fives.parent.mkdir()
+    fives.write_text("".join(f"{u}::{i}::5::{i}\n" for u in range(1, 9) for i in range(1, 9)))
+    code, out = run_example("wide_deep_ps.py", "--servers", "0", "--data", str(fives), cwd=tmp_path)
+    assert code == 2 and "every held-out rating is a click (rating >= 4): AUC needs both" in out, out
     code, out = run_example("wide_deep_ps.py", "--servers", "1", "--batch-size", "1", cwd=tmp_path, ranks=3)
     assert code == 2 and out.count("error: --batch-size 1 leaves some of the 2 workers no sample") == 1, out

@@ -1,8 +1,9 @@
 """MovieLens ratings for the two recommenders: read (or generated), then split as the papers do.
 
 NCF (He et al., 2017): every rating is an interaction; each user's latest one is held out, ranked
-against 99 items the user never rated; training pairs each interaction with 4 such items drawn
-afresh every epoch. Wide&Deep (Cheng et al., 2016), as click prediction: a rating >= 4 is a click,
+against 99 items the user never rated; training pairs each interaction with 4 items the user has
+no training interaction with, drawn afresh every epoch (the held-out item among them, as in the
+paper: training must not know which item is held out). Wide&Deep (Cheng et al., 2016), as click prediction: a rating >= 4 is a click,
 and a seeded 80/20 split of the ratings gives the held-out set.
 """
 import tempfile
@@ -42,10 +43,10 @@ def leave_one_out(ds: MovieLens):
     return ds.users[keep], ds.items[keep], test
 
 
-def rated_matrix(ds: MovieLens) -> np.ndarray:
-    """rated[u, i]: user u rated item i (anywhere in the file)."""
+def rated_matrix(ds: MovieLens, users=None, items=None) -> np.ndarray:
+    """rated[u, i]: user u rated item i (anywhere in the file, or among the given pairs)."""
     rated = np.zeros((ds.num_users, ds.num_items), dtype=bool)
-    rated[ds.users, ds.items] = True
+    rated[ds.users if users is None else users, ds.items if items is None else items] = True
     return rated
 
 
@@ -75,7 +76,8 @@ def ranking_candidates(rated: np.ndarray, test: np.ndarray, negatives=99, seed=0
 
 def ncf_epoch(train_users, train_items, rated, epoch, seed=0, negatives=4):
     """One epoch's (users, items, labels): every training interaction (label 1) and, for each,
-    ``negatives`` unrated items (label 0), shuffled; the same on every rank for the same epoch."""
+    ``negatives`` items not ``rated`` (the training interactions' matrix) (label 0), shuffled; the
+    same on every rank for the same epoch."""
     rs = np.random.RandomState([seed, epoch])
     neg_users = np.repeat(train_users, negatives)
     users = np.concatenate([train_users, neg_users])

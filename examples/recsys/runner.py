@@ -12,6 +12,7 @@ Worker 0 prints one line per epoch with the held-out metrics, and at the end the
 pushes the servers applied, as a histogram picture too (with matplotlib).
 """
 import argparse
+import os
 import sys
 import time
 
@@ -73,6 +74,21 @@ def fail(message, rank):
     sys.exit(2)
 
 
+def check(args):
+    """What is wrong with the command line, before any rank starts work (one message, from rank 0)."""
+    if args.batch_size < 1 or args.epochs < 1:
+        return f"--batch-size {args.batch_size} and --epochs {args.epochs} must be >= 1"
+    if args.servers < 0 or args.staleness < 0 or (args.limit_batches is not None and args.limit_batches < 1):
+        return (f"--servers {args.servers}, --staleness {args.staleness} and --limit-batches {args.limit_batches} "
+                f"must be >= 0, >= 0 and >= 1")
+    if not args.lr > 0:   # (also NaN)
+        return f"--lr {args.lr} must be a positive number"
+    folder = os.path.dirname(args.picture or "") or "."
+    if not os.path.isdir(folder):
+        return f"--picture {args.picture}: there is no folder {folder}"
+    return None
+
+
 def start(args):
     """(rank among the workers, number of workers), or None on a server once it has served."""
     if args.servers == 0:
@@ -97,8 +113,9 @@ def start(args):
 
 def run(task_class, parser, argv=None):
     args = parse_on_every_rank(parser, argv)
-    if args.batch_size < 1 or args.epochs < 1:
-        fail(f"--batch-size {args.batch_size} and --epochs {args.epochs} must be >= 1", 0)
+    problem = check(args)
+    if problem:
+        fail(problem, launch_rank())
     try:   # (on every rank, servers too: a bad file ends them all with one message)
         ratings = data.load(args.data, args.users, args.items, args.per_user, args.seed)
         task = task_class(ratings, args)

@@ -113,8 +113,8 @@ def write_movielens(root, version: str = "ml-100k", users: int = 200, items: int
     distinct items per user, from latent factors (a user likes the items whose factors align
     with hers), so that a recommender has structure to learn in both what a user rates and how:
     she rates items drawn with probability growing with exp(u . v) (the Gumbel top-k draw, without
-    replacement), and rates each 1..5 by the quantile of u . v + noise; timestamps increase per
-    user. For tests, and for users without the real data. Returns the file's path."""
+    replacement), and rates each 1..5 by the quantile of u . v + noise; each user's timestamps put
+    her ratings in a random order. For tests, and for users without the real data. Returns the file's path."""
     if version not in MovieLens.versions:
         raise ValueError(f"version must be one of {sorted(MovieLens.versions)}, got {version!r}")
     if not 0 < per_user <= items:
@@ -124,8 +124,9 @@ def write_movielens(root, version: str = "ml-100k", users: int = 200, items: int
     rows = []
     for user in range(users):
         chosen = np.argsort(-(u[user] @ v.T + rs.gumbel(size=items)), kind="stable")[:per_user]
-        rows += [(user, item, score, t) for t, (item, score) in
-                 enumerate(zip(chosen, u[user] @ v[chosen].T + 0.5 * rs.randn(per_user)))]
+        times = rs.permutation(per_user)   # (rated in a random order: the latest is not the least liked)
+        rows += [(user, item, score, t) for t, item, score in
+                 zip(times, chosen, u[user] @ v[chosen].T + 0.5 * rs.randn(per_user))]
     scores = np.array([r[2] for r in rows])
     stars = 1 + np.searchsorted(np.quantile(scores, [0.1, 0.25, 0.5, 0.75]), scores)   # 1..5
     name, sep = MovieLens.versions[version]

@@ -104,7 +104,8 @@ def _register(name, shape, dtype, sparse, optimizer, value=None, std=0.0, seed=0
             raise ValueError(f"ps.register({name!r}): registered before as {p.describe()}, now with shape "
                              f"{list(shape)}, {dtype.name}{', row-sharded' if sparse else ', dense'}")
         return
-    p = Param(len(c.params), name, shape, dtype, sparse, c.servers)   # (kept once every server took it)
+    p = Param(len(c.params), name, shape, dtype, sparse, c.servers, counts_steps=isinstance(optimizer, Adam))
+    # (kept once every server took it)
     flat = None if value is None else value.detach().reshape(-1)
     row = int(minidl.tensor(shape[1:]).prod()) if len(shape) > 1 else 1
     awaited = []
@@ -167,9 +168,12 @@ def _rows_by_server(p, rows, what):
 def push(name, grad, rows=None) -> Work:
     """Send a gradient to the servers, which apply it with the parameter's optimizer; returns a Work
     whose ``wait()`` returns once every server has applied its part (under BSP: has taken it, to
-    apply when every worker has ended this iteration). As with ``isend``, the gradient's memory may
-    still be read until then: do not change it before ``wait()``. ``grad``: the parameter's
-    shape, or (len(rows), ...) with ``rows``, or a sparse COO gradient of a row-sharded one."""
+    apply when every worker has ended this iteration). A sparse push goes to the servers holding
+    its rows; with ``ps.Adam`` to every server, those without rows stepping on none of them, so that
+    each shard counts the table's steps (bias correction, as one process's SparseAdam). As with
+    ``isend``, the gradient's memory may still be read until then: do not change it before
+    ``wait()``. ``grad``: the parameter's shape, or (len(rows), ...) with ``rows``, or a sparse COO
+    gradient of a row-sharded one."""
     c = _client(f"push({name!r})")
     p = _param(c, name, "push")
     if getattr(grad, "is_sparse", False):
@@ -197,7 +201,7 @@ def push(name, grad, rows=None) -> Work:
                                          [part], _Awaited("push", p.dtype))))
         return Work(c, awaited)
     for k, (where, local) in enumerate(groups):
-        if local.numel():
+        if local.numel() or p.counts_steps:   # (Adam's bias correction counts the table's steps: no rows, a step)
             part = grad[where]
             header = P.header(P.PUSH, p.key, c.clock_count, rows=local.numel(), numel=part.numel(), dtype=p.dtype)
             awaited.append((k, c.request(k, header, [local, part], _Awaited("push", p.dtype))))

@@ -20,9 +20,10 @@ from .sharding import bounds
 class Param:
     """A registered parameter as a worker knows it: key, shape, dtype, sharding."""
 
-    def __init__(self, key, name, shape, dtype, sparse, servers):
+    def __init__(self, key, name, shape, dtype, sparse, servers, counts_steps=False):
         self.key, self.name, self.shape, self.dtype, self.sparse = key, name, tuple(shape), dtype, sparse
         self.bounds = bounds(shape[0] if sparse else int(np.prod(shape)), servers)
+        self.counts_steps = counts_steps   # (its server optimizer counts steps: every push reaches every shard)
 
     def describe(self):
         return f"{self.name!r} ({list(self.shape)}, {self.dtype.name}{', row-sharded' if self.sparse else ''})"
