@@ -42,7 +42,8 @@ from train_digits_ddp import parse_on_every_rank  # noqa: E402
 
 # --schedule: (the schedule, stages per rank)
 SCHEDULES = {"gpipe": (pipelining.ScheduleGPipe, 1), "1f1b": (pipelining.Schedule1F1B, 1),
-             "interleaved": (pipelining.ScheduleInterleaved1F1B, 2), "zb": (pipelining.ScheduleInterleavedZeroBubble, 2)}
+             "interleaved": (pipelining.ScheduleInterleaved1F1B, 2),
+             "zb": (pipelining.ScheduleInterleavedZeroBubble, 2)}
 TOLERANCE = 1e-5
 
 

@@ -67,7 +67,8 @@ def case_bsp_is_synchronous_sgd(rank, size, servers):
     if not np.allclose(got_table.numpy(), table.numpy(), rtol=1e-10, atol=1e-12):
         failures.append(f"BSP ({servers} servers): the table differs from synchronous SGD")
     if counts["pushes"] < workers * STEPS * servers:   # (a dense push counts on every server)
-        failures.append(f"BSP: {counts['pushes']} pushes applied, fewer than the {workers * STEPS * servers} dense ones")
+        failures.append(f"BSP: {counts['pushes']} pushes applied, fewer than the {workers * STEPS * servers} "
+                        f"dense ones")
     return failures
 
 

@@ -185,8 +185,9 @@ def test_hparams_write_their_own_run_as_torch(tmp_path):
         lambda w: w.add_hparams(hparams, {"hp/accuracy": torch.tensor(0.875)}, domains, run_name="trial"))
     assert runs(ours) == runs(theirs) == [".", "trial"]
     contents = [read(run / "trial").PluginTagToContent("hparams") for run in (ours, theirs)]
-    assert sorted(contents[0]) == sorted(contents[1]) == sorted(
-        [hparams_metadata.EXPERIMENT_TAG, hparams_metadata.SESSION_START_INFO_TAG, hparams_metadata.SESSION_END_INFO_TAG])
+    tags = [hparams_metadata.EXPERIMENT_TAG, hparams_metadata.SESSION_START_INFO_TAG,
+            hparams_metadata.SESSION_END_INFO_TAG]
+    assert sorted(contents[0]) == sorted(contents[1]) == sorted(tags)
     experiments = [hparams_metadata.parse_experiment_plugin_data(c[hparams_metadata.EXPERIMENT_TAG]) for c in contents]
     sessions = [hparams_metadata.parse_session_start_info_plugin_data(c[hparams_metadata.SESSION_START_INFO_TAG])
                 for c in contents]

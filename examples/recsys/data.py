@@ -1,10 +1,10 @@
 """MovieLens ratings for the two recommenders: read (or generated), then split as the papers do.
 
 NCF (He et al., 2017): every rating is an interaction; each user's latest one is held out, ranked
-against 99 items the user never rated; training pairs each interaction with 4 items the user has
-no training interaction with, drawn afresh every epoch (the held-out item among them, as in the
-paper: training must not know which item is held out). Wide&Deep (Cheng et al., 2016), as click prediction: a rating >= 4 is a click,
-and a seeded 80/20 split of the ratings gives the held-out set.
+against 99 items the user never rated; training pairs each interaction with 4 items the user has no
+training interaction with, drawn afresh every epoch (the held-out item among them, as in the paper:
+training must not know which item is held out). Wide&Deep (Cheng et al., 2016), as click prediction:
+a rating >= 4 is a click, and a seeded 80/20 split of the ratings gives the held-out set.
 """
 import tempfile
 from pathlib import Path

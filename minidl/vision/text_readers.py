@@ -35,14 +35,16 @@ def _read_text(path: Path, encoding: str) -> str:
 class MovieLens(Dataset):
     """MovieLens ratings as ``(user, item, rating)`` samples, users and items renumbered 0..n-1.
 
-    ``root`` holds the extracted archive: ``root/ml-100k/u.data`` (``user<TAB>item<TAB>rating<TAB>timestamp``)
-    for ``version="ml-100k"``, ``root/ml-1m/ratings.dat`` (``user::item::rating::timestamp``) for
-    ``"ml-1m"``, ``root/ml-latest-small/ratings.csv`` (a ``userId,movieId,rating,timestamp`` header,
-    then comma-separated rows) for ``"ml-latest-small"``; ``root`` may also be that version's folder
-    itself (``root/u.data``). ``write_movielens`` makes such a file. The new ids follow the order of the original ones: ``user_ids[u]`` is new user ``u``'s
-    original id and ``user_index[original] == u`` (likewise ``item_ids``, ``item_index``). ``users``,
-    ``items`` (int64), ``ratings`` (float32) and ``timestamps`` (int64) hold the file's rows in order; a
-    sample's rating is a float32 scalar, so that a DataLoader batches it into a float32 tensor.
+    ``root`` holds the extracted archive: ``root/ml-100k/u.data``
+    (``user<TAB>item<TAB>rating<TAB>timestamp``) for ``version="ml-100k"``,
+    ``root/ml-1m/ratings.dat`` (``user::item::rating::timestamp``) for ``"ml-1m"``,
+    ``root/ml-latest-small/ratings.csv`` (a ``userId,movieId,rating,timestamp`` header, then
+    comma-separated rows) for ``"ml-latest-small"``; ``root`` may also be that version's folder
+    itself (``root/u.data``). ``write_movielens`` makes such a file. The new ids follow the order of
+    the original ones: ``user_ids[u]`` is new user ``u``'s original id and ``user_index[original] ==
+    u`` (likewise ``item_ids``, ``item_index``). ``users``, ``items`` (int64), ``ratings`` (float32)
+    and ``timestamps`` (int64) hold the file's rows in order; a sample's rating is a float32 scalar,
+    so that a DataLoader batches it into a float32 tensor.
     """
 
     versions = {"ml-100k": ("u.data", "\t"), "ml-1m": ("ratings.dat", "::"), "ml-latest-small": ("ratings.csv", ",")}

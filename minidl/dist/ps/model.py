@@ -5,15 +5,16 @@
         loss_fn(model(x), y).backward()
         model.step()          # pushes (every push_every steps), then ps.clock()
 
-Every worker registers the module's parameters under their names (the same module, the same
-values, on every worker). With ``hybrid=True`` (Hetu's hybrid mode) only the sparse embeddings go
-through the servers: every other parameter stays replicated on the workers, starts as worker 0's,
-and each push step averages its gradients over ``ps.worker_group()`` with minidl.dist's
-all-reduce (as DDP does) and applies them with ``dense_optimizer(params)``, a minidl.optim one. A forward pulls the dense parameters every ``pull_every`` steps; a
-sparse embedding (``nn.Embedding(sparse=True)``) pulls only the rows its input looks up, just
-before its lookup. ``step()`` pushes the gradients accumulated since the last push every
-``push_every`` steps (a sparse embedding's rows only), clears them, and ends the worker's
-iteration with ``ps.clock()``: the consistency model set in ``ps.init`` decides who waits.
+Every worker registers the module's parameters under their names (the same module, the same values,
+on every worker). With ``hybrid=True`` (Hetu's hybrid mode) only the sparse embeddings go through
+the servers: every other parameter stays replicated on the workers, starts as worker 0's, and each
+push step averages its gradients over ``ps.worker_group()`` with minidl.dist's all-reduce (as DDP
+does) and applies them with ``dense_optimizer(params)``, a minidl.optim one. A forward pulls the
+dense parameters every ``pull_every`` steps; a sparse embedding (``nn.Embedding(sparse=True)``)
+pulls only the rows its input looks up, just before its lookup. ``step()`` pushes the gradients
+accumulated since the last push every ``push_every`` steps (a sparse embedding's rows only), clears
+them, and ends the worker's iteration with ``ps.clock()``: the consistency model set in ``ps.init``
+decides who waits.
 
 Every gradient leaves the worker divided by the number of workers, as DDP averages: the servers'
 sum of one iteration's pushes is the workers' mean gradient. So one learning rate serves any

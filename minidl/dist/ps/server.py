@@ -1,16 +1,17 @@
 """A server: its shard of every parameter, the workers' clocks, and the loop that serves them.
 
-The loop takes requests in arrival order from any worker and applies each push with the
-parameter's server-side optimizer: at once under SSP and ASP; under BSP at the end of the
-iteration, once every worker has clocked past it, the iteration's pushes to a parameter summed
-and applied as one optimizer step, so that a pull during iteration c sees exactly the pushes of
-iterations before c (synchronous SGD on the summed gradients, whatever the optimizer). Consistency is kept
-at the clock: a worker's ``clock()`` is answered only once it is at most ``staleness`` clocks
-ahead of the slowest unfinished worker (0 for BSP; ASP workers do not wait for an answer). A
-worker sends its pushes before its clock, and messages between two ranks keep their order, so when
-the answer comes every push made before the slowest worker's clock has been applied. Each applied push records its staleness: how many
-clocks its worker is ahead of the slowest unfinished one, i.e. how many of the slowest worker's
-iterations the parameters it computed on may lack (0 under BSP, at most ``staleness`` under SSP).
+The loop takes requests in arrival order from any worker and applies each push with the parameter's
+server-side optimizer: at once under SSP and ASP; under BSP at the end of the iteration, once every
+worker has clocked past it, the iteration's pushes to a parameter summed and applied as one
+optimizer step, so that a pull during iteration c sees exactly the pushes of iterations before c
+(synchronous SGD on the summed gradients, whatever the optimizer). Consistency is kept at the clock:
+a worker's ``clock()`` is answered only once it is at most ``staleness`` clocks ahead of the slowest
+unfinished worker (0 for BSP; ASP workers do not wait for an answer). A worker sends its pushes
+before its clock, and messages between two ranks keep their order, so when the answer comes every
+push made before the slowest worker's clock has been applied. Each applied push records its
+staleness: how many clocks its worker is ahead of the slowest unfinished one, i.e. how many of the
+slowest worker's iterations the parameters it computed on may lack (0 under BSP, at most
+``staleness`` under SSP).
 
 A malformed request (an unknown kind or parameter, rows outside the shard, a payload of the wrong
 size) is answered with an error and logged; the shard is left as it was.
