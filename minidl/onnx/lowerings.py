@@ -511,10 +511,8 @@ attach_rule("addcdiv", "onnx", _addc("Div"))
 @lowers("pad")
 def _pad(L, x, pad, mode="constant", value=None):
     """torch's pad lists (before, after) pairs from the last dim backwards; ONNX's, every dim's
-    befores then every dim's afters."""
+    befores then every dim's afters. (The op itself refuses other modes, before this runs.)"""
     modes = {"constant": "constant", "reflect": "reflect", "replicate": "edge", "circular": "wrap"}
-    if mode not in modes:
-        raise NotImplementedError(f"minidl.onnx.export: pad mode {mode!r} is not lowered")
     pairs = [(0, 0)] * (x.ndim - len(pad) // 2) + [(pad[2 * i], pad[2 * i + 1]) for i in range(len(pad) // 2)][::-1]
     fill = None if mode != "constant" else L.constant(0 if value is None else value, _np(x))
     return L.op("Pad", L.value(x), L.ints([p[0] for p in pairs] + [p[1] for p in pairs]), fill, mode=modes[mode])

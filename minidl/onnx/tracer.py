@@ -367,7 +367,3 @@ class Lowering:
 
     def type_code(self, dtype) -> int:
         return _onnx_type(dtype)
-
-    def cast_like_out(self, name, out=None):
-        """``name`` cast to the eager result's dtype."""
-        return self.op("Cast", name, to=_onnx_type((out if out is not None else self.out).dtype))

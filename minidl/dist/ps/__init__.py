@@ -104,7 +104,7 @@ def _register(name, shape, dtype, sparse, optimizer, value=None, std=0.0, seed=0
             raise ValueError(f"ps.register({name!r}): registered before as {p.describe()}, now with shape "
                              f"{list(shape)}, {dtype.name}{', row-sharded' if sparse else ', dense'}")
         return
-    p = Param(len(c.params), name, shape, dtype, sparse, c.servers, counts_steps=isinstance(optimizer, Adam))
+    p = Param(len(c.params), name, shape, dtype, sparse, c.servers, counts_steps=optimizer.counts_steps)
     # (kept once every server took it)
     flat = None if value is None else value.detach().reshape(-1)
     row = int(minidl.tensor(shape[1:]).prod()) if len(shape) > 1 else 1

@@ -11,6 +11,7 @@ class ServerOptimizer:
     """A description (kind, hyperparameters) that travels in a register message."""
 
     kind = 0
+    counts_steps = False   # (an optimizer whose update depends on its step count: Adam's bias correction)
 
     def __init__(self, lr, a=0.0, b=0.0):
         self.lr, self.a, self.b = float(lr), float(a), float(b)
@@ -19,7 +20,8 @@ class ServerOptimizer:
         return [self.lr, self.a, self.b]
 
     def build(self, shard, sparse):
-        raise NotImplementedError
+        """The minidl.optim optimizer of a server's shard: each kind below makes its own."""
+        raise NotImplementedError(f"{type(self).__name__} is a base class: use ps.SGD, ps.Adagrad or ps.Adam")
 
     def __repr__(self):
         return f"ps.{type(self).__name__}(lr={self.lr})"
@@ -65,7 +67,7 @@ class Adagrad(ServerOptimizer):
 
 
 class Adam(ServerOptimizer):
-    kind = 3
+    kind, counts_steps = 3, True
 
     def __init__(self, lr, betas=(0.9, 0.999)):
         super().__init__(lr, *betas)
