@@ -475,7 +475,7 @@ def test_num_threads():
     finally:
         minidl.set_num_threads(before)
     assert minidl.get_num_threads() == before
-    with pytest.raises(ValueError):
+    with pytest.raises(RuntimeError):
         minidl.set_num_threads(0)
 
 

@@ -28,6 +28,7 @@ def launch(serial, parallel, numel, *args):
     """
     if numel >= PARALLEL_MIN and threads.get_num_threads() > 1 and _parallel_lock.acquire(blocking=False):
         try:
+            threads.use_numba_threads()
             return parallel(*args)
         finally:
             _parallel_lock.release()
