@@ -63,15 +63,16 @@ def _block():
     return nn.Linear(4, 4).double()
 
 
-def _errors(size, fn):
-    """fn(rank) on ``size`` sim ranks; each rank's exception message (or None)."""
+def _errors(size, fn, **options):
+    """fn(rank) on ``size`` sim ranks (``options`` for init_process_group); each rank's exception
+    message (or None)."""
     def wrapped(rank):
         try:
             fn(rank)
         except Exception as e:
             return f"{type(e).__name__}: {e}"
         return None
-    return dist.sim.run(size, wrapped)
+    return dist.sim.run(size, wrapped, **options)
 
 
 def test_bad_stages_and_calls_are_clear_errors_on_every_rank():
@@ -407,3 +408,23 @@ def test_interleaved_refuses_what_torch_refuses():
     assert all("1 stages of 4 on rank" in e for e in errors)
     errors = _errors(2, lambda r: ScheduleGPipe(PipelineStage(_block(), r + 2, 4, "cpu"), 2, loss_fn=F.mse_loss))
     assert all("this schedule runs one stage per rank (ScheduleInterleaved1F1B runs several)" in e for e in errors)
+
+
+@pytest.mark.parametrize("differ", ["n_microbatches", "schedule"])
+def test_ranks_with_different_schedules_fail_alike_before_any_transfer(differ):
+    """Rank 1 plans 2 micro-batches where rank 0 plans 4, or GPipe where rank 0 plans 1F1B: every
+    rank raises the same error naming each rank's schedule (before, a misleading broadcast error,
+    or one rank succeeding while the other hung)."""
+    def run(rank):
+        cls = ScheduleGPipe if differ == "schedule" and rank == 1 else Schedule1F1B
+        m = 2 if differ == "n_microbatches" and rank == 1 else 4
+        schedule = cls(PipelineStage(_block(), rank, 2, "cpu"), m, loss_fn=F.mse_loss)
+        x = minidl.zeros(4, 4, dtype=minidl.float64)
+        schedule.step(x) if rank == 0 else schedule.step(target=x)
+    errors = _errors(2, run, timeout=5)
+    assert errors[0] == errors[1] and errors[0].startswith("PipelineError: pipelining: the ranks of the pipeline "
+                                                           "group run different schedules"), errors
+    second = "ScheduleGPipe of 2 stages, 4" if differ == "schedule" else "Schedule1F1B of 2 stages, 2"
+    assert "stage 0 (rank 0): Schedule1F1B of 2 stages, 4 micro-batches" in errors[0], errors
+    assert f"stage 1 (rank 1): {second} micro-batches" in errors[0], errors
+
