@@ -29,7 +29,7 @@ class Channel:
         self.rank, self.size = comm.rank, comm.size
         self.global_ranks = list(global_ranks)
         self.seq = None
-        self.stall = stall
+        self.stall, self.note = stall, None   # note(): what the caller adds to a stall's log line
         now = time.monotonic()
         self.deadline, self.stall_at = now + timeout, now + stall
 
@@ -52,8 +52,9 @@ class Channel:
         """Log once (per collective or message) which ranks this rank still waits for."""
         self.stall_at = float("inf")
         me = self.global_ranks[self.rank]
-        log.warning("rank %d: %s in the group of ranks %s has waited %g s: %s; still waiting (timeout %g s)",
-                    me, self.what, self.global_ranks, self.stall, self._missing(pending), self.timeout)
+        log.warning("rank %d: %s in the group of ranks %s has waited %g s: %s; still waiting (timeout %g s)%s",
+                    me, self.what, self.global_ranks, self.stall, self._missing(pending), self.timeout,
+                    "" if self.note is None else f"; {self.note()}")
 
     def _timed_out(self, pending):
         me = self.global_ranks[self.rank]
