@@ -6,6 +6,7 @@ reported alike; pipelining: tests/pipeline_cases.py, and ps: tests/ps_cases.py, 
 tests/dist_mismatch_cases.py, reported alike. mismatch (debug mode) /
 timeout: expect the error and print it. crash: rank 1 raises while rank 0 waits in a collective (the job must end);
 ps_crash: a parameter-server worker raises while the other waits at its clock (the job must end).
+ps_exit: a worker returns without ps.shutdown() (the servers end the job naming it). stall: rank 0 logs its stall.
 """
 import os
 import sys
@@ -98,6 +99,43 @@ def parameter_server_crash():
     ps.shutdown()
 
 
+def parameter_server_exit():
+    """Worker 1 returns without ps.shutdown() while worker 0 waits at its clock under BSP."""
+    from minidl.dist import ps
+    dist.init_process_group()
+    if ps.init(num_servers=1) == "server":
+        return
+    ps.register("w", minidl.zeros(3), optimizer=ps.SGD(lr=0.1))
+    if rank == 1:
+        return
+    for _ in range(3):
+        ps.push("w", minidl.ones(3))
+        ps.clock()
+    ps.shutdown()
+
+
+def stall():
+    """Rank 1 joins the all-reduce only once rank 0 logged its stall (a file it makes)."""
+    import logging
+    import tempfile
+    flag = os.path.join(tempfile.gettempdir(), f"minidl-stall-{os.getppid()}")   # (one launcher per host)
+    dist.init_process_group(timeout=60, stall_seconds=0.2)
+    if rank == 0:
+        handler = logging.StreamHandler(sys.stdout)
+        handler.emit = lambda record, emit=handler.emit: (emit(record), open(flag, "w").close())
+        logging.getLogger("minidl.dist").addHandler(handler)
+    else:
+        deadline = time.monotonic() + 50
+        while not os.path.exists(flag) and time.monotonic() < deadline:
+            time.sleep(0.01)
+    t = minidl.ones(2) * (rank + 1)
+    dist.all_reduce(t)
+    dist.barrier()
+    if rank == 0:
+        os.remove(flag)
+    print(f"STALL DONE {t.tolist()}", flush=True)
+
+
 def mismatches():
     import dist_mismatch_cases
     dist.init_process_group()
@@ -121,4 +159,4 @@ def crash():
     dist.all_reduce(minidl.from_numpy(np.zeros(3)))
 
 
-{"cases": cases, "ddp": ddp, "pipelining": pipelining, "ps": parameter_server, "ps_crash": parameter_server_crash, "mismatch": mismatch, "mismatches": mismatches, "timeout": timeout, "crash": crash}[mode]()
+{"cases": cases, "ddp": ddp, "pipelining": pipelining, "ps": parameter_server, "ps_crash": parameter_server_crash, "ps_exit": parameter_server_exit, "stall": stall, "mismatch": mismatch, "mismatches": mismatches, "timeout": timeout, "crash": crash}[mode]()

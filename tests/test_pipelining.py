@@ -63,15 +63,16 @@ def _block():
     return nn.Linear(4, 4).double()
 
 
-def _errors(size, fn):
-    """fn(rank) on ``size`` sim ranks; each rank's exception message (or None)."""
+def _errors(size, fn, **options):
+    """fn(rank) on ``size`` sim ranks (``options`` for init_process_group); each rank's exception
+    message (or None)."""
     def wrapped(rank):
         try:
             fn(rank)
         except Exception as e:
             return f"{type(e).__name__}: {e}"
         return None
-    return dist.sim.run(size, wrapped)
+    return dist.sim.run(size, wrapped, **options)
 
 
 def test_bad_stages_and_calls_are_clear_errors_on_every_rank():
@@ -279,17 +280,38 @@ def test_best_cut_is_the_best_contiguous_split():
         best_cut([1, 2, 3], 4)
 
 
-def test_split_by_cost_measures_and_balances_blocks():
+def test_split_by_cost_balances_the_measured_blocks():
+    """Each block advances an injected clock by a known cost during its forward, so the measured
+    costs are those: the heavy blocks (5 each) must not share a stage, [5] | [5, 1, 1, 1, 1]."""
     from minidl.dist.pipelining import split_by_cost
-    big = [nn.Sequential(nn.Linear(768, 768), nn.Tanh()) for _ in range(2)]
-    small = [nn.Sequential(nn.Linear(768, 8), nn.Linear(8, 768)) for _ in range(4)]  # (each far lighter)
+    clock = [0.0]
+
+    class Costly(nn.Module):
+        def __init__(self, cost):
+            super().__init__()
+            self.cost, self.linear = cost, nn.Linear(4, 4)
+
+        def forward(self, x):
+            clock[0] += self.cost
+            return self.linear(x).tanh()
+    blocks = [Costly(5.0), Costly(5.0)] + [Costly(1.0) for _ in range(4)]
     lines = []
-    stages = split_by_cost(big + small, 2, minidl.randn(256, 768), log=lines.append)
-    # the two heavy blocks must not share a stage: [big] | [big, small...]
-    assert [len(s) for s in stages] == [1, 5] and stages[0][0] is big[0]
+    stages = split_by_cost(blocks, 2, minidl.randn(8, 4), log=lines.append, timer=lambda: clock[0])
+    assert [len(s) for s in stages] == [1, 5] and stages[0][0] is blocks[0] and stages[1][0] is blocks[1]
     assert lines[0] == "split_by_cost: 6 blocks into 2 stages, cut before blocks [1]"
-    assert lines[1].startswith("  stage 0: blocks 0..0, forward + backward") and "MB" in lines[2]
+    assert lines[1].startswith("  stage 0: blocks 0..0, forward + backward 5000.00 ms, activations ")
+    assert lines[2].startswith("  stage 1: blocks 1..5, forward + backward 9000.00 ms, activations ")
     assert all(p.grad is None or not p.grad.abs().sum().item() for s in stages for p in s.parameters())
+
+
+def test_split_by_cost_measures_with_the_real_clock():
+    """The real timer gives every block a positive time and the activation bytes it keeps (no
+    assertion on their ratio: that depends on the machine)."""
+    from minidl.dist.pipelining.cost import measure
+    blocks = [nn.Sequential(nn.Linear(16, 16), nn.Tanh()) for _ in range(3)]
+    found = measure(blocks, minidl.randn(8, 16))
+    assert len(found) == 3 and all(seconds > 0 for seconds, _ in found)
+    assert all(held >= 8 * 16 * 4 for _, held in found), found   # (at least each block's float32 output)
 
 
 def _interleaved_schedules(p, v, m, cls=None):
@@ -407,3 +429,23 @@ def test_interleaved_refuses_what_torch_refuses():
     assert all("1 stages of 4 on rank" in e for e in errors)
     errors = _errors(2, lambda r: ScheduleGPipe(PipelineStage(_block(), r + 2, 4, "cpu"), 2, loss_fn=F.mse_loss))
     assert all("this schedule runs one stage per rank (ScheduleInterleaved1F1B runs several)" in e for e in errors)
+
+
+@pytest.mark.parametrize("differ", ["n_microbatches", "schedule"])
+def test_ranks_with_different_schedules_fail_alike_before_any_transfer(differ):
+    """Rank 1 plans 2 micro-batches where rank 0 plans 4, or GPipe where rank 0 plans 1F1B: every
+    rank raises the same error naming each rank's schedule (before, a misleading broadcast error,
+    or one rank succeeding while the other hung)."""
+    def run(rank):
+        cls = ScheduleGPipe if differ == "schedule" and rank == 1 else Schedule1F1B
+        m = 2 if differ == "n_microbatches" and rank == 1 else 4
+        schedule = cls(PipelineStage(_block(), rank, 2, "cpu"), m, loss_fn=F.mse_loss)
+        x = minidl.zeros(4, 4, dtype=minidl.float64)
+        schedule.step(x) if rank == 0 else schedule.step(target=x)
+    errors = _errors(2, run, timeout=5)
+    assert errors[0] == errors[1] and errors[0].startswith("PipelineError: pipelining: the ranks of the pipeline "
+                                                           "group run different schedules"), errors
+    second = "ScheduleGPipe of 2 stages, 4" if differ == "schedule" else "Schedule1F1B of 2 stages, 2"
+    assert "stage 0 (rank 0): Schedule1F1B of 2 stages, 4 micro-batches" in errors[0], errors
+    assert f"stage 1 (rank 1): {second} micro-batches" in errors[0], errors
+

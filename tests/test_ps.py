@@ -2,6 +2,7 @@
 also run under `mpiexec -n 3` and `-n 4` by test_dist_mpi.py), bad input named on the worker, a
 malformed request refused by the server with its shard intact, a failing worker ending the job."""
 import logging
+import threading
 
 import pytest
 
@@ -117,3 +118,42 @@ def test_workers_that_start_from_different_values_are_refused():
     outcomes = dist.sim.run(3, run)[:2]
     assert sorted(o == "registered" for o in outcomes) == [False, True], outcomes
     assert any("this worker's value differs from the one registered first" in o for o in outcomes)
+
+
+def test_a_silent_worker_is_named_by_the_server_and_to_the_waiting_workers():
+    """Worker 1 goes silent (held on an event, as a frozen process) under BSP: after the stall time
+    the server logs it; at the timeout the server ends naming it, and worker 0, waiting at its
+    clock, gets that error (not a timeout blaming the server)."""
+    from minidl.dist.ps.server import WorkerLost
+    release, found = threading.Event(), {}
+    lines = []
+    handler = logging.Handler()
+    handler.emit = lambda record: lines.append(record.getMessage())
+    logging.getLogger("minidl.dist").addHandler(handler)
+
+    def run(rank):
+        if ps.init(num_servers=1) == "server":
+            return
+        ps.register("w", minidl.zeros(3), optimizer=ps.SGD(lr=0.1))
+        if rank == 1:
+            assert release.wait(60)
+            return
+        try:
+            for _ in range(3):
+                ps.push("w", minidl.ones(3))
+                ps.clock()
+        except RuntimeError as e:
+            found[rank] = str(e)
+        finally:
+            release.set()
+    try:
+        with pytest.raises(WorkerLost, match=r"parameter server 0: worker rank\(s\) \[1\] sent no request for 1 s; "
+                                             r"the job cannot go on \(clocks: worker 0 at clock 1, worker 1 at clock 0\)"):
+            dist.sim.run(3, run, timeout=1, stall_seconds=0.2)
+    finally:
+        logging.getLogger("minidl.dist").removeHandler(handler)
+    assert found[0].startswith("ps.clock (worker 0, server 0): parameter server 0: worker rank(s) [1] sent no "
+                               "request for 1 s"), found
+    stalls = [line for line in lines if line.startswith("rank 2: irecv from any rank (tag 7101)")]
+    assert len(stalls) == 1 and stalls[0].endswith("parameter server 0 waits for worker rank(s) [1] (neither shut down "
+                                                   "nor waiting at a clock)"), lines

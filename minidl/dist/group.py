@@ -26,6 +26,7 @@ class Config:
     backend: str
     algorithm: str = "auto"
     timeout: float = 1800.0
+    stall_seconds: float = 60.0
     chunk_elements: int = DEFAULT_CHUNK
     small_bytes: int = 64 * 1024
     segment_bytes: int = algorithms.ring.SEGMENT_BYTES
@@ -82,7 +83,8 @@ class ProcessGroup:
         """``spin``: may the waits poll without sleeping for a while (see communicators.base.wait_all);
         not on the communication thread, whose spinning would take a core from the compute."""
         comm = comm or self.coll
-        return Channel(comm, what, self.config.timeout, self.ranks, tag, comm.spin if spin else 0.0)
+        return Channel(comm, what, self.config.timeout, self.ranks, tag, comm.spin if spin else 0.0,
+                       self.config.stall_seconds)
 
     def group_rank(self, global_rank, what: str, name: str) -> int:
         """The rank within this group of global rank ``global_rank``, with a clear error."""
@@ -142,7 +144,8 @@ class ProcessGroup:
         self.p2p.close()
 
 
-def config_from(backend, algorithm, timeout, chunk_elements, small_bytes, segment_bytes) -> Config:
+def config_from(backend, algorithm, timeout, chunk_elements, small_bytes, segment_bytes,
+                stall_seconds=None) -> Config:
     """Settings from the arguments, else the MINIDL_DIST_* environment, else the defaults."""
     algorithm = algorithm or os.environ.get("MINIDL_DIST_ALGO", "auto")
     if algorithm not in algorithms.ALGORITHMS:
@@ -153,7 +156,10 @@ def config_from(backend, algorithm, timeout, chunk_elements, small_bytes, segmen
         timeout = timeout.total_seconds()
     if float(timeout) <= 0:
         raise ValueError(f"init_process_group: timeout must be positive, got {timeout}")
-    config = Config(backend, algorithm, float(timeout), debug=debug.enabled())
+    if stall_seconds is None:
+        stall_seconds = os.environ.get("MINIDL_DIST_STALL_SECONDS", 60.0)
+    stall = _seconds(stall_seconds, "stall_seconds (or MINIDL_DIST_STALL_SECONDS)")
+    config = Config(backend, algorithm, float(timeout), stall, debug=debug.enabled())
     if chunk_elements is not None:
         config.chunk_elements = int(chunk_elements)
     if small_bytes is not None:
@@ -163,3 +169,14 @@ def config_from(backend, algorithm, timeout, chunk_elements, small_bytes, segmen
             raise ValueError(f"init_process_group: segment_bytes must be positive, got {segment_bytes}")
         config.segment_bytes = int(segment_bytes)
     return config
+
+
+def _seconds(value, name: str) -> float:
+    """A positive number of seconds from a number, a string or a timedelta, with a clear error."""
+    try:
+        seconds = float(value.total_seconds() if hasattr(value, "total_seconds") else value)
+    except ValueError:
+        raise ValueError(f"init_process_group: {name} must be a number of seconds, got {value!r}") from None
+    if not seconds > 0:
+        raise ValueError(f"init_process_group: {name} must be positive, got {value!r}")
+    return seconds

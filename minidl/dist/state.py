@@ -57,12 +57,14 @@ def resolve(group, what: str):
 
 def init_process_group(backend=None, init_method=None, timeout=None, world_size=-1, rank=-1, store=None,
                        group_name="", pg_options=None, *, algorithm=None, chunk_elements=None,
-                       small_message_bytes=None, segment_bytes=None):
+                       small_message_bytes=None, segment_bytes=None, stall_seconds=None):
     """Start this rank's default process group.
 
     backend: "mpi" (or "gloo", the same here) for processes started by mpiexec; "sim" for ranks
     as threads (store= the SimWorld; minidl.dist.sim.run does this); None: "mpi" when launched
     by mpiexec. timeout: seconds or a timedelta (env MINIDL_DIST_TIMEOUT; default 30 min).
+    stall_seconds: after that long, a waiting rank logs once what it waits on and which ranks have
+    not arrived, and keeps waiting (env MINIDL_DIST_STALL_SECONDS; default 60 s).
     algorithm / chunk_elements / small_message_bytes / segment_bytes: see minidl.dist.algorithms.
     """
     if is_initialized():
@@ -76,7 +78,8 @@ def init_process_group(backend=None, init_method=None, timeout=None, world_size=
                                "with `mpiexec -n N python script.py`, or pass backend='mpi' (or 'sim')")
         backend = "mpi"
     name = communicators.canonical(backend)
-    config = config_from(name, algorithm, timeout, chunk_elements, small_message_bytes, segment_bytes)
+    config = config_from(name, algorithm, timeout, chunk_elements, small_message_bytes, segment_bytes,
+                         stall_seconds)
     module = communicators.load(name)
     comm = module.world_communicator(chunk_elements=config.chunk_elements, world=store, rank=rank)
     for given, actual, what in ((world_size, comm.size, "world_size"), (rank, comm.rank, "rank")):

@@ -1,14 +1,19 @@
 """What a collective algorithm sees: its rank and the group size, and point-to-point messages
 that fail with a clear error instead of hanging (past the collective's deadline, or when a peer
-is gone), naming the collective and the peers that did not deliver.
+is gone), naming the collective and the peers that did not deliver. A wait that outlasts the
+group's stall time logs once what it waits on and keeps waiting, so a silent rank is named long
+before the deadline (Horovod's stall inspector).
 
 Ranks here are the group's ranks 0..size-1; error messages translate them to global ranks.
 """
 from __future__ import annotations
 
+import logging
 import time
 
 from ..communicators.base import DistError, wait_all
+
+log = logging.getLogger("minidl.dist")
 
 
 class DistTimeoutError(DistError):
@@ -16,19 +21,24 @@ class DistTimeoutError(DistError):
 
 
 class Channel:
-    def __init__(self, comm, what: str, timeout: float, global_ranks, tag: int = 0, spin: float = 0.0):
-        """``spin``: seconds each wait may poll before it sleeps (communicators.base.wait_all)."""
+    def __init__(self, comm, what: str, timeout: float, global_ranks, tag: int = 0, spin: float = 0.0,
+                 stall: float = float("inf")):
+        """``spin``: seconds each wait may poll before it sleeps (communicators.base.wait_all);
+        ``stall``: seconds after which a wait logs what it waits on (once per collective or message)."""
         self.comm, self.name, self.timeout, self.tag, self.spin = comm, what, timeout, tag, spin
         self.rank, self.size = comm.rank, comm.size
         self.global_ranks = list(global_ranks)
         self.seq = None
-        self.deadline = time.monotonic() + timeout
+        self.stall, self.note = stall, None   # note(): what the caller adds to a stall's log line
+        now = time.monotonic()
+        self.deadline, self.stall_at = now + timeout, now + stall
 
     def start(self, what: str, seq: int, spin: float) -> "Channel":
         """Reuse this channel for a group's collective number ``seq`` (they run one at a time):
         a fresh deadline, and a label formatted only if an error needs it."""
         self.name, self.seq, self.spin = what, seq, spin
-        self.deadline = time.monotonic() + self.timeout
+        now = time.monotonic()
+        self.deadline, self.stall_at = now + self.timeout, now + self.stall
         return self
 
     @property
@@ -36,9 +46,23 @@ class Channel:
         return self.name if self.seq is None else f"{self.name} (collective #{self.seq} of the group)"
 
     def wait(self, requests) -> None:
-        wait_all(requests, self.deadline, self._timed_out, self.spin)
+        wait_all(requests, self.deadline, self._timed_out, self.spin, self.stall_at, self._stalled)
+
+    def _stalled(self, pending) -> None:
+        """Log once (per collective or message) which ranks this rank still waits for."""
+        self.stall_at = float("inf")
+        me = self.global_ranks[self.rank]
+        log.warning("rank %d: %s in the group of ranks %s has waited %g s: %s; still waiting (timeout %g s)%s",
+                    me, self.what, self.global_ranks, self.stall, self._missing(pending), self.timeout,
+                    "" if self.note is None else f"; {self.note()}")
 
     def _timed_out(self, pending):
+        me = self.global_ranks[self.rank]
+        return DistTimeoutError(f"{self.what}: timed out after {self.timeout:g} s on rank {me}: "
+                                + self._missing(pending))
+
+    def _missing(self, pending) -> str:
+        """Which ranks the ``pending`` requests wait for, in words."""
         me = self.global_ranks[self.rank]
         pending = [part for r in pending for part in r.unfinished()]
         sends = sorted({self.global_ranks[r.peer] for r in pending if r.kind == "send"})
@@ -52,7 +76,7 @@ class Channel:
             parts.append(f"some of ranks {self.global_ranks} did not join the native collective")
         if any(r.kind == "recv" and r.peer is None for r in pending):
             parts.append("no rank sent a message to a receive from any source")
-        return DistTimeoutError(f"{self.what}: timed out after {self.timeout:g} s on rank {me}: " + "; ".join(parts))
+        return "; ".join(parts)
 
     # -- the operations algorithms use ----------------------------------------------------------
     def isend(self, buf, dst: int):
@@ -69,7 +93,7 @@ class Channel:
 
     def exchange(self, send_buf, dst: int, recv_buf, src: int) -> None:
         """Send to ``dst`` while receiving from ``src`` (both posted first, so rings don't deadlock)."""
-        wait_all(self.comm.exchange(send_buf, dst, recv_buf, src, self.tag), self.deadline, self._timed_out, self.spin)
+        self.wait(self.comm.exchange(send_buf, dst, recv_buf, src, self.tag))
 
     def send_whole(self, buf, dst: int) -> None:
         """One message however long (Communicator.isend_whole): control messages."""
@@ -80,8 +104,7 @@ class Channel:
         self.wait([self.comm.irecv_whole(buf, src, self.tag)])
 
     def exchange_whole(self, send_buf, dst: int, recv_buf, src: int) -> None:
-        wait_all(self.comm.exchange_whole(send_buf, dst, recv_buf, src, self.tag), self.deadline, self._timed_out,
-                 self.spin)
+        self.wait(self.comm.exchange_whole(send_buf, dst, recv_buf, src, self.tag))
 
     def native(self, name: str, *args) -> None:
         """Run the backend's own collective ``name``."""
@@ -89,6 +112,6 @@ class Channel:
 
     def sub(self, comm, global_ranks) -> "Channel":
         """A channel over subgroup ``comm`` (whose ranks are ``global_ranks``), same collective and deadline."""
-        ch = Channel(comm, self.name, self.timeout, global_ranks, self.tag, self.spin)
-        ch.seq, ch.deadline = self.seq, self.deadline
+        ch = Channel(comm, self.name, self.timeout, global_ranks, self.tag, self.spin, self.stall)
+        ch.seq, ch.deadline, ch.stall_at = self.seq, self.deadline, self.stall_at
         return ch

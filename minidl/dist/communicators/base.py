@@ -157,12 +157,14 @@ class Communicator:
         pass
 
 
-def wait_all(requests, deadline: float, on_timeout, spin: float = 0.0) -> None:
+def wait_all(requests, deadline: float, on_timeout, spin: float = 0.0, stall_at: float = float("inf"),
+             on_stall=None) -> None:
     """Poll ``requests`` until all completed: first back to back for up to ``spin`` seconds (a
     message at GB/s lands within microseconds, far below what a sleep can resolve: ~50 us on
     Linux), then sleeping between polls with a back-off growing to 1 ms, so ranks that outnumber
     the cores don't starve the ranks they wait for. Past ``deadline`` (time.monotonic()), raise
-    ``on_timeout(pending_requests)``."""
+    ``on_timeout(pending_requests)``; past ``stall_at``, call ``on_stall(pending_requests)`` once
+    and keep waiting (Horovod's stall inspector: a silent wait says what it waits on)."""
     pending = [r for r in requests if not r.test()]
     if not pending:
         return
@@ -172,6 +174,9 @@ def wait_all(requests, deadline: float, on_timeout, spin: float = 0.0) -> None:
         now = time.monotonic()
         if now > deadline:
             raise on_timeout(pending)
+        if now > stall_at:
+            on_stall(pending)
+            stall_at = float("inf")
         if now > stop_spinning:
             time.sleep(delay)
             delay = min(max(2 * delay, 2e-6), 1e-3)

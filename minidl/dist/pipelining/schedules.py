@@ -19,6 +19,7 @@ a little more than in the full-batch mean.
 """
 from __future__ import annotations
 
+import hashlib
 import time
 
 import minidl
@@ -55,6 +56,7 @@ class _PipelineSchedule:
         self._output_merge_spec, self.scale_grads = output_merge_spec, scale_grads
         self.programs = self.make_programs()
         self._events = []
+        self._agreed = False
 
     def make_programs(self) -> list:
         """Every rank's actions, validated (from ``rank_order``, with the transfers added)."""
@@ -124,12 +126,31 @@ class _PipelineSchedule:
         if training and holds_last and (self._loss_fn is None or target is None):
             raise ValueError(f"{where}: the last stage needs a loss_fn and a target to train")
 
+    def _agree(self):
+        """Before the first transfer: do all ranks of the pipeline group run the same schedule (kind,
+        stages, micro-batches, and every rank's actions, by the hash of ``dumps()``)? Where they
+        don't, every rank raises the same error naming each rank's schedule (the transfers would
+        otherwise mismatch: a wrong shape far away, or a rank waiting for a message never sent)."""
+        digest = hashlib.sha256(self.dumps().encode()).hexdigest()[:12]
+        mine = (self._where, type(self).__name__, self._num_stages, self._n_microbatches, digest)
+        every = [None] * self._ranks
+        objects.all_gather_object(every, mine, group=self._group)
+        if len({tuple(entry[1:]) for entry in every}) > 1:
+            raise PipelineError("pipelining: the ranks of the pipeline group run different schedules, so their "
+                                "transfers would not match: " + "; ".join(
+                                    f"{where}: {kind} of {stages} stages, {m} micro-batches (actions {h})"
+                                    for where, kind, stages, m, h in every))
+
     # -- the runtime ----------------------------------------------------------------------------
     def _run(self, program, args, kwargs, target, losses, return_outputs, loss_kwargs):
         runtime = _Runtime(self, args, kwargs, target, loss_kwargs or {})
         for stage in self._stages.values():
             stage.clear_runtime_states()
-        collectives.barrier(group=self._group)   # a common start for the timeline
+        if self._agreed:
+            collectives.barrier(group=self._group)   # a common start for the timeline
+        else:   # (the agreement, an exchange among all ranks, is that start too)
+            self._agree()
+            self._agreed = True
         self._events = runtime.execute(program)
         holds_last = self._num_stages - 1 in self._stages
         if losses is not None and holds_last:

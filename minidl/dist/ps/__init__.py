@@ -25,12 +25,15 @@ applied pushes.
 """
 from __future__ import annotations
 
+import atexit
+import logging
 import threading
 
 import numpy as np
 
 import minidl
 
+from .. import communicators
 from .. import state as dist_state
 from . import protocol as P
 from .optimizers import SGD, Adagrad, Adam
@@ -63,7 +66,24 @@ def init(num_servers=1, consistency="bsp", staleness=0) -> str:
         return "server"
     _local.client = Client(None, rank, workers, num_servers, consistency)
     _local.worker_group = worker_group
+    if communicators.load(dist_state.get_backend()).ONE_RANK_PER_PROCESS:
+        atexit.register(_exit_without_shutdown, _local.client)
     return "worker"
+
+
+def _exit_without_shutdown(client) -> None:
+    """At a worker process's exit: if it never called ``shutdown()``, tell the servers, which end
+    the job naming it, rather than wait for it until the timeout."""
+    if client.closed:
+        return
+    try:
+        for k in range(client.servers):
+            client.request(k, P.header(P.EXITED))
+        for work in client.sends:
+            work.wait()
+    except Exception as e:   # (the process group may be gone already: the servers' timeout names it then)
+        logging.getLogger("minidl.dist.ps").warning("ps worker %d exits without shutdown() and could not tell the "
+                                                    "servers: %s", client.rank, e)
 
 
 def _client(what) -> Client:

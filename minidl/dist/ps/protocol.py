@@ -13,9 +13,9 @@ import minidl
 
 HEADER = 13
 REQUEST, PAYLOAD, REPLY, REPLY_DATA = 7101, 7102, 7103, 7104
-REGISTER, PUSH, PULL, CLOCK, SHUTDOWN, STATS = range(1, 7)
+REGISTER, PUSH, PULL, CLOCK, SHUTDOWN, STATS, EXITED = range(1, 8)
 KIND_NAMES = {REGISTER: "register", PUSH: "push", PULL: "pull", CLOCK: "clock", SHUTDOWN: "shutdown",
-              STATS: "stats"}
+              STATS: "stats", EXITED: "exited"}
 OK, ERROR = 0, 1
 DTYPES = (minidl.float32, minidl.float64, minidl.int64)
 

@@ -15,6 +15,11 @@ slowest worker's iterations the parameters it computed on may lack (0 under BSP,
 
 A malformed request (an unknown kind or parameter, rows outside the shard, a payload of the wrong
 size) is answered with an error and logged; the shard is left as it was.
+
+Silence is named by worker, not by server: when no request came for the group's timeout, the
+server answers every worker waiting at its clock with an error naming the workers that went
+silent (neither shut down nor waiting), and raises it. A worker whose process exits without
+``ps.shutdown()`` says so on its way out (worker.py), and the server raises naming it at once.
 """
 from __future__ import annotations
 
@@ -29,12 +34,17 @@ import minidl
 from ..algorithms.channel import DistTimeoutError
 from ..communicators.base import DistError
 from ..p2p import irecv, isend, recv
+from ..state import resolve
 from . import protocol as P
 from .optimizers import KINDS as OPTIMIZER_KINDS
 from .optimizers import from_words
 from .sharding import bounds
 
 log = logging.getLogger("minidl.dist.ps")
+
+
+class WorkerLost(DistError):
+    """A worker went silent or exited without ``ps.shutdown()``: the servers cannot serve on."""
 
 
 class Shard:
@@ -67,7 +77,7 @@ class Server:
         self.bsp, self.deferred = consistency == "bsp", []   # (BSP's pushes of the running iteration)
         self.stats = {"pushes": 0, "pulls": 0, "rejected": 0, "staleness": Counter()}
         self.handlers = {P.REGISTER: self.register, P.PUSH: self.push, P.PULL: self.pull, P.CLOCK: self.clock,
-                         P.SHUTDOWN: self.shutdown, P.STATS: self.report}
+                         P.SHUTDOWN: self.shutdown, P.STATS: self.report, P.EXITED: self.exited}
         self.sends = []
 
     def serve(self):
@@ -75,11 +85,16 @@ class Server:
         while len(self.finished) < self.workers:
             h = minidl.empty(P.HEADER, dtype=minidl.int64)
             work = irecv(h, group=self.group, tag=P.REQUEST)
+            work.channel.note = lambda: (f"parameter server {self.server} waits for worker rank(s) {self.silent()} "
+                                         f"(neither shut down nor waiting at a clock)")
             try:
                 work.wait()
+            except DistTimeoutError as e:
+                timeout = resolve(self.group, "ps").config.timeout
+                raise self.lost(self.silent(), f"sent no request for {timeout:g} s") from e
             except DistError as e:   # (a header of another size arrived: consumed, and refused)
-                if isinstance(e, DistTimeoutError) or work.source() is None:
-                    raise   # (no message came: a rank is gone, or none sent anything)
+                if work.source() is None:
+                    raise   # (no message came: a rank is gone)
                 self.stats["rejected"] += 1
                 log.warning("parameter server %d: rejected a malformed request header: %s", self.server, e)
                 continue
@@ -90,6 +105,8 @@ class Server:
                 if handler is None:
                     raise ValueError(f"unknown request kind {words[P.KIND]}")
                 handler(worker, words)
+            except WorkerLost:
+                raise
             except Exception as e:   # (a malformed request: refused, the shard untouched)
                 self.stats["rejected"] += 1
                 log.warning("parameter server %d: rejected a request from worker %d: %s", self.server, worker, e)
@@ -216,6 +233,28 @@ class Server:
     def shutdown(self, worker, words):
         self.finished.add(worker)
         self.release()
+
+    def exited(self, worker, words):
+        raise self.lost([worker], "exited without calling ps.shutdown()")
+
+    def silent(self) -> list:
+        """The workers neither shut down nor waiting for this server's answer at their clock."""
+        return [w for w in range(self.workers) if w not in self.finished and w not in self.waiting]
+
+    def lost(self, workers, how) -> WorkerLost:
+        """The error naming ``workers``, also sent to every worker waiting at its clock (they would
+        otherwise time out naming this server, which only waited for the others)."""
+        clocks = ", ".join(f"worker {w} at clock {self.clocks[w]}" for w in range(self.workers)
+                           if w not in self.finished)
+        message = (f"parameter server {self.server}: worker rank(s) {workers} {how}; the job cannot go on "
+                   f"(clocks: {clocks})")
+        for worker in self.waiting:
+            self.reply(worker, error=message)
+        self.waiting = []
+        for work in self.sends:
+            work.wait()
+        log.error("%s", message)
+        return WorkerLost(message)
 
     def report(self, worker, words):
         hist = self.stats["staleness"]

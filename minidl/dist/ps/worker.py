@@ -85,9 +85,14 @@ class Client:
         return awaited
 
     def _header(self, k):
+        """The receive of server k's next reply header. It waits twice the timeout: a server that
+        waits for other workers answers within one with an error naming those that went silent
+        (server.py), which a timeout here would blame on the server."""
         if self.posted[k] is None:
             h = minidl.empty(4, dtype=minidl.int64)
-            self.posted[k] = (h, irecv(h, self.server_rank(k), group=self.group, tag=P.REPLY))
+            work = irecv(h, self.server_rank(k), group=self.group, tag=P.REPLY)
+            work.channel.deadline += work.channel.timeout
+            self.posted[k] = (h, work)
         return self.posted[k]
 
     def _take(self, k):

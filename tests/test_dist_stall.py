@@ -1,0 +1,114 @@
+"""The stall inspector: a rank waiting longer than the group's stall time logs once what it waits
+on and which ranks have not arrived, then keeps waiting until they come or the timeout ends it.
+Late ranks are held on events (released by the log line itself), never by sleeps."""
+import logging
+import threading
+
+import numpy as np
+import pytest
+
+import minidl
+import minidl.dist as dist
+from minidl.nn.parallel import DistributedDataParallel
+
+sim = dist.sim
+
+
+class StallLog(logging.Handler):
+    """Collects minidl.dist's stall lines; ``seen(n)`` is set once n of them arrived."""
+
+    def __init__(self, expected=1):
+        super().__init__()
+        self.lines, self.expected, self.seen = [], expected, threading.Event()
+
+    def emit(self, record):
+        line = record.getMessage()
+        if "still waiting" in line:
+            self.lines.append(line)
+            if len(self.lines) >= self.expected:
+                self.seen.set()
+
+
+@pytest.fixture
+def stall_log(request):
+    handler = StallLog(getattr(request, "param", 1))
+    logger = logging.getLogger("minidl.dist")
+    logger.addHandler(handler)
+    yield handler
+    logger.removeHandler(handler)
+
+
+@pytest.mark.parametrize("stall_log", [2], indirect=True)
+def test_ranks_waiting_on_a_late_rank_log_once_and_keep_waiting(stall_log):
+    """Rank 2 joins the all-reduce only after both waiting ranks logged; the result is still right."""
+    def fn(rank):
+        if rank == 2:
+            assert stall_log.seen.wait(60), "no stall was logged"
+        t = minidl.from_numpy(np.full(4, rank + 1.0))
+        dist.all_reduce(t)
+        return t.numpy().tolist()
+    assert sim.run(3, fn, stall_seconds=0.2, algorithm="ring") == [[6.0] * 4] * 3
+    assert sorted(line.split(":")[0] for line in stall_log.lines) == ["rank 0", "rank 1"], stall_log.lines
+    for line in stall_log.lines:
+        assert "all_reduce (collective #1 of the group) in the group of ranks [0, 1, 2] has waited 0.2 s" in line
+    # at 3 ranks the agreement's first step: rank 0 hands its part to rank 1, which waits for rank 2
+    assert "rank 1: " in " ".join(stall_log.lines) and "rank(s) [2] did not send what rank 1 waits for" in \
+        " ".join(stall_log.lines), stall_log.lines
+
+
+def test_a_receive_names_its_peer_and_tag(stall_log):
+    def fn(rank):
+        t = minidl.zeros(3)
+        if rank == 0:
+            dist.recv(t, src=1, tag=5)
+            return t.tolist()
+        assert stall_log.seen.wait(60), "no stall was logged"
+        dist.send(minidl.ones(3), dst=0, tag=5)
+    assert sim.run(2, fn, stall_seconds=0.2)[0] == [1.0] * 3
+    assert len(stall_log.lines) == 1, stall_log.lines
+    assert stall_log.lines[0].startswith("rank 0: recv from rank 1 (tag 5) in the group of ranks [0, 1] has waited "
+                                         "0.2 s: rank(s) [1] did not send what rank 0 waits for; still waiting "
+                                         "(timeout 1800 s)"), stall_log.lines
+
+
+def test_ddp_ranks_running_5_and_4_steps(stall_log):
+    """Rank 1 stops after 4 steps (and stays, as a process stuck elsewhere would): rank 0's fifth
+    step logs rank 1 as missing after the stall time, then times out with the usual error."""
+    done = threading.Event()
+
+    def fn(rank):
+        minidl.manual_seed(0)
+        model = DistributedDataParallel(minidl.nn.Linear(3, 2))
+        try:
+            for _ in range(5 if rank == 0 else 4):
+                model(minidl.ones(2, 3)).sum().backward()
+        except dist.DistError as e:
+            return str(e)
+        finally:
+            if rank == 0:
+                done.set()
+            else:
+                assert done.wait(60)
+    found = sim.run(2, fn, stall_seconds=0.2, timeout=1.5)
+    assert "timed out after 1.5 s on rank 0: rank(s) [1] did not send what rank 0 waits for" in found[0], found
+    assert len(stall_log.lines) == 1 and stall_log.lines[0].startswith("rank 0: all_reduce"), stall_log.lines
+    assert "rank(s) [1] did not send what rank 0 waits for; still waiting (timeout 1.5 s)" in stall_log.lines[0]
+
+
+def test_stall_seconds_from_the_environment_and_bad_values(monkeypatch):
+    monkeypatch.setenv("MINIDL_DIST_STALL_SECONDS", "0.5")
+    assert sim.run(1, lambda rank: dist.get_backend() and _config().stall_seconds) == [0.5]
+    assert sim.run(1, lambda rank: _config().stall_seconds, stall_seconds=3) == [3.0]
+    monkeypatch.setenv("MINIDL_DIST_STALL_SECONDS", "soon")
+    with pytest.raises(ValueError, match=r"stall_seconds \(or MINIDL_DIST_STALL_SECONDS\) must be a number of "
+                                         r"seconds, got 'soon'"):
+        sim.run(1, lambda rank: None)
+    monkeypatch.delenv("MINIDL_DIST_STALL_SECONDS")
+    with pytest.raises(ValueError, match="stall_seconds .* must be positive, got 0"):
+        sim.run(1, lambda rank: None, stall_seconds=0)
+    assert sim.run(1, lambda rank: _config().stall_seconds) == [60.0]
+
+
+def _config():
+    from minidl.dist.state import resolve
+    return resolve(None, "test").config
