@@ -22,7 +22,14 @@ class NCF:
     def __init__(self, ratings, args):
         self.ratings, self.args = ratings, args
         self.train_users, self.train_items, test = data.leave_one_out(ratings)
-        self.candidates = data.ranking_candidates(data.rated_matrix(ratings), test, seed=args.seed)
+        if not len(self.train_users):
+            raise ValueError(f"{ratings.path}: each of the {ratings.num_users} users has one rating, which is held "
+                             f"out (their latest): nothing is left to train on")
+        try:
+            self.candidates = data.ranking_candidates(data.rated_matrix(ratings), test, seed=args.seed)
+        except ValueError as e:   # (a user with fewer than 99 unrated items)
+            raise ValueError(f"{ratings.path}: {ratings.num_items} items; {e}") from None
+        self.train_size = len(self.train_users) * (1 + data.NEGATIVES)
         self.trained = data.rated_matrix(ratings, self.train_users, self.train_items)   # (negatives: not these)
 
     def model(self, sparse=True):

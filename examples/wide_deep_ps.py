@@ -22,6 +22,10 @@ class ClickPrediction:
         self.ratings, self.args = ratings, args
         self.train, self.test = data.click_split(ratings, seed=args.seed)
         clicks = self.test[2]
+        if not len(clicks):
+            raise ValueError(f"{ratings.path}: {len(ratings)} ratings, of which a fifth (rounded) is held out: none; "
+                             f"Wide & Deep needs at least 3")
+        self.train_size = len(self.train[0])
         if clicks.min() == clicks.max():
             raise ValueError(f"{ratings.path}: every held-out rating is {'a click' if clicks[0] else 'no click'} "
                              f"(rating >= 4): AUC needs both")

@@ -2,7 +2,7 @@
 their metrics against brute-force counts, their data splits against loops over the ratings,
 their models against the same models written in torch, and their runs through the parameter
 server against the one-process run."""
-import importlib.util
+import argparse
 import math
 import re
 import sys
@@ -16,7 +16,7 @@ import minidl
 from minidl.vision.datasets import MovieLens, write_movielens
 
 sys.path.insert(0, str(ROOT / "examples"))
-from recsys import data  # noqa: E402
+from recsys import data, runner  # noqa: E402
 from recsys.metrics import auc, hit_ratio_and_ndcg  # noqa: E402
 from recsys.models import NeuMF, WideDeep  # noqa: E402
 
@@ -208,9 +208,26 @@ def test_asp_learns_with_stale_pushes_and_draws_their_histogram(tmp_path):
     assert code == 0, out
     assert abs(_final(out, "AUC") - _final(alone, "AUC")) <= 0.02 and _final(alone, "AUC") > 0.75
     counts = re.search(r"pushes applied by staleness[^:]*: (.*)\n", out).group(1)
-    assert sum(int(c.split(": ")[1]) for c in counts.split(", ")) > 0
-    if importlib.util.find_spec("matplotlib"):
-        assert (tmp_path / "hist.png").stat().st_size > 0
+    by_staleness = {int(k): int(c) for k, c in (pair.split(": ") for pair in counts.split(", "))}
+    # (stale for sure: under ASP worker 1 runs on while worker 0 pulls the model and evaluates it after
+    # each of the 10 epochs, so its pushes there are clocks ahead of worker 0's)
+    assert by_staleness[0] > 0 and sum(c for k, c in by_staleness.items() if k >= 1) > 0, out
+    assert (tmp_path / "hist.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_staleness_picture_is_readable_at_any_range_and_explains_a_lone_bar():
+    wide = runner.staleness_figure(list(range(10, 49)), "ncf")   # staleness 0..38
+    ticks = wide.axes[0].get_xticks()
+    shown = [t for t in ticks if -0.6 <= t <= 38.6]
+    assert 3 <= len(shown) <= 11 and all(t == int(t) for t in shown) and max(shown) >= 30
+    lone = runner.staleness_figure([7], "ncf", why="a reason")
+    assert [t.get_text() for t in lone.axes[0].texts] == ["every push at staleness 0: a reason"]
+    assert not wide.axes[0].texts
+    setup = dict(consistency="asp", mode="ps", staleness=2)
+    for changes, workers, reason in (({}, 1, "a single worker"), ({"consistency": "bsp"}, 2, "BSP applies"),
+                                     ({"consistency": "ssp", "staleness": 0}, 2, "--staleness 0"),
+                                     ({"mode": "hybrid"}, 2, "hybrid mode all-reduces"), ({}, 2, "happened")):
+        assert reason in runner.why_none_stale(argparse.Namespace(**{**setup, **changes}), workers)
 
 
 def test_bad_input_ends_every_rank_with_one_message(tmp_path):
@@ -222,10 +239,20 @@ def test_bad_input_ends_every_rank_with_one_message(tmp_path):
     code, out = run_example("ncf_ps.py", "--servers", "1", cwd=tmp_path)
     assert code == 2 and "error: --servers 1 needs workers beside the servers: mpiexec -n 3" in out
     for args, error in ((["--lr", "nan"], "--lr nan must be a positive number"),
-                        (["--staleness", "-1"], "--servers 0, --staleness -1 and --limit-batches None must be"),
+                        (["--staleness", "-1"], "--staleness -1 must be >= 0"),
+                        (["--limit-batches", "0"], "--limit-batches 0 must be >= 1"),
+                        (["--users", "20", "--per-user", "10", "--batch-size", "901"],   # 20 x 9 x (1 + 4)
+                         "--batch-size 901: the ratings give 900 training examples, not one batch"),
                         (["--picture", "nowhere/h.png"], "--picture nowhere/h.png: there is no folder nowhere")):
         code, out = run_example("ncf_ps.py", "--servers", "0", *args, cwd=tmp_path)
         assert code == 2 and f"error: {error}" in out, out
+    two = tmp_path / "two" / "u.data"   # (a file too small to split, as the models need)
+    two.parent.mkdir()
+    two.write_text("1\t1\t5\t1\n2\t2\t3\t2\n")
+    for script, error in (("ncf_ps.py", "each of the 2 users has one rating, which is held out"),
+                          ("wide_deep_ps.py", "2 ratings, of which a fifth (rounded) is held out: none")):
+        code, out = run_example(script, "--servers", "0", "--data", str(two), cwd=tmp_path)
+        assert code == 2 and f"error: {two}: {error}" in out and "Traceback" not in out, out
     fives = tmp_path / "fives" / "ratings.dat"
     fives.parent.mkdir()
     fives.write_text("".join(f"{u}::{i}::5::{i}\n" for u in range(1, 9) for i in range(1, 9)))

@@ -8,7 +8,7 @@ import minidl
 import minidl.dist as dist
 import pipeline_cases
 from minidl import nn
-from minidl.dist.pipelining import (PipelineStage, Schedule1F1B, ScheduleGPipe, actions, pipe_split,
+from minidl.dist.pipelining import (PipelineStage, Schedule1F1B, ScheduleGPipe, actions, picture, pipe_split,
                                     pipeline)
 from minidl.nn import functional as F
 
@@ -150,9 +150,46 @@ def test_timeline_bubble_and_activation_memory():
         {"rank": 1, "kind": "F", "start": 1.0, "end": 2.0}]), 0.5)
 
 
-def test_the_picture_draws_the_measured_timeline(tmp_path):
-    pytest.importorskip("matplotlib")  # (an optional dependency: only the picture needs it)
+@pytest.mark.parametrize("cls,want", [
+    # by hand, a backward two time steps: GPipe's backwards wait for the last forward; 1F1B's B0 on stage 1 at once
+    (ScheduleGPipe, {(0, "F", 0, 0, 1), (0, "F", 1, 1, 1), (0, "B", 0, 5, 2), (0, "B", 1, 7, 2),
+                     (1, "F", 0, 1, 1), (1, "F", 1, 2, 1), (1, "B", 0, 3, 2), (1, "B", 1, 5, 2)}),
+    (Schedule1F1B, {(0, "F", 0, 0, 1), (0, "F", 1, 1, 1), (0, "B", 0, 4, 2), (0, "B", 1, 7, 2),
+                    (1, "F", 0, 1, 1), (1, "B", 0, 2, 2), (1, "F", 1, 4, 1), (1, "B", 1, 5, 2)})])
+def test_the_picture_plans_each_action_in_its_time_steps(cls, want):
+    cells = picture.planned(actions.table(_programs(cls, 2, 2), actions.COSTS))
+    assert {(c.rank, c.kind, c.mb, c.start, c.steps) for c in cells} == want
+    assert all(c.stage == c.rank and c.label == f"{c.kind}{c.mb}" for c in cells)
+    assert picture.planned_bubble(cells) == pytest.approx(1 / 3)    # 12 busy of 2 x 9 steps
+    assert picture.step_lengths(cells) == "F 1, B 2"
 
+
+def test_the_picture_names_the_stage_of_each_cell_when_a_rank_holds_several():
+    ideal = "\n".join(["step  rank 0  rank 1", "   0  0F0     .", "   1  2F0     1F0", "   2  .       3F0",
+                       "   3  .       3I0", "   4  2I0     3W0", "   5  2W0     1I0"])
+    cells = picture.planned(ideal)
+    assert [(c.rank, c.stage, c.kind, c.start, c.label) for c in cells if c.rank == 0] == [
+        (0, 0, "F", 0, "F0\ns0"), (0, 2, "F", 1, "F0\ns2"), (0, 2, "I", 4, "I0\ns2"), (0, 2, "W", 5, "W0\ns2")]
+    assert picture.step_lengths(cells) == "F 1, I 1, W 1" and picture.planned_bubble(cells) == pytest.approx(3 / 12)
+
+
+def test_the_picture_hides_labels_wider_than_their_cells():
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    cells = picture.planned(actions.table(_programs(ScheduleGPipe, 2, 2), actions.COSTS))
+    shown = {}
+    for inches in (0.5, 20.0):   # 9 steps: a cell of 0.05 or 0.1 inch cannot hold "F0" or "B0", of 2 inches can
+        fig, ax = plt.subplots(figsize=(inches, 1))
+        ax.set_xlim(0, 9)
+        labels = [(c, ax.text(c.start + c.steps / 2, c.rank, c.label, fontsize=picture.FONT_SIZE)) for c in cells]
+        picture._drop_labels_that_do_not_fit(fig, ax, labels)
+        shown[inches] = sum(text.get_visible() for _, text in labels)
+        plt.close(fig)
+    assert shown == {0.5: 0, 20.0: len(cells)}
+
+
+def test_the_picture_draws_the_measured_timeline(tmp_path):
     def run(rank):
         stage = PipelineStage(_block(), rank, 2, "cpu")
         schedule = Schedule1F1B(stage, 4, loss_fn=F.mse_loss)
@@ -160,10 +197,8 @@ def test_the_picture_draws_the_measured_timeline(tmp_path):
         schedule.step(x) if rank == 0 else schedule.step(target=x)
         return schedule.timeline()
     timeline = dist.sim.run(2, run)[0]
-    path = dist.pipelining.draw(timeline, str(tmp_path / "pipeline.png"), title="1F1B, 2 stages, 4 micro-batches")
+    path = dist.pipelining.draw(timeline, str(tmp_path / "pipeline.png"), title="1F1B", note="a caption")
     assert (tmp_path / "pipeline.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.endswith("pipeline.png")
-    planned = list(dist.pipelining.picture._planned(timeline["ideal"]))
-    assert len(planned) == 2 * 2 * 4 and (0, "F", 0, 0, 1) in planned and (1, "B", 3, 11, 2) in planned
 
 
 def test_batches_of_any_size_and_new_schedules_on_one_stage():

@@ -13,6 +13,7 @@ import numpy as np
 
 from minidl.vision.datasets import MovieLens, write_movielens
 
+NEGATIVES = 4   # NCF's training items the user has no interaction with, per interaction (the paper's)
 FILES = {name: version for version, (name, _) in MovieLens.versions.items()}   # u.data -> ml-100k, ...
 
 
@@ -74,7 +75,7 @@ def ranking_candidates(rated: np.ndarray, test: np.ndarray, negatives=99, seed=0
     return out
 
 
-def ncf_epoch(train_users, train_items, rated, epoch, seed=0, negatives=4):
+def ncf_epoch(train_users, train_items, rated, epoch, seed=0, negatives=NEGATIVES):
     """One epoch's (users, items, labels): every training interaction (label 1) and, for each,
     ``negatives`` items not ``rated`` (the training interactions' matrix) (label 0), shuffled; the
     same on every rank for the same epoch."""

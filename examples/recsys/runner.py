@@ -9,11 +9,12 @@ when they do not divide it), weights its loss by its share, and ps.DistributedMo
 workers' gradients; so under BSP the run is the one-process run's optimisation (its metrics equal
 up to rounding), while SSP and ASP let workers run ahead on stale parameters.
 Worker 0 prints one line per epoch with the held-out metrics, and at the end the staleness of the
-pushes the servers applied, as a histogram picture too (with matplotlib).
+pushes the servers applied, as a histogram picture too.
 """
 import argparse
 import os
 import sys
+import textwrap
 import time
 
 import numpy as np
@@ -76,11 +77,11 @@ def fail(message, rank):
 
 def check(args):
     """What is wrong with the command line, before any rank starts work (one message, from rank 0)."""
-    if args.batch_size < 1 or args.epochs < 1:
-        return f"--batch-size {args.batch_size} and --epochs {args.epochs} must be >= 1"
-    if args.servers < 0 or args.staleness < 0 or (args.limit_batches is not None and args.limit_batches < 1):
-        return (f"--servers {args.servers}, --staleness {args.staleness} and --limit-batches {args.limit_batches} "
-                f"must be >= 0, >= 0 and >= 1")
+    for flag, value, least in (("--batch-size", args.batch_size, 1), ("--epochs", args.epochs, 1),
+                               ("--servers", args.servers, 0), ("--staleness", args.staleness, 0),
+                               ("--limit-batches", args.limit_batches, 1)):
+        if value is not None and value < least:
+            return f"{flag} {value} must be >= {least}"
     if not args.lr > 0:   # (also NaN)
         return f"--lr {args.lr} must be a positive number"
     folder = os.path.dirname(args.picture or "") or "."
@@ -121,6 +122,9 @@ def run(task_class, parser, argv=None):
         task = task_class(ratings, args)
     except (OSError, ValueError) as e:
         fail(str(e), launch_rank())
+    if task.train_size < args.batch_size:
+        fail(f"--batch-size {args.batch_size}: the ratings give {task.train_size} training examples, not one batch",
+             launch_rank())
     roles = start(args)
     if roles is None:
         return
@@ -179,34 +183,56 @@ def run(task_class, parser, argv=None):
         say(f"final {shown} ({setup}, {time.perf_counter() - began:.1f} s)")
     if distributed:
         if rank == 0:
-            report_staleness(ps.stats(), args.picture or f"{task.name}-staleness.png", setup)
+            report_staleness(ps.stats(), args.picture or f"{task.name}-staleness.png", task.name, setup, args, workers)
         ps.shutdown()
         dist.destroy_process_group()
 
 
-def report_staleness(stats, path, setup):
+def report_staleness(stats, path, name, setup, args, workers):
+    """Print the applied pushes' staleness histogram and draw it to ``path``."""
     hist = stats["staleness"]
-    top = max(hist, default=0)
-    counts = [hist.get(k, 0) for k in range(top + 1)]
+    counts = [hist.get(k, 0) for k in range(max(hist, default=0) + 1)]
     print(f"pushes applied by staleness (clocks ahead of the slowest worker): "
           f"{', '.join(f'{k}: {c}' for k, c in enumerate(counts))}")
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("(matplotlib is not installed: no picture; pip install matplotlib)")
-        return
-    fig, ax = plt.subplots(figsize=(5, 3.2))
-    ax.bar(range(top + 1), counts, color="tab:blue")
-    ax.set_xticks(range(top + 1))
+    fig = staleness_figure(counts, f"{name}: staleness of the applied pushes\n{setup}",
+                           why_none_stale(args, workers) if len(counts) == 1 else "")
+    fig.savefig(path, dpi=100)
+    print(f"staleness histogram: {path}")
+
+
+def staleness_figure(counts, title, why=""):
+    """The histogram of ``counts[k]`` pushes at staleness k, its ticks readable at any range; ``why``
+    written on it explains a histogram whose only bar is at 0."""
+    from matplotlib.figure import Figure   # (no pyplot: nothing global to open or close)
+    from matplotlib.ticker import MaxNLocator
+
+    fig = Figure(figsize=(6, 3.4))
+    ax = fig.subplots()
+    ax.bar(range(len(counts)), counts, color="tab:blue")
+    ax.xaxis.set_major_locator(MaxNLocator(nbins=10, integer=True))
+    ax.set_xlim(-0.6, max(len(counts) - 1, 1) + 0.6)
     ax.set_xlabel("staleness (clocks ahead of the slowest worker)")
     ax.set_ylabel("pushes applied")
-    ax.set_title(setup, fontsize=9)
+    ax.set_title(title, fontsize=9)
+    if why:
+        ax.text(0.98, 0.95, "\n".join(textwrap.wrap(f"every push at staleness 0: {why}", 40)),
+                transform=ax.transAxes, ha="right", va="top", fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    print(f"staleness histogram: {path}")
+    return fig
+
+
+def why_none_stale(args, workers):
+    """Why a run's pushes were all applied at staleness 0, from how it was set up."""
+    if workers == 1:
+        return "a single worker is always the slowest one"
+    if args.consistency == "bsp":
+        return "BSP applies an iteration's pushes only once every worker has clocked past it"
+    if args.consistency == "ssp" and args.staleness == 0:
+        return "SSP with --staleness 0 lets no worker run a clock ahead"
+    if args.mode == "hybrid":
+        return ("hybrid mode all-reduces the dense layers' gradients every step, which keeps the workers "
+                "in step with each other")
+    return "no worker happened to run ahead of the slowest while pushing"
 
 
 def batched_scores(module, users, items, size=8192):
