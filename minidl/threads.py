@@ -28,8 +28,9 @@ from threadpoolctl import ThreadpoolController
 if "NUMBA_THREADING_LAYER" not in os.environ:
     numba.config.THREADING_LAYER = "workqueue"
 
-# a product of at least this many multiply-adds takes about 10 ms on one core (benchmarks/README.md, "Threads")
-BLAS_PARALLEL_MIN = 1 << 29
+# ~8 ms on one core of a 2.45 GHz EPYC: longer than a time slice, so a descheduled peer costs at most about what
+# the second thread saves (benchmarks/README.md, "Threads on a busy machine")
+BLAS_PARALLEL_MIN = 1 << 28
 
 _blas = None        # threadpoolctl's handles on the BLAS libraries numpy loaded, made at the first product
 _blas_threads = None  # what they were last given
