@@ -25,6 +25,7 @@ one process per rank.
 The pictures need matplotlib, which is optional. They are written to ``$MINIDL_TUTORIAL_OUT`` if
 set, else to a fresh temporary directory. Every claim is checked with ``assert``.
 """
+import argparse
 import os
 import tempfile
 import time
@@ -38,6 +39,9 @@ from minidl.autograd import split_backward
 from minidl.dist.pipelining import (PipelineStage, Schedule1F1B, ScheduleGPipe, ScheduleInterleaved1F1B,
                                     ScheduleInterleavedZeroBubble, actions, draw)
 from minidl.nn import functional as F
+
+# --help says what this tutorial is and exits before anything runs; it takes no other arguments
+argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
 
 began = time.perf_counter()
 WIDTH, BATCH = 32, 64

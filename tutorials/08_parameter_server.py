@@ -33,6 +33,7 @@ one process per rank.
 The picture needs matplotlib, which is optional. It is written to ``$MINIDL_TUTORIAL_OUT`` if
 set, else to a fresh temporary directory. Every claim is checked with ``assert``.
 """
+import argparse
 import os
 import tempfile
 import time
@@ -44,6 +45,9 @@ import minidl
 import minidl.dist as dist
 from minidl.dist import ps
 from minidl.dist.ps.sharding import bounds
+
+# --help says what this tutorial is and exits before anything runs; it takes no other arguments
+argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
 
 began = time.perf_counter()
 DIM, BATCH, LR = 8, 16, 0.05
