@@ -1,9 +1,10 @@
 """How long a fresh process takes to `import minidl`, and to run its first ops, once kernels are cached.
 
-Run: python benchmarks/bench_import.py
+Run: python benchmarks/bench_import.py [--runs 7]
 Each measurement is a new interpreter (so nothing is warm but the OS file cache and Numba's
 on-disk kernel cache); the first run fills that cache and is not counted.
 """
+import argparse
 import statistics
 import subprocess
 import sys
@@ -30,4 +31,9 @@ def main(runs: int = 7) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=7, help="fresh processes to measure (prints their median)")
+    args = parser.parse_args()
+    if args.runs < 1:
+        parser.error(f"--runs must be at least 1, not {args.runs}")
+    main(args.runs)

@@ -113,7 +113,7 @@ def small_parts(rank, quick):
 
 
 def main():
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true")
     args = ap.parse_args()
     dist.init_process_group()

@@ -61,7 +61,7 @@ def one_run(lib_name, sparse, steps):
 
 
 def main():
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--one", nargs=2, metavar=("LIB", "SPARSE"), help=argparse.SUPPRESS)

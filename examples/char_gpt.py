@@ -24,6 +24,7 @@ from minidl import nn
 from minidl.nn import functional as F
 from minidl.optim import AdamW
 from minidl.optim.lr_scheduler import LambdaLR
+from cli import non_negative_float, positive_float, positive_int, probability
 
 DATA = Path(__file__).resolve().parent / "data" / "lighthouse.txt"
 
@@ -129,24 +130,26 @@ def unigram_entropy(data, vocab):
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", type=Path, default=DATA, help="a UTF-8 text file (default: the bundled story)")
-    parser.add_argument("--steps", type=int, default=600)
-    parser.add_argument("--batch-size", type=int, default=16)
-    parser.add_argument("--context", type=int, default=64, help="characters the model sees at once")
-    parser.add_argument("--width", type=int, default=64)
-    parser.add_argument("--heads", type=int, default=4)
-    parser.add_argument("--layers", type=int, default=2)
-    parser.add_argument("--dropout", type=float, default=0.0)
-    parser.add_argument("--lr", type=float, default=3e-3)
-    parser.add_argument("--weight-decay", type=float, default=0.1)
-    parser.add_argument("--clip", type=float, default=1.0, help="max gradient norm")
-    parser.add_argument("--eval-every", type=int, default=100)
+    parser.add_argument("--steps", type=positive_int, default=600)
+    parser.add_argument("--batch-size", type=positive_int, default=16)
+    parser.add_argument("--context", type=positive_int, default=64, help="characters the model sees at once")
+    parser.add_argument("--width", type=positive_int, default=64)
+    parser.add_argument("--heads", type=positive_int, default=4)
+    parser.add_argument("--layers", type=positive_int, default=2)
+    parser.add_argument("--dropout", type=probability, default=0.0)
+    parser.add_argument("--lr", type=positive_float, default=3e-3)
+    parser.add_argument("--weight-decay", type=non_negative_float, default=0.1)
+    parser.add_argument("--clip", type=positive_float, default=1.0, help="max gradient norm")
+    parser.add_argument("--eval-every", type=positive_int, default=100)
     parser.add_argument("--prompt", default="The light")
-    parser.add_argument("--sample-length", type=int, default=300)
-    parser.add_argument("--temperature", type=float, default=0.8)
-    parser.add_argument("--top-k", type=int, default=10)
+    parser.add_argument("--sample-length", type=positive_int, default=300)
+    parser.add_argument("--temperature", type=positive_float, default=0.8)
+    parser.add_argument("--top-k", type=positive_int, default=10)
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
+    if args.width % args.heads:
+        parser.error(f"--heads {args.heads} does not divide --width {args.width}")
     device = minidl.device(args.device)
     if device.type == "cuda" and not minidl.cuda.is_available():
         sys.exit(f"error: device '{args.device}': device 'cuda' is not available here (it needs CuPy and an "

@@ -20,6 +20,7 @@ import numpy as np
 
 import minidl
 from char_gpt import DATA, GPT
+from cli import positive_int
 from minidl.utils.data import DataLoader
 from minidl.vision.datasets import Digits
 from train_digits import make_model, train_epoch
@@ -49,7 +50,7 @@ def main(argv=None):
     parser.add_argument("--checkpoint", default="digits-cnn.safetensors", help="the CNN's (from train_digits.py)")
     parser.add_argument("--out", default=".", help="folder for the .onnx files")
     parser.add_argument("--prompt", default="The light")
-    parser.add_argument("--length", type=int, default=40, help="characters to generate")
+    parser.add_argument("--length", type=positive_int, default=40, help="characters to generate")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     try:

@@ -33,12 +33,12 @@ import minidl  # noqa: E402
 import minidl.dist as dist  # noqa: E402
 from minidl import nn  # noqa: E402
 from minidl.dist import pipelining  # noqa: E402
-from minidl.dist.launch import launched_by_mpi  # noqa: E402
 from minidl.nn import functional as F  # noqa: E402
 from minidl.nn.parallel import DistributedDataParallel  # noqa: E402
 from minidl.optim import AdamW  # noqa: E402
 from char_gpt import DATA, GPT, batches  # noqa: E402
-from train_digits_ddp import parse_on_every_rank  # noqa: E402
+from cli import non_negative_float, positive_float, positive_int  # noqa: E402
+from train_digits_ddp import parse_on_every_rank, require_mpi  # noqa: E402
 
 # --schedule: (the schedule, stages per rank)
 SCHEDULES = {"gpipe": (pipelining.ScheduleGPipe, 1), "1f1b": (pipelining.Schedule1F1B, 1),
@@ -113,12 +113,14 @@ def clip_global_norm(params, counted, group, max_norm):
 
 def problem_with(args, world):
     """What makes the command line unusable on ``world`` ranks, or None."""
-    if args.dp < 1 or world % args.dp:
+    if world % args.dp:
         return f"--dp {args.dp} does not divide the {world} ranks"
     pp = world // args.dp
     per_rank = SCHEDULES[args.schedule][1]
     if pp < 2:
         return f"{world} rank(s) with --dp {args.dp} leave {pp} per pipeline; a pipeline needs at least 2"
+    if args.width % args.heads:
+        return f"--heads {args.heads} does not divide --width {args.width}"
     if args.layers % (pp * per_rank):
         return f"--layers {args.layers} does not split evenly over {pp * per_rank} stages"
     if args.batch_size % (args.dp * args.microbatches):
@@ -205,23 +207,22 @@ def single_process_curve(args, vocab, data):
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--schedule", choices=SCHEDULES, default="1f1b")
-    parser.add_argument("--dp", type=int, default=1, help="data-parallel replicas of the pipeline")
-    parser.add_argument("--microbatches", type=int, default=4, help="micro-batches per replica and step")
-    parser.add_argument("--steps", type=int, default=20)
-    parser.add_argument("--batch-size", type=int, default=16, help="global batch, split over the replicas")
-    parser.add_argument("--context", type=int, default=16)
-    parser.add_argument("--width", type=int, default=32)
-    parser.add_argument("--heads", type=int, default=4)
-    parser.add_argument("--layers", type=int, default=8, help="blocks, split evenly over the stages")
-    parser.add_argument("--lr", type=float, default=3e-3)
-    parser.add_argument("--weight-decay", type=float, default=0.1)
-    parser.add_argument("--clip", type=float, default=0.5, help="max global gradient norm")
+    parser.add_argument("--dp", type=positive_int, default=1, help="data-parallel replicas of the pipeline")
+    parser.add_argument("--microbatches", type=positive_int, default=4, help="micro-batches per replica and step")
+    parser.add_argument("--steps", type=positive_int, default=20)
+    parser.add_argument("--batch-size", type=positive_int, default=16, help="global batch, split over the replicas")
+    parser.add_argument("--context", type=positive_int, default=16)
+    parser.add_argument("--width", type=positive_int, default=32)
+    parser.add_argument("--heads", type=positive_int, default=4)
+    parser.add_argument("--layers", type=positive_int, default=8, help="blocks, split evenly over the stages")
+    parser.add_argument("--lr", type=positive_float, default=3e-3)
+    parser.add_argument("--weight-decay", type=non_negative_float, default=0.1)
+    parser.add_argument("--clip", type=positive_float, default=0.5, help="max global gradient norm")
     parser.add_argument("--check", action="store_true", help="also train in one process and compare the losses")
     parser.add_argument("--seed", type=int, default=0)
     args = parse_on_every_rank(parser, argv)
-    if not launched_by_mpi():
-        sys.exit("error: gpt_pipeline.py runs one pipeline rank per process; launch it with mpiexec, e.g.\n"
-                 "    mpiexec -n 4 python examples/gpt_pipeline.py --schedule 1f1b")
+    require_mpi("gpt_pipeline.py runs one pipeline rank per process",
+                "mpiexec -n 4 python examples/gpt_pipeline.py --schedule 1f1b")
 
     dist.init_process_group()
     rank, world = dist.get_rank(), dist.get_world_size()

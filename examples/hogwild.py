@@ -13,6 +13,7 @@ import minidl
 import minidl.multiprocessing as mp
 import minidl.nn.functional as F
 from minidl import nn
+from cli import positive_int
 
 TRUE_WEIGHT = [[1.5], [-2.0], [0.5], [3.0]]
 
@@ -44,8 +45,8 @@ def test_loss(model):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--processes", type=int, default=2)
-    parser.add_argument("--steps", type=int, default=300, help="steps of each process")
+    parser.add_argument("--processes", type=positive_int, default=2)
+    parser.add_argument("--steps", type=positive_int, default=300, help="steps of each process")
     parser.add_argument("--start-method", choices=mp.get_all_start_methods(), default="spawn")
     args = parser.parse_args(argv)
 

@@ -17,6 +17,7 @@ import minidl
 from minidl import nn
 from minidl.nn import functional as F
 from minidl.optim import Adam
+from cli import positive_float, positive_int
 
 GUESS_MSE = 2 / 12   # Var(U(0,1) + U(0,1)): the error of always predicting the mean sum
 
@@ -47,14 +48,16 @@ class Adder(nn.Module):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--epochs", type=int, default=20)
-    parser.add_argument("--length", type=int, default=12, help="steps per sequence")
-    parser.add_argument("--train-size", type=int, default=2048)
-    parser.add_argument("--batch-size", type=int, default=64)
-    parser.add_argument("--hidden", type=int, default=32)
-    parser.add_argument("--lr", type=float, default=1e-2)
+    parser.add_argument("--epochs", type=positive_int, default=20)
+    parser.add_argument("--length", type=positive_int, default=12, help="steps per sequence (at least 2)")
+    parser.add_argument("--train-size", type=positive_int, default=2048)
+    parser.add_argument("--batch-size", type=positive_int, default=64)
+    parser.add_argument("--hidden", type=positive_int, default=32)
+    parser.add_argument("--lr", type=positive_float, default=1e-2)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
+    if args.length < 2:
+        parser.error(f"--length {args.length}: a sequence needs a marked step in each half, so at least 2 steps")
 
     minidl.manual_seed(args.seed)
     rng = np.random.default_rng(args.seed)

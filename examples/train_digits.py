@@ -2,7 +2,7 @@
 
     python examples/train_digits.py                  # CNN, 98%+ on the 20% hold-out
     python examples/train_digits.py --model mlp      # MLP, 97%+
-    python examples/train_digits.py --resume         # continue from the last checkpoint
+    python examples/train_digits.py --resume         # continue from the last checkpoint (it must exist)
     python examples/train_digits.py --device cuda    # on a GPU (MINIDL_CUDA_SIM=1: the CPU simulator)
     python examples/train_digits.py --tensorboard runs/digits   # then: tensorboard --logdir runs
 
@@ -24,6 +24,7 @@ from minidl.optim import Adam
 from minidl.optim.lr_scheduler import CosineAnnealingLR
 from minidl.utils.data import DataLoader
 from minidl.vision.datasets import Digits
+from cli import positive_float, positive_int
 
 
 def make_model(kind: str, nn=nn) -> nn.Module:
@@ -68,17 +69,31 @@ def train_epoch(model, loader, optimizer, desc, limit=None, show=True, device="c
     return total_loss / seen
 
 
+def resume(checkpoint, device, model, optimizer, scheduler, generator) -> int:
+    """Load a checkpoint main() wrote into the run's objects; the number of epochs it had trained."""
+    state = minidl.load(checkpoint, map_location=device)
+    model.load_state_dict(state["model"])
+    optimizer.load_state_dict(state["optimizer"])
+    scheduler.load_state_dict(state["scheduler"])
+    minidl.set_rng_state(state["rng"])
+    generator.set_state(state["loader_rng"])
+    if "cuda_rng" in state:
+        minidl.cuda.set_rng_state(state["cuda_rng"], device)
+    return state["epoch"]
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", choices=["cnn", "mlp"], default="cnn")
-    parser.add_argument("--epochs", type=int, default=None, help="default: 15 (cnn), 60 (mlp)")
-    parser.add_argument("--batch-size", type=int, default=32)
-    parser.add_argument("--lr", type=float, default=3e-3)
+    parser.add_argument("--epochs", type=positive_int, default=None, help="default: 15 (cnn), 60 (mlp)")
+    parser.add_argument("--batch-size", type=positive_int, default=32)
+    parser.add_argument("--lr", type=positive_float, default=3e-3)
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--checkpoint", default=None, help="default: digits-<model>.safetensors")
-    parser.add_argument("--resume", action="store_true", help="continue from the checkpoint")
+    parser.add_argument("--resume", action="store_true", help="continue from the checkpoint, which must exist")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--limit-batches", type=int, default=None, help="train on at most this many batches an epoch")
+    parser.add_argument("--limit-batches", type=positive_int, default=None,
+                        help="train on at most this many batches an epoch")
     parser.add_argument("--tensorboard", metavar="DIR", default=None,
                         help="log each epoch's training loss and test accuracy for TensorBoard into DIR "
                              "(needs pip install 'minidl[tensorboard]')")
@@ -89,6 +104,10 @@ def main(argv=None):
                  f"NVIDIA GPU; MINIDL_CUDA_SIM=1 runs it on the CPU simulator); use --device cpu")
     epochs = args.epochs or (15 if args.model == "cnn" else 60)
     checkpoint = args.checkpoint or f"digits-{args.model}.safetensors"
+    if args.resume and not os.path.exists(checkpoint):
+        # a fresh run in its place would overwrite nothing yet silently lose the work the user meant to continue
+        parser.error(f"--resume: there is no checkpoint {checkpoint} to resume from (run without --resume to "
+                     f"start afresh)")
 
     minidl.manual_seed(args.seed)
     generator = minidl.Generator().manual_seed(args.seed)
@@ -98,16 +117,16 @@ def main(argv=None):
     optimizer = Adam(model.parameters(), lr=args.lr)
     scheduler = CosineAnnealingLR(optimizer, T_max=epochs)
     start_epoch = 0
-    if args.resume and os.path.exists(checkpoint):
-        state = minidl.load(checkpoint, map_location=device)
-        model.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
-        scheduler.load_state_dict(state["scheduler"])
-        minidl.set_rng_state(state["rng"])
-        generator.set_state(state["loader_rng"])
-        if "cuda_rng" in state:
-            minidl.cuda.set_rng_state(state["cuda_rng"], device)
-        start_epoch = state["epoch"]
+    if args.resume:
+        try:
+            start_epoch = resume(checkpoint, device, model, optimizer, scheduler, generator)
+        except (RuntimeError, KeyError, ValueError) as e:  # a damaged file, or another model's checkpoint
+            parser.error(f"--resume: cannot resume from {checkpoint}: {e}")
+        if start_epoch >= epochs:
+            # exit 0: re-running a finished job's command (as a preempted job is re-run) is no mistake
+            print(f"checkpoint {checkpoint} is at epoch {start_epoch}; --epochs {epochs} has nothing to train "
+                  f"(the checkpoint is left as it is)")
+            return None
         print(f"resumed from {checkpoint} at epoch {start_epoch}")
     writer = None
     if args.tensorboard:

@@ -12,6 +12,7 @@ epochs are those of the single-process run whatever the world size. Every rank s
 """
 import argparse
 import contextlib
+import importlib.util
 import io
 import os
 import sys
@@ -21,12 +22,13 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import minidl  # noqa: E402
 import minidl.dist as dist  # noqa: E402
-from minidl.dist.launch import launch_rank  # noqa: E402
+from minidl.dist.launch import launch_rank, launched_by_mpi  # noqa: E402
 from minidl.nn.parallel import DistributedDataParallel  # noqa: E402
 from minidl.optim import Adam  # noqa: E402
 from minidl.optim.lr_scheduler import CosineAnnealingLR  # noqa: E402
 from minidl.utils.data import DataLoader, DistributedSampler  # noqa: E402
 from minidl.vision.datasets import Digits  # noqa: E402
+from cli import positive_float, positive_int  # noqa: E402
 from train_digits import evaluate, make_model, train_epoch  # noqa: E402
 
 
@@ -39,15 +41,31 @@ def parse_on_every_rank(parser, argv):
         return parser.parse_args(argv)
 
 
+def require_mpi(what, example):
+    """Exit (2) with one error line, printed by rank 0 alone, where the script was not started by
+    mpiexec or mpi4py is missing: ``what`` the script does, ``example`` a command that launches it."""
+    if not launched_by_mpi():
+        problem = f"{what}; launch it with mpiexec, e.g.\n    {example}"
+    elif importlib.util.find_spec("mpi4py") is None:
+        problem = f"{what} over MPI, which needs mpi4py: pip install 'minidl[mpi]'"
+    else:
+        return
+    if launch_rank() == 0:
+        print(f"error: {problem}", file=sys.stderr)
+    sys.exit(2)
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--epochs", type=int, default=15)
-    parser.add_argument("--batch-size", type=int, default=32, help="global batch, split over the ranks")
-    parser.add_argument("--lr", type=float, default=3e-3)
-    parser.add_argument("--limit-batches", type=int, default=None, help="stop each epoch after this many batches")
+    parser.add_argument("--epochs", type=positive_int, default=15)
+    parser.add_argument("--batch-size", type=positive_int, default=32, help="global batch, split over the ranks")
+    parser.add_argument("--lr", type=positive_float, default=3e-3)
+    parser.add_argument("--limit-batches", type=positive_int, default=None,
+                        help="stop each epoch after this many batches")
     parser.add_argument("--checkpoint", default="digits-cnn-ddp.safetensors")
     parser.add_argument("--seed", type=int, default=0)
     args = parse_on_every_rank(parser, argv)
+    require_mpi("train_digits_ddp.py runs one rank per process", "mpiexec -n 2 python examples/train_digits_ddp.py")
 
     dist.init_process_group()
     rank, world = dist.get_rank(), dist.get_world_size()

@@ -11,6 +11,7 @@ import time
 import numpy as np
 
 import minidl
+from cli import positive_float, positive_int
 
 
 def spiral(points_per_class=200, classes=3, seed=0):
@@ -59,8 +60,8 @@ def main(epochs=300, hidden=64, lr=1.0):
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--epochs", type=int, default=300)
-    parser.add_argument("--hidden", type=int, default=64, help="width of the hidden layer")
-    parser.add_argument("--lr", type=float, default=1.0)
+    parser.add_argument("--epochs", type=positive_int, default=300)
+    parser.add_argument("--hidden", type=positive_int, default=64, help="width of the hidden layer")
+    parser.add_argument("--lr", type=positive_float, default=1.0)
     args = parser.parse_args()
     main(args.epochs, args.hidden, args.lr)

@@ -124,3 +124,28 @@ def test_digits_ddp_runs_under_mpiexec_and_its_checkpoint_loads_in_one_process(t
     model.load_state_dict(minidl.load(str(tmp_path / "digits-cnn-ddp.safetensors"))["model"])
     accuracy = evaluate(model, DataLoader(Digits(train=False), batch_size=256))
     assert abs(accuracy - printed) <= 5e-5 and accuracy > 0.3  # printed to 4 places; 8 steps beat chance
+
+
+@pytest.mark.parametrize("script, args, error", [
+    ("train_digits.py", ["--epochs", "0"], "argument --epochs: must be at least 1, not 0"),
+    ("train_digits.py", ["--batch-size", "0"], "argument --batch-size: must be at least 1, not 0"),
+    ("train_digits.py", ["--lr", "-1"], "argument --lr: must be positive, not -1"),
+    ("train_digits_ddp.py", ["--limit-batches", "0"], "argument --limit-batches: must be at least 1, not 0"),
+    ("gpt_pipeline.py", ["--microbatches", "0"], "argument --microbatches: must be at least 1, not 0"),
+    ("gpt_pipeline.py", ["--layers", "0"], "argument --layers: must be at least 1, not 0"),
+    ("char_gpt.py", ["--heads", "3"], "--heads 3 does not divide --width 64"),
+    ("char_gpt.py", ["--steps", "0"], "argument --steps: must be at least 1, not 0"),
+    ("lstm_sequence.py", ["--length", "1"], "--length 1: a sequence needs a marked step in each half"),
+    ("hogwild.py", ["--processes", "0"], "argument --processes: must be at least 1, not 0"),
+    ("train_mlp.py", ["--hidden", "0"], "argument --hidden: must be at least 1, not 0"),
+])
+def test_a_nonsensical_number_is_one_error_line_naming_the_flag(script, args, error, tmp_path):
+    code, out = run_example(script, *args, cwd=tmp_path, timeout=120)
+    assert code == 2 and f"error: {error}" in out and "Traceback" not in out, out
+    assert not list(tmp_path.iterdir()), "nothing ran"
+
+
+def test_digits_ddp_without_mpiexec_says_how_to_launch_it(tmp_path):
+    code, out = run_example("train_digits_ddp.py", "--epochs", "1", cwd=tmp_path, timeout=120)
+    assert code == 2 and "Traceback" not in out, out
+    assert out.count("error:") == 1 and "mpiexec -n 2 python examples/train_digits_ddp.py" in out, out

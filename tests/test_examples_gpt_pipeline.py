@@ -42,3 +42,8 @@ def test_a_bad_layout_is_reported_once():
 def test_without_mpiexec_it_says_how_to_launch():
     code, out = run_example("gpt_pipeline.py", "--steps", "1", cwd=ROOT, timeout=60)
     assert code != 0 and "mpiexec -n 4 python examples/gpt_pipeline.py" in out, out
+
+
+def test_heads_that_do_not_divide_the_width_are_reported_once():
+    code, out = launch("--heads", "3")
+    assert code == 2 and out.count("error: --heads 3 does not divide --width 32\n") == 1, out

@@ -1,5 +1,8 @@
-"""A seeded run resumed from a checkpoint reproduces the uninterrupted run's losses exactly."""
+"""A seeded run resumed from a checkpoint reproduces the uninterrupted run's losses exactly; the
+digits example refuses to resume from a checkpoint that is missing or damaged, and leaves one that
+is already at the epochs asked for as it is."""
 import numpy as np
+from example_runs import run_example
 
 import minidl
 from minidl import nn
@@ -52,3 +55,28 @@ def test_resumed_run_matches_uninterrupted_run(tmp_path):
     generator.set_state(state["loader_rng"])
     resumed = [first] + [_epoch(model, optimizer, scheduler, loader) for _ in range(state["epoch"], 3)]
     assert resumed == uninterrupted
+
+
+def test_resume_without_a_checkpoint_is_an_error_naming_it(tmp_path):
+    code, out = run_example("train_digits.py", "--model", "mlp", "--resume", "--checkpoint", "gone.safetensors",
+                            cwd=tmp_path, timeout=120)
+    assert code == 2 and "error: --resume: there is no checkpoint gone.safetensors" in out, out
+    assert not list(tmp_path.iterdir()), "nothing trained, nothing written"
+
+
+def test_resume_to_an_epoch_already_reached_trains_nothing_and_keeps_the_checkpoint(tmp_path):
+    args = ("--model", "mlp", "--limit-batches", "1")
+    code, out = run_example("train_digits.py", *args, "--epochs", "2", cwd=tmp_path, timeout=120)
+    assert code == 0, out
+    checkpoint = tmp_path / "digits-mlp.safetensors"
+    saved = checkpoint.read_bytes()
+    for epochs in ("1", "2"):
+        code, out = run_example("train_digits.py", *args, "--epochs", epochs, "--resume", cwd=tmp_path, timeout=120)
+        assert code == 0 and f"is at epoch 2; --epochs {epochs} has nothing to train" in out, out
+        assert "loss" not in out and checkpoint.read_bytes() == saved
+    damaged = bytearray(saved)
+    damaged[-64:] = bytes(255 - b for b in damaged[-64:])  # the last tensor's last bytes
+    checkpoint.write_bytes(damaged)
+    code, out = run_example("train_digits.py", *args, "--epochs", "3", "--resume", cwd=tmp_path, timeout=120)
+    assert code == 2 and "error: --resume: cannot resume from digits-mlp.safetensors" in out, out
+    assert "Traceback" not in out and checkpoint.read_bytes() == damaged

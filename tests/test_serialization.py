@@ -348,3 +348,56 @@ def test_a_layout_outside_its_storage_or_a_broken_archive_raises_naming_the_file
     (tmp_path / "cut").write_bytes(data[:len(data) // 2])
     with pytest.raises(RuntimeError, match="cut"):
         minidl.load(tmp_path / "cut", weights_only=False)
+
+
+# ----------------------------------------------------------------------------- checksums
+def _overwrite_64_bytes(data: bytes, key: str) -> bytes:
+    """A safetensors file with 64 bytes in the middle of tensor ``key``'s data overwritten."""
+    (length,) = struct.unpack("<Q", data[:8])
+    begin, end = json.loads(data[8:8 + length])[key]["data_offsets"]
+    at = 8 + length + (begin + end) // 2 - 32
+    assert end - begin >= 64
+    return data[:at] + bytes(255 - b for b in data[at:at + 64]) + data[at + 64:]
+
+
+@pytest.mark.parametrize("archive", [False, True])
+def test_overwritten_tensor_bytes_raise_naming_the_file_and_the_tensor(tmp_path, archive):
+    obj = {"model": {"a": minidl.randn(64), "b": minidl.randn(64)}}
+    if archive:
+        obj["np"] = np.zeros(1)
+    # the archive names its storages in the order they are pickled
+    changed, kept = ("pickled/2", "pickled/1") if archive else ("model/b", "model/a")
+    minidl.save(obj, tmp_path / "ck")
+    if archive:  # rewritten as a new archive: the zip's own CRC would catch the change in place
+        with zipfile.ZipFile(tmp_path / "ck") as z:
+            members = {name: z.read(name) for name in z.namelist()}
+        members["tensors.safetensors"] = _overwrite_64_bytes(members["tensors.safetensors"], changed)
+        with zipfile.ZipFile(tmp_path / "ck", "w") as z:
+            for name, member in members.items():
+                z.writestr(name, member)
+    else:
+        (tmp_path / "ck").write_bytes(_overwrite_64_bytes((tmp_path / "ck").read_bytes(), changed))
+    with pytest.raises(RuntimeError, match=f"ck.*corrupted.*'{changed}'") as caught:
+        minidl.load(tmp_path / "ck", weights_only=not archive)
+    assert kept not in str(caught.value)
+
+
+def test_the_checksums_are_crc32s_of_the_bytes_the_safetensors_package_reads(tmp_path):
+    import zlib
+
+    import safetensors
+    minidl.save({"w": minidl.randn(3, 4), "i": minidl.arange(5), "t": minidl.randn(6)[::2]}, tmp_path / "ck")
+    with safetensors.safe_open(str(tmp_path / "ck"), "numpy") as f:  # it refuses metadata that are not strings
+        checksums = json.loads(f.metadata()["minidl.crc32"])
+        want = {key: f"{zlib.crc32(f.get_tensor(key).astype(f.get_tensor(key).dtype.newbyteorder('<')).tobytes()):08x}"
+                for key in f.keys()}
+    assert checksums == want and sorted(want) == ["i", "t", "w"]
+
+
+def test_minidl_files_from_before_checksums_still_load(tmp_path):
+    import safetensors.numpy
+    skeleton = {"$dict": [["w", {"$tensor": "w", "layout": [[2, 2], [2, 1], 0], "dtype": "float32"}], ["epoch", 3]]}
+    safetensors.numpy.save_file({"w": np.arange(4, dtype=np.float32).reshape(2, 2)}, str(tmp_path / "old"),
+                                metadata={"minidl.format": "2", "minidl.skeleton": json.dumps(skeleton)})
+    back = minidl.load(tmp_path / "old")
+    assert back["w"].tolist() == [[0.0, 1.0], [2.0, 3.0]] and back["epoch"] == 3

@@ -21,8 +21,13 @@ pure Python; ``minidl.layout.Layout.position`` is the formula above.
 
 Every claim below is checked with ``assert``, so if this script finishes, it is true.
 """
+import argparse
+
 import minidl
 from minidl.layout import Layout
+
+# --help says what this tutorial is and exits before anything runs; it takes no other arguments
+argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
 
 
 def section(title):

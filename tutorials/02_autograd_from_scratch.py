@@ -17,10 +17,14 @@ Part A builds this in about 60 lines for Python floats. Part B shows that minidl
 autograd (``minidl.autograd``) has the same shape and gives the same numbers, and goes further:
 higher-order gradients and user-defined ops. Every claim is checked with ``assert``.
 """
+import argparse
 import math
 
 import minidl
 from minidl import autograd
+
+# --help says what this tutorial is and exits before anything runs; it takes no other arguments
+argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
 
 
 def section(title):

@@ -19,6 +19,7 @@ The plot needs matplotlib, which is optional: without it, the plot alone is skip
 written to ``$MINIDL_TUTORIAL_OUT`` if that is set, else to a fresh temporary directory (never
 into the repository). Every claim is checked with ``assert``.
 """
+import argparse
 import math
 import os
 import tempfile
@@ -31,6 +32,9 @@ from minidl.optim import Adam
 from minidl.optim.lr_scheduler import CosineAnnealingLR
 from minidl.utils.data import DataLoader, TensorDataset
 from minidl.vision.datasets import Digits
+
+# --help says what this tutorial is and exits before anything runs; it takes no other arguments
+argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
 
 
 def section(title):

@@ -22,6 +22,7 @@ compiler) and launches it. Without one, the same source runs on minidl's **CUDA 
 simulator is slow, but it executes exactly the index math a GPU would, which is what this
 tutorial (and minidl's CUDA tests) need. Every claim is checked with ``assert``.
 """
+import argparse
 import os
 import shutil
 import subprocess
@@ -35,6 +36,9 @@ from minidl import kernels
 from minidl.kernels.cuda import runtime
 from minidl.layout import Layout
 from minidl.ops.core import buf, kernel, new_like_shape
+
+# --help says what this tutorial is and exits before anything runs; it takes no other arguments
+argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
 
 
 def section(title):

@@ -22,6 +22,7 @@ examples/train_digits_ddp.py).
 The plot needs matplotlib, which is optional. It is written to ``$MINIDL_TUTORIAL_OUT`` if set,
 else to a fresh temporary directory. Every claim is checked with ``assert``.
 """
+import argparse
 import os
 import tempfile
 import time
@@ -33,6 +34,9 @@ import minidl.dist as dist
 from minidl import nn
 from minidl.nn import functional as F
 from minidl.nn.parallel import DistributedDataParallel as DDP
+
+# --help says what this tutorial is and exits before anything runs; it takes no other arguments
+argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
 
 began = time.perf_counter()
 WORLD, PER_RANK = 4, 8

@@ -31,6 +31,7 @@ the small computations and can measure more idle time than GPipe. Each picture s
 panels; ``mpiexec -n 2 python benchmarks/pipeline.py`` (separate processes, big stages) measures
 zero bubble's advantage. Every claim is checked with ``assert``.
 """
+import argparse
 import os
 import tempfile
 import time
@@ -44,6 +45,9 @@ from minidl.autograd import split_backward
 from minidl.dist.pipelining import (PipelineStage, Schedule1F1B, ScheduleGPipe, ScheduleInterleaved1F1B,
                                     ScheduleInterleavedZeroBubble, actions, draw)
 from minidl.nn import functional as F
+
+# --help says what this tutorial is and exits before anything runs; it takes no other arguments
+argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
 
 began = time.perf_counter()
 WIDTH, BATCH = 32, 64

@@ -33,6 +33,7 @@ one process per rank.
 The picture is written to ``$MINIDL_TUTORIAL_OUT`` if set, else to a fresh temporary
 directory. Every claim is checked with ``assert``.
 """
+import argparse
 import os
 import tempfile
 import time
@@ -46,6 +47,9 @@ import minidl
 import minidl.dist as dist
 from minidl.dist import ps
 from minidl.dist.ps.sharding import bounds
+
+# --help says what this tutorial is and exits before anything runs; it takes no other arguments
+argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
 
 matplotlib.use("Agg")   # (draw to a file; no display needed)
 import matplotlib.pyplot as plt  # noqa: E402
