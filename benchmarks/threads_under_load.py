@@ -2,10 +2,12 @@
 
 A *load* of L is L processes of ours that spin a core each (``while True: pass``, started before and ended after
 each measurement), so "load 6" means the same thing on every run. For each load, each configuration trains
-examples/train_digits.py's CNN in a fresh process: batches of 32 from each library's own DataLoader over the
-same 1,437 training digits, Adam, a warm-up epoch (kernels load), then ``--epochs`` timed epochs; the figure is
-the median epoch. Configurations: minidl with its default threads, with ``set_num_threads(1)`` and ``(2)``; torch
-with its default threads and with ``torch.set_num_threads(1)``. The *slowdown* of a configuration at a load is its
+examples/train_digits.py's CNN in a fresh process: batches of 32 from each library's own DataLoader over the same
+1,437 training digits, Adam, a warm-up epoch (kernels load), then ``--epochs`` timed epochs; the figure is the
+median epoch. Configurations: minidl with its default threads, with ``set_num_threads(1)`` and ``(2)``, and with two
+threads and every matrix product given both (``2-blas-always``: minidl before ``BLAS_PARALLEL_MIN``); torch with its
+default threads and with ``torch.set_num_threads(1)``. Single BLAS products are timed too, with 1 and 2 threads, at
+each load: they are what ``BLAS_PARALLEL_MIN`` was chosen from. The *slowdown* of a configuration at a load is its
 epoch time there over its own time at load 0: the issue's target is minidl's default slowing down no more than
 torch's default does.
 
@@ -27,7 +29,10 @@ ROOT = os.path.dirname(HERE)
 # (m, k, n) of the BLAS products timed alone: the issue's 1024x64 @ 64x192, and squares of growing size
 PRODUCTS = [(1024, 64, 192), (128, 128, 128), (256, 256, 256), (512, 512, 512), (768, 768, 768),
             (1024, 1024, 1024), (1536, 1536, 1536)]
-CONFIGS = [("minidl", "default"), ("minidl", "1"), ("minidl", "2"), ("torch", "default"), ("torch", "1")]
+# "2-blas-always": two threads, and every product handed to BLAS with both (minidl before BLAS_PARALLEL_MIN, when
+# OpenBLAS's own cut-off of 2^18 multiply-adds decided)
+CONFIGS = [("minidl", "default"), ("minidl", "1"), ("minidl", "2"), ("minidl", "2-blas-always"), ("torch", "default"),
+           ("torch", "1")]
 
 
 def child(framework: str, threads: str, epochs: int) -> None:
@@ -45,7 +50,9 @@ def child(framework: str, threads: str, epochs: int) -> None:
         from minidl.utils.data import DataLoader, TensorDataset
     from minidl.vision.datasets import Digits
     if threads != "default":
-        fw.set_num_threads(int(threads))
+        fw.set_num_threads(int(threads[0]))
+    if threads == "2-blas-always":
+        fw.threads.BLAS_PARALLEL_MIN = 0
     digits = Digits(train=True)  # as Digits' __getitem__ scales them, for both libraries at once
     images = fw.from_numpy(digits.data[:, None].astype(np.float32) / np.float32(16.0))
     labels = fw.from_numpy(digits.targets.astype(np.int64))
@@ -142,7 +149,7 @@ def main() -> None:
             for framework, threads in CONFIGS:
                 r = measure(framework, threads, args.epochs)
                 results[framework, threads, load] = statistics.median(r["times"])
-                print(f"load {load}: {framework:6s} threads {threads:7s} (in force: {r['threads']}, pools "
+                print(f"load {load}: {framework:6s} threads {threads:13s} (in force: {r['threads']}, pools "
                       f"{r['pools']}): epoch {results[framework, threads, load]:.3f} s  {r['times']}", flush=True)
         finally:
             stop_load(procs)

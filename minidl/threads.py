@@ -28,9 +28,10 @@ from threadpoolctl import ThreadpoolController
 if "NUMBA_THREADING_LAYER" not in os.environ:
     numba.config.THREADING_LAYER = "workqueue"
 
-# ~8 ms on one core of a 2.45 GHz EPYC: longer than a time slice, so a descheduled peer costs at most about what
-# the second thread saves (benchmarks/README.md, "Threads on a busy machine")
-BLAS_PARALLEL_MIN = 1 << 28
+# about 30 ms on one core of a 2-core EPYC VM: the size from which two threads were faster than one at loads 2 and
+# 6 too; below it, a descheduled peer cost up to 30 ms a product there (benchmarks/README.md, "Threads on a busy
+# machine")
+BLAS_PARALLEL_MIN = 1 << 30
 
 _blas = None        # threadpoolctl's handles on the BLAS libraries numpy loaded, made at the first product
 _blas_threads = None  # what they were last given

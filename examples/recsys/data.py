@@ -19,7 +19,8 @@ FILES = {name: version for version, (name, _) in MovieLens.versions.items()}   #
 
 def load(path=None, users=600, items=400, per_user=40, seed=0) -> MovieLens:
     """The ratings at ``path`` (a ratings file, or the folder holding one: u.data, ratings.dat or
-    ratings.csv), or, with no path, a generated ml-latest-small file with latent-factor structure."""
+    ratings.csv), or, with no path, generated ratings with latent-factor structure (written in
+    ml-latest-small's file format, which is all they share with it)."""
     if path is None:
         with tempfile.TemporaryDirectory(prefix="minidl-movielens-") as root:   # (read whole, then removed)
             write_movielens(root, "ml-latest-small", users=users, items=items, per_user=per_user, seed=seed)

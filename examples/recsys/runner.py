@@ -142,7 +142,8 @@ def run(task_class, parser, argv=None):
     else:
         model, optimizers = module, local_optimizers(module, args.optimizer, args.lr)
         setup = "one process, no parameter server"
-    say(f"{task.name} on {ratings.version} ({len(ratings)} ratings, {ratings.num_users} users, "
+    source = ratings.version if args.data else "generated ratings (write_movielens, no --data)"
+    say(f"{task.name} on {source} ({len(ratings)} ratings, {ratings.num_users} users, "
         f"{ratings.num_items} items): {setup}, {args.optimizer} lr {args.lr}, global batch {args.batch_size}")
 
     lo, hi = rank * args.batch_size // workers, (rank + 1) * args.batch_size // workers   # (this worker's slice)
