@@ -15,7 +15,7 @@ at a time, on the 8x8 handwritten digits that ship with minidl:
 5. **Evaluation** under ``no_grad()`` and ``eval()``, a learning-rate schedule, a checkpoint
    saved and reloaded with ``minidl.save``/``minidl.load``, and a plot of the training curves.
 
-The plot needs matplotlib, which is optional: without it, the plot alone is skipped. It is
+The plot is
 written to ``$MINIDL_TUTORIAL_OUT`` if that is set, else to a fresh temporary directory (never
 into the repository). Every claim is checked with ``assert``.
 """
@@ -322,34 +322,29 @@ restored.eval()
 
 
 # ---------------------------------------------------------------------------------------------
-section("8. The training curves as a PNG (needs matplotlib, which is optional)")
-try:
-    import matplotlib
-    matplotlib.use("Agg")                             # draw to a file; no display needed
-    import matplotlib.pyplot as plt
-except ImportError:
-    plt = None
-    print("NOTE: matplotlib is not installed, so the plot is skipped (pip install matplotlib to see it).")
-if plt is not None:
-    epoch_axis = range(1, epochs + 1)
-    fig, (ax_loss, ax_acc) = plt.subplots(1, 2, figsize=(10, 4))
-    ax_loss.plot(epoch_axis, history["loss"], marker="o")
-    ax_loss.set(title="training loss (cross-entropy)", xlabel="epoch", ylabel="loss", yscale="log")
-    ax_lr = ax_loss.twinx()
-    ax_lr.plot(epoch_axis, history["lr"], color="gray", linestyle="--", label="learning rate")
-    ax_lr.set_ylabel("learning rate (dashed)")
-    ax_acc.plot(epoch_axis, history["train_acc"], marker="o", label="train")
-    ax_acc.plot(epoch_axis, history["test_acc"], marker="s", label="test")
-    ax_acc.set(title="accuracy", xlabel="epoch", ylabel="accuracy")
-    ax_acc.legend()
-    fig.suptitle("SmallCNN on the 8x8 digits (minidl)")
-    fig.tight_layout()
-    png = os.path.join(out_dir, "03_training_curves.png")
-    fig.savefig(png, dpi=100)
-    plt.close(fig)
-    with open(png, "rb") as f:
-        assert f.read(8) == b"\x89PNG\r\n\x1a\n"
-    print(f"wrote {png}")
+section("8. The training curves as a PNG")
+import matplotlib
+matplotlib.use("Agg")                             # draw to a file; no display needed
+import matplotlib.pyplot as plt  # noqa: E402
+epoch_axis = range(1, epochs + 1)
+fig, (ax_loss, ax_acc) = plt.subplots(1, 2, figsize=(10, 4))
+ax_loss.plot(epoch_axis, history["loss"], marker="o")
+ax_loss.set(title="training loss (cross-entropy)", xlabel="epoch", ylabel="loss", yscale="log")
+ax_lr = ax_loss.twinx()
+ax_lr.plot(epoch_axis, history["lr"], color="gray", linestyle="--", label="learning rate")
+ax_lr.set_ylabel("learning rate (dashed)")
+ax_acc.plot(epoch_axis, history["train_acc"], marker="o", label="train")
+ax_acc.plot(epoch_axis, history["test_acc"], marker="s", label="test")
+ax_acc.set(title="accuracy", xlabel="epoch", ylabel="accuracy")
+ax_acc.legend()
+fig.suptitle("SmallCNN on the 8x8 digits (minidl)")
+fig.tight_layout()
+png = os.path.join(out_dir, "03_training_curves.png")
+fig.savefig(png, dpi=100)
+plt.close(fig)
+with open(png, "rb") as f:
+    assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+print(f"wrote {png}")
 
 print(f"\n(ran in {time.perf_counter() - began:.1f} s)")
 print()

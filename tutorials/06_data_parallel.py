@@ -19,7 +19,7 @@ examples/train_digits_ddp.py).
    backward goes on computing the earlier layers' gradients. A timeline shows it, as a PNG.
 4. **no_sync** for gradient accumulation, and what the checkpoint looks like.
 
-The plot needs matplotlib, which is optional. It is written to ``$MINIDL_TUTORIAL_OUT`` if set,
+The plot is written to ``$MINIDL_TUTORIAL_OUT`` if set,
 else to a fresh temporary directory. Every claim is checked with ``assert``.
 """
 import argparse
@@ -113,31 +113,26 @@ print(f" backward: from 0 to {1e3 * backward['end']:.2f} ms (time from the start
 assert buckets[0]["start"] < backward["end"]
 assert [b["start"] for b in buckets] == sorted(b["start"] for b in buckets)  # launched in order
 
-try:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-except ImportError:
-    plt = None
-    print("NOTE: matplotlib is not installed, so the plot is skipped (pip install matplotlib to see it).")
-if plt is not None:
-    out_dir = os.environ.get("MINIDL_TUTORIAL_OUT") or tempfile.mkdtemp(prefix="minidl-tutorial-06-")
-    os.makedirs(out_dir, exist_ok=True)
-    fig, ax = plt.subplots(figsize=(9, 1.2 + 0.4 * len(timeline)))
-    for row, entry in enumerate(timeline):
-        ax.barh(row, 1e3 * (entry["end"] - entry["start"]), left=1e3 * entry["start"],
-                color="tab:blue" if row == 0 else "tab:orange")
-    ax.set_yticks(range(len(timeline)), [e["name"] if e["name"] == "backward" else e["name"] + " all-reduce"
-                                         for e in timeline])
-    ax.invert_yaxis()
-    ax.set(xlabel="ms since backward started (rank 0)", title="DDP: bucket all-reduces overlap the backward")
-    fig.tight_layout()
-    png = os.path.join(out_dir, "06_ddp_overlap.png")
-    fig.savefig(png, dpi=100)
-    plt.close(fig)
-    with open(png, "rb") as f:
-        assert f.read(8) == b"\x89PNG\r\n\x1a\n"
-    print(f"wrote {png}")
+import matplotlib
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+out_dir = os.environ.get("MINIDL_TUTORIAL_OUT") or tempfile.mkdtemp(prefix="minidl-tutorial-06-")
+os.makedirs(out_dir, exist_ok=True)
+fig, ax = plt.subplots(figsize=(9, 1.2 + 0.4 * len(timeline)))
+for row, entry in enumerate(timeline):
+    ax.barh(row, 1e3 * (entry["end"] - entry["start"]), left=1e3 * entry["start"],
+            color="tab:blue" if row == 0 else "tab:orange")
+ax.set_yticks(range(len(timeline)), [e["name"] if e["name"] == "backward" else e["name"] + " all-reduce"
+                                     for e in timeline])
+ax.invert_yaxis()
+ax.set(xlabel="ms since backward started (rank 0)", title="DDP: bucket all-reduces overlap the backward")
+fig.tight_layout()
+png = os.path.join(out_dir, "06_ddp_overlap.png")
+fig.savefig(png, dpi=100)
+plt.close(fig)
+with open(png, "rb") as f:
+    assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+print(f"wrote {png}")
 
 
 # ---------------------------------------------------------------------------------------------
