@@ -2,17 +2,17 @@
 
 A *load* of L is L processes of ours that spin a core each (``while True: pass``, started before and ended after
 each measurement), so "load 6" means the same thing on every run. For each load, each configuration trains
-examples/train_digits.py's CNN in a fresh process: batches of 32 from each library's own DataLoader over the same
-1,437 training digits, Adam, a warm-up epoch (kernels load), then ``--epochs`` timed epochs; the figure is the
-median epoch. Configurations: minidl with its default threads, with ``set_num_threads(1)`` and ``(2)``, and with two
-threads and every matrix product given both (``2-blas-always``: minidl before ``BLAS_PARALLEL_MIN``); torch with its
-default threads and with ``torch.set_num_threads(1)``. Single BLAS products are timed too, with 1 and 2 threads, at
-each load: they are what ``BLAS_PARALLEL_MIN`` was chosen from. The *slowdown* of a configuration at a load is its
-epoch time there over its own time at load 0: the issue's target is minidl's default slowing down no more than
-torch's default does.
+examples/train_digits.py's CNN in a fresh process, ``--rounds`` times (the configurations taking turns): batches of
+32 from each library's own DataLoader over the same 1,437 training digits, Adam, a warm-up epoch (kernels load),
+then ``--epochs`` timed epochs; the figure is the median of all its timed epochs. Configurations: minidl with its
+default threads, with ``set_num_threads(1)`` and ``(2)``, and with two threads and every matrix product given both
+(``2-blas-always``: minidl before ``BLAS_PARALLEL_MIN``); torch with its default threads and with
+``torch.set_num_threads(1)``. Single BLAS products are timed too, with 1 and 2 threads, at each load: they are what
+``BLAS_PARALLEL_MIN`` was chosen from. The *slowdown* of a configuration at a load is its epoch time there over its
+own time at load 0: the issue's target is minidl's default slowing down no more than torch's default does.
 
     python benchmarks/threads_under_load.py                   # loads 0, 2, 6; prints a markdown table
-    python benchmarks/threads_under_load.py --loads 0 6 --epochs 2
+    python benchmarks/threads_under_load.py --loads 0 6 --rounds 2
 """
 from __future__ import annotations
 
@@ -128,7 +128,8 @@ def cpu_model() -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--loads", type=int, nargs="+", default=[0, 2, 6])
-    parser.add_argument("--epochs", type=int, default=3, help="timed epochs per configuration and load")
+    parser.add_argument("--epochs", type=int, default=2, help="timed epochs per process")
+    parser.add_argument("--rounds", type=int, default=3, help="processes per configuration and load")
     parser.add_argument("--child", choices=["minidl", "torch", "products"], help=argparse.SUPPRESS)
     parser.add_argument("--threads", default="default", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -146,11 +147,17 @@ def main() -> None:
             time.sleep(1.0 if load else 0.0)  # the spinners reach the run queue
             products[load] = measure("products")
             print(f"load {load}: products {products[load]}", flush=True)
-            for framework, threads in CONFIGS:
-                r = measure(framework, threads, args.epochs)
-                results[framework, threads, load] = statistics.median(r["times"])
-                print(f"load {load}: {framework:6s} threads {threads:13s} (in force: {r['threads']}, pools "
-                      f"{r['pools']}): epoch {results[framework, threads, load]:.3f} s  {r['times']}", flush=True)
+            times = {config: [] for config in CONFIGS}
+            for round_ in range(args.rounds):   # (the order turns each round: drift hits every configuration)
+                shift = round_ % len(CONFIGS)
+                for framework, threads in CONFIGS[shift:] + CONFIGS[:shift]:
+                    r = measure(framework, threads, args.epochs)
+                    times[framework, threads] += r["times"]
+                    epochs = [round(t, 3) for t in r["times"]]
+                    print(f"load {load}, round {round_}: {framework:6s} threads {threads:13s} (in force: "
+                          f"{r['threads']}, pools {r['pools']}): epochs {epochs}", flush=True)
+            for (framework, threads), found in times.items():
+                results[framework, threads, load] = statistics.median(found)
         finally:
             stop_load(procs)
     loads = sorted(args.loads)
