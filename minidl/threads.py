@@ -1,16 +1,17 @@
 """One thread setting for every pool minidl computes with: Numba's and the BLAS library's.
 
 The setting is, first found: ``set_num_threads(n)``; ``MINIDL_NUM_THREADS``; ``OMP_NUM_THREADS`` (torch's
-convention); the cores this process may run on. Under mpiexec each rank takes its share of the host's cores
-instead, unless one of the variables is set (``minidl/dist/launch.py``).
+convention); the cores this process may run on. Under mpiexec each rank takes its share of the host's cores instead,
+unless one of these chose a count (``minidl/dist/launch.py``).
 
-A kernel uses more than one thread only for work large enough to pay for it when the machine is busy. Threads of
-a parallel kernel wait for each other at its end, and on a loaded machine one of them is often descheduled for a
-whole time slice of the scheduler (milliseconds): a kernel shorter than that can take several times longer with
-two threads than with one. So the Numba kernels go parallel from ``kernels/cpu/strided.py``'s ``PARALLEL_MIN``
-elements, and a matrix product hands the BLAS library its threads only from ``BLAS_PARALLEL_MIN`` multiply-adds;
-below that it runs on one (OpenBLAS's own cut-off, 2^18, is far lower). ``benchmarks/threads_under_load.py``
-measures both choices beside torch at loads 0, 2 and 6 (benchmarks/README.md).
+A kernel uses more than one thread only for work large enough to pay for it when the machine is busy. Threads of a
+parallel kernel wait for each other at its end, and on a loaded machine one of them is often descheduled for a whole
+time slice of the scheduler (milliseconds): a kernel shorter than that can take several times longer with two
+threads than with one. So the Numba kernels go parallel from ``kernels/cpu/strided.py``'s ``PARALLEL_MIN`` elements,
+and a matrix product hands the BLAS library its threads only from ``BLAS_PARALLEL_MIN`` multiply-adds; below that it
+runs on one (OpenBLAS's own cut-off, 2^18, is far lower). The BLAS library's thread count is a global of the
+process, so a numpy call of the user's runs with what minidl's last product set.
+``benchmarks/threads_under_load.py`` measures both choices beside torch at loads 0, 2 and 6 (benchmarks/README.md).
 """
 from __future__ import annotations
 
@@ -27,11 +28,6 @@ from threadpoolctl import ThreadpoolController
 # NUMBA_THREADING_LAYER still overrides.
 if "NUMBA_THREADING_LAYER" not in os.environ:
     numba.config.THREADING_LAYER = "workqueue"
-
-# about 30 ms on one core of a 2-core EPYC VM: the size from which two threads were faster than one at loads 2 and
-# 6 too; below it, a descheduled peer cost up to 30 ms a product there (benchmarks/README.md, "Threads on a busy
-# machine")
-BLAS_PARALLEL_MIN = 1 << 30
 
 _blas = None        # threadpoolctl's handles on the BLAS libraries numpy loaded, made at the first product
 _blas_threads = None  # what they were last given
@@ -54,15 +50,42 @@ def requested_threads():
     return None
 
 
+def blas_parallel_min() -> int:
+    """``MINIDL_BLAS_PARALLEL_MIN`` where set (0 hands every product to BLAS with the setting's threads, as minidl
+    did before: the better choice on a many-core machine that is never busy), else 2^30: about 30 ms on one core
+    of the 2-core EPYC VM it was measured on, the size from which two threads beat one at loads 2 and 6 too; below
+    it, a descheduled peer cost up to 30 ms a product there (benchmarks/README.md, "Threads on a busy machine")."""
+    value = os.environ.get("MINIDL_BLAS_PARALLEL_MIN", "").strip()
+    if value.isdigit():
+        return int(value)
+    if value:
+        warnings.warn(f"MINIDL_BLAS_PARALLEL_MIN={value!r} is not a number of multiply-adds: ignored", stacklevel=2)
+    return 1 << 30
+
+
 def set_num_threads(n: int) -> None:
-    """Use at most ``n`` threads in minidl's kernels and the BLAS library (as torch.set_num_threads)."""
-    global _threads
+    """Use at most ``n`` threads in minidl's kernels and the BLAS library (as torch.set_num_threads). The count
+    stays the user's: a launcher's suggestion (``set_default_threads``) no longer changes it."""
+    global _chosen
     if isinstance(n, bool) or not isinstance(n, numbers.Integral):
         raise RuntimeError(f"set_num_threads expects an int, but got {type(n).__name__}")  # (torch's error)
     if n < 1:
         raise RuntimeError(f"set_num_threads expects a positive integer, got {n}")
-    _threads = min(int(n), numba.config.NUMBA_NUM_THREADS)
-    use_blas_threads(BLAS_PARALLEL_MIN)  # now, for numpy calls of the user's too
+    _apply(int(n))
+    _chosen = True
+
+
+def set_default_threads(n: int) -> None:
+    """A count suggested by a launcher (a rank's share of its host's cores), taken only where neither
+    ``set_num_threads`` nor the environment chose one."""
+    if not _chosen:
+        _apply(n)
+
+
+def _apply(n: int) -> None:
+    global _threads
+    _threads = min(n, numba.config.NUMBA_NUM_THREADS)
+    use_blas_threads(BLAS_PARALLEL_MIN)  # now, for numpy calls of the user's too (until minidl's next product)
 
 
 def get_num_threads() -> int:
@@ -90,4 +113,6 @@ def use_blas_threads(work: int) -> None:
         _blas_threads = n
 
 
+BLAS_PARALLEL_MIN = blas_parallel_min()
+_chosen = requested_threads() is not None   # did the user or the environment choose the count?
 _threads = min(requested_threads() or usable_cores(), numba.config.NUMBA_NUM_THREADS)

@@ -355,21 +355,21 @@ def test_debug_mode_reports_mismatched_collectives(monkeypatch):
 def test_each_rank_gets_its_share_of_the_cores_for_compute(monkeypatch):
     from threadpoolctl import threadpool_info
 
+    from minidl import threads
     from minidl.dist.launch import fit_threads_to_cores
     before = minidl.get_num_threads()
     monkeypatch.setattr("os.sched_getaffinity", lambda pid: {0, 1}, raising=False)
-    monkeypatch.delenv("MINIDL_NUM_THREADS", raising=False)
     try:
         minidl.set_num_threads(2)
         wide = minidl.get_num_threads()  # (2, or fewer where Numba has fewer)
+        monkeypatch.setattr(threads, "_chosen", False)  # as if neither the user nor the environment chose a count
         fit_threads_to_cores(1)  # alone on the host: the pool stays as it is
         assert minidl.get_num_threads() == wide
         fit_threads_to_cores(2)  # two ranks on two cores: one compute thread each, BLAS's too
         assert minidl.get_num_threads() == 1
         assert all(pool["num_threads"] == 1 for pool in threadpool_info() if pool["user_api"] == "blas")
-        minidl.set_num_threads(2)
-        monkeypatch.setenv("OMP_NUM_THREADS", "2")
-        fit_threads_to_cores(2)  # a count the environment asked for (taken at import) is not overridden
+        minidl.set_num_threads(2)  # the user's own choice (before init_process_group) stays
+        fit_threads_to_cores(2)
         assert minidl.get_num_threads() == wide
     finally:
         minidl.set_num_threads(before)

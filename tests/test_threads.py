@@ -16,12 +16,13 @@ from minidl import threads
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def started_with(env: dict) -> dict:
+def started_with(env: dict, then: str = "") -> dict:
     """get_num_threads() of a fresh `import minidl` under ``env`` (Numba's cap fixed at 4, whatever the machine's
-    cores), with the warnings it gave."""
+    cores) after the code ``then``, with the warnings the import gave, and BLAS_PARALLEL_MIN."""
     script = ("import json, warnings\nwith warnings.catch_warnings(record=True) as seen:\n"
-              "    warnings.simplefilter('always')\n    import minidl\n"
-              "print(json.dumps({'threads': minidl.get_num_threads(), 'warnings': [str(w.message) for w in seen]}))")
+              "    warnings.simplefilter('always')\n    import minidl\n" + then + "\n"
+              "print(json.dumps({'threads': minidl.get_num_threads(), 'warnings': [str(w.message) for w in seen],"
+              " 'blas_min': minidl.threads.BLAS_PARALLEL_MIN}))")
     base = {k: v for k, v in os.environ.items() if k not in ("MINIDL_NUM_THREADS", "OMP_NUM_THREADS")}
     out = subprocess.run([sys.executable, "-c", script], env={**base, "PYTHONPATH": str(ROOT), "NUMBA_NUM_THREADS": "4",
                                                               **env}, capture_output=True, text=True, check=True)
@@ -36,6 +37,21 @@ def test_the_environment_sets_the_threads_at_import():
     assert started_with({"OMP_NUM_THREADS": "3,2"})["threads"] == 3  # (OpenMP's nested levels: the first)
     assert started_with({"MINIDL_NUM_THREADS": "2", "OMP_NUM_THREADS": "1"})["threads"] == 2  # minidl's own first
     assert started_with({"MINIDL_NUM_THREADS": "9"})["threads"] == 4  # no more than Numba's pool holds
+
+
+def test_a_ranks_share_of_the_cores_yields_to_a_count_chosen_by_the_user_or_the_environment():
+    share = "from minidl.dist.launch import fit_threads_to_cores\nfit_threads_to_cores(4)  # 4 ranks on this host"
+    cores = min(len(os.sched_getaffinity(0)), 4)
+    assert started_with({}, share)["threads"] == max(1, cores // 4)
+    assert started_with({"OMP_NUM_THREADS": "3"}, share)["threads"] == 3
+    assert started_with({}, "minidl.set_num_threads(3)\n" + share)["threads"] == 3
+
+
+def test_the_blas_cut_off_comes_from_the_environment_where_set():
+    assert started_with({})["blas_min"] == 1 << 30
+    assert started_with({"MINIDL_BLAS_PARALLEL_MIN": "0"})["blas_min"] == 0
+    r = started_with({"MINIDL_BLAS_PARALLEL_MIN": "-5"})
+    assert r["blas_min"] == 1 << 30 and any("MINIDL_BLAS_PARALLEL_MIN='-5'" in w for w in r["warnings"])
 
 
 def test_a_bad_thread_count_in_the_environment_is_named_and_ignored():

@@ -38,11 +38,11 @@ def launched_by_mpi() -> bool:
 
 def fit_threads_to_cores(ranks_on_host: int) -> None:
     """Give each rank its share of this host's cores for compute (the BLAS library's and Numba's
-    threads): cores // ranks on the host, at least 1, unless ``MINIDL_NUM_THREADS`` or ``OMP_NUM_THREADS``
-    asks for a count (``minidl/threads.py`` has taken it at import). A rank that kept a pool as wide as the
+    threads): cores // ranks on the host, at least 1, unless ``set_num_threads``, ``MINIDL_NUM_THREADS`` or
+    ``OMP_NUM_THREADS`` chose a count (``minidl/threads.py``). A rank that kept a pool as wide as the
     machine fought the other ranks' pools for the cores: on 2 cores, 2 ranks trained 8x slower than with a
     thread each. The communication thread is not counted: its waits sleep (only a blocking call's own wait,
     on the compute thread, polls back to back)."""
     from .. import threads
-    if ranks_on_host > 1 and threads.requested_threads() is None:
-        threads.set_num_threads(max(1, threads.usable_cores() // ranks_on_host))
+    if ranks_on_host > 1:
+        threads.set_default_threads(max(1, threads.usable_cores() // ranks_on_host))
