@@ -3,12 +3,15 @@ on and which ranks have not arrived, then keeps waiting until they come or the t
 Late ranks are held on events (released by the log line itself), never by sleeps."""
 import logging
 import threading
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
 import minidl
 import minidl.dist as dist
+from minidl.dist.algorithms.channel import Channel
+from minidl.dist.communicators.base import Request
 from minidl.nn.parallel import DistributedDataParallel
 
 sim = dist.sim
@@ -93,6 +96,25 @@ def test_ddp_ranks_running_5_and_4_steps(stall_log):
     assert "timed out after 1.5 s on rank 0: rank(s) [1] did not send what rank 0 waits for" in found[0], found
     assert len(stall_log.lines) == 1 and stall_log.lines[0].startswith("rank 0: all_reduce"), stall_log.lines
     assert "rank(s) [1] did not send what rank 0 waits for; still waiting (timeout 1.5 s)" in stall_log.lines[0]
+
+
+def test_a_collective_on_sub_channels_logs_its_stall_once(stall_log):
+    """The hierarchical all-reduce waits on its host's channel, then on the leaders' (both sub-channels
+    of the collective's): a peer late on both is one stall line for the collective, not one per channel."""
+    class Late(Request):
+        kind, peer = "recv", 1
+
+        def __init__(self, arrived):
+            self.test = arrived
+
+    comm = SimpleNamespace(rank=0, size=2)
+    ch = Channel(comm, "all_reduce", 60.0, [0, 1], stall=0.01)
+    local, leaders = ch.sub(comm, [0, 1]), ch.sub(comm, [0, 2])
+    local.wait([Late(lambda: bool(stall_log.lines))])   # arrives once the stall was logged
+    polls = iter([False, True])
+    leaders.wait([Late(lambda: next(polls))])   # late again, past the stall time: no second line
+    assert stall_log.lines == ["rank 0: all_reduce in the group of ranks [0, 1] has waited 0.01 s: rank(s) [1] did "
+                               "not send what rank 0 waits for; still waiting (timeout 60 s)"]
 
 
 def test_stall_seconds_from_the_environment_and_bad_values(monkeypatch):
