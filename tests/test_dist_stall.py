@@ -3,6 +3,7 @@ on and which ranks have not arrived, then keeps waiting until they come or the t
 Late ranks are held on events (released by the log line itself), never by sleeps."""
 import logging
 import threading
+from datetime import timedelta
 from types import SimpleNamespace
 
 import numpy as np
@@ -129,6 +130,29 @@ def test_stall_seconds_from_the_environment_and_bad_values(monkeypatch):
     with pytest.raises(ValueError, match="stall_seconds .* must be positive, got 0"):
         sim.run(1, lambda rank: None, stall_seconds=0)
     assert sim.run(1, lambda rank: _config().stall_seconds) == [60.0]
+
+
+@pytest.mark.parametrize("option, value, env, message", [
+    ("stall_seconds", [1], None, "stall_seconds (or MINIDL_DIST_STALL_SECONDS) must be a number of seconds, got [1]"),
+    ("timeout", [1], None, "timeout (or MINIDL_DIST_TIMEOUT) must be a number of seconds, got [1]"),
+    ("timeout", "soon", None, "timeout (or MINIDL_DIST_TIMEOUT) must be a number of seconds, got 'soon'"),
+    ("timeout", None, "soon", "timeout (or MINIDL_DIST_TIMEOUT) must be a number of seconds, got 'soon'"),
+    ("timeout", 0, None, "timeout (or MINIDL_DIST_TIMEOUT) must be positive, got 0"),
+    ("timeout", timedelta(seconds=-1), None, "timeout (or MINIDL_DIST_TIMEOUT) must be positive, got "
+                                             "datetime.timedelta(days=-1, seconds=86399)"),
+])
+def test_bad_timeouts_are_named(monkeypatch, option, value, env, message):
+    if env is not None:
+        monkeypatch.setenv("MINIDL_DIST_TIMEOUT", env)
+    with pytest.raises(ValueError) as info:
+        sim.run(1, lambda rank: None, **{option: value})
+    assert str(info.value) == "init_process_group: " + message
+
+
+def test_timeout_from_a_timedelta_or_the_environment(monkeypatch):
+    assert sim.run(1, lambda rank: _config().timeout, timeout=timedelta(minutes=2)) == [120.0]
+    monkeypatch.setenv("MINIDL_DIST_TIMEOUT", "7.5")
+    assert sim.run(1, lambda rank: _config().timeout) == [7.5]
 
 
 def _config():
