@@ -123,7 +123,8 @@ def test_workers_that_start_from_different_values_are_refused():
 def test_a_silent_worker_is_named_by_the_server_and_to_the_waiting_workers():
     """Worker 1 goes silent (held on an event, as a frozen process) under BSP: after the stall time
     the server logs it; at the timeout the server ends naming it, and worker 0, waiting at its
-    clock, gets that error (not a timeout blaming the server)."""
+    clock, gets that error (not a timeout blaming the server). The timeout, the group's, must
+    outlast any pause of a loaded machine between the requests before."""
     from minidl.dist.ps.server import WorkerLost
     release, found = threading.Event(), {}
     lines = []
@@ -147,16 +148,18 @@ def test_a_silent_worker_is_named_by_the_server_and_to_the_waiting_workers():
         finally:
             release.set()
     try:
-        with pytest.raises(WorkerLost, match=r"parameter server 0: worker rank\(s\) \[1\] sent no request for 1 s; "
-                                             r"the job cannot go on \(clocks: worker 0 at clock 1, worker 1 at clock 0\)"):
-            dist.sim.run(3, run, timeout=1, stall_seconds=0.2)
+        with pytest.raises(WorkerLost, match=r"parameter server 0: worker rank\(s\) \[1\] sent no request for 10 s; "
+                                             r"the job cannot go on \(clocks: worker 0 at clock 1, worker 1 at "
+                                             r"clock 0\)"):
+            dist.sim.run(3, run, timeout=10, stall_seconds=0.2)
     finally:
         logging.getLogger("minidl.dist").removeHandler(handler)
     assert found[0].startswith("ps.clock (worker 0, server 0): parameter server 0: worker rank(s) [1] sent no "
-                               "request for 1 s"), found
-    stalls = [line for line in lines if line.startswith("rank 2: irecv from any rank (tag 7101)")]
-    assert len(stalls) == 1 and stalls[0].endswith("parameter server 0 waits for worker rank(s) [1] (neither shut down "
-                                                   "nor waiting at a clock)"), lines
+                               "request for 10 s"), found
+    # (the wait for the request that never comes; on a loaded machine earlier waits may log too)
+    waits = "parameter server 0 waits for worker rank(s) [1] (neither shut down nor waiting at a clock)"
+    assert any(line.startswith("rank 2: irecv from any rank (tag 7101)") and line.endswith(waits)
+               for line in lines), lines
 
 
 def test_a_reply_stuck_to_the_silent_worker_does_not_hide_its_name(caplog):
