@@ -38,7 +38,7 @@ from minidl.nn.parallel import DistributedDataParallel  # noqa: E402
 from minidl.optim import AdamW  # noqa: E402
 from char_gpt import DATA, GPT, batches  # noqa: E402
 from cli import non_negative_float, positive_float, positive_int  # noqa: E402
-from train_digits_ddp import parse_on_every_rank, require_mpi  # noqa: E402
+from cli.mpi import parse_on_every_rank, require_mpi  # noqa: E402
 
 # --schedule: (the schedule, stages per rank)
 SCHEDULES = {"gpipe": (pipelining.ScheduleGPipe, 1), "1f1b": (pipelining.Schedule1F1B, 1),

@@ -11,9 +11,6 @@ epochs are those of the single-process run whatever the world size. Every rank s
 ``module.`` prefix, so it loads into a plain model under any world size).
 """
 import argparse
-import contextlib
-import importlib.util
-import io
 import os
 import sys
 import time
@@ -22,37 +19,14 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import minidl  # noqa: E402
 import minidl.dist as dist  # noqa: E402
-from minidl.dist.launch import launch_rank, launched_by_mpi  # noqa: E402
 from minidl.nn.parallel import DistributedDataParallel  # noqa: E402
 from minidl.optim import Adam  # noqa: E402
 from minidl.optim.lr_scheduler import CosineAnnealingLR  # noqa: E402
 from minidl.utils.data import DataLoader, DistributedSampler  # noqa: E402
 from minidl.vision.datasets import Digits  # noqa: E402
 from cli import positive_float, positive_int  # noqa: E402
+from cli.mpi import parse_on_every_rank, require_mpi  # noqa: E402
 from train_digits import evaluate, make_model, train_epoch  # noqa: E402
-
-
-def parse_on_every_rank(parser, argv):
-    """Every rank parses the command line; rank 0 alone prints the usage, help or error (after
-    which argparse exits on every rank)."""
-    if launch_rank() == 0:
-        return parser.parse_args(argv)
-    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-        return parser.parse_args(argv)
-
-
-def require_mpi(what, example):
-    """Exit (2) with one error line, printed by rank 0 alone, where the script was not started by
-    mpiexec or mpi4py is missing: ``what`` the script does, ``example`` a command that launches it."""
-    if not launched_by_mpi():
-        problem = f"{what}; launch it with mpiexec, e.g.\n    {example}"
-    elif importlib.util.find_spec("mpi4py") is None:
-        problem = f"{what} over MPI, which needs mpi4py: pip install 'minidl[mpi]'"
-    else:
-        return
-    if launch_rank() == 0:
-        print(f"error: {problem}", file=sys.stderr)
-    sys.exit(2)
 
 
 def main(argv=None):

@@ -3,6 +3,8 @@ negative learning rate) with one line naming the flag, before anything is built 
 than the run ending in a traceback or quietly doing nothing.
 
     parser.add_argument("--epochs", type=positive_int, default=15)
+
+The examples launched by mpiexec parse with cli.mpi.
 """
 import argparse
 import math

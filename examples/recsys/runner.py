@@ -25,7 +25,7 @@ import minidl.dist as dist
 import minidl.nn.functional as F
 from minidl.dist import ps
 from minidl.dist.launch import launch_rank, launched_by_mpi
-from train_digits_ddp import parse_on_every_rank
+from cli.mpi import parse_on_every_rank
 
 from . import data
 

@@ -151,15 +151,11 @@ def config_from(backend, algorithm, timeout, chunk_elements, small_bytes, segmen
     if algorithm not in algorithms.ALGORITHMS:
         raise ValueError(f"init_process_group: unknown algorithm {algorithm!r}; one of {algorithms.ALGORITHMS}")
     if timeout is None:
-        timeout = float(os.environ.get("MINIDL_DIST_TIMEOUT", 1800.0))
-    elif hasattr(timeout, "total_seconds"):
-        timeout = timeout.total_seconds()
-    if float(timeout) <= 0:
-        raise ValueError(f"init_process_group: timeout must be positive, got {timeout}")
+        timeout = os.environ.get("MINIDL_DIST_TIMEOUT", 1800.0)
     if stall_seconds is None:
         stall_seconds = os.environ.get("MINIDL_DIST_STALL_SECONDS", 60.0)
-    stall = _seconds(stall_seconds, "stall_seconds (or MINIDL_DIST_STALL_SECONDS)")
-    config = Config(backend, algorithm, float(timeout), stall, debug=debug.enabled())
+    config = Config(backend, algorithm, _seconds(timeout, "timeout (or MINIDL_DIST_TIMEOUT)"),
+                    _seconds(stall_seconds, "stall_seconds (or MINIDL_DIST_STALL_SECONDS)"), debug=debug.enabled())
     if chunk_elements is not None:
         config.chunk_elements = int(chunk_elements)
     if small_bytes is not None:
@@ -175,7 +171,7 @@ def _seconds(value, name: str) -> float:
     """A positive number of seconds from a number, a string or a timedelta, with a clear error."""
     try:
         seconds = float(value.total_seconds() if hasattr(value, "total_seconds") else value)
-    except ValueError:
+    except (TypeError, ValueError):
         raise ValueError(f"init_process_group: {name} must be a number of seconds, got {value!r}") from None
     if not seconds > 0:
         raise ValueError(f"init_process_group: {name} must be positive, got {value!r}")

@@ -30,6 +30,7 @@ class Channel:
         self.global_ranks = list(global_ranks)
         self.seq = None
         self.stall, self.note = stall, None   # note(): what the caller adds to a stall's log line
+        self.logs_for = self   # the channel whose stall_at this one's waits use (a sub-channel's parent)
         now = time.monotonic()
         self.deadline, self.stall_at = now + timeout, now + stall
 
@@ -46,11 +47,11 @@ class Channel:
         return self.name if self.seq is None else f"{self.name} (collective #{self.seq} of the group)"
 
     def wait(self, requests) -> None:
-        wait_all(requests, self.deadline, self._timed_out, self.spin, self.stall_at, self._stalled)
+        wait_all(requests, self.deadline, self._timed_out, self.spin, self.logs_for.stall_at, self._stalled)
 
     def _stalled(self, pending) -> None:
         """Log once (per collective or message) which ranks this rank still waits for."""
-        self.stall_at = float("inf")
+        self.logs_for.stall_at = float("inf")
         me = self.global_ranks[self.rank]
         log.warning("rank %d: %s in the group of ranks %s has waited %g s: %s; still waiting (timeout %g s)%s",
                     me, self.what, self.global_ranks, self.stall, self._missing(pending), self.timeout,
@@ -111,7 +112,8 @@ class Channel:
         self.wait(getattr(self.comm, name)(*args))
 
     def sub(self, comm, global_ranks) -> "Channel":
-        """A channel over subgroup ``comm`` (whose ranks are ``global_ranks``), same collective and deadline."""
+        """A channel over subgroup ``comm`` (whose ranks are ``global_ranks``), same collective and deadline;
+        its stall is this collective's, logged once whichever of its channels waits."""
         ch = Channel(comm, self.name, self.timeout, global_ranks, self.tag, self.spin, self.stall)
-        ch.seq, ch.deadline, ch.stall_at = self.seq, self.deadline, self.stall_at
+        ch.seq, ch.deadline, ch.logs_for = self.seq, self.deadline, self.logs_for
         return ch

@@ -116,15 +116,17 @@ class Server:
             work.wait()
 
     # -- replies ------------------------------------------------------------------------------
-    def reply(self, worker, values=None, error=None):
+    def reply(self, worker, values=None, error=None) -> list:
+        """Send the reply (kept in ``sends`` until done: its buffers must outlive it); returns its sends."""
         body = P.text(error) if error is not None else values
         status = P.ERROR if error is not None else P.OK
         numel = 0 if body is None else body.numel()
-        self.sends.append(isend(minidl.tensor([status, numel, 0, 0], dtype=minidl.int64), worker,
-                                group=self.group, tag=P.REPLY))
+        posted = [isend(minidl.tensor([status, numel, 0, 0], dtype=minidl.int64), worker,
+                        group=self.group, tag=P.REPLY)]
         if numel:
-            self.sends.append(isend(body.contiguous().reshape(-1), worker, group=self.group, tag=P.REPLY_DATA))
-        self.sends = [w for w in self.sends if not w.is_completed()]
+            posted.append(isend(body.contiguous().reshape(-1), worker, group=self.group, tag=P.REPLY_DATA))
+        self.sends = [w for w in self.sends + posted if not w.is_completed()]
+        return posted
 
     def payload(self, worker, numel, dtype, into=None):
         buf = into if into is not None and into.numel() == numel else minidl.empty(numel, dtype=dtype)
@@ -242,18 +244,21 @@ class Server:
         return [w for w in range(self.workers) if w not in self.finished and w not in self.waiting]
 
     def lost(self, workers, how) -> WorkerLost:
-        """The error naming ``workers``, also sent to every worker waiting at its clock (they would
-        otherwise time out naming this server, which only waited for the others)."""
+        """The error naming ``workers``, logged, and sent to every worker waiting at its clock (they
+        would otherwise time out naming this server, which only waited for the others). Only those
+        replies are awaited: an earlier one may still be pending to the silent worker, past its deadline."""
         clocks = ", ".join(f"worker {w} at clock {self.clocks[w]}" for w in range(self.workers)
                            if w not in self.finished)
         message = (f"parameter server {self.server}: worker rank(s) {workers} {how}; the job cannot go on "
                    f"(clocks: {clocks})")
-        for worker in self.waiting:
-            self.reply(worker, error=message)
-        self.waiting = []
-        for work in self.sends:
-            work.wait()
         log.error("%s", message)
+        replies = [work for worker in self.waiting for work in self.reply(worker, error=message)]
+        self.waiting = []
+        for work in replies:
+            try:
+                work.wait()
+            except DistError:
+                pass   # (that worker is gone too: the error raised here names the job's end all the same)
         return WorkerLost(message)
 
     def report(self, worker, words):
