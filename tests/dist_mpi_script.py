@@ -143,13 +143,16 @@ def mismatches():
 
 
 def timeout():
-    dist.init_process_group(timeout=0.5)
-    if rank == 1:
-        time.sleep(1.2)
-    try:
-        dist.all_reduce(minidl.zeros(3), async_op=True).wait()
-    except dist.DistTimeoutError as e:
-        print("CAUGHT", e, flush=True)
+    dist.init_process_group(timeout=60)   # (a slow start on a loaded machine must not reach the short timeout)
+    quick = dist.new_group([0, 1], timeout=0.5)
+    if rank == 0:
+        try:
+            dist.all_reduce(minidl.zeros(3), group=quick, async_op=True).wait()   # rank 1 never joins it
+        except dist.DistTimeoutError as e:
+            print("CAUGHT", e, flush=True)
+        dist.send(minidl.ones(1), 1)   # (on the default group: rank 1 may leave now)
+    else:
+        dist.recv(minidl.zeros(1), 0)
 
 
 def crash():
