@@ -270,8 +270,9 @@ for label, consistency, s in MODELS:
         # no push staler than s; a fast worker ends at most s clocks ahead of the slow one
         assert max(hist) <= s and fast >= (ITERS - s - 1) * SLOW
     else:
-        # nobody waits: the fast workers are done long before the slow one, clocks ahead of it
-        assert fast < 0.5 * slow and max(hist) > 1
+        # nobody waits: the fast workers run clocks ahead of the slow one (how much sooner they finish is
+        # printed, not asserted: on a busy machine the clock says little)
+        assert max(hist) > 1
 assert max(histograms["ASP"]) > max(histograms["SSP(1)"])
 print("""
 BSP has every worker wait for the slowest at each clock: all pushes 0 clocks stale, and the fast
