@@ -16,6 +16,8 @@ import minidl
 from minidl.vision.datasets import MovieLens, write_movielens
 
 sys.path.insert(0, str(ROOT / "examples"))
+import ncf_ps  # noqa: E402
+import wide_deep_ps  # noqa: E402
 from recsys import data, runner  # noqa: E402
 from recsys.metrics import auc, hit_ratio_and_ndcg  # noqa: E402
 from recsys.models import NeuMF, WideDeep  # noqa: E402
@@ -177,7 +179,7 @@ def test_wide_deep_equals_the_same_model_in_torch():
 
 
 # --------------------------------------------------------------------------------- runs
-SMALL = ["--users", "120", "--items", "150", "--per-user", "20", "--batch-size", "128"]
+SMALL = ["--users", "120", "--items", "150", "--per-user", "20"]
 
 
 def _final(out, metric):
@@ -185,32 +187,34 @@ def _final(out, metric):
     return float(re.search(rf"final .*{metric} ([\d.]+)", out).group(1))
 
 
-@pytest.mark.parametrize("script, metric, args, workers", [
-    ("wide_deep_ps.py", "AUC", ["--mode", "ps"], 3),   # (3 workers: slices of 42 and 43 of a batch of 128)
-    ("ncf_ps.py", "HR@10", ["--mode", "hybrid", "--epochs", "3", "--lr", "0.005"], 2),
+# (each metric well above chance: AUC 0.5; HR@10 about 0.1, one held-out item among 100 negatives)
+@pytest.mark.parametrize("script, metric, learnt, args, workers", [
+    ("wide_deep_ps.py", "AUC", 0.7, ["--mode", "ps", "--epochs", "3", "--batch-size", "128"], 3),   # (3 workers: slices of 42 and 43)
+    ("ncf_ps.py", "HR@10", 0.2, ["--mode", "hybrid", "--epochs", "2", "--batch-size", "512", "--lr", "0.03"], 2),
 ])
-def test_bsp_through_the_servers_reaches_the_one_process_metric(script, metric, args, workers, tmp_path):
+def test_bsp_through_the_servers_reaches_the_one_process_metric(script, metric, learnt, args, workers, tmp_path):
     code, alone = run_example(script, "--servers", "0", *SMALL, *args, cwd=tmp_path)
     assert code == 0, alone
     code, out = run_example(script, "--servers", "1", "--consistency", "bsp", *SMALL, *args, cwd=tmp_path,
                             ranks=workers + 1)
     assert code == 0, out
     assert f"{workers} worker(s), 1 server(s), BSP" in out and "epoch   1" in out
-    assert abs(_final(out, metric) - _final(alone, metric)) <= 0.005 and _final(alone, metric) > 0.3   # (it learnt)
+    assert abs(_final(out, metric) - _final(alone, metric)) <= 0.005 and _final(alone, metric) > learnt
     assert re.search(r"pushes applied by staleness \(clocks ahead of the slowest worker\): 0: \d+\n", out)
 
 
 def test_asp_learns_with_stale_pushes_and_draws_their_histogram(tmp_path):
-    code, alone = run_example("wide_deep_ps.py", "--servers", "0", *SMALL, cwd=tmp_path)
+    run = [*SMALL, "--batch-size", "128", "--epochs", "4"]
+    code, alone = run_example("wide_deep_ps.py", "--servers", "0", *run, cwd=tmp_path)
     assert code == 0, alone
     code, out = run_example("wide_deep_ps.py", "--servers", "1", "--consistency", "asp", "--picture", "hist.png",
-                         *SMALL, cwd=tmp_path, ranks=3)
+                            *run, cwd=tmp_path, ranks=3)
     assert code == 0, out
     assert abs(_final(out, "AUC") - _final(alone, "AUC")) <= 0.02 and _final(alone, "AUC") > 0.75
     counts = re.search(r"pushes applied by staleness[^:]*: (.*)\n", out).group(1)
     by_staleness = {int(k): int(c) for k, c in (pair.split(": ") for pair in counts.split(", "))}
     # (stale for sure: under ASP worker 1 runs on while worker 0 pulls the model and evaluates it after
-    # each of the 10 epochs, so its pushes there are clocks ahead of worker 0's)
+    # each epoch, so its pushes there are clocks ahead of worker 0's)
     assert by_staleness[0] > 0 and sum(c for k, c in by_staleness.items() if k >= 1) > 0, out
     assert (tmp_path / "hist.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
@@ -230,33 +234,45 @@ def test_the_staleness_picture_is_readable_at_any_range_and_explains_a_lone_bar(
         assert reason in runner.why_none_stale(argparse.Namespace(**{**setup, **changes}), workers)
 
 
+def _exit_message(main, *argv, capsys):
+    """(exit code, stderr) of an example's main run in this process, as a one-process user runs it."""
+    with pytest.raises(SystemExit) as exited:
+        main(list(argv))
+    return exited.value.code, capsys.readouterr().err
+
+
 def test_bad_input_ends_every_rank_with_one_message(tmp_path):
     bad = tmp_path / "ml-1m" / "ratings.dat"
     bad.parent.mkdir()
     bad.write_text("1::2::3::4\n1::2::x::5\n")
     code, out = run_example("ncf_ps.py", "--data", str(bad.parent), cwd=tmp_path, ranks=3)
     assert code != 0 and out.count(f"error: {bad}, line 2: expected user::item::rating::timestamp") == 1, out
-    code, out = run_example("ncf_ps.py", "--servers", "1", cwd=tmp_path)
-    assert code == 2 and "error: --servers 1 needs workers beside the servers: mpiexec -n 3" in out
+    code, out = run_example("wide_deep_ps.py", "--servers", "1", "--batch-size", "1", cwd=tmp_path, ranks=3)
+    assert code == 2 and out.count("error: --batch-size 1 leaves some of the 2 workers no sample") == 1, out
+
+
+def test_bad_input_in_one_process_exits_with_one_message(tmp_path, capsys):
+    """The checks every rank makes, run here in this process (the examples' main, not a subprocess)."""
+    code, err = _exit_message(ncf_ps.main, "--servers", "1", capsys=capsys)
+    assert code == 2 and "error: --servers 1 needs workers beside the servers: mpiexec -n 3" in err
+    picture = tmp_path / "nowhere" / "h.png"
     for args, error in ((["--lr", "nan"], "--lr nan must be a positive number"),
                         (["--staleness", "-1"], "--staleness -1 must be >= 0"),
                         (["--limit-batches", "0"], "--limit-batches 0 must be >= 1"),
                         (["--users", "20", "--per-user", "10", "--batch-size", "901"],   # 20 x 9 x (1 + 4)
                          "--batch-size 901: the ratings give 900 training examples, not one batch"),
-                        (["--picture", "nowhere/h.png"], "--picture nowhere/h.png: there is no folder nowhere")):
-        code, out = run_example("ncf_ps.py", "--servers", "0", *args, cwd=tmp_path)
-        assert code == 2 and f"error: {error}" in out, out
+                        (["--picture", str(picture)], f"--picture {picture}: there is no folder {picture.parent}")):
+        code, err = _exit_message(ncf_ps.main, "--servers", "0", *args, capsys=capsys)
+        assert code == 2 and f"error: {error}" in err, err
     two = tmp_path / "two" / "u.data"   # (a file too small to split, as the models need)
     two.parent.mkdir()
     two.write_text("1\t1\t5\t1\n2\t2\t3\t2\n")
-    for script, error in (("ncf_ps.py", "each of the 2 users has one rating, which is held out"),
-                          ("wide_deep_ps.py", "2 ratings, of which a fifth (rounded) is held out: none")):
-        code, out = run_example(script, "--servers", "0", "--data", str(two), cwd=tmp_path)
-        assert code == 2 and f"error: {two}: {error}" in out and "Traceback" not in out, out
+    for main, error in ((ncf_ps.main, "each of the 2 users has one rating, which is held out"),
+                        (wide_deep_ps.main, "2 ratings, of which a fifth (rounded) is held out: none")):
+        code, err = _exit_message(main, "--servers", "0", "--data", str(two), capsys=capsys)
+        assert code == 2 and f"error: {two}: {error}" in err and "Traceback" not in err, err
     fives = tmp_path / "fives" / "ratings.dat"
     fives.parent.mkdir()
     fives.write_text("".join(f"{u}::{i}::5::{i}\n" for u in range(1, 9) for i in range(1, 9)))
-    code, out = run_example("wide_deep_ps.py", "--servers", "0", "--data", str(fives), cwd=tmp_path)
-    assert code == 2 and "every held-out rating is a click (rating >= 4): AUC needs both" in out, out
-    code, out = run_example("wide_deep_ps.py", "--servers", "1", "--batch-size", "1", cwd=tmp_path, ranks=3)
-    assert code == 2 and out.count("error: --batch-size 1 leaves some of the 2 workers no sample") == 1, out
+    code, err = _exit_message(wide_deep_ps.main, "--servers", "0", "--data", str(fives), capsys=capsys)
+    assert code == 2 and "every held-out rating is a click (rating >= 4): AUC needs both" in err, err

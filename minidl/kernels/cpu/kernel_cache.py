@@ -69,6 +69,7 @@ class KernelCacheLocator(caching._CacheLocator):
     """Numba's cache of a kernel in ``jit/``: per user, keyed by the package's text, not by path."""
 
     def __init__(self, py_func, py_file):
+        self._py_file = py_file   # (Numba's warning that a kernel cannot be cached names it: NUMBA_OPT=0 does that)
         self._lineno = py_func.__code__.co_firstlineno
         self._digest = sources_digest(os.path.dirname(os.path.abspath(py_file)))
         self._stem = os.path.splitext(os.path.basename(py_file))[0]
