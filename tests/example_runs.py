@@ -1,5 +1,6 @@
 """Run an example as a user does, alone or under mpiexec, and give back (exit code, its output)."""
 import importlib.util
+import json
 import os
 import signal
 import subprocess
@@ -29,3 +30,36 @@ def run_example(script, *args, cwd, ranks=None, timeout=300):
         os.killpg(proc.pid, signal.SIGKILL)
         pytest.fail(f"{script} hung: {proc.communicate()[0]}")
     return proc.returncode, out
+
+
+_IN_TURN = """
+import contextlib, io, json, os, runpy, sys, traceback
+results = []
+for path, args in json.loads(sys.argv[1]):
+    sys.argv, out, code = [path, *args], io.StringIO(), 0
+    sys.path.insert(0, os.path.dirname(path))
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+        try:
+            runpy.run_path(path, run_name="__main__")
+        except SystemExit as e:
+            code = e.code if isinstance(e.code, int) or e.code is None else (print(e.code, file=sys.stderr) or 1)
+        except BaseException:
+            traceback.print_exc()
+            code = 1
+    sys.path.pop(0)
+    results.append((code or 0, out.getvalue()))
+print(json.dumps(results))
+"""
+
+
+def run_in_turn(calls, *, cwd, env=None):
+    """{(script path, args): (exit code, stdout and stderr together)} of each script run as
+    `python script args` runs it, one after another in one Python process (its folder first on
+    sys.path): for --help and argument errors, where starting Python would be most of the cost.
+    ``calls`` is [(script path, args tuple)]."""
+    payload = json.dumps([(str(script), list(args)) for script, args in calls])
+    done = subprocess.run([sys.executable, "-c", _IN_TURN, payload], cwd=cwd, capture_output=True, text=True,
+                          timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})})
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
+    results = json.loads(done.stdout.strip().splitlines()[-1])
+    return {(str(script), tuple(args)): tuple(result) for (script, args), result in zip(calls, results)}

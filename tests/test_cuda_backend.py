@@ -30,8 +30,10 @@ def test_kernel_source_compiles_with_nvcc(name, tmp_path):
         pytest.skip("no CUDA compiler (nvcc) on this machine")
     src = tmp_path / f"{name}.cu"
     src.write_text(runtime.source(name))
-    done = subprocess.run([nvcc, "--ptx", f"-arch={ARCH}", "--std=c++17", "-o", str(tmp_path / f"{name}.ptx"),
-                           str(src)], capture_output=True, text=True)
+    # (-Xcicc -O0: the check is that nvcc accepts the source for this target; optimising the PTX would
+    # double its time and is the GPU driver's work at load time anyway)
+    done = subprocess.run([nvcc, "--ptx", f"-arch={ARCH}", "--std=c++17", "-Xcicc", "-O0",
+                           "-o", str(tmp_path / f"{name}.ptx"), str(src)], capture_output=True, text=True)
     assert done.returncode == 0, f"nvcc rejected csrc/{name}.cu:\n{done.stderr[-4000:]}"
     assert (tmp_path / f"{name}.ptx").stat().st_size > 0
 

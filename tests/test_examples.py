@@ -11,7 +11,7 @@ import minidl
 from minidl.kernels.cuda import runtime
 from minidl.utils.data import DataLoader
 from minidl.vision.datasets import Digits
-from example_runs import run_example
+from example_runs import run_example, run_in_turn
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -29,21 +29,48 @@ def test_spiral_mlp_demo_learns(tmp_path):
     assert float(re.search(r"final accuracy ([\d.]+)", out).group(1)) > 0.9
 
 
-@pytest.mark.parametrize("script", sorted(p.name for p in (ROOT / "examples").glob("*.py")))
-def test_every_example_answers_help_without_training(script, tmp_path):
-    out = _run(str(ROOT / "examples" / script), "--help", cwd=tmp_path)
-    assert out.startswith("usage:") and not re.search(r"(epoch|step)\s+\d", out), out[:500]
-    assert not list(tmp_path.iterdir()), "--help wrote files"
+EXAMPLES = sorted(p.name for p in (ROOT / "examples").glob("*.py"))
+NONSENSE = [
+    ("train_digits.py", ["--epochs", "0"], "argument --epochs: must be at least 1, not 0"),
+    ("train_digits.py", ["--batch-size", "0"], "argument --batch-size: must be at least 1, not 0"),
+    ("train_digits.py", ["--lr", "-1"], "argument --lr: must be positive, not -1"),
+    ("train_digits_ddp.py", ["--limit-batches", "0"], "argument --limit-batches: must be at least 1, not 0"),
+    ("gpt_pipeline.py", ["--microbatches", "0"], "argument --microbatches: must be at least 1, not 0"),
+    ("gpt_pipeline.py", ["--layers", "0"], "argument --layers: must be at least 1, not 0"),
+    ("char_gpt.py", ["--heads", "3"], "--heads 3 does not divide --width 64"),
+    ("char_gpt.py", ["--steps", "0"], "argument --steps: must be at least 1, not 0"),
+    ("lstm_sequence.py", ["--length", "1"], "--length 1: a sequence needs a marked step in each half"),
+    ("hogwild.py", ["--processes", "0"], "argument --processes: must be at least 1, not 0"),
+    ("train_mlp.py", ["--hidden", "0"], "argument --hidden: must be at least 1, not 0"),
+]
+
+
+@pytest.fixture(scope="module")
+def runs_that_stop_early(tmp_path_factory):
+    """(their folder, their results): every example with --help and with each nonsensical number, run
+    in turn by one Python process (tests/example_runs.py) in a folder of their own."""
+    folder = tmp_path_factory.mktemp("runs-that-stop-early")
+    calls = [(ROOT / "examples" / script, ("--help",)) for script in EXAMPLES]
+    calls += [(ROOT / "examples" / script, tuple(args)) for script, args, _ in NONSENSE]
+    return folder, run_in_turn(calls, cwd=folder)
+
+
+@pytest.mark.parametrize("script", EXAMPLES)
+def test_every_example_answers_help_without_training(script, runs_that_stop_early):
+    folder, results = runs_that_stop_early
+    code, out = results[str(ROOT / "examples" / script), ("--help",)]
+    assert code == 0 and out.startswith("usage:") and not re.search(r"(epoch|step)\s+\d", out), out[:500]
+    assert not list(folder.iterdir()), "--help wrote files"
 
 
 def test_digits_mlp_trains_checkpoints_and_resumes(tmp_path):
     script = str(ROOT / "examples" / "train_digits.py")
-    out = _run(script, "--model", "mlp", "--epochs", "12", cwd=tmp_path)
+    out = _run(script, "--model", "mlp", "--epochs", "6", cwd=tmp_path)
     accuracy = float(re.search(r"final test accuracy ([\d.]+)", out).group(1))
     assert accuracy > 0.95
     assert (tmp_path / "digits-mlp.safetensors").exists()
-    resumed = _run(script, "--model", "mlp", "--epochs", "14", "--resume", cwd=tmp_path)
-    assert "resumed from digits-mlp.safetensors at epoch 12" in resumed and "epoch  14" in resumed
+    resumed = _run(script, "--model", "mlp", "--epochs", "7", "--resume", cwd=tmp_path)
+    assert "resumed from digits-mlp.safetensors at epoch 6" in resumed and "epoch   7" in resumed
 
 
 def test_digits_logs_loss_and_accuracy_for_tensorboard(tmp_path):
@@ -126,23 +153,12 @@ def test_digits_ddp_runs_under_mpiexec_and_its_checkpoint_loads_in_one_process(t
     assert abs(accuracy - printed) <= 5e-5 and accuracy > 0.3  # printed to 4 places; 8 steps beat chance
 
 
-@pytest.mark.parametrize("script, args, error", [
-    ("train_digits.py", ["--epochs", "0"], "argument --epochs: must be at least 1, not 0"),
-    ("train_digits.py", ["--batch-size", "0"], "argument --batch-size: must be at least 1, not 0"),
-    ("train_digits.py", ["--lr", "-1"], "argument --lr: must be positive, not -1"),
-    ("train_digits_ddp.py", ["--limit-batches", "0"], "argument --limit-batches: must be at least 1, not 0"),
-    ("gpt_pipeline.py", ["--microbatches", "0"], "argument --microbatches: must be at least 1, not 0"),
-    ("gpt_pipeline.py", ["--layers", "0"], "argument --layers: must be at least 1, not 0"),
-    ("char_gpt.py", ["--heads", "3"], "--heads 3 does not divide --width 64"),
-    ("char_gpt.py", ["--steps", "0"], "argument --steps: must be at least 1, not 0"),
-    ("lstm_sequence.py", ["--length", "1"], "--length 1: a sequence needs a marked step in each half"),
-    ("hogwild.py", ["--processes", "0"], "argument --processes: must be at least 1, not 0"),
-    ("train_mlp.py", ["--hidden", "0"], "argument --hidden: must be at least 1, not 0"),
-])
-def test_a_nonsensical_number_is_one_error_line_naming_the_flag(script, args, error, tmp_path):
-    code, out = run_example(script, *args, cwd=tmp_path, timeout=120)
+@pytest.mark.parametrize("script, args, error", NONSENSE)
+def test_a_nonsensical_number_is_one_error_line_naming_the_flag(script, args, error, runs_that_stop_early):
+    folder, results = runs_that_stop_early
+    code, out = results[str(ROOT / "examples" / script), tuple(args)]
     assert code == 2 and f"error: {error}" in out and "Traceback" not in out, out
-    assert not list(tmp_path.iterdir()), "nothing ran"
+    assert not list(folder.iterdir()), "nothing ran"
 
 
 def test_digits_ddp_without_mpiexec_says_how_to_launch_it(tmp_path):

@@ -25,14 +25,14 @@ def launch(*args, ranks=4, timeout=90):
 # and split backwards end in DDP's all-reduces), which costs a launch of 4 processes each.
 @pytest.mark.parametrize("schedule, dp", [("gpipe", 1), ("1f1b", 1), ("interleaved", 2), ("zb", 2)])
 def test_pipelined_loss_curve_is_the_single_process_one(schedule, dp):
-    code, out = launch("--schedule", schedule, "--dp", str(dp), "--steps", "12", "--clip", str(CLIP), "--check")
+    code, out = launch("--schedule", schedule, "--dp", str(dp), "--steps", "6", "--clip", str(CLIP), "--check")
     assert code == 0, out
     rows = [tuple(map(float, r)) for r in re.findall(r"^ *\d+ +([\d.]+) +([\d.]+) +[\d.e+-]+$", out, re.M)]
-    assert len(rows) == 12, out
+    assert len(rows) == 6, out
     assert all(abs(pipelined - single) <= 1e-5 for pipelined, single in rows), out
-    assert rows[-1][1] < rows[0][1] - 0.5, "the loss falls"
+    assert rows[-1][1] < rows[0][1] - 0.3, "the loss falls"
     norms = [float(v) for v in re.findall(r"grad norm ([\d.]+)", out)]
-    assert len(norms) == 12 and sum(n > CLIP for n in norms) >= 6, "clipping scales most steps"
+    assert len(norms) == 6 and sum(n > CLIP for n in norms) >= 3, "clipping scales most steps"
     assert "the embedding and the head's copy differ by 0\n" in out, out
 
 

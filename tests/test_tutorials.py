@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 import pytest
+from example_runs import run_in_turn
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 TUTORIALS = sorted((ROOT / "tutorials").glob("[0-9][0-9]_*.py"))
@@ -26,13 +27,23 @@ def test_tutorial_runs(script):
     assert "All claims checked" in result.stdout
 
 
-@pytest.mark.parametrize("script", TUTORIALS + [ROOT / "benchmarks" / "bench_import.py"], ids=lambda p: p.name)
-def test_help_describes_the_script_and_runs_nothing(script, tmp_path):
-    result = subprocess.run([sys.executable, str(script), "--help"], cwd=tmp_path, capture_output=True, text=True,
-                            env=dict(os.environ, PYTHONPATH=str(ROOT), MINIDL_TUTORIAL_OUT=str(tmp_path)),
-                            timeout=120, check=False)
+HELPED = TUTORIALS + [ROOT / "benchmarks" / "bench_import.py"]
+
+
+@pytest.fixture(scope="module")
+def help_runs(tmp_path_factory):
+    """(their folder, their results): every script above with --help, run in turn by one Python process."""
+    folder = tmp_path_factory.mktemp("help")
+    return folder, run_in_turn([(script, ("--help",)) for script in HELPED], cwd=folder,
+                               env={"MINIDL_TUTORIAL_OUT": str(folder)})
+
+
+@pytest.mark.parametrize("script", HELPED, ids=lambda p: p.name)
+def test_help_describes_the_script_and_runs_nothing(script, help_runs):
+    folder, results = help_runs
+    code, out = results[str(script), ("--help",)]
     title = script.read_text(encoding="utf-8").split('"""')[1].splitlines()[0]
-    assert result.returncode == 0 and result.stdout.startswith("usage:"), result.stdout + result.stderr
-    assert " ".join(title.split()) in " ".join(result.stdout.split()), result.stdout
-    assert "All claims checked" not in result.stdout
-    assert not list(tmp_path.iterdir()), "--help wrote files"
+    assert code == 0 and out.startswith("usage:"), out
+    assert " ".join(title.split()) in " ".join(out.split()), out
+    assert "All claims checked" not in out
+    assert not list(folder.iterdir()), "--help wrote files"
