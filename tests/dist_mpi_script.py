@@ -1,9 +1,9 @@
 """Run by tests/test_dist_mpi.py under `mpiexec -n N python tests/dist_mpi_script.py MODE`.
 
 cases: every collective under every algorithm, with small chunks, small ring segments and faked
-hosts, then p2p; prints "FAIL ..." lines and "DONE rank r: k failures". ddp: tests/ddp_cases.py,
+hosts, then p2p; prints "FAIL ..." lines and "DONE cases rank r: k failures". ddp: tests/ddp_cases.py,
 reported alike; pipelining: tests/pipeline_cases.py, and ps: tests/ps_cases.py, reported alike; mismatches:
-tests/dist_mismatch_cases.py, reported alike. mismatch (debug mode) /
+tests/dist_mismatch_cases.py, reported alike. These suites may be joined by commas (cases,ddp), run in turn. mismatch (debug mode) /
 timeout: expect the error and print it. crash: rank 1 raises while rank 0 waits in a collective (the job must end);
 ps_crash: a parameter-server worker raises while the other waits at its clock (the job must end).
 ps_exit: a worker returns without ps.shutdown() (the servers end the job naming it). stall: rank 0 logs its stall.
@@ -47,18 +47,20 @@ def cases():
             dist.send(minidl.full((11,), float(rank)), 0)
         dist.destroy_process_group()
         os.environ.pop("MINIDL_DIST_HOSTNAME", None)
-    report(failures)
+    return failures
 
 
-def report(failures):
-    for f in failures:
-        print("FAIL", f, flush=True)
-    print(f"DONE rank {rank}: {len(failures)} failures", flush=True)
+def suite(run_all):
+    """A suite of cases in a process group of its own: its failures."""
+    dist.init_process_group()
+    try:
+        return run_all(rank, dist.get_world_size())
+    finally:
+        dist.destroy_process_group()
 
 
 def ddp():
-    dist.init_process_group()
-    report(ddp_cases.run_all(rank, dist.get_world_size()))
+    return suite(ddp_cases.run_all)
 
 
 def mismatch():
@@ -75,14 +77,12 @@ def mismatch():
 
 def pipelining():
     import pipeline_cases
-    dist.init_process_group()
-    report(pipeline_cases.run_all(rank, dist.get_world_size()))
+    return suite(pipeline_cases.run_all)
 
 
 def parameter_server():
     import ps_cases
-    dist.init_process_group()
-    report(ps_cases.run_all(rank, dist.get_world_size()))
+    return suite(ps_cases.run_all)
 
 
 def parameter_server_crash():
@@ -138,8 +138,7 @@ def stall():
 
 def mismatches():
     import dist_mismatch_cases
-    dist.init_process_group()
-    report(dist_mismatch_cases.run_all(rank, dist.get_world_size()))
+    return suite(dist_mismatch_cases.run_all)
 
 
 def timeout():
@@ -162,4 +161,14 @@ def crash():
     dist.all_reduce(minidl.from_numpy(np.zeros(3)))
 
 
-{"cases": cases, "ddp": ddp, "pipelining": pipelining, "ps": parameter_server, "ps_crash": parameter_server_crash, "ps_exit": parameter_server_exit, "stall": stall, "mismatch": mismatch, "mismatches": mismatches, "timeout": timeout, "crash": crash}[mode]()
+SUITES = {"cases": cases, "ddp": ddp, "pipelining": pipelining, "ps": parameter_server, "mismatches": mismatches}
+ONE_OFFS = {"ps_crash": parameter_server_crash, "ps_exit": parameter_server_exit, "stall": stall, "mismatch": mismatch,
+            "timeout": timeout, "crash": crash}
+if mode in ONE_OFFS:
+    ONE_OFFS[mode]()
+else:
+    for name in mode.split(","):   # (several suites in one launch: starting the ranks is the slow part)
+        failures = SUITES[name]()
+        for f in failures:
+            print("FAIL", name, f, flush=True)
+        print(f"DONE {name} rank {rank}: {len(failures)} failures", flush=True)

@@ -34,18 +34,20 @@ def launch(n, mode, timeout=90):
     return proc.returncode, out, time.monotonic() - start
 
 
-@pytest.mark.parametrize("mode, n", [("cases", 2), ("cases", 4), ("ddp", 2), ("ddp", 4), ("pipelining", 2),
-                                     ("pipelining", 4), ("ps", 3), ("ps", 4), ("mismatches", 2), ("mismatches", 4)])
-def test_every_case_on_every_rank(mode, n):
-    """cases: every collective and algorithm; ddp: DistributedDataParallel (tests/ddp_cases.py);
-    pipelining: pipelined steps against single-process training (tests/pipeline_cases.py);
-    ps: the parameter server's consistency models and sparse tables (tests/ps_cases.py);
-    mismatches: mismatched collectives and messages, without debug mode (tests/dist_mismatch_cases.py)."""
-    code, out, _ = launch(n, mode)
+@pytest.mark.parametrize("suites, n", [("cases,ddp,pipelining,mismatches", 2), ("ps", 3),
+                                      ("cases,ddp,pipelining,mismatches,ps", 4)])
+def test_every_case_on_every_rank(suites, n):
+    """One launch runs several suites in turn (starting the ranks is the slow part). cases: every
+    collective and algorithm; ddp: DistributedDataParallel (tests/ddp_cases.py); pipelining:
+    pipelined steps against single-process training (tests/pipeline_cases.py); ps: the parameter
+    server's consistency models and sparse tables (tests/ps_cases.py); mismatches: mismatched
+    collectives and messages, without debug mode (tests/dist_mismatch_cases.py)."""
+    code, out, _ = launch(n, suites, timeout=180)
     assert code == 0, out
     assert "FAIL" not in out, out
-    for rank in range(n):
-        assert f"DONE rank {rank}: 0 failures" in out, out
+    for suite in suites.split(","):
+        for rank in range(n):
+            assert f"DONE {suite} rank {rank}: 0 failures" in out, out
 
 
 def test_debug_mode_catches_a_mismatch_on_every_rank():
