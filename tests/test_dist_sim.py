@@ -375,6 +375,26 @@ def test_each_rank_gets_its_share_of_the_cores_for_compute(monkeypatch):
         minidl.set_num_threads(before)
 
 
+def test_a_truncation_landing_while_the_receiver_polls_is_still_an_error():
+    """The sending thread fills a receive while the receiving one tests it: however the two
+    interleave, a message longer than the buffer is an error, not a receive that completed."""
+    from minidl.dist.communicators.sim import SimCommunicator, SimWorld, _SimRecv
+
+    class FilledOnFirstLook(_SimRecv):   # (the fill lands right after the test's first read)
+        landed = False
+
+        def __getattribute__(self, name):
+            value = object.__getattribute__(self, name)
+            if name in ("done", "error") and not object.__getattribute__(self, "landed"):
+                self.landed = True
+                self.fill(0, np.zeros(8, np.float32))
+            return value
+
+    receiver = SimCommunicator(SimWorld(2), 0, 1, [0, 1], 1024)
+    with pytest.raises(dist.DistError, match=r"receive of 16 bytes from rank 0 got a message of 32 bytes"):
+        FilledOnFirstLook(receiver, np.zeros(4, np.float32), 0, 9).test()
+
+
 @pytest.mark.parametrize("n", [2, 3])
 def test_mismatched_calls_are_errors_on_every_rank(n):
     """tests/dist_mismatch_cases.py: every collective with each kind of mismatch, and point-to-point."""

@@ -75,22 +75,23 @@ class _SimRecv(Request):
         self.source, self.done = src, True
 
     def test(self):
+        if not self.done:
+            world, comm = self.comm.world, self.comm
+            with world.lock:
+                if not self.done:
+                    if self.peer is not None:
+                        world.check_alive([comm.members[self.peer]], "recv")
+                    else:   # (a failed rank ends the job, as under mpiexec; ranks that merely exited do not)
+                        others = [m for i, m in enumerate(comm.members) if i != comm.rank]
+                        failed = [m for m in others if world.gone.get(m) == "failed"]
+                        if failed or all(m in world.gone for m in others):
+                            world.check_alive(failed or others, "recv from any rank")
+                    return False
+        # (the error is read after done, which the sending thread sets after it: read the other way
+        # round, a truncation landing between the two reads passed for a complete receive)
         if self.error:
             raise DistError(self.error)
-        if self.done:
-            return True
-        world, comm = self.comm.world, self.comm
-        with world.lock:
-            if self.done:
-                return True
-            if self.peer is not None:
-                world.check_alive([comm.members[self.peer]], "recv")
-            else:   # (a failed rank ends the job, as under mpiexec; ranks that merely exited do not)
-                others = [m for i, m in enumerate(comm.members) if i != comm.rank]
-                failed = [m for m in others if world.gone.get(m) == "failed"]
-                if failed or all(m in world.gone for m in others):
-                    world.check_alive(failed or others, "recv from any rank")
-        return False
+        return True
 
 
 class _Arrivals(Request):
