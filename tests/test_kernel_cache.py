@@ -53,7 +53,7 @@ def test_second_process_compiles_nothing():
 SMALL_WORKLOAD = textwrap.dedent("""
     import json, numba, minidl as md
     from minidl.kernels.cpu.jit import elementwise
-    total = (md.arange(6.0) + 1).tolist()
+    total = (-md.arange(1.0, 7.0)).tolist()
     dispatchers = [obj for obj in vars(elementwise).values() if isinstance(obj, numba.core.registry.CPUDispatcher)]
     print(json.dumps({"misses": sum(sum(d.stats.cache_misses.values()) for d in dispatchers),
                       "hits": sum(sum(d.stats.cache_hits.values()) for d in dispatchers),
@@ -79,13 +79,13 @@ def test_a_new_clone_reuses_the_per_user_cache_and_an_edited_formula_recompiles(
     from minidl.kernels.cpu.jit import elementwise as jit
 
     # (the suite's own cache, which this process's kernels were compiled into, seeds the new one: a
-    # cold compile of the binary kernel takes a quarter of a minute, and the edited formula below makes one)
+    # cold compile of an elementwise kernel takes 8-16 s, and the edited formula below makes one)
     cache = tmp_path / "cache"
     ours = kernel_cache.KernelCacheLocator.from_function(jit.copy_serial.py_func, jit.__file__).get_cache_path()
     seeded = cache / "minidl" / os.path.relpath(ours, kernel_cache.cache_root())
     shutil.copytree(ours, seeded)
     first, _ = _run_small(ROOT, cache, tmp_path)
-    assert first["total"] == [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]
+    assert first["total"] == [-1.0, -2.0, -3.0, -4.0, -5.0, -6.0]
 
     clone = tmp_path / "clone"   # another path, as a second clone or venv would be
     shutil.copytree(ROOT / "minidl", clone / "minidl", ignore=shutil.ignore_patterns("__pycache__"))
@@ -93,17 +93,17 @@ def test_a_new_clone_reuses_the_per_user_cache_and_an_edited_formula_recompiles(
     assert again["misses"] == 0 and again["hits"] > 0, again
     assert "compiling" not in said
 
-    # a new formula for add lands in jit/formulas.py, not in jit/elementwise.py, which holds the
-    # binary kernel: the kernel must still be recompiled, or it would keep the old formula
+    # a new formula for neg lands in jit/formulas.py, not in jit/elementwise.py, which holds the
+    # unary kernel: the kernel must still be recompiled, or it would keep the old formula
     table = clone / "minidl" / "formulas" / "table.py"
-    table.write_text(table.read_text().replace('binary("add", "x + y")', 'binary("add", "x + y + 1")'))
+    table.write_text(table.read_text().replace('unary("neg", "-x",', 'unary("neg", "1 - x",'))
     regenerated = subprocess.run([sys.executable, "-m", "minidl.formulas.generate"], capture_output=True, text=True,
                                  env={**os.environ, "PYTHONPATH": str(clone)}, cwd=tmp_path, timeout=300)
     assert regenerated.returncode == 0 and "cpu/jit/formulas.py" in regenerated.stdout, regenerated.stderr
     edited, said = _run_small(clone, cache, tmp_path)
     assert edited["misses"] > 0 and "compiling CPU kernels" in said
     assert len(list((cache / "minidl").glob("cpu-numba-*/elementwise-*/*.nbi"))) > len(list(seeded.glob("*.nbi")))
-    assert edited["total"] == [2.0, 3.0, 4.0, 5.0, 6.0, 7.0]  # the new formula, not a stale kernel
+    assert edited["total"] == [0.0, -1.0, -2.0, -3.0, -4.0, -5.0]  # the new formula, not a stale kernel
     assert len(list((cache / "minidl").glob("cpu-numba-*/elementwise-*"))) == 2  # the old entries stay apart
 
 
