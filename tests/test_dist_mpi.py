@@ -13,7 +13,7 @@ from minidl.dist.launch import find_mpiexec
 
 pytest.importorskip("mpi4py")
 MPIEXEC = find_mpiexec()
-pytestmark = pytest.mark.skipif(MPIEXEC is None, reason="mpiexec not found")
+pytestmark = [pytest.mark.skipif(MPIEXEC is None, reason="mpiexec not found"), pytest.mark.slow]
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT = os.path.join(ROOT, "tests", "dist_mpi_script.py")
 

@@ -23,6 +23,7 @@ from recsys.metrics import auc, hit_ratio_and_ndcg  # noqa: E402
 from recsys.models import NeuMF, WideDeep  # noqa: E402
 
 sys.path.pop(0)
+pytestmark = pytest.mark.slow   # (seconds a test: run first, see conftest.py)
 
 
 # ------------------------------------------------------------------------------- metrics

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow   # (seconds a test: run first, see conftest.py)
+
 ROOT = Path(__file__).resolve().parent.parent
 
 WORKLOAD = textwrap.dedent("""
