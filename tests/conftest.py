@@ -14,13 +14,6 @@ settings.register_profile("thorough", max_examples=300, deadline=None, derandomi
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
-def pytest_collection_modifyitems(items):
-    """Tests marked slow (seconds each: examples, mpiexec, fresh interpreters) run first. Under
-    pytest-xdist's work stealing the quick ones then fill in around them, and no worker is left
-    finishing a slow test alone at the end. (The sort is stable: files keep their order.)"""
-    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
-
-
 @pytest.fixture(scope="session", autouse=True)
 def compiled_kernels():
     """Touch every kernel in every compute dtype once, so compilation is not charged to a test."""

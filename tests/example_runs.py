@@ -35,9 +35,10 @@ def run_example(script, *args, cwd, ranks=None, timeout=300):
 _IN_TURN = """
 import contextlib, io, json, os, runpy, sys, traceback
 results = []
+environ = dict(os.environ)
 for path, args in json.loads(sys.argv[1]):
     sys.argv, out, code = [path, *args], io.StringIO(), 0
-    sys.path.insert(0, os.path.dirname(path))
+    sys.path[0] = os.path.dirname(path)   # (where `python path` puts it, in place of python -c's cwd)
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
         try:
             runpy.run_path(path, run_name="__main__")
@@ -46,7 +47,8 @@ for path, args in json.loads(sys.argv[1]):
         except BaseException:
             traceback.print_exc()
             code = 1
-    sys.path.pop(0)
+    os.environ.clear()
+    os.environ.update(environ)
     results.append((code or 0, out.getvalue()))
 print(json.dumps(results))
 """
@@ -55,8 +57,9 @@ print(json.dumps(results))
 def run_in_turn(calls, *, cwd, env=None):
     """{(script path, args): (exit code, stdout and stderr together)} of each script run as
     `python script args` runs it, one after another in one Python process (its folder first on
-    sys.path): for --help and argument errors, where starting Python would be most of the cost.
-    ``calls`` is [(script path, args tuple)]."""
+    sys.path, the environment restored after each): for --help, argument errors and other runs that
+    stop early, where starting Python would be most of the cost. Modules a script imported stay
+    imported for the next. ``calls`` is [(script path, args tuple)]."""
     payload = json.dumps([(str(script), list(args)) for script, args in calls])
     done = subprocess.run([sys.executable, "-c", _IN_TURN, payload], cwd=cwd, capture_output=True, text=True,
                           timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})})

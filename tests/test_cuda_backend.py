@@ -9,8 +9,6 @@ import pytest
 from minidl import kernels
 from minidl.kernels.cuda import runtime
 
-pytestmark = pytest.mark.slow   # (seconds a test: run first, see conftest.py)
-
 ARCH = "sm_90"  # the H100/H200 the GPU machines carry; CUDA 13 has dropped the oldest targets
 
 

@@ -13,7 +13,7 @@ from minidl.dist.launch import find_mpiexec
 
 pytest.importorskip("mpi4py")
 MPIEXEC = find_mpiexec()
-pytestmark = [pytest.mark.skipif(MPIEXEC is None, reason="mpiexec not found"), pytest.mark.slow]
+pytestmark = pytest.mark.skipif(MPIEXEC is None, reason="mpiexec not found")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT = os.path.join(ROOT, "tests", "dist_mpi_script.py")
 
@@ -42,7 +42,7 @@ def test_every_case_on_every_rank(suites, n):
     pipelined steps against single-process training (tests/pipeline_cases.py); ps: the parameter
     server's consistency models and sparse tables (tests/ps_cases.py); mismatches: mismatched
     collectives and messages, without debug mode (tests/dist_mismatch_cases.py)."""
-    code, out, _ = launch(n, suites, timeout=180)
+    code, out, _ = launch(n, suites, timeout=90 * len(suites.split(",")))   # (90 s a suite, as when launched alone)
     assert code == 0, out
     assert "FAIL" not in out, out
     for suite in suites.split(","):

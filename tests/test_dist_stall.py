@@ -15,8 +15,6 @@ from minidl.dist.algorithms.channel import Channel
 from minidl.dist.communicators.base import Request
 from minidl.nn.parallel import DistributedDataParallel
 
-pytestmark = pytest.mark.slow   # (seconds a test: run first, see conftest.py)
-
 sim = dist.sim
 
 

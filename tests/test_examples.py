@@ -13,8 +13,6 @@ from minidl.utils.data import DataLoader
 from minidl.vision.datasets import Digits
 from example_runs import run_example, run_in_turn
 
-pytestmark = pytest.mark.slow   # (seconds a test: run first, see conftest.py)
-
 ROOT = Path(__file__).resolve().parent.parent
 
 

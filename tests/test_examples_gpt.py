@@ -3,10 +3,7 @@ import math
 import re
 from collections import Counter
 
-import pytest
 from test_examples import ROOT, _run
-
-pytestmark = pytest.mark.slow   # (seconds a test: run first, see conftest.py)
 
 TEXT = ROOT / "examples" / "data" / "lighthouse.txt"
 

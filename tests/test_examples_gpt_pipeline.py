@@ -11,7 +11,7 @@ from minidl.dist.launch import find_mpiexec
 
 pytest.importorskip("mpi4py")
 MPIEXEC = find_mpiexec()
-pytestmark = [pytest.mark.skipif(MPIEXEC is None, reason="mpiexec not found"), pytest.mark.slow]
+pytestmark = pytest.mark.skipif(MPIEXEC is None, reason="mpiexec not found")
 CLIP = 0.5
 
 

@@ -23,8 +23,6 @@ from recsys.metrics import auc, hit_ratio_and_ndcg  # noqa: E402
 from recsys.models import NeuMF, WideDeep  # noqa: E402
 
 sys.path.pop(0)
-pytestmark = pytest.mark.slow   # (seconds a test: run first, see conftest.py)
-
 
 # ------------------------------------------------------------------------------- metrics
 def test_auc_is_the_share_of_positive_negative_pairs_ranked_right():

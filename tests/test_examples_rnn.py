@@ -1,10 +1,7 @@
 """The LSTM example learns the adding problem it sets itself."""
 import re
 
-import pytest
 from test_examples import ROOT, _run
-
-pytestmark = pytest.mark.slow   # (seconds a test: run first, see conftest.py)
 
 
 def test_lstm_learns_the_adding_problem(tmp_path):

@@ -10,8 +10,6 @@ import pytest
 
 from minidl.kernels.cuda import runtime
 
-pytestmark = pytest.mark.slow   # (seconds a test: run first, see conftest.py)
-
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 SCRIPTS = ["gpu_ops.py", "gpu_train_step.py"]
 

@@ -2,7 +2,6 @@
 digits example refuses to resume from a checkpoint that is missing or damaged, and leaves one that
 is already at the epochs asked for as it is."""
 import numpy as np
-import pytest
 from example_runs import ROOT, run_example, run_in_turn
 
 import minidl
@@ -10,8 +9,6 @@ from minidl import nn
 from minidl.optim import Adam
 from minidl.optim.lr_scheduler import StepLR
 from minidl.utils.data import DataLoader, TensorDataset
-
-pytestmark = pytest.mark.slow   # (seconds a test: run first, see conftest.py)
 
 
 def _setup():

@@ -13,8 +13,6 @@ from threadpoolctl import threadpool_info
 import minidl
 from minidl import threads
 
-pytestmark = pytest.mark.slow   # (seconds a test: run first, see conftest.py)
-
 ROOT = Path(__file__).resolve().parent.parent
 
 

@@ -8,8 +8,6 @@ import sys
 import pytest
 from example_runs import run_in_turn
 
-pytestmark = pytest.mark.slow   # (seconds a test: run first, see conftest.py)
-
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 TUTORIALS = sorted((ROOT / "tutorials").glob("[0-9][0-9]_*.py"))
 
