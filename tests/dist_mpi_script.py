@@ -3,8 +3,9 @@
 cases: every collective under every algorithm, with small chunks, small ring segments and faked
 hosts, then p2p; prints "FAIL ..." lines and "DONE cases rank r: k failures". ddp: tests/ddp_cases.py,
 reported alike; pipelining: tests/pipeline_cases.py, and ps: tests/ps_cases.py, reported alike; mismatches:
-tests/dist_mismatch_cases.py, reported alike. These suites may be joined by commas (cases,ddp), run in turn. mismatch (debug mode) /
-timeout: expect the error and print it. crash: rank 1 raises while rank 0 waits in a collective (the job must end);
+tests/dist_mismatch_cases.py, reported alike. These suites may be joined by commas (cases,ddp), run in turn.
+mismatch (debug mode) / timeout: expect the error and print it. crash: rank 1 raises while rank 0 waits in a
+collective (the job must end);
 ps_crash: a parameter-server worker raises while the other waits at its clock (the job must end).
 ps_exit: a worker returns without ps.shutdown() (the servers end the job naming it). stall: rank 0 logs its stall.
 """

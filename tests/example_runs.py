@@ -42,8 +42,12 @@ for path, args in json.loads(sys.argv[1]):
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
         try:
             runpy.run_path(path, run_name="__main__")
-        except SystemExit as e:
-            code = e.code if isinstance(e.code, int) or e.code is None else (print(e.code, file=sys.stderr) or 1)
+        except SystemExit as e:   # (as the interpreter exits: sys.exit("text") prints it and gives 1)
+            if isinstance(e.code, int) or e.code is None:
+                code = e.code
+            else:
+                print(e.code, file=sys.stderr)
+                code = 1
         except BaseException:
             traceback.print_exc()
             code = 1

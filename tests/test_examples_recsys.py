@@ -10,19 +10,18 @@ import sys
 import numpy as np
 import pytest
 import torch
-from example_runs import ROOT, run_example
+from example_runs import ROOT, run_example, run_in_turn
 
 import minidl
 from minidl.vision.datasets import MovieLens, write_movielens
 
 sys.path.insert(0, str(ROOT / "examples"))
-import ncf_ps  # noqa: E402
-import wide_deep_ps  # noqa: E402
 from recsys import data, runner  # noqa: E402
 from recsys.metrics import auc, hit_ratio_and_ndcg  # noqa: E402
 from recsys.models import NeuMF, WideDeep  # noqa: E402
 
 sys.path.pop(0)
+
 
 # ------------------------------------------------------------------------------- metrics
 def test_auc_is_the_share_of_positive_negative_pairs_ranked_right():
@@ -188,7 +187,8 @@ def _final(out, metric):
 
 # (each metric well above chance: AUC 0.5; HR@10 about 0.1, one held-out item among 100 negatives)
 @pytest.mark.parametrize("script, metric, learnt, args, workers", [
-    ("wide_deep_ps.py", "AUC", 0.7, ["--mode", "ps", "--epochs", "3", "--batch-size", "128"], 3),   # (3 workers: slices of 42 and 43)
+    # (3 workers: slices of 42 and 43 of a batch of 128)
+    ("wide_deep_ps.py", "AUC", 0.7, ["--mode", "ps", "--epochs", "3", "--batch-size", "128"], 3),
     ("ncf_ps.py", "HR@10", 0.2, ["--mode", "hybrid", "--epochs", "2", "--batch-size", "512", "--lr", "0.03"], 2),
 ])
 def test_bsp_through_the_servers_reaches_the_one_process_metric(script, metric, learnt, args, workers, tmp_path):
@@ -233,13 +233,6 @@ def test_the_staleness_picture_is_readable_at_any_range_and_explains_a_lone_bar(
         assert reason in runner.why_none_stale(argparse.Namespace(**{**setup, **changes}), workers)
 
 
-def _exit_message(main, *argv, capsys):
-    """(exit code, stderr) of an example's main run in this process, as a one-process user runs it."""
-    with pytest.raises(SystemExit) as exited:
-        main(list(argv))
-    return exited.value.code, capsys.readouterr().err
-
-
 def test_bad_input_ends_every_rank_with_one_message(tmp_path):
     bad = tmp_path / "ml-1m" / "ratings.dat"
     bad.parent.mkdir()
@@ -250,28 +243,32 @@ def test_bad_input_ends_every_rank_with_one_message(tmp_path):
     assert code == 2 and out.count("error: --batch-size 1 leaves some of the 2 workers no sample") == 1, out
 
 
-def test_bad_input_in_one_process_exits_with_one_message(tmp_path, capsys):
-    """The checks every rank makes, run here in this process (the examples' main, not a subprocess)."""
-    code, err = _exit_message(ncf_ps.main, "--servers", "1", capsys=capsys)
-    assert code == 2 and "error: --servers 1 needs workers beside the servers: mpiexec -n 3" in err
+def test_bad_input_in_one_process_exits_with_one_message(tmp_path):
+    """The checks every rank makes, each run as `python examples/<script> args` runs it (in turn, in one
+    Python process: tests/example_runs.run_in_turn)."""
+    ncf, wide_deep = ROOT / "examples" / "ncf_ps.py", ROOT / "examples" / "wide_deep_ps.py"
     picture = tmp_path / "nowhere" / "h.png"
-    for args, error in ((["--lr", "nan"], "--lr nan must be a positive number"),
-                        (["--staleness", "-1"], "--staleness -1 must be >= 0"),
-                        (["--limit-batches", "0"], "--limit-batches 0 must be >= 1"),
-                        (["--users", "20", "--per-user", "10", "--batch-size", "901"],   # 20 x 9 x (1 + 4)
-                         "--batch-size 901: the ratings give 900 training examples, not one batch"),
-                        (["--picture", str(picture)], f"--picture {picture}: there is no folder {picture.parent}")):
-        code, err = _exit_message(ncf_ps.main, "--servers", "0", *args, capsys=capsys)
-        assert code == 2 and f"error: {error}" in err, err
     two = tmp_path / "two" / "u.data"   # (a file too small to split, as the models need)
     two.parent.mkdir()
     two.write_text("1\t1\t5\t1\n2\t2\t3\t2\n")
-    for main, error in ((ncf_ps.main, "each of the 2 users has one rating, which is held out"),
-                        (wide_deep_ps.main, "2 ratings, of which a fifth (rounded) is held out: none")):
-        code, err = _exit_message(main, "--servers", "0", "--data", str(two), capsys=capsys)
-        assert code == 2 and f"error: {two}: {error}" in err and "Traceback" not in err, err
     fives = tmp_path / "fives" / "ratings.dat"
     fives.parent.mkdir()
     fives.write_text("".join(f"{u}::{i}::5::{i}\n" for u in range(1, 9) for i in range(1, 9)))
-    code, err = _exit_message(wide_deep_ps.main, "--servers", "0", "--data", str(fives), capsys=capsys)
-    assert code == 2 and "every held-out rating is a click (rating >= 4): AUC needs both" in err, err
+    expected = [
+        (ncf, ("--servers", "1"), "--servers 1 needs workers beside the servers: mpiexec -n 3"),
+        (ncf, ("--servers", "0", "--lr", "nan"), "--lr nan must be a positive number"),
+        (ncf, ("--servers", "0", "--staleness", "-1"), "--staleness -1 must be >= 0"),
+        (ncf, ("--servers", "0", "--limit-batches", "0"), "--limit-batches 0 must be >= 1"),
+        (ncf, ("--servers", "0", "--users", "20", "--per-user", "10", "--batch-size", "901"),   # 20 x 9 x (1 + 4)
+         "--batch-size 901: the ratings give 900 training examples, not one batch"),
+        (ncf, ("--servers", "0", "--picture", str(picture)),
+         f"--picture {picture}: there is no folder {picture.parent}"),
+        (ncf, ("--servers", "0", "--data", str(two)), f"{two}: each of the 2 users has one rating, which is held out"),
+        (wide_deep, ("--servers", "0", "--data", str(two)),
+         f"{two}: 2 ratings, of which a fifth (rounded) is held out: none"),
+        (wide_deep, ("--servers", "0", "--data", str(fives)),
+         f"{fives}: every held-out rating is a click (rating >= 4): AUC needs both")]
+    results = run_in_turn([(script, args) for script, args, _ in expected], cwd=tmp_path)
+    for script, args, error in expected:
+        code, out = results[str(script), args]
+        assert code == 2 and f"error: {error}" in out and "Traceback" not in out, out
