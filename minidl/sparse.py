@@ -54,7 +54,6 @@ def dense_to_sparse(x: Tensor, sparse_dim=None) -> "SparseCOOTensor":
     if not 0 < k <= x.ndim:
         raise RuntimeError(f"to_sparse: sparse_dim={sparse_dim} for a tensor of {x.ndim} dims; it must be in "
                            f"1..{x.ndim}")
-    x = x.detach()
     occupied = x != 0
     if k < x.ndim:
         occupied = occupied.flatten(k).any(dim=k)
@@ -70,10 +69,7 @@ class SparseCOOTensor:
     __slots__ = ("_idx", "_vals", "_size", "_coalesced")
     is_sparse = True
     layout = sparse_coo
-    requires_grad = False
-    grad_fn = None
     grad = None
-    is_leaf = True
 
     def __init__(self, indices: Tensor, values: Tensor, size, coalesced: bool = False, check: bool = True):
         size = tuple(int(s) for s in size)
@@ -176,10 +172,24 @@ class SparseCOOTensor:
     def clone(self) -> "SparseCOOTensor":
         return SparseCOOTensor(self._idx.clone(), self._vals.clone(), self._size, self._coalesced)
 
+    # -- autograd: through the values (to_sparse of a tensor that requires grad keeps its graph, as torch's)
+    @property
+    def requires_grad(self) -> bool:
+        return self._vals.requires_grad
+
+    @property
+    def grad_fn(self):
+        return self._vals.grad_fn
+
+    @property
+    def is_leaf(self) -> bool:
+        return self._vals.grad_fn is None
+
     def detach(self) -> "SparseCOOTensor":
-        return self
+        return SparseCOOTensor(self._idx, self._vals.detach(), self._size, self._coalesced, check=False)
 
     def detach_(self) -> "SparseCOOTensor":
+        self._vals = self._vals.detach()
         return self
 
     def requires_grad_(self, requires_grad: bool = True) -> "SparseCOOTensor":

@@ -184,3 +184,17 @@ def test_functional_unfold_fold_match_torch():
     back = F.fold(got, (6, 5), (2, 3), stride=(2, 1), padding=1, dilation=(1, 2))
     ref_back = torch.nn.functional.fold(ref, (6, 5), (2, 3), stride=(2, 1), padding=1, dilation=(1, 2))
     np.testing.assert_allclose(back.numpy(), ref_back.numpy(), **TOL)
+
+
+@pytest.mark.parametrize("shape", [(1, 1, 5, 5), (1, 1, 4, 4), (2, 5, 4)])
+def test_unfold_fold_positional_order_and_unbatched_input_match_torch(shape):
+    """torch's positional order is (kernel_size, dilation, padding, stride); fold takes output_size first."""
+    x = np.random.default_rng(2).standard_normal(shape)
+    got = F.unfold(minidl.tensor(x), 2, 1, 0, 2)
+    ref = torch.nn.functional.unfold(torch.tensor(x), 2, 1, 0, 2)
+    assert tuple(got.shape) == tuple(ref.shape)
+    np.testing.assert_allclose(got.numpy(), ref.numpy(), **TOL)
+    back = F.fold(got, shape[-2:], 2, 1, 0, 2)
+    ref_back = torch.nn.functional.fold(ref, shape[-2:], 2, 1, 0, 2)
+    assert tuple(back.shape) == tuple(ref_back.shape)
+    np.testing.assert_allclose(back.numpy(), ref_back.numpy(), **TOL)

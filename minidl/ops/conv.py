@@ -223,31 +223,37 @@ def _sample_geometry():
 
 
 @op("unfold", method=False, namespace="nn.functional", samples=lambda t: [
-    t.S("unfold", lambda x: im2col(x, (2, 1), stride=1, padding=(0, 1)), t.rn(1, 2, 3, 2)),
+    t.S("unfold", lambda x: im2col(x, (2, 1), padding=(0, 1)), t.rn(1, 2, 3, 2)),
+    t.S("unfold-positional-unbatched", lambda x: im2col(x, 2, 1, 0, 2), t.rn(2, 5, 4)),
     t.S("channel-major", lambda x: Im2Col.apply(x, _sample_geometry(), True), t.rn(2, 2, 3, 4))])
-def im2col(x, kernel_size, stride=1, padding=0, dilation=1):
-    """(N, C, H, W) -> (N, C*kh*kw, L), like torch.nn.functional.unfold."""
-    k, s, p, d = (_pair(v, n) for v, n in ((kernel_size, "kernel_size"), (stride, "stride"),
-                                           (padding, "padding"), (dilation, "dilation")))
-    if x.ndim != 4:
-        raise RuntimeError(f"im2col: expected a 4D input, got {x.ndim}D")
+def im2col(x, kernel_size, dilation=1, padding=0, stride=1):
+    """(N, C, H, W) or (C, H, W) -> (N, C*kh*kw, L) or (C*kh*kw, L), torch.nn.functional.unfold
+    (its positional order: kernel_size, dilation, padding, stride)."""
+    k, d, p, s = (_pair(v, n) for v, n in ((kernel_size, "kernel_size"), (dilation, "dilation"),
+                                           (padding, "padding"), (stride, "stride")))
+    x, unbatched = _batched("unfold", x)
     oh, ow = _geometry("im2col", x.shape[2], x.shape[3], k, s, p, d)
-    return Im2Col.apply(x, k + s + p + d + (oh, ow))
+    out = Im2Col.apply(x, k + s + p + d + (oh, ow))
+    return out.squeeze(0) if unbatched else out
 
 
 @op("fold", method=False, namespace="nn.functional", samples=lambda t: [
     t.S("fold", lambda c: col2im(c, (3, 3), 2, padding=1, stride=2), t.rn(1, 8, 4)),
+    t.S("fold-positional-unbatched", lambda c: col2im(c, (5, 4), 2, 1, 0, 2), t.rn(8, 4)),
     t.S("channel-major", lambda c: Col2Im.apply(c, (2, 2, 3, 4), _sample_geometry(), True), t.rn(8, 16))])
-def col2im(cols, output_size, kernel_size, stride=1, padding=0, dilation=1):
-    """(N, C*kh*kw, L) -> (N, C, H, W), summing overlaps, like torch.nn.functional.fold."""
-    k, s, p, d = (_pair(v, n) for v, n in ((kernel_size, "kernel_size"), (stride, "stride"),
-                                           (padding, "padding"), (dilation, "dilation")))
+def col2im(cols, output_size, kernel_size, dilation=1, padding=0, stride=1):
+    """(N, C*kh*kw, L) or (C*kh*kw, L) -> (N, C, H, W) or (C, H, W), summing overlaps,
+    torch.nn.functional.fold (its positional order: output_size, kernel_size, dilation, padding, stride)."""
+    k, d, p, s = (_pair(v, n) for v, n in ((kernel_size, "kernel_size"), (dilation, "dilation"),
+                                           (padding, "padding"), (stride, "stride")))
     h, w = _pair(output_size, "output_size")
-    if cols.ndim != 3 or cols.shape[1] % (k[0] * k[1]):
-        raise RuntimeError(f"col2im: expected (N, C*{k[0]}*{k[1]}, L) columns, got {list(cols.shape)}")
+    cols, unbatched = _batched("fold", cols, spatial=1)
+    if cols.shape[1] % (k[0] * k[1]):
+        raise RuntimeError(f"fold: expected (N, C*{k[0]}*{k[1]}, L) columns, got {list(cols.shape)}")
     oh, ow = _geometry("col2im", h, w, k, s, p, d)
     n, c = cols.shape[0], cols.shape[1] // (k[0] * k[1])
-    return Col2Im.apply(cols, (n, c, h, w), k + s + p + d + (oh, ow))
+    out = Col2Im.apply(cols, (n, c, h, w), k + s + p + d + (oh, ow))
+    return out.squeeze(0) if unbatched else out
 
 
 def _conv_inputs(name, input, weight, bias):

@@ -295,7 +295,10 @@ def arange(start, end=None, step=1, dtype=None, device=None, requires_grad=False
     if dtype is None:
         dtype = dt.get_default_dtype() if any(isinstance(v, float) for v in values) else dt.int64
     dtype = dt.to_dtype(dtype)
-    count = max(0, math.ceil((values[1] - values[0]) / values[2]))
+    if dtype.is_floating_point:
+        count = max(0, math.ceil((values[1] - values[0]) / values[2]))
+    else:
+        count, values = _integer_count(dtype, *values)
     device = as_device(device)
     key = (dtype, device, count, values[0], values[2])
     source = _ranges.get(key) if device.type != "cpu" else None
@@ -312,10 +315,34 @@ def arange(start, end=None, step=1, dtype=None, device=None, requires_grad=False
     return _finish(out, requires_grad)
 
 
+def _integer_count(dtype, start, end, step):
+    """arange's length and (start, end, step) in an integer dtype, as torch's: start and step are truncated
+    to integers; int64 truncates end too and counts in integers, the other dtypes count with the values given."""
+    values = [math.trunc(v) for v in (start, end, step)]
+    if values[2] == 0:
+        raise RuntimeError(f"arange: step {step} truncates to 0 in {dtype.name}; step must be nonzero")
+    if dtype is not dt.int64:
+        return max(0, math.ceil((end - start) / step)), values
+    span = values[1] - values[0] + values[2] - (1 if values[2] > 0 else -1)
+    count = abs(span) // abs(values[2]) if (span >= 0) == (values[2] > 0) else 0
+    return count, values
+
+
 @op(method=False)
 def linspace(start, end, steps, dtype=None, device=None, requires_grad=False):
+    """As torch's: the first half of the points count up from start and the rest down from end, so both ends
+    are exact (one point is start); an integer dtype truncates start and end first, and then each point."""
     dtype = dt.to_dtype(dtype) if dtype is not None else dt.get_default_dtype()
-    array = np.linspace(float(start), float(end), int(steps))
+    steps = int(steps)
+    if steps < 0:
+        raise RuntimeError(f"linspace: number of steps must be non-negative, got {steps}")
+    compute = np.float32 if dtype.is_floating_point and dtype is not dt.float64 else np.float64
+    first, last = (compute(float(v) if dtype.is_floating_point else math.trunc(float(v))) for v in (start, end))
+    step = (last - first) / compute(max(steps - 1, 1))
+    i = np.arange(steps, dtype=compute)
+    array = np.where((i < steps // 2) | (steps == 1), first + step * i, last - step * (steps - 1 - i))
+    if not dtype.is_floating_point:
+        array = np.trunc(array).astype(np.int64)
     return _finish(from_host_array(array, device or "cpu", dtype), requires_grad)
 
 

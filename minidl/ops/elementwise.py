@@ -236,10 +236,13 @@ def _promote(a, b):
 class Binary(Function):
     """Broadcasting ``op(a, b)``; subclasses give ``grad_a(a, b, y, g)`` and ``grad_b`` (None: not
     differentiable in b) before un-broadcasting, each computed only when asked for (``y``, the
-    output, is saved only for ops that read it)."""
+    output, is saved only for ops that read it). ``reads`` names the operands each gradient reads:
+    only those of the gradients needed are saved, as in torch, so that an operand modified in place
+    afterwards (``x.copy_(x * 0.2)`` in an in-place activation) does not spoil a gradient that never reads it."""
     op = ""
     true_division = False
     saves_output = False
+    reads = ("ab", "ab")
     check = None  # optional validation of the operands, e.g. integer ** negative
 
     @classmethod
@@ -251,15 +254,19 @@ class Binary(Function):
             result = dt.get_default_dtype()
         y = binary_raw("binary", cls.op, a, b, dt.ARITHMETIC[result], result)
         if ctx._recording:
-            ctx.save_for_backward(a, b, y if cls.saves_output else None)
+            need_a, need_b = ctx.needs_input_grad
+            read = (cls.reads[0] if need_a else "") + (cls.reads[1] if need_b else "")
+            ctx.save_for_backward(a if "a" in read else None, b if "b" in read else None,
+                                  y if cls.saves_output else None)
+            ctx.shapes = a.shape, b.shape
         return y
 
     @classmethod
     def backward(cls, ctx, g):
         a, b, y = ctx.saved_tensors
         need_a, need_b = ctx.needs_input_grad
-        return (sum_to(cls.grad_a(a, b, y, g), a.shape) if need_a else None,
-                sum_to(cls.grad_b(a, b, y, g), b.shape) if need_b and cls.grad_b is not None else None)
+        return (sum_to(cls.grad_a(a, b, y, g), ctx.shapes[0]) if need_a else None,
+                sum_to(cls.grad_b(a, b, y, g), ctx.shapes[1]) if need_b and cls.grad_b is not None else None)
 
 
 def _check_integer_power(a, b):
@@ -282,25 +289,27 @@ def _share(a, b, sign=1):
     return 1 - (a * sign < b * sign) - (a == b) * 0.5
 
 
-def _binary(name, code, grad_a, grad_b, true_division=False, saves_output=False, check=None):
+def _binary(name, code, grad_a, grad_b, true_division=False, saves_output=False, check=None, reads=("ab", "ab")):
     return type(name, (Binary,), {"op": code, "grad_a": staticmethod(grad_a),
                                   "grad_b": None if grad_b is None else staticmethod(grad_b),
-                                  "true_division": true_division, "saves_output": saves_output,
+                                  "true_division": true_division, "saves_output": saves_output, "reads": reads,
                                   "check": None if check is None else staticmethod(check)})
 
 
-Add = _binary("Add", "add", lambda a, b, y, g: g, lambda a, b, y, g: g)
-Sub = _binary("Sub", "sub", lambda a, b, y, g: g, lambda a, b, y, g: -g)
-Mul = _binary("Mul", "mul", lambda a, b, y, g: g * b, lambda a, b, y, g: g * a)
-Div = _binary("Div", "div", lambda a, b, y, g: g / b, lambda a, b, y, g: -g * a / (b * b), true_division=True)
+Add = _binary("Add", "add", lambda a, b, y, g: g, lambda a, b, y, g: g, reads=("", ""))
+Sub = _binary("Sub", "sub", lambda a, b, y, g: g, lambda a, b, y, g: -g, reads=("", ""))
+Mul = _binary("Mul", "mul", lambda a, b, y, g: g * b, lambda a, b, y, g: g * a, reads=("b", "a"))
+Div = _binary("Div", "div", lambda a, b, y, g: g / b, lambda a, b, y, g: -g * a / (b * b), true_division=True,
+              reads=("b", "ab"))
 Pow = _binary("Pow", "pow", _pow_grad_a, _pow_grad_b, saves_output=True, check=_check_integer_power)
 Maximum = _binary("Maximum", "maximum", lambda a, b, y, g: g * _share(a, b), lambda a, b, y, g: g * _share(b, a))
 Minimum = _binary("Minimum", "minimum", lambda a, b, y, g: g * _share(a, b, -1),
                   lambda a, b, y, g: g * _share(b, a, -1))
 # g where y > 0, else 0: ReLU's backward in one pass (its own gradient is the same gate of gg)
-Gate = _binary("Gate", "gate", lambda a, b, y, g: Gate.apply(g, b), None)
-FloorDivide = _binary("FloorDivide", "floordiv", lambda a, b, y, g: g * 0, lambda a, b, y, g: g * 0)
-Remainder = _binary("Remainder", "remainder", lambda a, b, y, g: g, lambda a, b, y, g: -g * (a / b).floor())
+Gate = _binary("Gate", "gate", lambda a, b, y, g: Gate.apply(g, b), None, reads=("b", ""))
+FloorDivide = _binary("FloorDivide", "floordiv", lambda a, b, y, g: g * 0, lambda a, b, y, g: g * 0, reads=("", ""))
+Remainder = _binary("Remainder", "remainder", lambda a, b, y, g: g, lambda a, b, y, g: -g * (a / b).floor(),
+                    reads=("", "ab"))
 Atan2 = _binary("Atan2", "atan2", lambda a, b, y, g: g * b / (a * a + b * b),
                 lambda a, b, y, g: -g * a / (a * a + b * b), true_division=True)
 
@@ -567,8 +576,12 @@ class Clamp(Function):
         if hi is not None:
             keep = (x <= hi) if keep is None else keep & (x <= hi)
         gx = g * keep if ctx.needs_input_grad[0] else None
-        glo = sum_to(g * (x < lo), lo.shape) if lo is not None and ctx.needs_input_grad[1] else None
-        ghi = sum_to(g * (x > hi), hi.shape) if hi is not None and ctx.needs_input_grad[2] else None
+        # where min > max the result is max (as torch's), so max takes all of the gradient there
+        to_lo, to_hi = (x < lo) if lo is not None else None, (x > hi) if hi is not None else None
+        if lo is not None and hi is not None:
+            to_lo, to_hi = to_lo & (lo < hi), to_hi | (hi < lo)
+        glo = sum_to(g * to_lo, lo.shape) if lo is not None and ctx.needs_input_grad[1] else None
+        ghi = sum_to(g * to_hi, hi.shape) if hi is not None and ctx.needs_input_grad[2] else None
         return gx, glo, ghi
 
 

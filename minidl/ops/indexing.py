@@ -28,7 +28,7 @@ from .core import (
     packed_buffer,
     written_operand,
 )
-from .creation import arange, tensor
+from .creation import arange, tensor, zeros
 from .elementwise import where
 from .inplace import assign
 from .shape_ops import stack
@@ -390,13 +390,17 @@ def index_copy(x, dim, index, source):
 
 
 @op(inplace=rebased, samples=lambda t: [
-    t.S("index_fill-value-tensor", lambda x, v: index_fill(x, 1, t.const([0, 2]), v), t.rn(3, 4), t.rn())])
+    t.S("index_fill-value-tensor", lambda x, v: index_fill(x, 1, t.const([0, 2]), v), t.rn(3, 4), t.rn()),
+    t.S("index_fill-duplicates", lambda x, v: index_fill(x, 1, t.const([3, 0, 3]), v), t.rn(2, 4), t.rn())])
 def index_fill(x, dim, index, value):
-    """x with its slices ``index`` along ``dim`` set to ``value`` (a number or a 0-d tensor)."""
+    """x with its slices ``index`` along ``dim`` set to ``value`` (a number or a 0-d tensor). A mask of
+    the filled places selects the value, so a repeated index fills (and passes the gradient) once."""
     value = written_operand(value, x, "index_fill")
     if value.ndim:
         raise RuntimeError(f"index_fill: only supports a 0-dimensional value tensor, got {value.ndim}-D")
-    return _index_along("index_fill", x, dim, index, value.expand, False)
+    empty = zeros(x.shape, dtype=dt.bool_, device=x.device)
+    filled = _index_along("index_fill", empty, dim, index, tensor(True, device=x.device).expand, False)
+    return where(filled, value.to(x.dtype), x)
 
 
 def _masked_scatter_samples(t):

@@ -178,6 +178,8 @@ def _add_product(op, x, product, beta, alpha):
     if broadcast_shapes(x.shape, product.shape, op=op) != product.shape:
         raise RuntimeError(f"{op}: input of shape {list(x.shape)} does not broadcast to the product's shape "
                            f"{list(product.shape)}")
+    if not product.dtype.is_floating_point:  # torch truncates the factors to integers for integer tensors
+        beta, alpha = math.trunc(beta), math.trunc(alpha)
     if alpha != 1:
         product = product * alpha
     if beta == 0:
