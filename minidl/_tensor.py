@@ -6,7 +6,7 @@ import numpy as np
 from . import _dtype as dt
 from . import _tensor_base, ops
 from .autograd import engine
-from ._layouts import strided
+from ._layouts import preserve_format, strided
 from ._tensor_base import TensorBase, as_device
 from .ops import elementwise as ew
 from .ops import inplace
@@ -120,8 +120,11 @@ class Tensor(TensorBase):
     __str__ = __repr__
 
     def to(self, *args, **kwargs):
-        """to(dtype) / to(device, dtype) / to(other_tensor), with PyTorch's non_blocking and copy
-        (non_blocking is accepted; copies between devices are synchronous here)."""
+        """to(dtype) / to(device, dtype) / to(other_tensor), with PyTorch's non_blocking, copy and
+        memory_format (non_blocking is accepted; copies between devices are synchronous here)."""
+        unknown = sorted(set(kwargs) - {"dtype", "device", "non_blocking", "copy", "memory_format"})
+        if unknown:
+            raise TypeError(f"to() got an unexpected keyword argument '{unknown[0]}'")
         dtype, device, copy = kwargs.get("dtype"), kwargs.get("device"), kwargs.get("copy", False)
         flags = []
         for a in args:
@@ -139,6 +142,10 @@ class Tensor(TensorBase):
             out = ops.conversion.to_device(out, as_device(device))
         if dtype is not None and dt.to_dtype(dtype) is not out.dtype:
             out = ops.conversion.to_dtype(out, dt.to_dtype(dtype))
+        memory_format = kwargs.get("memory_format")
+        if memory_format not in (None, preserve_format) and ((copy and out is self)
+                                                             or out.stride() != memory_format.strides(out.shape)):
+            return out.clone(memory_format=memory_format)
         return out.clone() if copy and out is self else out
 
     def type(self, dtype=None):

@@ -321,3 +321,9 @@ def test_dcgan_discriminator_steps_with_inplace_leaky_relu_match_torch():
         np.testing.assert_allclose(got_loss, ref_loss, rtol=1e-5, atol=1e-6)
         for got, ref in zip(got_grads, ref_grads):
             np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-5)
+
+
+def test_module_to_channels_last_restrides_4d_parameters_only_like_torch():
+    theirs = tnn.Sequential(tnn.Conv2d(3, 4, 3), tnn.BatchNorm2d(4)).to(memory_format=torch.channels_last)
+    mine = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4)).to(memory_format=minidl.channels_last)
+    assert [tuple(p.stride()) for p in mine.parameters()] == [tuple(p.stride()) for p in theirs.parameters()]

@@ -15,6 +15,7 @@ import operator
 import numpy as np
 
 from .. import layout as L
+from .._layouts import channels_last
 from .._tensor_base import make
 from ..autograd import Function
 from .core import buf, from_host_array, kernel, new_like_shape, sum_to
@@ -305,14 +306,23 @@ class Clone(Function):
         return g
 
 
-@op(samples=lambda t: [t.S("clone", lambda x: x.clone(), t.rn(3, 4))])
+@op(samples=lambda t: [t.S("clone", lambda x: x.clone(), t.rn(3, 4)),
+                       t.S("clone-channels_last", lambda x: x.clone(memory_format=channels_last), t.rn(2, 3, 2, 2))])
 def clone(x, memory_format=None):
-    return Clone.apply(x)
+    """A copy of x, laid out in ``memory_format`` when it names a dim order (channels_last: N, H, W, C)."""
+    order = getattr(memory_format, "order", None)
+    if order is None:
+        return Clone.apply(x)
+    if len(order) != x.ndim:
+        raise RuntimeError(f"required rank {len(order)} tensor to use {memory_format.name} format, got a "
+                           f"{x.ndim}-D tensor")
+    outer_first = order[::-1]
+    return Clone.apply(x.permute(outer_first)).permute(tuple(outer_first.index(d) for d in range(x.ndim)))
 
 
 @op(samples=lambda t: [t.S("contiguous", lambda x: x.contiguous(), t.NC(t.rn(3, 4), "F"))])
 def contiguous(x, memory_format=None):
-    return x if x._layout.is_contiguous else Clone.apply(x)
+    return x if x.is_contiguous(memory_format) else clone(x, memory_format)
 
 
 @op(samples=lambda t: [t.S("broadcast_to", lambda x: x.broadcast_to((2, 3, 4)), t.rn(3, 1))])
