@@ -327,3 +327,18 @@ def test_module_to_channels_last_restrides_4d_parameters_only_like_torch():
     theirs = tnn.Sequential(tnn.Conv2d(3, 4, 3), tnn.BatchNorm2d(4)).to(memory_format=torch.channels_last)
     mine = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4)).to(memory_format=minidl.channels_last)
     assert [tuple(p.stride()) for p in mine.parameters()] == [tuple(p.stride()) for p in theirs.parameters()]
+
+
+@pytest.mark.parametrize("act", [("ReLU", {}), ("LeakyReLU", {"negative_slope": 0.2}), ("ELU", {}), ("SiLU", {})])
+def test_inplace_activation_after_batch_norm_matches_torch(act):
+    name, kw = act
+    torch.manual_seed(1)
+    theirs = tnn.Sequential(tnn.Conv2d(3, 4, 3), tnn.BatchNorm2d(4), getattr(tnn, name)(inplace=True, **kw))
+    mine = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), getattr(nn, name)(inplace=True, **kw))
+    copy_weights(mine, theirs)
+    x = np.random.default_rng(6).standard_normal((2, 3, 6, 6))
+    weights = np.random.default_rng(7).standard_normal((2, 4, 4, 4))
+    (theirs(torch.tensor(x, dtype=torch.float32)) * torch.tensor(weights)).sum().backward()
+    (mine(minidl.tensor(x, dtype=minidl.float32)) * minidl.tensor(weights)).sum().backward()
+    for p, q in zip(mine.parameters(), theirs.parameters()):
+        np.testing.assert_allclose(p.grad.numpy(), q.grad.numpy(), rtol=1e-4, atol=1e-5)
