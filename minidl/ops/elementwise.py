@@ -566,7 +566,7 @@ class Clamp(Function):
             keep = x >= lo
         if hi is not None:
             keep = (x <= hi) if keep is None else keep & (x <= hi)
-        gx = g * keep if ctx.needs_input_grad[0] else None
+        gx = sum_to(g * keep, x.shape) if ctx.needs_input_grad[0] else None
         glo = sum_to(g * (x < lo), lo.shape) if lo is not None and ctx.needs_input_grad[1] else None
         ghi = sum_to(g * (x > hi), hi.shape) if hi is not None and ctx.needs_input_grad[2] else None
         return gx, glo, ghi
