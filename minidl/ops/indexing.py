@@ -342,10 +342,11 @@ class ScatterMultiply(Function):
 
     @staticmethod
     def forward(ctx, x, flat, values):
-        out = np.array(x.detach().cpu().numpy(), order="C")
+        work = dt.float32 if x.dtype in dt.HALF else x.dtype                # (numpy has no bfloat16)
+        out = np.array(x.detach().cpu().to(work).numpy(), order="C")
         np.multiply.at(out.reshape(-1), flat.cpu().numpy().reshape(-1),
-                       values.detach().expand(flat.shape).cpu().numpy().reshape(-1))
-        return tensor(out, dtype=x.dtype, device=x.device)
+                       values.detach().to(work).expand(flat.shape).cpu().numpy().reshape(-1))
+        return tensor(out, device=x.device).to(x.dtype)
 
     @staticmethod
     def backward(ctx, g):
