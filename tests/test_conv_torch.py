@@ -173,7 +173,8 @@ def test_integer_conv_and_pool_match_torch(case):
     arrays = [_irng.integers(low, 10, s) for s in shapes]
     expected = fn(torch.nn.functional, *(torch.tensor(a).to(getattr(torch, dtype)) for a in arrays))
     out = fn(F, *(minidl.tensor(a).to(getattr(minidl, dtype)) for a in arrays))
-    for o, e in zip(out if isinstance(out, tuple) else (out,), expected if isinstance(expected, tuple) else (expected,)):
+    pairs = zip(out, expected) if isinstance(out, tuple) else [(out, expected)]
+    for o, e in pairs:
         assert o.dtype.name == str(e.dtype).replace("torch.", ""), name
         np.testing.assert_array_equal(o.numpy(), e.numpy(), err_msg=name)
 

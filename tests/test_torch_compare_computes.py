@@ -1,11 +1,11 @@
 """Where PyTorch computes and minidl used to raise (issue 37, item 3): the gather family with a 0-d input or
-index beside a 1-d one, transpose of a 0-d tensor, scatter's reduce, masks that broadcast the input up,
-clamp bounds that broadcast the input up. Forward values, dtypes and gradients against PyTorch."""
+index beside a 1-d one (and index_fill's negative indices), transpose of a 0-d tensor, scatter's reduce,
+masks and clamp bounds that broadcast the input up. Forward values, dtypes and gradients against PyTorch."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
-from test_torch_compare import DTYPES, T, _run, rn
+from test_torch_compare import DTYPES, T, _run, pos, rn
 
 import minidl
 
@@ -28,15 +28,17 @@ CASES = [
     ("index_copy-0d-input-1d-source", lambda m, x, s: x.index_copy(0, T(m, [0]), s), [np.array(1.5), rn(1)]),
     ("index_fill-0d-input", lambda m, x: (x.index_fill(0, T(m, [0]), 2.0), x.index_fill(0, T(m, 0), -1.0)),
      [np.array(1.5)]),
+    ("index_fill-negative-index", lambda m, x: x.index_fill(1, T(m, [-1, 0]), 2.0), [rn(2, 3)]),
     ("index_select-0d-input", lambda m, x: (x.index_select(0, T(m, [0])), x.index_select(-1, T(m, 0))),
      [np.array(1.5)]),
     ("transpose-0d", lambda m, x: (x.transpose(0, 0) * 2, x.transpose(-1, 0), x.swapaxes(0, -1)), [np.array(1.5)]),
     ("masked_fill-mask-broadcasts-input", lambda m, x, v: (x.masked_fill(T(m, MASK_2x1), 0.5),
-                                                           m.masked_fill(x, T(m, MASK_2x1), v)), [rn(3), np.array(2.0)]),
+                                                           m.masked_fill(x, T(m, MASK_2x1), v)),
+     [rn(3), np.array(2.0)]),
     ("masked_scatter-mask-broadcasts-input", lambda m, x, s: x.masked_scatter(T(m, MASK_2x1), s), [rn(3), rn(7)]),
     ("clamp_min-bound-broadcasts-input", lambda m, x, lo: x.clamp_min(lo), [rn(3), rn(2, 1)]),
     ("clamp_max-bound-broadcasts-input", lambda m, x, hi: m.clamp_max(x, hi), [rn(3), rn(2, 1)]),
-    ("clamp-bounds-broadcast-input", lambda m, x, lo, hi: x.clamp(lo, hi + 1), [rn(3), rn(2, 1), rn(2, 1)]),
+    ("clamp-bounds-broadcast-input", lambda m, x, lo, hi: x.clamp(lo, hi), [rn(3) * 3, -pos(2, 1), pos(2, 1)]),
 ]
 
 # PyTorch has no derivative for scatter with a reduce: forward only
