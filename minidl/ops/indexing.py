@@ -440,6 +440,8 @@ def index_fill(x, dim, index, value):
     value = written_operand(value, x, "index_fill")
     if value.ndim:
         raise RuntimeError(f"index_fill: only supports a 0-dimensional value tensor, got {value.ndim}-D")
+    if index.dtype.is_floating_point or index.dtype is dt.bool_:
+        raise TypeError(f"index_fill(): Expected dtype int64 for index, got {index.dtype}")
     size = x.shape[normalize_dim(dim, x.ndim, "index_fill")] if x.ndim else 1
     index = _checked(index, size, 1, dim, "index_fill")  # unlike index_add/copy, negatives count from the end
     return _index_along("index_fill", x, dim, index, value.expand, False)
