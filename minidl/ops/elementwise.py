@@ -575,7 +575,7 @@ class Clamp(Function):
             keep = x >= lo
         if hi is not None:
             keep = (x <= hi) if keep is None else keep & (x <= hi)
-        gx = g * keep if ctx.needs_input_grad[0] else None
+        gx = sum_to(g * keep, x.shape) if ctx.needs_input_grad[0] else None
         # where min > max the result is max (as torch's), so max takes all of the gradient there
         to_lo, to_hi = (x < lo) if lo is not None else None, (x > hi) if hi is not None else None
         if lo is not None and hi is not None:
