@@ -9,12 +9,14 @@ tuples, lists, Python scalars) must agree in structure, shape, dtype and values.
 of differentiable entries, the gradients of every input torch marks as requiring grad must agree
 too (the backward of one fixed random cotangent per float output, the same for both).
 
-A sample is judged *pass* or *fail* (with a short reason), or is *not applicable* and left out:
-complex or sparse inputs, ``out=`` and generators (features minidl does not model), dtypes minidl
-lacks, and samples torch itself raises on (there is nothing to compare; a minidl that computes
-there is not judged). Entries whose values are random (draws, dropout, ``dropout_p > 0``) or undefined
-(``empty``) are compared by shape and dtype only; ``as_strided`` of a view into a larger storage is not
-applicable (minidl gets a copy of the view's values, not the storage).
+A sample is judged *pass* or *fail* (with a short reason; minidl raising where torch computes is a
+failure), or is *not applicable* and left out: complex or sparse inputs, ``out=``, generators and
+memory formats minidl does not name (features it does not model; a memory format is judged once
+``minidl.<format>`` exists), dtypes minidl lacks, and samples torch itself raises on (nothing to
+compare; a minidl that computes there is not judged). Entries whose values are random (draws,
+dropout, ``dropout_p > 0``) or undefined (``empty``) are compared by shape and dtype only;
+``as_strided`` of a view into a larger storage is not applicable (minidl gets a copy of the view's
+values, not the storage).
 
 op_db's entries call torch through lambdas (``lambda x, shape: x.view(shape)``, ``torch.einsum(eq,
 tensors)``); those lambdas run again with their global ``torch`` bound to minidl, so the two sides

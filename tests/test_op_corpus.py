@@ -32,7 +32,8 @@ def test_compare_names_each_kind_of_difference(got, reason):
 
 def test_compare_accepts_equal_structures_and_nans():
     expected = torch.return_types.max((torch.tensor([np.nan, 1.0], dtype=torch.float64), torch.tensor([0, 1])))
-    assert op_corpus.compare(expected, (minidl.tensor([np.nan, 1.0], dtype=minidl.float64), minidl.tensor([0, 1]))) is None
+    got = (minidl.tensor([np.nan, 1.0], dtype=minidl.float64), minidl.tensor([0, 1]))
+    assert op_corpus.compare(expected, got) is None
     assert op_corpus.compare(torch.Size([2, 3]), (2, 3)) is None
     assert "wrong values" in op_corpus.compare(torch.tensor([3]), minidl.tensor([4]))
 
@@ -47,6 +48,13 @@ def test_a_wrong_gradient_fails_the_sample():
     wrong = lambda x, y: x * y.detach() * 2 - (x * y).detach()
     verdict, reason = op_corpus.judge(op, wrong, sample, "float64", rng)
     assert verdict == "fail" and reason.startswith("grad of input"), reason
+
+
+def test_a_hung_worker_fails_its_entry_and_the_run_goes_on(monkeypatch):
+    monkeypatch.setattr(op_corpus, "SAMPLE_TIMEOUT_S", 0.0)  # every worker counts as hung at the first check
+    records, present, _ = op_corpus.run(only=["add", "mul"], workers=1)
+    assert present == 2
+    assert sorted(r.key for r in records if r.verdict == "fail" and r.reason.startswith("hung")) == ["add", "mul"]
 
 
 def test_minidl_matches_pytorchs_op_corpus():
