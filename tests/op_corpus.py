@@ -31,7 +31,6 @@ its list of known differences.
 from __future__ import annotations
 
 import argparse
-import math
 import multiprocessing
 import os
 import random
@@ -151,14 +150,16 @@ def to_minidl(value):
 
 
 def _leaves(value):
-    """The tensors and other leaves of a (nested) output, in order."""
+    """The tensors and other leaves of a (nested) call or output, in order."""
+    if isinstance(value, dict):
+        return [leaf for v in value.values() for leaf in _leaves(v)]
     if isinstance(value, (list, tuple)) and not _is_size(value):
         return [leaf for v in value for leaf in _leaves(v)]
     return [value]
 
 
 def _is_size(value):
-    return type(value).__name__ in ("Size",)
+    return type(value).__name__ == "Size"  # torch.Size or minidl.Size: a value, not a structure
 
 
 def _numpy(t):
@@ -240,14 +241,8 @@ def describe(sample) -> str:
 
 
 # ----------------------------------------------------------------------------- judging
-def _grad_inputs(value):
-    import torch
-    return [v for v in _leaves(value) if isinstance(v, torch.Tensor) and v.requires_grad]
-
-
-def _minidl_grad_inputs(value):
-    import minidl
-    return [v for v in _leaves(value) if isinstance(v, minidl.Tensor) and v.requires_grad]
+def _requiring_grad(value, tensor_type):
+    return [v for v in _leaves(value) if isinstance(v, tensor_type) and v.requires_grad]
 
 
 def judge(op, fn, sample, dtype, rng) -> tuple:
@@ -261,7 +256,7 @@ def judge(op, fn, sample, dtype, rng) -> tuple:
         m_input, m_args, m_kwargs = to_minidl(call)
     except NotApplicable as e:
         return "na", str(e)
-    t_inputs = _grad_inputs(call)
+    t_inputs = _requiring_grad(call, torch.Tensor)
     try:
         expected = op.op(sample.input, *sample.args, **sample.kwargs)
     except Exception as e:
@@ -277,7 +272,8 @@ def judge(op, fn, sample, dtype, rng) -> tuple:
     reason = compare(expected, got)
     if reason or not t_inputs:
         return _verdict(reason)
-    return _verdict(_compare_grads(expected, got, t_inputs, _minidl_grad_inputs((m_input, m_args, m_kwargs)), rng))
+    m_inputs = _requiring_grad((m_input, m_args, m_kwargs), minidl.Tensor)
+    return _verdict(_compare_grads(expected, got, t_inputs, m_inputs, rng))
 
 
 def _partial_view(t):
