@@ -504,7 +504,8 @@ def format_failures(failing) -> str:
 
 
 def _kind(reason):
-    return reason.split("(")[0].split(":")[0] if reason.startswith("raises") else reason.split(" (")[0]
+    """A failure's reason without its particulars (the exception's message, the values)."""
+    return reason.split(":")[0] if reason.startswith(("raises", "backward raises")) else reason.split(" (")[0]
 
 
 def main(argv=None):
