@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from .. import _dtype as dt
 from .. import formulas
 from .._type_info import finfo
@@ -240,12 +242,9 @@ class Binary(Function):
     op = ""
     true_division = False
     saves_output = False
-    check = None  # optional validation of the operands, e.g. integer ** negative
 
     @classmethod
     def forward(cls, ctx, a, b):
-        if cls.check is not None:
-            cls.check(a, b)
         result = _promote(a, b)
         if cls.true_division and not result.is_floating_point:
             result = dt.get_default_dtype()
@@ -262,10 +261,22 @@ class Binary(Function):
                 sum_to(cls.grad_b(a, b, y, g), b.shape) if need_b and cls.grad_b is not None else None)
 
 
-def _check_integer_power(a, b):
-    if not a.dtype.is_floating_point and not b.dtype.is_floating_point and b.numel() and bool((b < 0).any()):
-        raise RuntimeError(f"pow: integers to negative integer powers are not allowed ({a.dtype.name} tensor "
-                           f"** {b.dtype.name} with negative values)")
+def _check_integer_power(a, b, name="pow"):
+    """torch refuses an integer tensor to a negative integer *number*; a tensor of exponents is computed (an integer
+    to a negative power is 0, unless it is 1 or -1)."""
+    if isinstance(b, (int, np.integer)) and not isinstance(b, bool) and b < 0 and not a.dtype.is_floating_point:
+        raise RuntimeError(f"{name}: integers to negative integer powers are not allowed ({a.dtype.name} tensor "
+                           f"** {b})")
+
+
+def _pow_inplace(fn, name):
+    dense = binary_inplace(Pow)(fn, name)
+
+    def pow_(self, exponent):
+        _check_integer_power(self, exponent, name)
+        return dense(self, exponent)
+    pow_.__name__ = name
+    return pow_
 
 
 def _pow_grad_a(a, b, y, g):
@@ -282,18 +293,17 @@ def _share(a, b, sign=1):
     return 1 - (a * sign < b * sign) - (a == b) * 0.5
 
 
-def _binary(name, code, grad_a, grad_b, true_division=False, saves_output=False, check=None):
+def _binary(name, code, grad_a, grad_b, true_division=False, saves_output=False):
     return type(name, (Binary,), {"op": code, "grad_a": staticmethod(grad_a),
                                   "grad_b": None if grad_b is None else staticmethod(grad_b),
-                                  "true_division": true_division, "saves_output": saves_output,
-                                  "check": None if check is None else staticmethod(check)})
+                                  "true_division": true_division, "saves_output": saves_output})
 
 
 Add = _binary("Add", "add", lambda a, b, y, g: g, lambda a, b, y, g: g)
 Sub = _binary("Sub", "sub", lambda a, b, y, g: g, lambda a, b, y, g: -g)
 Mul = _binary("Mul", "mul", lambda a, b, y, g: g * b, lambda a, b, y, g: g * a)
 Div = _binary("Div", "div", lambda a, b, y, g: g / b, lambda a, b, y, g: -g * a / (b * b), true_division=True)
-Pow = _binary("Pow", "pow", _pow_grad_a, _pow_grad_b, saves_output=True, check=_check_integer_power)
+Pow = _binary("Pow", "pow", _pow_grad_a, _pow_grad_b, saves_output=True)
 Maximum = _binary("Maximum", "maximum", lambda a, b, y, g: g * _share(a, b), lambda a, b, y, g: g * _share(b, a))
 Minimum = _binary("Minimum", "minimum", lambda a, b, y, g: g * _share(a, b, -1),
                   lambda a, b, y, g: g * _share(b, a, -1))
@@ -438,7 +448,7 @@ def floor_divide(a, b):
     return _binary_entry(FloorDivide)(a, b)
 
 
-@op(inplace=binary_inplace(Pow), samples=lambda t: [
+@op(inplace=_pow_inplace, samples=lambda t: [
     t.S("pow-tensors", lambda a, b: a ** b, t.pos(3, 4), t.rn(3, 4)),
     t.S("pow-broadcast", lambda a, b: pow(a, b), t.pos(2, 3), t.rn(3)),
     t.S("pow-scalar-exponent", lambda a: a ** 3, t.rn(3, 2)),
@@ -446,6 +456,8 @@ def floor_divide(a, b):
     t.S("pow", lambda a, b: a ** b, t.pos(3), t.rn(3), second_order=True)])
 @autocast_op("pow")
 def pow(a, b):
+    if hasattr(a, "_layout"):
+        _check_integer_power(a, b)
     if type(b) in (int, float) and b == 2 and hasattr(a, "_layout") and a.dtype.is_floating_point:
         return square(a)  # the commonest power (variances, squared errors): one multiply, and no log in backward
     return _pow(a, b)

@@ -45,7 +45,7 @@ __device__ __forceinline__ float m_abs(float x) { return fabsf(x); }  // -0.0 gi
 __device__ __forceinline__ double m_abs(double x) { return fabs(x); }
 __device__ __forceinline__ long long m_abs(long long x) { return x < 0 ? -x : x; }
 
-// x ** y; for integers only y >= 0 reaches a kernel (the op layer rejects the others)
+// x ** y; an integer to a negative integer power is 0 unless x is 1 or -1, as in torch
 __device__ __forceinline__ float m_pow(float x, float y) { return powf(x, y); }
 __device__ __forceinline__ double m_pow(double x, double y) { return pow(x, y); }
 __device__ __forceinline__ long long m_pow(long long x, long long y) {
