@@ -128,3 +128,65 @@ def test_broadcast_shapes_takes_ints_as_torch(shapes):
 def test_broadcast_shapes_names_the_clash():
     with pytest.raises(RuntimeError, match="broadcast_shapes"):
         minidl.broadcast_shapes(2, (3,))
+
+
+# ----------------------------------------------------------------------------- bitwise ops
+INTS = [0, 1, -1, 5, -8, 12, 2 ** 40, -(2 ** 62)]
+SHIFTS = [0, 1, 3, 31, 63, 64, 70, -1]
+OPERATORS = {"&": lambda a, b: a & b, "|": lambda a, b: a | b, "^": lambda a, b: a ^ b,
+             "<<": lambda a, b: a << b, ">>": lambda a, b: a >> b}
+
+
+def _ints(lib, values, dtype="int64"):
+    return lib.tensor(values, dtype=getattr(lib, dtype))
+
+
+@pytest.mark.parametrize("symbol", OPERATORS)
+@pytest.mark.parametrize("dtype", ["int64", "int32", "int16", "uint8"])
+def test_bitwise_operators_on_integer_tensors_match_torch(symbol, dtype):
+    apply = OPERATORS[symbol]
+    low, high = {"int64": (-2 ** 63, 2 ** 63), "int32": (-2 ** 31, 2 ** 31), "int16": (-2 ** 15, 2 ** 15),
+                 "uint8": (0, 256)}[dtype]
+    left = [v for v in INTS if low <= v < high]
+    right = [v for v in (SHIFTS if symbol in ("<<", ">>") else INTS) if low <= v < high]
+    a = np.repeat(left, len(right)).tolist()
+    b = np.tile(right, len(left)).tolist()
+    _same(apply(_ints(minidl, a, dtype), _ints(minidl, b, dtype)),
+          apply(_ints(torch, a, dtype), _ints(torch, b, dtype)))
+    for number in (5, 3):  # a number on either side, and the reflected operator
+        _same(apply(_ints(minidl, a, dtype), number), apply(_ints(torch, a, dtype), number))
+        _same(apply(number, _ints(minidl, right, dtype)), apply(number, _ints(torch, right, dtype)))
+
+
+@pytest.mark.parametrize("name", ["and", "or", "xor", "lshift", "rshift"])
+def test_in_place_bitwise_operators_write_into_the_tensor_as_torch(name):
+    results = []
+    for lib in (minidl, torch):
+        base = _ints(lib, [[1, -8, 12], [7, 2 ** 40, 0]])
+        view = base[1]
+        assert getattr(view, f"__i{name}__")(3) is view  # view <op>= 3 writes through the view
+        results.append(base)
+    _same(*results)
+
+
+def test_bitwise_functions_bool_tensors_and_not_match_torch():
+    for name in ("bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_left_shift", "bitwise_right_shift"):
+        _same(getattr(minidl, name)(_ints(minidl, INTS), 3), getattr(torch, name)(_ints(torch, INTS), 3))
+    flags = ([True, False, True], [True, True, False])
+    for symbol in ("&", "|", "^"):
+        _same(OPERATORS[symbol](minidl.tensor(flags[0]), minidl.tensor(flags[1])),
+              OPERATORS[symbol](torch.tensor(flags[0]), torch.tensor(flags[1])))
+    _same(minidl.tensor([True, False]) ^ 1, torch.tensor([True, False]) ^ 1)  # bool with a number: int64
+    for dtype in ("int64", "uint8", "int32"):
+        _same(~_ints(minidl, [0, 5, 200], dtype), ~_ints(torch, [0, 5, 200], dtype))
+    _same(~minidl.tensor([True, False]), ~torch.tensor([True, False]))
+
+
+@pytest.mark.parametrize("call", [lambda lib: lib.tensor([1.0]) | 1, lambda lib: 1 & lib.tensor([1.5]),
+                                  lambda lib: ~lib.tensor([1.0]), lambda lib: lib.tensor([True]) << lib.tensor([True]),
+                                  lambda lib: lib.tensor([1]) >> 0.5])
+def test_bitwise_ops_refuse_what_torch_refuses(call):
+    with pytest.raises((RuntimeError, TypeError)) as theirs:
+        call(torch)
+    with pytest.raises(theirs.type, match="bitwise"):
+        call(minidl)

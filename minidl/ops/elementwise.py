@@ -494,6 +494,40 @@ def logical_not(x):
     return eq(x, False) if x.dtype is dt.bool_ else eq(x, 0)
 
 
+# ----------------------------------------------------------------------------- bitwise (integers, bool)
+def _bitwise(name, logical=None):
+    """``name(a, b)`` as torch's: on integer tensors (numbers promote as in arithmetic); bool with bool is
+    ``logical`` (shifts have none: torch refuses bool shifts); floats are refused (NotImplementedError, as torch)."""
+    def fn(a, b):
+        if not hasattr(a, "_layout"):
+            a = as_operand(a, b)
+        b = as_operand(b, a)
+        result = _promote(a, b)
+        if result.is_floating_point or (result is dt.bool_ and logical is None):
+            raise NotImplementedError(f"{name}: not implemented for {result.name} tensors (it takes integer"
+                                      f"{' and bool' if logical else ''} tensors)")
+        if result is dt.bool_:
+            return logical(a, b)
+        return binary_raw("binary", name, a, b, dt.ARITHMETIC[result], result)
+    fn.__name__ = name
+    return fn
+
+
+bitwise_and = op(inplace=rebased)(_bitwise("bitwise_and", logical_and))
+bitwise_or = op(inplace=rebased)(_bitwise("bitwise_or", logical_or))
+bitwise_xor = op(inplace=rebased)(_bitwise("bitwise_xor", logical_xor))
+bitwise_left_shift = op(inplace=rebased)(_bitwise("bitwise_left_shift"))
+bitwise_right_shift = op(inplace=rebased)(_bitwise("bitwise_right_shift"))
+
+
+@op(inplace=rebased)
+def bitwise_not(x):
+    if x.dtype.is_floating_point:
+        raise NotImplementedError(f"bitwise_not: not implemented for {x.dtype.name} tensors (it takes integer and "
+                                  f"bool tensors)")
+    return logical_not(x) if x.dtype is dt.bool_ else bitwise_xor(x, -1)
+
+
 @op()
 def isnan(x):
     return ne(x, x)

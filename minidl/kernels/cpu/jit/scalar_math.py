@@ -140,4 +140,26 @@ def _pow_impl(x, y):
 
 
 _integer_to_negative_power_jit = njit(inline="always")(_integer_to_negative_power)
+
+
+def _bitwise(integer_op):
+    """A bitwise library function: ``integer_op`` for integers; floats, which the op layer refuses, get x back
+    (so that float kernels still type)."""
+    def function(x, y):
+        return integer_op(x, y) if _is_integral(x, y) else x
+
+    @overload(function)
+    def _impl(x, y):
+        if isinstance(x, _INTEGRAL) and isinstance(y, _INTEGRAL):
+            return lambda x, y: integer_op(x, y)
+        return lambda x, y: x
+    return function
+
+
+# a shift below 0 or beyond 63 gives 0 (left) or the sign (right), as in torch (C and LLVM leave it undefined)
+bitand = _bitwise(njit(inline="always")(lambda x, y: x & y))
+bitor = _bitwise(njit(inline="always")(lambda x, y: x | y))
+bitxor = _bitwise(njit(inline="always")(lambda x, y: x ^ y))
+shl = _bitwise(njit(inline="always")(lambda x, y: x << y if 0 <= y <= 63 else x * 0))
+shr = _bitwise(njit(inline="always")(lambda x, y: x >> (y if 0 <= y <= 63 else 63)))
 _divided_by_zero_jit = njit(inline="always")(_divided_by_zero)
