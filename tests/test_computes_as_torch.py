@@ -190,3 +190,16 @@ def test_bitwise_ops_refuse_what_torch_refuses(call):
         call(torch)
     with pytest.raises(theirs.type, match="bitwise"):
         call(minidl)
+
+
+# ----------------------------------------------------------------------------- embedding
+def test_a_sparse_embedding_scaled_by_frequency_looks_up_and_refuses_only_its_backward_as_torch():
+    weights = np.random.default_rng(3).standard_normal((5, 3))
+    outs = []
+    for lib in (minidl, torch):
+        w = lib.tensor(weights, requires_grad=True)
+        out = lib.nn.functional.embedding(lib.tensor([[1, 1], [4, 0]]), w, sparse=True, scale_grad_by_freq=True)
+        with pytest.raises(RuntimeError, match="scale_grad_by_freq not supported with sparse gradients"):
+            out.sum().backward()
+        outs.append(out)
+    _same(*outs)
