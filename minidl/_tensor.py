@@ -373,27 +373,32 @@ class Tensor(TensorBase):
         return ew.abs(self)
 
     def __invert__(self):
-        if self.dtype is not dt.bool_:
-            raise TypeError(f"~ (bitwise_not) is only supported on bool tensors here, got {self.dtype}")
-        return ew.logical_not(self)
+        if self.dtype.is_floating_point:  # (torch's ~ raises TypeError here, its bitwise_not NotImplementedError)
+            raise TypeError(f"~ (bitwise_not) is only implemented on integer and bool tensors, got {self.dtype}")
+        return ew.bitwise_not(self)
 
     def __and__(self, other):
-        return self._logical("logical_and", other)
+        return ew.bitwise_and(self, other)
 
     def __or__(self, other):
-        return self._logical("logical_or", other)
+        return ew.bitwise_or(self, other)
 
     def __xor__(self, other):
-        return self._logical("logical_xor", other)
+        return ew.bitwise_xor(self, other)
 
-    __rand__, __ror__, __rxor__ = __and__, __or__, __xor__
+    __rand__, __ror__, __rxor__ = __and__, __or__, __xor__  # (commutative)
 
-    def _logical(self, op, other):
-        other = as_operand(other, self)
-        if self.dtype is not dt.bool_ or other.dtype is not dt.bool_:
-            raise TypeError(f"{op}: bitwise operators are only supported on bool tensors here, got "
-                            f"{self.dtype} and {other.dtype}")
-        return getattr(ew, op)(self, other)
+    def __lshift__(self, other):
+        return ew.bitwise_left_shift(self, other)
+
+    def __rlshift__(self, other):
+        return ew.bitwise_left_shift(other, self)
+
+    def __rshift__(self, other):
+        return ew.bitwise_right_shift(self, other)
+
+    def __rrshift__(self, other):
+        return ew.bitwise_right_shift(other, self)
 
     def __eq__(self, other):
         return ew.eq(self, other)
@@ -486,6 +491,8 @@ def _rebuild(storage, layout, dtype, requires_grad):
 for _name, _method in ops.registry.methods().items():  # x.sum(...), x.add_(...), ...: every op declared
     setattr(Tensor, _name, _method)
 Tensor.__iadd__, Tensor.__isub__, Tensor.__imul__, Tensor.__itruediv__ = Tensor.add_, Tensor.sub_, Tensor.mul_, Tensor.div_
+Tensor.__iand__, Tensor.__ior__, Tensor.__ixor__ = Tensor.bitwise_and_, Tensor.bitwise_or_, Tensor.bitwise_xor_
+Tensor.__ilshift__, Tensor.__irshift__ = Tensor.bitwise_left_shift_, Tensor.bitwise_right_shift_
 
 _tensor_base.use_class(Tensor)
 

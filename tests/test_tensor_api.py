@@ -404,9 +404,27 @@ SHAPES = {"baddbmm_": (2, 3, 4)}
 POSITIVE = ("rsqrt_", "log1p_", "log_", "sqrt_")
 
 
+INTEGER_INPLACE = {  # the integer-only twins (self: 3x4 int64)
+    "bitwise_and_": (6,), "bitwise_or_": (6,), "bitwise_xor_": (6,), "bitwise_left_shift_": (2,),
+    "bitwise_right_shift_": (1,), "bitwise_not_": (),
+}
+
+
 def test_every_inplace_twin_of_the_registry_is_checked():
     declared = {twin for d in minidl.ops.registry.OPS.values() for twin in d.twins}
-    assert declared == set(INPLACE), f"declared but unchecked: {sorted(declared - set(INPLACE))}"
+    checked = set(INPLACE) | set(INTEGER_INPLACE)
+    assert declared == checked, f"declared but unchecked: {sorted(declared - checked)}"
+
+
+@pytest.mark.parametrize("name", sorted(INTEGER_INPLACE))
+def test_integer_inplace_twins(name):
+    a = np.arange(-5, 7).reshape(3, 4)
+    base = minidl.tensor(a)
+    view = base[..., ::-1]
+    expected = getattr(minidl.tensor(a[..., ::-1].copy()), name[:-1])(*INTEGER_INPLACE[name])
+    version = view._version
+    assert getattr(view, name)(*INTEGER_INPLACE[name]) is view and view._version > version
+    check(base[..., ::-1], expected.numpy())
 
 
 @pytest.mark.parametrize("name", sorted(INPLACE))

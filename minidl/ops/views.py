@@ -10,6 +10,7 @@ through the same view of them.
 from __future__ import annotations
 
 import math
+import numbers
 import operator
 
 import numpy as np
@@ -339,4 +340,6 @@ def broadcast_tensors(*tensors):
 
 @op(method=False)
 def broadcast_shapes(*shapes):
+    """Each shape a sequence of sizes or, as in torch, one int (``broadcast_shapes((5, 1), 5)`` is (5, 5))."""
+    shapes = [(shape,) if isinstance(shape, numbers.Integral) else tuple(shape) for shape in shapes]
     return L.broadcast_shapes(*shapes, op="broadcast_shapes")
