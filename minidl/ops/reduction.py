@@ -305,6 +305,7 @@ def logsumexp(x, dim, keepdim=False):
     t.S("norm-1", lambda x: x.norm(1), t.nonzero(3, 4)),
     t.S("norm-3", lambda x: x.norm(3, dim=0), t.nonzero(3, 4)),
     t.S("norm-inf", lambda x: x.norm(float("inf"), dim=1), t.distinct(3, 4) + 0.01),
+    t.S("norm-nuc", lambda x: x.norm("nuc"), t.rn(3, 4)),
     t.S("norm-std", lambda x: x.norm(dim=1) + x.std(1), t.rn(2, 3), second_order=True)])
 @autocast_op("norm")
 def norm(x, p="fro", dim=None, keepdim=False, dtype=None):
