@@ -21,7 +21,7 @@ values, not the storage).
 op_db's entries call torch through lambdas (``lambda x, shape: x.view(shape)``, ``torch.einsum(eq,
 tensors)``); those lambdas run again with their global ``torch`` bound to minidl, so the two sides
 make the same call. Entries run in worker processes (forked from a server that imported torch and
-minidl once), so a segfault or a hang is that sample's failure and the run goes on.
+op_db once), so a segfault or a hang is that sample's failure and the run goes on.
 
 ``python tests/op_corpus.py`` prints the figures (entries, entries passing every sample, samples
 passing); ``--failures FILE`` writes every failing sample grouped by entry; ``--only NAME ...``
@@ -414,7 +414,9 @@ def run(only=None, workers=None):
     keys = {i: entry_key(op) for i, op in entries}
     todo = list(keys)
     ctx = multiprocessing.get_context("forkserver")
-    ctx.set_forkserver_preload(["torch", "torch.testing._internal.common_methods_invocations", "minidl", "op_corpus"])
+    # (the server imports the slow modules once for every worker; not minidl, which each worker imports
+    # by this process's sys.path: the server's own path is the working directory's)
+    ctx.set_forkserver_preload(["torch", "torch.testing._internal.common_methods_invocations"])
     records, pool = [], {}
 
     def assign(w):
@@ -480,7 +482,8 @@ def summarize(records, present, total, allow):
                "entries passing every sample": entries_passing, "samples judged": len(counted),
                "samples passing": len(counted) - len(failing), "samples allow-listed": len(excused),
                "samples not applicable": len(records) - len(judged)}
-    return figures, failing, sorted(set(allow) - used, key=str)
+    run_entries = {r.key for r in records}   # (a run of some entries judges only their keys)
+    return figures, failing, sorted((k for k in set(allow) - used if k[0] in run_entries), key=str)
 
 
 def format_figures(figures) -> str:
@@ -530,5 +533,6 @@ def main(argv=None):
 
 
 if __name__ == "__main__":  # run as op_corpus (not __main__), so the workers find its functions by that name
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # this checkout's minidl
     import op_corpus
     sys.exit(op_corpus.main())
