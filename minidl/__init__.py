@@ -43,6 +43,11 @@ def is_tensor(obj) -> bool:
     return isinstance(obj, Tensor)
 
 
+def zero_(t):
+    """``torch.zero_(t)``: the function form of ``t.zero_()``."""
+    return t.zero_()
+
+
 def is_floating_point(t) -> bool:
     return t.is_floating_point()
 

@@ -172,32 +172,32 @@ class Tensor(TensorBase):
     def is_pinned(self, device=None) -> bool:
         return False
 
-    def float(self):
-        return self.to(dt.float32)
+    def float(self, memory_format=preserve_format):
+        return self.to(dt.float32, memory_format=memory_format)
 
-    def double(self):
-        return self.to(dt.float64)
+    def double(self, memory_format=preserve_format):
+        return self.to(dt.float64, memory_format=memory_format)
 
-    def half(self):
-        return self.to(dt.float16)
+    def half(self, memory_format=preserve_format):
+        return self.to(dt.float16, memory_format=memory_format)
 
-    def bfloat16(self):
-        return self.to(dt.bfloat16)
+    def bfloat16(self, memory_format=preserve_format):
+        return self.to(dt.bfloat16, memory_format=memory_format)
 
-    def long(self):
-        return self.to(dt.int64)
+    def long(self, memory_format=preserve_format):
+        return self.to(dt.int64, memory_format=memory_format)
 
-    def int(self):
-        return self.to(dt.int32)
+    def int(self, memory_format=preserve_format):
+        return self.to(dt.int32, memory_format=memory_format)
 
-    def bool(self):
-        return self.to(dt.bool_)
+    def bool(self, memory_format=preserve_format):
+        return self.to(dt.bool_, memory_format=memory_format)
 
-    def short(self):
-        return self.to(dt.int16)
+    def short(self, memory_format=preserve_format):
+        return self.to(dt.int16, memory_format=memory_format)
 
-    def byte(self):
-        return self.to(dt.uint8)
+    def byte(self, memory_format=preserve_format):
+        return self.to(dt.uint8, memory_format=memory_format)
 
     # -- autograd -------------------------------------------------------------------------------
     @staticmethod

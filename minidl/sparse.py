@@ -58,7 +58,9 @@ def dense_to_sparse(x: Tensor, sparse_dim=None) -> "SparseCOOTensor":
     if k < x.ndim:
         occupied = occupied.flatten(k).any(dim=k)
     indices = occupied.nonzero().t().contiguous()
-    return SparseCOOTensor(indices, x[tuple(indices)], x.shape, coalesced=True)
+    out = SparseCOOTensor(indices, x[tuple(indices)], x.shape, coalesced=True)
+    out._source = x
+    return out
 
 
 class SparseCOOTensor:
@@ -66,7 +68,7 @@ class SparseCOOTensor:
     embedding's backward. It adds (to sparse or, as ``dense + sparse``, to dense tensors), scales
     by numbers, coalesces, moves between devices and turns dense; other ops refuse it by name."""
 
-    __slots__ = ("_idx", "_vals", "_size", "_coalesced")
+    __slots__ = ("_idx", "_vals", "_size", "_coalesced", "_source")
     is_sparse = True
     layout = sparse_coo
     grad = None
@@ -77,6 +79,7 @@ class SparseCOOTensor:
             _check(indices, values, size)
         self._idx, self._vals, self._size = indices, values, size
         self._coalesced = coalesced or indices.shape[1] <= 1
+        self._source = None  # the dense tensor ``to_sparse`` made this from (see _values_root)
 
     # -- what it is -------------------------------------------------------------------------------
     @property
@@ -131,6 +134,14 @@ class SparseCOOTensor:
     def _need_coalesced(self, what):
         if not self._coalesced:
             raise RuntimeError(f"Cannot get {what} on an uncoalesced tensor, please call .coalesce() first")
+
+    def _values_root(self, grad):
+        """As a root of backward: the tensor its graph starts from, and that tensor's gradient. For
+        ``x.to_sparse()`` that is x and all of ``grad`` (dense or sparse, of this shape), zeros' places
+        too, as torch's; otherwise the values and the part of ``grad`` at this tensor's indices."""
+        if self._source is not None:
+            return self._source, grad.to_dense()
+        return self._vals, grad.to_dense()[tuple(self._idx)]
 
     # -- conversions ------------------------------------------------------------------------------
     def coalesce(self) -> "SparseCOOTensor":

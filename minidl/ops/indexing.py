@@ -309,6 +309,9 @@ def _check_gather_shapes(op, x, dim, index, src=None):
     t.S("gather-dups", lambda x: gather(x, 0, t.const([[0, 1, 0], [2, 2, 1]])), t.rn(3, 3))])
 def gather(x, dim, index):
     dim = normalize_dim(dim, x.ndim, "gather")
+    if index.numel() == 0:  # torch checks nothing then: the answer is empty, shaped as the index
+        check_devices("gather", x, index)
+        return Take.apply(x, index.to(dt.int64))
     if _one_element_dim(x, index):
         return gather(x.reshape(-1), dim, index.reshape(-1)).reshape(index.shape)
     _check_gather_shapes("gather", x, dim, index)

@@ -104,6 +104,8 @@ def batch_norm(input, running_mean, running_var, weight=None, bias=None, trainin
                momentum: float = 0.1, eps: float = 1e-5):
     """Normalize over every dim but the channel dim 1. In training mode the batch statistics are used and
     the running ones (when given) updated in place with the unbiased variance; else the running ones are used."""
+    if input.ndim < 2 and input.numel() == 0:
+        return input.clone()  # (torch's one 1-D case: no channels and no values, nothing to normalise)
     if input.ndim < 2:
         raise ValueError(f"batch_norm: expected at least 2D input, got {input.ndim}D")
     shape = _channel_shape(input)

@@ -291,6 +291,7 @@ def std_mean(x, dim=None, unbiased=None, keepdim=False, correction=None):
     t.S("logsumexp-dims", lambda x: logsumexp(x, (0, 2), keepdim=True), t.NC(t.rn(2, 3, 4), "gap"))])
 @autocast_op("logsumexp")
 def logsumexp(x, dim, keepdim=False):
+    x = _softmax_input(x, None)  # (integers in the default float dtype, as torch's: x - max must not wrap)
     dims = _dims(x, dim, "logsumexp")
     # (an empty reduction has no max to shift by: its sum of exps is 0, its logsumexp -inf)
     m = amax(x, dims, keepdim=True).detach() if x.numel() else x.new_zeros(reduced_shape(x.shape, dims, True))
@@ -320,8 +321,8 @@ def norm(x, p="fro", dim=None, keepdim=False, dtype=None):
         return amax(x.abs(), dims, keepdim)
     if p in (-math.inf, float("-inf")):
         return amin(x.abs(), dims, keepdim)
-    if p == 0:
-        return sum((x != 0).to(x.dtype), dims, keepdim)
+    if p == 0:  # the count of nonzeros, tied to x's graph with a zero gradient (as torch's) by x.sign() * 0
+        return sum((x != 0).to(x.dtype) + x.sign() * 0, dims, keepdim)
     if p == 1:
         return sum(x.abs(), dims, keepdim)
     return _safe_pow(sum(_safe_pow(x.abs(), p), dims, keepdim), 1.0 / p)
@@ -369,14 +370,20 @@ def _safe_pow(v, e):
     return where(zero, 0.0, safe.sqrt() if e == 0.5 else safe ** e)
 
 
+def _truth(x, result):
+    """any/all answer in bool, except for uint8 input, where torch keeps uint8 (a relic of the days
+    before bool tensors that torch still honours)."""
+    return cast(result, dt.uint8) if x.dtype is dt.uint8 else result
+
+
 @op()
 def any(x, dim=None, keepdim=False):
-    return sum(x != 0, _dims(x, dim, "any"), keepdim) > 0
+    return _truth(x, sum(x != 0, _dims(x, dim, "any"), keepdim) > 0)
 
 
 @op()
 def all(x, dim=None, keepdim=False):
-    return sum(x == 0, _dims(x, dim, "all"), keepdim) == 0
+    return _truth(x, sum(x == 0, _dims(x, dim, "all"), keepdim) == 0)
 
 
 @op()
