@@ -19,7 +19,8 @@ from .ops.autocast_mode import (clear_autocast_cache, get_autocast_dtype, is_aut
                                 set_autocast_enabled)
 from .ops.random import Generator, default_generator, get_rng_state, initial_seed, manual_seed, seed, set_rng_state
 from ._tensor import Tensor
-from ._layouts import sparse_coo, strided
+from ._layouts import channels_last, channels_last_3d, contiguous_format, preserve_format, sparse_coo, strided
+from ._layouts import MemoryFormat as memory_format
 from .sparse import sparse_coo_tensor
 from ._tensor_base import Storage as UntypedStorage
 from .legacy_tensors import (BFloat16Tensor, BoolTensor, ByteTensor, DoubleTensor, FloatTensor, HalfTensor, IntTensor, LongTensor,
@@ -40,6 +41,11 @@ __version__ = "0.1.0"
 
 def is_tensor(obj) -> bool:
     return isinstance(obj, Tensor)
+
+
+def zero_(t):
+    """``torch.zero_(t)``: the function form of ``t.zero_()``."""
+    return t.zero_()
 
 
 def is_floating_point(t) -> bool:

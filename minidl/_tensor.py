@@ -6,7 +6,7 @@ import numpy as np
 from . import _dtype as dt
 from . import _tensor_base, ops
 from .autograd import engine
-from ._layouts import strided
+from ._layouts import preserve_format, strided
 from ._tensor_base import TensorBase, as_device
 from .ops import elementwise as ew
 from .ops import inplace
@@ -120,8 +120,11 @@ class Tensor(TensorBase):
     __str__ = __repr__
 
     def to(self, *args, **kwargs):
-        """to(dtype) / to(device, dtype) / to(other_tensor), with PyTorch's non_blocking and copy
-        (non_blocking is accepted; copies between devices are synchronous here)."""
+        """to(dtype) / to(device, dtype) / to(other_tensor), with PyTorch's non_blocking, copy and
+        memory_format (non_blocking is accepted; copies between devices are synchronous here)."""
+        unknown = sorted(set(kwargs) - {"dtype", "device", "non_blocking", "copy", "memory_format"})
+        if unknown:
+            raise TypeError(f"to() got an unexpected keyword argument '{unknown[0]}'")
         dtype, device, copy = kwargs.get("dtype"), kwargs.get("device"), kwargs.get("copy", False)
         flags = []
         for a in args:
@@ -139,6 +142,10 @@ class Tensor(TensorBase):
             out = ops.conversion.to_device(out, as_device(device))
         if dtype is not None and dt.to_dtype(dtype) is not out.dtype:
             out = ops.conversion.to_dtype(out, dt.to_dtype(dtype))
+        memory_format = kwargs.get("memory_format")
+        if memory_format not in (None, preserve_format) and ((copy and out is self)
+                                                             or out.stride() != memory_format.strides(out.shape)):
+            return out.clone(memory_format=memory_format)
         return out.clone() if copy and out is self else out
 
     def type(self, dtype=None):
@@ -165,32 +172,32 @@ class Tensor(TensorBase):
     def is_pinned(self, device=None) -> bool:
         return False
 
-    def float(self):
-        return self.to(dt.float32)
+    def float(self, memory_format=preserve_format):
+        return self.to(dt.float32, memory_format=memory_format)
 
-    def double(self):
-        return self.to(dt.float64)
+    def double(self, memory_format=preserve_format):
+        return self.to(dt.float64, memory_format=memory_format)
 
-    def half(self):
-        return self.to(dt.float16)
+    def half(self, memory_format=preserve_format):
+        return self.to(dt.float16, memory_format=memory_format)
 
-    def bfloat16(self):
-        return self.to(dt.bfloat16)
+    def bfloat16(self, memory_format=preserve_format):
+        return self.to(dt.bfloat16, memory_format=memory_format)
 
-    def long(self):
-        return self.to(dt.int64)
+    def long(self, memory_format=preserve_format):
+        return self.to(dt.int64, memory_format=memory_format)
 
-    def int(self):
-        return self.to(dt.int32)
+    def int(self, memory_format=preserve_format):
+        return self.to(dt.int32, memory_format=memory_format)
 
-    def bool(self):
-        return self.to(dt.bool_)
+    def bool(self, memory_format=preserve_format):
+        return self.to(dt.bool_, memory_format=memory_format)
 
-    def short(self):
-        return self.to(dt.int16)
+    def short(self, memory_format=preserve_format):
+        return self.to(dt.int16, memory_format=memory_format)
 
-    def byte(self):
-        return self.to(dt.uint8)
+    def byte(self, memory_format=preserve_format):
+        return self.to(dt.uint8, memory_format=memory_format)
 
     # -- autograd -------------------------------------------------------------------------------
     @staticmethod
@@ -366,27 +373,32 @@ class Tensor(TensorBase):
         return ew.abs(self)
 
     def __invert__(self):
-        if self.dtype is not dt.bool_:
-            raise TypeError(f"~ (bitwise_not) is only supported on bool tensors here, got {self.dtype}")
-        return ew.logical_not(self)
+        if self.dtype.is_floating_point:  # (torch's ~ raises TypeError here, its bitwise_not NotImplementedError)
+            raise TypeError(f"~ (bitwise_not) is only implemented on integer and bool tensors, got {self.dtype}")
+        return ew.bitwise_not(self)
 
     def __and__(self, other):
-        return self._logical("logical_and", other)
+        return ew.bitwise_and(self, other)
 
     def __or__(self, other):
-        return self._logical("logical_or", other)
+        return ew.bitwise_or(self, other)
 
     def __xor__(self, other):
-        return self._logical("logical_xor", other)
+        return ew.bitwise_xor(self, other)
 
-    __rand__, __ror__, __rxor__ = __and__, __or__, __xor__
+    __rand__, __ror__, __rxor__ = __and__, __or__, __xor__  # (commutative)
 
-    def _logical(self, op, other):
-        other = as_operand(other, self)
-        if self.dtype is not dt.bool_ or other.dtype is not dt.bool_:
-            raise TypeError(f"{op}: bitwise operators are only supported on bool tensors here, got "
-                            f"{self.dtype} and {other.dtype}")
-        return getattr(ew, op)(self, other)
+    def __lshift__(self, other):
+        return ew.bitwise_left_shift(self, other)
+
+    def __rlshift__(self, other):
+        return ew.bitwise_left_shift(other, self)
+
+    def __rshift__(self, other):
+        return ew.bitwise_right_shift(self, other)
+
+    def __rrshift__(self, other):
+        return ew.bitwise_right_shift(other, self)
 
     def __eq__(self, other):
         return ew.eq(self, other)
@@ -479,6 +491,8 @@ def _rebuild(storage, layout, dtype, requires_grad):
 for _name, _method in ops.registry.methods().items():  # x.sum(...), x.add_(...), ...: every op declared
     setattr(Tensor, _name, _method)
 Tensor.__iadd__, Tensor.__isub__, Tensor.__imul__, Tensor.__itruediv__ = Tensor.add_, Tensor.sub_, Tensor.mul_, Tensor.div_
+Tensor.__iand__, Tensor.__ior__, Tensor.__ixor__ = Tensor.bitwise_and_, Tensor.bitwise_or_, Tensor.bitwise_xor_
+Tensor.__ilshift__, Tensor.__irshift__ = Tensor.bitwise_left_shift_, Tensor.bitwise_right_shift_
 
 _tensor_base.use_class(Tensor)
 

@@ -115,7 +115,19 @@ class TensorBase(Variable):
         return self._layout.offset
 
     def is_contiguous(self, memory_format=None) -> bool:
-        return self._layout.is_contiguous
+        """Laid out densely in ``memory_format``'s dim order (torch's rule: dims of size 1 don't count)."""
+        order = getattr(memory_format, "order", None)
+        if order is None:
+            return self._layout.is_contiguous
+        if len(order) != self.ndim:
+            return False
+        expected = 1
+        for d in order:
+            if self.shape[d] != 1:
+                if self._layout.strides[d] != expected:
+                    return False
+                expected *= self.shape[d]
+        return True
 
     @property
     def device(self):

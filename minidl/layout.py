@@ -190,10 +190,12 @@ def permute(layout: Layout, dims) -> Layout:
 
 
 def transpose(layout: Layout, d0: int, d1: int) -> Layout:
-    order = list(range(layout.ndim))
     d0, d1 = normalize_dim(d0, layout.ndim, "transpose"), normalize_dim(d1, layout.ndim, "transpose")
+    if not layout.ndim:  # a 0-d tensor's dims -1 and 0 both name its one (absent) dim
+        return layout
+    order = list(range(layout.ndim))
     order[d0], order[d1] = order[d1], order[d0]
-    return permute(layout, order) if layout.ndim else layout
+    return permute(layout, order)
 
 
 def narrow(layout: Layout, dim: int, start: int, length: int) -> Layout:

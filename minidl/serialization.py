@@ -1,8 +1,8 @@
-"""minidl.save / minidl.load: checkpoints that load without unpickling by default (``weights_only``).
+"""minidl.save / minidl.load: checkpoints that load without unpickling unknown objects by default (``weights_only``).
 
 Two formats, chosen by ``save`` from what the object holds:
 
-* **safetensors** (the default, and all that loads under ``weights_only=True``): for tensors,
+* **safetensors** (the default, loaded without unpickling): for tensors,
   numbers, strings, None, bools and ``dict`` / ``list`` / ``tuple`` / ``OrderedDict`` of them.
   One safetensors file holds each distinct tensor *storage* once, named by the path of the first
   tensor over it (``model/0.weight``; stored with that tensor's shape when the tensor covers its
@@ -20,13 +20,16 @@ Two formats, chosen by ``save`` from what the object holds:
   ``data.pkl`` (the pickled object structure) and ``tensors.safetensors`` (the storages of every
   tensor inside it, the same way as above). Tensors are not pickled as bytes: the pickle refers
   to them by persistent id (storage name, layout, dtype, device, requires_grad, Parameter or
-  not). Unpickling can run arbitrary code, so ``load`` refuses this format unless
-  ``weights_only=False`` is passed, as ``torch.load`` refuses since PyTorch 2.6.
+  not). Unpickling can run arbitrary code, so under ``weights_only=True`` (the default, as in
+  ``torch.load`` since PyTorch 2.6) ``load`` resolves only a few harmless builtins and the classes and
+  functions marked safe (``safe_globals([...])``, ``add_safe_globals``; see ``_weights_only``), and
+  refuses any other global the pickle names, by name; ``weights_only=False`` unpickles anything.
 
 Differences from torch 2.13: numpy scalars (``np.float32(1)``) are saved as Python numbers in the
 safetensors format, so they load under ``weights_only=True`` (as Python numbers); torch pickles
-them and refuses them under ``weights_only=True`` without ``add_safe_globals``. There is no
-``add_safe_globals`` allowlist: the pickle archive loads only with ``weights_only=False``.
+them and refuses them under ``weights_only=True`` without ``add_safe_globals``. A global is allowed by
+its own ``{__module__}.{__qualname__}`` (``minidl.nn.linear.Linear``, whether named as
+``minidl.nn.modules.linear.Linear`` or ``minidl.nn.Linear``), not by torch's name.
 Subclasses of dict/list/tuple other than ``OrderedDict`` (namedtuples, defaultdict) go into the
 pickle archive (torch's weights-only unpickler refuses most of them too). Two storages that alias
 the same memory under different dtypes are saved as two separate storages. As in torch, a view
@@ -58,9 +61,10 @@ import numpy as np
 import safetensors
 
 from . import _dtype as dt
-from . import cuda, kernels
+from . import _weights_only, cuda, kernels
 from ._tensor import Tensor
 from ._tensor_base import Storage, as_device, make
+from ._weights_only import add_safe_globals, clear_safe_globals, get_safe_globals, safe_globals  # noqa: F401
 from .layout import Layout
 
 _SKELETON_KEY = "minidl.skeleton"
@@ -75,12 +79,6 @@ _CODES = {dt.int64: "I64", dt.float64: "F64", dt.float32: "F32", dt.int32: "I32"
           dt.float16: "F16", dt.int16: "I16", dt.uint8: "U8", dt.bool_: "BOOL"}
 _DTYPES = {code: d for d, code in _CODES.items()}
 _ORDER = {d: i for i, d in enumerate(_CODES)}
-
-_REFUSAL = ("minidl.load: weights only load failed: {name} is a minidl pickle archive (it holds objects "
-            "other than tensors, numbers, strings, None, bools and dict/list/tuple/OrderedDict of them, "
-            "e.g. numpy arrays or nn.Module objects), and loading it unpickles them, which can run "
-            "arbitrary code. minidl.load defaults to weights_only=True, as torch.load does since PyTorch "
-            "2.6. Re-run minidl.load with weights_only=False only if you got the file from a trusted source.")
 
 
 class _NeedsPickle(TypeError):
@@ -319,9 +317,20 @@ class _Pickler(pickle.Pickler):
 
 
 class _Unpickler(pickle.Unpickler):
-    def __init__(self, file, buffers: dict, place):
+    """Tensors from their persistent ids; globals only from ``allowed`` (full name -> object), when given."""
+
+    def __init__(self, file, buffers: dict, place, allowed, name: str):
         super().__init__(file)
         self.buffers, self.place, self.storages = buffers, place, {}
+        self.allowed, self.name = allowed, name
+
+    def find_class(self, module, name):
+        if self.allowed is None:
+            return super().find_class(module, name)
+        full_name = f"{module}.{name}"
+        if full_name not in self.allowed:
+            raise _weights_only.refusal(full_name, self.name)
+        return self.allowed[full_name]
 
     def persistent_load(self, pid):
         node = json.loads(pid)
@@ -348,7 +357,7 @@ def _pickle_archive(obj) -> bytes:
     return out.getvalue()
 
 
-def _load_archive(data: bytes, name: str, map_location):
+def _load_archive(data: bytes, name: str, map_location, allowed):
     try:
         with zipfile.ZipFile(io.BytesIO(data)) as z:
             if z.read("minidl_format") != _PICKLE_FORMAT:
@@ -358,7 +367,7 @@ def _load_archive(data: bytes, name: str, map_location):
         raise RuntimeError(f"minidl.load: {name} is a corrupted minidl pickle archive ({e})") from None
     part = f"the tensor part of {name}"
     buffers = _read(tensors, part, _metadata(tensors, part))
-    return _Unpickler(io.BytesIO(structure), buffers, _Placer(map_location)).load()
+    return _Unpickler(io.BytesIO(structure), buffers, _Placer(map_location), allowed, name).load()
 
 
 # ----------------------------------------------------------------------------- files
@@ -425,10 +434,11 @@ def load(f, map_location=None, weights_only=True):
     """Read what ``save`` wrote. Tensors go back to the device they were saved from, unless
     ``map_location`` (as in ``torch.load``: a device, a dict of device names, or a callable) says otherwise.
 
-    ``weights_only=True`` (the default, as in torch 2.13) loads only the safetensors format and
-    never unpickles; a pickle archive (numpy arrays, modules, other objects) is refused with an
-    error. ``weights_only=False`` loads it too: unpickling can run arbitrary code, so pass it only
-    for files from a trusted source.
+    ``weights_only=True`` (the default, as in torch 2.13) unpickles nothing from the safetensors format
+    and, from a pickle archive (numpy arrays, modules, other objects), only the globals marked safe
+    (``minidl.serialization.safe_globals([...])`` / ``add_safe_globals``): any other is refused by name.
+    ``weights_only=False`` loads anything: unpickling can run arbitrary code, so pass it only for files
+    from a trusted source.
     """
     if hasattr(f, "read"):
         data, name = f.read(), getattr(f, "name", "<file object>")
@@ -437,9 +447,8 @@ def load(f, map_location=None, weights_only=True):
         with open(name, "rb") as fh:
             data = fh.read()
     if data[:4] == _ZIP_MAGIC:
-        if weights_only or weights_only is None:  # None: the default, as in torch
-            raise pickle.UnpicklingError(_REFUSAL.format(name=name))
-        return _load_archive(data, name, map_location)
+        restricted = weights_only or weights_only is None  # None: the default, as in torch
+        return _load_archive(data, name, map_location, _weights_only.allowed() if restricted else None)
     metadata = _metadata(data, name)
     buffers = _read(data, name, metadata)
     place = _Placer(map_location)

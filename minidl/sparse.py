@@ -54,12 +54,13 @@ def dense_to_sparse(x: Tensor, sparse_dim=None) -> "SparseCOOTensor":
     if not 0 < k <= x.ndim:
         raise RuntimeError(f"to_sparse: sparse_dim={sparse_dim} for a tensor of {x.ndim} dims; it must be in "
                            f"1..{x.ndim}")
-    x = x.detach()
     occupied = x != 0
     if k < x.ndim:
         occupied = occupied.flatten(k).any(dim=k)
     indices = occupied.nonzero().t().contiguous()
-    return SparseCOOTensor(indices, x[tuple(indices)], x.shape, coalesced=True)
+    out = SparseCOOTensor(indices, x[tuple(indices)], x.shape, coalesced=True)
+    out._source = x
+    return out
 
 
 class SparseCOOTensor:
@@ -67,13 +68,10 @@ class SparseCOOTensor:
     embedding's backward. It adds (to sparse or, as ``dense + sparse``, to dense tensors), scales
     by numbers, coalesces, moves between devices and turns dense; other ops refuse it by name."""
 
-    __slots__ = ("_idx", "_vals", "_size", "_coalesced")
+    __slots__ = ("_idx", "_vals", "_size", "_coalesced", "_source")
     is_sparse = True
     layout = sparse_coo
-    requires_grad = False
-    grad_fn = None
     grad = None
-    is_leaf = True
 
     def __init__(self, indices: Tensor, values: Tensor, size, coalesced: bool = False, check: bool = True):
         size = tuple(int(s) for s in size)
@@ -81,6 +79,7 @@ class SparseCOOTensor:
             _check(indices, values, size)
         self._idx, self._vals, self._size = indices, values, size
         self._coalesced = coalesced or indices.shape[1] <= 1
+        self._source = None  # the dense tensor ``to_sparse`` made this from (see _values_root)
 
     # -- what it is -------------------------------------------------------------------------------
     @property
@@ -136,6 +135,14 @@ class SparseCOOTensor:
         if not self._coalesced:
             raise RuntimeError(f"Cannot get {what} on an uncoalesced tensor, please call .coalesce() first")
 
+    def _values_root(self, grad):
+        """As a root of backward: the tensor its graph starts from, and that tensor's gradient. For
+        ``x.to_sparse()`` that is x and all of ``grad`` (dense or sparse, of this shape), zeros' places
+        too, as torch's; otherwise the values and the part of ``grad`` at this tensor's indices."""
+        if self._source is not None:
+            return self._source, grad.to_dense()
+        return self._vals, grad.to_dense()[tuple(self._idx)]
+
     # -- conversions ------------------------------------------------------------------------------
     def coalesce(self) -> "SparseCOOTensor":
         """The same tensor with each position once (repeats summed) and positions in row-major order."""
@@ -176,10 +183,24 @@ class SparseCOOTensor:
     def clone(self) -> "SparseCOOTensor":
         return SparseCOOTensor(self._idx.clone(), self._vals.clone(), self._size, self._coalesced)
 
+    # -- autograd: through the values (to_sparse of a tensor that requires grad keeps its graph, as torch's)
+    @property
+    def requires_grad(self) -> bool:
+        return self._vals.requires_grad
+
+    @property
+    def grad_fn(self):
+        return self._vals.grad_fn
+
+    @property
+    def is_leaf(self) -> bool:
+        return self._vals.grad_fn is None
+
     def detach(self) -> "SparseCOOTensor":
-        return self
+        return SparseCOOTensor(self._idx, self._vals.detach(), self._size, self._coalesced, check=False)
 
     def detach_(self) -> "SparseCOOTensor":
+        self._vals = self._vals.detach()
         return self
 
     def requires_grad_(self, requires_grad: bool = True) -> "SparseCOOTensor":

@@ -142,6 +142,51 @@ def test_adaptive_avg_pool2d(size):
     _compare(lambda: nn.AdaptiveAvgPool2d(size), lambda: torch.nn.AdaptiveAvgPool2d(size), (2, 3, 7, 9))
 
 
+_irng = np.random.default_rng(37)
+INTEGER_CASES = [  # (name, fn(F, *inputs), input shapes, dtypes PyTorch computes it in on the CPU)
+    ("conv2d", lambda F, x, w, b: F.conv2d(x, w, b, stride=(2, 1), padding=1), [(2, 3, 6, 5), (4, 3, 3, 2), (4,)],
+     ("int64", "int32", "uint8")),
+    ("conv2d-groups-dilation-unbatched", lambda F, x, w: F.conv2d(x, w, groups=3, dilation=2, padding=(1, 2)),
+     [(3, 6, 5), (6, 1, 2, 2)], ("int64",)),
+    ("conv1d", lambda F, x, w, b: F.conv1d(x, w, b, stride=2, padding=1), [(2, 3, 7), (4, 3, 3), (4,)],
+     ("int64", "int32")),
+    ("conv_transpose2d", lambda F, x, w, b: F.conv_transpose2d(x, w, b, stride=2, padding=1, output_padding=1),
+     [(2, 3, 4, 5), (3, 2, 3, 2), (2,)], ("int64",)),
+    ("conv_transpose2d-groups", lambda F, x, w: F.conv_transpose2d(x, w, groups=3), [(2, 3, 4, 5), (3, 1, 2, 2)],
+     ("int64",)),
+    ("max_pool2d", lambda F, x: F.max_pool2d(x, 3, stride=2, padding=1, return_indices=True), [(2, 3, 6, 5)],
+     ("int64", "int32", "uint8")),
+    ("max_pool2d-2x2-dilation-ceil", lambda F, x: (F.max_pool2d(x, 2), F.max_pool2d(x, 2, 2, 1, (1, 2), True)),
+     [(2, 3, 6, 5)], ("int64", "uint8")),
+    ("avg_pool2d", lambda F, x: (F.avg_pool2d(x, 2), F.avg_pool2d(x, 3, 2, 1), F.avg_pool2d(x, 2, ceil_mode=True)),
+     [(2, 3, 6, 5)], ("int64",)),
+    ("avg_pool2d-count-divisor", lambda F, x: (F.avg_pool2d(x, 3, 2, 1, count_include_pad=False),
+                                               F.avg_pool2d(x, 2, divisor_override=3)), [(2, 3, 6, 5)], ("int64",)),
+]
+
+
+@pytest.mark.parametrize("case", [(c, d) for c in INTEGER_CASES for d in c[3]], ids=lambda c: f"{c[0][0]}-{c[1]}")
+def test_integer_conv_and_pool_match_torch(case):
+    """Exact integer results in the input's dtype (an average truncates; uint8 wraps as PyTorch's does)."""
+    (name, fn, shapes, _), dtype = case
+    low = 0 if dtype == "uint8" else -9
+    arrays = [_irng.integers(low, 10, s) for s in shapes]
+    expected = fn(torch.nn.functional, *(torch.tensor(a).to(getattr(torch, dtype)) for a in arrays))
+    out = fn(F, *(minidl.tensor(a).to(getattr(minidl, dtype)) for a in arrays))
+    pairs = zip(out, expected) if isinstance(out, tuple) else [(out, expected)]
+    for o, e in pairs:
+        assert o.dtype.name == str(e.dtype).replace("torch.", ""), name
+        np.testing.assert_array_equal(o.numpy(), e.numpy(), err_msg=name)
+
+
+def test_integer_adaptive_avg_pool2d_raises_as_in_torch():
+    """The averaging matrices of an integer input would truncate to zeros: refused, as PyTorch refuses it."""
+    with pytest.raises(NotImplementedError):
+        torch.nn.functional.adaptive_avg_pool2d(torch.ones(1, 1, 4, 4, dtype=torch.int64), 2)
+    with pytest.raises(NotImplementedError, match="adaptive_avg_pool2d: not implemented for int64"):
+        F.adaptive_avg_pool2d(minidl.ones(1, 1, 4, 4, dtype=minidl.int64), 2)
+
+
 @pytest.mark.parametrize("kw", [dict(), dict(momentum=None), dict(affine=False, momentum=0.3),
                                 dict(track_running_stats=False)], ids=str)
 @pytest.mark.parametrize("train", [True, False])
@@ -157,6 +202,22 @@ def test_batch_norm1d(shape):
 @pytest.mark.parametrize("groups", [1, 2, 4])
 def test_group_norm(groups):
     _compare(lambda: nn.GroupNorm(groups, 4), lambda: torch.nn.GroupNorm(groups, 4), (2, 4, 3, 5))
+
+
+@pytest.mark.parametrize("make, shape", [("BatchNorm1d", (0, 3)), ("BatchNorm1d", (0, 3, 4)),
+                                         ("BatchNorm1d", (2, 3, 0)), ("BatchNorm2d", (0, 3, 2, 2))], ids=str)
+def test_batch_norm_training_on_no_values(make, shape):
+    """An empty batch in training mode: an empty result, zero parameter gradients, the running statistics
+    kept (PyTorch's); a single value per channel still raises."""
+    _compare(lambda: getattr(nn, make)(3), lambda: getattr(torch.nn, make)(3), shape, True)
+    with pytest.raises(ValueError, match=r"Expected more than 1 value per channel when training, got input size "
+                                         r"\[1, 3, 1\]"):
+        nn.BatchNorm1d(3)(minidl.ones(1, 3, 1))
+
+
+@pytest.mark.parametrize("shape", [(0, 4), (0, 4, 3, 2)], ids=str)
+def test_group_norm_of_an_empty_batch(shape):
+    _compare(lambda: nn.GroupNorm(2, 4), lambda: torch.nn.GroupNorm(2, 4), shape)
 
 
 def test_lenet_end_to_end():
@@ -183,4 +244,18 @@ def test_functional_unfold_fold_match_torch():
     np.testing.assert_allclose(got.numpy(), ref.numpy(), **TOL)
     back = F.fold(got, (6, 5), (2, 3), stride=(2, 1), padding=1, dilation=(1, 2))
     ref_back = torch.nn.functional.fold(ref, (6, 5), (2, 3), stride=(2, 1), padding=1, dilation=(1, 2))
+    np.testing.assert_allclose(back.numpy(), ref_back.numpy(), **TOL)
+
+
+@pytest.mark.parametrize("shape", [(1, 1, 5, 5), (1, 1, 4, 4), (2, 5, 4)])
+def test_unfold_fold_positional_order_and_unbatched_input_match_torch(shape):
+    """torch's positional order is (kernel_size, dilation, padding, stride); fold takes output_size first."""
+    x = np.random.default_rng(2).standard_normal(shape)
+    got = F.unfold(minidl.tensor(x), 2, 1, 0, 2)
+    ref = torch.nn.functional.unfold(torch.tensor(x), 2, 1, 0, 2)
+    assert tuple(got.shape) == tuple(ref.shape)
+    np.testing.assert_allclose(got.numpy(), ref.numpy(), **TOL)
+    back = F.fold(got, shape[-2:], 2, 1, 0, 2)
+    ref_back = torch.nn.functional.fold(ref, shape[-2:], 2, 1, 0, 2)
+    assert tuple(back.shape) == tuple(ref_back.shape)
     np.testing.assert_allclose(back.numpy(), ref_back.numpy(), **TOL)

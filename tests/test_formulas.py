@@ -22,7 +22,11 @@ LIBRARY = {"exp": np.exp, "log": np.log, "log1p": np.log1p, "expm1": np.expm1, "
            "cos": np.cos, "tan": np.tan, "tanh": np.tanh, "erf": lambda v: math.erf(v), "floor": np.floor,
            "ceil": np.ceil, "rint": np.rint, "trunc": np.trunc, "abs": abs, "bool": bool, "copysign": np.copysign,
            "floordiv": np.floor_divide, "remainder": np.remainder, "atan2": np.arctan2,
-           "pow": lambda x, y: np.power(np.array([x]), np.array([y]))[0]}  # (numpy's scalar power has (-inf) ** 0.5 NaN)
+           "pow": lambda x, y: np.power(np.array([x]), np.array([y]))[0],  # (numpy's scalar power has (-inf) ** 0.5 NaN)
+           "bitand": lambda x, y: x & y, "bitor": lambda x, y: x | y, "bitxor": lambda x, y: x ^ y,
+           # shifts beyond the width: 0 to the left, the sign to the right (Python's ints have no width)
+           "shl": lambda x, y: int(np.left_shift(np.int64(x), y)) if 0 <= y <= 63 else 0,
+           "shr": lambda x, y: x >> (y if 0 <= y <= 63 else 63)}
 
 
 def _reference(formula, *values):
@@ -59,20 +63,27 @@ def test_unary_kernels_compute_their_formula(formula):
 
 BINARY_CALLS = {"add": md.add, "sub": md.sub, "mul": md.mul, "div": md.div, "floordiv": md.floor_divide,
                 "remainder": md.remainder, "pow": md.pow, "maximum": md.maximum, "minimum": md.minimum,
-                "gate": lambda a, b: md.ops.elementwise.Gate.apply(a, b), "atan2": md.atan2}
+                "gate": lambda a, b: md.ops.elementwise.Gate.apply(a, b), "atan2": md.atan2,
+                "bitwise_and": md.bitwise_and, "bitwise_or": md.bitwise_or, "bitwise_xor": md.bitwise_xor,
+                "bitwise_left_shift": md.bitwise_left_shift, "bitwise_right_shift": md.bitwise_right_shift}
 
 
 @pytest.mark.parametrize("formula", formulas.BINARY, ids=lambda f: f.name)
 def test_binary_kernels_compute_their_formula(formula):
-    a, b = (np.array(v) for v in zip(*[(p, q) for p in SPECIALS for q in SPECIALS]))
-    got = BINARY_CALLS[formula.name](md.tensor(a), md.tensor(b)).numpy()
-    want = np.array([_reference(formula, float(p), float(q)) for p, q in zip(a, b)], dtype=np.float64)
-    np.testing.assert_allclose(got, want, rtol=1e-14, atol=0, equal_nan=True)
-    if not formula.float_only:
-        pairs = [(p, q) for p in INTEGERS[:8] for q in INTEGERS[:8] if q != 0 and (formula.name != "pow" or q >= 0)]
-        a, b = (np.array(v) for v in zip(*pairs))
+    if not formula.int_only:  # (the op layer refuses floats for the others)
+        a, b = (np.array(v) for v in zip(*[(p, q) for p in SPECIALS for q in SPECIALS]))
         got = BINARY_CALLS[formula.name](md.tensor(a), md.tensor(b)).numpy()
-        assert got.tolist() == [int(_reference(formula, int(p), int(q))) for p, q in pairs]
+        want = np.array([_reference(formula, float(p), float(q)) for p, q in zip(a, b)], dtype=np.float64)
+        np.testing.assert_allclose(got, want, rtol=1e-14, atol=0, equal_nan=True)
+    if formula.float_only:
+        return
+    if formula.int_only:  # shifts past the width too
+        pairs = [(p, q) for p in INTEGERS + [-2 ** 63] for q in INTEGERS[:8] + [5, 63, 64, 70]]
+    else:
+        pairs = [(p, q) for p in INTEGERS[:8] for q in INTEGERS[:8] if q != 0 and (formula.name != "pow" or q >= 0)]
+    a, b = (np.array(v) for v in zip(*pairs))
+    got = BINARY_CALLS[formula.name](md.tensor(a), md.tensor(b)).numpy()
+    assert got.tolist() == [int(_reference(formula, int(p), int(q))) for p, q in pairs]
 
 
 @pytest.mark.parametrize("formula", formulas.COMPARE, ids=lambda f: f.name)

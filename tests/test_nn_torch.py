@@ -274,3 +274,71 @@ def test_pytorch_script_runs_with_minidl_imports():
     np.testing.assert_allclose(mine["losses"], ref["losses"], rtol=1e-6)
     assert mine["losses"][-1] < mine["losses"][0]
     assert mine["accuracy"] == ref["accuracy"]
+
+
+@pytest.mark.parametrize("pad", [(-1, 2, 0, 0), (2, -1, -1, 1), (3, -2, 1, -2)])
+def test_circular_pad_with_negative_pads_matches_torch(pad):
+    """torch crops by the negative pads first and wraps the positive ones around what is left."""
+    m, t = pair(np.random.default_rng(3).standard_normal((1, 2, 4, 5)))
+    got, ref = F.pad(m, pad, mode="circular"), TF.pad(t, pad, mode="circular")
+    close(got, ref)
+    weights = np.random.default_rng(4).standard_normal(tuple(ref.shape))
+    (got * minidl.tensor(weights)).sum().backward()
+    (ref * torch.tensor(weights)).sum().backward()
+    close(m.grad, t.grad)
+
+
+def _discriminator(ns):
+    """DCGAN's discriminator, small: Conv -> BatchNorm -> LeakyReLU(inplace=True)."""
+    return ns.Sequential(
+        ns.Conv2d(3, 8, 4, 2, 1, bias=False), ns.LeakyReLU(0.2, inplace=True),
+        ns.Conv2d(8, 16, 4, 2, 1, bias=False), ns.BatchNorm2d(16), ns.LeakyReLU(0.2, inplace=True),
+        ns.Conv2d(16, 1, 4, 1, 0, bias=False), ns.Sigmoid())
+
+
+def test_dcgan_discriminator_steps_with_inplace_leaky_relu_match_torch():
+    """errD_real.backward() used to fail: the in-place activation overwrote a tensor saved by a product
+    whose gradient never reads it."""
+    torch.manual_seed(0)
+    theirs, mine = _discriminator(tnn), _discriminator(nn)
+    copy_weights(mine, theirs)
+    opt_t = torch.optim.Adam(theirs.parameters(), lr=2e-3, betas=(0.5, 0.999))
+    opt_m = minidl.optim.Adam(mine.parameters(), lr=2e-3, betas=(0.5, 0.999))
+    rng = np.random.default_rng(5)
+    for _ in range(2):
+        real, fake = rng.standard_normal((4, 3, 16, 16)), rng.standard_normal((4, 3, 16, 16))
+        losses = []
+        for model, lib, loss_fn, opt in ((theirs, torch, tnn.BCELoss(), opt_t), (mine, minidl, nn.BCELoss(), opt_m)):
+            opt.zero_grad()
+            err_real = loss_fn(model(lib.tensor(real, dtype=lib.float32)).view(-1), lib.ones(4))
+            err_real.backward()
+            err_fake = loss_fn(model(lib.tensor(fake, dtype=lib.float32)).view(-1), lib.zeros(4))
+            err_fake.backward()
+            grads = [p.grad.numpy().copy() for p in model.parameters()]
+            opt.step()
+            losses.append(([err_real.item(), err_fake.item()], grads))
+        (ref_loss, ref_grads), (got_loss, got_grads) = losses
+        np.testing.assert_allclose(got_loss, ref_loss, rtol=1e-5, atol=1e-6)
+        for got, ref in zip(got_grads, ref_grads):
+            np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-5)
+
+
+def test_module_to_channels_last_restrides_4d_parameters_only_like_torch():
+    theirs = tnn.Sequential(tnn.Conv2d(3, 4, 3), tnn.BatchNorm2d(4)).to(memory_format=torch.channels_last)
+    mine = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4)).to(memory_format=minidl.channels_last)
+    assert [tuple(p.stride()) for p in mine.parameters()] == [tuple(p.stride()) for p in theirs.parameters()]
+
+
+@pytest.mark.parametrize("act", [("ReLU", {}), ("LeakyReLU", {"negative_slope": 0.2}), ("ELU", {}), ("SiLU", {})])
+def test_inplace_activation_after_batch_norm_matches_torch(act):
+    name, kw = act
+    torch.manual_seed(1)
+    theirs = tnn.Sequential(tnn.Conv2d(3, 4, 3), tnn.BatchNorm2d(4), getattr(tnn, name)(inplace=True, **kw))
+    mine = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), getattr(nn, name)(inplace=True, **kw))
+    copy_weights(mine, theirs)
+    x = np.random.default_rng(6).standard_normal((2, 3, 6, 6))
+    weights = np.random.default_rng(7).standard_normal((2, 4, 4, 4))
+    (theirs(torch.tensor(x, dtype=torch.float32)) * torch.tensor(weights)).sum().backward()
+    (mine(minidl.tensor(x, dtype=minidl.float32)) * minidl.tensor(weights)).sum().backward()
+    for p, q in zip(mine.parameters(), theirs.parameters()):
+        np.testing.assert_allclose(p.grad.numpy(), q.grad.numpy(), rtol=1e-4, atol=1e-5)

@@ -297,3 +297,16 @@ def test_review_cases_of_the_tensor():
     w.grad.zero_()
     assert float(minidl.nn.utils.clip_grad_norm_([w], 1.0, float("inf"))) == 0.0
     assert (s * np.float32(2)).to_dense().tolist() == [2, 0, 4]
+
+
+def test_to_sparse_keeps_requires_grad_and_the_gradient_flows_like_torch():
+    x, w = np.array([[0.0, 2.0], [3.0, 0.0]]), np.array([[1.0, 2.0], [3.0, 4.0]])
+    grads = []
+    for m in (minidl, torch):
+        t = m.tensor(x, requires_grad=True)
+        s = t.to_sparse()
+        assert s.requires_grad and not s.is_leaf and not s.detach().requires_grad
+        (s.to_dense() * m.tensor(w)).sum().backward()
+        t.to_sparse().values().sum().backward()
+        grads.append(t.grad.numpy())
+    np.testing.assert_array_equal(*grads)

@@ -404,9 +404,27 @@ SHAPES = {"baddbmm_": (2, 3, 4)}
 POSITIVE = ("rsqrt_", "log1p_", "log_", "sqrt_")
 
 
+INTEGER_INPLACE = {  # the integer-only twins (self: 3x4 int64)
+    "bitwise_and_": (6,), "bitwise_or_": (6,), "bitwise_xor_": (6,), "bitwise_left_shift_": (2,),
+    "bitwise_right_shift_": (1,), "bitwise_not_": (),
+}
+
+
 def test_every_inplace_twin_of_the_registry_is_checked():
     declared = {twin for d in minidl.ops.registry.OPS.values() for twin in d.twins}
-    assert declared == set(INPLACE), f"declared but unchecked: {sorted(declared - set(INPLACE))}"
+    checked = set(INPLACE) | set(INTEGER_INPLACE)
+    assert declared == checked, f"declared but unchecked: {sorted(declared - checked)}"
+
+
+@pytest.mark.parametrize("name", sorted(INTEGER_INPLACE))
+def test_integer_inplace_twins(name):
+    a = np.arange(-5, 7).reshape(3, 4)
+    base = minidl.tensor(a)
+    view = base[..., ::-1]
+    expected = getattr(minidl.tensor(a[..., ::-1].copy()), name[:-1])(*INTEGER_INPLACE[name])
+    version = view._version
+    assert getattr(view, name)(*INTEGER_INPLACE[name]) is view and view._version > version
+    check(base[..., ::-1], expected.numpy())
 
 
 @pytest.mark.parametrize("name", sorted(INPLACE))
@@ -577,3 +595,35 @@ def test_true_division_into_an_integer_tensor_raises_as_in_pytorch(name):
     with pytest.raises(RuntimeError, match="can't be cast to the desired output type int64"):
         getattr(t, name)(minidl.arange(1, 5))
     assert t.tolist() == [0, 1, 2, 3]
+
+
+def test_to_refuses_unknown_keywords_with_torch_error_type():
+    torch = _torch()
+    for m in (minidl, torch):
+        with pytest.raises(TypeError, match="to()"):
+            m.ones(2).to(m.float64, foo=1)
+
+
+@pytest.mark.parametrize("shape,fmt", [((2, 3, 4, 5), "channels_last"), ((2, 1, 4, 5), "channels_last"),
+                                       ((1, 3, 1, 1), "channels_last"), ((2, 3, 4, 5, 6), "channels_last_3d")])
+def test_memory_formats_lay_out_strides_like_torch(shape, fmt):
+    """channels_last is a real permuted-stride layout: the same values, torch's strides and contiguity."""
+    torch = _torch()
+    x = np.random.default_rng(0).standard_normal(shape)
+    results = []
+    for m in (minidl, torch):
+        t = m.tensor(x)
+        y = t.to(memory_format=getattr(m, fmt))
+        back = y.to(memory_format=m.contiguous_format)
+        results.append((t.is_contiguous(memory_format=getattr(m, fmt)), tuple(y.stride()), y.is_contiguous(),
+                        y.is_contiguous(memory_format=getattr(m, fmt)), tuple(back.stride()),
+                        tuple(t.contiguous(memory_format=getattr(m, fmt)).stride()),
+                        tuple(t.clone(memory_format=getattr(m, fmt)).stride())))
+        np.testing.assert_array_equal(y.numpy(), x)
+    assert results[0] == results[1]
+
+
+def test_channels_last_needs_a_4d_tensor():
+    with pytest.raises(RuntimeError, match="required rank 4 tensor to use channels_last format"):
+        minidl.ones(3, 4).to(memory_format=minidl.channels_last)
+    assert not minidl.ones(3, 4).is_contiguous(memory_format=minidl.channels_last)

@@ -384,3 +384,62 @@ def test_mixed_dtype_ops_match_torch_values():
 
 def minidl_or_torch_max(x, y):
     return minidl.maximum(x, y) if isinstance(x, minidl.Tensor) else torch.maximum(x, y)
+
+
+def test_clamp_with_min_above_max_sends_the_gradient_to_max_like_torch():
+    """Where min > max the result is max, so only max gets the gradient (and equal bounds too)."""
+    grads = []
+    for m in (minidl, torch):
+        x = m.tensor([0.0, 0.7, 2.0, 0.5, 3.0], dtype=m.float64, requires_grad=True)
+        lo = m.tensor([1.0, 1.0, 1.0, 0.5, 0.5], dtype=m.float64, requires_grad=True)
+        hi = m.tensor([0.5, 0.5, 0.5, 0.5, 0.5], dtype=m.float64, requires_grad=True)
+        out = m.clamp(x, lo, hi)
+        (out * m.tensor([1.0, 2.0, 3.0, 4.0, 5.0], dtype=m.float64)).sum().backward()
+        grads.append([out.detach().numpy(), x.grad.numpy(), lo.grad.numpy(), hi.grad.numpy()])
+    for got, ref in zip(*grads):
+        np.testing.assert_array_equal(got, ref)
+
+
+def test_index_fill_with_a_repeated_index_counts_the_value_gradient_once_like_torch():
+    grads, x0 = [], rn(2, 5)
+    for m in (minidl, torch):
+        v = m.tensor(2.0, dtype=m.float64, requires_grad=True)
+        x = m.tensor(x0, requires_grad=True)
+        out = x.index_fill(1, m.tensor([4, 3, 3]), v)
+        (out * m.tensor(np.arange(10.0).reshape(2, 5))).sum().backward()
+        grads.append([out.detach().numpy(), v.grad.numpy(), x.grad.numpy()])
+    for got, ref in zip(*grads):
+        np.testing.assert_array_equal(got, ref)
+
+
+@pytest.mark.parametrize("dtype", ["int64", "int32", "int16"])
+@pytest.mark.parametrize("args", [(4.3, -3, 8), (-2.5, 7.9, 7), (0, 1, 5), (0, 10, 4), (1, 2, 1), (0, 1, 0)])
+def test_linspace_in_integer_dtypes_matches_torch(dtype, args):
+    got = minidl.linspace(*args, dtype=getattr(minidl, dtype))
+    ref = torch.linspace(*args, dtype=getattr(torch, dtype))
+    assert got.dtype is getattr(minidl, dtype)
+    assert got.tolist() == ref.tolist()
+
+
+@pytest.mark.parametrize("dtype", ["int64", "int32"])
+@pytest.mark.parametrize("args", [(0.0, -8.000001, -4.0), (0.5, 5.6, 1.5), (-0.5, 3, 1), (5, 0.2, -1.5),
+                                  (0, 1e-9, 1), (0.0, 5.0, 1.9)])
+def test_arange_in_integer_dtypes_matches_torch(dtype, args):
+    got = minidl.arange(*args, dtype=getattr(minidl, dtype))
+    assert got.tolist() == torch.arange(*args, dtype=getattr(torch, dtype)).tolist()
+
+
+def test_arange_step_that_truncates_to_zero_is_refused():
+    with pytest.raises(RuntimeError, match="arange: step 0.5 truncates to 0 in int64"):
+        minidl.arange(0, 5, 0.5, dtype=minidl.int64)
+
+
+@pytest.mark.parametrize("alpha,beta", [(2.5, 1.5), (-2.5, -1.5), (1.5, 0.5)])
+def test_baddbmm_and_addmm_on_integers_truncate_alpha_and_beta_like_torch(alpha, beta):
+    a, b, c = np.arange(24).reshape(2, 3, 4), np.arange(16).reshape(2, 4, 2), np.arange(12).reshape(2, 3, 2) - 5
+    got = minidl.baddbmm(minidl.tensor(c), minidl.tensor(a), minidl.tensor(b), beta=beta, alpha=alpha)
+    ref = torch.baddbmm(torch.tensor(c), torch.tensor(a), torch.tensor(b), beta=beta, alpha=alpha)
+    assert got.dtype is minidl.int64 and got.tolist() == ref.tolist()
+    got = minidl.addmm(minidl.tensor(c[0]), minidl.tensor(a[0]), minidl.tensor(b[0]), beta=beta, alpha=alpha)
+    ref = torch.addmm(torch.tensor(c[0]), torch.tensor(a[0]), torch.tensor(b[0]), beta=beta, alpha=alpha)
+    assert got.dtype is minidl.int64 and got.tolist() == ref.tolist()

@@ -114,6 +114,7 @@ def run(tensors, grad_tensors, retain_graph, create_graph, capture=None, stash=N
     if retain_graph is None:
         retain_graph = create_graph
     grads = _root_grads(tensors, grad_tensors)
+    tensors, grads = zip(*(t._values_root(g) if t.is_sparse else (t, g) for t, g in zip(tensors, grads)))
     edges = [t._grad_edge() for t in tensors]
     roots = list(dict.fromkeys(e[0] for e in edges))
     deps = _discover(roots, None if capture is None else {node for node, _ in capture})

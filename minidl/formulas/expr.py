@@ -12,7 +12,8 @@ A formula is a Python expression restricted to what both devices can say the sam
 
 ``/`` is division for floats; a formula that may divide by zero says what it gives (Numba would
 raise). There is no ``//``, ``%`` or ``**``: their integer and float meanings differ, so they are
-the library's ``floordiv``, ``remainder`` and ``pow``.
+the library's ``floordiv``, ``remainder`` and ``pow``; ``& | ^ << >>`` are its ``bitand``, ``bitor``,
+``bitxor``, ``shl`` and ``shr``, for integers only (``int_only`` ops: floats never reach them).
 
 ``parse`` checks a formula once; ``render`` writes it in a target's syntax (Numba's Python, CUDA C,
 Python over Tensors for the gradients); ``evaluate`` reads it on plain numbers, for the tests.
@@ -27,6 +28,7 @@ MATH = {
     "exp": 1, "log": 1, "log1p": 1, "expm1": 1, "sqrt": 1, "sin": 1, "cos": 1, "tan": 1, "tanh": 1, "erf": 1,
     "floor": 1, "ceil": 1, "rint": 1, "trunc": 1, "abs": 1, "bool": 1,
     "copysign": 2, "floordiv": 2, "remainder": 2, "pow": 2, "atan2": 2,
+    "bitand": 2, "bitor": 2, "bitxor": 2, "shl": 2, "shr": 2,
 }
 CONSTANTS = {"inf": math.inf, "nan": math.nan, "pi": math.pi}
 # what only floats have: a formula that integers reach must not use these

@@ -9,6 +9,8 @@ the codes.
 - ``float_only``: the op is defined for floats only. Its integer inputs are computed in the
   default float dtype by the op layer (as in PyTorch), so an integer never reaches the formula;
   the kernels give integers back unchanged, which keeps every kernel's types exact.
+- ``int_only``: the op is defined for integers only (bitwise ops). The op layer refuses floats (as
+  PyTorch does); the library functions give a float back unchanged, so float kernels still type.
 - ``grad`` (unary ops): the input's gradient from ``x`` (the input), ``y`` (the output) and ``g``
   (the output's gradient), evaluated with Tensor ops, so it can be differentiated again. A call
   there names one of minidl's elementwise ops (or ``gate``), or, on plain numbers, a function of
@@ -29,14 +31,15 @@ class Formula:
     float_only: bool = False
     grad: str = None
     doc: str = ""
+    int_only: bool = False
 
 
 def unary(name, text, grad, float_only=True, doc=""):
     return Formula(name, text, ("x",), float_only, grad, doc)
 
 
-def binary(name, text, float_only=False, doc=""):
-    return Formula(name, text, ("x", "y"), float_only, None, doc)
+def binary(name, text, float_only=False, doc="", int_only=False):
+    return Formula(name, text, ("x", "y"), float_only, None, doc, int_only)
 
 
 # Named pieces that formulas call (not ops of their own).
@@ -86,6 +89,12 @@ BINARY = (
     binary("minimum", "x if (x <= y or x != x) else y", doc="propagates NaN"),
     binary("gate", "x if y > 0 else x * 0", doc="x where y > 0, else 0: ReLU's backward (g, y) in one pass"),
     binary("atan2", "atan2(x, y)", float_only=True),
+    binary("bitwise_and", "bitand(x, y)", int_only=True),
+    binary("bitwise_or", "bitor(x, y)", int_only=True),
+    binary("bitwise_xor", "bitxor(x, y)", int_only=True),
+    binary("bitwise_left_shift", "shl(x, y)", int_only=True, doc="0 for a shift below 0 or beyond 63, as in PyTorch"),
+    binary("bitwise_right_shift", "shr(x, y)", int_only=True,
+           doc="arithmetic; a shift below 0 or beyond 63 leaves the sign (0 or -1), as in PyTorch"),
 )
 
 COMPARE = (  # bool results

@@ -63,7 +63,9 @@ from element 0. Window (i, j) tap (ki, kj) reads image row i*sh - ph + ki*dh, co
 are laid out (C*kh*kw, N, oh*ow) for ``channels`` = C (row c*kh*kw + ki*kw + kj; a convolution is
 then one GEMM over all N*oh*ow positions); ``channels`` = 0 means C = planes, N = 1, i.e. the
 (N, C*kh*kw, oh*ow) layout of ``unfold``. ``max_pool2d_backward`` takes gradients and indices of
-shape (planes, oh*ow) as max_pool2d wrote them and skips indices outside the plane.
+shape (planes, oh*ow) as max_pool2d wrote them and skips indices outside the plane. On the CPU the
+four take float32, float64 and int64 buffers (integer convolution and pooling); on cuda float32 and
+float64 only.
 
 The optimizer steps update each element in place, with ``d = -g if maximize else g``:
 

@@ -19,6 +19,7 @@ from .rnn import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNBase, RNNCell, RNNCellBas
 from .sparse import Embedding
 from .transformer import MultiheadAttention, TransformerDecoder, TransformerDecoderLayer, TransformerEncoder
 from .transformer import Transformer, TransformerEncoderLayer
+from . import modules  # torch's submodule layout over the classes above
 
 __all__ = [
     "functional", "init", "parallel", "utils", "Module", "Parameter", "Sequential", "ModuleList", "ModuleDict", "Identity",
@@ -30,4 +31,4 @@ __all__ = [
     "RNNBase", "RNN", "LSTM", "GRU", "RNNCellBase", "RNNCell", "LSTMCell", "GRUCell",
 ]
 __all__ += ["MultiheadAttention", "Transformer", "TransformerEncoderLayer", "TransformerEncoder",
-            "TransformerDecoderLayer", "TransformerDecoder"]
+            "TransformerDecoderLayer", "TransformerDecoder", "modules"]

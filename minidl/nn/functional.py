@@ -63,7 +63,9 @@ def gelu(input, approximate: str = "none"):
 
 
 def silu(input, inplace: bool = False):
-    return _inplace_result(input, input * input.sigmoid(), inplace)
+    # in place, the product's gradient reads the input as it was: like torch, keep a copy of it
+    x = input.clone() if inplace and input.requires_grad and minidl.is_grad_enabled() else input
+    return _inplace_result(input, x * x.sigmoid(), inplace)
 
 
 def leaky_relu(input, negative_slope: float = 0.01, inplace: bool = False):

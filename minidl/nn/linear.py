@@ -1,4 +1,4 @@
-"""Linear (and Identity re-exported from container)."""
+"""Linear, NonDynamicallyQuantizableLinear (and Identity re-exported from container)."""
 from __future__ import annotations
 
 
@@ -33,3 +33,8 @@ class Linear(Module):
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
+
+
+class NonDynamicallyQuantizableLinear(Linear):
+    """The Linear of MultiheadAttention's ``out_proj``: torch's own class there (it keeps quantization from
+    swapping that layer), so a pickled model names the same class in minidl as in torch."""

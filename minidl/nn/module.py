@@ -321,10 +321,12 @@ class Module:
             raise TypeError(f"nn.Module.to only accepts floating point dtypes, but got desired dtype={dtype}")
 
         def convert(t):
+            # (as torch's: a memory format applies to the 4-D and 5-D tensors only)
+            kw = kwargs if t.ndim in (4, 5) else {k: v for k, v in kwargs.items() if k != "memory_format"}
             if t.is_floating_point():
-                return t.to(*args, **kwargs)
+                return t.to(*args, **kw)
             return t.to(*[a for a in args if not isinstance(a, minidl.dtype)],
-                        **{k: v for k, v in kwargs.items() if k != "dtype"})
+                        **{k: v for k, v in kw.items() if k != "dtype"})
         return self._apply(convert)
 
     def float(self):

@@ -136,7 +136,7 @@ class RNNBase(_RecurrentBase):
         self.input_size, self.hidden_size, self.num_layers = input_size, hidden_size, num_layers
         self.bias, self.batch_first, self.bidirectional = bias, batch_first, bidirectional
         self.dropout, self.proj_size = float(dropout), proj_size
-        gates, self._step = _MODES[mode]
+        gates = _MODES[mode][0]
         directions = 2 if bidirectional else 1
         out_size = proj_size or hidden_size
         factory = {"device": device, "dtype": dtype}
@@ -147,6 +147,11 @@ class RNNBase(_RecurrentBase):
                               hidden_size, proj_size, bias, factory)
             for layer in range(num_layers) for d in range(directions)]
         self.reset_parameters()
+
+    @property
+    def _step(self):
+        """The step function of ``mode``, looked up rather than stored: a pickled layer names only its class."""
+        return _MODES[self.mode][1]
 
     @property
     def all_weights(self):
@@ -257,13 +262,19 @@ class RNNCellBase(_RecurrentBase):
         super().__init__()
         _check_positive(type(self).__name__, "hidden_size", hidden_size)
         self.input_size, self.hidden_size, self.bias = input_size, hidden_size, bias
-        gates, self._step = _MODES[mode]
+        self._mode = mode
+        gates = _MODES[mode][0]
         self._add_weights("", input_size, gates * hidden_size, hidden_size, 0, bias,
                                         {"device": device, "dtype": dtype})
         if not bias:
             self.register_parameter("bias_ih", None)
             self.register_parameter("bias_hh", None)
         self.reset_parameters()
+
+    @property
+    def _step(self):
+        """The step function of the cell's mode, looked up rather than stored: a pickled cell names only its class."""
+        return _MODES[self._mode][1]
 
     def forward(self, input, hx=None):
         name = type(self).__name__

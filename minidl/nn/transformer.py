@@ -12,7 +12,7 @@ from . import functional as F
 from . import init
 from .container import ModuleList
 from .dropout import Dropout
-from .linear import Linear
+from .linear import Linear, NonDynamicallyQuantizableLinear
 from .module import Module
 from .normalization import LayerNorm
 from .parameter import Parameter
@@ -56,7 +56,7 @@ class MultiheadAttention(Module):
             self.in_proj_bias = Parameter(minidl.empty(3 * embed_dim, **kw))
         else:
             self.register_parameter("in_proj_bias", None)
-        self.out_proj = Linear(embed_dim, embed_dim, bias=bias, **kw)
+        self.out_proj = NonDynamicallyQuantizableLinear(embed_dim, embed_dim, bias=bias, **kw)
         if add_bias_kv:
             self.bias_k = Parameter(minidl.empty(1, 1, embed_dim, **kw))
             self.bias_v = Parameter(minidl.empty(1, 1, embed_dim, **kw))

@@ -11,6 +11,7 @@ from .. import _dtype as dt
 from ..autograd import Function
 from .autocast_mode import autocast_op
 from .core import cast, check_devices, grad_enabled, kernel, packed_buffer
+from .elementwise import div
 from .creation import empty, tensor
 from .shape_ops import pad
 from .registry import op
@@ -26,9 +27,11 @@ def _pair(v, name):
     return int(v), int(v)
 
 
-def _float_compute(op, x):
-    if not x.dtype.is_floating_point:
-        raise RuntimeError(f"{op}: expected a floating-point input, got {x.dtype.name}")
+def _compute(op, x):
+    """The kernels' dtype: float32/float64, or int64 for an integer input (PyTorch convolves and pools
+    those too, exactly, in the input's dtype)."""
+    if x.dtype is dt.bool_:
+        raise RuntimeError(f"{op}: expected a floating-point or integer input, got {x.dtype.name}")
     return dt.compute_dtype(x.dtype)
 
 
@@ -57,7 +60,7 @@ def _columns(x, geom, channel_major):
     """im2col of ``x`` in its compute dtype, without autograd (see Im2Col)."""
     n, c, h, w = x.shape
     kh, kw, oh, ow = geom[0], geom[1], geom[8], geom[9]
-    compute = _float_compute("im2col", x)
+    compute = _compute("im2col", x)
     xc = cast(x, compute)
     shape = (c * kh * kw, n * oh * ow) if channel_major else (n, c * kh * kw, oh * ow)
     out = empty(*shape, dtype=compute, device=x.device)                     # im2col writes every entry
@@ -91,7 +94,7 @@ class Col2Im(Function):
         expect = (c * kh * kw, n * oh * ow) if channel_major else (n, c * kh * kw, oh * ow)
         if tuple(cols.shape) != expect:
             raise RuntimeError(f"col2im: expected columns of shape {expect}, got {tuple(cols.shape)}")
-        compute = _float_compute("col2im", cols)
+        compute = _compute("col2im", cols)
         cc = cast(cols, compute)
         out = empty(n, c, h, w, dtype=compute, device=cols.device)          # col2im overwrites every entry
         kernel("col2im", cols)(packed_buffer(cc), packed_buffer(out), (n * c, h, w) + tuple(geom),
@@ -162,7 +165,7 @@ class MaxPool2d(Function):
     def forward(ctx, x, geom):
         n, c, h, w = x.shape
         oh, ow = geom[8], geom[9]
-        compute = _float_compute("max_pool2d", x)
+        compute = _compute("max_pool2d", x)
         xc = cast(x, compute)
         out = empty(n, c, oh, ow, dtype=compute, device=x.device)           # the kernel writes every entry
         idx = empty(n, c, oh, ow, dtype=dt.int64, device=x.device)
@@ -191,7 +194,7 @@ class MaxPool2dGrad(Function):
     @staticmethod
     def forward(ctx, g, idx, shape, geom):
         n, c, h, w = shape
-        compute = _float_compute("max_pool2d_backward", g)
+        compute = _compute("max_pool2d_backward", g)
         gc = cast(g, compute)
         out = empty(n, c, h, w, dtype=compute, device=g.device)             # the kernel zero-fills it
         kernel("max_pool2d_backward", g)(packed_buffer(gc), packed_buffer(idx), packed_buffer(out),
@@ -223,31 +226,37 @@ def _sample_geometry():
 
 
 @op("unfold", method=False, namespace="nn.functional", samples=lambda t: [
-    t.S("unfold", lambda x: im2col(x, (2, 1), stride=1, padding=(0, 1)), t.rn(1, 2, 3, 2)),
+    t.S("unfold", lambda x: im2col(x, (2, 1), padding=(0, 1)), t.rn(1, 2, 3, 2)),
+    t.S("unfold-positional-unbatched", lambda x: im2col(x, 2, 1, 0, 2), t.rn(2, 5, 4)),
     t.S("channel-major", lambda x: Im2Col.apply(x, _sample_geometry(), True), t.rn(2, 2, 3, 4))])
-def im2col(x, kernel_size, stride=1, padding=0, dilation=1):
-    """(N, C, H, W) -> (N, C*kh*kw, L), like torch.nn.functional.unfold."""
-    k, s, p, d = (_pair(v, n) for v, n in ((kernel_size, "kernel_size"), (stride, "stride"),
-                                           (padding, "padding"), (dilation, "dilation")))
-    if x.ndim != 4:
-        raise RuntimeError(f"im2col: expected a 4D input, got {x.ndim}D")
+def im2col(x, kernel_size, dilation=1, padding=0, stride=1):
+    """(N, C, H, W) or (C, H, W) -> (N, C*kh*kw, L) or (C*kh*kw, L), torch.nn.functional.unfold
+    (its positional order: kernel_size, dilation, padding, stride)."""
+    k, d, p, s = (_pair(v, n) for v, n in ((kernel_size, "kernel_size"), (dilation, "dilation"),
+                                           (padding, "padding"), (stride, "stride")))
+    x, unbatched = _batched("unfold", x)
     oh, ow = _geometry("im2col", x.shape[2], x.shape[3], k, s, p, d)
-    return Im2Col.apply(x, k + s + p + d + (oh, ow))
+    out = Im2Col.apply(x, k + s + p + d + (oh, ow))
+    return out.squeeze(0) if unbatched else out
 
 
 @op("fold", method=False, namespace="nn.functional", samples=lambda t: [
     t.S("fold", lambda c: col2im(c, (3, 3), 2, padding=1, stride=2), t.rn(1, 8, 4)),
+    t.S("fold-positional-unbatched", lambda c: col2im(c, (5, 4), 2, 1, 0, 2), t.rn(8, 4)),
     t.S("channel-major", lambda c: Col2Im.apply(c, (2, 2, 3, 4), _sample_geometry(), True), t.rn(8, 16))])
-def col2im(cols, output_size, kernel_size, stride=1, padding=0, dilation=1):
-    """(N, C*kh*kw, L) -> (N, C, H, W), summing overlaps, like torch.nn.functional.fold."""
-    k, s, p, d = (_pair(v, n) for v, n in ((kernel_size, "kernel_size"), (stride, "stride"),
-                                           (padding, "padding"), (dilation, "dilation")))
+def col2im(cols, output_size, kernel_size, dilation=1, padding=0, stride=1):
+    """(N, C*kh*kw, L) or (C*kh*kw, L) -> (N, C, H, W) or (C, H, W), summing overlaps,
+    torch.nn.functional.fold (its positional order: output_size, kernel_size, dilation, padding, stride)."""
+    k, d, p, s = (_pair(v, n) for v, n in ((kernel_size, "kernel_size"), (dilation, "dilation"),
+                                           (padding, "padding"), (stride, "stride")))
     h, w = _pair(output_size, "output_size")
-    if cols.ndim != 3 or cols.shape[1] % (k[0] * k[1]):
-        raise RuntimeError(f"col2im: expected (N, C*{k[0]}*{k[1]}, L) columns, got {list(cols.shape)}")
+    cols, unbatched = _batched("fold", cols, spatial=1)
+    if cols.shape[1] % (k[0] * k[1]):
+        raise RuntimeError(f"fold: expected (N, C*{k[0]}*{k[1]}, L) columns, got {list(cols.shape)}")
     oh, ow = _geometry("col2im", h, w, k, s, p, d)
     n, c = cols.shape[0], cols.shape[1] // (k[0] * k[1])
-    return Col2Im.apply(cols, (n, c, h, w), k + s + p + d + (oh, ow))
+    out = Col2Im.apply(cols, (n, c, h, w), k + s + p + d + (oh, ow))
+    return out.squeeze(0) if unbatched else out
 
 
 def _conv_inputs(name, input, weight, bias):
@@ -429,12 +438,14 @@ def avg_pool2d(input, kernel_size, stride=None, padding=0, ceil_mode=False, coun
     cols = Im2Col.apply(x.reshape(n * c, 1, h, w), k + s + p + d + (oh, ow))   # (N*C, kh*kw, L)
     total = cols.sum(1).reshape(n, c, oh, ow)
     if divisor_override:
-        out = total / float(divisor_override)
+        counts = np.array(divisor_override)
     else:
-        ch = _window_counts(h, k[0], s[0], p[0], oh, count_include_pad)
-        cw = _window_counts(w, k[1], s[1], p[1], ow, count_include_pad)
-        inv = tensor(1.0 / np.outer(ch, cw), dtype=x.dtype, device=x.device)
-        out = total * inv
+        counts = np.outer(_window_counts(h, k[0], s[0], p[0], oh, count_include_pad),
+                          _window_counts(w, k[1], s[1], p[1], ow, count_include_pad))
+    if x.dtype.is_floating_point:
+        out = total / tensor(counts, dtype=x.dtype, device=x.device)
+    else:  # PyTorch divides an integer sum by the count, truncating
+        out = div(total, tensor(counts, device=x.device), rounding_mode="trunc").to(x.dtype)
     return out.squeeze(0) if unbatched else out
 
 
@@ -452,6 +463,8 @@ def _adaptive_matrix(n, o):
 @autocast_op("adaptive_avg_pool2d")
 def adaptive_avg_pool2d(input, output_size):
     x, unbatched = _batched("adaptive_avg_pool2d", input)
+    if not x.dtype.is_floating_point:  # (the averaging matrices below would truncate to zeros)
+        raise NotImplementedError(f"adaptive_avg_pool2d: not implemented for {x.dtype.name} input (as in PyTorch)")
     h, w = x.shape[2], x.shape[3]
     if isinstance(output_size, int):
         output_size = (output_size, output_size)

@@ -10,11 +10,12 @@ import numpy as np
 
 from .. import _dtype as dt
 from .. import kernels
+from .._layouts import strided
 from .._tensor_base import Storage, as_device, make
 from .._tensor_base import empty as _empty
-from ..layout import Layout, Size
-from ..autograd import grad_mode
-from .core import buf, cast, check_scalar_fits, from_host_array, host_scalar, integer_range, kernel
+from ..layout import Layout, Size, broadcast_shapes
+from ..autograd import Function, grad_mode
+from .core import as_operand, buf, cast, check_scalar_fits, from_host_array, host_scalar, integer_range, kernel
 from .inplace import check_writable
 from .random import draw, numpy_generator
 from .registry import op
@@ -27,6 +28,18 @@ def _size(size):
     if any(n < 0 for n in shape):
         raise RuntimeError(f"Trying to create tensor with negative dimension: {list(shape)}")
     return shape
+
+
+def _strided_only(factory):
+    """torch's ``layout=`` keyword of the factories: they make dense tensors, ``minidl.strided`` (the default), and
+    refuse any other layout by name (a sparse tensor comes from ``.to_sparse()``)."""
+    @functools.wraps(factory)
+    def make(*args, layout=None, **kwargs):
+        if layout is not None and layout is not strided:
+            raise RuntimeError(f"{factory.__name__}: layout={layout} is not supported: it makes minidl.strided "
+                               f"tensors (a sparse one comes from .to_sparse())")
+        return factory(*args, **kwargs)
+    return make
 
 
 def _finish(t, requires_grad):
@@ -207,6 +220,7 @@ def as_tensor(data, dtype=None, device=None):
 
 
 @op(method=False)
+@_strided_only
 def empty(*size, dtype=None, device=None, requires_grad=False):
     return _finish(_empty(_size(size), dt.to_dtype(dtype) if dtype is not None else dt.get_default_dtype(),
                           as_device(device)), requires_grad)
@@ -238,6 +252,7 @@ def filled(shape, value, dtype, device):
 
 
 @op(method=False)
+@_strided_only
 def full(size, fill_value, dtype=None, device=None, requires_grad=False):
     if dtype is None:
         dtype = dt.scalar_dtype(fill_value)
@@ -246,11 +261,13 @@ def full(size, fill_value, dtype=None, device=None, requires_grad=False):
 
 
 @op(method=False)
+@_strided_only
 def zeros(*size, dtype=None, device=None, requires_grad=False):
     return full(_size(size), 0, dtype=dtype or dt.get_default_dtype(), device=device, requires_grad=requires_grad)
 
 
 @op(method=False)
+@_strided_only
 def ones(*size, dtype=None, device=None, requires_grad=False):
     return full(_size(size), 1, dtype=dtype or dt.get_default_dtype(), device=device, requires_grad=requires_grad)
 
@@ -260,21 +277,25 @@ def _like(x, dtype, device):
 
 
 @op(method=False)
+@_strided_only
 def empty_like(x, dtype=None, device=None, requires_grad=False):
     return empty(x.shape, requires_grad=requires_grad, **_like(x, dtype, device))
 
 
 @op(method=False)
+@_strided_only
 def zeros_like(x, dtype=None, device=None, requires_grad=False):
     return zeros(x.shape, requires_grad=requires_grad, **_like(x, dtype, device))
 
 
 @op(method=False)
+@_strided_only
 def ones_like(x, dtype=None, device=None, requires_grad=False):
     return ones(x.shape, requires_grad=requires_grad, **_like(x, dtype, device))
 
 
 @op(method=False)
+@_strided_only
 def full_like(x, fill_value, dtype=None, device=None, requires_grad=False):
     return full(x.shape, fill_value, requires_grad=requires_grad, **_like(x, dtype, device))
 
@@ -286,6 +307,7 @@ _RANGE_CACHE_MAX = 1 << 16
 
 
 @op(method=False)
+@_strided_only
 def arange(start, end=None, step=1, dtype=None, device=None, requires_grad=False):
     if end is None:
         start, end = 0, start
@@ -295,7 +317,10 @@ def arange(start, end=None, step=1, dtype=None, device=None, requires_grad=False
     if dtype is None:
         dtype = dt.get_default_dtype() if any(isinstance(v, float) for v in values) else dt.int64
     dtype = dt.to_dtype(dtype)
-    count = max(0, math.ceil((values[1] - values[0]) / values[2]))
+    if dtype.is_floating_point:
+        count = max(0, math.ceil((values[1] - values[0]) / values[2]))
+    else:
+        count, values = _integer_count(dtype, *values)
     device = as_device(device)
     key = (dtype, device, count, values[0], values[2])
     source = _ranges.get(key) if device.type != "cpu" else None
@@ -312,14 +337,40 @@ def arange(start, end=None, step=1, dtype=None, device=None, requires_grad=False
     return _finish(out, requires_grad)
 
 
+def _integer_count(dtype, start, end, step):
+    """arange's length and (start, end, step) in an integer dtype, as torch's: start and step are truncated
+    to integers; int64 truncates end too and counts in integers, the other dtypes count with the values given."""
+    values = [math.trunc(v) for v in (start, end, step)]
+    if values[2] == 0:
+        raise RuntimeError(f"arange: step {step} truncates to 0 in {dtype.name}; step must be nonzero")
+    if dtype is not dt.int64:
+        return max(0, math.ceil((end - start) / step)), values
+    span = values[1] - values[0] + values[2] - (1 if values[2] > 0 else -1)
+    count = abs(span) // abs(values[2]) if (span >= 0) == (values[2] > 0) else 0
+    return count, values
+
+
 @op(method=False)
+@_strided_only
 def linspace(start, end, steps, dtype=None, device=None, requires_grad=False):
+    """As torch's: the first half of the points count up from start and the rest down from end, so both ends
+    are exact (one point is start); an integer dtype truncates start and end first, and then each point."""
     dtype = dt.to_dtype(dtype) if dtype is not None else dt.get_default_dtype()
-    array = np.linspace(float(start), float(end), int(steps))
+    steps = int(steps)
+    if steps < 0:
+        raise RuntimeError(f"linspace: number of steps must be non-negative, got {steps}")
+    compute = np.float32 if dtype.is_floating_point and dtype is not dt.float64 else np.float64
+    first, last = (compute(float(v) if dtype.is_floating_point else math.trunc(float(v))) for v in (start, end))
+    step = (last - first) / compute(max(steps - 1, 1))
+    i = np.arange(steps, dtype=compute)
+    array = np.where((i < steps // 2) | (steps == 1), first + step * i, last - step * (steps - 1 - i))
+    if not dtype.is_floating_point:
+        array = np.trunc(array).astype(np.int64)
     return _finish(from_host_array(array, device or "cpu", dtype), requires_grad)
 
 
 @op(method=False)
+@_strided_only
 def eye(n, m=None, dtype=None, device=None, requires_grad=False):
     dtype = dt.to_dtype(dtype) if dtype is not None else dt.get_default_dtype()
     return _finish(from_host_array(np.eye(n, m), device or "cpu", dtype), requires_grad)
@@ -341,16 +392,19 @@ def _random(kind, size, dtype, device, a, b, requires_grad, generator, op):
 
 
 @op(method=False)
+@_strided_only
 def rand(*size, generator=None, dtype=None, device=None, requires_grad=False):
     return _random("uniform", size, dtype, device, 0.0, 1.0, requires_grad, generator, "rand")
 
 
 @op(method=False)
+@_strided_only
 def randn(*size, generator=None, dtype=None, device=None, requires_grad=False):
     return _random("normal", size, dtype, device, 0.0, 1.0, requires_grad, generator, "randn")
 
 
 @op(method=False)
+@_strided_only
 def randint(low, high=None, size=None, generator=None, dtype=None, device=None, requires_grad=False):
     if size is None and isinstance(high, (tuple, list)):
         low, high, size = 0, low, high       # randint(high, size), as in PyTorch
@@ -363,6 +417,7 @@ def randint(low, high=None, size=None, generator=None, dtype=None, device=None, 
 
 
 @op(method=False)
+@_strided_only
 def randperm(n, generator=None, dtype=None, device=None, requires_grad=False):
     """A host draw (a shuffle is host work; the DataLoader's runs outside the training step)."""
     array = numpy_generator(generator).permutation(n)
@@ -370,21 +425,59 @@ def randperm(n, generator=None, dtype=None, device=None, requires_grad=False):
 
 
 @op(method=False)
-def normal(mean, std, size, generator=None, dtype=None, device=None, requires_grad=False):
-    return _random("normal", (size,), dtype, device, float(mean), float(std), requires_grad, generator, "normal")
+@_strided_only
+def normal(mean, std=1.0, size=None, generator=None, dtype=None, device=None, requires_grad=False):
+    """torch's four forms: numbers and a ``size``; or a tensor mean and/or std (broadcast together), each
+    element drawn from its own N(mean, std)."""
+    if not (hasattr(mean, "_layout") or hasattr(std, "_layout")):
+        if size is None:
+            raise TypeError("normal: with a number for both mean and std, size is required (or pass a tensor)")
+        return _random("normal", (size,), dtype, device, float(mean), float(std), requires_grad, generator, "normal")
+    if size is not None:
+        raise TypeError("normal: size is taken only with a number for both mean and std (a tensor gives the shape)")
+    for t in (mean, std):
+        if hasattr(t, "_layout") and not t.dtype.is_floating_point:
+            raise RuntimeError(f"normal: expected floating point mean and std tensors, got {t.dtype.name}")
+    return _Normal.apply(*_operands(mean, std), generator)
+
+
+def _operands(a, b):
+    return (a, as_operand(b, a)) if hasattr(a, "_layout") else (as_operand(a, b), b)
+
+
+class _Normal(Function):
+    """Draws from N(mean, std) elementwise. The draw is not a function of mean and std that a gradient can follow
+    through the noise, so both get a zero gradient, as from torch's NormalBackward."""
+
+    @staticmethod
+    def forward(ctx, mean, std, generator):
+        result = dt.result_type(mean, std)
+        if (std < 0).any().item():
+            raise RuntimeError("normal expects all elements of std >= 0.0")
+        shape = broadcast_shapes(mean.shape, std.shape, op="normal")
+        noise = draw("normal", shape, _float_dtype(result, "normal"), mean.device, 0.0, 1.0, generator)
+        ctx.inputs = [(t.shape, t.dtype, t.device) for t in (mean, std)]
+        return cast(mean + std * noise, result)
+
+    @staticmethod
+    def backward(ctx, g):
+        return tuple(zeros(shape, dtype=dtype, device=device) for shape, dtype, device in ctx.inputs) + (None,)
 
 
 @op(method=False)
+@_strided_only
 def rand_like(x, dtype=None, device=None, requires_grad=False, generator=None):
     return rand(x.shape, generator=generator, requires_grad=requires_grad, **_like(x, dtype, device))
 
 
 @op(method=False)
+@_strided_only
 def randn_like(x, dtype=None, device=None, requires_grad=False, generator=None):
     return randn(x.shape, generator=generator, requires_grad=requires_grad, **_like(x, dtype, device))
 
 
 @op(method=False)
+@_strided_only
 def randint_like(x, low, high=None, dtype=None, device=None, generator=None):
     return randint(low, high, x.shape, generator=generator, **_like(x, dtype, device))
 

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from .. import _dtype as dt
 from .. import formulas
 from .._type_info import finfo
@@ -236,36 +238,52 @@ def _promote(a, b):
 class Binary(Function):
     """Broadcasting ``op(a, b)``; subclasses give ``grad_a(a, b, y, g)`` and ``grad_b`` (None: not
     differentiable in b) before un-broadcasting, each computed only when asked for (``y``, the
-    output, is saved only for ops that read it)."""
+    output, is saved only for ops that read it). ``reads`` names the operands each gradient reads:
+    only those of the gradients needed are saved, as in torch, so that an operand modified in place
+    afterwards (``x.copy_(x * 0.2)`` in an in-place activation) does not spoil a gradient that never reads it."""
     op = ""
     true_division = False
     saves_output = False
-    check = None  # optional validation of the operands, e.g. integer ** negative
+    reads = ("ab", "ab")
 
     @classmethod
     def forward(cls, ctx, a, b):
-        if cls.check is not None:
-            cls.check(a, b)
         result = _promote(a, b)
         if cls.true_division and not result.is_floating_point:
             result = dt.get_default_dtype()
         y = binary_raw("binary", cls.op, a, b, dt.ARITHMETIC[result], result)
         if ctx._recording:
-            ctx.save_for_backward(a, b, y if cls.saves_output else None)
+            need_a, need_b = ctx.needs_input_grad
+            read = (cls.reads[0] if need_a else "") + (cls.reads[1] if need_b else "")
+            ctx.save_for_backward(a if "a" in read else None, b if "b" in read else None,
+                                  y if cls.saves_output else None)
+            ctx.shapes = a.shape, b.shape
         return y
 
     @classmethod
     def backward(cls, ctx, g):
         a, b, y = ctx.saved_tensors
         need_a, need_b = ctx.needs_input_grad
-        return (sum_to(cls.grad_a(a, b, y, g), a.shape) if need_a else None,
-                sum_to(cls.grad_b(a, b, y, g), b.shape) if need_b and cls.grad_b is not None else None)
+        return (sum_to(cls.grad_a(a, b, y, g), ctx.shapes[0]) if need_a else None,
+                sum_to(cls.grad_b(a, b, y, g), ctx.shapes[1]) if need_b and cls.grad_b is not None else None)
 
 
-def _check_integer_power(a, b):
-    if not a.dtype.is_floating_point and not b.dtype.is_floating_point and b.numel() and bool((b < 0).any()):
-        raise RuntimeError(f"pow: integers to negative integer powers are not allowed ({a.dtype.name} tensor "
-                           f"** {b.dtype.name} with negative values)")
+def _check_integer_power(a, b, name="pow"):
+    """torch refuses an integer tensor to a negative integer *number*; a tensor of exponents is computed (an integer
+    to a negative power is 0, unless it is 1 or -1)."""
+    if isinstance(b, (int, np.integer)) and not isinstance(b, bool) and b < 0 and not a.dtype.is_floating_point:
+        raise RuntimeError(f"{name}: integers to negative integer powers are not allowed ({a.dtype.name} tensor "
+                           f"** {b})")
+
+
+def _pow_inplace(fn, name):
+    dense = binary_inplace(Pow)(fn, name)
+
+    def pow_(self, exponent):
+        _check_integer_power(self, exponent, name)
+        return dense(self, exponent)
+    pow_.__name__ = name
+    return pow_
 
 
 def _pow_grad_a(a, b, y, g):
@@ -282,25 +300,26 @@ def _share(a, b, sign=1):
     return 1 - (a * sign < b * sign) - (a == b) * 0.5
 
 
-def _binary(name, code, grad_a, grad_b, true_division=False, saves_output=False, check=None):
+def _binary(name, code, grad_a, grad_b, true_division=False, saves_output=False, reads=("ab", "ab")):
     return type(name, (Binary,), {"op": code, "grad_a": staticmethod(grad_a),
                                   "grad_b": None if grad_b is None else staticmethod(grad_b),
-                                  "true_division": true_division, "saves_output": saves_output,
-                                  "check": None if check is None else staticmethod(check)})
+                                  "true_division": true_division, "saves_output": saves_output, "reads": reads})
 
 
-Add = _binary("Add", "add", lambda a, b, y, g: g, lambda a, b, y, g: g)
-Sub = _binary("Sub", "sub", lambda a, b, y, g: g, lambda a, b, y, g: -g)
-Mul = _binary("Mul", "mul", lambda a, b, y, g: g * b, lambda a, b, y, g: g * a)
-Div = _binary("Div", "div", lambda a, b, y, g: g / b, lambda a, b, y, g: -g * a / (b * b), true_division=True)
-Pow = _binary("Pow", "pow", _pow_grad_a, _pow_grad_b, saves_output=True, check=_check_integer_power)
+Add = _binary("Add", "add", lambda a, b, y, g: g, lambda a, b, y, g: g, reads=("", ""))
+Sub = _binary("Sub", "sub", lambda a, b, y, g: g, lambda a, b, y, g: -g, reads=("", ""))
+Mul = _binary("Mul", "mul", lambda a, b, y, g: g * b, lambda a, b, y, g: g * a, reads=("b", "a"))
+Div = _binary("Div", "div", lambda a, b, y, g: g / b, lambda a, b, y, g: -g * a / (b * b), true_division=True,
+              reads=("b", "ab"))
+Pow = _binary("Pow", "pow", _pow_grad_a, _pow_grad_b, saves_output=True)
 Maximum = _binary("Maximum", "maximum", lambda a, b, y, g: g * _share(a, b), lambda a, b, y, g: g * _share(b, a))
 Minimum = _binary("Minimum", "minimum", lambda a, b, y, g: g * _share(a, b, -1),
                   lambda a, b, y, g: g * _share(b, a, -1))
 # g where y > 0, else 0: ReLU's backward in one pass (its own gradient is the same gate of gg)
-Gate = _binary("Gate", "gate", lambda a, b, y, g: Gate.apply(g, b), None)
-FloorDivide = _binary("FloorDivide", "floordiv", lambda a, b, y, g: g * 0, lambda a, b, y, g: g * 0)
-Remainder = _binary("Remainder", "remainder", lambda a, b, y, g: g, lambda a, b, y, g: -g * (a / b).floor())
+Gate = _binary("Gate", "gate", lambda a, b, y, g: Gate.apply(g, b), None, reads=("b", ""))
+FloorDivide = _binary("FloorDivide", "floordiv", lambda a, b, y, g: g * 0, lambda a, b, y, g: g * 0, reads=("", ""))
+Remainder = _binary("Remainder", "remainder", lambda a, b, y, g: g, lambda a, b, y, g: -g * (a / b).floor(),
+                    reads=("", "ab"))
 Atan2 = _binary("Atan2", "atan2", lambda a, b, y, g: g * b / (a * a + b * b),
                 lambda a, b, y, g: -g * a / (a * a + b * b), true_division=True)
 
@@ -438,7 +457,7 @@ def floor_divide(a, b):
     return _binary_entry(FloorDivide)(a, b)
 
 
-@op(inplace=binary_inplace(Pow), samples=lambda t: [
+@op(inplace=_pow_inplace, samples=lambda t: [
     t.S("pow-tensors", lambda a, b: a ** b, t.pos(3, 4), t.rn(3, 4)),
     t.S("pow-broadcast", lambda a, b: pow(a, b), t.pos(2, 3), t.rn(3)),
     t.S("pow-scalar-exponent", lambda a: a ** 3, t.rn(3, 2)),
@@ -446,6 +465,8 @@ def floor_divide(a, b):
     t.S("pow", lambda a, b: a ** b, t.pos(3), t.rn(3), second_order=True)])
 @autocast_op("pow")
 def pow(a, b):
+    if hasattr(a, "_layout"):
+        _check_integer_power(a, b)
     if type(b) in (int, float) and b == 2 and hasattr(a, "_layout") and a.dtype.is_floating_point:
         return square(a)  # the commonest power (variances, squared errors): one multiply, and no log in backward
     return _pow(a, b)
@@ -480,6 +501,40 @@ logical_xor = op()(_compare("logical_xor"))
 @op()
 def logical_not(x):
     return eq(x, False) if x.dtype is dt.bool_ else eq(x, 0)
+
+
+# ----------------------------------------------------------------------------- bitwise (integers, bool)
+def _bitwise(name, logical=None):
+    """``name(a, b)`` as torch's: on integer tensors (numbers promote as in arithmetic); bool with bool is
+    ``logical`` (shifts have none: torch refuses bool shifts); floats are refused (NotImplementedError, as torch)."""
+    def fn(a, b):
+        if not hasattr(a, "_layout"):
+            a = as_operand(a, b)
+        b = as_operand(b, a)
+        result = _promote(a, b)
+        if result.is_floating_point or (result is dt.bool_ and logical is None):
+            raise NotImplementedError(f"{name}: not implemented for {result.name} tensors (it takes integer"
+                                      f"{' and bool' if logical else ''} tensors)")
+        if result is dt.bool_:
+            return logical(a, b)
+        return binary_raw("binary", name, a, b, dt.ARITHMETIC[result], result)
+    fn.__name__ = name
+    return fn
+
+
+bitwise_and = op(inplace=rebased)(_bitwise("bitwise_and", logical_and))
+bitwise_or = op(inplace=rebased)(_bitwise("bitwise_or", logical_or))
+bitwise_xor = op(inplace=rebased)(_bitwise("bitwise_xor", logical_xor))
+bitwise_left_shift = op(inplace=rebased)(_bitwise("bitwise_left_shift"))
+bitwise_right_shift = op(inplace=rebased)(_bitwise("bitwise_right_shift"))
+
+
+@op(inplace=rebased)
+def bitwise_not(x):
+    if x.dtype.is_floating_point:
+        raise NotImplementedError(f"bitwise_not: not implemented for {x.dtype.name} tensors (it takes integer and "
+                                  f"bool tensors)")
+    return logical_not(x) if x.dtype is dt.bool_ else bitwise_xor(x, -1)
 
 
 @op()
@@ -566,9 +621,13 @@ class Clamp(Function):
             keep = x >= lo
         if hi is not None:
             keep = (x <= hi) if keep is None else keep & (x <= hi)
-        gx = g * keep if ctx.needs_input_grad[0] else None
-        glo = sum_to(g * (x < lo), lo.shape) if lo is not None and ctx.needs_input_grad[1] else None
-        ghi = sum_to(g * (x > hi), hi.shape) if hi is not None and ctx.needs_input_grad[2] else None
+        gx = sum_to(g * keep, x.shape) if ctx.needs_input_grad[0] else None
+        # where min > max the result is max (as torch's), so max takes all of the gradient there
+        to_lo, to_hi = (x < lo) if lo is not None else None, (x > hi) if hi is not None else None
+        if lo is not None and hi is not None:
+            to_lo, to_hi = to_lo & (lo < hi), to_hi | (hi < lo)
+        glo = sum_to(g * to_lo, lo.shape) if lo is not None and ctx.needs_input_grad[1] else None
+        ghi = sum_to(g * to_hi, hi.shape) if hi is not None and ctx.needs_input_grad[2] else None
         return gx, glo, ghi
 
 

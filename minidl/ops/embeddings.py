@@ -26,6 +26,8 @@ class Embedding(Function):
     @staticmethod
     def backward(ctx, g):
         padding_idx, scale_grad_by_freq, sparse = ctx.options
+        if sparse and scale_grad_by_freq:  # (at backward, as torch: the lookup itself computes)
+            raise RuntimeError("embedding_backward: scale_grad_by_freq not supported with sparse gradients")
         (input,) = ctx.saved_tensors
         rows, values = input.reshape(-1).clone(), g.reshape(-1, ctx.size[1])   # (the gradient's own rows)
         if scale_grad_by_freq:
@@ -56,8 +58,6 @@ def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0, sca
             raise AssertionError(f"Padding_idx must be within num_embeddings (got {padding_idx} for "
                                  f"{weight.shape[0]} rows)")
         padding_idx %= weight.shape[0]
-    if sparse and scale_grad_by_freq:   # (torch says so at backward; here at once)
-        raise RuntimeError("embedding_backward: scale_grad_by_freq not supported with sparse gradients")
     input = input.long()
     if input.numel() and (int(input.min()) < 0 or int(input.max()) >= weight.shape[0]):
         raise IndexError(f"index out of range in self (embedding: indices from {int(input.min())} to "

@@ -16,6 +16,7 @@ import numpy as np
 
 from .. import _dtype as dt
 from .._tensor_base import Storage, make
+from ..autograd import Function
 from ..layout import Layout, broadcast_shapes, contiguous_strides, normalize_dim
 from . import views
 from .autocast_mode import autocast_op
@@ -28,7 +29,7 @@ from .core import (
     packed_buffer,
     written_operand,
 )
-from .creation import arange, tensor
+from .creation import arange, tensor, zeros
 from .elementwise import where
 from .inplace import assign
 from .shape_ops import stack
@@ -308,19 +309,51 @@ def _check_gather_shapes(op, x, dim, index, src=None):
     t.S("gather-dups", lambda x: gather(x, 0, t.const([[0, 1, 0], [2, 2, 1]])), t.rn(3, 3))])
 def gather(x, dim, index):
     dim = normalize_dim(dim, x.ndim, "gather")
+    if index.numel() == 0:  # torch checks nothing then: the answer is empty, shaped as the index
+        check_devices("gather", x, index)
+        return Take.apply(x, index.to(dt.int64))
+    if _one_element_dim(x, index):
+        return gather(x.reshape(-1), dim, index.reshape(-1)).reshape(index.shape)
     _check_gather_shapes("gather", x, dim, index)
-    if x.ndim == 0:
-        return Take.apply(x, cast(index, dt.int64))  # the kernel checks the range of one element
     return Take.apply(x, _along_dim("gather", x.shape, dim, index))
 
 
-def _scatter(op, x, dim, index, src, accumulate):
+def _one_element_dim(x, index):
+    """Whether x or index is 0-d and neither more than 1-d: then, as in PyTorch, a 0-d one counts as
+    1-d of one element (the caller works on 1-d views)."""
+    return min(x.ndim, index.ndim) == 0 and max(x.ndim, index.ndim) <= 1
+
+
+def _scatter(op, x, dim, index, src, accumulate, multiply=False):
     dim = normalize_dim(dim, x.ndim, op)
+    if _one_element_dim(x, index):
+        return _scatter(op, x.reshape(-1), dim, index.reshape(-1), src, accumulate, multiply).reshape(x.shape)
     src = written_operand(src, x, op)
     _check_gather_shapes(op, x, dim, index, src if src.ndim else None)
     if src.ndim:
         src = src[tuple(slice(0, n) for n in index.shape)]
-    return IndexPut.apply(x, _along_dim(op, x.shape, dim, index), src.to(x.dtype), accumulate)
+    flat = _along_dim(op, x.shape, dim, index)
+    if multiply:
+        return ScatterMultiply.apply(x, flat, src.to(x.dtype))
+    return IndexPut.apply(x, flat, src.to(x.dtype), accumulate)
+
+
+class ScatterMultiply(Function):
+    """x with x.reshape(-1)[flat] multiplied by ``values`` (a repeated index multiplies in turn): the
+    deprecated ``scatter(..., reduce="multiply")``. Rare, so computed on the host; like PyTorch's, it
+    has no derivative."""
+
+    @staticmethod
+    def forward(ctx, x, flat, values):
+        work = dt.float32 if x.dtype in dt.HALF else x.dtype                # (numpy has no bfloat16)
+        out = np.array(x.detach().cpu().to(work).numpy(), order="C")
+        np.multiply.at(out.reshape(-1), flat.cpu().numpy().reshape(-1),
+                       values.detach().to(work).expand(flat.shape).cpu().numpy().reshape(-1))
+        return tensor(out, device=x.device).to(x.dtype)
+
+    @staticmethod
+    def backward(ctx, g):
+        raise RuntimeError("scatter: the derivative for reduce='multiply' is not implemented (nor is it in PyTorch)")
 
 
 @op(inplace=rebased, samples=lambda t: [
@@ -328,11 +361,10 @@ def _scatter(op, x, dim, index, src, accumulate):
     t.S("scatter-public", lambda x, s: scatter(x, 0, t.const([[2, 0, 1]]), s), t.rn(3, 3), t.rn(1, 3)),
     t.S("scatter-value", lambda x: x.scatter(1, t.const([[1], [0]]), value=2.0), t.rn(2, 3))])
 def scatter(x, dim, index, src=None, value=None, reduce=None):
-    if reduce is not None:
-        if reduce != "add":
-            raise NotImplementedError(f"scatter: reduce='{reduce}' is not supported; use 'add'")
-        return _scatter("scatter", x, dim, index, src if src is not None else value, True)
-    return _scatter("scatter", x, dim, index, src if src is not None else value, False)
+    if reduce not in (None, "add", "multiply"):
+        raise RuntimeError(f"scatter: reduce argument must be either 'add' or 'multiply', got {reduce!r}")
+    src = src if src is not None else value
+    return _scatter("scatter", x, dim, index, src, reduce == "add", reduce == "multiply")
 
 
 @op(inplace=rebased, samples=lambda t: [
@@ -352,6 +384,11 @@ def index_select(x, dim, index):
         raise IndexError(f"index_select(): Index is supposed to be a vector, got shape {list(index.shape)}")
     if index.dtype.is_floating_point or index.dtype is dt.bool_:
         raise TypeError(f"index_select(): Expected dtype int32/int64 for index, got {index.dtype}")
+    if x.ndim == 0:  # one element along its dim 0, as in PyTorch
+        if index.numel() != 1:
+            raise RuntimeError(f"index_select(): Index to scalar can have only 1 value, got {index.numel()} "
+                               f"value(s)")
+        return index_select(x.reshape(1), 0, index.reshape(1)).reshape(())
     check_devices("index_select", x, index)  # (unlike x[index], index_select takes no CPU index for a GPU tensor)
     view, advanced = plan(x, (slice(None),) * dim + (index.reshape(-1),))
     return Take.apply(view, flat_indices(view, advanced, wrap=False))
@@ -363,6 +400,13 @@ def _index_along(op, x, dim, index, source, accumulate):
     dim = normalize_dim(dim, x.ndim, op)
     if index.ndim > 1:
         raise IndexError(f"{op}(): Index is supposed to be a vector, got shape {list(index.shape)}")
+    if x.ndim == 0:  # one element along its dim 0, as in PyTorch; so is a 0-d source
+        if not callable(source):
+            if source.ndim:
+                raise RuntimeError(f"{op}: source of shape {list(source.shape)} does not fit a 0-d input "
+                                   f"(expected a 0-d source)")
+            source = source.reshape(1)
+        return _index_along(op, x.reshape(1), 0, index, source, accumulate).reshape(())
     expected = tuple(index.numel() if d == dim else n for d, n in enumerate(x.shape))
     if callable(source):
         source = source(expected)
@@ -386,17 +430,28 @@ def index_add(x, dim, index, source, alpha=1):
     t.S("index_copy", lambda x, s: x.index_copy(0, t.const([2, 0]), s), t.rn(3, 4), t.NC(t.rn(2, 4), "F"))])
 @autocast_op("index_copy")
 def index_copy(x, dim, index, source):
+    if min(x.ndim, source.ndim) == 0 and max(x.ndim, source.ndim) <= 1:  # as PyTorch: scalars and vectors mix
+        dim = normalize_dim(dim, x.ndim, "index_copy")
+        return _index_along("index_copy", x.reshape(-1), dim, index, source.reshape(-1), False).reshape(x.shape)
     return _index_along("index_copy", x, dim, index, source, False)
 
 
 @op(inplace=rebased, samples=lambda t: [
-    t.S("index_fill-value-tensor", lambda x, v: index_fill(x, 1, t.const([0, 2]), v), t.rn(3, 4), t.rn())])
+    t.S("index_fill-value-tensor", lambda x, v: index_fill(x, 1, t.const([0, 2]), v), t.rn(3, 4), t.rn()),
+    t.S("index_fill-duplicates", lambda x, v: index_fill(x, 1, t.const([3, 0, 3]), v), t.rn(2, 4), t.rn())])
 def index_fill(x, dim, index, value):
-    """x with its slices ``index`` along ``dim`` set to ``value`` (a number or a 0-d tensor)."""
+    """x with its slices ``index`` along ``dim`` set to ``value`` (a number or a 0-d tensor). A mask of
+    the filled places selects the value, so a repeated index fills (and passes the gradient) once."""
     value = written_operand(value, x, "index_fill")
     if value.ndim:
         raise RuntimeError(f"index_fill: only supports a 0-dimensional value tensor, got {value.ndim}-D")
-    return _index_along("index_fill", x, dim, index, value.expand, False)
+    if index.dtype.is_floating_point or index.dtype is dt.bool_:
+        raise TypeError(f"index_fill(): Expected dtype int64 for index, got {index.dtype}")
+    size = x.shape[normalize_dim(dim, x.ndim, "index_fill")] if x.ndim else 1
+    index = _checked(index, size, 1, dim, "index_fill")  # unlike index_add/copy, negatives count from the end
+    empty = zeros(x.shape, dtype=dt.bool_, device=x.device)   # (a mask: a repeated index fills once)
+    filled = _index_along("index_fill", empty, dim, index, tensor(True, device=x.device).expand, False)
+    return where(filled, value.to(x.dtype), x)
 
 
 def _masked_scatter_samples(t):
@@ -406,11 +461,13 @@ def _masked_scatter_samples(t):
 
 @op(inplace=rebased, samples=_masked_scatter_samples)
 def masked_scatter(x, mask, source):
-    """x with the places where ``mask`` (broadcast to x) is True filled, in order, from the first
-    elements of ``source``."""
+    """x with the places where ``mask`` is True filled, in order, from the first elements of ``source``.
+    x and mask broadcast together (out of place; in place the mask must fit x)."""
     if mask.dtype is not dt.bool_:
         raise TypeError(f"masked_scatter: expected a bool mask, got {mask.dtype}")
-    positions = nonzero(mask.expand(x.shape).reshape(-1), as_tuple=True)[0]
+    shape = broadcast_shapes(x.shape, mask.shape, op="masked_scatter")
+    x = x.expand(shape)
+    positions = nonzero(mask.expand(shape).reshape(-1), as_tuple=True)[0]
     count = positions.numel()
     if source.numel() < count:
         raise RuntimeError(f"masked_scatter: source has {source.numel()} elements, fewer than the {count} "
@@ -429,11 +486,7 @@ def masked_fill(x, mask, value):
     if mask.dtype is not dt.bool_:
         raise TypeError(f"masked_fill only supports boolean masks, but got mask with dtype {mask.dtype}")
     value = written_operand(value, x, "masked_fill").to(x.dtype)
-    out = where(mask, value, x)
-    if out.shape != x.shape:
-        raise RuntimeError(f"masked_fill: mask of shape {list(mask.shape)} cannot be broadcast to "
-                           f"{list(x.shape)} in place of the input")
-    return out
+    return where(mask, value, x)  # (a mask may broadcast x up, as in PyTorch; not in place)
 
 
 def _masked_select_samples(t):

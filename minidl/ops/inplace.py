@@ -60,6 +60,9 @@ def assign(target, compute, op: str):
         # the op saved the value about to be overwritten: compute from a copy (PyTorch's original self)
         new = compute(target.clone())
     if new.shape != target.shape:
+        if L.broadcast_shapes(new.shape, target.shape, op=op) != target.shape:  # an input broadcast up
+            raise RuntimeError(f"{op}: output with shape {list(target.shape)} doesn't match the broadcast shape "
+                               f"{list(new.shape)}")
         new = new.expand(target.shape)
     write_into(target, new, op)
     if grad_enabled() and (new.requires_grad or target.requires_grad or

@@ -178,6 +178,8 @@ def _add_product(op, x, product, beta, alpha):
     if broadcast_shapes(x.shape, product.shape, op=op) != product.shape:
         raise RuntimeError(f"{op}: input of shape {list(x.shape)} does not broadcast to the product's shape "
                            f"{list(product.shape)}")
+    if not product.dtype.is_floating_point:  # torch truncates the factors to integers for integer tensors
+        beta, alpha = math.trunc(beta), math.trunc(alpha)
     if alpha != 1:
         product = product * alpha
     if beta == 0:
@@ -289,6 +291,15 @@ def _diagonalize(term, x):
     return term, x
 
 
+def _sum_out(x, term, letters):
+    """x summed over the dims of ``letters``; those of size 1 are squeezed instead, as torch's: only a real
+    sum widens integers to int64."""
+    dims = [term.index(c) for c in letters]
+    wide = [d for d in dims if x.shape[d] != 1]
+    x = x.sum(wide, keepdim=True) if wide else x
+    return x.squeeze(dims) if dims else x
+
+
 def _contract(ta, a, tb, b, keep):
     """Contract two operands over their shared letters not in ``keep`` via one batched matmul."""
     shared = [c for c in ta if c in tb]
@@ -297,9 +308,9 @@ def _contract(ta, a, tb, b, keep):
     only_a = [c for c in ta if c not in tb]
     only_b = [c for c in tb if c not in ta]
     # letters only in one operand and not kept are summed right away
-    a = a.sum([ta.index(c) for c in only_a if c not in keep]) if any(c not in keep for c in only_a) else a
+    a = _sum_out(a, ta, [c for c in only_a if c not in keep])
     ta = "".join(c for c in ta if c in tb or c in keep)
-    b = b.sum([tb.index(c) for c in only_b if c not in keep]) if any(c not in keep for c in only_b) else b
+    b = _sum_out(b, tb, [c for c in only_b if c not in keep])
     tb = "".join(c for c in tb if c in ta or c in keep)
     only_a = [c for c in ta if c not in tb]
     only_b = [c for c in tb if c not in ta]
@@ -313,7 +324,8 @@ def _contract(ta, a, tb, b, keep):
     a = a.permute([ta.index(c) for c in batch + only_a + summed]).expand([sizes[c] for c in batch + only_a + summed])
     b = b.permute([tb.index(c) for c in batch + summed + only_b]).expand([sizes[c] for c in batch + summed + only_b])
     nb, na, ns, nbb = (math.prod(sizes[c] for c in g) for g in (batch, only_a, summed, only_b))
-    out = matmul(a.reshape((nb, na, ns)), b.reshape((nb, ns, nbb)))
+    common = dt.promote_types(a.dtype, b.dtype)  # (a sum above widened integers; torch then refuses)
+    out = matmul(a.reshape((nb, na, ns)).to(common), b.reshape((nb, ns, nbb)).to(common))
     term = "".join(batch + only_a + only_b)
     return term, out.reshape([sizes[c] for c in term])
 

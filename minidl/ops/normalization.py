@@ -3,6 +3,7 @@ and group norm; each takes a float16/bfloat16 input with float32 parameters as P
 from __future__ import annotations
 
 import functools
+import math
 
 from .. import _dtype as dt
 from ..autograd import Function, grad_mode
@@ -103,18 +104,20 @@ def batch_norm(input, running_mean, running_var, weight=None, bias=None, trainin
                momentum: float = 0.1, eps: float = 1e-5):
     """Normalize over every dim but the channel dim 1. In training mode the batch statistics are used and
     the running ones (when given) updated in place with the unbiased variance; else the running ones are used."""
+    if input.ndim < 2 and input.numel() == 0:
+        return input.clone()  # (torch's one 1-D case: no channels and no values, nothing to normalise)
     if input.ndim < 2:
         raise ValueError(f"batch_norm: expected at least 2D input, got {input.ndim}D")
     shape = _channel_shape(input)
     dims = (0,) + tuple(range(2, input.ndim))
     if training:
-        count = input.numel() // input.shape[1]
-        if count <= 1:
+        count = math.prod(input.shape) // input.shape[1] if input.shape[1] else 0
+        if count == 1:  # (no values is an empty batch: an empty result, the running statistics kept, as PyTorch)
             raise ValueError(f"Expected more than 1 value per channel when training, got input size "
                              f"{list(input.shape)}")
         mean = input.mean(dims, keepdim=True)
         var = ((input - mean) ** 2).mean(dims, keepdim=True)
-        if running_mean is not None or running_var is not None:
+        if count and (running_mean is not None or running_var is not None):
             with grad_mode.no_grad():
                 m = 0.1 if momentum is None else momentum
                 if running_mean is not None:
@@ -143,7 +146,7 @@ def group_norm(input, num_groups: int, weight=None, bias=None, eps: float = 1e-5
         raise RuntimeError(f"group_norm: expected an input with a channel count divisible by {num_groups}, "
                            f"got shape {list(input.shape)}")
     n = input.shape[0]
-    x = input.reshape(n, num_groups, -1)
+    x = input.reshape(n, num_groups, math.prod(input.shape[1:]) // num_groups)  # (no -1: N may be 0)
     mean = x.mean(2, keepdim=True)
     var = ((x - mean) ** 2).mean(2, keepdim=True)
     out = ((x - mean) * (var + eps).rsqrt()).reshape(tuple(input.shape))

@@ -5,12 +5,14 @@ from __future__ import annotations
 import math
 from collections import namedtuple
 
+import numpy as np
+
 from .. import _dtype as dt
 from ..autograd import Function
 from ..layout import normalize_dim, normalize_dims, reduced_shape
 from . import views
 from .autocast_mode import autocast_op
-from .core import buf, cast, grad_enabled, kernel, new_like_shape, packed_buffer
+from .core import buf, cast, from_host_array, grad_enabled, kernel, new_like_shape, packed_buffer
 from .creation import arange
 from .elementwise import maximum, minimum, where
 from .shape_ops import cat
@@ -289,6 +291,7 @@ def std_mean(x, dim=None, unbiased=None, keepdim=False, correction=None):
     t.S("logsumexp-dims", lambda x: logsumexp(x, (0, 2), keepdim=True), t.NC(t.rn(2, 3, 4), "gap"))])
 @autocast_op("logsumexp")
 def logsumexp(x, dim, keepdim=False):
+    x = _softmax_input(x, None)  # (integers in the default float dtype, as torch's: x - max must not wrap)
     dims = _dims(x, dim, "logsumexp")
     # (an empty reduction has no max to shift by: its sum of exps is 0, its logsumexp -inf)
     m = amax(x, dims, keepdim=True).detach() if x.numel() else x.new_zeros(reduced_shape(x.shape, dims, True))
@@ -303,11 +306,14 @@ def logsumexp(x, dim, keepdim=False):
     t.S("norm-1", lambda x: x.norm(1), t.nonzero(3, 4)),
     t.S("norm-3", lambda x: x.norm(3, dim=0), t.nonzero(3, 4)),
     t.S("norm-inf", lambda x: x.norm(float("inf"), dim=1), t.distinct(3, 4) + 0.01),
+    t.S("norm-nuc", lambda x: x.norm("nuc"), t.rn(3, 4)),
     t.S("norm-std", lambda x: x.norm(dim=1) + x.std(1), t.rn(2, 3), second_order=True)])
 @autocast_op("norm")
 def norm(x, p="fro", dim=None, keepdim=False, dtype=None):
     if dtype is not None:
         x = x.to(dtype)
+    if p == "nuc":
+        return _nuclear_norm(x, dim, keepdim)
     dims = _dims(x, dim, "norm")
     if p in ("fro", 2, 2.0):
         return _safe_pow(sum(x * x, dims, keepdim), 0.5)
@@ -315,11 +321,44 @@ def norm(x, p="fro", dim=None, keepdim=False, dtype=None):
         return amax(x.abs(), dims, keepdim)
     if p in (-math.inf, float("-inf")):
         return amin(x.abs(), dims, keepdim)
-    if p == 0:
-        return sum((x != 0).to(x.dtype), dims, keepdim)
+    if p == 0:  # the count of nonzeros, tied to x's graph with a zero gradient (as torch's) by x.sign() * 0
+        return sum((x != 0).to(x.dtype) + x.sign() * 0, dims, keepdim)
     if p == 1:
         return sum(x.abs(), dims, keepdim)
     return _safe_pow(sum(_safe_pow(x.abs(), p), dims, keepdim), 1.0 / p)
+
+
+def _nuclear_norm(x, dim, keepdim):
+    """torch's ``norm(x, "nuc")``: the sum of the singular values of the matrices over the 2 dims ``dim``
+    (default: a 2-D input's own)."""
+    pair = (0, 1) if dim is None and x.ndim == 2 else dim
+    if not (isinstance(pair, (tuple, list)) and len(pair) == 2):
+        raise RuntimeError(f"norm: 'nuc' is a matrix norm: dim must be a 2-tuple of dims (or None for a 2-D "
+                           f"input), got dim={dim!r} for a {x.ndim}-D input")
+    if not x.dtype.is_floating_point:
+        raise RuntimeError(f"norm: 'nuc' expects a floating point input, got {x.dtype.name}")
+    rows, cols = (normalize_dim(d, x.ndim, "norm") for d in pair)
+    if rows == cols:
+        raise RuntimeError(f"norm: 'nuc' needs two different dims, got dim={dim!r}")
+    out = _NuclearNorm.apply(views.movedim(x, (rows, cols), (-2, -1)))
+    for d in sorted((rows, cols)) if keepdim else ():
+        out = out.unsqueeze(d)
+    return out
+
+
+class _NuclearNorm(Function):
+    """Sum of the singular values over the last two dims. minidl has no SVD kernel, so numpy's SVD runs on the
+    host (a copy there and back on a GPU); the gradient is U V^T, as torch's."""
+
+    @staticmethod
+    def forward(ctx, x):
+        u, s, vh = np.linalg.svd(x._host_values().astype(np.float64), full_matrices=False)
+        ctx.direction = from_host_array(u @ vh, x.device, x.dtype)
+        return from_host_array(s.sum(-1), x.device, x.dtype)
+
+    @staticmethod
+    def backward(ctx, g):
+        return g.unsqueeze(-1).unsqueeze(-1) * ctx.direction
 
 
 def _safe_pow(v, e):
@@ -331,14 +370,20 @@ def _safe_pow(v, e):
     return where(zero, 0.0, safe.sqrt() if e == 0.5 else safe ** e)
 
 
+def _truth(x, result):
+    """any/all answer in bool, except for uint8 input, where torch keeps uint8 (a relic of the days
+    before bool tensors that torch still honours)."""
+    return cast(result, dt.uint8) if x.dtype is dt.uint8 else result
+
+
 @op()
 def any(x, dim=None, keepdim=False):
-    return sum(x != 0, _dims(x, dim, "any"), keepdim) > 0
+    return _truth(x, sum(x != 0, _dims(x, dim, "any"), keepdim) > 0)
 
 
 @op()
 def all(x, dim=None, keepdim=False):
-    return sum(x == 0, _dims(x, dim, "all"), keepdim) == 0
+    return _truth(x, sum(x == 0, _dims(x, dim, "all"), keepdim) == 0)
 
 
 @op()

@@ -257,7 +257,9 @@ def _source_positions(mode, n, lo, hi):
         return [period - i % period if i % period >= n else i % period for i in positions]
     if mode == "replicate":
         return [min(max(i, 0), n - 1) for i in positions]
-    return [i % n for i in positions]  # circular
+    # circular, as torch's: negative pads crop first, and the positive ones wrap around what is left
+    first, kept = max(-lo, 0), n + min(lo, 0) + min(hi, 0)
+    return [first + i % kept for i in range(-max(lo, 0), kept + max(hi, 0))]
 
 
 @op(method=False, samples=lambda t: [
@@ -286,7 +288,7 @@ def _gather_pad(x, pad, mode):
     for i in range(len(pad) // 2):
         d, (lo, hi) = x.ndim - 1 - i, pad[2 * i:2 * i + 2]
         n = x.shape[d]
-        limit = {"reflect": n - 1, "circular": n, "replicate": math.inf if n else 0}[mode]
+        limit = {"reflect": n - 1, "circular": n + min(lo, 0) + min(hi, 0), "replicate": math.inf if n else 0}[mode]
         if max(lo, hi) > limit or min(lo, hi) < -n:
             raise RuntimeError(f"pad: {mode} padding ({lo}, {hi}) of dim {d} of an input of shape "
                                f"{list(x.shape)} must be at most {limit} (and the dim non-empty)")

@@ -10,11 +10,13 @@ through the same view of them.
 from __future__ import annotations
 
 import math
+import numbers
 import operator
 
 import numpy as np
 
 from .. import layout as L
+from .._layouts import channels_last
 from .._tensor_base import make
 from ..autograd import Function
 from .core import buf, from_host_array, kernel, new_like_shape, sum_to
@@ -305,14 +307,23 @@ class Clone(Function):
         return g
 
 
-@op(samples=lambda t: [t.S("clone", lambda x: x.clone(), t.rn(3, 4))])
+@op(samples=lambda t: [t.S("clone", lambda x: x.clone(), t.rn(3, 4)),
+                       t.S("clone-channels_last", lambda x: x.clone(memory_format=channels_last), t.rn(2, 3, 2, 2))])
 def clone(x, memory_format=None):
-    return Clone.apply(x)
+    """A copy of x, laid out in ``memory_format`` when it names a dim order (channels_last: N, H, W, C)."""
+    order = getattr(memory_format, "order", None)
+    if order is None:
+        return Clone.apply(x)
+    if len(order) != x.ndim:
+        raise RuntimeError(f"required rank {len(order)} tensor to use {memory_format.name} format, got a "
+                           f"{x.ndim}-D tensor")
+    outer_first = order[::-1]
+    return Clone.apply(x.permute(outer_first)).permute(tuple(outer_first.index(d) for d in range(x.ndim)))
 
 
 @op(samples=lambda t: [t.S("contiguous", lambda x: x.contiguous(), t.NC(t.rn(3, 4), "F"))])
 def contiguous(x, memory_format=None):
-    return x if x._layout.is_contiguous else Clone.apply(x)
+    return x if x.is_contiguous(memory_format) else clone(x, memory_format)
 
 
 @op(samples=lambda t: [t.S("broadcast_to", lambda x: x.broadcast_to((2, 3, 4)), t.rn(3, 1))])
@@ -329,4 +340,6 @@ def broadcast_tensors(*tensors):
 
 @op(method=False)
 def broadcast_shapes(*shapes):
+    """Each shape a sequence of sizes or, as in torch, one int (``broadcast_shapes((5, 1), 5)`` is (5, 5))."""
+    shapes = [(shape,) if isinstance(shape, numbers.Integral) else tuple(shape) for shape in shapes]
     return L.broadcast_shapes(*shapes, op="broadcast_shapes")

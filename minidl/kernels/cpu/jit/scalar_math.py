@@ -11,7 +11,6 @@ which runs only with NUMBA_DISABLE_JIT=1.
 """
 import builtins
 import math
-import operator
 
 import numpy as np
 from numba import njit, types
@@ -86,7 +85,6 @@ exp, log, log1p, expm1, sqrt = math.exp, math.log, math.log1p, math.expm1, math.
 sin, cos, tan, tanh, erf = math.sin, math.cos, math.tan, math.tanh, math.erf
 copysign, atan2 = math.copysign, math.atan2
 abs = builtins.abs  # noqa: A001 (the language's name); -0.0 gives 0.0, NaN stays NaN
-pow = operator.pow  # noqa: A001; x ** y; for integers only y >= 0 reaches a kernel (the op layer rejects the others)
 
 
 def _divided_by_zero(x, y):
@@ -122,4 +120,46 @@ def _remainder_impl(x, y):
     return lambda x, y: x % y if y != 0 else math.nan
 
 
+def pow(x, y):  # noqa: A001 (the language's name)
+    """x ** y. An integer to a negative integer power is 0 unless x is 1 or -1, as in torch (Numba would
+    raise for 0, Python gives a float); floats are IEEE's."""
+    if y < 0 and _is_integral(x, y):
+        return _integer_to_negative_power(x, y)
+    return x ** y
+
+
+def _integer_to_negative_power(x, y):
+    return 1 if x == 1 else ((-1 if y % 2 else 1) if x == -1 else 0)
+
+
+@overload(pow)
+def _pow_impl(x, y):
+    if isinstance(x, _INTEGRAL) and isinstance(y, _INTEGRAL):
+        return lambda x, y: x ** y if y >= 0 else _integer_to_negative_power_jit(x, y)
+    return lambda x, y: x ** y
+
+
+_integer_to_negative_power_jit = njit(inline="always")(_integer_to_negative_power)
+
+
+def _bitwise(integer_op):
+    """A bitwise library function: ``integer_op`` for integers; floats, which the op layer refuses, get x back
+    (so that float kernels still type)."""
+    def function(x, y):
+        return integer_op(x, y) if _is_integral(x, y) else x
+
+    @overload(function)
+    def _impl(x, y):
+        if isinstance(x, _INTEGRAL) and isinstance(y, _INTEGRAL):
+            return lambda x, y: integer_op(x, y)
+        return lambda x, y: x
+    return function
+
+
+# a shift below 0 or beyond 63 gives 0 (left) or the sign (right), as in torch (C and LLVM leave it undefined)
+bitand = _bitwise(njit(inline="always")(lambda x, y: x & y))
+bitor = _bitwise(njit(inline="always")(lambda x, y: x | y))
+bitxor = _bitwise(njit(inline="always")(lambda x, y: x ^ y))
+shl = _bitwise(njit(inline="always")(lambda x, y: x << y if 0 <= y <= 63 else x * 0))
+shr = _bitwise(njit(inline="always")(lambda x, y: x >> (y if 0 <= y <= 63 else 63)))
 _divided_by_zero_jit = njit(inline="always")(_divided_by_zero)

@@ -168,6 +168,28 @@ template <class T> __device__ __forceinline__ T binary_atan2(T x, T y) {
 }
 __device__ __forceinline__ long long binary_atan2(long long x, long long y) { return x; }
 
+template <class T> __device__ __forceinline__ T binary_bitwise_and(T x, T y) {
+    return (T)(m_bitand(x, y));
+}
+
+template <class T> __device__ __forceinline__ T binary_bitwise_or(T x, T y) {
+    return (T)(m_bitor(x, y));
+}
+
+template <class T> __device__ __forceinline__ T binary_bitwise_xor(T x, T y) {
+    return (T)(m_bitxor(x, y));
+}
+
+// bitwise_left_shift: 0 for a shift below 0 or beyond 63, as in PyTorch
+template <class T> __device__ __forceinline__ T binary_bitwise_left_shift(T x, T y) {
+    return (T)(m_shl(x, y));
+}
+
+// bitwise_right_shift: arithmetic; a shift below 0 or beyond 63 leaves the sign (0 or -1), as in PyTorch
+template <class T> __device__ __forceinline__ T binary_bitwise_right_shift(T x, T y) {
+    return (T)(m_shr(x, y));
+}
+
 template <class T> __device__ __forceinline__ bool compare_eq(T x, T y) {
     return (bool)((x == y));
 }
@@ -245,6 +267,11 @@ template <class T> __device__ __forceinline__ T apply_binary(int op, T x, T y) {
         case BINARY_MINIMUM: return binary_minimum(x, y);
         case BINARY_GATE: return binary_gate(x, y);
         case BINARY_ATAN2: return binary_atan2(x, y);
+        case BINARY_BITWISE_AND: return binary_bitwise_and(x, y);
+        case BINARY_BITWISE_OR: return binary_bitwise_or(x, y);
+        case BINARY_BITWISE_XOR: return binary_bitwise_xor(x, y);
+        case BINARY_BITWISE_LEFT_SHIFT: return binary_bitwise_left_shift(x, y);
+        case BINARY_BITWISE_RIGHT_SHIFT: return binary_bitwise_right_shift(x, y);
         default: __trap(); return {};  // an unknown code is a bug: stop the kernel
     }
 }

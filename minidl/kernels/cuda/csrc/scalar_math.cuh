@@ -45,7 +45,7 @@ __device__ __forceinline__ float m_abs(float x) { return fabsf(x); }  // -0.0 gi
 __device__ __forceinline__ double m_abs(double x) { return fabs(x); }
 __device__ __forceinline__ long long m_abs(long long x) { return x < 0 ? -x : x; }
 
-// x ** y; for integers only y >= 0 reaches a kernel (the op layer rejects the others)
+// x ** y; an integer to a negative integer power is 0 unless x is 1 or -1, as in torch
 __device__ __forceinline__ float m_pow(float x, float y) { return powf(x, y); }
 __device__ __forceinline__ double m_pow(double x, double y) { return pow(x, y); }
 __device__ __forceinline__ long long m_pow(long long x, long long y) {
@@ -58,6 +58,21 @@ __device__ __forceinline__ long long m_pow(long long x, long long y) {
     }
     return result;
 }
+
+// bitwise ops, integers only: the op layer refuses floats, which get x back here only so that float kernels compile;
+// a shift below 0 or beyond 63 gives 0 (left) or the sign (right), as in torch
+__device__ __forceinline__ long long m_bitand(long long x, long long y) { return x & y; }
+__device__ __forceinline__ long long m_bitor(long long x, long long y) { return x | y; }
+__device__ __forceinline__ long long m_bitxor(long long x, long long y) { return x ^ y; }
+__device__ __forceinline__ long long m_shl(long long x, long long y) {
+    return y < 0 || y > 63 ? 0 : (long long)((unsigned long long)x << y);
+}
+__device__ __forceinline__ long long m_shr(long long x, long long y) { return x >> (y < 0 || y > 63 ? 63 : y); }
+template <typename T> __device__ __forceinline__ T m_bitand(T x, T) { return x; }
+template <typename T> __device__ __forceinline__ T m_bitor(T x, T) { return x; }
+template <typename T> __device__ __forceinline__ T m_bitxor(T x, T) { return x; }
+template <typename T> __device__ __forceinline__ T m_shl(T x, T) { return x; }
+template <typename T> __device__ __forceinline__ T m_shr(T x, T) { return x; }
 
 // Python's x // y (rounded toward -inf) and x % y (the sign of y). Floats divided by zero: +-inf
 // (NaN for 0 or NaN) and NaN; integers divided by zero: 0 (the CPU raises; a kernel cannot, and

@@ -1,0 +1,48 @@
+"""minidl.nn.modules: torch.nn.modules' submodule layout over minidl.nn's classes (the same objects, not copies).
+
+Scripts name classes by torch's module paths (``nn.modules.linear.Linear`` in ``safe_globals([...])``,
+``isinstance(m, nn.modules.batchnorm.BatchNorm2d)``); each submodule here holds the classes torch keeps in the
+submodule of that name (``torch.nn.X.__module__``), wherever minidl defines them.
+"""
+import sys
+import types
+
+from .. import activation, batchnorm, container, conv, dropout, linear, loss, module, normalization, pooling
+from .. import rnn, sparse, transformer
+
+_LAYOUT = {
+    "module": [module.Module],
+    "activation": [activation.ELU, activation.GELU, activation.LeakyReLU, activation.LogSigmoid,
+                   activation.LogSoftmax, activation.ReLU, activation.Sigmoid, activation.SiLU, activation.Softmax,
+                   activation.Softplus, activation.Tanh, transformer.MultiheadAttention],
+    "batchnorm": [batchnorm.BatchNorm1d, batchnorm.BatchNorm2d],
+    "container": [container.ModuleDict, container.ModuleList, container.Sequential],
+    "conv": [conv.Conv1d, conv.Conv2d, conv.ConvTranspose2d],
+    "dropout": [dropout.Dropout, dropout.Dropout1d, dropout.Dropout2d, dropout.Dropout3d],
+    "flatten": [container.Flatten, container.Unflatten],
+    "linear": [container.Identity, linear.Linear, linear.NonDynamicallyQuantizableLinear],
+    "loss": [loss.BCELoss, loss.BCEWithLogitsLoss, loss.CrossEntropyLoss, loss.HuberLoss, loss.KLDivLoss,
+             loss.L1Loss, loss.MSELoss, loss.NLLLoss, loss.SmoothL1Loss],
+    "normalization": [batchnorm.GroupNorm, normalization.LayerNorm],
+    "pooling": [pooling.AdaptiveAvgPool2d, pooling.AvgPool2d, pooling.MaxPool2d],
+    "rnn": [rnn.GRU, rnn.GRUCell, rnn.LSTM, rnn.LSTMCell, rnn.RNN, rnn.RNNBase, rnn.RNNCell, rnn.RNNCellBase],
+    "sparse": [sparse.Embedding],
+    "transformer": [transformer.Transformer, transformer.TransformerDecoder, transformer.TransformerDecoderLayer,
+                    transformer.TransformerEncoder, transformer.TransformerEncoderLayer],
+}
+
+
+def _submodule(name: str, classes: list) -> types.ModuleType:
+    """A module ``minidl.nn.modules.<name>`` holding ``classes``, importable by that dotted name."""
+    sub = types.ModuleType(f"{__name__}.{name}", f"torch.nn.modules.{name}'s classes, as minidl.nn has them.")
+    for cls in classes:
+        setattr(sub, cls.__name__, cls)
+    sub.__all__ = [cls.__name__ for cls in classes]
+    sys.modules[sub.__name__] = sub
+    return sub
+
+
+for _name, _classes in _LAYOUT.items():
+    globals()[_name] = _submodule(_name, _classes)
+    globals().update({cls.__name__: cls for cls in _classes})  # torch.nn.modules exports every class too
+del _name, _classes
