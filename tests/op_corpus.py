@@ -25,8 +25,8 @@ op_db once), so a segfault or a hang is that sample's failure and the run goes o
 
 ``python tests/op_corpus.py`` prints the figures (entries, entries passing every sample, samples
 passing); ``--failures FILE`` writes every failing sample grouped by entry; ``--only NAME ...``
-judges only those entries. tests/test_op_corpus.py holds the suite's test and op_corpus_allow.py
-its list of known differences.
+judges only those entries, ``--all-samples`` every sample (no caps). tests/test_op_corpus.py holds
+the suite's test and op_corpus_allow.py its list of known differences.
 """
 from __future__ import annotations
 
@@ -45,9 +45,11 @@ from typing import NamedTuple
 import numpy as np
 
 SEED = 20260528
-# samples judged per entry and dtype at most (a seeded choice among torch's), to keep the run short
+# samples judged per entry and dtype at most (a seeded choice among torch's), to keep the run short;
+# --all-samples (this variable, read by the workers too) lifts the caps
 CAP = {"float64": 10, "float32": 5}
 CAP_INT = 3
+ALL_SAMPLES = os.environ.get("MINIDL_CORPUS_ALL_SAMPLES") == "1"
 SAMPLE_TIMEOUT_S = float(os.environ.get("MINIDL_CORPUS_TIMEOUT", 60))  # longer: a hang
 TOLERANCE = {"float64": (1e-7, 1e-7), "float32": (1e-5, 1e-5)}  # (rtol, atol); integers and bools exact
 JUDGED_DTYPES = ("float64", "float32", "int64", "int32", "int16", "uint8")
@@ -334,7 +336,7 @@ def _dtypes(op):
 def _chosen(key, dtype, n):
     """Indices of the samples judged: all, or a seeded choice of CAP of them."""
     cap = CAP.get(dtype, CAP_INT)
-    if n <= cap:
+    if ALL_SAMPLES or n <= cap:
         return list(range(n))
     return sorted(random.Random(f"{key}/{dtype}").sample(range(n), cap))
 
@@ -516,7 +518,10 @@ def main(argv=None):
     parser.add_argument("--failures", metavar="FILE", help="write every failing sample, grouped by entry, here")
     parser.add_argument("--only", nargs="+", metavar="NAME", help="judge only these entries ('name' or 'name:variant')")
     parser.add_argument("--workers", type=int, help="worker processes (default: one per core)")
+    parser.add_argument("--all-samples", action="store_true", help="judge every sample (no caps; slower)")
     args = parser.parse_args(argv)
+    if args.all_samples:
+        os.environ["MINIDL_CORPUS_ALL_SAMPLES"] = "1"   # (set before the workers start: they judge)
     from op_corpus_allow import ALLOW
     records, present, total = run(args.only, args.workers)
     figures, failing, stale = summarize(records, present, total, ALLOW)
