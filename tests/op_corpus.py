@@ -60,6 +60,11 @@ UNDEFINED_VALUES = {"bernoulli", "multinomial", "normal", "rand_like", "randn", 
                     "nn.functional.alpha_dropout", "nn.functional.feature_alpha_dropout", "uniform",
                     "exponential", "geometric", "log_normal", "cauchy"}
 
+# entries whose index outputs may order equal values either way (unless stable=True; torch's docs leave it
+# open): judged by the values their indices pick, which must not repeat. The value is the position of ``dim``
+# among the positional arguments.
+TIE_ORDER_FREE = {"sort": 0, "argsort": 0, "topk": 1}
+
 
 class NotApplicable(Exception):
     """A sample that uses a feature minidl does not model (the message says which)."""
@@ -271,11 +276,38 @@ def judge(op, fn, sample, dtype, rng) -> tuple:
         return "fail", f"raises {type(e).__name__}: {str(e).splitlines()[0][:120] if str(e) else ''}"
     if op.name in UNDEFINED_VALUES or sample.kwargs.get("dropout_p", 0) > 0:
         return _verdict(compare(_shape_only(expected), _shape_only(got)))
+    if op.name in TIE_ORDER_FREE and not sample.kwargs.get("stable") and sample.input.ndim:
+        reason = compare(_shape_only(expected), _shape_only(got))
+        if reason:
+            return _verdict(reason)
+        picked = _picked(op, sample, expected, got)
+        if isinstance(picked, str):
+            return _verdict(picked)
+        expected, got = picked
     reason = compare(expected, got)
     if reason or not t_inputs:
         return _verdict(reason)
     m_inputs = _requiring_grad((m_input, m_args, m_kwargs), minidl.Tensor)
     return _verdict(_compare_grads(expected, got, t_inputs, m_inputs, rng))
+
+
+def _picked(op, sample, expected, got):
+    """A TIE_ORDER_FREE entry's (expected, got) with the indices replaced by the input's values they pick; or
+    the reason to fail when minidl's indices repeat along dim."""
+    import torch
+    import minidl
+    position = TIE_ORDER_FREE[op.name]
+    dim = sample.kwargs.get("dim", sample.args[position] if len(sample.args) > position else -1)
+    x = sample.input.detach()
+    e_indices = expected if op.name == "argsort" else expected[1]
+    g_indices = torch.from_numpy((got if op.name == "argsort" else got[1]).numpy())
+    if bool((g_indices.sort(dim).values.diff(dim=dim) == 0).any()):
+        return "output: indices repeat along dim"
+    e_picked = torch.take_along_dim(x, e_indices, dim)
+    g_picked = minidl.tensor(torch.take_along_dim(x, g_indices, dim).numpy())
+    if op.name == "argsort":
+        return e_picked, g_picked
+    return (expected[0], e_picked), (got[0], g_picked)
 
 
 def _partial_view(t):

@@ -5,12 +5,4 @@ A key is (entry, dtype, sample index): entry is op_db's 'name' or 'name:variant'
 every sample). Allow-listed failing samples leave the denominator; test_op_corpus keeps this list
 under 1% of the judged samples and fails on a key that no longer fails.
 """
-_TIES = ("integer input with ties: which of equal values' indices topk returns is unspecified (torch's docs); "
-         "the values agree")
-ALLOW = {
-    ("topk", "int64", 6): _TIES,
-    ("topk", "int32", 1): _TIES,
-    ("topk", "int32", 5): _TIES,
-    ("topk", "uint8", 1): _TIES,
-    ("topk", "uint8", 2): _TIES,
-}
+ALLOW = {}

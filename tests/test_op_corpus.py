@@ -50,6 +50,17 @@ def test_a_wrong_gradient_fails_the_sample():
     assert verdict == "fail" and reason.startswith("grad of input"), reason
 
 
+@pytest.mark.parametrize("indices, verdict", [([3, 1, 2, 0], "pass"), ([1, 3, 0, 2], "pass"),
+                                               ([0, 1, 2, 3], "fail"), ([1, 1, 0, 2], "fail")])
+def test_argsort_indices_are_judged_by_the_values_they_pick(indices, verdict):
+    from torch.testing._internal.common_methods_invocations import op_db
+    from torch.testing._internal.opinfo.core import SampleInput
+    op = next(o for o in op_db if o.name == "argsort" and not o.variant_test_name)
+    sample = SampleInput(torch.tensor([3, 1, 3, 1]), args=(0,))
+    got = lambda x, dim: minidl.tensor(indices)  # either order of the tied values, or a wrong or repeating one
+    assert op_corpus.judge(op, got, sample, "int64", np.random.default_rng(0))[0] == verdict
+
+
 def test_a_hung_worker_fails_its_entry_and_the_run_goes_on(monkeypatch):
     monkeypatch.setattr(op_corpus, "SAMPLE_TIMEOUT_S", 0.0)  # every worker counts as hung at the first check
     records, present, _ = op_corpus.run(only=["add", "mul"], workers=1)
