@@ -3,6 +3,7 @@ threads, timing step closures in interleaved rounds, peak memory in a fresh subp
 kernels, and naming the machine."""
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import statistics
@@ -27,6 +28,36 @@ def import_lib(name: str):
         return torch
     import minidl
     return minidl
+
+
+def add_step_args(ap, profile_help: str) -> None:
+    """The options every step benchmark takes (its own: which models, and so on, it adds itself)."""
+    ap.add_argument("--quick", action="store_true", help="short smoke run")
+    ap.add_argument("--threads", type=int, nargs="*", default=[1, 2])
+    ap.add_argument("--no-memory", action="store_true")
+    ap.add_argument("--profile", action="store_true", help=profile_help)
+    ap.add_argument("--mem-child", nargs=4, help=argparse.SUPPRESS)
+
+
+def libraries() -> dict:
+    """{"minidl": minidl, "torch": torch}, without torch when it cannot be imported."""
+    import minidl
+    torch = import_lib("torch")
+    return {"minidl": minidl} | ({"torch": torch} if torch is not None else {})
+
+
+def versions(libs: dict) -> str:
+    import platform
+
+    import numba
+    torch = libs.get("torch")
+    return (f"Python {platform.python_version()}, minidl {libs['minidl'].__version__}, numpy {np.__version__}, "
+            f"numba {numba.__version__}" + (f", torch {torch.__version__}" if torch is not None else
+                                            ", torch not importable (no torch columns)"))
+
+
+def log_rounds(r: dict, libs: dict) -> None:
+    log("    rounds ms/step: " + "; ".join(f"{k}: " + ", ".join(f"{v:.2f}" for v in r[k + "_all"]) for k in libs))
 
 
 def set_threads(libs: dict, n: int) -> None:

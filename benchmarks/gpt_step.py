@@ -41,13 +41,12 @@ import itertools
 import json
 import math
 import os
-import platform
 import sys
 import time
 
 import numpy as np
-from _bench_common import (cpu_model, fmt_ratio, import_lib, interleaved, log, memory_child, run_memory_child,
-                           set_threads, threading_layer_line)
+from _bench_common import (add_step_args, cpu_model, fmt_ratio, import_lib, interleaved, libraries, log, log_rounds,
+                           memory_child, run_memory_child, set_threads, threading_layer_line, versions)
 
 VOCAB = 65
 SEED = 0
@@ -209,15 +208,11 @@ def mem_child(libname: str, size: str, threads: int, warmup: int) -> None:
 
 
 # ----------------------------------------------------------------------------- report
-def main() -> None:
+def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--quick", action="store_true", help="short smoke run")
+    add_step_args(ap, "split minidl's step (1 thread) after the timings")
     ap.add_argument("--check", action="store_true", help="only check that both libraries compute the same losses")
-    ap.add_argument("--threads", type=int, nargs="*", default=[1, 2])
     ap.add_argument("--sizes", nargs="*", choices=list(SIZES), default=list(SIZES))
-    ap.add_argument("--no-memory", action="store_true")
-    ap.add_argument("--profile", action="store_true", help="split minidl's step (1 thread) after the timings")
-    ap.add_argument("--mem-child", nargs=4, help=argparse.SUPPRESS)
     args = ap.parse_args()
 
     if args.mem_child:
@@ -226,28 +221,25 @@ def main() -> None:
         return
 
     t0 = time.perf_counter()
-    import minidl
-    import numba
-    torch = import_lib("torch")
-    libs = {"minidl": minidl} | ({"torch": torch} if torch is not None else {})
-    have_torch = torch is not None
+    libs = libraries()
+    have_torch = "torch" in libs
     if args.quick:
         rounds, warmup, steps = 3, 2, {"tiny": 3, "small": 1}
     else:
         rounds, warmup, steps = 7, 5, {"tiny": 10, "small": 3}
 
     print("## GPT step (minidl vs PyTorch eager, CPU)\n")
-    print(f"Python {platform.python_version()}, minidl {minidl.__version__}, numpy {np.__version__}, "
-          f"numba {numba.__version__}" + (f", torch {torch.__version__}" if have_torch else
-                                          ", torch not importable (no torch columns)"))
+    print(versions(libs))
     print(f"CPU: {cpu_model()}, {os.cpu_count()} CPUs; load average at start: {os.getloadavg()[0]:.2f}; "
           f"{rounds} rounds per case, warm-up {warmup} steps" + (" (--quick)" if args.quick else "") + "\n")
 
+    if args.check and not have_torch:
+        return "gpt_step: --check needs torch, which cannot be imported here"
     if have_torch:
         set_threads(libs, 1)
         run_check(libs, args.sizes)
     if args.check:
-        return
+        return None
 
     verdicts = []
     for n in args.threads:
@@ -274,8 +266,7 @@ def main() -> None:
                                         f"{verdict.strip('*').upper()}")
                 row += f" {r['torch']:.2f} | {rs} | {'-' if target is None else f'<= {target}x'} | {verdict} |"
             print(row, flush=True)
-            log("    rounds ms/step: " + "; ".join(
-                f"{k}: " + ", ".join(f"{v:.2f}" for v in r[k + '_all']) for k in libs))
+            log_rounds(r, libs)
         print()
     print(threading_layer_line())
 
@@ -303,7 +294,7 @@ def main() -> None:
         from gpt_profile import profile
         set_threads(libs, 1)
         for size in args.sizes:
-            profile(libs, size, build, steps=5 if size == "tiny" else 2)
+            profile(libs, size, build, steps=10 if size == "tiny" else 3)
 
     print(f"load average at end: {os.getloadavg()[0]:.2f}; wall time {time.perf_counter() - t0:.0f} s")
 

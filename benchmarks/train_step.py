@@ -46,13 +46,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import sys
 import time
 
 import numpy as np
-from _bench_common import (fmt_ratio, import_lib, interleaved, kernel_times, log, memory_child,
-                           run_memory_child, set_threads, threading_layer_line)
+from _bench_common import (add_step_args, fmt_ratio, import_lib, interleaved, kernel_times, libraries, log,
+                           log_rounds, memory_child, run_memory_child, set_threads, threading_layer_line, versions)
 
 MLP_TARGET = 1.0
 LENET_TARGET = 1.2
@@ -154,12 +153,8 @@ def profile_minidl(minidl, model: str, steps: int, top: int = 25) -> None:
 # ----------------------------------------------------------------------------- report
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--quick", action="store_true", help="short smoke run")
-    ap.add_argument("--threads", type=int, nargs="*", default=[1, 2])
+    add_step_args(ap, "cProfile minidl's steps too")
     ap.add_argument("--models", nargs="*", choices=list(MODELS), default=list(MODELS))
-    ap.add_argument("--no-memory", action="store_true")
-    ap.add_argument("--profile", action="store_true", help="cProfile minidl's steps too")
-    ap.add_argument("--mem-child", nargs=4, help=argparse.SUPPRESS)
     args = ap.parse_args()
 
     if args.mem_child:
@@ -168,10 +163,8 @@ def main() -> None:
         return
 
     t0 = time.perf_counter()
-    import minidl
-    torch = import_lib("torch")
-    libs = {"minidl": minidl} | ({"torch": torch} if torch is not None else {})
-    have_torch = torch is not None
+    libs = libraries()
+    minidl, have_torch = libs["minidl"], "torch" in libs
     models = {name: MODELS[name] for name in args.models}
 
     if args.quick:
@@ -179,11 +172,8 @@ def main() -> None:
     else:
         rounds, warmup, steps = 7, 10, {"mlp": 40, "lenet": 12, "transformer": 12}
 
-    import numba
     print("## Training step (minidl vs PyTorch, CPU)\n")
-    print(f"Python {platform.python_version()}, minidl {minidl.__version__}, numpy {np.__version__}, "
-          f"numba {numba.__version__}" + (f", torch {torch.__version__}" if have_torch else
-                                          ", torch not importable (no torch columns)"))
+    print(versions(libs))
     print(f"{os.cpu_count()} CPUs; load average at start: {os.getloadavg()[0]:.2f}; "
           f"{rounds} rounds per case, warm-up {warmup} steps"
           + (" (--quick)" if args.quick else "") + "\n")
@@ -210,8 +200,7 @@ def main() -> None:
                 verdicts.append(f"{model} step time, {n} thread(s): {rs} (target <= "
                                 f"{meta['target']}x) -> {verdict.strip('*').upper()}")
             print(row, flush=True)
-            log("    rounds ms/step: " + "; ".join(
-                f"{k}: " + ", ".join(f"{v:.2f}" for v in r[k + '_all']) for k in libs))
+            log_rounds(r, libs)
         print()
 
     print(threading_layer_line())
