@@ -44,16 +44,14 @@ makes every parallel kernel wait.
 from __future__ import annotations
 
 import argparse
-import gc
 import json
 import os
-import platform
-import statistics
-import subprocess
 import sys
 import time
 
 import numpy as np
+from _bench_common import (add_step_args, fmt_ratio, import_lib, interleaved, kernel_times, libraries, log,
+                           log_rounds, memory_child, run_memory_child, set_threads, threading_layer_line, versions)
 
 MLP_TARGET = 1.0
 LENET_TARGET = 1.2
@@ -69,21 +67,6 @@ MODELS = {
                         target=TRANSFORMER_TARGET),
 }
 SEQ, D_MODEL = 64, 128
-
-
-def _log(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
-
-
-def _import(name: str):
-    if name == "torch":
-        try:
-            import torch
-        except Exception:  # noqa: BLE001  (not installed or broken: no torch columns)
-            return None
-        return torch
-    import minidl
-    return minidl
 
 
 # ----------------------------------------------------------------------------- models
@@ -129,94 +112,23 @@ def build(lib, model: str, batch: int | None = None, device: str = "cpu"):
     return step
 
 
-def set_threads(libs: dict, n: int) -> None:
-    for lib in libs.values():
-        lib.set_num_threads(n)
-
-
 # ----------------------------------------------------------------------------- timing
 def time_model(libs: dict, model: str, rounds: int, steps: int, warmup: int) -> dict:
     """Median over ``rounds`` of ms/step (mean of ``steps`` steps); libraries alternate by round."""
-    fns = {name: build(lib, model) for name, lib in libs.items()}
-    for name, fn in fns.items():
-        for _ in range(warmup):
-            fn()
-        loss = float(fn().item())
-        if not np.isfinite(loss):
-            raise RuntimeError(f"{name} {model}: loss is {loss}")
-    per = {name: [] for name in fns}
-    for _ in range(rounds):
-        for name, fn in fns.items():
-            start = time.perf_counter()
-            for _ in range(steps):
-                fn()
-            per[name].append((time.perf_counter() - start) / steps * 1e3)
-    return {name: statistics.median(v) for name, v in per.items()} | {
-        name + "_all": v for name, v in per.items()}
+    return interleaved({name: build(lib, model) for name, lib in libs.items()}, rounds, steps, warmup, model)
 
 
 # ----------------------------------------------------------------------------- memory
-def _status_kib(field: str) -> int:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(field + ":"):
-                return int(line.split()[1])
-    raise KeyError(field)
-
-
-def _reset_peak() -> bool:
-    """Reset VmHWM to the current RSS (``/proc/self/clear_refs`` <- 5, Linux >= 4.0)."""
-    try:
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")
-    except OSError:
-        return False
-    return _status_kib("VmHWM") <= _status_kib("VmRSS") + 64
-
-
 def mem_child(libname: str, model: str, threads: int, warmup: int) -> None:
     """Runs in a subprocess: prints a JSON line with RSS figures in KiB."""
-    import resource
-    lib = _import(libname)
+    lib = import_lib(libname)
     lib.set_num_threads(threads)
-    rss_import = _status_kib("VmRSS")
-    throwaway = build(lib, model, batch=2)    # load (minidl: Numba) kernels and lazy state
-    for _ in range(2):
-        throwaway()
-    del throwaway
-    gc.collect()
-    step = build(lib, model)
-    gc.collect()
-    rss_built = _status_kib("VmRSS")          # parameters and the batch, no step taken yet
-    reset = _reset_peak()
-    for _ in range(warmup):
-        step()
-    gc.collect()
-    hwm_warm = _status_kib("VmHWM")
-    ru_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    reset = _reset_peak() and reset
-    rss_before = _status_kib("VmRSS")
-    for _ in range(MEM_STEPS):
-        step()
-    hwm_steps = _status_kib("VmHWM")
-    if reset:
-        growth = hwm_steps - rss_before
-        working = max(hwm_warm, hwm_steps) - rss_built
-    else:                                       # no reset: fall back to ru_maxrss
-        growth = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - ru_before
-        working = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss_built
-    print(json.dumps(dict(growth=growth, working=working, reset=reset, rss_import=rss_import,
-                          rss_built=rss_built, rss_before=rss_before)))
+    res = memory_child(lambda small: build(lib, model, batch=2 if small else None), warmup, MEM_STEPS)
+    print(json.dumps(res))
 
 
 def measure_memory(libnames, model: str, threads: int, warmup: int) -> dict:
-    res = {}
-    for name in libnames:
-        cmd = [sys.executable, os.path.abspath(__file__), "--mem-child", name, model,
-               str(threads), str(warmup)]
-        out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
-        res[name] = json.loads(out.strip().splitlines()[-1])
-    return res
+    return {name: run_memory_child(__file__, [name, model, threads, warmup]) for name in libnames}
 
 
 # ----------------------------------------------------------------------------- profile
@@ -238,54 +150,11 @@ def profile_minidl(minidl, model: str, steps: int, top: int = 25) -> None:
     kernel_times(minidl, step, model, steps)
 
 
-def kernel_times(minidl, step, model: str, steps: int, top: int = 20) -> None:
-    """Each registered CPU kernel wrapped with a timer for ``steps`` steps: where the step's time goes,
-    by kernel and operation (the op name a kernel gets, e.g. 'mul'), and what is left for Python."""
-    from minidl import kernels
-    kernels.get("alloc", "cpu")                 # the backend registers its kernels on first use
-    originals = dict(kernels._registry)
-    totals: dict = {}
-
-    def timed(name, fn):
-        def run(*args, **kwargs):
-            start = time.perf_counter()
-            try:
-                return fn(*args, **kwargs)
-            finally:
-                key = (name, next((a for a in args if isinstance(a, str)), ""))
-                calls, secs = totals.get(key, (0, 0.0))
-                totals[key] = (calls + 1, secs + time.perf_counter() - start)
-        return run
-
-    kernels._registry.update({key: timed(key[1], fn) for key, fn in originals.items() if key[0] == "cpu"})
-    try:
-        start = time.perf_counter()
-        for _ in range(steps):
-            step()
-        wall = (time.perf_counter() - start) / steps * 1e3
-    finally:
-        kernels._registry.update(originals)
-    in_kernels = sum(secs for _, secs in totals.values()) / steps * 1e3
-    print(f"\n#### Kernel time, minidl {model}: {wall:.2f} ms/step = {in_kernels:.2f} ms in kernels + "
-          f"{wall - in_kernels:.2f} ms outside them (Python, and host work such as drawing random numbers)\n")
-    print("| kernel | op | calls/step | ms/step |\n|---|---|---:|---:|")
-    for (name, op), (calls, secs) in sorted(totals.items(), key=lambda kv: -kv[1][1])[:top]:
-        print(f"| {name} | {op} | {calls / steps:.0f} | {secs / steps * 1e3:.3f} |")
-
-
 # ----------------------------------------------------------------------------- report
-def _fmt_ratio(r: float, target: float) -> str:
-    return f"{r:.2f}x", ("met" if r <= target else "**missed**")
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--quick", action="store_true", help="short smoke run")
-    ap.add_argument("--threads", type=int, nargs="*", default=[1, 2])
+    add_step_args(ap, "cProfile minidl's steps too")
     ap.add_argument("--models", nargs="*", choices=list(MODELS), default=list(MODELS))
-    ap.add_argument("--no-memory", action="store_true")
-    ap.add_argument("--profile", action="store_true", help="cProfile minidl's steps too")
-    ap.add_argument("--mem-child", nargs=4, help=argparse.SUPPRESS)
     args = ap.parse_args()
 
     if args.mem_child:
@@ -294,10 +163,8 @@ def main() -> None:
         return
 
     t0 = time.perf_counter()
-    import minidl
-    torch = _import("torch")
-    libs = {"minidl": minidl} | ({"torch": torch} if torch is not None else {})
-    have_torch = torch is not None
+    libs = libraries()
+    minidl, have_torch = libs["minidl"], "torch" in libs
     models = {name: MODELS[name] for name in args.models}
 
     if args.quick:
@@ -305,11 +172,8 @@ def main() -> None:
     else:
         rounds, warmup, steps = 7, 10, {"mlp": 40, "lenet": 12, "transformer": 12}
 
-    import numba
     print("## Training step (minidl vs PyTorch, CPU)\n")
-    print(f"Python {platform.python_version()}, minidl {minidl.__version__}, numpy {np.__version__}, "
-          f"numba {numba.__version__}" + (f", torch {torch.__version__}" if have_torch else
-                                          ", torch not importable (no torch columns)"))
+    print(versions(libs))
     print(f"{os.cpu_count()} CPUs; load average at start: {os.getloadavg()[0]:.2f}; "
           f"{rounds} rounds per case, warm-up {warmup} steps"
           + (" (--quick)" if args.quick else "") + "\n")
@@ -326,27 +190,20 @@ def main() -> None:
         print(hdr)
         print(sep)
         for model, meta in models.items():
-            _log(f"[{time.perf_counter() - t0:6.1f}s] timing {model}, {n} thread(s)")
+            log(f"[{time.perf_counter() - t0:6.1f}s] timing {model}, {n} thread(s)")
             r = time_model(libs, model, rounds, steps[model], warmup)
             row = f"| {meta['label']} | {steps[model]} | {r['minidl']:.2f} |"
             if have_torch:
                 ratio = r["minidl"] / r["torch"]
-                rs, verdict = _fmt_ratio(ratio, meta["target"])
+                rs, verdict = fmt_ratio(ratio, meta["target"])
                 row += f" {r['torch']:.2f} | {rs} | <= {meta['target']}x | {verdict} |"
                 verdicts.append(f"{model} step time, {n} thread(s): {rs} (target <= "
                                 f"{meta['target']}x) -> {verdict.strip('*').upper()}")
             print(row, flush=True)
-            _log("    rounds ms/step: " + "; ".join(
-                f"{k}: " + ", ".join(f"{v:.2f}" for v in r[k + '_all']) for k in libs))
+            log_rounds(r, libs)
         print()
 
-    try:
-        layer = numba.threading_layer()
-    except ValueError:          # no parallel kernel launched yet
-        layer = "not started"
-    print(f"Numba threading layer in use: {layer} (numba.config.THREADING_LAYER = "
-          f"{numba.config.THREADING_LAYER!r}, NUMBA_THREADING_LAYER = "
-          f"{os.environ.get('NUMBA_THREADING_LAYER', 'unset')})\n")
+    print(threading_layer_line())
 
     if not args.no_memory:
         mem_threads = max(args.threads)
@@ -364,20 +221,20 @@ def main() -> None:
         print(sep)
         notes = []
         for model, meta in models.items():
-            _log(f"[{time.perf_counter() - t0:6.1f}s] memory {model}")
+            log(f"[{time.perf_counter() - t0:6.1f}s] memory {model}")
             m = measure_memory(list(libs), model, mem_threads, warmup)
             w = {k: v["working"] / 1024 for k, v in m.items()}
             g = {k: v["growth"] / 1024 for k, v in m.items()}
             row = f"| {meta['label']} | {w['minidl']:.1f} |"
             if have_torch:
                 ratio = w["minidl"] / max(w["torch"], 1e-9)
-                rs, verdict = _fmt_ratio(ratio, MEM_TARGET)
+                rs, verdict = fmt_ratio(ratio, MEM_TARGET)
                 row += f" {w['torch']:.1f} | {rs} | <= {MEM_TARGET}x | {verdict} |"
                 verdicts.append(f"{model} peak memory of training: {rs} (target <= {MEM_TARGET}x)"
                                 f" -> {verdict.strip('*').upper()}")
             row += f" {g['minidl']:.1f} |" + (f" {g['torch']:.1f} |" if have_torch else "")
             print(row, flush=True)
-            _log("    " + json.dumps(m))
+            log("    " + json.dumps(m))
             if not all(v["reset"] for v in m.values()):
                 notes.append(f"{model}: peak counter could not be reset; ru_maxrss used")
         print(f"\npeak = highest RSS during warm-up and the {MEM_STEPS} timed steps - RSS once the "
