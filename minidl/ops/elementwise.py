@@ -10,9 +10,9 @@ import math
 import numpy as np
 
 from .. import _dtype as dt
-from .. import formulas
+from .. import _tracing, formulas, kernels
 from .._type_info import finfo
-from ..autograd import Function
+from ..autograd import Function, grad_mode
 from ..formulas import expr
 from ..layout import broadcast_shapes, expand
 from .autocast_mode import autocast_op, listed
@@ -235,6 +235,9 @@ def _promote(a, b):
     return dt.result_type(a, b)
 
 
+_function_apply = Function.__dict__["apply"].__func__   # (Binary.apply's general case, without super()'s cost)
+
+
 class Binary(Function):
     """Broadcasting ``op(a, b)``; subclasses give ``grad_a(a, b, y, g)`` and ``grad_b`` (None: not
     differentiable in b) before un-broadcasting, each computed only when asked for (``y``, the
@@ -245,6 +248,22 @@ class Binary(Function):
     true_division = False
     saves_output = False
     reads = ("ab", "ab")
+
+    @classmethod
+    def apply(cls, a, b):
+        """Function.apply, with its most common call flattened: two same-shape operands of one float
+        dtype on one device, no graph to record and no exporter watching. That is what forward and
+        binary_raw would do for them, without their layers of calls and checks."""
+        if (a._requires_grad or b._requires_grad) and grad_mode.state.enabled or _tracing.active is not None:
+            return _function_apply(cls, a, b)
+        dtype, layout, device = a.dtype, a._layout, a._storage.device
+        if ((dtype is dt.float32 or dtype is dt.float64) and b.dtype is dtype and b._layout.shape == layout.shape
+                and b._storage.device is device):
+            out = new_like_shape(layout.shape, dtype, a)
+            kernels.get("binary", device.type)(cls.op, a._storage.buf, layout, b._storage.buf, b._layout,
+                                               out._storage.buf, out._layout)
+            return out
+        return _function_apply(cls, a, b)
 
     @classmethod
     def forward(cls, ctx, a, b):
