@@ -7,7 +7,8 @@ before it, so that the differences between rows are what each layer costs:
 - the CPU ``binary`` kernel wrapper (stride checks, flat-run plan);
 - ``binary_raw`` (kernel lookup, broadcast and dtype checks, the allocation of the result);
 - ``Mul.forward`` (type promotion) inside ``Function.apply`` with no graph to record;
-- ``a * b`` (Tensor's operator) and ``minidl.mul(a, b)`` (the registry's public function);
+- ``a * b`` (Tensor's operator) and ``minidl.mul(a, b)`` (the registry's public function), and
+  ``a.exp()`` and ``a * 2.0`` beside them (a unary op, a number operand);
 - ``a * b`` on leaves that require grad (an autograd node and its edges);
 - one backward node: ``MulBackward``'s ``run_backward`` on a gradient (grad mode off).
 
@@ -61,6 +62,8 @@ def rows(repeat: int, number: int) -> dict:
         "Mul.apply (no grad)": lambda: mul.apply(a, b),
         "a * b": lambda: a * b,
         "minidl.mul(a, b)": lambda: minidl.mul(a, b),
+        "a.exp() (a unary op)": lambda: a.exp(),
+        "a * 2.0 (a number)": lambda: a * 2.0,
         "a * b, requires_grad": lambda: ga * gb,
         "MulBackward node": lambda: node.run_backward((g,)),
     }
@@ -68,7 +71,7 @@ def rows(repeat: int, number: int) -> dict:
     with minidl.no_grad():
         for name in ("numba call", "cpu kernel wrapper", "binary_raw", "Mul.apply (no grad)"):
             found[name] = _time(cases[name], repeat, number)
-    for name in ("a * b", "minidl.mul(a, b)", "a * b, requires_grad"):
+    for name in ("a * b", "minidl.mul(a, b)", "a.exp() (a unary op)", "a * 2.0 (a number)", "a * b, requires_grad"):
         found[name] = _time(cases[name], repeat, number)
     with minidl.no_grad():
         found["MulBackward node"] = _time(cases["MulBackward node"], repeat, number // 4)

@@ -50,6 +50,31 @@ def test_same_shape_float_operands_compute_as_torch(dtype, layouts, grad_enabled
         torch.testing.assert_close(torch.from_numpy(got.numpy().copy()), expected[name], msg=name)
 
 
+@pytest.mark.parametrize("dtype", [md.float32, md.float64])
+@pytest.mark.parametrize("layout", ["packed", "transposed", "expanded", "negative-step"])
+def test_unary_ops_on_float_operands_compute_as_torch(dtype, layout):
+    (a, _), (ta, _) = _pair(dtype, layout, "packed")
+    for name in ("neg", "abs", "exp", "tanh", "sigmoid", "relu", "sqrt", "floor"):
+        x, tx = (a.abs(), ta.abs()) if name == "sqrt" else (a, ta)
+        got, want = getattr(x, name)(), getattr(tx, name)()
+        assert got.dtype is dtype and not got.requires_grad, name
+        torch.testing.assert_close(torch.from_numpy(got.numpy().copy()), want, msg=name)
+
+
+@pytest.mark.parametrize("dtype", [md.float32, md.float64])
+@pytest.mark.parametrize("number", [2.5, -3, 0.1, md.tensor(1.5)])
+def test_a_number_operand_computes_as_torch(dtype, number):
+    (a, _), (ta, _) = _pair(dtype, "transposed", "packed")
+    if isinstance(number, md.Tensor):
+        number, t_number = number.to(dtype), torch.tensor(number.item(), dtype=ta.dtype)
+    else:
+        t_number = number
+    for name, fn in OPERATORS.items():
+        got, want = fn(a, number), fn(ta, t_number)
+        assert got.dtype is dtype, name
+        torch.testing.assert_close(torch.from_numpy(got.numpy().copy()), want, msg=name)
+
+
 def test_the_result_is_a_new_tensor():
     a, b = md.ones(3, 3), md.full((3, 3), 2.0)
     y = a * b

@@ -87,6 +87,9 @@ def _float_result(x):
 
 
 # ----------------------------------------------------------------------------- unary
+_function_apply = Function.__dict__["apply"].__func__   # (the general case of the flattened applies, without super())
+
+
 class Unary(Function):
     """``op`` applied elementwise (its formula: minidl/formulas/table.py). Integer inputs of
     float-only ops (exp, log, ...) compute in the default float dtype, as in PyTorch. Backward
@@ -95,6 +98,19 @@ class Unary(Function):
     op = ""
     float_only = True
     saves = ()
+
+    @classmethod
+    def apply(cls, x):
+        """Function.apply, flattened for a float32/float64 operand with no graph to record and no
+        exporter watching (as Binary.apply): what forward and unary_raw would do for it."""
+        dtype = x.dtype
+        if ((dtype is dt.float32 or dtype is dt.float64) and _tracing.active is None
+                and not (x._requires_grad and grad_mode.state.enabled)):
+            layout, device = x._layout, x._storage.device
+            out = new_like_shape(layout.shape, dtype, x)
+            kernels.get("unary", device.type)(cls.op, x._storage.buf, layout, out._storage.buf, out._layout)
+            return out
+        return _function_apply(cls, x)
 
     @classmethod
     def result_dtype(cls, x):
@@ -235,9 +251,6 @@ def _promote(a, b):
     return dt.result_type(a, b)
 
 
-_function_apply = Function.__dict__["apply"].__func__   # (Binary.apply's general case, without super()'s cost)
-
-
 class Binary(Function):
     """Broadcasting ``op(a, b)``; subclasses give ``grad_a(a, b, y, g)`` and ``grad_b`` (None: not
     differentiable in b) before un-broadcasting, each computed only when asked for (``y``, the
@@ -251,16 +264,20 @@ class Binary(Function):
 
     @classmethod
     def apply(cls, a, b):
-        """Function.apply, with its most common call flattened: two same-shape operands of one float
-        dtype on one device, no graph to record and no exporter watching. That is what forward and
-        binary_raw would do for them, without their layers of calls and checks."""
+        """Function.apply, with its most common calls flattened: operands of one float dtype on one
+        device, of the same shape or b a number (0-d), with no graph to record and no exporter
+        watching. That is what forward and binary_raw would do for them, without their layers."""
         if (a._requires_grad or b._requires_grad) and grad_mode.state.enabled or _tracing.active is not None:
             return _function_apply(cls, a, b)
         dtype, layout, device = a.dtype, a._layout, a._storage.device
-        if ((dtype is dt.float32 or dtype is dt.float64) and b.dtype is dtype and b._layout.shape == layout.shape
-                and b._storage.device is device):
+        if (dtype is dt.float32 or dtype is dt.float64) and b.dtype is dtype and b._storage.device is device:
+            b_layout = b._layout
+            if b_layout.shape != layout.shape:
+                if b_layout.shape:
+                    return _function_apply(cls, a, b)
+                b_layout = expand(b_layout, layout.shape, cls.op)
             out = new_like_shape(layout.shape, dtype, a)
-            kernels.get("binary", device.type)(cls.op, a._storage.buf, layout, b._storage.buf, b._layout,
+            kernels.get("binary", device.type)(cls.op, a._storage.buf, layout, b._storage.buf, b_layout,
                                                out._storage.buf, out._layout)
             return out
         return _function_apply(cls, a, b)
