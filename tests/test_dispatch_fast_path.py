@@ -75,6 +75,41 @@ def test_a_number_operand_computes_as_torch(dtype, number):
         torch.testing.assert_close(torch.from_numpy(got.numpy().copy()), want, msg=name)
 
 
+@pytest.mark.parametrize("dtype", [md.float32, md.float64])
+@pytest.mark.parametrize("layouts", [("packed", "packed"), ("transposed", "negative-step"), ("packed", "expanded")])
+def test_in_place_ops_write_as_torch(dtype, layouts):
+    for name in ("add_", "sub_", "mul_", "div_"):
+        (a, b), (ta, tb) = _pair(dtype, *layouts)
+        a, ta = a.clone() if layouts[0] == "packed" else a, ta.clone()
+        version = a._version
+        assert getattr(a, name)(b) is a
+        getattr(ta, name)(tb)
+        assert a._version == version + 1, name
+        torch.testing.assert_close(torch.from_numpy(a.numpy().copy()), ta, msg=name)
+
+
+def test_in_place_ops_reading_their_own_memory_as_torch():
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((4, 4))
+    for fn in (lambda t: t.mul_(t), lambda t: t[:, :2].add_(t[:, 2:])):   # (one storage: the general path)
+        got, want = fn(md.tensor(x)), fn(torch.tensor(x))
+        np.testing.assert_array_equal(got.numpy(), want.numpy())
+        np.testing.assert_array_equal(got._base.numpy() if got._base is not None else got.numpy(),
+                                      (want._base if want._base is not None else want).numpy())
+
+
+def test_in_place_ops_keep_their_checks():
+    leaf = md.ones(2, 2, requires_grad=True)
+    with pytest.raises(RuntimeError, match="add_: a leaf Variable that requires grad"):
+        leaf.add_(md.ones(2, 2))
+    readonly = np.ones((2, 2), np.float32)
+    readonly.flags.writeable = False
+    with pytest.warns(UserWarning, match="not writable"), pytest.raises(RuntimeError, match="mul_: the tensor's memory is read-only"):
+        md.from_numpy(readonly).mul_(md.ones(2, 2))
+    with pytest.raises(RuntimeError, match="add_: unsupported operation: more than one element"):
+        md.ones(1, 2).expand(3, 2).add_(md.ones(3, 2))
+
+
 def test_the_result_is_a_new_tensor():
     a, b = md.ones(3, 3), md.full((3, 3), 2.0)
     y = a * b

@@ -369,6 +369,15 @@ def binary_inplace(op_cls):
             if not grad_enabled() or not (self._requires_grad or other._requires_grad):
                 check_writable(self, name)
                 check_no_internal_overlap(self, name)
+                dtype, storage = self.dtype, self._storage
+                if ((dtype is dt.float32 or dtype is dt.float64) and other.dtype is dtype
+                        and other._layout.shape == self._layout.shape and other._storage is not storage
+                        and other._storage.device is storage.device):   # (binary_raw's call, without its checks)
+                    kernels.get("binary", storage.device.type)(op_cls.op, storage.buf, self._layout,
+                                                               other._storage.buf, other._layout, storage.buf,
+                                                               self._layout)
+                    self._bump_version()
+                    return self
                 result = self.dtype if other.dtype is self.dtype else dt.result_type(self, other)
                 if op_cls.true_division and not result.is_floating_point:
                     result = dt.get_default_dtype()  # int /= int is a float result, as in PyTorch: an error
