@@ -289,7 +289,7 @@ class Binary(Function):
             result = dt.get_default_dtype()
         y = binary_raw("binary", cls.op, a, b, dt.ARITHMETIC[result], result)
         if ctx._recording:
-            need_a, need_b = ctx.needs_input_grad
+            need_a, need_b = ctx._needs_input_grad   # (forward's own: only a backward pass narrows them)
             read = (cls.reads[0] if need_a else "") + (cls.reads[1] if need_b else "")
             ctx.save_for_backward(a if "a" in read else None, b if "b" in read else None,
                                   y if cls.saves_output else None)
