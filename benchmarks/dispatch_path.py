@@ -10,7 +10,10 @@ before it, so that the differences between rows are what each layer costs:
 - ``a * b`` (Tensor's operator) and ``minidl.mul(a, b)`` (the registry's public function), and
   ``a.exp()`` and ``a * 2.0`` beside them (a unary op, a number operand);
 - ``a * b`` on leaves that require grad (an autograd node and its edges);
-- one backward node: ``MulBackward``'s ``run_backward`` on a gradient (grad mode off).
+- one backward node: ``MulBackward``'s ``run_backward`` on a gradient (grad mode off);
+- and a whole ``(a * b + c).sum().backward()``, bench_ops.py's forward+backward row.
+
+PyTorch's ``a * b`` and forward+backward are timed the same way, in the same process and round.
 
 Each row is the minimum over repeats of the mean of many back-to-back calls, in the thread's CPU
 time (``time.thread_time``: time spent descheduled on a loaded machine does not count; what other
@@ -54,6 +57,7 @@ def rows(repeat: int, number: int) -> dict:
     ga, gb = (minidl.tensor(x.numpy(), requires_grad=True) for x in (a, b))
     node = (ga * gb).grad_fn
     g = minidl.ones(16, 16)
+    gc = minidl.tensor(b.numpy(), requires_grad=True)
     mul = ew.Mul
     cases = {
         "numba call": lambda: binary_serial(code, ab, 0, unit, bb, 0, unit, ob, 0, unit, shape, items),
@@ -66,6 +70,7 @@ def rows(repeat: int, number: int) -> dict:
         "a * 2.0 (a number)": lambda: a * 2.0,
         "a * b, requires_grad": lambda: ga * gb,
         "MulBackward node": lambda: node.run_backward((g,)),
+        "(a * b + c).sum().backward()": lambda: (ga * gb + gc).sum().backward(),
     }
     found = {}
     with minidl.no_grad():
@@ -75,6 +80,8 @@ def rows(repeat: int, number: int) -> dict:
         found[name] = _time(cases[name], repeat, number)
     with minidl.no_grad():
         found["MulBackward node"] = _time(cases["MulBackward node"], repeat, number // 4)
+    found["(a * b + c).sum().backward()"] = _time(cases["(a * b + c).sum().backward()"], repeat, number // 10)
+    found.update((f"torch {name}", us) for name, us in torch_rows(repeat, number).items())
     return found
 
 
@@ -83,14 +90,16 @@ def _time(fn, repeat, number) -> float:
     return min(timeit.repeat(fn, repeat=repeat, number=number, timer=time.thread_time)) / number * 1e6
 
 
-def torch_row(repeat: int, number: int) -> float | None:
+def torch_rows(repeat: int, number: int) -> dict:
     try:
         import torch
-    except Exception:  # noqa: BLE001 (no torch: no reference column)
-        return None
+    except Exception:  # noqa: BLE001 (no torch: no reference rows)
+        return {}
     torch.set_num_threads(1)
     a, b = torch.randn(16, 16), torch.randn(16, 16)
-    return _time(lambda: a * b, repeat, number)
+    ga, gb, gc = (torch.randn(16, 16, requires_grad=True) for _ in range(3))
+    return {"a * b": _time(lambda: a * b, repeat, number),
+            "(a * b + c).sum().backward()": _time(lambda: (ga * gb + gc).sum().backward(), repeat, number // 10)}
 
 
 def _one_round(tree, repeat, number) -> dict:
@@ -118,13 +127,14 @@ def main():
         for label, tree in trees.items():
             for name, us in _one_round(tree, args.repeat, args.number).items():
                 best[label][name] = min(us, best[label].get(name, us))
-    reference = torch_row(args.repeat, args.number)
     print("| layer (cumulative) | " + " | ".join(f"{k} µs" for k in trees) + " |")
     print("|---|" + "---:|" * len(trees))
     for name in best["new"]:
         print(f"| {name} | " + " | ".join(f"{best[k][name]:.2f}" for k in trees) + " |")
-    if reference is not None:
-        print(f"\ntorch a * b: {reference:.2f} µs (this process, one thread)")
+    for name in ("a * b", "(a * b + c).sum().backward()"):
+        if f"torch {name}" in best["new"]:
+            print(f"\n{name}, minidl / torch: " + ", ".join(f"{k} {best[k][name] / best[k]['torch ' + name]:.2f}x"
+                                                        for k in trees))
 
 
 if __name__ == "__main__":
