@@ -143,13 +143,22 @@ def broadcast_shapes(*shapes, op: str = "broadcast") -> Size:
     return Size(out)
 
 
+_scalar_views: dict = {}   # (shape, offset) -> a 0-d layout expanded to shape (layouts are immutable)
+
+
 def expand(layout: Layout, shape, op: str = "expand") -> Layout:
     """View of ``layout`` broadcast to ``shape`` (new or size-1 dims get stride 0); -1 keeps a size."""
     if shape == layout.shape:
         return layout
     shape = tuple(shape)
-    if not layout.shape and -1 not in shape:
-        return Layout(shape, (0,) * len(shape), layout.offset)
+    if not layout.shape and -1 not in shape:   # (a number read for every element: the same few each step)
+        key = (shape, layout.offset)
+        found = _scalar_views.get(key)
+        if found is None:
+            if len(_scalar_views) > 256:
+                _scalar_views.clear()
+            found = _scalar_views[key] = Layout(shape, (0,) * len(shape), layout.offset)
+        return found
     lead = len(shape) - layout.ndim
     if lead < 0:
         raise RuntimeError(f"{op}: the number of sizes provided ({len(shape)}) must be greater or equal "

@@ -54,7 +54,7 @@ class Function:
         """Keep tensors for backward, with their version, to catch later in-place changes
         (nothing to keep when this call records no graph)."""
         if self._recording:
-            self._saved = tuple(None if t is None else (t, t._version) for t in tensors)
+            self._saved = tuple([None if t is None else (t, t._version) for t in tensors])  # (faster than a generator)
 
     @property
     def saved_tensors(self):

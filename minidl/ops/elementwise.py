@@ -10,9 +10,9 @@ import math
 import numpy as np
 
 from .. import _dtype as dt
-from .. import formulas
+from .. import _tracing, formulas, kernels
 from .._type_info import finfo
-from ..autograd import Function
+from ..autograd import Function, grad_mode
 from ..formulas import expr
 from ..layout import broadcast_shapes, expand
 from .autocast_mode import autocast_op, listed
@@ -87,6 +87,9 @@ def _float_result(x):
 
 
 # ----------------------------------------------------------------------------- unary
+_function_apply = Function.__dict__["apply"].__func__   # (the general case of the flattened applies, without super())
+
+
 class Unary(Function):
     """``op`` applied elementwise (its formula: minidl/formulas/table.py). Integer inputs of
     float-only ops (exp, log, ...) compute in the default float dtype, as in PyTorch. Backward
@@ -95,6 +98,19 @@ class Unary(Function):
     op = ""
     float_only = True
     saves = ()
+
+    @classmethod
+    def apply(cls, x):
+        """Function.apply, flattened for a float32/float64 operand with no graph to record and no
+        exporter watching (as Binary.apply): what forward and unary_raw would do for it."""
+        dtype = x.dtype
+        if ((dtype is dt.float32 or dtype is dt.float64) and _tracing.active is None
+                and not (x._requires_grad and grad_mode.state.enabled)):
+            layout, device = x._layout, x._storage.device
+            out = new_like_shape(layout.shape, dtype, x)
+            kernels.get("unary", device.type)(cls.op, x._storage.buf, layout, out._storage.buf, out._layout)
+            return out
+        return _function_apply(cls, x)
 
     @classmethod
     def result_dtype(cls, x):
@@ -247,13 +263,33 @@ class Binary(Function):
     reads = ("ab", "ab")
 
     @classmethod
+    def apply(cls, a, b):
+        """Function.apply, with its most common calls flattened: operands of one float dtype on one
+        device, of the same shape or b a number (0-d), with no graph to record and no exporter
+        watching. That is what forward and binary_raw would do for them, without their layers."""
+        if (a._requires_grad or b._requires_grad) and grad_mode.state.enabled or _tracing.active is not None:
+            return _function_apply(cls, a, b)
+        dtype, layout, device = a.dtype, a._layout, a._storage.device
+        if (dtype is dt.float32 or dtype is dt.float64) and b.dtype is dtype and b._storage.device is device:
+            b_layout = b._layout
+            if b_layout.shape != layout.shape:
+                if b_layout.shape:
+                    return _function_apply(cls, a, b)
+                b_layout = expand(b_layout, layout.shape, cls.op)
+            out = new_like_shape(layout.shape, dtype, a)
+            kernels.get("binary", device.type)(cls.op, a._storage.buf, layout, b._storage.buf, b_layout,
+                                               out._storage.buf, out._layout)
+            return out
+        return _function_apply(cls, a, b)
+
+    @classmethod
     def forward(cls, ctx, a, b):
         result = _promote(a, b)
         if cls.true_division and not result.is_floating_point:
             result = dt.get_default_dtype()
         y = binary_raw("binary", cls.op, a, b, dt.ARITHMETIC[result], result)
         if ctx._recording:
-            need_a, need_b = ctx.needs_input_grad
+            need_a, need_b = ctx._needs_input_grad   # (forward's own: only a backward pass narrows them)
             read = (cls.reads[0] if need_a else "") + (cls.reads[1] if need_b else "")
             ctx.save_for_backward(a if "a" in read else None, b if "b" in read else None,
                                   y if cls.saves_output else None)
@@ -333,6 +369,15 @@ def binary_inplace(op_cls):
             if not grad_enabled() or not (self._requires_grad or other._requires_grad):
                 check_writable(self, name)
                 check_no_internal_overlap(self, name)
+                dtype, storage = self.dtype, self._storage
+                if ((dtype is dt.float32 or dtype is dt.float64) and other.dtype is dtype
+                        and other._layout.shape == self._layout.shape and other._storage is not storage
+                        and other._storage.device is storage.device):   # (binary_raw's call, without its checks)
+                    kernels.get("binary", storage.device.type)(op_cls.op, storage.buf, self._layout,
+                                                               other._storage.buf, other._layout, storage.buf,
+                                                               self._layout)
+                    self._bump_version()
+                    return self
                 result = self.dtype if other.dtype is self.dtype else dt.result_type(self, other)
                 if op_cls.true_division and not result.is_floating_point:
                     result = dt.get_default_dtype()  # int /= int is a float result, as in PyTorch: an error

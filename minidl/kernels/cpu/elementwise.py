@@ -82,7 +82,8 @@ def binary(op, a, al, b, bl, out, ol):
     n = ol.numel
     if n == 0:
         return
-    sa, sb = _flat_stride(al), _flat_stride(bl)
+    sa = _UNIT if al.is_contiguous else _flat_stride(al)  # (the packed case first: no call)
+    sb = _UNIT if bl.is_contiguous else _flat_stride(bl)
     if sa is not None and sb is not None and ol.is_contiguous:
         shape, items = flat_shape(n)
         if n < strided.PARALLEL_MIN:  # the common small case, without launch's indirection
