@@ -1,6 +1,8 @@
 """Fused optimizer updates, one pass over each parameter (like PyTorch's ``fused=True`` kernels),
 public as ``minidl._fused_sgd_step_`` and ``minidl._fused_adam_step_`` (as torch's ``_fused_adam_``
-is) for optimizers to call.
+is) for optimizers to call; and their multi-tensor forms (``_fused_*_steps_``, with Adagrad's, plus
+``_foreach_norm`` and ``_foreach_mul_`` for gradient clipping), which update a whole list of tensors
+of one device and dtype in one kernel launch. None of them records autograd.
 
 The element-wise formulas live in the ``sgd_step`` / ``adam_step`` primitives (see
 ``minidl.kernels``); these wrappers check the tensors, hand the kernels packed 1-D buffers and
@@ -9,7 +11,8 @@ bump the version counters of everything they wrote, as any in-place op does.
 from __future__ import annotations
 
 from .. import _dtype as dt
-from .core import buf, cast, contiguous_data, kernel
+from ..autograd import grad_mode
+from .core import buf, cast, contiguous_data, kernel, new_like_shape
 from .registry import op
 
 
@@ -164,6 +167,8 @@ def foreach_norm(tensors, ord=2.0):
     if not (ord > 0):
         raise ValueError(f"_foreach_norm: ord must be positive or inf, got {ord}")
     first = tensors[0]
+    if grad_mode.is_grad_enabled() and any(t.requires_grad for t in tensors):
+        raise RuntimeError("_foreach_norm: has no gradient; call it under minidl.no_grad() or on detached tensors")
     for t in tensors:
         if t.dtype is not first.dtype or t.device != first.device or not t.dtype.is_floating_point:
             raise RuntimeError(f"_foreach_norm: every tensor must be floating point, of one dtype and device: "
