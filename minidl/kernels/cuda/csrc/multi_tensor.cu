@@ -3,7 +3,8 @@
 // of `cols` long longs, (size, address of operand 0, address of operand 1, ...); `per` holds each
 // tensor's own scalars in T (n rows of `per_cols`). blockIdx.y picks the tensor (stepping by gridDim.y),
 // blockIdx.x and threadIdx.x stride over its elements. Each element is updated by the formulas and
-// in the order of operations of the per-parameter kernels in optim.cu.
+// in the order of operations of the per-parameter kernels (optim_update.cuh).
+#include "optim_update.cuh"
 
 #define FOR_EACH_TENSOR(j) for (long long j = blockIdx.y; j < ntensors; j += gridDim.y)
 #define OPERAND(T, j, k) ((T *)table[(j) * cols + 1 + (k)])
@@ -18,16 +19,7 @@
             T *p = OPERAND(T, j, 0), *buf = OPERAND(T, j, 2);                                        \
             const T *g = OPERAND(T, j, 1);                                                           \
             int first = per[j] != 0;                                                                 \
-            GRID_STRIDE_LOOP(i, n) {                                                                 \
-                T d = g[i] * sign;                                                                   \
-                if (wd != 0) d = d + wd * p[i];                                                      \
-                if (momentum != 0) {                                                                 \
-                    T b = first ? d : buf[i] * momentum + keep * d;                                  \
-                    buf[i] = b;                                                                      \
-                    d = nesterov ? d + momentum * b : b;                                             \
-                }                                                                                    \
-                p[i] = p[i] - lr * d;                                                                \
-            }                                                                                        \
+            GRID_STRIDE_LOOP(i, n) sgd_update(p, g, buf, i, lr, wd, momentum, keep, nesterov, sign, first); \
         }                                                                                            \
     }
 FOR_FLOAT_DTYPES(SGD_MULTI_KERNEL)
@@ -42,22 +34,9 @@ FOR_FLOAT_DTYPES(SGD_MULTI_KERNEL)
             T *p = OPERAND(T, j, 0), *m = OPERAND(T, j, 2), *v = OPERAND(T, j, 3);                   \
             T *vmax = OPERAND(T, j, 4);                                                              \
             const T *g = OPERAND(T, j, 1);                                                           \
-            T step_size = per[2 * j], bc2_sqrt = per[2 * j + 1];                                     \
-            GRID_STRIDE_LOOP(i, n) {                                                                 \
-                T pi = p[i] * decay;                                                                 \
-                T d = g[i] * sign;                                                                   \
-                if (wd != 0) d = d + wd * pi;                                                        \
-                T mi = m[i] + c1 * (d - m[i]);                                                       \
-                T vi = v[i] * beta2 + c2 * d * d;                                                    \
-                m[i] = mi;                                                                           \
-                v[i] = vi;                                                                           \
-                if (amsgrad) {                                                                       \
-                    T top = vmax[i] >= vi ? vmax[i] : vi; /* a NaN in v is kept */                   \
-                    vmax[i] = top;                                                                   \
-                    vi = top;                                                                        \
-                }                                                                                    \
-                p[i] = pi - step_size * (mi / (m_sqrt(vi) / bc2_sqrt + eps));                        \
-            }                                                                                        \
+            GRID_STRIDE_LOOP(i, n)                                                                   \
+                adam_update(p, g, m, v, vmax, i, c1, beta2, c2, eps, wd, decay, amsgrad, sign, per[2 * j], \
+                            per[2 * j + 1]);                                                         \
         }                                                                                            \
     }
 FOR_FLOAT_DTYPES(ADAM_MULTI_KERNEL)
