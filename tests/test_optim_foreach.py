@@ -117,6 +117,29 @@ def test_one_launch_per_group_device_and_dtype(monkeypatch, name, single, multi)
     assert calls.get(multi) == 3 and (single is None or single not in calls)   # 2 dtypes + 1 of the 2nd group
 
 
+@pytest.mark.parametrize("name,kwargs", [("SGD", dict(lr=0.1, momentum=0.9, nesterov=True)),
+                                         ("AdamW", dict(lr=0.1, amsgrad=True)), ("Adagrad", dict(lr=0.1))])
+def test_parallel_multi_tensor_kernels_equal_the_loop(monkeypatch, request, name, kwargs):
+    """Above PARALLEL_MIN elements (lowered here) the multi-tensor kernels cut every tensor into chunks
+    shared by the threads: each element still gets the same update."""
+    from minidl.kernels.cpu import strided
+    monkeypatch.setattr(strided, "PARALLEL_MIN", 1 << 10)
+    request.addfinalizer(lambda old=minidl.get_num_threads(): minidl.set_num_threads(old))
+    minidl.set_num_threads(2)
+
+    def train(foreach):
+        rng = np.random.default_rng(8)
+        params = [minidl.tensor(rng.standard_normal(n)).requires_grad_() for n in (9000, 5, 4096, 4097)]
+        opt = getattr(optim, name)(params, foreach=foreach, **kwargs)
+        for step in range(2):
+            for p, g in zip(params, grads(step, params)):
+                p.grad = minidl.tensor(g)
+            opt.step()
+        return [p.detach().numpy() for p in params]
+    for a, b in zip(train(True), train(False)):
+        np.testing.assert_array_equal(a, b)
+
+
 @pytest.mark.parametrize("name", ["SGD", "Adam", "AdamW", "Adagrad"])
 def test_mixed_dtypes_half_and_unpacked_params_equal_the_loop(name):
     # (Adagrad's loop is a chain of ops, each rounding to float16; its multi-tensor step, like the fused
