@@ -96,3 +96,19 @@ def test_multi_tensor_kernels_refuse_mismatched_buffers():
     with pytest.raises(TypeError, match="adam_steps: no CUDA kernel for dtype int64"):
         i = both(np.zeros(4, np.int64))[1]
         kernels.get("adam_steps", "cuda")([i], [i], [i], [i], None, 0.9, 0.99, 1e-8, 0, 1, False, False, [1], [1])
+
+
+def test_lists_longer_than_one_launch_holds(rng):
+    """More tensors than a TensorList holds (MULTI_MAX) take several launches; every tensor is updated."""
+    sizes = range(1, 131)
+    cpu = [[rng.standard_normal(n) for n in sizes] for _ in range(4)]
+    cpu[3] = [np.abs(b) for b in cpu[3]]
+    gpu = [[both(b)[1] for b in op] for op in cpu]
+    args = (0.9, 0.999, 1e-8, 0.0, 1.0, False, False, [0.01 * (j % 7 + 1) for j in sizes], [0.5] * len(sizes))
+    kernels.get("adam_steps", "cpu")(*cpu, None, *args)
+    kernels.get("adam_steps", "cuda")(*gpu, None, *args)
+    check(cpu, gpu, np.float64, "adam_steps")
+    cpu_out, gpu_out = both(np.zeros(len(sizes)))
+    kernels.get("norms", "cpu")(cpu[0], 2.0, cpu_out)
+    kernels.get("norms", "cuda")(gpu[0], 2.0, gpu_out)
+    np.testing.assert_allclose(host(gpu_out), cpu_out, rtol=1e-12)

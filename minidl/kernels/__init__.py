@@ -87,8 +87,9 @@ The optimizer steps update each element in place, with ``d = -g if maximize else
 
 The multi-tensor forms (``*_steps``, ``norms``, ``scale``) take lists of packed 1-D buffers, one entry
 per tensor (a list of None where the single form takes None), all of one dtype and device, and
-update each tensor exactly as the single form would, in one kernel launch: on the CPU a pointer
-table (kernels/cpu/jit/multi_tensor.py), on the GPU the same table on the device.
+update each tensor exactly as the single form would, in one kernel launch: on the CPU through a
+pointer table (kernels/cpu/jit/multi_tensor.py), on the GPU through a struct of up to 56 tensors'
+addresses passed as a kernel argument (one launch per 56; csrc/multi_tensor.cu).
 adagrad_steps: ``d += wd*p``; ``sum += d*d``; ``p += (d / (sqrt(sum) + eps)) * -clr`` (torch.optim.Adagrad's
 order of operations; clr = lr / (1 + (step - 1) * lr_decay), one per tensor).
 

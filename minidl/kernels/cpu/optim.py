@@ -4,7 +4,7 @@ import numpy as np
 
 from ... import kernels
 from .jit.multi_tensor import (adagrad_multi_parallel, adagrad_multi_serial, adam_multi_parallel,
-                               adam_multi_serial, fill_table, norms_multi, scale_multi, sgd_multi_parallel,
+                               adam_multi_serial, fill_addresses, norms_multi, scale_multi, sgd_multi_parallel,
                                sgd_multi_serial)
 from .jit.optim import adam_parallel, adam_serial, sgd_parallel, sgd_serial
 from .strided import launch, work_items
@@ -27,24 +27,30 @@ def adam_step(param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, beta1, beta2, ep
            scalar(-1 if maximize else 1), scalar(step_size), scalar(bias_correction2_sqrt), work_items((param.size,)))
 
 
+_PIECE = 64  # arrays per tuple handed to fill_addresses (a long tuple compiles slowly; Numba caps them)
+
+
 def pointer_table(*operands):
     """The int64 table (size, address per operand) of lists of same-length 1-D buffers of one dtype
     (see jit/multi_tensor.py); a None list stands for the first (never read by the kernel)."""
     first = operands[0]
     n = len(first)
-    arrays = [a for op in operands for a in (op if op is not None else first)]
-    for a in arrays:
+    for a in (a for op in operands for a in (op if op is not None else first)):
         if a.dtype != first[0].dtype or a.ndim != 1 or not a.flags.c_contiguous:
             raise ValueError(f"multi-tensor kernel: every buffer must be a packed 1-D {first[0].dtype} array, "
                              f"got {a.dtype} {a.shape}")
     for op in operands[1:]:
         if op is not None and [a.size for a in op] != [a.size for a in first]:
             raise ValueError("multi-tensor kernel: each list must hold buffers of the parameters' sizes")
-    padded = 8
-    while padded < len(arrays):
-        padded *= 2
     table = np.empty((n, len(operands) + 1), np.int64)
-    fill_table(tuple(arrays) + (arrays[0],) * (padded - len(arrays)), n, table)
+    table[:, 0] = [a.size for a in first]
+    for k, op in enumerate(operands):
+        for start in range(0, n, _PIECE):
+            piece = (op if op is not None else first)[start:start + _PIECE]
+            padded = 8
+            while padded < len(piece):
+                padded *= 2
+            fill_addresses(tuple(piece) + (piece[0],) * (padded - len(piece)), len(piece), k + 1, start, table)
     return table
 
 

@@ -2,9 +2,9 @@
 
 A list of N arrays reaches the kernels as a *pointer table*: an int64 array with one row per
 tensor, ``(size, address of operand 0, address of operand 1, ...)``, turned back into arrays here
-with ``carray`` over the address; so each kernel compiles once per dtype. The table is filled by
-``fill_table`` from a tuple of the arrays, padded to a power of two so that it compiles for a few
-lengths only. Measured (one thread, a loaded 2-core machine) for 120 arrays (30 parameters x 4
+with ``carray`` over the address; so each kernel compiles once per dtype. The addresses are read by
+``fill_addresses`` from tuples of up to 64 arrays, padded to a power of two so that it compiles for
+a few lengths only. Measured (one thread, a loaded 2-core machine) for 120 arrays (30 parameters x 4
 operands, a GPT-sized group): the tuple fills the table in ~23 us, reading ``__array_interface__``
 per array takes ~380 us and building a numba typed List ~270 us (the gradients are new arrays every
 step, so neither can be cached); passing the tuple to the update kernel itself would compile it
@@ -59,13 +59,10 @@ def _item(starts, table, t):
 
 
 @njit(cache=True, nogil=True)
-def fill_table(arrays, n, table):
-    """table[j] = (size, addresses of arrays[j], arrays[n + j], ...) for the n tensors of each operand
-    laid one operand after another in ``arrays`` (the padding after them is not read)."""
-    for j in range(n):
-        table[j, 0] = arrays[j].size
-        for k in range(table.shape[1] - 1):
-            table[j, 1 + k] = arrays[k * n + j].ctypes.data
+def fill_addresses(arrays, count, column, start, table):
+    """table[start + i, column] = the address of arrays[i] for i < count (the padding is not read)."""
+    for i in range(count):
+        table[start + i, column] = arrays[i].ctypes.data
 
 
 # ----------------------------------------------------------------------------- SGD
