@@ -87,15 +87,18 @@ def _run_multi(name, params, lists, written, *scalars):
     dtype, device = first.dtype, first.device
     if not dtype.is_floating_point:
         raise RuntimeError(f"{name}: parameters must be floating point, got {dtype}")
+    def matches(t):   # (devices compared by identity first: equality builds a device per call)
+        return t.dtype is dtype and (t.device is device or t.device == device)
+
     for i, t in enumerate(params):
-        if t.dtype is not dtype or t.device != device:
+        if not matches(t):
             raise RuntimeError(f"{name}: every parameter must be {dtype} on {device} (one launch per device and "
                                f"dtype), got {t.dtype} on {t.device} at position {i}")
     for values in lists:
         if values is not None and len(values) != len(params):
             raise RuntimeError(f"{name}: {len(params)} parameters but a list of {len(values)} gradients/states")
         for p, t in zip(params, values or ()):
-            if t.shape != p.shape or t.dtype is not dtype or t.device != device:
+            if t.shape != p.shape or not matches(t):
                 raise RuntimeError(f"{name}: parameter {list(p.shape)} {p.dtype} on {p.device} and its "
                                    f"gradient/state {list(t.shape)} {t.dtype} on {t.device} must match")
     compute = dt.compute_dtype(dtype)
