@@ -208,6 +208,8 @@ def test_multi_tensor_ops_refuse_mixed_lists():
     with pytest.raises(RuntimeError, match="step counters must be one-element CPU tensors"):
         minidl._fused_adagrad_steps_([a], [a], [a], [minidl.zeros(2)], lr=0.1, lr_decay=0, weight_decay=0,
                                      eps=1e-10, maximize=False)
+    with pytest.raises(ValueError, match="_foreach_norm: expects at least one tensor"):
+        minidl._foreach_norm([])
     with pytest.raises(ValueError, match="_foreach_norm: ord must be positive or inf, got 0.0"):
         minidl._foreach_norm([a], 0)
     with pytest.raises(RuntimeError, match="_foreach_norm: has no gradient"):

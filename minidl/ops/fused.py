@@ -167,6 +167,8 @@ def foreach_norm(tensors, ord=2.0):
     """The ``ord``-norm of each tensor of a list (one device and dtype; ord > 0 or inf), computed in one
     kernel launch: a 1-D tensor of the tensors' dtype (float64 sums, rounded once)."""
     ord = float(ord)
+    if not tensors:
+        raise ValueError("_foreach_norm: expects at least one tensor")
     if not (ord > 0):
         raise ValueError(f"_foreach_norm: ord must be positive or inf, got {ord}")
     first = tensors[0]
