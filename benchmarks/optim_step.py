@@ -41,6 +41,14 @@ def build(lib, shapes, **flags):
     return lib.optim.AdamW(groups, lr=6e-4, betas=(0.9, 0.95), **flags)
 
 
+def cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            return next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        return platform.processor() or platform.machine()
+
+
 def median_ms(opt, reps):
     for _ in range(5):
         opt.step()
@@ -59,7 +67,7 @@ def main():
     args = ap.parse_args()
     minidl.set_num_threads(args.threads)
     torch.set_num_threads(args.threads)
-    print(f"AdamW step, {args.threads} thread(s), {platform.processor() or platform.machine()}, torch {torch.__version__}")
+    print(f"AdamW step, {args.threads} thread(s), {cpu_model()}, torch {torch.__version__}")
     print(f"{'parameters':30} {'minidl loop':>12} {'minidl multi':>13} {'speed-up':>9} {'torch loop':>11} "
           f"{'torch foreach':>14}")
     for name, shapes in SETS.items():
