@@ -128,6 +128,8 @@ NEEDS_NO_SAMPLE = {
     "broadcast_shapes",
     # the optimizers' in-place steps: parameters updated without autograd (tests/test_optim_*.py)
     "_fused_sgd_step_", "_fused_adam_step_",
+    # their multi-tensor forms and clip_grad_norm_'s, no autograd either (tests/test_optim_foreach.py)
+    "_fused_sgd_steps_", "_fused_adam_steps_", "_fused_adagrad_steps_", "_foreach_norm", "_foreach_mul_",
 }
 # Functions whose gradient is not the derivative, by design as PyTorch's: ScatterMultiply's backward raises
 # (tests/test_torch_compare_computes.py checks it); _Normal's is zero, as the noise is not followed

@@ -176,13 +176,14 @@ def test_fused_update_of_a_non_contiguous_parameter(cls, ref, kwargs):
     np.testing.assert_array_equal(wide[:, 1].numpy(), 0.0)
 
 
-def test_fused_step_rejects_mismatched_state():
+@pytest.mark.parametrize("foreach,kernel", [(False, "sgd_step"), (True, "sgd_steps")])
+def test_fused_step_rejects_mismatched_state(foreach, kernel):
     w = minidl.zeros(3, requires_grad=True)
-    opt = optim.SGD([w], lr=0.1, momentum=0.9)
+    opt = optim.SGD([w], lr=0.1, momentum=0.9, foreach=foreach)
     w.grad = minidl.ones(3)
     opt.step()
     opt.state[w]["momentum_buffer"] = minidl.zeros(4)
-    with pytest.raises(RuntimeError, match=r"sgd_step: parameter \[3\].*\[4\]"):
+    with pytest.raises(RuntimeError, match=kernel + r": parameter \[3\].*\[4\]"):
         opt.step()
 
 

@@ -50,6 +50,15 @@ sgd_step             (p, g, buf, lr, wd, momentum, dampening,         one fused 
                       nesterov, maximize, first)                      (``torch.optim.SGD``'s formulas, see below)
 adam_step            (p, g, m, v, vmax, beta1, beta2, eps, wd,        one fused Adam/AdamW update (see below)
                       decay, amsgrad, maximize, step_size, bc2)
+sgd_steps            (ps, gs, bufs, lr, wd, momentum, dampening,      sgd_step over lists of packed buffers of one
+                      nesterov, maximize, firsts)                     dtype, in one launch (firsts: one per tensor)
+adam_steps           (ps, gs, ms, vs, vmaxs, beta1, beta2, eps, wd,   adam_step over lists in one launch, with one
+                      decay, amsgrad, maximize, step_sizes, bc2s)     step_size and bc2 per tensor
+adagrad_steps        (ps, gs, sums, wd, eps, maximize, clrs)          Adagrad's update over lists in one launch
+norms                (xs, ord, out)                                   out[j] = the ord-norm (ord > 0 or inf) of
+                                                                      buffer j, in float64, in one launch
+scale                (xs, factor)                                     every buffer's elements *= factor, in place,
+                                                                      in one launch
 softmax              (x, out, n, log)                                 (log_)softmax of each packed row of n elements
 softmax_backward     (y, g, out, n, log)                              its gradient from the output y (see below)
 random               (kind, out, seed, offset, a, b)                  fill the whole 1-D buffer out with draws of a
@@ -75,6 +84,14 @@ The optimizer steps update each element in place, with ``d = -g if maximize else
   ``m += (1-beta1)*(d-m)``; ``v = beta2*v + (1-beta2)*d*d``; with amsgrad ``vmax = max(vmax, v)`` is used
   for v; ``p -= step_size * m / (sqrt(v)/bc2 + eps)`` (step_size = lr / bias correction 1, bc2 = the
   square root of bias correction 2).
+
+The multi-tensor forms (``*_steps``, ``norms``, ``scale``) take lists of packed 1-D buffers, one entry
+per tensor (a list of None where the single form takes None), all of one dtype and device, and
+update each tensor exactly as the single form would, in one kernel launch: on the CPU through a
+pointer table (kernels/cpu/jit/multi_tensor.py), on the GPU through a struct of up to 56 tensors'
+addresses passed as a kernel argument (one launch per 56; csrc/multi_tensor.cu).
+adagrad_steps: ``d += wd*p``; ``sum += d*d``; ``p += (d / (sqrt(sum) + eps)) * -clr`` (torch.optim.Adagrad's
+order of operations; clr = lr / (1 + (step - 1) * lr_decay), one per tensor).
 
 The softmax pair works on packed rows (buffers of rows * n elements from element 0), max-shifted so
 that logits of any magnitude stay finite: softmax ``y = exp(x - m) / sum(exp(x - m))``, log-softmax
@@ -123,6 +140,7 @@ OP_CODES = {family: _Codes(family, names) for family, names in formulas.CODED.it
 PRIMITIVES = ("alloc", "from_host", "to_host", "share_memory", "open_shared", "copy", "unary", "binary",
               "compare", "where", "reduce", "arg_reduce", "scan", "argsort", "take", "put", "check_index",
               "nonzero", "matmul", "im2col", "col2im", "max_pool2d", "max_pool2d_backward", "sgd_step", "adam_step",
+              "sgd_steps", "adam_steps", "adagrad_steps", "norms", "scale",
               "softmax", "softmax_backward", "random")
 
 # device type -> module whose import registers that device's kernels

@@ -189,15 +189,47 @@ def _call_closure(closure):
         return closure()
 
 
-def _params_with_grad(optimizer):
+def _params_with_grad(optimizer, groups=None):
     """(group, param, state) for every parameter that has a gradient, the loop of every update rule.
     A sparse gradient gets the optimizer's ``sparse_error`` (torch's words), unless it has none."""
-    for group in optimizer.param_groups:
+    for group in optimizer.param_groups if groups is None else groups:
         for p in group["params"]:
             if p.grad is not None:
                 if p.grad.is_sparse and optimizer.sparse_error:
                     raise RuntimeError(optimizer.sparse_error)
                 yield group, p, optimizer.state[p]
+
+
+def _check_fused(fused, foreach, differentiable) -> None:
+    """torch's refusals of a ``fused=True`` it cannot honour."""
+    if fused:
+        if differentiable:
+            raise RuntimeError("`fused` does not support `differentiable`")
+        if foreach:
+            raise RuntimeError("`fused` and `foreach` cannot be `True` together.")
+
+
+def _multi_tensor(group) -> bool:
+    """Whether a group steps with the multi-tensor kernels (every parameter of one device and dtype in
+    one launch) rather than one fused launch per parameter. ``foreach=True`` and ``fused=True`` both
+    mean multi-tensor (one kernel does both jobs here); ``False`` for both, or ``differentiable``,
+    means the per-parameter loop. minidl's default (both None) is multi-tensor on every device, unlike
+    torch's for-loop on the CPU: minidl's per-parameter cost is Python (an op call, checks, a step
+    counter op), which one launch pays once per group; the arithmetic is the same kernel's, so the
+    results are the same bit for bit (README.md, "Optimizers", has the measured step times)."""
+    if group.get("differentiable"):
+        return False
+    fused, foreach = group.get("fused"), group.get("foreach")
+    return True if fused is None and foreach is None else bool(fused or foreach)
+
+
+def _buckets(items):
+    """items (tuples whose first entry is a parameter) split by the parameter's (device, dtype), in
+    order: the multi-tensor kernels take one device and dtype per launch, as torch groups them."""
+    buckets: dict = {}
+    for item in items:
+        buckets.setdefault((item[0].device, item[0].dtype), []).append(item)
+    return buckets.values()
 
 
 def _init_state(state, p, *buffers, **scalars) -> None:

@@ -1,10 +1,12 @@
 """Stochastic gradient descent (``torch.optim.SGD``), with momentum and Nesterov momentum, on dense
-gradients (one fused kernel per parameter) or sparse ones (the rows they hold)."""
+gradients (by default and with ``foreach``/``fused`` every parameter of a group's device and dtype in
+one kernel launch, else one fused launch per parameter: see ``optimizer._multi_tensor``) or sparse
+ones (the rows they hold)."""
 from __future__ import annotations
 
 from .. import ops
 from ..autograd import no_grad
-from .optimizer import Optimizer, _call_closure
+from .optimizer import Optimizer, _buckets, _call_closure, _check_fused, _multi_tensor
 
 
 class SGD(Optimizer):
@@ -21,6 +23,7 @@ class SGD(Optimizer):
         defaults = dict(lr=lr, momentum=momentum, dampening=dampening, weight_decay=weight_decay,
                         nesterov=nesterov, maximize=maximize, foreach=foreach, differentiable=differentiable,
                         fused=fused)
+        _check_fused(fused, foreach, differentiable)
         super().__init__(params, defaults)
 
     def __setstate__(self, state):
@@ -34,21 +37,44 @@ class SGD(Optimizer):
         with no_grad():
             for group in self.param_groups:
                 hyper = {k: group[k] for k in ("lr", "weight_decay", "momentum", "dampening", "nesterov", "maximize")}
+                if _multi_tensor(group):
+                    self._multi_tensor_step(group, hyper)
+                    continue
                 for p in group["params"]:
                     if p.grad is None:
                         continue
                     if p.grad.is_sparse:
                         _sparse_step(p, self.state[p], **hyper)
                         continue
-                    buf, first = None, False
-                    if group["momentum"] != 0:
-                        state = self.state[p]
-                        buf = state.get("momentum_buffer")
-                        if buf is None:
-                            buf = state["momentum_buffer"] = ops.empty_like(p)
-                            first = True  # the step fills it with the gradient
+                    buf, first = self._momentum_buffer(p, group)
                     ops._fused_sgd_step_(p, p.grad, buf, first=first, **hyper)
         return loss
+
+    def _momentum_buffer(self, p, group):
+        """(p's momentum buffer, whether it is new: the step fills it with the gradient); None without momentum."""
+        if group["momentum"] == 0:
+            return None, False
+        state = self.state[p]
+        buf = state.get("momentum_buffer")
+        if buf is None:
+            buf = state["momentum_buffer"] = ops.empty_like(p)
+            return buf, True
+        return buf, False
+
+    def _multi_tensor_step(self, group, hyper):
+        dense = []
+        for p in group["params"]:
+            if p.grad is None:
+                continue
+            if p.grad.is_sparse:
+                _sparse_step(p, self.state[p], **hyper)
+            else:
+                dense.append((p, *self._momentum_buffer(p, group)))
+        for bucket in _buckets(dense):
+            params = [p for p, _, _ in bucket]
+            buffers = [b for _, b, _ in bucket] if group["momentum"] != 0 else None
+            ops._fused_sgd_steps_(params, [p.grad for p in params], buffers, firsts=[f for _, _, f in bucket],
+                                  **hyper)
 
 
 def _sparse_step(p, state, lr, weight_decay, momentum, dampening, nesterov, maximize):
