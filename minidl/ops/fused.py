@@ -116,13 +116,17 @@ def _run_multi(name, params, lists, written, *scalars):
 
 
 def _advance(steps) -> list:
-    """Each step counter (a one-element CPU tensor, float32 in the optimizers) plus one, in place and
-    in its dtype as ``step.add_(1)`` would; returns the new counts as Python floats."""
+    """Each step counter (a one-element tensor, float32 in the optimizers) plus one, in place and in
+    its dtype as ``step.add_(1)`` would; returns the new counts as Python floats."""
     counts = []
     for s in steps:
-        if s.device.type != "cpu" or s.numel() != 1:
-            raise RuntimeError(f"fused optimizer step: step counters must be one-element CPU tensors, got "
-                               f"{list(s.shape)} on {s.device}")
+        if s.numel() != 1:
+            raise RuntimeError(f"fused optimizer step: step counters must be one-element tensors, got shape "
+                               f"{list(s.shape)}")
+        if s.device.type != "cpu":   # (a checkpoint loaded with map_location onto a GPU puts it there, as torch's)
+            s.add_(1)
+            counts.append(float(s.item()))
+            continue
         b, i = buf(s), s._layout.offset
         b[i] += 1
         s._bump_version()
