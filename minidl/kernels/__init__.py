@@ -63,6 +63,10 @@ softmax              (x, out, n, log)                                 (log_)soft
 softmax_backward     (y, g, out, n, log)                              its gradient from the output y (see below)
 random               (kind, out, seed, offset, a, b)                  fill the whole 1-D buffer out with draws of a
                                                                       RANDOM_KINDS kind from Philox (see below)
+attention            (q, ql, k, kl, v, vl, mask, ml, out, lse,        out = softmax(q k^T * scale + mask) v, and each
+                      scale, causal)                                  row's log-sum-exp, blocked (see below)
+attention_backward   (q, ql, k, kl, v, vl, mask, ml, out, lse, g,     dq, dk, dv from the saved out and lse,
+                      dq, dk, dv, scale, causal)                      recomputing the scores block by block
 ===================  ===============================================  ==============================================
 
 ``geom`` for im2col, col2im and the two max-pool kernels is ``(planes, h, w, kh, kw, sh, sw, ph, pw, dh, dw, oh, ow)``: planes =
@@ -96,6 +100,16 @@ order of operations; clr = lr / (1 + (step - 1) * lr_decay), one per tensor).
 The softmax pair works on packed rows (buffers of rows * n elements from element 0), max-shifted so
 that logits of any magnitude stay finite: softmax ``y = exp(x - m) / sum(exp(x - m))``, log-softmax
 ``y = (x - m) - log(sum(exp(x - m)))``; backward ``y * (g - sum(g*y))``, resp. ``g - exp(y) * sum(g)``.
+
+The attention pair takes q (B, H, L, E), k (B, Hkv, S, E) and v (B, Hkv, S, Ev) as layouts with unit stride
+along their last dim (any other strides, 0 for broadcast), float32 or float64; query head h uses key/value
+head h // (H // Hkv) (grouped-query attention). ``mask`` is None or an additive mask of q's dtype with a
+(B, H, L, S) layout (any strides: broadcast masks are not copied); ``causal`` lets query i see keys 0..i
+only (the upper-left aligned triangle, PyTorch's convention). out (B, H, L, Ev), lse (B, H, L) and the
+gradient g (like out) are packed, as are dq, dk, dv (q's, k's, v's shapes), which the backward overwrites.
+A row no key may take part in gets zeros and lse = -inf, and no gradient. The scores are never stored:
+the forward keeps a running max and sum per row (online softmax), the backward recomputes each weight
+as exp(score - lse).
 
 ``random`` is counter-based, so every device gives the same numbers: element i is made from the four
 32-bit words w0..w3 of Philox4x32-10 (Salmon et al., SC'11) with key (seed mod 2^32, seed >> 32) and
@@ -141,7 +155,7 @@ PRIMITIVES = ("alloc", "from_host", "to_host", "share_memory", "open_shared", "c
               "compare", "where", "reduce", "arg_reduce", "scan", "argsort", "take", "put", "check_index",
               "nonzero", "matmul", "im2col", "col2im", "max_pool2d", "max_pool2d_backward", "sgd_step", "adam_step",
               "sgd_steps", "adam_steps", "adagrad_steps", "norms", "scale",
-              "softmax", "softmax_backward", "random")
+              "softmax", "softmax_backward", "random", "attention", "attention_backward")
 
 # device type -> module whose import registers that device's kernels
 _DEVICE_MODULES = {"cpu": "minidl.kernels.cpu", "cuda": "minidl.kernels.cuda.primitives"}

@@ -76,3 +76,39 @@ def random_span(kind, a, b) -> np.uint64:
 def random_stream(seed, offset):
     """The Philox key and counter start as the kernels take them (unsigned 64-bit)."""
     return np.uint64(seed % (1 << 64)), np.uint64(offset % (1 << 64))
+
+
+def _fits(name, what, buf, layout):
+    """A layout's elements lie inside ``buf``."""
+    lo, hi = layout.span()
+    if layout.numel and (lo < 0 or hi >= buf.size):
+        raise ValueError(f"{name}: {what}'s layout reaches elements [{lo}, {hi}] of a buffer of {buf.size}")
+
+
+def attention_geometry(name, q, ql, k, kl, v, vl, mask, ml, packed):
+    """(B, H, G, L, S, E, Ev) of the attention pair, after checking every operand: q (B, H, L, E), k (B, Hkv, S, E)
+    and v (B, Hkv, S, Ev) with unit stride along their last dim, Hkv dividing H (G = H // Hkv), a mask (if any)
+    over (B, H, L, S), one floating dtype, and the packed buffers as ``(what, buffer, elements)``."""
+    if ql.ndim != 4 or kl.ndim != 4 or vl.ndim != 4:
+        raise ValueError(f"{name}: expected 4-D query, key and value layouts, got shapes {list(ql.shape)}, "
+                         f"{list(kl.shape)}, {list(vl.shape)}")
+    (B, H, L, E), (Bk, Hkv, S, Ek), (Bv, Hv, Sv, Ev) = ql.shape, kl.shape, vl.shape
+    if (Bk, Ek) != (B, E) or (Bv, Hv, Sv) != (B, Hkv, S) or min(B, H, L, S, E, Ev, Hkv) < 1 or H % Hkv:
+        raise ValueError(f"{name}: expected query (B, H, L, E), key (B, Hkv, S, E) and value (B, Hkv, S, Ev) with "
+                         f"Hkv dividing H, got {list(ql.shape)}, {list(kl.shape)}, {list(vl.shape)}")
+    if q.dtype.name not in ("float32", "float64"):
+        raise TypeError(f"{name}: float32 or float64 buffers only, got {q.dtype.name}")
+    for what, b, lay in (("query", q, ql), ("key", k, kl), ("value", v, vl), ("mask", mask, ml)):
+        if lay is None:
+            continue
+        if b.dtype != q.dtype:
+            raise TypeError(f"{name}: {what} is {b.dtype.name}, query {q.dtype.name}")
+        if what != "mask" and lay.strides[-1] != 1 and lay.shape[-1] > 1:
+            raise ValueError(f"{name}: {what} needs unit stride along its last dim, got strides {lay.strides}")
+        _fits(name, what, b, lay)
+    if ml is not None and tuple(ml.shape) != (B, H, L, S):
+        raise ValueError(f"{name}: mask of shape {list(ml.shape)}, expected {[B, H, L, S]}")
+    for what, b, n in packed:
+        if b.size < n or b.dtype != q.dtype:
+            raise ValueError(f"{name}: {what} buffer of {b.size} {b.dtype.name} elements, needs {n} {q.dtype.name}")
+    return B, H, H // Hkv, L, S, E, Ev

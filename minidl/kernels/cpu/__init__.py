@@ -9,4 +9,5 @@ from . import kernel_cache
 
 kernel_cache.install()  # before the kernel modules: their decorators pick the cache's locator
 
-from . import conv, elementwise, indexing, linalg, memory, optim, random, reduce, shared, softmax  # noqa: E402,F401
+from . import (attention, conv, elementwise, indexing, linalg, memory, optim, random, reduce,  # noqa: E402,F401
+               shared, softmax)
