@@ -6,8 +6,9 @@ import warnings
 
 import minidl
 from minidl.amp import autocast_op, computed_in_float32
-from minidl.ops import (_split_heads, adaptive_avg_pool2d, avg_pool2d, batch_norm, conv1d, conv2d,  # noqa: F401
-                        conv_transpose2d, embedding, fold, group_norm, layer_norm, linear, max_pool2d, unfold)
+from minidl.ops import (_fused_attention, _split_heads, adaptive_avg_pool2d, avg_pool2d, batch_norm,  # noqa: F401
+                        conv1d, conv2d, conv_transpose2d, embedding, fold, group_norm, layer_norm, linear, max_pool2d,
+                        unfold)
 
 __all__ = [
     "linear", "relu", "relu_", "gelu", "silu", "leaky_relu", "elu", "softplus", "sigmoid", "tanh", "logsigmoid",
@@ -484,7 +485,11 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p: f
     """Attention over (..., L, E) queries, (..., S, E) keys and (..., S, Ev) values; leading dims
     broadcast. Boolean ``attn_mask``: True = take part; float: added to the scores. ``is_causal``:
     query i sees keys 0..i (top-left aligned). Dropout on the weights applies whenever
-    ``dropout_p > 0`` (the functional form has no training flag). Fully masked rows give zeros."""
+    ``dropout_p > 0`` (the functional form has no training flag). Fully masked rows give zeros.
+
+    On the CPU without dropout this is one blocked kernel each way (``_fused_attention``), which
+    never stores the L x S scores; dropout, a mask that requires grad and CUDA tensors (whose kernel is not
+    written yet) take the composition of tensor ops (``_sdpa_unfused``)."""
     where = "scaled_dot_product_attention"
     if min(query.ndim, key.ndim, value.ndim) < 2:
         raise RuntimeError(f"{where}: query, key and value need at least 2 dims (..., seq, features), got "
@@ -497,32 +502,51 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p: f
                            f"{key.dtype} and {value.dtype}")
     if not 0.0 <= dropout_p <= 1.0:
         raise ValueError(f"{where}: dropout_p must be between 0 and 1, got {dropout_p}")
+    lead, heads = 2, ()               # key/value dims before (S, E) that broadcast with the query's batch dims
     if enable_gqa:
-        key, value = _repeat_kv_heads(key, query.shape[-3]), _repeat_kv_heads(value, query.shape[-3])
+        for t in (key, value):
+            _check_kv_heads(t, query.shape[-3])
+        lead, heads = 3, (query.shape[-3],)
     try:
-        batch = minidl.broadcast_shapes(tuple(query.shape[:-2]), tuple(key.shape[:-2]), tuple(value.shape[:-2]))
+        batch = minidl.broadcast_shapes(tuple(query.shape[:-2]), tuple(key.shape[:-lead]) + heads,
+                                        tuple(value.shape[:-lead]) + heads)
     except RuntimeError:
         raise RuntimeError(f"{where}: the batch dims of query {list(query.shape)}, key {list(key.shape)} and "
                            f"value {list(value.shape)} do not broadcast") from None
     L, S = query.shape[-2], key.shape[-2]
-    if is_causal:
-        if attn_mask is not None:
-            raise RuntimeError(f"{where}: pass either attn_mask or is_causal=True, not both")
-        attn_mask = minidl.ones(L, S, dtype=minidl.bool, device=query.device).tril()
-    elif attn_mask is not None:
+    if is_causal and attn_mask is not None:
+        raise RuntimeError(f"{where}: pass either attn_mask or is_causal=True, not both")
+    if attn_mask is not None:
         _check_attention_mask(attn_mask, tuple(batch) + (L, S), where)
-        if attn_mask.dtype is not minidl.bool:
-            attn_mask = attn_mask.to(query.dtype)
     scale = 1.0 / math.sqrt(query.shape[-1]) if scale is None else float(scale)
+    if (dropout_p == 0.0 and query.device.type == "cpu" and (attn_mask is None or not attn_mask.requires_grad)
+            and query.numel() and key.numel() and value.numel()):
+        return _fused_attention(query, key, value, attn_mask, scale, is_causal, enable_gqa)
+    return _sdpa_unfused(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
+
+
+def _sdpa_unfused(query, key, value, attn_mask, dropout_p: float, is_causal: bool, scale: float, enable_gqa: bool):
+    """scaled_dot_product_attention's checked arguments, composed of tensor ops (``_attention``): the path of
+    dropout and of CUDA tensors, and the fused kernel's oracle in the tests."""
+    if enable_gqa:
+        key, value = _repeat_kv_heads(key, query.shape[-3]), _repeat_kv_heads(value, query.shape[-3])
+    if is_causal:
+        attn_mask = minidl.ones(query.shape[-2], key.shape[-2], dtype=minidl.bool, device=query.device).tril()
+    elif attn_mask is not None and attn_mask.dtype is not minidl.bool:
+        attn_mask = attn_mask.to(query.dtype)
     return _attention(query, key, value, attn_mask, dropout_p, scale)[0]
+
+
+def _check_kv_heads(x, heads: int) -> None:
+    if x.ndim < 3 or heads % x.shape[-3]:
+        raise RuntimeError(f"scaled_dot_product_attention(enable_gqa=True): {heads} query heads are not a "
+                           f"multiple of the key/value heads of shape {list(x.shape)} (..., H, S, E)")
 
 
 def _repeat_kv_heads(x, heads: int):
     """Grouped-query attention: (..., Hkv, S, E) -> (..., heads, S, E), each key head serving
     heads // Hkv consecutive query heads."""
-    if x.ndim < 3 or heads % x.shape[-3]:
-        raise RuntimeError(f"scaled_dot_product_attention(enable_gqa=True): {heads} query heads are not a "
-                           f"multiple of the key/value heads of shape {list(x.shape)} (..., H, S, E)")
+    _check_kv_heads(x, heads)
     groups = heads // x.shape[-3]
     if groups == 1:
         return x

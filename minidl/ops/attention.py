@@ -1,9 +1,17 @@
-"""Attention's own op: the split of a packed projection into per-head views."""
+"""Attention's own ops: the split of a packed projection into per-head views, and scaled-dot-product
+attention as one blocked kernel each way (the ``attention`` primitives)."""
 from __future__ import annotations
 
+import math
+
+import numpy as np
+
+from .. import _dtype as dt
 from ..autograd import Function
+from .core import buf, contiguous_data, grad_enabled, kernel, new_like_shape, packed_buffer
 from .registry import op
 from .shape_ops import stack
+from .views import broadcast_shapes
 
 
 class SplitHeads(Function):
@@ -33,3 +41,87 @@ def split_heads(x, parts, heads, batch_first):
     """(N, seq, parts*E), or (seq, N, parts*E) when not ``batch_first``: ``parts`` views
     (N, heads, seq, E // heads), as MultiheadAttention needs its query, key and value."""
     return SplitHeads.apply(x, parts, heads, batch_first)
+
+
+# ----------------------------------------------------------------------------- fused attention
+def _unit_rows(t):
+    """``t``, or a packed copy when its last dim is not unit-strided (the kernels read rows as runs)."""
+    return t if t.shape[-1] == 1 or t._layout.strides[-1] == 1 else contiguous_data(t)
+
+
+class Attention(Function):
+    """softmax(q k^T * scale + mask) v over (B, H, L, E) queries and (B, Hkv, S, E|Ev) keys and values, with
+    the L x S scores never stored: the forward saves each row's log-sum-exp, the backward recomputes the
+    weights from it. ``mask`` (additive, (B, H, L, S), any strides) takes no gradient."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, mask, scale, causal):
+        q, k, v = _unit_rows(q), _unit_rows(k), _unit_rows(v)
+        B, H, L = q.shape[:3]
+        out = new_like_shape((B, H, L, v.shape[-1]), q.dtype, q)
+        lse = new_like_shape((B, H, L), q.dtype, q)
+        kernel("attention", q)(buf(q), q._layout, buf(k), k._layout, buf(v), v._layout,
+                               None if mask is None else buf(mask), None if mask is None else mask._layout,
+                               buf(out), buf(lse), scale, causal)
+        ctx.save_for_backward(q, k, v, out, lse)
+        ctx.mask, ctx.scale, ctx.causal = mask, scale, causal
+        return out
+
+    @staticmethod
+    def backward(ctx, g):
+        if grad_enabled():
+            raise RuntimeError("scaled_dot_product_attention: the fused kernel's backward is not differentiable "
+                               "(create_graph=True); as torch's CPU flash attention, it has no second derivative")
+        q, k, v, out, lse = ctx.saved_tensors
+        mask = ctx.mask
+        dq, dk, dv = (new_like_shape(t.shape, t.dtype, t) for t in (q, k, v))
+        kernel("attention_backward", q)(buf(q), q._layout, buf(k), k._layout, buf(v), v._layout,
+                                        None if mask is None else buf(mask), None if mask is None else mask._layout,
+                                        packed_buffer(out), packed_buffer(lse), packed_buffer(g.to(q.dtype)),
+                                        buf(dq), buf(dk), buf(dv), ctx.scale, ctx.causal)
+        return dq, dk, dv, None, None, None
+
+
+def _additive(mask, dtype):
+    """A bool mask (True = take part) as 0 / -inf of ``dtype``, in the mask's own shape; a float one cast."""
+    if mask.dtype is dt.bool_:
+        return new_like_shape(tuple(mask.shape), dtype, mask).zero_().masked_fill(mask.logical_not(), -math.inf)
+    return mask.to(dtype)
+
+
+def _mask_samples(t):
+    """A bool mask over (L, S) = (3, 5) and an additive one broadcast over heads, (2, 1, 5)."""
+    return (t.const(np.arange(15).reshape(3, 5) % 4 > 0), t.const(np.linspace(-1.0, 1.0, 10).reshape(2, 1, 5)))
+
+
+@op("_fused_attention", method=False, namespace="nn.functional", samples=lambda t: [
+    t.S("fused_attention", lambda q, k, v: fused_attention(q, k, v, None, 0.5, False, False),
+        t.rn(2, 3, 4), t.rn(2, 5, 4), t.rn(2, 5, 3)),
+    t.S("fused_attention-causal-gqa", lambda q, k, v: fused_attention(q, k, v, None, 0.7, True, True),
+        t.rn(1, 4, 5, 3), t.rn(1, 2, 3, 3), t.rn(1, 2, 3, 2)),
+    t.S("fused_attention-masks", lambda q, k, v: sum(fused_attention(q, k, v, m, 0.5, False, False)
+                                                     for m in _mask_samples(t)),
+        t.rn(2, 3, 4), t.rn(5, 4), t.rn(2, 5, 3)),
+])
+def fused_attention(query, key, value, attn_mask, scale: float, is_causal: bool, enable_gqa: bool):
+    """``F.scaled_dot_product_attention`` without dropout, as the ``attention`` primitives: arguments as checked
+    there (``attn_mask`` bool or float, broadcastable to the scores; key/value heads dividing the query heads
+    under ``enable_gqa``). float16/bfloat16 are computed in float32."""
+    (L, E), (S, Ev) = tuple(query.shape[-2:]), tuple(value.shape[-2:])
+    if enable_gqa:
+        outer = tuple(broadcast_shapes(tuple(query.shape[:-3]), tuple(key.shape[:-3]), tuple(value.shape[:-3])))
+        heads, kv_heads = query.shape[-3], key.shape[-3]
+        batch = outer + (heads,)
+    else:
+        batch = tuple(broadcast_shapes(tuple(query.shape[:-2]), tuple(key.shape[:-2]), tuple(value.shape[:-2])))
+        outer, heads = batch[:-1], (batch[-1] if batch else 1)
+        kv_heads = heads
+    compute = dt.compute_dtype(query.dtype)
+
+    def four(t, h, rows, cols):   # (outer..., h, rows, cols) -> (B, h, rows, cols), a view where it can be
+        return t.to(compute).expand(outer + (h, rows, cols)).reshape(-1, h, rows, cols)
+
+    mask = None if attn_mask is None else four(_additive(attn_mask, compute), heads, L, S)
+    out = Attention.apply(four(query, heads, L, E), four(key, kv_heads, S, E), four(value, kv_heads, S, Ev), mask,
+                          float(scale), bool(is_causal))
+    return out.reshape(batch + (L, Ev)).to(query.dtype)
