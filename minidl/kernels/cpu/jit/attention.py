@@ -23,11 +23,30 @@ BK = 64   # keys per block: its rows of k and v stay in the L1 cache across the 
 
 
 @njit(inline="always")
-def _score(q, qp, k, kp, e, mask, mp, has_mask, scale, zero):
-    s = dot_run(q[qp:qp + e], k[kp:kp + e], zero) * scale
+def _transpose_rows(x, base, stride, j0, n, cols, xt):
+    """xt[c, jj] = element c of row j0 + jj (rows ``stride`` apart from ``base``): a block of keys or values
+    laid out so that the loops over a block's keys run along unit strides."""
+    for jj in range(n):
+        p = base + (j0 + jj) * stride
+        for c in range(cols):
+            xt[c, jj] = x[p + c]
+
+
+@njit(inline="always")
+def _scores(q, qp, kt, n, e, mask, mp, mstride, has_mask, scale, s):
+    """s[:n] = the scores of the query row at qp against the block kt (e x n), scaled and masked. The forward
+    and the backward both use this one order of operations, so the backward's weights are the forward's."""
+    for jj in range(n):
+        s[jj] = 0
+    for c in range(e):
+        x, row = q[qp + c], kt[c]
+        for jj in range(n):
+            s[jj] += x * row[jj]
+    for jj in range(n):
+        s[jj] *= scale
     if has_mask:
-        s += mask[mp]
-    return s
+        for jj in range(n):
+            s[jj] += mask[mp + jj * mstride]
 
 
 @njit(inline="always")
@@ -46,18 +65,19 @@ def _forward_item(t, q, qo, k, ko, v, vo, mask, mo, out, lse, geo, scale, causal
     run_sum = np.zeros(rows, out.dtype)
     acc = np.zeros(rows * Ev, out.dtype)
     s, p = np.empty(BK, out.dtype), np.empty(BK, out.dtype)
+    kt = np.empty((E, BK), out.dtype)
     kend = min(S, i1) if causal else S
     for j0 in range(0, kend, BK):
+        _transpose_rows(k, kb, ko[3], j0, min(kend, j0 + BK) - j0, E, kt)
         for r in range(rows):
             i = i0 + r
             n = (min(kend, j0 + BK, i + 1) if causal else min(kend, j0 + BK)) - j0
             if n <= 0:
                 continue
+            _scores(q, qb + i * qo[3], kt, n, E, mask, mb + i * mo[3] + j0 * mo[4], mo[4], has_mask, scale, s)
             block_max = -np.inf
             for jj in range(n):
-                x = _score(q, qb + i * qo[3], k, kb + (j0 + jj) * ko[3], E, mask, mb + i * mo[3] + (j0 + jj) * mo[4],
-                           has_mask, scale, zero)
-                s[jj] = x
+                x = s[jj]
                 if x > block_max or x != x:
                     block_max = x
             m_old = run_max[r]
@@ -111,51 +131,69 @@ def attention_parallel(q, qo, k, ko, v, vo, mask, mo, out, lse, geo, scale, caus
 @njit(inline="always")
 def _backward_item(t, q, qo, k, ko, v, vo, mask, mo, out, lse, g, dq, dk, dv, geo, scale, causal, has_mask,
                    zero):
-    """Work item t = (batch, key/value head): it owns dk and dv of that head and dq of its G query heads."""
+    """Work item t = (batch, key/value head): it owns dk and dv of that head and dq of its G query heads, so
+    no two items write one element. Per block of keys: dV += P^T dO, dS = P (dO V^T - D) scale,
+    dQ += dS K, dK += dS^T Q, with D_i = dO_i . O_i, and dK, dV of the block accumulated transposed."""
     B, H, G, L, S, E, Ev = geo[0], geo[1], geo[2], geo[3], geo[4], geo[5], geo[6]
     Hkv = H // G
     b, hk = t // Hkv, t % Hkv
     kb = ko[0] + b * ko[1] + hk * ko[2]
     vb = vo[0] + b * vo[1] + hk * vo[2]
-    dkr, dvr = dk[t * S * E:(t + 1) * S * E], dv[t * S * Ev:(t + 1) * S * Ev]
-    dkr[:] = zero
-    dvr[:] = zero
-    d = np.empty(L, out.dtype)
-    s, p = np.empty(BK, out.dtype), np.empty(BK, out.dtype)
+    d = np.empty((G, L), out.dtype)
     for h in range(hk * G, (hk + 1) * G):
         bh = b * H + h
-        qb = qo[0] + b * qo[1] + h * qo[2]
-        mb = mo[0] + b * mo[1] + h * mo[2]
-        dqr = dq[bh * L * E:(bh + 1) * L * E]
-        dqr[:] = zero
-        for i in range(L):                             # D_i = dO_i . O_i = sum over keys of P_ij dP_ij
+        dq[bh * L * E:(bh + 1) * L * E] = zero
+        for i in range(L):
             row = (bh * L + i) * Ev
-            d[i] = dot_run(g[row:row + Ev], out[row:row + Ev], zero)
-        for j0 in range(0, S, BK):
+            d[h - hk * G, i] = dot_run(g[row:row + Ev], out[row:row + Ev], zero)
+    s, p, dp = np.empty(BK, out.dtype), np.empty(BK, out.dtype), np.empty(BK, out.dtype)
+    kt, vt = np.empty((E, BK), out.dtype), np.empty((Ev, BK), out.dtype)
+    dkt, dvt = np.empty((E, BK), out.dtype), np.empty((Ev, BK), out.dtype)
+    for j0 in range(0, S, BK):
+        nb = min(S, j0 + BK) - j0
+        _transpose_rows(k, kb, ko[3], j0, nb, E, kt)
+        _transpose_rows(v, vb, vo[3], j0, nb, Ev, vt)
+        dkt[:] = zero
+        dvt[:] = zero
+        for h in range(hk * G, (hk + 1) * G):
+            bh = b * H + h
+            qb = qo[0] + b * qo[1] + h * qo[2]
+            mb = mo[0] + b * mo[1] + h * mo[2]
             for i in range(j0 if causal else 0, L):
                 lse_i = lse[bh * L + i]
                 n = (min(S, j0 + BK, i + 1) if causal else min(S, j0 + BK)) - j0
                 if lse_i == -np.inf or n <= 0:
-                    continue
+                    continue                           # a row no key takes part in has no gradient
                 qp, gp = qb + i * qo[3], (bh * L + i) * Ev
+                _scores(q, qp, kt, n, E, mask, mb + i * mo[3] + j0 * mo[4], mo[4], has_mask, scale, s)
                 for jj in range(n):
-                    s[jj] = _score(q, qp, k, kb + (j0 + jj) * ko[3], E, mask, mb + i * mo[3] + (j0 + jj) * mo[4],
-                                   has_mask, scale, zero) - lse_i
+                    s[jj] -= lse_i
                 exp_run(s[:n], p[:n])
-                qr, gr, dqi = q[qp:qp + E], g[gp:gp + Ev], dqr[i * E:(i + 1) * E]
                 for jj in range(n):
-                    j = j0 + jj
-                    w = p[jj]
-                    dvj = dvr[j * Ev:(j + 1) * Ev]
-                    for e in range(Ev):
-                        dvj[e] += w * gr[e]
-                    vp = vb + j * vo[3]
-                    ds = w * (dot_run(gr, v[vp:vp + Ev], zero) - d[i]) * scale
-                    kp = kb + j * ko[3]
-                    kr, dkj = k[kp:kp + E], dkr[j * E:(j + 1) * E]
-                    for e in range(E):
-                        dqi[e] += ds * kr[e]
-                        dkj[e] += ds * qr[e]
+                    dp[jj] = 0
+                for c in range(Ev):
+                    x, row, drow = g[gp + c], vt[c], dvt[c]
+                    for jj in range(n):
+                        dp[jj] += x * row[jj]
+                        drow[jj] += x * p[jj]
+                d_i = d[h - hk * G, i]
+                for jj in range(n):
+                    dp[jj] = p[jj] * (dp[jj] - d_i) * scale   # now dS
+                dqi = dq[(bh * L + i) * E:(bh * L + i + 1) * E]
+                for c in range(E):
+                    x, row, drow = q[qp + c], kt[c], dkt[c]
+                    acc = dqi[c]
+                    for jj in range(n):
+                        acc += dp[jj] * row[jj]
+                        drow[jj] += x * dp[jj]
+                    dqi[c] = acc
+        for jj in range(nb):
+            dkj = dk[((t * S) + j0 + jj) * E:((t * S) + j0 + jj + 1) * E]
+            dvj = dv[((t * S) + j0 + jj) * Ev:((t * S) + j0 + jj + 1) * Ev]
+            for c in range(E):
+                dkj[c] = dkt[c, jj]
+            for c in range(Ev):
+                dvj[c] = dvt[c, jj]
 
 
 @njit(cache=True, nogil=True)
