@@ -33,20 +33,40 @@ def _transpose_rows(x, base, stride, j0, n, cols, xt):
 
 
 @njit(inline="always")
-def _scores(q, qp, kt, n, e, mask, mp, mstride, has_mask, scale, s):
-    """s[:n] = the scores of the query row at qp against the block kt (e x n), scaled and masked. The forward
-    and the backward both use this one order of operations, so the backward's weights are the forward's."""
+def _tile_rows(base, stride, rr):
+    """Positions of a tile's R = 4 rows; rows past the rr real ones repeat the last (their results are unused)."""
+    return base, base + min(1, rr - 1) * stride, base + min(2, rr - 1) * stride, base + min(3, rr - 1) * stride
+
+
+@njit(inline="always")
+def _scores(q, qp, qstride, rr, kt, n, e, s):
+    """s[r, :n] = (query row r of the tile at qp) . kt[:, :n], summed over the head dim in order. Four rows at
+    a time, so that each element of the key block feeds four multiply-adds. The forward and the backward
+    both use this one order of operations, so the backward's weights are the forward's."""
+    p0, p1, p2, p3 = _tile_rows(qp, qstride, rr)
+    s0, s1, s2, s3 = s[0], s[1], s[2], s[3]
     for jj in range(n):
-        s[jj] = 0
+        s0[jj] = s1[jj] = s2[jj] = s3[jj] = 0
     for c in range(e):
-        x, row = q[qp + c], kt[c]
+        x0, x1, x2, x3, row = q[p0 + c], q[p1 + c], q[p2 + c], q[p3 + c], kt[c]
         for jj in range(n):
-            s[jj] += x * row[jj]
+            w = row[jj]
+            s0[jj] += x0 * w
+            s1[jj] += x1 * w
+            s2[jj] += x2 * w
+            s3[jj] += x3 * w
+
+
+@njit(inline="always")
+def _finish_scores(sr, n, visible, mask, mp, mstride, has_mask, scale):
+    """Scale and mask one row of scores; keys from ``visible`` on (causal) get -inf."""
     for jj in range(n):
-        s[jj] *= scale
+        sr[jj] *= scale
     if has_mask:
         for jj in range(n):
-            s[jj] += mask[mp + jj * mstride]
+            sr[jj] += mask[mp + jj * mstride]
+    for jj in range(max(visible, 0), n):
+        sr[jj] = -np.inf
 
 
 @njit(inline="always")
@@ -61,45 +81,58 @@ def _forward_item(t, q, qo, k, ko, v, vo, mask, mo, out, lse, geo, scale, causal
     kb = ko[0] + b * ko[1] + (h // G) * ko[2]
     vb = vo[0] + b * vo[1] + (h // G) * vo[2]
     mb = mo[0] + b * mo[1] + h * mo[2]
-    run_max = np.full(rows, -np.inf, out.dtype)
-    run_sum = np.zeros(rows, out.dtype)
-    acc = np.zeros(rows * Ev, out.dtype)
-    s, p = np.empty(BK, out.dtype), np.empty(BK, out.dtype)
+    run_max = np.full(BQ, -np.inf, out.dtype)
+    run_sum = np.zeros(BQ, out.dtype)
+    acc = np.zeros((BQ, Ev), out.dtype)
+    s, p = np.empty((4, BK), out.dtype), np.zeros((4, BK), out.dtype)
     kt = np.empty((E, BK), out.dtype)
     kend = min(S, i1) if causal else S
     for j0 in range(0, kend, BK):
-        _transpose_rows(k, kb, ko[3], j0, min(kend, j0 + BK) - j0, E, kt)
-        for r in range(rows):
-            i = i0 + r
-            n = (min(kend, j0 + BK, i + 1) if causal else min(kend, j0 + BK)) - j0
-            if n <= 0:
-                continue
-            _scores(q, qb + i * qo[3], kt, n, E, mask, mb + i * mo[3] + j0 * mo[4], mo[4], has_mask, scale, s)
-            block_max = -np.inf
+        n = min(kend, j0 + BK) - j0
+        _transpose_rows(k, kb, ko[3], j0, n, E, kt)
+        for r0 in range(0, rows, 4):
+            rr = min(4, rows - r0)
+            _scores(q, qb + (i0 + r0) * qo[3], qo[3], rr, kt, n, E, s)
+            for r in range(4):
+                pr = p[r]
+                i = i0 + r0 + r
+                if r >= rr:
+                    pr[:n] = zero
+                    continue
+                sr = s[r]
+                _finish_scores(sr, n, i + 1 - j0 if causal else n, mask, mb + i * mo[3] + j0 * mo[4], mo[4],
+                               has_mask, scale)
+                block_max = -np.inf
+                for jj in range(n):
+                    x = sr[jj]
+                    if x > block_max or x != x:
+                        block_max = x
+                m_old = run_max[r0 + r]
+                m_new = block_max if block_max > m_old or block_max != block_max else m_old
+                if m_new == -np.inf:                   # every key so far masked out
+                    pr[:n] = zero
+                    continue
+                for jj in range(n):
+                    sr[jj] -= m_new
+                exp_run(sr[:n], pr[:n])
+                if m_new != m_old:
+                    alpha = math.exp(m_old - m_new)
+                    run_sum[r0 + r] *= alpha
+                    a = acc[r0 + r]
+                    for e in range(Ev):
+                        a[e] *= alpha
+                run_max[r0 + r] = m_new
+                run_sum[r0 + r] += sum_run(pr[:n], zero)
+            a0, a1, a2, a3 = acc[r0], acc[r0 + 1], acc[r0 + 2], acc[r0 + 3]     # (BQ is a multiple of 4)
             for jj in range(n):
-                x = s[jj]
-                if x > block_max or x != x:
-                    block_max = x
-            m_old = run_max[r]
-            m_new = block_max if block_max > m_old or block_max != block_max else m_old
-            if m_new == -np.inf:
-                continue                               # every key so far masked out
-            for jj in range(n):
-                s[jj] -= m_new
-            exp_run(s[:n], p[:n])
-            a = acc[r * Ev:(r + 1) * Ev]
-            if m_new != m_old:
-                alpha = math.exp(m_old - m_new)
-                run_sum[r] *= alpha
-                for e in range(Ev):
-                    a[e] *= alpha
-            run_max[r] = m_new
-            run_sum[r] += sum_run(p[:n], zero)
-            for jj in range(n):
-                w, vp = p[jj], vb + (j0 + jj) * vo[3]
+                w0, w1, w2, w3, vp = p[0, jj], p[1, jj], p[2, jj], p[3, jj], vb + (j0 + jj) * vo[3]
                 vr = v[vp:vp + Ev]
                 for e in range(Ev):
-                    a[e] += w * vr[e]
+                    x = vr[e]
+                    a0[e] += w0 * x
+                    a1[e] += w1 * x
+                    a2[e] += w2 * x
+                    a3[e] += w3 * x
     for r in range(rows):
         row = bh * L + i0 + r
         o = out[row * Ev:(row + 1) * Ev]
@@ -111,7 +144,7 @@ def _forward_item(t, q, qo, k, ko, v, vo, mask, mo, out, lse, geo, scale, causal
             lse[row] = run_max[r] + math.log(run_sum[r])
             inv = 1 / run_sum[r]
             for e in range(Ev):
-                o[e] = acc[r * Ev + e] * inv
+                o[e] = acc[r, e] * inv
 
 
 @njit(cache=True, nogil=True)
@@ -132,8 +165,9 @@ def attention_parallel(q, qo, k, ko, v, vo, mask, mo, out, lse, geo, scale, caus
 def _backward_item(t, q, qo, k, ko, v, vo, mask, mo, out, lse, g, dq, dk, dv, geo, scale, causal, has_mask,
                    zero):
     """Work item t = (batch, key/value head): it owns dk and dv of that head and dq of its G query heads, so
-    no two items write one element. Per block of keys: dV += P^T dO, dS = P (dO V^T - D) scale,
-    dQ += dS K, dK += dS^T Q, with D_i = dO_i . O_i, and dK, dV of the block accumulated transposed."""
+    no two items write one element. Per block of keys and tile of four query rows: dV += P^T dO,
+    dS = P (dO V^T - D) scale, dQ += dS K, dK += dS^T Q, with D_i = dO_i . O_i; dK and dV of the block are
+    accumulated transposed."""
     B, H, G, L, S, E, Ev = geo[0], geo[1], geo[2], geo[3], geo[4], geo[5], geo[6]
     Hkv = H // G
     b, hk = t // Hkv, t % Hkv
@@ -146,50 +180,68 @@ def _backward_item(t, q, qo, k, ko, v, vo, mask, mo, out, lse, g, dq, dk, dv, ge
         for i in range(L):
             row = (bh * L + i) * Ev
             d[h - hk * G, i] = dot_run(g[row:row + Ev], out[row:row + Ev], zero)
-    s, p, dp = np.empty(BK, out.dtype), np.empty(BK, out.dtype), np.empty(BK, out.dtype)
+    s, p, dp = np.empty((4, BK), out.dtype), np.empty((4, BK), out.dtype), np.empty((4, BK), out.dtype)
     kt, vt = np.empty((E, BK), out.dtype), np.empty((Ev, BK), out.dtype)
     dkt, dvt = np.empty((E, BK), out.dtype), np.empty((Ev, BK), out.dtype)
     for j0 in range(0, S, BK):
-        nb = min(S, j0 + BK) - j0
-        _transpose_rows(k, kb, ko[3], j0, nb, E, kt)
-        _transpose_rows(v, vb, vo[3], j0, nb, Ev, vt)
+        n = min(S, j0 + BK) - j0
+        _transpose_rows(k, kb, ko[3], j0, n, E, kt)
+        _transpose_rows(v, vb, vo[3], j0, n, Ev, vt)
         dkt[:] = zero
         dvt[:] = zero
         for h in range(hk * G, (hk + 1) * G):
             bh = b * H + h
             qb = qo[0] + b * qo[1] + h * qo[2]
             mb = mo[0] + b * mo[1] + h * mo[2]
-            for i in range(j0 if causal else 0, L):
-                lse_i = lse[bh * L + i]
-                n = (min(S, j0 + BK, i + 1) if causal else min(S, j0 + BK)) - j0
-                if lse_i == -np.inf or n <= 0:
-                    continue                           # a row no key takes part in has no gradient
-                qp, gp = qb + i * qo[3], (bh * L + i) * Ev
-                _scores(q, qp, kt, n, E, mask, mb + i * mo[3] + j0 * mo[4], mo[4], has_mask, scale, s)
+            for i0 in range(j0 if causal else 0, L, 4):   # (causal: rows before j0 see no key of the block)
+                rr = min(4, L - i0)
+                _scores(q, qb + i0 * qo[3], qo[3], rr, kt, n, E, s)
+                for r in range(4):
+                    i, pr = i0 + r, p[r]
+                    lse_i = lse[bh * L + i] if r < rr else -np.inf
+                    if lse_i == -np.inf:                   # a row no key takes part in has no gradient
+                        pr[:n] = zero
+                        continue
+                    sr = s[r]
+                    _finish_scores(sr, n, i + 1 - j0 if causal else n, mask, mb + i * mo[3] + j0 * mo[4], mo[4],
+                                   has_mask, scale)
+                    for jj in range(n):
+                        sr[jj] -= lse_i
+                    exp_run(sr[:n], pr[:n])
+                g0, g1, g2, g3 = _tile_rows((bh * L + i0) * Ev, Ev, rr)
                 for jj in range(n):
-                    s[jj] -= lse_i
-                exp_run(s[:n], p[:n])
-                for jj in range(n):
-                    dp[jj] = 0
+                    dp[0, jj] = dp[1, jj] = dp[2, jj] = dp[3, jj] = 0
                 for c in range(Ev):
-                    x, row, drow = g[gp + c], vt[c], dvt[c]
+                    x0, x1, x2, x3, row, drow = g[g0 + c], g[g1 + c], g[g2 + c], g[g3 + c], vt[c], dvt[c]
                     for jj in range(n):
-                        dp[jj] += x * row[jj]
-                        drow[jj] += x * p[jj]
-                d_i = d[h - hk * G, i]
-                for jj in range(n):
-                    dp[jj] = p[jj] * (dp[jj] - d_i) * scale   # now dS
-                dqi = dq[(bh * L + i) * E:(bh * L + i + 1) * E]
+                        w = row[jj]
+                        dp[0, jj] += x0 * w
+                        dp[1, jj] += x1 * w
+                        dp[2, jj] += x2 * w
+                        dp[3, jj] += x3 * w
+                        drow[jj] += x0 * p[0, jj] + x1 * p[1, jj] + x2 * p[2, jj] + x3 * p[3, jj]
+                for r in range(4):
+                    d_i = d[h - hk * G, min(i0 + r, L - 1)]
+                    for jj in range(n):
+                        dp[r, jj] = p[r, jj] * (dp[r, jj] - d_i) * scale   # now dS (0 where P is)
+                q0, q1, q2, q3 = _tile_rows(qb + i0 * qo[3], qo[3], rr)
                 for c in range(E):
-                    x, row, drow = q[qp + c], kt[c], dkt[c]
-                    acc = dqi[c]
+                    x0, x1, x2, x3, drow = q[q0 + c], q[q1 + c], q[q2 + c], q[q3 + c], dkt[c]
                     for jj in range(n):
-                        acc += dp[jj] * row[jj]
-                        drow[jj] += x * dp[jj]
-                    dqi[c] = acc
-        for jj in range(nb):
-            dkj = dk[((t * S) + j0 + jj) * E:((t * S) + j0 + jj + 1) * E]
-            dvj = dv[((t * S) + j0 + jj) * Ev:((t * S) + j0 + jj + 1) * Ev]
+                        drow[jj] += x0 * dp[0, jj] + x1 * dp[1, jj] + x2 * dp[2, jj] + x3 * dp[3, jj]
+                d0, d1, d2, d3 = _tile_rows((bh * L + i0) * E, E, rr)
+                for jj in range(n):
+                    w0, w1, w2, w3, kp = dp[0, jj], dp[1, jj], dp[2, jj], dp[3, jj], kb + (j0 + jj) * ko[3]
+                    kr = k[kp:kp + E]
+                    for c in range(E):             # rows past rr alias a real row, with zero dS: they add 0
+                        x = kr[c]
+                        dq[d0 + c] += w0 * x
+                        dq[d1 + c] += w1 * x
+                        dq[d2 + c] += w2 * x
+                        dq[d3 + c] += w3 * x
+        for jj in range(n):
+            dkj = dk[(t * S + j0 + jj) * E:(t * S + j0 + jj + 1) * E]
+            dvj = dv[(t * S + j0 + jj) * Ev:(t * S + j0 + jj + 1) * Ev]
             for c in range(E):
                 dkj[c] = dkt[c, jj]
             for c in range(Ev):
