@@ -13,7 +13,7 @@ import minidl
 import minidl.nn.functional as F
 from minidl import kernels
 from minidl.layout import Layout
-from test_gradcheck import gradcheck
+from test_gradcheck import gradcheck, gradgradcheck
 
 torch = pytest.importorskip("torch")
 
@@ -196,13 +196,14 @@ def test_dropout_and_a_mask_that_requires_grad_take_the_unfused_path(calls):
     np.testing.assert_allclose(_np(mask.grad), tmask.grad.numpy(), rtol=1e-11, atol=1e-11)
 
 
-def test_second_derivative_is_refused_by_name():
-    q = minidl.randn(1, 2, 3, 4, dtype=minidl.float64, requires_grad=True)
-    out = F.scaled_dot_product_attention(q, q, q)
-    (g,) = minidl.autograd.grad(out.sum(), [q], create_graph=False)
-    assert g.shape == q.shape
-    with pytest.raises(RuntimeError, match="scaled_dot_product_attention.*not differentiable"):
-        minidl.autograd.grad(out.sum(), [q], create_graph=True)
+@pytest.mark.parametrize("causal, mask", [(True, None), (False, "bool")])
+def test_second_derivatives_match_finite_differences(causal, mask):
+    """Under create_graph the backward is written with differentiable ops (GQA heads, masks, causal)."""
+    rng = np.random.default_rng(6)
+    q, k, v = (rng.standard_normal(s) for s in ((1, 2, 3, 2), (1, 1, 4, 2), (1, 1, 4, 2)))
+    m = None if mask is None else minidl.tensor(_mask(rng, mask, (3, 4)))
+    gradgradcheck(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, attn_mask=m, is_causal=causal,
+                                                                 enable_gqa=True), [q, k, v])
 
 
 def test_kernel_errors_name_the_primitive():

@@ -56,6 +56,7 @@ class Attention(Function):
 
     @staticmethod
     def forward(ctx, q, k, v, mask, scale, causal):
+        inputs = q, k, v
         q, k, v = _unit_rows(q), _unit_rows(k), _unit_rows(v)
         B, H, L = q.shape[:3]
         out = new_like_shape((B, H, L, v.shape[-1]), q.dtype, q)
@@ -63,23 +64,49 @@ class Attention(Function):
         kernel("attention", q)(buf(q), q._layout, buf(k), k._layout, buf(v), v._layout,
                                None if mask is None else buf(mask), None if mask is None else mask._layout,
                                buf(out), buf(lse), scale, causal)
-        ctx.save_for_backward(q, k, v, out, lse)
+        ctx.save_for_backward(*inputs, out, lse)         # (the inputs as given: create_graph differentiates them)
         ctx.mask, ctx.scale, ctx.causal = mask, scale, causal
         return out
 
     @staticmethod
     def backward(ctx, g):
-        if grad_enabled():
-            raise RuntimeError("scaled_dot_product_attention: the fused kernel's backward is not differentiable "
-                               "(create_graph=True); as torch's CPU flash attention, it has no second derivative")
         q, k, v, out, lse = ctx.saved_tensors
         mask = ctx.mask
+        if grad_enabled():
+            return _differentiable_backward(q, k, v, mask, ctx.scale, ctx.causal, lse, g) + (None, None, None)
+        q, k, v = _unit_rows(q), _unit_rows(k), _unit_rows(v)
         dq, dk, dv = (new_like_shape(t.shape, t.dtype, t) for t in (q, k, v))
         kernel("attention_backward", q)(buf(q), q._layout, buf(k), k._layout, buf(v), v._layout,
                                         None if mask is None else buf(mask), None if mask is None else mask._layout,
                                         packed_buffer(out), packed_buffer(lse), packed_buffer(g.to(q.dtype)),
                                         buf(dq), buf(dk), buf(dv), ctx.scale, ctx.causal)
         return dq, dk, dv, None, None, None
+
+
+def _differentiable_backward(q, k, v, mask, scale, causal, lse, g):
+    """The kernel's gradients written with differentiable ops (under create_graph): the weights P are
+    recomputed whole, dV = P^T g, dS = P (g V^T - rowsum(P g V^T)) scale, dQ = dS K, dK = dS^T Q."""
+    B, H, L, E = q.shape
+    Hkv, S = k.shape[1], k.shape[2]
+    groups = H // Hkv
+
+    def heads(t):   # key/value heads repeated for the query heads they serve
+        return t.unsqueeze(2).expand(B, Hkv, groups, S, t.shape[-1]).reshape(B, H, S, t.shape[-1])
+
+    kh, vh = heads(k), heads(v)
+    scores = (q @ kh.mT) * scale
+    if mask is not None:
+        scores = scores + mask
+    if causal:
+        scores = scores.masked_fill(new_like_shape((L, S), dt.bool_, q).fill_(True).tril().logical_not(), -math.inf)
+    dead = (lse == -math.inf).unsqueeze(-1)
+    weights = scores.masked_fill(dead, 0.0).softmax(-1).masked_fill(dead, 0.0)
+    dp = g @ vh.mT
+    ds = weights * (dp - (weights * dp).sum(-1, keepdim=True)) * scale
+    dk, dv = ds.mT @ q, weights.mT @ g
+    if groups > 1:
+        dk, dv = (t.reshape(B, Hkv, groups, S, t.shape[-1]).sum(2) for t in (dk, dv))
+    return ds @ kh, dk, dv
 
 
 def _additive(mask, dtype):
