@@ -206,6 +206,27 @@ def test_second_derivatives_match_finite_differences(causal, mask):
                                                                  enable_gqa=True), [q, k, v])
 
 
+@pytest.mark.parametrize("name", ["gqa causal", "additive mask over batch"])
+def test_the_threaded_kernels_give_the_same_results(name, monkeypatch):
+    """Two threads over (batch, head, query block) forward and (batch, key/value head) backward, forced on
+    small shapes: torch's values."""
+    from minidl.kernels.cpu import strided
+    monkeypatch.setattr(strided, "PARALLEL_MIN", 0)
+    before = minidl.get_num_threads()
+    minidl.set_num_threads(2)
+    try:
+        arrays, kw, rng = _inputs(name, seed=7)
+        out, leaves = _minidl(arrays, kw)
+        out.backward(minidl.ones(tuple(out.shape), dtype=minidl.float64))
+    finally:
+        minidl.set_num_threads(before)
+    expected, torch_leaves = _torch(arrays, kw)
+    expected.sum().backward()
+    np.testing.assert_allclose(_np(out), _np(expected), rtol=1e-12, atol=1e-12)
+    for mine, theirs in zip(leaves, torch_leaves):
+        np.testing.assert_allclose(_np(mine.grad), theirs.grad.numpy(), rtol=1e-11, atol=1e-11)
+
+
 def test_kernel_errors_name_the_primitive():
     f = kernels.get("attention", "cpu")
     q, k, v = np.zeros(2 * 3 * 4), np.zeros(2 * 5 * 4), np.zeros(2 * 5 * 3)
