@@ -183,6 +183,7 @@ def _backward_item(t, q, qo, k, ko, v, vo, mask, mo, out, lse, g, dq, dk, dv, ge
     s, p, dp = np.empty((4, BK), out.dtype), np.empty((4, BK), out.dtype), np.empty((4, BK), out.dtype)
     kt, vt = np.empty((E, BK), out.dtype), np.empty((Ev, BK), out.dtype)
     dkt, dvt = np.empty((E, BK), out.dtype), np.empty((Ev, BK), out.dtype)
+    dqt = np.empty((4, E), out.dtype)
     for j0 in range(0, S, BK):
         n = min(S, j0 + BK) - j0
         _transpose_rows(k, kb, ko[3], j0, n, E, kt)
@@ -229,16 +230,21 @@ def _backward_item(t, q, qo, k, ko, v, vo, mask, mo, out, lse, g, dq, dk, dv, ge
                     x0, x1, x2, x3, drow = q[q0 + c], q[q1 + c], q[q2 + c], q[q3 + c], dkt[c]
                     for jj in range(n):
                         drow[jj] += x0 * dp[0, jj] + x1 * dp[1, jj] + x2 * dp[2, jj] + x3 * dp[3, jj]
-                d0, d1, d2, d3 = _tile_rows((bh * L + i0) * E, E, rr)
+                dqt[:] = zero                      # (a scratch tile: rows of dq itself may alias, which stops SIMD)
+                dq0, dq1, dq2, dq3 = dqt[0], dqt[1], dqt[2], dqt[3]
                 for jj in range(n):
                     w0, w1, w2, w3, kp = dp[0, jj], dp[1, jj], dp[2, jj], dp[3, jj], kb + (j0 + jj) * ko[3]
                     kr = k[kp:kp + E]
-                    for c in range(E):             # rows past rr alias a real row, with zero dS: they add 0
+                    for c in range(E):
                         x = kr[c]
-                        dq[d0 + c] += w0 * x
-                        dq[d1 + c] += w1 * x
-                        dq[d2 + c] += w2 * x
-                        dq[d3 + c] += w3 * x
+                        dq0[c] += w0 * x
+                        dq1[c] += w1 * x
+                        dq2[c] += w2 * x
+                        dq3[c] += w3 * x
+                for r in range(rr):
+                    dqi, dqr = dq[(bh * L + i0 + r) * E:(bh * L + i0 + r + 1) * E], dqt[r]
+                    for c in range(E):
+                        dqi[c] += dqr[c]
         for jj in range(n):
             dkj = dk[(t * S + j0 + jj) * E:(t * S + j0 + jj + 1) * E]
             dvj = dv[(t * S + j0 + jj) * Ev:(t * S + j0 + jj + 1) * Ev]
