@@ -39,6 +39,18 @@ def _tile_rows(base, stride, rr):
 
 
 @njit(inline="always")
+def _add_row(x0, x1, x2, x3, row, n, t0, t1, t2, t3):
+    """t_r[:n] += x_r * row[:n] for the four rows of a tile: the step every product here is made of, one
+    element of ``row`` read for four multiply-adds."""
+    for jj in range(n):
+        y = row[jj]
+        t0[jj] += x0 * y
+        t1[jj] += x1 * y
+        t2[jj] += x2 * y
+        t3[jj] += x3 * y
+
+
+@njit(inline="always")
 def _scores(q, qp, qstride, rr, kt, n, e, s):
     """s[r, :n] = (query row r of the tile at qp) . kt[:, :n], summed over the head dim in order. Four rows at
     a time, so that each element of the key block feeds four multiply-adds. The forward and the backward
@@ -48,13 +60,17 @@ def _scores(q, qp, qstride, rr, kt, n, e, s):
     for jj in range(n):
         s0[jj] = s1[jj] = s2[jj] = s3[jj] = 0
     for c in range(e):
-        x0, x1, x2, x3, row = q[p0 + c], q[p1 + c], q[p2 + c], q[p3 + c], kt[c]
-        for jj in range(n):
-            w = row[jj]
-            s0[jj] += x0 * w
-            s1[jj] += x1 * w
-            s2[jj] += x2 * w
-            s3[jj] += x3 * w
+        _add_row(q[p0 + c], q[p1 + c], q[p2 + c], q[p3 + c], kt[c], n, s0, s1, s2, s3)
+
+
+@njit(inline="always")
+def _add_products(w, x, base, stride, n, cols, tile):
+    """tile[r, :cols] += sum over jj < n of w[r, jj] * (row jj of x: ``cols`` elements from base + jj * stride),
+    for the four rows r of a tile: P V in the forward, dS K in the backward."""
+    t0, t1, t2, t3 = tile[0], tile[1], tile[2], tile[3]
+    for jj in range(n):
+        xp = base + jj * stride
+        _add_row(w[0, jj], w[1, jj], w[2, jj], w[3, jj], x[xp:xp + cols], cols, t0, t1, t2, t3)
 
 
 @njit(inline="always")
@@ -123,16 +139,7 @@ def _forward_item(t, q, qo, k, ko, v, vo, mask, mo, out, lse, geo, scale, causal
                         a[e] *= alpha
                 run_max[r0 + r] = m_new
                 run_sum[r0 + r] += sum_run(pr[:n], zero)
-            a0, a1, a2, a3 = acc[r0], acc[r0 + 1], acc[r0 + 2], acc[r0 + 3]     # (BQ is a multiple of 4)
-            for jj in range(n):
-                w0, w1, w2, w3, vp = p[0, jj], p[1, jj], p[2, jj], p[3, jj], vb + (j0 + jj) * vo[3]
-                vr = v[vp:vp + Ev]
-                for e in range(Ev):
-                    x = vr[e]
-                    a0[e] += w0 * x
-                    a1[e] += w1 * x
-                    a2[e] += w2 * x
-                    a3[e] += w3 * x
+            _add_products(p, v, vb + j0 * vo[3], vo[3], n, Ev, acc[r0:r0 + 4])     # (BQ is a multiple of 4)
     for r in range(rows):
         row = bh * L + i0 + r
         o = out[row * Ev:(row + 1) * Ev]
@@ -231,16 +238,7 @@ def _backward_item(t, q, qo, k, ko, v, vo, mask, mo, out, lse, g, dq, dk, dv, ge
                     for jj in range(n):
                         drow[jj] += x0 * dp[0, jj] + x1 * dp[1, jj] + x2 * dp[2, jj] + x3 * dp[3, jj]
                 dqt[:] = zero                      # (a scratch tile: rows of dq itself may alias, which stops SIMD)
-                dq0, dq1, dq2, dq3 = dqt[0], dqt[1], dqt[2], dqt[3]
-                for jj in range(n):
-                    w0, w1, w2, w3, kp = dp[0, jj], dp[1, jj], dp[2, jj], dp[3, jj], kb + (j0 + jj) * ko[3]
-                    kr = k[kp:kp + E]
-                    for c in range(E):
-                        x = kr[c]
-                        dq0[c] += w0 * x
-                        dq1[c] += w1 * x
-                        dq2[c] += w2 * x
-                        dq3[c] += w3 * x
+                _add_products(dp, k, kb + j0 * ko[3], ko[3], n, E, dqt)
                 for r in range(rr):
                     dqi, dqr = dq[(bh * L + i0 + r) * E:(bh * L + i0 + r + 1) * E], dqt[r]
                     for c in range(E):
