@@ -1,4 +1,4 @@
-"""The fused attention kernel (the ``attention`` primitives behind F.scaled_dot_product_attention on the CPU).
+"""The fused attention kernel (the ``attention`` primitives behind F.scaled_dot_product_attention) on the CPU.
 
 Oracles: PyTorch's scaled_dot_product_attention (float64, forward and every gradient), minidl's unfused
 composition of tensor ops (``F._sdpa_unfused``), and central finite differences on tiny shapes. The
@@ -18,18 +18,22 @@ from test_gradcheck import gradcheck, gradgradcheck
 torch = pytest.importorskip("torch")
 
 
-@pytest.fixture
-def calls(monkeypatch):
-    """How many times each attention primitive ran on the CPU."""
+def count_calls(monkeypatch, device):
+    """How many times each attention primitive runs on ``device`` (a dict that the wrapped kernels update)."""
     count = {"attention": 0, "attention_backward": 0}
     for name in count:
-        fn = kernels.get(name, "cpu")
+        fn = kernels.get(name, device)
 
         def counted(*args, _fn=fn, _name=name):
             count[_name] += 1
             return _fn(*args)
-        monkeypatch.setitem(kernels._registry, ("cpu", name), counted)
+        monkeypatch.setitem(kernels._registry, (device, name), counted)
     return count
+
+
+@pytest.fixture
+def calls(monkeypatch):
+    return count_calls(monkeypatch, "cpu")
 
 
 def _mask(rng, kind, shape):
