@@ -487,9 +487,8 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p: f
     query i sees keys 0..i (top-left aligned). Dropout on the weights applies whenever
     ``dropout_p > 0`` (the functional form has no training flag). Fully masked rows give zeros.
 
-    On the CPU without dropout this is one blocked kernel each way (``_fused_attention``), which
-    never stores the L x S scores; dropout, a mask that requires grad and CUDA tensors (whose kernel is not
-    written yet) take the composition of tensor ops (``_sdpa_unfused``)."""
+    Without dropout this is one kernel each way (``_fused_attention``), which never stores the L x S
+    scores; dropout and a mask that requires grad take the composition of tensor ops (``_sdpa_unfused``)."""
     where = "scaled_dot_product_attention"
     if min(query.ndim, key.ndim, value.ndim) < 2:
         raise RuntimeError(f"{where}: query, key and value need at least 2 dims (..., seq, features), got "
@@ -519,7 +518,7 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p: f
     if attn_mask is not None:
         _check_attention_mask(attn_mask, tuple(batch) + (L, S), where)
     scale = 1.0 / math.sqrt(query.shape[-1]) if scale is None else float(scale)
-    if (dropout_p == 0.0 and query.device.type == "cpu" and (attn_mask is None or not attn_mask.requires_grad)
+    if (dropout_p == 0.0 and (attn_mask is None or not attn_mask.requires_grad)
             and query.numel() and key.numel() and value.numel()):
         return _fused_attention(query, key, value, attn_mask, scale, is_causal, enable_gqa)
     return _sdpa_unfused(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
@@ -527,7 +526,7 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p: f
 
 def _sdpa_unfused(query, key, value, attn_mask, dropout_p: float, is_causal: bool, scale: float, enable_gqa: bool):
     """scaled_dot_product_attention's checked arguments, composed of tensor ops (``_attention``): the path of
-    dropout and of CUDA tensors, and the fused kernel's oracle in the tests."""
+    dropout and of a mask that requires grad, and the fused kernel's oracle in the tests."""
     if enable_gqa:
         key, value = _repeat_kv_heads(key, query.shape[-3]), _repeat_kv_heads(value, query.shape[-3])
     if is_causal:
