@@ -46,7 +46,7 @@ def _bitcast(source, target):
 
 
 _float32_bits = _bitcast(types.float32, types.uint32)
-_float32_from_bits = _bitcast(types.uint32, types.float32)
+float32_from_bits = _bitcast(types.uint32, types.float32)
 
 
 # bfloat16 is stored as its bits, in uint16 (the only uint16 arrays minidl has); the formulas are
@@ -71,7 +71,7 @@ def _from_bfloat16(bits):
 
 @overload(_from_bfloat16)
 def _from_bfloat16_impl(bits):
-    return lambda bits: _float32_from_bits(np.uint32(np.uint32(bits) << 16))
+    return lambda bits: float32_from_bits(np.uint32(np.uint32(bits) << 16))
 
 
 @overload(convert)
