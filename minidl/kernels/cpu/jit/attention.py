@@ -5,6 +5,11 @@ updates the row's running max ``m``, its running sum ``l`` of exp(score - m) and
 output, rescaling both by exp(m_old - m_new) when the max grows; it saves only the row's log-sum-exp
 ``m + log(l)``. The backward recomputes each score and its weight exp(score - lse) from that.
 
+Both work on tiles of BQ query rows against blocks of BK keys copied into small scratch arrays (the
+scale folded into the query rows, keys transposed, widths padded to whole micro-tiles), so that every
+product is one register-blocked ``add_product``; the weights of a tile stay in their own scratch
+block between the softmax and the products that use them.
+
 Geometry ``geo`` = (B, H, G, L, S, E, Ev): batch, query heads, query heads per key/value head
 (grouped-query attention), query and key lengths, head dims of query/key and of value. Each of
 q, k, v is addressed by (offset, batch stride, head stride, row stride) with unit stride along the
@@ -16,73 +21,60 @@ import math
 import numpy as np
 from numba import njit, prange
 
-from .vector_math import dot_run, exp_run, sum_run
+from .tile_product import add_product, padded
+from .vector_math import dot_run, exp_weight
 
-BQ = 32   # query rows per forward work item
-BK = 64   # keys per block: its rows of k and v stay in the L1 cache across the rows of a work item
+BQ = 64   # query rows per tile (a multiple of 4)
+BK = 64   # keys per block: its rows of k and v stay in the L1 cache across the rows of a tile
+# the sums of a row's weights and its max split into vector lanes, and multiply-adds fuse; NaN and inf keep
+# their meaning
+_FASTMATH = {"reassoc", "contract"}
 
 
 @njit(inline="always")
-def _transpose_rows(x, base, stride, j0, n, cols, xt):
-    """xt[c, jj] = element c of row j0 + jj (rows ``stride`` apart from ``base``): a block of keys or values
-    laid out so that the loops over a block's keys run along unit strides."""
-    for jj in range(n):
-        p = base + (j0 + jj) * stride
+def _copy_rows(x, base, stride, n, cols, factor, xs):
+    """xs[r, :cols] = factor * row r < n of x (rows ``stride`` apart from ``base``)."""
+    for r in range(n):
+        p = base + r * stride
+        xr = xs[r]
         for c in range(cols):
-            xt[c, jj] = x[p + c]
+            xr[c] = x[p + c] * factor
 
 
 @njit(inline="always")
-def _tile_rows(base, stride, rr):
-    """Positions of a tile's R = 4 rows; rows past the rr real ones repeat the last (their results are unused)."""
-    return base, base + min(1, rr - 1) * stride, base + min(2, rr - 1) * stride, base + min(3, rr - 1) * stride
+def _transpose_rows(x, base, stride, n, cols, xt):
+    """xt[c, r] = element c of row r < n of x: a block of keys or values laid out so that a product's
+    columns run over the block's keys."""
+    for r in range(n):
+        p = base + r * stride
+        for c in range(cols):
+            xt[c, r] = x[p + c]
 
 
 @njit(inline="always")
-def _add_row(x0, x1, x2, x3, row, n, t0, t1, t2, t3):
-    """t_r[:n] += x_r * row[:n] for the four rows of a tile: the step every product here is made of, one
-    element of ``row`` read for four multiply-adds."""
-    for jj in range(n):
-        y = row[jj]
-        t0[jj] += x0 * y
-        t1[jj] += x1 * y
-        t2[jj] += x2 * y
-        t3[jj] += x3 * y
-
-
-@njit(inline="always")
-def _scores(q, qp, qstride, rr, kt, n, e, s):
-    """s[r, :n] = (query row r of the tile at qp) . kt[:, :n], summed over the head dim in order. Four rows at
-    a time, so that each element of the key block feeds four multiply-adds. The forward and the backward
-    both use this one order of operations, so the backward's weights are the forward's."""
-    p0, p1, p2, p3 = _tile_rows(qp, qstride, rr)
-    s0, s1, s2, s3 = s[0], s[1], s[2], s[3]
-    for jj in range(n):
-        s0[jj] = s1[jj] = s2[jj] = s3[jj] = 0
-    for c in range(e):
-        _add_row(q[p0 + c], q[p1 + c], q[p2 + c], q[p3 + c], kt[c], n, s0, s1, s2, s3)
-
-
-@njit(inline="always")
-def _add_products(w, x, base, stride, n, cols, tile):
-    """tile[r, :cols] += sum over jj < n of w[r, jj] * (row jj of x: ``cols`` elements from base + jj * stride),
-    for the four rows r of a tile: P V in the forward, dS K in the backward."""
-    t0, t1, t2, t3 = tile[0], tile[1], tile[2], tile[3]
-    for jj in range(n):
-        xp = base + jj * stride
-        _add_row(w[0, jj], w[1, jj], w[2, jj], w[3, jj], x[xp:xp + cols], cols, t0, t1, t2, t3)
-
-
-@njit(inline="always")
-def _finish_scores(sr, n, visible, mask, mp, mstride, has_mask, scale):
-    """Scale and mask one row of scores; keys from ``visible`` on (causal) get -inf."""
-    for jj in range(n):
-        sr[jj] *= scale
+def _finish_scores(s, r, n, visible, mask, mp, mstride, has_mask):
+    """Mask row r of a tile's n scores; keys from ``visible`` on (causal) and the block's padding get -inf,
+    so that the row's loops run over all BK columns (a literal trip count that LLVM vectorises whole)."""
     if has_mask:
         for jj in range(n):
-            sr[jj] += mask[mp + jj * mstride]
-    for jj in range(max(visible, 0), n):
-        sr[jj] = -np.inf
+            s[r, jj] += mask[mp + jj * mstride]
+    for jj in range(max(min(visible, n), 0), BK):
+        s[r, jj] = -np.inf
+
+
+@njit(inline="always")
+def _row_max(s, r):
+    """Largest score of row r; nan if the row has a nan and nothing above -inf (elsewhere a nan score
+    makes its weight, and so the row's sum and output, nan)."""
+    m = s.dtype.type(-np.inf)         # (of s's dtype: a float64 max would turn the weights' loop into float64)
+    for jj in range(BK):
+        x = s[r, jj]
+        m = x if x > m else m
+    if m == -np.inf:
+        for jj in range(BK):
+            if s[r, jj] != s[r, jj]:
+                return s[r, jj]
+    return m
 
 
 @njit(inline="always")
@@ -91,55 +83,47 @@ def _forward_item(t, q, qo, k, ko, v, vo, mask, mo, out, lse, geo, scale, causal
     blocks = (L + BQ - 1) // BQ
     bh, i0 = t // blocks, (t % blocks) * BQ
     b, h = bh // H, bh % H
-    i1 = min(L, i0 + BQ)
-    rows = i1 - i0
-    qb = qo[0] + b * qo[1] + h * qo[2]
+    rows = min(L, i0 + BQ) - i0
+    rows4 = (rows + 3) // 4 * 4
     kb = ko[0] + b * ko[1] + (h // G) * ko[2]
     vb = vo[0] + b * vo[1] + (h // G) * vo[2]
     mb = mo[0] + b * mo[1] + h * mo[2]
+    Ep, Evp = padded(E, out), padded(Ev, out)
+    qs = np.zeros((BQ, Ep), out.dtype)
+    kt, vp = np.zeros((E, BK), out.dtype), np.zeros((BK, Evp), out.dtype)
+    s, p = np.empty((BQ, BK), out.dtype), np.zeros((BQ, BK), out.dtype)
+    acc = np.zeros((BQ, Evp), out.dtype)
     run_max = np.full(BQ, -np.inf, out.dtype)
     run_sum = np.zeros(BQ, out.dtype)
-    acc = np.zeros((BQ, Ev), out.dtype)
-    s, p = np.empty((4, BK), out.dtype), np.zeros((4, BK), out.dtype)
-    kt = np.empty((E, BK), out.dtype)
-    kend = min(S, i1) if causal else S
+    _copy_rows(q, qo[0] + b * qo[1] + h * qo[2] + i0 * qo[3], qo[3], rows, E, scale, qs)
+    kend = min(S, i0 + rows) if causal else S
     for j0 in range(0, kend, BK):
         n = min(kend, j0 + BK) - j0
-        _transpose_rows(k, kb, ko[3], j0, n, E, kt)
-        for r0 in range(0, rows, 4):
-            rr = min(4, rows - r0)
-            _scores(q, qb + (i0 + r0) * qo[3], qo[3], rr, kt, n, E, s)
-            for r in range(4):
-                pr = p[r]
-                i = i0 + r0 + r
-                if r >= rr:
-                    pr[:n] = zero
-                    continue
-                sr = s[r]
-                _finish_scores(sr, n, i + 1 - j0 if causal else n, mask, mb + i * mo[3] + j0 * mo[4], mo[4],
-                               has_mask, scale)
-                block_max = -np.inf
-                for jj in range(n):
-                    x = sr[jj]
-                    if x > block_max or x != x:
-                        block_max = x
-                m_old = run_max[r0 + r]
-                m_new = block_max if block_max > m_old or block_max != block_max else m_old
-                if m_new == -np.inf:                   # every key so far masked out
-                    pr[:n] = zero
-                    continue
-                for jj in range(n):
-                    sr[jj] -= m_new
-                exp_run(sr[:n], pr[:n])
-                if m_new != m_old:
-                    alpha = math.exp(m_old - m_new)
-                    run_sum[r0 + r] *= alpha
-                    a = acc[r0 + r]
-                    for e in range(Ev):
-                        a[e] *= alpha
-                run_max[r0 + r] = m_new
-                run_sum[r0 + r] += sum_run(pr[:n], zero)
-            _add_products(p, v, vb + j0 * vo[3], vo[3], n, Ev, acc[r0:r0 + 4])     # (BQ is a multiple of 4)
+        _transpose_rows(k, kb + j0 * ko[3], ko[3], n, E, kt)
+        _copy_rows(v, vb + j0 * vo[3], vo[3], n, Ev, zero + 1, vp)
+        s[:rows4] = zero
+        add_product(qs, 0, Ep, 1, rows4, kt, 0, BK, BK, E, s, 0, BK)
+        for r in range(rows):
+            i = i0 + r
+            _finish_scores(s, r, n, i + 1 - j0 if causal else n, mask, mb + i * mo[3] + j0 * mo[4], mo[4], has_mask)
+            m_old, block_max = run_max[r], _row_max(s, r)
+            m_new = block_max if block_max > m_old or block_max != block_max else m_old
+            if m_new == -np.inf:                   # every key so far masked out
+                p[r] = zero
+                continue
+            total = zero
+            for jj in range(BK):
+                w = exp_weight(s[r, jj] - m_new)
+                p[r, jj] = w
+                total += w
+            if m_new != m_old:
+                alpha = math.exp(m_old - m_new)
+                run_sum[r] *= alpha
+                for e in range(Ev):
+                    acc[r, e] *= alpha
+            run_max[r] = m_new
+            run_sum[r] += total
+        add_product(p, 0, BK, 1, rows4, vp, 0, Evp, Evp, n, acc, 0, Evp)
     for r in range(rows):
         row = bh * L + i0 + r
         o = out[row * Ev:(row + 1) * Ev]
@@ -154,14 +138,14 @@ def _forward_item(t, q, qo, k, ko, v, vo, mask, mo, out, lse, geo, scale, causal
                 o[e] = acc[r, e] * inv
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, fastmath=_FASTMATH)
 def attention_serial(q, qo, k, ko, v, vo, mask, mo, out, lse, geo, scale, causal, has_mask, items):
     zero = out.dtype.type(0)
     for t in range(items):
         _forward_item(t, q, qo, k, ko, v, vo, mask, mo, out, lse, geo, scale, causal, has_mask, zero)
 
 
-@njit(cache=True, nogil=True, parallel=True)
+@njit(cache=True, nogil=True, parallel=True, fastmath=_FASTMATH)
 def attention_parallel(q, qo, k, ko, v, vo, mask, mo, out, lse, geo, scale, causal, has_mask, items):
     zero = out.dtype.type(0)
     for t in prange(items):
@@ -172,9 +156,9 @@ def attention_parallel(q, qo, k, ko, v, vo, mask, mo, out, lse, geo, scale, caus
 def _backward_item(t, q, qo, k, ko, v, vo, mask, mo, out, lse, g, dq, dk, dv, geo, scale, causal, has_mask,
                    zero):
     """Work item t = (batch, key/value head): it owns dk and dv of that head and dq of its G query heads, so
-    no two items write one element. Per block of keys and tile of four query rows: dV += P^T dO,
-    dS = P (dO V^T - D) scale, dQ += dS K, dK += dS^T Q, with D_i = dO_i . O_i; dK and dV of the block are
-    accumulated transposed."""
+    no two items write one element. Per block of keys and tile of query rows, with Qs = scale Q (the
+    forward's scores Qs K^T): dV += P^T dO, dS = P (dO V^T - D), dK += dS^T Qs, dQ += scale dS K, with
+    D_i = dO_i . O_i; dK and dV of the block are accumulated transposed across the tiles."""
     B, H, G, L, S, E, Ev = geo[0], geo[1], geo[2], geo[3], geo[4], geo[5], geo[6]
     Hkv = H // G
     b, hk = t // Hkv, t % Hkv
@@ -187,62 +171,57 @@ def _backward_item(t, q, qo, k, ko, v, vo, mask, mo, out, lse, g, dq, dk, dv, ge
         for i in range(L):
             row = (bh * L + i) * Ev
             d[h - hk * G, i] = dot_run(g[row:row + Ev], out[row:row + Ev], zero)
-    s, p, dp = np.empty((4, BK), out.dtype), np.empty((4, BK), out.dtype), np.empty((4, BK), out.dtype)
-    kt, vt = np.empty((E, BK), out.dtype), np.empty((Ev, BK), out.dtype)
-    dkt, dvt = np.empty((E, BK), out.dtype), np.empty((Ev, BK), out.dtype)
-    dqt = np.empty((4, E), out.dtype)
+    Ep, Evp = padded(E, out), padded(Ev, out)
+    qs, go, dqt = np.zeros((BQ, Ep), out.dtype), np.zeros((BQ, Evp), out.dtype), np.zeros((BQ, Ep), out.dtype)
+    kt, kp = np.zeros((E, BK), out.dtype), np.zeros((BK, Ep), out.dtype)
+    vt = np.zeros((Ev, BK), out.dtype)
+    dkt, dvt = np.zeros((Ep, BK), out.dtype), np.zeros((Evp, BK), out.dtype)
+    s, p, ds = np.zeros((BQ, BK), out.dtype), np.zeros((BQ, BK), out.dtype), np.zeros((BQ, BK), out.dtype)
     for j0 in range(0, S, BK):
         n = min(S, j0 + BK) - j0
-        _transpose_rows(k, kb, ko[3], j0, n, E, kt)
-        _transpose_rows(v, vb, vo[3], j0, n, Ev, vt)
+        _transpose_rows(k, kb + j0 * ko[3], ko[3], n, E, kt)
+        _copy_rows(k, kb + j0 * ko[3], ko[3], n, E, zero + 1, kp)
+        _transpose_rows(v, vb + j0 * vo[3], vo[3], n, Ev, vt)
         dkt[:] = zero
         dvt[:] = zero
         for h in range(hk * G, (hk + 1) * G):
             bh = b * H + h
             qb = qo[0] + b * qo[1] + h * qo[2]
             mb = mo[0] + b * mo[1] + h * mo[2]
-            for i0 in range(j0 if causal else 0, L, 4):   # (causal: rows before j0 see no key of the block)
-                rr = min(4, L - i0)
-                _scores(q, qb + i0 * qo[3], qo[3], rr, kt, n, E, s)
-                for r in range(4):
-                    i, pr = i0 + r, p[r]
-                    lse_i = lse[bh * L + i] if r < rr else -np.inf
+            for i0 in range(j0 if causal else 0, L, BQ):   # (causal: rows before j0 see no key of the block)
+                rows = min(L, i0 + BQ) - i0
+                rows4 = (rows + 3) // 4 * 4
+                _copy_rows(q, qb + i0 * qo[3], qo[3], rows, E, scale, qs)
+                _copy_rows(g, (bh * L + i0) * Ev, Ev, rows, Ev, zero + 1, go)
+                for r in range(rows, rows4):               # padding rows take no part in the sums over rows
+                    qs[r] = zero
+                    go[r] = zero
+                    p[r] = zero
+                s[:rows4] = zero
+                add_product(qs, 0, Ep, 1, rows4, kt, 0, BK, BK, E, s, 0, BK)
+                for r in range(rows):
+                    i, lse_i = i0 + r, lse[bh * L + i0 + r]
                     if lse_i == -np.inf:                   # a row no key takes part in has no gradient
-                        pr[:n] = zero
+                        p[r] = zero
                         continue
-                    sr = s[r]
-                    _finish_scores(sr, n, i + 1 - j0 if causal else n, mask, mb + i * mo[3] + j0 * mo[4], mo[4],
-                                   has_mask, scale)
-                    for jj in range(n):
-                        sr[jj] -= lse_i
-                    exp_run(sr[:n], pr[:n])
-                g0, g1, g2, g3 = _tile_rows((bh * L + i0) * Ev, Ev, rr)
-                for jj in range(n):
-                    dp[0, jj] = dp[1, jj] = dp[2, jj] = dp[3, jj] = 0
-                for c in range(Ev):
-                    x0, x1, x2, x3, row, drow = g[g0 + c], g[g1 + c], g[g2 + c], g[g3 + c], vt[c], dvt[c]
-                    for jj in range(n):
-                        w = row[jj]
-                        dp[0, jj] += x0 * w
-                        dp[1, jj] += x1 * w
-                        dp[2, jj] += x2 * w
-                        dp[3, jj] += x3 * w
-                        drow[jj] += x0 * p[0, jj] + x1 * p[1, jj] + x2 * p[2, jj] + x3 * p[3, jj]
-                for r in range(4):
-                    d_i = d[h - hk * G, min(i0 + r, L - 1)]
-                    for jj in range(n):
-                        dp[r, jj] = p[r, jj] * (dp[r, jj] - d_i) * scale   # now dS (0 where P is)
-                q0, q1, q2, q3 = _tile_rows(qb + i0 * qo[3], qo[3], rr)
-                for c in range(E):
-                    x0, x1, x2, x3, drow = q[q0 + c], q[q1 + c], q[q2 + c], q[q3 + c], dkt[c]
-                    for jj in range(n):
-                        drow[jj] += x0 * dp[0, jj] + x1 * dp[1, jj] + x2 * dp[2, jj] + x3 * dp[3, jj]
-                dqt[:] = zero                      # (a scratch tile: rows of dq itself may alias, which stops SIMD)
-                _add_products(dp, k, kb + j0 * ko[3], ko[3], n, E, dqt)
-                for r in range(rr):
+                    _finish_scores(s, r, n, i + 1 - j0 if causal else n, mask, mb + i * mo[3] + j0 * mo[4], mo[4],
+                                   has_mask)
+                    for jj in range(BK):
+                        p[r, jj] = exp_weight(s[r, jj] - lse_i)
+                ds[:rows4] = zero
+                add_product(go, 0, Evp, 1, rows4, vt, 0, BK, BK, Ev, ds, 0, BK)       # dP
+                for r in range(rows):
+                    d_i = d[h - hk * G, i0 + r]
+                    for jj in range(BK):
+                        ds[r, jj] = p[r, jj] * (ds[r, jj] - d_i)                      # now dS (0 where P is)
+                add_product(go, 0, 1, Evp, Evp, p, 0, BK, BK, rows4, dvt, 0, BK)
+                add_product(qs, 0, 1, Ep, Ep, ds, 0, BK, BK, rows4, dkt, 0, BK)
+                dqt[:rows4] = zero                 # (a scratch tile: rows of dq itself may alias, which stops SIMD)
+                add_product(ds, 0, BK, 1, rows4, kp, 0, Ep, Ep, n, dqt, 0, Ep)
+                for r in range(rows):
                     dqi, dqr = dq[(bh * L + i0 + r) * E:(bh * L + i0 + r + 1) * E], dqt[r]
                     for c in range(E):
-                        dqi[c] += dqr[c]
+                        dqi[c] += scale * dqr[c]
         for jj in range(n):
             dkj = dk[(t * S + j0 + jj) * E:(t * S + j0 + jj + 1) * E]
             dvj = dv[(t * S + j0 + jj) * Ev:(t * S + j0 + jj + 1) * Ev]
@@ -252,7 +231,7 @@ def _backward_item(t, q, qo, k, ko, v, vo, mask, mo, out, lse, g, dq, dk, dv, ge
                 dvj[c] = dvt[c, jj]
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, fastmath=_FASTMATH)
 def attention_backward_serial(q, qo, k, ko, v, vo, mask, mo, out, lse, g, dq, dk, dv, geo, scale, causal, has_mask,
                               items):
     zero = out.dtype.type(0)
@@ -260,7 +239,7 @@ def attention_backward_serial(q, qo, k, ko, v, vo, mask, mo, out, lse, g, dq, dk
         _backward_item(t, q, qo, k, ko, v, vo, mask, mo, out, lse, g, dq, dk, dv, geo, scale, causal, has_mask, zero)
 
 
-@njit(cache=True, nogil=True, parallel=True)
+@njit(cache=True, nogil=True, parallel=True, fastmath=_FASTMATH)
 def attention_backward_parallel(q, qo, k, ko, v, vo, mask, mo, out, lse, g, dq, dk, dv, geo, scale, causal,
                                 has_mask, items):
     zero = out.dtype.type(0)
