@@ -4,7 +4,7 @@ import numpy as np
 
 from ... import kernels
 from ..checks import attention_geometry
-from .jit.attention import (BQ, attention_backward_parallel, attention_backward_serial, attention_parallel,
+from .jit.attention import (SPAN, attention_backward_parallel, attention_backward_serial, attention_parallel,
                             attention_serial)
 from .strided import launch
 
@@ -37,7 +37,7 @@ def attention(q, ql, k, kl, v, vl, mask, ml, out, lse, scale, causal):
     rows = B * H * L
     geo, operands, has_mask = _operands("attention", q, ql, k, kl, v, vl, mask, ml,
                                         (("out", out, rows * vl.shape[3]), ("lse", lse, rows)))
-    items = B * H * ((L + BQ - 1) // BQ)
+    items = B * H * ((L + SPAN - 1) // SPAN)
     launch(attention_serial, attention_parallel, _work(geo), *operands, out, lse, np.array(geo, np.int64),
            q.dtype.type(scale), bool(causal), has_mask, items)
 

@@ -5,10 +5,10 @@ updates the row's running max ``m``, its running sum ``l`` of exp(score - m) and
 output, rescaling both by exp(m_old - m_new) when the max grows; it saves only the row's log-sum-exp
 ``m + log(l)``. The backward recomputes each score and its weight exp(score - lse) from that.
 
-Both work on tiles of BQ query rows against blocks of BK keys copied into small scratch arrays (the
-scale folded into the query rows, keys transposed, widths padded to whole micro-tiles), so that every
-product is one register-blocked ``add_product``; the weights of a tile stay in their own scratch
-block between the softmax and the products that use them.
+Both work on tiles of BQ query rows against blocks of BK keys; q and the gradient g are read in place,
+keys are copied transposed (times the scale) and values (and, in the backward, keys) with rows padded to
+whole micro-tiles, once per work item, so that every product is one register-blocked ``add_product``.
+The weights of a tile stay in their own scratch block between the softmax and the products that use them.
 
 Geometry ``geo`` = (B, H, G, L, S, E, Ev): batch, query heads, query heads per key/value head
 (grouped-query attention), query and key lengths, head dims of query/key and of value. Each of
@@ -21,11 +21,13 @@ import math
 import numpy as np
 from numba import njit, prange
 
+from .simd import lanes, largest, load, maximum
 from .tile_product import add_product, padded
 from .vector_math import dot_run, exp_weight
 
-BQ = 64   # query rows per tile (a multiple of 4)
-BK = 64   # keys per block: its rows of k and v stay in the L1 cache across the rows of a tile
+BQ = 64      # query rows per tile
+SPAN = 256   # query rows per forward work item, which copies the keys and values it needs once
+BK = 64      # keys per block: its rows of k and v stay in the L1 cache across the rows of a tile
 # the sums of a row's weights and its max split into vector lanes, and multiply-adds fuse; NaN and inf keep
 # their meaning
 _FASTMATH = {"reassoc", "contract"}
@@ -42,13 +44,13 @@ def _copy_rows(x, base, stride, n, cols, factor, xs):
 
 
 @njit(inline="always")
-def _transpose_rows(x, base, stride, n, cols, xt):
-    """xt[c, r] = element c of row r < n of x: a block of keys or values laid out so that a product's
-    columns run over the block's keys."""
+def _transpose_rows(x, base, stride, n, cols, factor, xt):
+    """xt[c, r] = factor * element c of row r < n of x: a block of keys or values laid out so that a
+    product's columns run over the block's keys."""
     for r in range(n):
         p = base + r * stride
         for c in range(cols):
-            xt[c, r] = x[p + c]
+            xt[c, r] = x[p + c] * factor
 
 
 @njit(inline="always")
@@ -64,78 +66,88 @@ def _finish_scores(s, r, n, visible, mask, mp, mstride, has_mask):
 
 @njit(inline="always")
 def _row_max(s, r):
-    """Largest score of row r; nan if the row has a nan and nothing above -inf (elsewhere a nan score
-    makes its weight, and so the row's sum and output, nan)."""
-    m = s.dtype.type(-np.inf)         # (of s's dtype: a float64 max would turn the weights' loop into float64)
-    for jj in range(BK):
-        x = s[r, jj]
-        m = x if x > m else m
-    if m == -np.inf:
+    """Largest score of row r, by whole vectors (LLVM turns a loop of scalar maxima into one serial chain);
+    nan if the row has a nan and nothing above -inf (elsewhere a nan score makes its weight, and so the
+    row's sum and output, nan)."""
+    w = lanes(s)
+    m = load(s, r * BK)
+    for jj in range(w, BK, w):
+        m = maximum(load(s, r * BK + jj), m)
+    top = largest(m)
+    if top == -np.inf:
         for jj in range(BK):
             if s[r, jj] != s[r, jj]:
                 return s[r, jj]
-    return m
+    return top
 
 
 @njit(inline="always")
 def _forward_item(t, q, qo, k, ko, v, vo, mask, mo, out, lse, geo, scale, causal, has_mask, zero):
+    """Work item t = (batch, head, SPAN query rows): the scores Q (scale K)^T of a tile of rows against a
+    block of keys, their online softmax, and P V added to the tile's output."""
     B, H, G, L, S, E, Ev = geo[0], geo[1], geo[2], geo[3], geo[4], geo[5], geo[6]
-    blocks = (L + BQ - 1) // BQ
-    bh, i0 = t // blocks, (t % blocks) * BQ
+    spans = (L + SPAN - 1) // SPAN
+    bh, start = t // spans, (t % spans) * SPAN
     b, h = bh // H, bh % H
-    rows = min(L, i0 + BQ) - i0
-    rows4 = (rows + 3) // 4 * 4
+    end = min(L, start + SPAN)
+    qb = qo[0] + b * qo[1] + h * qo[2]
     kb = ko[0] + b * ko[1] + (h // G) * ko[2]
     vb = vo[0] + b * vo[1] + (h // G) * vo[2]
     mb = mo[0] + b * mo[1] + h * mo[2]
-    Ep, Evp = padded(E, out), padded(Ev, out)
-    qs = np.zeros((BQ, Ep), out.dtype)
-    kt, vp = np.zeros((E, BK), out.dtype), np.zeros((BK, Evp), out.dtype)
+    Evp = padded(Ev, out)
+    kend = min(S, end) if causal else S
+    blocks = (kend + BK - 1) // BK
+    kt, vp = np.zeros((blocks, E, BK), out.dtype), np.zeros((blocks * BK, Evp), out.dtype)
+    for jb in range(blocks):
+        n = min(kend, (jb + 1) * BK) - jb * BK
+        _transpose_rows(k, kb + jb * BK * ko[3], ko[3], n, E, scale, kt[jb])
+    _copy_rows(v, vb, vo[3], kend, Ev, zero + 1, vp)
     s, p = np.empty((BQ, BK), out.dtype), np.zeros((BQ, BK), out.dtype)
-    acc = np.zeros((BQ, Evp), out.dtype)
-    run_max = np.full(BQ, -np.inf, out.dtype)
-    run_sum = np.zeros(BQ, out.dtype)
-    _copy_rows(q, qo[0] + b * qo[1] + h * qo[2] + i0 * qo[3], qo[3], rows, E, scale, qs)
-    kend = min(S, i0 + rows) if causal else S
-    for j0 in range(0, kend, BK):
-        n = min(kend, j0 + BK) - j0
-        _transpose_rows(k, kb + j0 * ko[3], ko[3], n, E, kt)
-        _copy_rows(v, vb + j0 * vo[3], vo[3], n, Ev, zero + 1, vp)
-        s[:rows4] = zero
-        add_product(qs, 0, Ep, 1, rows4, kt, 0, BK, BK, E, s, 0, BK)
+    acc = np.empty((BQ, Evp), out.dtype)
+    run_max, run_sum = np.empty(BQ, out.dtype), np.empty(BQ, out.dtype)
+    for i0 in range(start, end, BQ):
+        rows = min(end, i0 + BQ) - i0
+        acc[:] = zero
+        run_max[:] = -np.inf
+        run_sum[:] = zero
+        for j0 in range(0, min(S, i0 + rows) if causal else S, BK):
+            n = min(kend, j0 + BK) - j0
+            s[:rows] = zero
+            add_product(q, qb + i0 * qo[3], qo[3], 1, rows, kt, j0 * E, BK, BK, E, s, 0, BK)
+            for r in range(rows):
+                i = i0 + r
+                _finish_scores(s, r, n, i + 1 - j0 if causal else n, mask, mb + i * mo[3] + j0 * mo[4], mo[4],
+                               has_mask)
+                m_old, block_max = run_max[r], _row_max(s, r)
+                m_new = block_max if block_max > m_old or block_max != block_max else m_old
+                if m_new == -np.inf:                   # every key so far masked out
+                    p[r] = zero
+                    continue
+                total = zero
+                for jj in range(BK):
+                    w = exp_weight(s[r, jj] - m_new)
+                    p[r, jj] = w
+                    total += w
+                if m_new != m_old:
+                    alpha = math.exp(m_old - m_new)
+                    run_sum[r] *= alpha
+                    for e in range(Ev):
+                        acc[r, e] *= alpha
+                run_max[r] = m_new
+                run_sum[r] += total
+            add_product(p, 0, BK, 1, rows, vp, j0 * Evp, Evp, Evp, n, acc, 0, Evp)
         for r in range(rows):
-            i = i0 + r
-            _finish_scores(s, r, n, i + 1 - j0 if causal else n, mask, mb + i * mo[3] + j0 * mo[4], mo[4], has_mask)
-            m_old, block_max = run_max[r], _row_max(s, r)
-            m_new = block_max if block_max > m_old or block_max != block_max else m_old
-            if m_new == -np.inf:                   # every key so far masked out
-                p[r] = zero
-                continue
-            total = zero
-            for jj in range(BK):
-                w = exp_weight(s[r, jj] - m_new)
-                p[r, jj] = w
-                total += w
-            if m_new != m_old:
-                alpha = math.exp(m_old - m_new)
-                run_sum[r] *= alpha
+            row = bh * L + i0 + r
+            o = out[row * Ev:(row + 1) * Ev]
+            if run_sum[r] == 0:                        # no key may take part: zeros, as the unfused path
+                lse[row] = -np.inf
                 for e in range(Ev):
-                    acc[r, e] *= alpha
-            run_max[r] = m_new
-            run_sum[r] += total
-        add_product(p, 0, BK, 1, rows4, vp, 0, Evp, Evp, n, acc, 0, Evp)
-    for r in range(rows):
-        row = bh * L + i0 + r
-        o = out[row * Ev:(row + 1) * Ev]
-        if run_sum[r] == 0:                            # no key may take part: zeros, as the unfused path
-            lse[row] = -np.inf
-            for e in range(Ev):
-                o[e] = zero
-        else:
-            lse[row] = run_max[r] + math.log(run_sum[r])
-            inv = 1 / run_sum[r]
-            for e in range(Ev):
-                o[e] = acc[r, e] * inv
+                    o[e] = zero
+            else:
+                lse[row] = run_max[r] + math.log(run_sum[r])
+                inv = 1 / run_sum[r]
+                for e in range(Ev):
+                    o[e] = acc[r, e] * inv
 
 
 @njit(cache=True, nogil=True, fastmath=_FASTMATH)
@@ -156,8 +168,8 @@ def attention_parallel(q, qo, k, ko, v, vo, mask, mo, out, lse, geo, scale, caus
 def _backward_item(t, q, qo, k, ko, v, vo, mask, mo, out, lse, g, dq, dk, dv, geo, scale, causal, has_mask,
                    zero):
     """Work item t = (batch, key/value head): it owns dk and dv of that head and dq of its G query heads, so
-    no two items write one element. Per block of keys and tile of query rows, with Qs = scale Q (the
-    forward's scores Qs K^T): dV += P^T dO, dS = P (dO V^T - D), dK += dS^T Qs, dQ += scale dS K, with
+    no two items write one element. Per block of keys and tile of query rows, with the forward's scores
+    Q (scale K)^T: dV += P^T dO, dS = P (dO V^T - D), dK += scale dS^T Q, dQ += scale dS K, with
     D_i = dO_i . O_i; dK and dV of the block are accumulated transposed across the tiles."""
     B, H, G, L, S, E, Ev = geo[0], geo[1], geo[2], geo[3], geo[4], geo[5], geo[6]
     Hkv = H // G
@@ -171,17 +183,17 @@ def _backward_item(t, q, qo, k, ko, v, vo, mask, mo, out, lse, g, dq, dk, dv, ge
         for i in range(L):
             row = (bh * L + i) * Ev
             d[h - hk * G, i] = dot_run(g[row:row + Ev], out[row:row + Ev], zero)
-    Ep, Evp = padded(E, out), padded(Ev, out)
-    qs, go, dqt = np.zeros((BQ, Ep), out.dtype), np.zeros((BQ, Evp), out.dtype), np.zeros((BQ, Ep), out.dtype)
+    Ep = padded(E, out)
     kt, kp = np.zeros((E, BK), out.dtype), np.zeros((BK, Ep), out.dtype)
     vt = np.zeros((Ev, BK), out.dtype)
-    dkt, dvt = np.zeros((Ep, BK), out.dtype), np.zeros((Evp, BK), out.dtype)
-    s, p, ds = np.zeros((BQ, BK), out.dtype), np.zeros((BQ, BK), out.dtype), np.zeros((BQ, BK), out.dtype)
+    dkt, dvt = np.empty((E, BK), out.dtype), np.empty((Ev, BK), out.dtype)
+    s, p, ds = np.empty((BQ, BK), out.dtype), np.zeros((BQ, BK), out.dtype), np.empty((BQ, BK), out.dtype)
+    dqt = np.empty((BQ, Ep), out.dtype)
     for j0 in range(0, S, BK):
         n = min(S, j0 + BK) - j0
-        _transpose_rows(k, kb + j0 * ko[3], ko[3], n, E, kt)
+        _transpose_rows(k, kb + j0 * ko[3], ko[3], n, E, scale, kt)
         _copy_rows(k, kb + j0 * ko[3], ko[3], n, E, zero + 1, kp)
-        _transpose_rows(v, vb + j0 * vo[3], vo[3], n, Ev, vt)
+        _transpose_rows(v, vb + j0 * vo[3], vo[3], n, Ev, zero + 1, vt)
         dkt[:] = zero
         dvt[:] = zero
         for h in range(hk * G, (hk + 1) * G):
@@ -190,15 +202,9 @@ def _backward_item(t, q, qo, k, ko, v, vo, mask, mo, out, lse, g, dq, dk, dv, ge
             mb = mo[0] + b * mo[1] + h * mo[2]
             for i0 in range(j0 if causal else 0, L, BQ):   # (causal: rows before j0 see no key of the block)
                 rows = min(L, i0 + BQ) - i0
-                rows4 = (rows + 3) // 4 * 4
-                _copy_rows(q, qb + i0 * qo[3], qo[3], rows, E, scale, qs)
-                _copy_rows(g, (bh * L + i0) * Ev, Ev, rows, Ev, zero + 1, go)
-                for r in range(rows, rows4):               # padding rows take no part in the sums over rows
-                    qs[r] = zero
-                    go[r] = zero
-                    p[r] = zero
-                s[:rows4] = zero
-                add_product(qs, 0, Ep, 1, rows4, kt, 0, BK, BK, E, s, 0, BK)
+                qp, gp = qb + i0 * qo[3], (bh * L + i0) * Ev
+                s[:rows] = zero
+                add_product(q, qp, qo[3], 1, rows, kt, 0, BK, BK, E, s, 0, BK)
                 for r in range(rows):
                     i, lse_i = i0 + r, lse[bh * L + i0 + r]
                     if lse_i == -np.inf:                   # a row no key takes part in has no gradient
@@ -208,16 +214,16 @@ def _backward_item(t, q, qo, k, ko, v, vo, mask, mo, out, lse, g, dq, dk, dv, ge
                                    has_mask)
                     for jj in range(BK):
                         p[r, jj] = exp_weight(s[r, jj] - lse_i)
-                ds[:rows4] = zero
-                add_product(go, 0, Evp, 1, rows4, vt, 0, BK, BK, Ev, ds, 0, BK)       # dP
+                ds[:rows] = zero
+                add_product(g, gp, Ev, 1, rows, vt, 0, BK, BK, Ev, ds, 0, BK)          # dP
                 for r in range(rows):
                     d_i = d[h - hk * G, i0 + r]
                     for jj in range(BK):
                         ds[r, jj] = p[r, jj] * (ds[r, jj] - d_i)                      # now dS (0 where P is)
-                add_product(go, 0, 1, Evp, Evp, p, 0, BK, BK, rows4, dvt, 0, BK)
-                add_product(qs, 0, 1, Ep, Ep, ds, 0, BK, BK, rows4, dkt, 0, BK)
-                dqt[:rows4] = zero                 # (a scratch tile: rows of dq itself may alias, which stops SIMD)
-                add_product(ds, 0, BK, 1, rows4, kp, 0, Ep, Ep, n, dqt, 0, Ep)
+                add_product(g, gp, 1, Ev, Ev, p, 0, BK, BK, rows, dvt, 0, BK)
+                add_product(q, qp, 1, qo[3], E, ds, 0, BK, BK, rows, dkt, 0, BK)
+                dqt[:rows] = zero                 # (a scratch tile: rows of dq itself may alias, which stops SIMD)
+                add_product(ds, 0, BK, 1, rows, kp, 0, Ep, Ep, n, dqt, 0, Ep)
                 for r in range(rows):
                     dqi, dqr = dq[(bh * L + i0 + r) * E:(bh * L + i0 + r + 1) * E], dqt[r]
                     for c in range(E):
@@ -226,7 +232,7 @@ def _backward_item(t, q, qo, k, ko, v, vo, mask, mo, out, lse, g, dq, dk, dv, ge
             dkj = dk[(t * S + j0 + jj) * E:(t * S + j0 + jj + 1) * E]
             dvj = dv[(t * S + j0 + jj) * Ev:(t * S + j0 + jj + 1) * Ev]
             for c in range(E):
-                dkj[c] = dkt[c, jj]
+                dkj[c] = scale * dkt[c, jj]
             for c in range(Ev):
                 dvj[c] = dvt[c, jj]
 

@@ -100,6 +100,29 @@ def _add(typingctx, a, b):
 
 
 @intrinsic
+def _maximum(typingctx, a, b):
+    if not (isinstance(a, Vec) and a == b):
+        return None
+
+    def codegen(context, builder, sig, args):
+        return builder.select(builder.fcmp_ordered(">", args[0], args[1]), args[0], args[1])
+    return a(a, a), codegen
+
+
+@intrinsic
+def _largest(typingctx, a):
+    if not isinstance(a, Vec):
+        return None
+
+    def codegen(context, builder, sig, args):
+        ty = context.get_value_type(a)
+        name = f"llvm.vector.reduce.fmax.v{a.lanes}f{a.dtype.bitwidth}"
+        function = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ty.element, [ty]), name)
+        return builder.call(function, args)
+    return a.dtype(a), codegen
+
+
+@intrinsic
 def _zeros(typingctx, x):
     if not _contiguous_float(x):
         return None
@@ -136,6 +159,16 @@ def add(a, b):
     return a + b
 
 
+def maximum(a, b):
+    """Lanewise a if a > b else b (b where either is nan)."""
+    return np.where(a > b, a, b)
+
+
+def largest(a):
+    """The largest lane of a, nan lanes left out."""
+    return np.fmax.reduce(a)
+
+
 def zeros(x):
     """A vector of zeros of ``x``'s dtype."""
     return np.zeros(lanes(x), x.dtype)
@@ -152,4 +185,6 @@ overload(store)(lambda x, i, v: lambda x, i, v: _store(x, i, v))
 overload(splat)(lambda x, i: lambda x, i: _splat(x, i))
 overload(fma)(lambda a, b, c: lambda a, b, c: _fma(a, b, c))
 overload(add)(lambda a, b: lambda a, b: _add(a, b))
+overload(maximum)(lambda a, b: lambda a, b: _maximum(a, b))
+overload(largest)(lambda a: lambda a: _largest(a))
 overload(zeros)(lambda x: lambda x: _zeros(x))
