@@ -7,7 +7,7 @@ output, rescaling both by exp(m_old - m_new) when the max grows; it saves only t
 
 Both work on tiles of BQ query rows against blocks of BK keys; q and the gradient g are read in place,
 keys are copied transposed (times the scale) and values (and, in the backward, keys) with rows padded to
-whole micro-tiles, once per work item, so that every product is one register-blocked ``add_product``.
+whole micro-tiles, once per work item, so that every product is one register-blocked ``product``.
 The weights of a tile stay in their own scratch block between the softmax and the products that use them.
 
 Geometry ``geo`` = (B, H, G, L, S, E, Ev): batch, query heads, query heads per key/value head
@@ -22,7 +22,7 @@ import numpy as np
 from numba import njit, prange
 
 from .simd import lanes, largest, load, maximum
-from .tile_product import add_product, padded
+from .tile_product import padded, product
 from .vector_math import dot_run, exp_weight
 
 BQ = 64      # query rows per tile
@@ -112,8 +112,7 @@ def _forward_item(t, q, qo, k, ko, v, vo, mask, mo, out, lse, geo, scale, causal
         run_sum[:] = zero
         for j0 in range(0, min(S, i0 + rows) if causal else S, BK):
             n = min(kend, j0 + BK) - j0
-            s[:rows] = zero
-            add_product(q, qb + i0 * qo[3], qo[3], 1, rows, kt, j0 * E, BK, BK, E, s, 0, BK)
+            product(q, qb + i0 * qo[3], qo[3], 1, rows, kt, j0 * E, BK, BK, E, s, 0, BK, False)
             for r in range(rows):
                 i = i0 + r
                 _finish_scores(s, r, n, i + 1 - j0 if causal else n, mask, mb + i * mo[3] + j0 * mo[4], mo[4],
@@ -135,7 +134,7 @@ def _forward_item(t, q, qo, k, ko, v, vo, mask, mo, out, lse, geo, scale, causal
                         acc[r, e] *= alpha
                 run_max[r] = m_new
                 run_sum[r] += total
-            add_product(p, 0, BK, 1, rows, vp, j0 * Evp, Evp, Evp, n, acc, 0, Evp)
+            product(p, 0, BK, 1, rows, vp, j0 * Evp, Evp, Evp, n, acc, 0, Evp, True)
         for r in range(rows):
             row = bh * L + i0 + r
             o = out[row * Ev:(row + 1) * Ev]
@@ -179,7 +178,6 @@ def _backward_item(t, q, qo, k, ko, v, vo, mask, mo, out, lse, g, dq, dk, dv, ge
     d = np.empty((G, L), out.dtype)
     for h in range(hk * G, (hk + 1) * G):
         bh = b * H + h
-        dq[bh * L * E:(bh + 1) * L * E] = zero
         for i in range(L):
             row = (bh * L + i) * Ev
             d[h - hk * G, i] = dot_run(g[row:row + Ev], out[row:row + Ev], zero)
@@ -188,7 +186,7 @@ def _backward_item(t, q, qo, k, ko, v, vo, mask, mo, out, lse, g, dq, dk, dv, ge
     vt = np.zeros((Ev, BK), out.dtype)
     dkt, dvt = np.empty((E, BK), out.dtype), np.empty((Ev, BK), out.dtype)
     s, p, ds = np.empty((BQ, BK), out.dtype), np.zeros((BQ, BK), out.dtype), np.empty((BQ, BK), out.dtype)
-    dqt = np.empty((BQ, Ep), out.dtype)
+    dqs = np.zeros((G, L, Ep), out.dtype)      # dQ / scale of the G heads (dq's rows themselves are not padded)
     for j0 in range(0, S, BK):
         n = min(S, j0 + BK) - j0
         _transpose_rows(k, kb + j0 * ko[3], ko[3], n, E, scale, kt)
@@ -203,8 +201,7 @@ def _backward_item(t, q, qo, k, ko, v, vo, mask, mo, out, lse, g, dq, dk, dv, ge
             for i0 in range(j0 if causal else 0, L, BQ):   # (causal: rows before j0 see no key of the block)
                 rows = min(L, i0 + BQ) - i0
                 qp, gp = qb + i0 * qo[3], (bh * L + i0) * Ev
-                s[:rows] = zero
-                add_product(q, qp, qo[3], 1, rows, kt, 0, BK, BK, E, s, 0, BK)
+                product(q, qp, qo[3], 1, rows, kt, 0, BK, BK, E, s, 0, BK, False)
                 for r in range(rows):
                     i, lse_i = i0 + r, lse[bh * L + i0 + r]
                     if lse_i == -np.inf:                   # a row no key takes part in has no gradient
@@ -214,20 +211,14 @@ def _backward_item(t, q, qo, k, ko, v, vo, mask, mo, out, lse, g, dq, dk, dv, ge
                                    has_mask)
                     for jj in range(BK):
                         p[r, jj] = exp_weight(s[r, jj] - lse_i)
-                ds[:rows] = zero
-                add_product(g, gp, Ev, 1, rows, vt, 0, BK, BK, Ev, ds, 0, BK)          # dP
+                product(g, gp, Ev, 1, rows, vt, 0, BK, BK, Ev, ds, 0, BK, False)      # dP
                 for r in range(rows):
                     d_i = d[h - hk * G, i0 + r]
                     for jj in range(BK):
                         ds[r, jj] = p[r, jj] * (ds[r, jj] - d_i)                      # now dS (0 where P is)
-                add_product(g, gp, 1, Ev, Ev, p, 0, BK, BK, rows, dvt, 0, BK)
-                add_product(q, qp, 1, qo[3], E, ds, 0, BK, BK, rows, dkt, 0, BK)
-                dqt[:rows] = zero                 # (a scratch tile: rows of dq itself may alias, which stops SIMD)
-                add_product(ds, 0, BK, 1, rows, kp, 0, Ep, Ep, n, dqt, 0, Ep)
-                for r in range(rows):
-                    dqi, dqr = dq[(bh * L + i0 + r) * E:(bh * L + i0 + r + 1) * E], dqt[r]
-                    for c in range(E):
-                        dqi[c] += scale * dqr[c]
+                product(g, gp, 1, Ev, Ev, p, 0, BK, BK, rows, dvt, 0, BK, True)
+                product(q, qp, 1, qo[3], E, ds, 0, BK, BK, rows, dkt, 0, BK, True)
+                product(ds, 0, BK, 1, rows, kp, 0, Ep, Ep, n, dqs, ((h - hk * G) * L + i0) * Ep, Ep, True)
         for jj in range(n):
             dkj = dk[(t * S + j0 + jj) * E:(t * S + j0 + jj + 1) * E]
             dvj = dv[(t * S + j0 + jj) * Ev:(t * S + j0 + jj + 1) * Ev]
@@ -235,6 +226,11 @@ def _backward_item(t, q, qo, k, ko, v, vo, mask, mo, out, lse, g, dq, dk, dv, ge
                 dkj[c] = scale * dkt[c, jj]
             for c in range(Ev):
                 dvj[c] = dvt[c, jj]
+    for h in range(hk * G, (hk + 1) * G):
+        for i in range(L):
+            dqi = dq[((b * H + h) * L + i) * E:((b * H + h) * L + i + 1) * E]
+            for c in range(E):
+                dqi[c] = scale * dqs[h - hk * G, i, c]
 
 
 @njit(cache=True, nogil=True, fastmath=_FASTMATH)
