@@ -10,12 +10,19 @@ Geometry ``geo`` = (B, H, G, L, S, E, Ev): batch, query heads, query heads per k
 q, k, v is addressed by (offset, batch stride, head stride, row stride) with unit stride along the
 head dim; the additive mask by (offset, batch, head, row, column strides), any of them 0 when
 broadcast. out, lse, g, dq, dk, dv are packed. ``causal``: query i sees keys 0..i (upper-left).
+
+Dropout (``drop`` = (p, seed, offset); p = 0: none) keeps weight (i, j) of head bh when draw
+(bh * L + i) * S + j of the generator at (seed, offset) is below 1 - p (in the compute dtype) — the draw
+``F.dropout`` makes over the whole (B, H, L, S) weights — and scales it by 1 / (1 - p). The softmax's sum
+runs over the weights before dropout; the backward uses dV = (P Z)^T dO and dS = P (Z dP - D) scale,
+Z the kept elements' factor, D_i = dO_i . O_i as without dropout.
 """
 import math
 
 import numpy as np
 from numba import njit, prange
 
+from .random import unit_draw
 from .vector_math import dot_run, exp_run, sum_run
 
 BQ = 32   # query rows per forward work item
@@ -86,7 +93,24 @@ def _finish_scores(sr, n, visible, mask, mp, mstride, has_mask, scale):
 
 
 @njit(inline="always")
-def _forward_item(t, q, qo, k, ko, v, vo, mask, mo, out, lse, geo, scale, causal, has_mask, zero):
+def _dropout_terms(p, out):
+    """(threshold a uniform draw must stay below, the kept weights' factor) for dropout probability p, as
+    ``F.dropout`` compares and scales: 1 - p rounded to the dtype, 1 / (1 - p) in it."""
+    if out.itemsize == 4:
+        return np.float64(np.float32(1.0 - p)), np.float32(1.0 / (1.0 - p))
+    return 1.0 - p, 1.0 / (1.0 - p)
+
+
+@njit(inline="always")
+def _dropout_factors(z, n, seed, offset, first, keep_below, rescale, zero):
+    """z[:n] = rescale where draw first + jj is kept, else 0."""
+    wide = z.itemsize == 8
+    for jj in range(n):
+        z[jj] = rescale if unit_draw(seed, offset, first + jj, wide) < keep_below else zero
+
+
+@njit(inline="always")
+def _forward_item(t, q, qo, k, ko, v, vo, mask, mo, out, lse, geo, scale, causal, has_mask, drop, zero):
     B, H, G, L, S, E, Ev = geo[0], geo[1], geo[2], geo[3], geo[4], geo[5], geo[6]
     blocks = (L + BQ - 1) // BQ
     bh, i0 = t // blocks, (t % blocks) * BQ
@@ -102,6 +126,9 @@ def _forward_item(t, q, qo, k, ko, v, vo, mask, mo, out, lse, geo, scale, causal
     acc = np.zeros((BQ, Ev), out.dtype)
     s, p = np.empty((4, BK), out.dtype), np.zeros((4, BK), out.dtype)
     kt = np.empty((E, BK), out.dtype)
+    z = np.empty(BK, out.dtype)
+    p_drop, seed, offset = drop
+    keep_below, rescale = _dropout_terms(p_drop, out)
     kend = min(S, i1) if causal else S
     for j0 in range(0, kend, BK):
         n = min(kend, j0 + BK) - j0
@@ -139,6 +166,10 @@ def _forward_item(t, q, qo, k, ko, v, vo, mask, mo, out, lse, geo, scale, causal
                         a[e] *= alpha
                 run_max[r0 + r] = m_new
                 run_sum[r0 + r] += sum_run(pr[:n], zero)
+                if p_drop > 0:
+                    _dropout_factors(z, n, seed, offset, (bh * L + i) * S + j0, keep_below, rescale, zero)
+                    for jj in range(n):
+                        pr[jj] *= z[jj]
             _add_products(p, v, vb + j0 * vo[3], vo[3], n, Ev, acc[r0:r0 + 4])     # (BQ is a multiple of 4)
     for r in range(rows):
         row = bh * L + i0 + r
@@ -155,22 +186,22 @@ def _forward_item(t, q, qo, k, ko, v, vo, mask, mo, out, lse, geo, scale, causal
 
 
 @njit(cache=True, nogil=True)
-def attention_serial(q, qo, k, ko, v, vo, mask, mo, out, lse, geo, scale, causal, has_mask, items):
+def attention_serial(q, qo, k, ko, v, vo, mask, mo, out, lse, geo, scale, causal, has_mask, drop, items):
     zero = out.dtype.type(0)
     for t in range(items):
-        _forward_item(t, q, qo, k, ko, v, vo, mask, mo, out, lse, geo, scale, causal, has_mask, zero)
+        _forward_item(t, q, qo, k, ko, v, vo, mask, mo, out, lse, geo, scale, causal, has_mask, drop, zero)
 
 
 @njit(cache=True, nogil=True, parallel=True)
-def attention_parallel(q, qo, k, ko, v, vo, mask, mo, out, lse, geo, scale, causal, has_mask, items):
+def attention_parallel(q, qo, k, ko, v, vo, mask, mo, out, lse, geo, scale, causal, has_mask, drop, items):
     zero = out.dtype.type(0)
     for t in prange(items):
-        _forward_item(t, q, qo, k, ko, v, vo, mask, mo, out, lse, geo, scale, causal, has_mask, zero)
+        _forward_item(t, q, qo, k, ko, v, vo, mask, mo, out, lse, geo, scale, causal, has_mask, drop, zero)
 
 
 @njit(inline="always")
 def _backward_item(t, q, qo, k, ko, v, vo, mask, mo, out, lse, g, dq, dk, dv, geo, scale, causal, has_mask,
-                   zero):
+                   drop, zero):
     """Work item t = (batch, key/value head): it owns dk and dv of that head and dq of its G query heads, so
     no two items write one element. Per block of keys and tile of four query rows: dV += P^T dO,
     dS = P (dO V^T - D) scale, dQ += dS K, dK += dS^T Q, with D_i = dO_i . O_i; dK and dV of the block are
@@ -191,6 +222,10 @@ def _backward_item(t, q, qo, k, ko, v, vo, mask, mo, out, lse, g, dq, dk, dv, ge
     kt, vt = np.empty((E, BK), out.dtype), np.empty((Ev, BK), out.dtype)
     dkt, dvt = np.empty((E, BK), out.dtype), np.empty((Ev, BK), out.dtype)
     dqt = np.empty((4, E), out.dtype)
+    z, pz = np.empty((4, BK), out.dtype), np.empty((4, BK), out.dtype)
+    p_drop, seed, offset = drop
+    keep_below, rescale = _dropout_terms(p_drop, out)
+    kept = pz if p_drop > 0 else p        # the weights after dropout, which dV takes
     for j0 in range(0, S, BK):
         n = min(S, j0 + BK) - j0
         _transpose_rows(k, kb, ko[3], j0, n, E, kt)
@@ -216,6 +251,12 @@ def _backward_item(t, q, qo, k, ko, v, vo, mask, mo, out, lse, g, dq, dk, dv, ge
                     for jj in range(n):
                         sr[jj] -= lse_i
                     exp_run(sr[:n], pr[:n])
+                if p_drop > 0:
+                    for r in range(4):
+                        _dropout_factors(z[r], n, seed, offset, (bh * L + min(i0 + r, L - 1)) * S + j0, keep_below,
+                                         rescale, zero)
+                        for jj in range(n):
+                            pz[r, jj] = p[r, jj] * z[r, jj]
                 g0, g1, g2, g3 = _tile_rows((bh * L + i0) * Ev, Ev, rr)
                 for jj in range(n):
                     dp[0, jj] = dp[1, jj] = dp[2, jj] = dp[3, jj] = 0
@@ -227,9 +268,12 @@ def _backward_item(t, q, qo, k, ko, v, vo, mask, mo, out, lse, g, dq, dk, dv, ge
                         dp[1, jj] += x1 * w
                         dp[2, jj] += x2 * w
                         dp[3, jj] += x3 * w
-                        drow[jj] += x0 * p[0, jj] + x1 * p[1, jj] + x2 * p[2, jj] + x3 * p[3, jj]
+                        drow[jj] += x0 * kept[0, jj] + x1 * kept[1, jj] + x2 * kept[2, jj] + x3 * kept[3, jj]
                 for r in range(4):
                     d_i = d[h - hk * G, min(i0 + r, L - 1)]
+                    if p_drop > 0:
+                        for jj in range(n):
+                            dp[r, jj] *= z[r, jj]
                     for jj in range(n):
                         dp[r, jj] = p[r, jj] * (dp[r, jj] - d_i) * scale   # now dS (0 where P is)
                 q0, q1, q2, q3 = _tile_rows(qb + i0 * qo[3], qo[3], rr)
@@ -254,15 +298,17 @@ def _backward_item(t, q, qo, k, ko, v, vo, mask, mo, out, lse, g, dq, dk, dv, ge
 
 @njit(cache=True, nogil=True)
 def attention_backward_serial(q, qo, k, ko, v, vo, mask, mo, out, lse, g, dq, dk, dv, geo, scale, causal, has_mask,
-                              items):
+                              drop, items):
     zero = out.dtype.type(0)
     for t in range(items):
-        _backward_item(t, q, qo, k, ko, v, vo, mask, mo, out, lse, g, dq, dk, dv, geo, scale, causal, has_mask, zero)
+        _backward_item(t, q, qo, k, ko, v, vo, mask, mo, out, lse, g, dq, dk, dv, geo, scale, causal, has_mask, drop,
+                       zero)
 
 
 @njit(cache=True, nogil=True, parallel=True)
 def attention_backward_parallel(q, qo, k, ko, v, vo, mask, mo, out, lse, g, dq, dk, dv, geo, scale, causal,
-                                has_mask, items):
+                                has_mask, drop, items):
     zero = out.dtype.type(0)
     for t in prange(items):
-        _backward_item(t, q, qo, k, ko, v, vo, mask, mo, out, lse, g, dq, dk, dv, geo, scale, causal, has_mask, zero)
+        _backward_item(t, q, qo, k, ko, v, vo, mask, mo, out, lse, g, dq, dk, dv, geo, scale, causal, has_mask, drop,
+                       zero)
