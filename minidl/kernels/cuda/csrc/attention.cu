@@ -7,6 +7,21 @@
 // head dim of q, k, v; out, lse, g, dq, dk, dv are packed. geo = B, H, G, L, S, E, Ev as in the
 // CPU kernels (G query heads per key/value head). causal: query i sees keys 0..i (upper-left).
 
+#include "philox.cuh"  // dropout draws its kept weights as the random primitive draws uniforms
+
+// Dropout on the weights (the contract): weight j of packed query row `row` is kept when uniform draw
+// row * S + j at (seed, offset) is below 1 - p rounded to T, then scaled by 1 / (1 - p); p = 0: none.
+struct AttDropout {
+    double p;
+    unsigned long long seed, offset;
+};
+
+template <class T> __device__ T att_keep(const AttDropout &d, long long row, long long S, long long j) {
+    if (d.p == 0) return 1;
+    double u = unit((T *)0, philox(d.offset + (unsigned long long)(row * S + j), d.seed));
+    return u < (double)(T)(1.0 - d.p) ? (T)(1.0 / (1.0 - d.p)) : (T)0;
+}
+
 // Position of row `row` of head (b, h) of a 4-D layout (its first element).
 __device__ __forceinline__ long long att_row(const Layout &l, long long b, long long h, long long row) {
     return l.offset + b * l.strides[0] + h * l.strides[1] + row * l.strides[2];
@@ -35,12 +50,12 @@ __device__ __forceinline__ long long att_kend(long long i, long long S, int caus
 }
 
 // Thread per query row: pass 1 finds the row's max and sum of exp (online), so lse; pass 2 adds
-// exp(score - lse) v_j into the row of out. A row no key takes part in gets zeros and lse = -inf.
+// exp(score - lse) Z_ij v_j into the row of out (Z: dropout's factor). A row no key takes part in gets zeros and lse = -inf.
 template <class T> __device__ void attention_rows(const T *q, Layout ql, const T *k, Layout kl, const T *v,
                                                   Layout vl, const T *mask, Layout ml, T *out, T *lse,
                                                   long long B, long long H, long long G, long long L,
                                                   long long S, long long E, long long Ev, T scale, int causal,
-                                                  int has_mask) {
+                                                  int has_mask, AttDropout drop) {
     GRID_STRIDE_LOOP(row, B * H * L) {
         long long i = row % L, bh = row / L, b = bh / H, h = bh % H;
         const T *qi = q + att_row(ql, b, h, i);
@@ -63,18 +78,20 @@ template <class T> __device__ void attention_rows(const T *q, Layout ql, const T
         lse[row] = ls;
         for (long long j = 0; j < kend; ++j) {
             T p = m_exp(att_score(qi, k + att_row(kl, b, h / G, j), E, scale, mask, ml, has_mask, b, h, i, j) - ls);
+            p *= att_keep<T>(drop, row, S, j);
             const T *vj = v + att_row(vl, b, h / G, j);
             for (long long c = 0; c < Ev; ++c) o[c] += p * vj[c];
         }
     }
 }
 
-// Thread per query row: dq_i = sum_j dS_ij k_j, dS_ij = P_ij (g_i . v_j - D_i) scale, D_i = g_i . out_i.
+// Thread per query row: dq_i = sum_j dS_ij k_j, dS_ij = P_ij (Z_ij g_i . v_j - D_i) scale, D_i = g_i . out_i.
 template <class T> __device__ void attention_dq_rows(const T *q, Layout ql, const T *k, Layout kl, const T *v,
                                                      Layout vl, const T *mask, Layout ml, const T *out,
                                                      const T *lse, const T *g, T *dq, long long B, long long H,
                                                      long long G, long long L, long long S, long long E,
-                                                     long long Ev, T scale, int causal, int has_mask) {
+                                                     long long Ev, T scale, int causal, int has_mask,
+                                                     AttDropout drop) {
     GRID_STRIDE_LOOP(row, B * H * L) {
         long long i = row % L, bh = row / L, b = bh / H, h = bh % H;
         T *dqi = dq + row * E;
@@ -87,20 +104,20 @@ template <class T> __device__ void attention_dq_rows(const T *q, Layout ql, cons
         for (long long j = 0; j < kend; ++j) {
             const T *kj = k + att_row(kl, b, h / G, j);
             T p = m_exp(att_score(qi, kj, E, scale, mask, ml, has_mask, b, h, i, j) - ls);
-            T ds = p * (att_dot(gi, v + att_row(vl, b, h / G, j), Ev) - d) * scale;
+            T ds = p * (att_keep<T>(drop, row, S, j) * att_dot(gi, v + att_row(vl, b, h / G, j), Ev) - d) * scale;
             for (long long c = 0; c < E; ++c) dqi[c] += ds * kj[c];
         }
     }
 }
 
-// Thread per key row j of key/value head (b, hk): dv_j = sum P_ij g_i and dk_j = sum dS_ij q_i over the
+// Thread per key row j of key/value head (b, hk): dv_j = sum P_ij Z_ij g_i and dk_j = sum dS_ij q_i over the
 // rows i of the G query heads that use it.
 template <class T> __device__ void attention_dkv_rows(const T *q, Layout ql, const T *k, Layout kl, const T *v,
                                                       Layout vl, const T *mask, Layout ml, const T *out,
                                                       const T *lse, const T *g, T *dk, T *dv, long long B,
                                                       long long H, long long G, long long L, long long S,
                                                       long long E, long long Ev, T scale, int causal,
-                                                      int has_mask) {
+                                                      int has_mask, AttDropout drop) {
     long long Hkv = H / G;
     GRID_STRIDE_LOOP(krow, B * Hkv * S) {
         long long j = krow % S, bk = krow / S, b = bk / Hkv, hk = bk % Hkv;
@@ -115,8 +132,9 @@ template <class T> __device__ void attention_dkv_rows(const T *q, Layout ql, con
                 if (ls == (T)(-1.0 / 0.0)) continue;
                 const T *qi = q + att_row(ql, b, h, i), *gi = g + row * Ev;
                 T p = m_exp(att_score(qi, kj, E, scale, mask, ml, has_mask, b, h, i, j) - ls);
-                T ds = p * (att_dot(gi, vj, Ev) - att_dot(gi, out + row * Ev, Ev)) * scale;
-                for (long long c = 0; c < Ev; ++c) dvj[c] += p * gi[c];
+                T z = att_keep<T>(drop, row, S, j);
+                T ds = p * (z * att_dot(gi, vj, Ev) - att_dot(gi, out + row * Ev, Ev)) * scale;
+                for (long long c = 0; c < Ev; ++c) dvj[c] += p * z * gi[c];
                 for (long long c = 0; c < E; ++c) dkj[c] += ds * qi[c];
             }
         }
@@ -127,20 +145,21 @@ template <class T> __device__ void attention_dkv_rows(const T *q, Layout ql, con
     const T *q, Layout ql, const T *k, Layout kl, const T *v, Layout vl, const T *mask, Layout ml
 #define GEOMETRY_ARGS(T)                                                                               \
     long long B, long long H, long long G, long long L, long long S, long long E, long long Ev, T scale, \
-        int causal, int has_mask
+        int causal, int has_mask, double dropout_p, unsigned long long seed, unsigned long long offset
+#define DROPOUT AttDropout{dropout_p, seed, offset}
 #define ATTENTION_KERNELS(suffix, T)                                                                   \
     extern "C" __global__ void attention_##suffix(ATTENTION_ARGS(T), T *out, T *lse, GEOMETRY_ARGS(T)) { \
         attention_rows(q, ql, k, kl, v, vl, mask, ml, out, lse, B, H, G, L, S, E, Ev, scale, causal,  \
-                       has_mask);                                                                      \
+                       has_mask, DROPOUT);                                                             \
     }                                                                                                  \
     extern "C" __global__ void attention_dq_##suffix(ATTENTION_ARGS(T), const T *out, const T *lse,    \
                                                      const T *g, T *dq, GEOMETRY_ARGS(T)) {            \
         attention_dq_rows(q, ql, k, kl, v, vl, mask, ml, out, lse, g, dq, B, H, G, L, S, E, Ev, scale, \
-                          causal, has_mask);                                                           \
+                          causal, has_mask, DROPOUT);                                                  \
     }                                                                                                  \
     extern "C" __global__ void attention_dkv_##suffix(ATTENTION_ARGS(T), const T *out, const T *lse,   \
                                                       const T *g, T *dk, T *dv, GEOMETRY_ARGS(T)) {    \
         attention_dkv_rows(q, ql, k, kl, v, vl, mask, ml, out, lse, g, dk, dv, B, H, G, L, S, E, Ev,   \
-                           scale, causal, has_mask);                                                   \
+                           scale, causal, has_mask, DROPOUT);                                          \
     }
 FOR_FLOAT_DTYPES(ATTENTION_KERNELS)
