@@ -14,7 +14,8 @@ import pytest
 import minidl
 import minidl.nn as nn
 import minidl.nn.functional as F
-from test_attention import _masks, _padding, compare_with_torch
+from cuda_support import cuda_device
+from test_attention import _copy_weights, _masks, _padding, compare_with_torch
 from test_sdpa_fused import count_calls
 
 torch = pytest.importorskip("torch")
@@ -166,6 +167,33 @@ def test_transformer_layers_run_the_fused_kernel_as_torch(name, calls):
     compare_with_torch(torch, make, call, arrays, masks)
     blocks = 2 if decoder else 1
     assert calls == {"attention": blocks, "attention_backward": blocks}
+
+
+def test_on_cuda_an_encoder_layer_runs_the_cuda_kernel_as_torch(monkeypatch):
+    """The same layer on 'cuda' (the simulator without a GPU): torch's output and every gradient, float64."""
+    cuda_device()
+    calls = count_calls(monkeypatch, "cuda")
+    rng = np.random.default_rng(6)
+    torch.manual_seed(0)
+    theirs = torch.nn.TransformerEncoderLayer(16, 2, 24, batch_first=True).double().eval()
+    mine = nn.TransformerEncoderLayer(16, 2, 24, batch_first=True).double().eval()
+    _copy_weights(mine, theirs)
+    mine.to("cuda")
+    x, u = rng.standard_normal((2, 9, 16)), rng.standard_normal((2, 9, 16))
+    masks = dict(src_mask=np.triu(np.ones((9, 9), dtype=bool), 1), src_key_padding_mask=_padding(rng, 2, 9))
+    t_x = torch.tensor(x, requires_grad=True)
+    expected = theirs(t_x, **{n: torch.tensor(m) for n, m in masks.items()}, is_causal=True)
+    (expected * torch.tensor(u)).sum().backward()
+    m_x = minidl.tensor(x, device="cuda", requires_grad=True)
+    out = mine(m_x, **{n: minidl.tensor(m, device="cuda") for n, m in masks.items()}, is_causal=True)
+    (out * minidl.tensor(u, device="cuda")).sum().backward()
+    assert calls == {"attention": 1, "attention_backward": 1}
+    np.testing.assert_allclose(out.detach().cpu().numpy(), expected.detach().numpy(), rtol=1e-10, atol=1e-10)
+    np.testing.assert_allclose(m_x.grad.cpu().numpy(), t_x.grad.numpy(), rtol=1e-10, atol=1e-10)
+    t_params = dict(theirs.named_parameters())
+    for name, p in mine.named_parameters():
+        np.testing.assert_allclose(p.grad.cpu().numpy(), t_params[name].grad.numpy(), rtol=1e-10, atol=1e-10,
+                                   err_msg=name)
 
 
 def _composed(mha, x, blocked, p, seed):
