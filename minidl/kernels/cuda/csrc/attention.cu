@@ -69,6 +69,29 @@ template <class T> __device__ void att_stage(T *xs, const T *x, const Layout &l,
         xs[e] = x[att_row(l, b, h, r0 + e / cols) + e % cols];
 }
 
+// Query row threadIdx.x of block t of a query-row kernel (blockDim.x rows of one head per block), and the
+// keys the block's rows see between them: 0 .. block_end-1.
+struct AttQueryRow {
+    long long b, h, i, row, block_end;
+    bool live;
+};
+
+template <class T> __device__ AttQueryRow att_query_row(const AttShape<T> &a, long long t, long long per_head) {
+    long long bh = t / per_head, i0 = (t % per_head) * blockDim.x, i = i0 + threadIdx.x;
+    long long block_end = att_kend(min(a.L, i0 + (long long)blockDim.x) - 1, a.S, a.causal);
+    return AttQueryRow{bh / a.H, bh % a.H, i, bh * a.L + i, block_end, i < a.L};
+}
+
+// Stage keys and values j0 .. j0+n-1 of key/value head (b, hk) for the whole block, once the previous tile is read.
+template <class T> __device__ void att_stage_kv(T *ks, T *vs, const T *k, const Layout &kl, const T *v,
+                                               const Layout &vl, long long b, long long hk, long long j0,
+                                               long long n, const AttShape<T> &a) {
+    __syncthreads();
+    att_stage(ks, k, kl, b, hk, j0, n, a.E);
+    att_stage(vs, v, vl, b, hk, j0, n, a.Ev);
+    __syncthreads();
+}
+
 // Forward. Block: blockDim.x query rows of one head; per staged key tile, the thread's row takes the tile's
 // max first (so out is rescaled at most once per tile), then adds exp(score - m) Z_ij v_j to its row of out.
 // A row no key takes part in gets zeros and lse = -inf.
@@ -79,22 +102,17 @@ template <class T> __device__ void attention_tiles(const T *q, Layout ql, const 
     T *vs = ks + a.tile * a.E;
     long long per_head = (a.L + blockDim.x - 1) / blockDim.x;
     for (long long t = blockIdx.x; t < a.B * a.H * per_head; t += gridDim.x) {
-        long long bh = t / per_head, b = bh / a.H, h = bh % a.H, i0 = (t % per_head) * blockDim.x;
-        long long i = i0 + threadIdx.x, row = bh * a.L + i, hk = h / a.G;
-        bool live = i < a.L;
-        long long kend = att_kend(i, a.S, a.causal);
-        long long block_end = att_kend(min(a.L, i0 + (long long)blockDim.x) - 1, a.S, a.causal);
+        AttQueryRow r = att_query_row(a, t, per_head);
+        long long b = r.b, h = r.h, i = r.i, row = r.row, kend = att_kend(i, a.S, a.causal);
+        bool live = r.live;
         const T *qi = q + att_row(ql, b, h, live ? i : 0);
         T *o = out + row * a.Ev;
         if (live)
             for (long long c = 0; c < a.Ev; ++c) o[c] = 0;
         T m = (T)(-1.0 / 0.0), l = 0;
-        for (long long j0 = 0; j0 < block_end; j0 += a.tile) {
-            long long n = min(a.tile, block_end - j0);
-            __syncthreads();  // the previous tile is no longer read
-            att_stage(ks, k, kl, b, hk, j0, n, a.E);
-            att_stage(vs, v, vl, b, hk, j0, n, a.Ev);
-            __syncthreads();
+        for (long long j0 = 0; j0 < r.block_end; j0 += a.tile) {
+            long long n = min(a.tile, r.block_end - j0);
+            att_stage_kv(ks, vs, k, kl, v, vl, b, h / a.G, j0, n, a);
             if (!live) continue;
             long long seen = min(n, kend - j0);
             T tile_max = (T)(-1.0 / 0.0);
@@ -138,10 +156,9 @@ template <class T> __device__ void attention_dq_tiles(const T *q, Layout ql, con
     T *vs = ks + a.tile * a.E;
     long long per_head = (a.L + blockDim.x - 1) / blockDim.x;
     for (long long t = blockIdx.x; t < a.B * a.H * per_head; t += gridDim.x) {
-        long long bh = t / per_head, b = bh / a.H, h = bh % a.H, i0 = (t % per_head) * blockDim.x;
-        long long i = i0 + threadIdx.x, row = bh * a.L + i, hk = h / a.G;
-        long long block_end = att_kend(min(a.L, i0 + (long long)blockDim.x) - 1, a.S, a.causal);
-        bool live = i < a.L;
+        AttQueryRow r = att_query_row(a, t, per_head);
+        long long b = r.b, h = r.h, i = r.i, row = r.row;
+        bool live = r.live;
         T *dqi = dq + row * a.E;
         if (live)
             for (long long c = 0; c < a.E; ++c) dqi[c] = 0;
@@ -150,12 +167,9 @@ template <class T> __device__ void attention_dq_tiles(const T *q, Layout ql, con
         const T *qi = q + att_row(ql, b, h, live ? i : 0), *gi = g + (live ? row : 0) * a.Ev;
         T d = live ? att_dot(gi, out + row * a.Ev, a.Ev) : (T)0;
         long long kend = att_kend(i, a.S, a.causal);
-        for (long long j0 = 0; j0 < block_end; j0 += a.tile) {
-            long long n = min(a.tile, block_end - j0);
-            __syncthreads();
-            att_stage(ks, k, kl, b, hk, j0, n, a.E);
-            att_stage(vs, v, vl, b, hk, j0, n, a.Ev);
-            __syncthreads();
+        for (long long j0 = 0; j0 < r.block_end; j0 += a.tile) {
+            long long n = min(a.tile, r.block_end - j0);
+            att_stage_kv(ks, vs, k, kl, v, vl, b, h / a.G, j0, n, a);
             if (!live) continue;
             for (long long jj = 0, seen = min(n, kend - j0); jj < seen; ++jj) {
                 const T *kj = ks + jj * a.E;
