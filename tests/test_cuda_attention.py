@@ -105,3 +105,16 @@ def test_cuda_attention_refuses_head_dims_beyond_shared_memory(monkeypatch):
     arrays, kw, _ = _inputs("plain")
     with pytest.raises(ValueError, match=r"attention: head dims E=16, Ev=16 need 272 bytes of shared memory"):
         _on_cuda(arrays, kw, minidl.float64)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_cuda_half_dtypes_are_computed_in_float32(dtype, calls):
+    arrays, kw, _ = _inputs("causal L < S", seed=2)
+    half = getattr(minidl, dtype)
+    out, leaves = _on_cuda(arrays, kw, half)
+    assert out.dtype is half and calls["attention"] == 1
+    rounded = [t.detach().float().cpu().numpy().astype(np.float64) for t in leaves]   # the values the kernel saw
+    expected, _ = _torch(rounded, kw, dtype=torch.float32)
+    np.testing.assert_allclose(out.detach().float().cpu().numpy(), expected.detach().numpy(), rtol=1e-2, atol=1e-2)
+    out.sum().backward()
+    assert all(t.grad.dtype is half and t.grad.device.type == "cuda" for t in leaves)
