@@ -85,3 +85,36 @@ def test_cuda_attention_with_a_transposed_mask_and_fully_masked_rows():
     for mine, theirs in zip((q, k, v), (tq, tk, tv)):
         np.testing.assert_allclose(_host(mine.grad), theirs.grad.numpy(), rtol=1e-11, atol=1e-11)
     assert not _host(q.grad)[:, 2].any()
+
+
+@pytest.mark.parametrize("name", ["causal L < S", "causal L > S", "gqa mask", "bool mask over L, S"])
+def test_cuda_attention_over_many_small_tiles(name, monkeypatch):
+    """Staged tiles of 5 rows in blocks of 8 (not dividing the lengths): every tile and block boundary, causal
+    limits inside a tile, and the grid-stride loop over more blocks than the grid has."""
+    from minidl.kernels.cuda.primitives import attention as launcher
+    arrays, kw, rng = _inputs(name, seed=4)
+    E, Ev = arrays[0].shape[-1], arrays[2].shape[-1]
+    monkeypatch.setattr(launcher, "ROWS", 8)
+    monkeypatch.setattr(launcher, "SHARED_BYTES", 5 * (E + Ev + 2) * 8)
+    _check(arrays, kw, rng, minidl.float64, torch.float64, 1e-12)
+
+
+def test_cuda_attention_refuses_head_dims_beyond_shared_memory(monkeypatch):
+    from minidl.kernels.cuda.primitives import attention as launcher
+    monkeypatch.setattr(launcher, "SHARED_BYTES", 100)
+    arrays, kw, _ = _inputs("plain")
+    with pytest.raises(ValueError, match=r"attention: head dims E=16, Ev=16 need 272 bytes of shared memory"):
+        _on_cuda(arrays, kw, minidl.float64)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_cuda_half_dtypes_are_computed_in_float32(dtype, calls):
+    arrays, kw, _ = _inputs("causal L < S", seed=2)
+    half = getattr(minidl, dtype)
+    out, leaves = _on_cuda(arrays, kw, half)
+    assert out.dtype is half and calls["attention"] == 1
+    rounded = [t.detach().float().cpu().numpy().astype(np.float64) for t in leaves]   # the values the kernel saw
+    expected, _ = _torch(rounded, kw, dtype=torch.float32)
+    np.testing.assert_allclose(out.detach().float().cpu().numpy(), expected.detach().numpy(), rtol=1e-2, atol=1e-2)
+    out.sum().backward()
+    assert all(t.grad.dtype is half and t.grad.device.type == "cuda" for t in leaves)

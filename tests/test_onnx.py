@@ -306,6 +306,30 @@ def test_every_lowered_op_on_its_registry_samples(name, sample):
         np.testing.assert_allclose(g, w.numpy(), rtol=1e-5, atol=1e-5)
 
 
+class PaddedSelfAttention(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.attn = nn.MultiheadAttention(8, 2, batch_first=True)
+
+    def forward(self, x, padding):
+        return self.attn(x, x, x, key_padding_mask=padding, need_weights=False)[0]
+
+
+def test_attention_rows_that_no_key_may_see_are_zeros_in_onnx_too():
+    """The fused attention's lowering where the mask leaves a query no key (a batch row all padding): zeros,
+    as the kernel gives, where ONNX's Softmax alone would give NaN."""
+    minidl.manual_seed(0)
+    model = PaddedSelfAttention().eval()
+    nn.init.normal_(model.attn.out_proj.bias)       # (zeros out of the attention become the bias, not 0)
+    padding = minidl.tensor([[False, False, True, False, True], [True] * 5, [False] * 5])
+    inputs = (minidl.randn(3, 5, 8), padding)
+    with minidl.no_grad():
+        want = model(*inputs).numpy()
+    got = run(exported(model, inputs, {0: "n", 1: "t"}), *inputs)[0]
+    assert not np.isnan(got).any()
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
 def test_another_threads_ops_are_not_recorded():
     import threading
 

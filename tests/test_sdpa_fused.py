@@ -186,9 +186,8 @@ def test_strided_inputs_are_read_in_place_or_packed():
     np.testing.assert_allclose(_np(k.grad), tk.grad.numpy(), rtol=1e-11, atol=1e-11)
 
 
-def test_dropout_and_a_mask_that_requires_grad_take_the_unfused_path(calls):
+def test_a_mask_that_requires_grad_takes_the_unfused_path(calls):
     arrays, kw, _ = _inputs("additive mask over batch")
-    out, _ = _minidl(arrays, dict(dropout_p=0.2))
     mask = minidl.tensor(kw["attn_mask"], requires_grad=True)
     q, k, v = (minidl.tensor(a, requires_grad=True) for a in arrays)
     out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
@@ -237,15 +236,17 @@ def test_kernel_errors_name_the_primitive():
     out, lse = np.zeros(2 * 3 * 3), np.zeros(2 * 3)
     ql, kl, vl = Layout((1, 2, 3, 4)), Layout((1, 2, 5, 4)), Layout((1, 2, 5, 3))
     with pytest.raises(ValueError, match=r"attention: expected query \(B, H, L, E\)"):
-        f(q, ql, k, Layout((1, 2, 5, 3)), v, vl, None, None, out, lse, 1.0, False)
+        f(q, ql, k, Layout((1, 2, 5, 3)), v, vl, None, None, out, lse, 1.0, False, 0.0, 0, 0)
     with pytest.raises(ValueError, match="attention: expected query.*Hkv dividing H"):
         f(q, ql, np.zeros(60), Layout((1, 3, 5, 4)), np.zeros(45), Layout((1, 3, 5, 3)), None, None, out, lse, 1.0,
-          False)
+          False, 0.0, 0, 0)
     with pytest.raises(ValueError, match="attention: key's layout reaches"):
-        f(q, ql, k[:10], kl, v, vl, None, None, out, lse, 1.0, False)
+        f(q, ql, k[:10], kl, v, vl, None, None, out, lse, 1.0, False, 0.0, 0, 0)
     with pytest.raises(ValueError, match="attention: lse buffer"):
-        f(q, ql, k, kl, v, vl, None, None, out, lse[:1], 1.0, False)
+        f(q, ql, k, kl, v, vl, None, None, out, lse[:1], 1.0, False, 0.0, 0, 0)
     with pytest.raises(ValueError, match="attention: mask of shape"):
-        f(q, ql, k, kl, v, vl, np.zeros(15), Layout((1, 1, 3, 5)), out, lse, 1.0, False)
+        f(q, ql, k, kl, v, vl, np.zeros(15), Layout((1, 1, 3, 5)), out, lse, 1.0, False, 0.0, 0, 0)
     with pytest.raises(TypeError, match="attention: float32 or float64"):
-        f(*(a.astype(np.int64) for a in (q,)), ql, k, kl, v, vl, None, None, out, lse, 1.0, False)
+        f(*(a.astype(np.int64) for a in (q,)), ql, k, kl, v, vl, None, None, out, lse, 1.0, False, 0.0, 0, 0)
+    with pytest.raises(ValueError, match=r"attention: dropout_p must be in \[0, 1\), got 1.0"):
+        f(q, ql, k, kl, v, vl, None, None, out, lse, 1.0, False, 1.0, 0, 0)

@@ -64,9 +64,10 @@ softmax_backward     (y, g, out, n, log)                              its gradie
 random               (kind, out, seed, offset, a, b)                  fill the whole 1-D buffer out with draws of a
                                                                       RANDOM_KINDS kind from Philox (see below)
 attention            (q, ql, k, kl, v, vl, mask, ml, out, lse,        out = softmax(q k^T * scale + mask) v, and each
-                      scale, causal)                                  row's log-sum-exp, blocked (see below)
+                      scale, causal, dropout_p, seed, offset)         row's log-sum-exp, blocked (see below)
 attention_backward   (q, ql, k, kl, v, vl, mask, ml, out, lse, g,     dq, dk, dv from the saved out and lse,
-                      dq, dk, dv, scale, causal)                      recomputing the scores block by block
+                      dq, dk, dv, scale, causal, dropout_p, seed,     recomputing the scores block by block
+                      offset)
 ===================  ===============================================  ==============================================
 
 ``geom`` for im2col, col2im and the two max-pool kernels is ``(planes, h, w, kh, kw, sh, sw, ph, pw, dh, dw, oh, ow)``: planes =
@@ -109,7 +110,11 @@ only (the upper-left aligned triangle, PyTorch's convention). out (B, H, L, Ev),
 gradient g (like out) are packed, as are dq, dk, dv (q's, k's, v's shapes), which the backward overwrites.
 A row no key may take part in gets zeros and lse = -inf, and no gradient. The scores are never stored:
 the forward keeps a running max and sum per row (online softmax), the backward recomputes each weight
-as exp(score - lse).
+as exp(score - lse). Dropout (0 <= dropout_p < 1; 0: none) keeps weight (b, h, i, j) when the uniform draw
+c = ((b * H + h) * L + i) * S + j of ``random`` at (seed, offset) (u24 for float32, u53 for float64) is below
+1 - dropout_p rounded to the dtype, and scales it by 1 / (1 - dropout_p): exactly the elements that
+``bernoulli_(1 - p)`` over a (B, H, L, S) tensor drawn from that state keeps. lse and the softmax's sum are
+taken before dropout; the backward draws the same elements again.
 
 ``random`` is counter-based, so every device gives the same numbers: element i is made from the four
 32-bit words w0..w3 of Philox4x32-10 (Salmon et al., SC'11) with key (seed mod 2^32, seed >> 32) and

@@ -85,6 +85,13 @@ def _fits(name, what, buf, layout):
         raise ValueError(f"{name}: {what}'s layout reaches elements [{lo}, {hi}] of a buffer of {buf.size}")
 
 
+def attention_dropout(name, p):
+    """The attention pair's dropout probability, checked: 0 (none) up to, not including, 1."""
+    if not 0.0 <= p < 1.0:
+        raise ValueError(f"{name}: dropout_p must be in [0, 1), got {p}")
+    return float(p)
+
+
 def attention_geometry(name, q, ql, k, kl, v, vl, mask, ml, packed):
     """(B, H, G, L, S, E, Ev) of the attention pair, after checking every operand: q (B, H, L, E), k (B, Hkv, S, E)
     and v (B, Hkv, S, Ev) with unit stride along their last dim, Hkv dividing H (G = H // Hkv), a mask (if any)

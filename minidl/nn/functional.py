@@ -518,9 +518,9 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p: f
     if attn_mask is not None:
         _check_attention_mask(attn_mask, tuple(batch) + (L, S), where)
     scale = 1.0 / math.sqrt(query.shape[-1]) if scale is None else float(scale)
-    if (dropout_p == 0.0 and (attn_mask is None or not attn_mask.requires_grad)
+    if (dropout_p < 1.0 and (attn_mask is None or not attn_mask.requires_grad)
             and query.numel() and key.numel() and value.numel()):
-        return _fused_attention(query, key, value, attn_mask, scale, is_causal, enable_gqa)
+        return _fused_attention(query, key, value, attn_mask, scale, is_causal, enable_gqa, dropout_p)
     return _sdpa_unfused(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
 
 

@@ -25,6 +25,10 @@ class MultiheadAttention(Module):
     ``key_padding_mask`` marks with True the keys a query must *not* attend to; a float one is added
     to the scores. A query that may attend to no key gets a zero attention output (PyTorch gives the
     same with ``need_weights=False``, NaN with ``need_weights=True``).
+
+    With ``need_weights=False`` (as the Transformer layers call it) the heads attend through
+    ``F.scaled_dot_product_attention``, one fused kernel that never stores the weights; with
+    ``need_weights=True`` through the composition of tensor ops, which returns them.
     """
 
     def __init__(self, embed_dim: int, num_heads: int, dropout: float = 0.0, bias: bool = True,
@@ -104,15 +108,25 @@ class MultiheadAttention(Module):
             k, v = (_append_key(t, t.new_zeros(n, self.num_heads, 1, self.head_dim)) for t in (k, v))
             masks = [_allow_last_key(m) for m in masks]
         dropout_p = self.dropout if self.training else 0.0
-        out, weights = F._attention(q, k, v, _merge_masks(*masks, q.dtype), dropout_p, 1.0 / math.sqrt(self.head_dim))
+        weights = None
+        if need_weights:
+            out, weights = F._attention(q, k, v, _merge_masks(*masks, q.dtype), dropout_p,
+                                        1.0 / math.sqrt(self.head_dim))
+            if average_attn_weights:
+                weights = weights.mean(1)
+            if not batched:
+                weights = weights.squeeze(0)
+        else:
+            # torch's rule: the is_causal hint replaces attn_mask unless padding is given; here also unless a
+            # key was appended (bias_k, add_zero_attn), which every query may see and a causal kernel would hide
+            causal = is_causal and key_padding_mask is None and self.bias_k is None and not self.add_zero_attn
+            mask = None if causal else _merge_masks(*masks, q.dtype)
+            out = F.scaled_dot_product_attention(q, k, v, mask, dropout_p, is_causal=causal)
         out = out.permute(0, 2, 1, 3) if self.batch_first else out.permute(2, 0, 1, 3)   # heads next to features
         out = self.out_proj(out.reshape(tuple(out.shape[:2]) + (self.embed_dim,)))
-        if need_weights and average_attn_weights:
-            weights = weights.mean(1)
         if not batched:
             out = out.squeeze(0 if self.batch_first else 1)
-            weights = weights.squeeze(0)
-        return out, (weights if need_weights else None)
+        return out, weights
 
     def _check_inputs(self, query, key, value) -> bool:
         """Whether the inputs are batched; raises on shapes that do not fit this layer."""
@@ -188,7 +202,7 @@ def _allow_last_key(mask):
 
 
 def _merge_masks(attn_mask, padding_mask, dtype):
-    """One mask in F._attention's convention (bool: True = take part; float: additive)."""
+    """One mask in F._attention's and SDPA's convention (bool: True = take part; float: additive)."""
     masks = [m for m in (attn_mask, padding_mask) if m is not None]
     if not masks:
         return None

@@ -1,11 +1,12 @@
 """ONNX lowerings of the neural-network ops: matrix products, reductions, softmax, the layers'
-functions (linear, convolution, pooling, normalisation, embedding). See ``lowerings``."""
+functions (linear, convolution, pooling, normalisation, embedding, attention). See ``lowerings``."""
 from __future__ import annotations
 
 import numpy as np
 
+from .. import _dtype as dt
 from ..ops.registry import attach_rule
-from .lowerings import _dim, _np, _operand, lowers
+from .lowerings import _dim, _np, _operand, _sizes, lowers
 
 
 @lowers("matmul", "mm", "bmm")
@@ -267,3 +268,45 @@ def _outer(L, a, b):
 def _einsum(L, equation, *operands):
     operands = operands[0] if len(operands) == 1 and isinstance(operands[0], (list, tuple)) else operands
     return L.op("Einsum", *[L.value(t) for t in operands], equation=equation.replace(" ", ""))
+
+
+@lowers("_fused_attention")
+def _fused_attention(L, query, key, value, attn_mask, scale, is_causal, enable_gqa, dropout_p=0.0):
+    """The attention kernel as the composition it computes: softmax(q k^T * scale + mask) v, with the key/value
+    heads repeated for grouped queries, the causal limit as an additive -inf above the diagonal, and zeros for a
+    row that the mask leaves no key (the kernel's result, where ONNX's Softmax would give NaN)."""
+    if dropout_p:
+        raise NotImplementedError("minidl.onnx.export: scaled_dot_product_attention with dropout_p > 0 (training-mode "
+                                  "dropout) is not lowered; export in eval mode")
+    compute = np.dtype(np.float64) if _np(query) == np.float64 else np.dtype(np.float32)
+    q, k, v = (_operand(L, t, compute) for t in (query, key, value))
+    if enable_gqa:
+        groups = query.shape[-3] // key.shape[-3]
+        k, v = (_repeat_heads(L, name, t, groups) for name, t in ((k, key), (v, value)))
+    k_t = L.op("Transpose", k, perm=list(range(key.ndim - 2)) + [key.ndim - 1, key.ndim - 2])
+    scores = L.op("Mul", L.op("MatMul", q, k_t), L.constant(scale, compute))
+    if is_causal:
+        above = L.op("ConstantOfShape", L.ints([_sizes(L, query)[-2], _sizes(L, key)[-2]]),
+                     value=np.array([-np.inf], dtype=compute))
+        scores = L.op("Add", scores, L.op("Trilu", above, L.scalar(1), upper=1))
+    dead = None
+    if attn_mask is not None:
+        if attn_mask.dtype is dt.bool_:
+            scores = L.op("Where", L.value(attn_mask), scores, L.constant(-np.inf, compute))
+        else:
+            scores = L.op("Add", scores, _operand(L, attn_mask, compute))
+        top = L.op("ReduceMax", scores, L.ints([-1]), keepdims=1)
+        dead = L.op("Equal", top, L.constant(-np.inf, compute))
+        scores = L.op("Where", dead, L.constant(0.0, compute), scores)
+    weights = L.op("Softmax", scores, axis=-1)
+    if dead is not None:
+        weights = L.op("Where", dead, L.constant(0.0, compute), weights)
+    out = L.op("MatMul", weights, v)
+    return out if _np(L.out) == compute else L.op("Cast", out, to=L.type_code(L.out.dtype))
+
+
+def _repeat_heads(L, name, t, groups):
+    """(..., Hkv, S, E) -> (..., Hkv * groups, S, E), each key/value head serving ``groups`` query heads."""
+    sizes = _sizes(L, t)
+    wide = L.op("Expand", L.op("Unsqueeze", name, L.ints([t.ndim - 2])), L.ints([1] * (t.ndim - 2) + [groups, 1, 1]))
+    return L.op("Reshape", wide, L.ints(list(sizes[:-3]) + [sizes[-3] * groups] + list(sizes[-2:])))

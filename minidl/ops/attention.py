@@ -9,6 +9,7 @@ import numpy as np
 from .. import _dtype as dt
 from ..autograd import Function
 from .core import buf, contiguous_data, grad_enabled, kernel, new_like_shape, packed_buffer
+from .random import Generator, device_generator, draw
 from .registry import op
 from .shape_ops import stack
 from .views import broadcast_shapes
@@ -52,10 +53,11 @@ def _unit_rows(t):
 class Attention(Function):
     """softmax(q k^T * scale + mask) v over (B, H, L, E) queries and (B, Hkv, S, E|Ev) keys and values, with
     the L x S scores never stored: the forward saves each row's log-sum-exp, the backward recomputes the
-    weights from it. ``mask`` (additive, (B, H, L, S), any strides) takes no gradient."""
+    weights from it. ``mask`` (additive, (B, H, L, S), any strides) takes no gradient. ``drop`` = (p, seed,
+    offset): dropout on the weights, drawn in the kernels from the generator state (seed, offset)."""
 
     @staticmethod
-    def forward(ctx, q, k, v, mask, scale, causal):
+    def forward(ctx, q, k, v, mask, scale, causal, drop):
         inputs = q, k, v
         q, k, v = _unit_rows(q), _unit_rows(k), _unit_rows(v)
         B, H, L = q.shape[:3]
@@ -63,9 +65,9 @@ class Attention(Function):
         lse = new_like_shape((B, H, L), q.dtype, q)
         kernel("attention", q)(buf(q), q._layout, buf(k), k._layout, buf(v), v._layout,
                                None if mask is None else buf(mask), None if mask is None else mask._layout,
-                               buf(out), buf(lse), scale, causal)
+                               buf(out), buf(lse), scale, causal, *drop)
         ctx.save_for_backward(*inputs, out, lse)         # (the inputs as given: create_graph differentiates them)
-        ctx.mask, ctx.scale, ctx.causal = mask, scale, causal
+        ctx.mask, ctx.scale, ctx.causal, ctx.drop = mask, scale, causal, drop
         return out
 
     @staticmethod
@@ -73,19 +75,20 @@ class Attention(Function):
         q, k, v, out, lse = ctx.saved_tensors
         mask = ctx.mask
         if grad_enabled():
-            return _differentiable_backward(q, k, v, mask, ctx.scale, ctx.causal, lse, g) + (None, None, None)
+            return _differentiable_backward(q, k, v, mask, ctx.scale, ctx.causal, ctx.drop, lse, g) + (None,) * 4
         q, k, v = _unit_rows(q), _unit_rows(k), _unit_rows(v)
         dq, dk, dv = (new_like_shape(t.shape, t.dtype, t) for t in (q, k, v))
         kernel("attention_backward", q)(buf(q), q._layout, buf(k), k._layout, buf(v), v._layout,
                                         None if mask is None else buf(mask), None if mask is None else mask._layout,
                                         packed_buffer(out), packed_buffer(lse), packed_buffer(g.to(q.dtype)),
-                                        buf(dq), buf(dk), buf(dv), ctx.scale, ctx.causal)
-        return dq, dk, dv, None, None, None
+                                        buf(dq), buf(dk), buf(dv), ctx.scale, ctx.causal, *ctx.drop)
+        return dq, dk, dv, None, None, None, None
 
 
-def _differentiable_backward(q, k, v, mask, scale, causal, lse, g):
+def _differentiable_backward(q, k, v, mask, scale, causal, drop, lse, g):
     """The kernel's gradients written with differentiable ops (under create_graph): the weights P are
-    recomputed whole, dV = P^T g, dS = P (g V^T - rowsum(P g V^T)) scale, dQ = dS K, dK = dS^T Q."""
+    recomputed whole, dV = (P Z)^T g, dS = P (Z g V^T - rowsum(P Z g V^T)) scale, dQ = dS K, dK = dS^T Q, with
+    Z dropout's factors drawn again from the forward's generator state (1 without dropout)."""
     B, H, L, E = q.shape
     Hkv, S = k.shape[1], k.shape[2]
     groups = H // Hkv
@@ -102,11 +105,27 @@ def _differentiable_backward(q, k, v, mask, scale, causal, lse, g):
     dead = (lse == -math.inf).unsqueeze(-1)
     weights = scores.masked_fill(dead, 0.0).softmax(-1).masked_fill(dead, 0.0)
     dp = g @ vh.mT
+    if drop[0] > 0:
+        factors = _dropout_factors(tuple(weights.shape), weights, drop)
+        dp = dp * factors
+        kept = weights * factors
+    else:
+        kept = weights
     ds = weights * (dp - (weights * dp).sum(-1, keepdim=True)) * scale
-    dk, dv = ds.mT @ q, weights.mT @ g
+    dk, dv = ds.mT @ q, kept.mT @ g
     if groups > 1:
         dk, dv = (t.reshape(B, Hkv, groups, S, t.shape[-1]).sum(2) for t in (dk, dv))
     return ds @ kh, dk, dv
+
+
+def _dropout_factors(shape, like, drop):
+    """Dropout's factors (0, or 1 / (1 - p) where kept) over the weights of ``shape``, drawn as F.dropout
+    draws them, from the state (seed, offset) the kernels drew from."""
+    p, seed, offset = drop
+    wide = like.dtype is dt.float64
+    u = draw("uniform", shape, dt.float64 if wide else dt.float32, like.device, 0.0, 1.0,
+             Generator.at(like.device, seed, offset))
+    return (u < 1.0 - p).to(like.dtype) * (1.0 / (1.0 - p))
 
 
 def _additive(mask, dtype):
@@ -130,10 +149,13 @@ def _mask_samples(t):
                                                      for m in _mask_samples(t)),
         t.rn(2, 3, 4), t.rn(5, 4), t.rn(2, 5, 3)),
 ])
-def fused_attention(query, key, value, attn_mask, scale: float, is_causal: bool, enable_gqa: bool):
-    """``F.scaled_dot_product_attention`` without dropout, as the ``attention`` primitives: arguments as checked
-    there (``attn_mask`` bool or float, broadcastable to the scores; key/value heads dividing the query heads
-    under ``enable_gqa``). float16/bfloat16 are computed in float32."""
+def fused_attention(query, key, value, attn_mask, scale: float, is_causal: bool, enable_gqa: bool,
+                    dropout_p: float = 0.0):
+    """``F.scaled_dot_product_attention`` as the ``attention`` primitives: arguments as checked there
+    (``attn_mask`` bool or float, broadcastable to the scores; key/value heads dividing the query heads under
+    ``enable_gqa``; dropout_p below 1). float16/bfloat16 are computed in float32. Dropout claims the draws of
+    the whole weights tensor from the device's generator, as ``F.dropout`` on the weights would, and the
+    kernels keep exactly the elements that draw keeps."""
     (L, E), (S, Ev) = tuple(query.shape[-2:]), tuple(value.shape[-2:])
     if enable_gqa:
         outer = tuple(broadcast_shapes(tuple(query.shape[:-3]), tuple(key.shape[:-3]), tuple(value.shape[:-3])))
@@ -149,6 +171,9 @@ def fused_attention(query, key, value, attn_mask, scale: float, is_causal: bool,
         return t.to(compute).expand(outer + (h, rows, cols)).reshape(-1, h, rows, cols)
 
     mask = None if attn_mask is None else four(_additive(attn_mask, compute), heads, L, S)
+    drop = (0.0, 0, 0)
+    if dropout_p > 0:
+        drop = (float(dropout_p),) + device_generator(query.device).claim(math.prod(batch) * L * S)
     out = Attention.apply(four(query, heads, L, E), four(key, kv_heads, S, E), four(value, kv_heads, S, Ev), mask,
-                          float(scale), bool(is_causal))
+                          float(scale), bool(is_causal), drop)
     return out.reshape(batch + (L, Ev)).to(query.dtype)

@@ -50,6 +50,13 @@ class Generator:
         self._seed, self._offset = _STATE.unpack(raw)
         return self
 
+    @classmethod
+    def at(cls, device, seed: int, offset: int) -> "Generator":
+        """A generator in state (seed, offset): to draw again what a kernel drew from that state."""
+        found = cls(device)
+        found._seed, found._offset = seed, offset
+        return found
+
     def claim(self, count: int):
         """(seed, offset) for a draw of ``count`` counters, which the generator then moves past."""
         offset = self._offset

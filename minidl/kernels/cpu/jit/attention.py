@@ -15,12 +15,19 @@ Geometry ``geo`` = (B, H, G, L, S, E, Ev): batch, query heads, query heads per k
 q, k, v is addressed by (offset, batch stride, head stride, row stride) with unit stride along the
 head dim; the additive mask by (offset, batch, head, row, column strides), any of them 0 when
 broadcast. out, lse, g, dq, dk, dv are packed. ``causal``: query i sees keys 0..i (upper-left).
+
+Dropout (``drop`` = (p, seed, offset); p = 0: none) keeps weight (i, j) of head bh when draw
+(bh * L + i) * S + j of the generator at (seed, offset) is below 1 - p (in the compute dtype) — the draw
+``F.dropout`` makes over the whole (B, H, L, S) weights — and scales it by 1 / (1 - p). The softmax's sum
+runs over the weights before dropout; the backward uses dV = (P Z)^T dO and dS = P (Z dP - D) scale,
+Z the kept elements' factor, D_i = dO_i . O_i as without dropout.
 """
 import math
 
 import numpy as np
 from numba import njit, prange
 
+from .random import unit_draw
 from .simd import lanes, largest, load, maximum
 from .tile_product import padded, product
 from .vector_math import dot_run, exp_weight
@@ -82,7 +89,24 @@ def _row_max(s, r):
 
 
 @njit(inline="always")
-def _forward_item(t, q, qo, k, ko, v, vo, mask, mo, out, lse, geo, scale, causal, has_mask, zero):
+def _dropout_terms(p, out):
+    """(threshold a uniform draw must stay below, the kept weights' factor) for dropout probability p, as
+    ``F.dropout`` compares and scales: 1 - p rounded to the dtype, 1 / (1 - p) in it."""
+    if out.itemsize == 4:
+        return np.float64(np.float32(1.0 - p)), np.float32(1.0 / (1.0 - p))
+    return 1.0 - p, 1.0 / (1.0 - p)
+
+
+@njit(inline="always")
+def _dropout_factors(z, n, seed, offset, first, keep_below, rescale, zero):
+    """z[:n] = rescale where draw first + jj is kept, else 0."""
+    wide = z.itemsize == 8
+    for jj in range(n):
+        z[jj] = rescale if unit_draw(seed, offset, first + jj, wide) < keep_below else zero
+
+
+@njit(inline="always")
+def _forward_item(t, q, qo, k, ko, v, vo, mask, mo, out, lse, geo, scale, causal, has_mask, drop, zero):
     """Work item t = (batch, head, SPAN query rows): the scores Q (scale K)^T of a tile of rows against a
     block of keys, their online softmax, and P V added to the tile's output."""
     B, H, G, L, S, E, Ev = geo[0], geo[1], geo[2], geo[3], geo[4], geo[5], geo[6]
@@ -105,6 +129,9 @@ def _forward_item(t, q, qo, k, ko, v, vo, mask, mo, out, lse, geo, scale, causal
     s, p = np.empty((BQ, BK), out.dtype), np.zeros((BQ, BK), out.dtype)
     acc = np.empty((BQ, Evp), out.dtype)
     run_max, run_sum = np.empty(BQ, out.dtype), np.empty(BQ, out.dtype)
+    z = np.empty(BK, out.dtype)
+    p_drop, seed, offset = drop
+    keep_below, rescale = _dropout_terms(p_drop, out)
     for i0 in range(start, end, BQ):
         rows = min(end, i0 + BQ) - i0
         acc[:] = zero
@@ -134,6 +161,10 @@ def _forward_item(t, q, qo, k, ko, v, vo, mask, mo, out, lse, geo, scale, causal
                         acc[r, e] *= alpha
                 run_max[r] = m_new
                 run_sum[r] += total
+                if p_drop > 0:
+                    _dropout_factors(z, n, seed, offset, (bh * L + i) * S + j0, keep_below, rescale, zero)
+                    for jj in range(n):
+                        p[r, jj] *= z[jj]
             product(p, 0, BK, 1, rows, vp, j0 * Evp, Evp, Evp, n, acc, 0, Evp, True)
         for r in range(rows):
             row = bh * L + i0 + r
@@ -150,22 +181,22 @@ def _forward_item(t, q, qo, k, ko, v, vo, mask, mo, out, lse, geo, scale, causal
 
 
 @njit(cache=True, nogil=True, fastmath=_FASTMATH)
-def attention_serial(q, qo, k, ko, v, vo, mask, mo, out, lse, geo, scale, causal, has_mask, items):
+def attention_serial(q, qo, k, ko, v, vo, mask, mo, out, lse, geo, scale, causal, has_mask, drop, items):
     zero = out.dtype.type(0)
     for t in range(items):
-        _forward_item(t, q, qo, k, ko, v, vo, mask, mo, out, lse, geo, scale, causal, has_mask, zero)
+        _forward_item(t, q, qo, k, ko, v, vo, mask, mo, out, lse, geo, scale, causal, has_mask, drop, zero)
 
 
 @njit(cache=True, nogil=True, parallel=True, fastmath=_FASTMATH)
-def attention_parallel(q, qo, k, ko, v, vo, mask, mo, out, lse, geo, scale, causal, has_mask, items):
+def attention_parallel(q, qo, k, ko, v, vo, mask, mo, out, lse, geo, scale, causal, has_mask, drop, items):
     zero = out.dtype.type(0)
     for t in prange(items):
-        _forward_item(t, q, qo, k, ko, v, vo, mask, mo, out, lse, geo, scale, causal, has_mask, zero)
+        _forward_item(t, q, qo, k, ko, v, vo, mask, mo, out, lse, geo, scale, causal, has_mask, drop, zero)
 
 
 @njit(inline="always")
 def _backward_item(t, q, qo, k, ko, v, vo, mask, mo, out, lse, g, dq, dk, dv, geo, scale, causal, has_mask,
-                   zero):
+                   drop, zero):
     """Work item t = (batch, key/value head): it owns dk and dv of that head and dq of its G query heads, so
     no two items write one element. Per block of keys and tile of query rows, with the forward's scores
     Q (scale K)^T: dV += P^T dO, dS = P (dO V^T - D), dK += scale dS^T Q, dQ += scale dS K, with
@@ -187,6 +218,10 @@ def _backward_item(t, q, qo, k, ko, v, vo, mask, mo, out, lse, g, dq, dk, dv, ge
     dkt, dvt = np.empty((E, BK), out.dtype), np.empty((Ev, BK), out.dtype)
     s, p, ds = np.empty((BQ, BK), out.dtype), np.zeros((BQ, BK), out.dtype), np.empty((BQ, BK), out.dtype)
     dqs = np.zeros((G, L, Ep), out.dtype)      # dQ / scale of the G heads (dq's rows themselves are not padded)
+    z, pz = np.empty((BQ, BK), out.dtype), np.empty((BQ, BK), out.dtype)
+    p_drop, seed, offset = drop
+    keep_below, rescale = _dropout_terms(p_drop, out)
+    kept = pz if p_drop > 0 else p        # the weights after dropout, which dV takes
     for j0 in range(0, S, BK):
         n = min(S, j0 + BK) - j0
         _transpose_rows(k, kb + j0 * ko[3], ko[3], n, E, scale, kt)
@@ -211,12 +246,20 @@ def _backward_item(t, q, qo, k, ko, v, vo, mask, mo, out, lse, g, dq, dk, dv, ge
                                    has_mask)
                     for jj in range(BK):
                         p[r, jj] = exp_weight(s[r, jj] - lse_i)
+                if p_drop > 0:
+                    for r in range(rows):
+                        _dropout_factors(z[r], n, seed, offset, (bh * L + i0 + r) * S + j0, keep_below, rescale, zero)
+                        for jj in range(n):
+                            pz[r, jj] = p[r, jj] * z[r, jj]
                 product(g, gp, Ev, 1, rows, vt, 0, BK, BK, Ev, ds, 0, BK, False)      # dP
                 for r in range(rows):
                     d_i = d[h - hk * G, i0 + r]
+                    if p_drop > 0:
+                        for jj in range(n):
+                            ds[r, jj] *= z[r, jj]
                     for jj in range(BK):
                         ds[r, jj] = p[r, jj] * (ds[r, jj] - d_i)                      # now dS (0 where P is)
-                product(g, gp, 1, Ev, Ev, p, 0, BK, BK, rows, dvt, 0, BK, True)
+                product(g, gp, 1, Ev, Ev, kept, 0, BK, BK, rows, dvt, 0, BK, True)
                 product(q, qp, 1, qo[3], E, ds, 0, BK, BK, rows, dkt, 0, BK, True)
                 product(ds, 0, BK, 1, rows, kp, 0, Ep, Ep, n, dqs, ((h - hk * G) * L + i0) * Ep, Ep, True)
         for jj in range(n):
@@ -235,15 +278,17 @@ def _backward_item(t, q, qo, k, ko, v, vo, mask, mo, out, lse, g, dq, dk, dv, ge
 
 @njit(cache=True, nogil=True, fastmath=_FASTMATH)
 def attention_backward_serial(q, qo, k, ko, v, vo, mask, mo, out, lse, g, dq, dk, dv, geo, scale, causal, has_mask,
-                              items):
+                              drop, items):
     zero = out.dtype.type(0)
     for t in range(items):
-        _backward_item(t, q, qo, k, ko, v, vo, mask, mo, out, lse, g, dq, dk, dv, geo, scale, causal, has_mask, zero)
+        _backward_item(t, q, qo, k, ko, v, vo, mask, mo, out, lse, g, dq, dk, dv, geo, scale, causal, has_mask, drop,
+                       zero)
 
 
 @njit(cache=True, nogil=True, parallel=True, fastmath=_FASTMATH)
 def attention_backward_parallel(q, qo, k, ko, v, vo, mask, mo, out, lse, g, dq, dk, dv, geo, scale, causal,
-                                has_mask, items):
+                                has_mask, drop, items):
     zero = out.dtype.type(0)
     for t in prange(items):
-        _backward_item(t, q, qo, k, ko, v, vo, mask, mo, out, lse, g, dq, dk, dv, geo, scale, causal, has_mask, zero)
+        _backward_item(t, q, qo, k, ko, v, vo, mask, mo, out, lse, g, dq, dk, dv, geo, scale, causal, has_mask, drop,
+                       zero)

@@ -47,11 +47,17 @@ def _words(seed, offset, i):
 
 
 @njit(inline="always")
+def unit_draw(seed, offset, i, wide):
+    """Draw i's uniform in [0, 1): u24 (what a float32 draw holds exactly) or, when ``wide``, u53 (float64).
+    The attention kernels' dropout draws its kept elements with this too, so they match a ``bernoulli_``."""
+    w0, w1, w2, w3 = _words(seed, offset, i)
+    return _u53(w0, w1) if wide else np.float64(w0 >> np.uint64(8)) * _2_24
+
+
+@njit(inline="always")
 def _uniform(out, seed, offset, a, b, lo, hi):
     for i in range(lo, hi):
-        w0, w1, w2, w3 = _words(seed, offset, i)
-        u = np.float64(w0 >> np.uint64(8)) * _2_24 if out.itemsize == 4 else _u53(w0, w1)
-        out[i] = a + (b - a) * u
+        out[i] = a + (b - a) * unit_draw(seed, offset, i, out.itemsize != 4)
 
 
 @njit(inline="always")

@@ -11,28 +11,7 @@ __device__ __forceinline__ double mul_rn(double x, double y) { return __dmul_rn(
 __device__ __forceinline__ double add_rn(double x, double y) { return __dadd_rn(x, y); }
 #endif
 
-struct Words { unsigned int w0, w1, w2, w3; };
-
-__device__ __forceinline__ Words philox(unsigned long long counter, unsigned long long seed) {
-    unsigned int c0 = (unsigned int)counter, c1 = (unsigned int)(counter >> 32), c2 = 0u, c3 = 0u;
-    unsigned int k0 = (unsigned int)seed, k1 = (unsigned int)(seed >> 32);
-    for (int r = 0; r < 10; ++r) {
-        if (r) { k0 += 0x9E3779B9u; k1 += 0xBB67AE85u; }
-        unsigned long long p0 = 0xD2511F53ull * c0, p1 = 0xCD9E8D57ull * c2;
-        unsigned int n0 = (unsigned int)(p1 >> 32) ^ c1 ^ k0, n2 = (unsigned int)(p0 >> 32) ^ c3 ^ k1;
-        c0 = n0; c1 = (unsigned int)p1; c2 = n2; c3 = (unsigned int)p0;
-    }
-    return Words{c0, c1, c2, c3};
-}
-
-__device__ __forceinline__ unsigned long long join(unsigned int lo, unsigned int hi) {
-    return ((unsigned long long)hi << 32) | lo;
-}
-__device__ __forceinline__ double u53(unsigned int lo, unsigned int hi) {
-    return (double)(join(lo, hi) >> 11) * 0x1p-53;
-}
-__device__ __forceinline__ double unit(float *, const Words &w) { return (double)(w.w0 >> 8) * 0x1p-24; }
-__device__ __forceinline__ double unit(double *, const Words &w) { return u53(w.w0, w.w1); }
+#include "philox.cuh"  // philox(counter, seed) and the uniforms u24/u53 made of its words
 
 #define RANDOM_FLOAT_KERNELS(suffix, T)                                                             \
     extern "C" __global__ void random_uniform_##suffix(T *out, long long n, unsigned long long seed, \
