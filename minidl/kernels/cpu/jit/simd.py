@@ -41,17 +41,33 @@ def _address(context, builder, arrty, arr, i):
     return builder.gep(data, [i], inbounds=True)
 
 
-@intrinsic
-def _load(typingctx, x, i):
-    if not _contiguous_float(x):
-        return None
-    vec = Vec(x.dtype)
+def _reader(read):
+    """An intrinsic (x, i) -> Vec whose code is read(builder, address of x[i], vector type, element alignment)."""
+    @intrinsic
+    def reader(typingctx, x, i):
+        if not _contiguous_float(x):
+            return None
+        vec = Vec(x.dtype)
 
-    def codegen(context, builder, sig, args):
-        ty = context.get_value_type(vec)
-        address = builder.bitcast(_address(context, builder, sig.args[0], *args), ty.as_pointer())
-        return builder.load(address, align=x.dtype.bitwidth // 8, typ=ty)
-    return vec(x, types.intp), codegen
+        def codegen(context, builder, sig, args):
+            address = _address(context, builder, sig.args[0], *args)
+            return read(builder, address, context.get_value_type(vec), x.dtype.bitwidth // 8)
+        return vec(x, types.intp), codegen
+    return reader
+
+
+def _read_vector(builder, address, ty, align):
+    return builder.load(builder.bitcast(address, ty.as_pointer()), align=align, typ=ty)
+
+
+def _read_broadcast(builder, address, ty, align):
+    one = builder.insert_element(ir.Constant(ty, ir.Undefined), builder.load(address, align=align),
+                                 ir.Constant(ir.IntType(32), 0))
+    everywhere = ir.Constant(ir.VectorType(ir.IntType(32), ty.count), [0] * ty.count)
+    return builder.shuffle_vector(one, ir.Constant(ty, ir.Undefined), everywhere)
+
+
+_load, _splat = _reader(_read_vector), _reader(_read_broadcast)
 
 
 @intrinsic
@@ -63,21 +79,6 @@ def _store(typingctx, x, i, v):
         address = _address(context, builder, sig.args[0], args[0], args[1])
         builder.store(args[2], builder.bitcast(address, args[2].type.as_pointer()), align=x.dtype.bitwidth // 8)
     return types.void(x, types.intp, Vec(x.dtype)), codegen
-
-
-@intrinsic
-def _splat(typingctx, x, i):
-    if not _contiguous_float(x):
-        return None
-    vec = Vec(x.dtype)
-
-    def codegen(context, builder, sig, args):
-        ty = context.get_value_type(vec)
-        element = builder.load(_address(context, builder, sig.args[0], *args), align=x.dtype.bitwidth // 8)
-        one = builder.insert_element(ir.Constant(ty, ir.Undefined), element, ir.Constant(ir.IntType(32), 0))
-        return builder.shuffle_vector(one, ir.Constant(ty, ir.Undefined),
-                                      ir.Constant(ir.VectorType(ir.IntType(32), vec.lanes), [0] * vec.lanes))
-    return vec(x, types.intp), codegen
 
 
 @intrinsic
