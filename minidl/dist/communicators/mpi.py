@@ -173,9 +173,11 @@ def _oversubscribed() -> bool:
 
 def abort_on_uncaught_exception() -> None:
     """An uncaught exception on one rank prints its traceback, then ends the whole job (as
-    ``python -m mpi4py`` does), so the other ranks don't wait for it forever."""
+    ``python -m mpi4py`` does), so the other ranks don't wait for it forever. The traceback goes out in
+    one write: mpiexec forwards a rank's output in the chunks it reads, and the abort can stop it between
+    two (a line-by-line traceback then arrived cut after its first line)."""
     def hook(kind, value, tb):
-        traceback.print_exception(kind, value, tb)
+        sys.stderr.write("".join(traceback.format_exception(kind, value, tb)))
         sys.stderr.flush()
         MPI.COMM_WORLD.Abort(1)
     sys.excepthook = hook
