@@ -40,8 +40,9 @@ def main() -> None:
     began = time.perf_counter()
     # spawn: a forked child would inherit the parent's CUDA context, which CUDA does not allow
     with concurrent.futures.ProcessPoolExecutor(len(names), mp_context=multiprocessing.get_context("spawn")) as pool:
-        for name, seconds in zip(names, pool.map(compile_source, names, [args.sim] * len(names))):
-            print(f"{name}.cu: {seconds:.1f} s", flush=True)
+        compiling = {pool.submit(compile_source, name, args.sim): name for name in names}
+        for done in concurrent.futures.as_completed(compiling):  # each as it finishes: a timeout keeps the log
+            print(f"{compiling[done]}.cu: {done.result():.1f} s", flush=True)
     print(f"all {len(names)} sources compiled in {time.perf_counter() - began:.1f} s")
 
 

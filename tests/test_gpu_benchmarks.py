@@ -40,5 +40,5 @@ def test_warm_compiles_every_kernel_source_on_the_simulator():
     done = run("gpu_warm.py", "--sim")
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     sources = sorted(p.name for p in (ROOT / "minidl" / "kernels" / "cuda" / "csrc").glob("*.cu"))
-    assert [line.split(":")[0] for line in done.stdout.splitlines() if line.endswith(" s") and ".cu:" in line] \
+    assert sorted(line.split(":")[0] for line in done.stdout.splitlines() if line.endswith(" s") and ".cu:" in line) \
         == sources
