@@ -4,15 +4,16 @@
 # PyTorch CUDA. Each part's log lands in $OUT as it runs (7 files), so a timeout still returns what finished;
 # summary.log holds the versions, each part's verdict and time, and the digits comparison.
 #
-# The session lent a GPU prepares once, at no device time, in the checkout it was started in:
-#   echo /.whl/ >> .git/info/exclude
+# The session lent a GPU prepares once, at no device time, in the checkout it was started in (.gitignore
+# keeps both folders out of git; only `carry` takes them along):
 #   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
 #       --platform manylinux_2_28_x86_64 -d .whl mpich==5.0.2     # mpiexec + libmpi for the nccl part
+#   PY312=/path/to/python3.12 bash benchmarks/gpu_numba_cache.sh   # optional: the CPU kernels compiled here
 # then makes this call (first run; the script stops itself at TOTAL=285 s):
-#   run(command="bash benchmarks/gpu_check.sh", carry=[".whl"], timeout_s=300)
+#   run(command="bash benchmarks/gpu_check.sh", carry=[".whl", ".numba-cache"], timeout_s=300)
 # and, after fixing what it showed, a second run of the failing parts only, e.g.:
 #   run(command="PARTS='warm tests' TESTS='tests/test_cuda_streams_graphs.py' TOTAL=170 bash
-#       benchmarks/gpu_check.sh", carry=[".whl"], timeout_s=180)
+#       benchmarks/gpu_check.sh", carry=[".whl", ".numba-cache"], timeout_s=180)
 # (a fresh machine has empty kernel caches: keep "warm" in PARTS unless the machine is still the warm one)
 # Dry run on a machine without a GPU (the simulator stands in, a few test files, tiny examples, the
 # benchmarks' --sim paths, no torch CUDA):  DRY_RUN=1 OUT=/tmp/gpu-check bash benchmarks/gpu_check.sh
@@ -28,6 +29,9 @@ PARTS=${PARTS:-warm tests examples benchmarks}
 WHEELS=${WHEELS:-.whl}
 SUMMARY=$OUT/summary.log
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
+if [ -d .numba-cache ] && [ "${DRY_RUN:-0}" != 1 ]; then  # gpu_numba_cache.sh's, for any x86-64 CPU (by that name)
+    export NUMBA_CACHE_DIR=$PWD/.numba-cache NUMBA_CPU_NAME=generic
+fi
 if [ "${DRY_RUN:-0}" = 1 ]; then
     export MINIDL_CUDA_SIM=1
     TESTS=${TESTS:-tests/test_cuda_streams_graphs.py tests/test_cuda_device_api.py}
@@ -115,6 +119,11 @@ digits_verdict() {
 : >"$SUMMARY"
 versions >>"$SUMMARY" 2>&1
 mpich >>"$SUMMARY" 2>&1
+if [ -n "${NUMBA_CACHE_DIR:-}" ]; then
+    echo "Numba cache carried: $(ls "$NUMBA_CACHE_DIR" | tr '\n' ' ')(used with NUMBA_CPU_NAME=generic)"
+else
+    echo "Numba cache: none carried, the CPU kernels compile here"
+fi >>"$SUMMARY"
 echo "parts: $PARTS; deadline ${TOTAL} s" >>"$SUMMARY"
 
 if wants examples; then  # the CPU run needs no GPU: it trains beside everything until the benchmarks

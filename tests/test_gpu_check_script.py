@@ -1,7 +1,8 @@
-"""benchmarks/gpu_check.sh stays runnable on the GPU session's one try: its syntax, and every command
-it would run, checked here without running them. The script is run with a stand-in Python that records
-its arguments, in the GPU mode and in the dry-run mode; then each recorded script must exist and accept
-every flag it was given (its --help lists it), and each test path given to pytest must exist."""
+"""benchmarks/gpu_check.sh stays runnable on the GPU session's one try: its syntax (and that of the script
+that builds the Numba cache it can carry), and every command it would run, checked here without running
+them. The script is run with a stand-in Python that records its arguments, in the GPU mode and in the
+dry-run mode; then each recorded script must exist and accept every flag it was given (its --help lists
+it), and each test path given to pytest must exist."""
 import json
 import os
 import pathlib
@@ -17,8 +18,10 @@ pytestmark = pytest.mark.skipif(shutil.which("bash") is None or shutil.which("ti
                                 reason="needs bash and coreutils' timeout")
 
 
-def test_the_script_parses():
-    done = subprocess.run(["bash", "-n", str(SCRIPT)], capture_output=True, text=True, check=False)
+@pytest.mark.parametrize("script", ["gpu_check.sh", "gpu_numba_cache.sh"])
+def test_the_scripts_parse(script):
+    done = subprocess.run(["bash", "-n", str(ROOT / "benchmarks" / script)], capture_output=True, text=True,
+                          check=False)
     assert done.returncode == 0, done.stderr
 
 
