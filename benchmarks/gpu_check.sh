@@ -77,7 +77,7 @@ versions() {
 
 # mpiexec and libmpi for the nccl part: the mpich wheel unpacked under a prefix (pip's --target leaves its lib/ out)
 mpich() {
-    local wheel
+    local wheel mpiexec
     wheel=$(ls "$WHEELS"/mpich-*.whl 2>/dev/null | head -1)
     if [ -z "$wheel" ]; then
         echo "no mpich wheel in $WHEELS: the nccl test at world size 1 will skip (no mpiexec)"
@@ -85,7 +85,10 @@ mpich() {
     fi
     "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --ignore-installed \
         --prefix /tmp/minidl-mpich "$wheel" || return 1
-    export PATH=/tmp/minidl-mpich/bin:$PATH MPI4PY_LIBMPI=/tmp/minidl-mpich/lib/libmpi.so.12
+    # found, not assumed: a patched Python may lay a prefix out as prefix/local/...
+    mpiexec=$(find /tmp/minidl-mpich -name mpiexec -type f | head -1)
+    export PATH=${mpiexec%/mpiexec}:$PATH MPI4PY_LIBMPI=$(find /tmp/minidl-mpich -name libmpi.so.12 | head -1)
+    echo "mpiexec: $mpiexec; libmpi: $MPI4PY_LIBMPI"
     "$PY" -c "from mpi4py import MPI; print('mpi4py', MPI.Get_library_version().splitlines()[0])"
 }
 
