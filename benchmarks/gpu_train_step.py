@@ -115,7 +115,8 @@ def main() -> None:
     print(banner(rt, torch))
     print("\n| model | mode | minidl ms/step | minidl host ms/step | torch ms/step | minidl / torch | target |")
     print("|---|---|---:|---:|---:|---:|---|")
-    ok = all([report(model, mode, measure(libs, model, mode, args)) for model in args.models for mode in args.modes])
+    # every eager row first: a capture that fails cannot disturb them
+    ok = all([report(model, mode, measure(libs, model, mode, args)) for mode in args.modes for model in args.models])
     if rt.name == "sim":
         print("\n(simulator, batch 2: the smoke run checks that every model trains; its numbers are not GPU figures)")
     if not ok:
