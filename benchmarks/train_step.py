@@ -70,9 +70,11 @@ SEQ, D_MODEL = 64, 128
 
 
 # ----------------------------------------------------------------------------- models
-def build(lib, model: str, batch: int | None = None, device: str = "cpu"):
+def build(lib, model: str, batch: int | None = None, device: str = "cpu", capturable: bool = False,
+          dropout: float = 0.1):
     """A step closure (model, optimizer, one batch) for ``lib`` (minidl or torch) on ``device``;
-    same data for both."""
+    same data for both. ``capturable``: Adam keeps its step count on the device, which torch needs
+    to capture the step in a CUDA graph; ``dropout``: the transformer's (the layer's default)."""
     nn, F = lib.nn, lib.nn.functional
     lib.manual_seed(SEED)
     rng = np.random.default_rng(SEED)
@@ -88,13 +90,14 @@ def build(lib, model: str, batch: int | None = None, device: str = "cpu"):
             nn.Flatten(), nn.Linear(1600, 128), nn.ReLU(), nn.Linear(128, 10))
         x = rng.standard_normal((batch, 1, 28, 28), dtype=np.float32)
     else:
-        net = nn.TransformerEncoderLayer(d_model=D_MODEL, nhead=4, dim_feedforward=512, batch_first=True)
+        net = nn.TransformerEncoderLayer(d_model=D_MODEL, nhead=4, dim_feedforward=512, batch_first=True,
+                                         dropout=dropout)
         x = rng.standard_normal((batch, SEQ, D_MODEL), dtype=np.float32)
     net.to(device)
     if model == "mlp":
         opt = lib.optim.SGD(net.parameters(), lr=0.01, momentum=0.9)
     else:
-        opt = lib.optim.Adam(net.parameters(), lr=1e-3)
+        opt = lib.optim.Adam(net.parameters(), lr=1e-3, capturable=capturable)
     if model == "transformer":
         y, loss_fn = rng.standard_normal(x.shape, dtype=np.float32), F.mse_loss
     else:
