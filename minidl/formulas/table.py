@@ -74,6 +74,16 @@ UNARY = (
     unary("round", "rint(x)", "g * 0", float_only=False, doc="half to even"),
     unary("trunc", "trunc(x)", "g * 0", float_only=False),
     unary("square", "x * x", "g * x * 2", float_only=False),
+    # activations PyTorch runs as one kernel, with its formulas (so its NaNs and signed zeros at the extremes)
+    unary("silu", "x / (1 + exp(-x))", "g * sigmoid(x) * (1 + x * (1 - sigmoid(x)))", doc="x * sigmoid(x)"),
+    unary("gelu", "x * 0.5 * (1 + erf(x * 0.7071067811865476))",
+          "g * ((erf(x * 0.7071067811865476) + 1) * 0.5 + x * (exp(x * x * -0.5) * 0.3989422804014327))",
+          doc="x * Phi(x), Phi the standard normal CDF (erf form)"),
+    unary("gelu_tanh", "x * 0.5 * (1 + tanh((x + x * x * x * 0.044715) * 0.7978845608028654))",
+          "g * ((tanh((x + x * x * x * 0.044715) * 0.7978845608028654) + 1) * 0.5"
+          " + x * 0.5 * (1 - square(tanh((x + x * x * x * 0.044715) * 0.7978845608028654)))"
+          " * ((x * x * 0.134145 + 1) * 0.7978845608028654))",
+          doc="GELU with Phi(x) ~ (1 + tanh(sqrt(2 / pi) * (x + 0.044715 x^3))) / 2"),
 )
 
 BINARY = (

@@ -6,7 +6,7 @@ import warnings
 
 import minidl
 from minidl.amp import autocast_op, computed_in_float32
-from minidl.ops import (_fused_attention, _split_heads, adaptive_avg_pool2d, avg_pool2d, batch_norm,  # noqa: F401
+from minidl.ops import (_fused_attention, _gelu, _gelu_tanh, _silu, _split_heads, adaptive_avg_pool2d, avg_pool2d, batch_norm,  # noqa: F401
                         conv1d, conv2d, conv_transpose2d, embedding, fold, group_norm, layer_norm, linear, max_pool2d,
                         unfold)
 
@@ -53,20 +53,19 @@ def _inplace_result(input, out, inplace):
     return out
 
 
-@computed_in_float32  # rounded step by step, 1 + erf(x) would cancel to zero below x = -3 in bfloat16
+@computed_in_float32  # as torch: one float32 pass, rounded once to the half dtype
 def gelu(input, approximate: str = "none"):
     if approximate == "none":
-        return input * 0.5 * (1.0 + (input * (1.0 / math.sqrt(2.0))).erf())
+        return _gelu(input)
     if approximate == "tanh":
-        inner = math.sqrt(2.0 / math.pi) * (input + 0.044715 * input * input * input)
-        return 0.5 * input * (1.0 + inner.tanh())
+        return _gelu_tanh(input)
     raise RuntimeError(f"approximate argument must be either none or tanh, got {approximate!r}")
 
 
 def silu(input, inplace: bool = False):
-    # in place, the product's gradient reads the input as it was: like torch, keep a copy of it
+    # in place, the gradient reads the input as it was: like torch, keep a copy of it
     x = input.clone() if inplace and input.requires_grad and minidl.is_grad_enabled() else input
-    return _inplace_result(input, x * x.sigmoid(), inplace)
+    return _inplace_result(input, _silu(x), inplace)
 
 
 def leaky_relu(input, negative_slope: float = 0.01, inplace: bool = False):

@@ -203,15 +203,22 @@ _MORE_UNARY_SAMPLES = {  # op name -> (t, op) -> its samples beyond those three
     "sigmoid": lambda t, sigmoid: [
         t.S("sigmoid-of-matmul-sum", lambda a, b: (a @ b).sigmoid().sum(0), t.rn(3, 4), t.rn(4, 2)),
         t.S("sigmoid", sigmoid, t.NC(t.rn(3, 2), "F"), second_order=True)],
+    "silu": lambda t, silu: [t.S("silu", silu, t.rn(4), second_order=True)],
+    "gelu": lambda t, gelu: [t.S("gelu", gelu, t.rn(4), second_order=True)],
+    "gelu_tanh": lambda t, gelu_tanh: [t.S("gelu_tanh", gelu_tanh, t.rn(4), second_order=True)],
     "relu": lambda t, relu: [  # Gate, ReLU's backward: a where b > 0, else 0
         t.S("gate", lambda a, b: Gate.apply(a, b), t.rn(3, 4), t.nonzero(3, 4)),
         t.S("gate-broadcast", lambda a, b: Gate.apply(a, b), t.rn(3, 4), t.nonzero(4))],
 }
 
 _ALIASES = {"neg": ("negative",), "abs": ("absolute",)}
+_ACTIVATIONS = ("silu", "gelu", "gelu_tanh")  # torch has them in nn.functional only: F.silu and F.gelu call these
 for _formula in formulas.UNARY:  # neg, abs, exp, ..., relu, ...: one op per table entry, which defines it
     globals()[_formula.name] = _unary(_formula)
-    if _formula.name != "round":  # (declared below, with decimals)
+    if _formula.name in _ACTIVATIONS:
+        op("_" + _formula.name, method=False, namespace="nn.functional",
+           samples=lambda t, name=_formula.name: _unary_samples(t, name))(globals()[_formula.name])
+    elif _formula.name != "round":  # (declared below, with decimals)
         op(_formula.name, aliases=_ALIASES.get(_formula.name, ()), inplace=rebased,
            samples=lambda t, name=_formula.name: _unary_samples(t, name))(globals()[_formula.name])
 _round = round  # noqa: F821 (made just above; the public round below adds decimals)

@@ -118,6 +118,24 @@ template <class T> __device__ __forceinline__ T unary_square(T x) {
     return (T)((x * x));
 }
 
+// silu: x * sigmoid(x)
+template <class T> __device__ __forceinline__ T unary_silu(T x) {
+    return (T)((x / ((T)1 + m_exp((-x)))));
+}
+__device__ __forceinline__ long long unary_silu(long long x) { return x; }
+
+// gelu: x * Phi(x), Phi the standard normal CDF (erf form)
+template <class T> __device__ __forceinline__ T unary_gelu(T x) {
+    return (T)(((x * (T)0.5) * ((T)1 + m_erf((x * (T)0.7071067811865476)))));
+}
+__device__ __forceinline__ long long unary_gelu(long long x) { return x; }
+
+// gelu_tanh: GELU with Phi(x) ~ (1 + tanh(sqrt(2 / pi) * (x + 0.044715 x^3))) / 2
+template <class T> __device__ __forceinline__ T unary_gelu_tanh(T x) {
+    return (T)(((x * (T)0.5) * ((T)1 + m_tanh(((x + (((x * x) * x) * (T)0.044715)) * (T)0.7978845608028654)))));
+}
+__device__ __forceinline__ long long unary_gelu_tanh(long long x) { return x; }
+
 template <class T> __device__ __forceinline__ T binary_add(T x, T y) {
     return (T)((x + y));
 }
@@ -250,6 +268,9 @@ template <class T> __device__ __forceinline__ T apply_unary(int op, T x) {
         case UNARY_ROUND: return unary_round(x);
         case UNARY_TRUNC: return unary_trunc(x);
         case UNARY_SQUARE: return unary_square(x);
+        case UNARY_SILU: return unary_silu(x);
+        case UNARY_GELU: return unary_gelu(x);
+        case UNARY_GELU_TANH: return unary_gelu_tanh(x);
         default: __trap(); return {};  // an unknown code is a bug: stop the kernel
     }
 }
