@@ -212,16 +212,19 @@ _MORE_UNARY_SAMPLES = {  # op name -> (t, op) -> its samples beyond those three
 }
 
 _ALIASES = {"neg": ("negative",), "abs": ("absolute",)}
-_ACTIVATIONS = ("silu", "gelu", "gelu_tanh")  # torch has them in nn.functional only: F.silu and F.gelu call these
+_ACTIVATIONS = ("silu", "gelu", "gelu_tanh")  # (declared below: torch has them in nn.functional only)
 for _formula in formulas.UNARY:  # neg, abs, exp, ..., relu, ...: one op per table entry, which defines it
     globals()[_formula.name] = _unary(_formula)
-    if _formula.name in _ACTIVATIONS:
-        op("_" + _formula.name, method=False, namespace="nn.functional",
-           samples=lambda t, name=_formula.name: _unary_samples(t, name))(globals()[_formula.name])
-    elif _formula.name != "round":  # (declared below, with decimals)
+    if _formula.name not in ("round", *_ACTIVATIONS):  # (round is declared below, with decimals)
         op(_formula.name, aliases=_ALIASES.get(_formula.name, ()), inplace=rebased,
            samples=lambda t, name=_formula.name: _unary_samples(t, name))(globals()[_formula.name])
 _round = round  # noqa: F821 (made just above; the public round below adds decimals)
+
+# F.silu and F.gelu (approximate "none" and "tanh") call these
+op("_silu", method=False, namespace="nn.functional", samples=lambda t: _unary_samples(t, "silu"))(silu)  # noqa: F821
+op("_gelu", method=False, namespace="nn.functional", samples=lambda t: _unary_samples(t, "gelu"))(gelu)  # noqa: F821
+op("_gelu_tanh", method=False, namespace="nn.functional",
+   samples=lambda t: _unary_samples(t, "gelu_tanh"))(gelu_tanh)  # noqa: F821
 
 
 @op(inplace=rebased, samples=lambda t: _unary_samples(t, "round") + [
