@@ -12,9 +12,10 @@ from .op_codes import (UNARY_NEG, UNARY_ABS, UNARY_SIGN, UNARY_EXP, UNARY_LOG, U
     UNARY_RELU, UNARY_ERF, UNARY_FLOOR, UNARY_CEIL, UNARY_ROUND, UNARY_TRUNC, UNARY_SQUARE, UNARY_SILU,
     UNARY_GELU, UNARY_GELU_TANH, BINARY_ADD, BINARY_SUB, BINARY_MUL, BINARY_DIV, BINARY_FLOORDIV,
     BINARY_REMAINDER, BINARY_POW, BINARY_MAXIMUM, BINARY_MINIMUM, BINARY_GATE, BINARY_ATAN2,
-    BINARY_BITWISE_AND, BINARY_BITWISE_OR, BINARY_BITWISE_XOR, BINARY_BITWISE_LEFT_SHIFT,
-    BINARY_BITWISE_RIGHT_SHIFT, COMPARE_EQ, COMPARE_NE, COMPARE_LT, COMPARE_LE, COMPARE_GT, COMPARE_GE,
-    COMPARE_LOGICAL_AND, COMPARE_LOGICAL_OR, COMPARE_LOGICAL_XOR)
+    BINARY_SILU_BACKWARD, BINARY_GELU_BACKWARD, BINARY_GELU_TANH_BACKWARD, BINARY_BITWISE_AND,
+    BINARY_BITWISE_OR, BINARY_BITWISE_XOR, BINARY_BITWISE_LEFT_SHIFT, BINARY_BITWISE_RIGHT_SHIFT, COMPARE_EQ,
+    COMPARE_NE, COMPARE_LT, COMPARE_LE, COMPARE_GT, COMPARE_GE, COMPARE_LOGICAL_AND, COMPARE_LOGICAL_OR,
+    COMPARE_LOGICAL_XOR)
 from .vector_math import exp_run
 
 
@@ -25,9 +26,27 @@ def helper_logistic_of_exp(e):
 
 
 @njit(inline="always")
+def helper_silu_slope(x, s):
+    """silu's derivative at x, from s = sigmoid(x)"""
+    return (s * (1 + (x * (1 - s))))
+
+
+@njit(inline="always")
+def helper_gelu_tanh_slope(x, t):
+    """gelu_tanh's derivative at x, from t = tanh(sqrt(2 / pi) * (x + 0.044715 x^3))"""
+    return (((1 + t) * 0.5) + (((x * 0.5) * (1 - (t * t))) * ((1 + ((x * x) * 0.134145)) * 0.7978845608028654)))
+
+
+@njit(inline="always")
 def helper_divided_by_zero(x, y):
     """x / y for y == 0 (either sign), as IEEE says"""
     return (math.nan if ((x != x) or (x == 0)) else (sm.copysign(math.inf, x) * sm.copysign(1.0, y)))
+
+
+@njit(inline="always")
+def unary_sigmoid(x):
+    """exp of a negative number only, so neither side overflows"""
+    return ((1 / (1 + sm.exp((-x)))) if (x >= 0) else helper_logistic_of_exp(sm.exp(x)))
 
 
 @njit
@@ -155,13 +174,20 @@ def apply_binary(op, x, y):
         return float_binary(op, x, y)
 
 
-@sm.float_only((BINARY_DIV, BINARY_ATAN2,), unknown_binary_code)
+@sm.float_only((BINARY_DIV, BINARY_ATAN2, BINARY_SILU_BACKWARD, BINARY_GELU_BACKWARD,
+                BINARY_GELU_TANH_BACKWARD,), unknown_binary_code)
 def float_binary(op, x, y):
     """The float-only binary ops."""
     if op == BINARY_DIV:
         return ((x / y) if (y != 0) else helper_divided_by_zero(x, y))
     elif op == BINARY_ATAN2:
         return sm.atan2(x, y)
+    elif op == BINARY_SILU_BACKWARD:
+        return (x * helper_silu_slope(y, unary_sigmoid(y)))
+    elif op == BINARY_GELU_BACKWARD:
+        return (x * (((1 + sm.erf((y * 0.7071067811865476))) * 0.5) + (y * (sm.exp(((y * y) * (-0.5))) * 0.3989422804014327))))
+    elif op == BINARY_GELU_TANH_BACKWARD:
+        return (x * helper_gelu_tanh_slope(y, sm.tanh(((y + (((y * y) * y) * 0.044715)) * 0.7978845608028654))))
     else:
         return unknown_binary_code(op, x)
 

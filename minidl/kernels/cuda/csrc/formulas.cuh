@@ -8,6 +8,16 @@ template <class T> __device__ __forceinline__ T helper_logistic_of_exp(T e) {
     return (T)((e / ((T)1 + e)));
 }
 
+// silu_slope: silu's derivative at x, from s = sigmoid(x)
+template <class T> __device__ __forceinline__ T helper_silu_slope(T x, T s) {
+    return (T)((s * ((T)1 + (x * ((T)1 - s)))));
+}
+
+// gelu_tanh_slope: gelu_tanh's derivative at x, from t = tanh(sqrt(2 / pi) * (x + 0.044715 x^3))
+template <class T> __device__ __forceinline__ T helper_gelu_tanh_slope(T x, T t) {
+    return (T)(((((T)1 + t) * (T)0.5) + (((x * (T)0.5) * ((T)1 - (t * t))) * (((T)1 + ((x * x) * (T)0.134145)) * (T)0.7978845608028654))));
+}
+
 // divided_by_zero: x / y for y == 0 (either sign), as IEEE says
 template <class T> __device__ __forceinline__ T helper_divided_by_zero(T x, T y) {
     return (T)((((x != x) || (x == (T)0)) ? nan_of<T>() : (m_copysign(inf_of<T>(), x) * m_copysign((T)1.0, y))));
@@ -186,6 +196,21 @@ template <class T> __device__ __forceinline__ T binary_atan2(T x, T y) {
 }
 __device__ __forceinline__ long long binary_atan2(long long x, long long y) { return x; }
 
+template <class T> __device__ __forceinline__ T binary_silu_backward(T x, T y) {
+    return (T)((x * helper_silu_slope(y, unary_sigmoid(y))));
+}
+__device__ __forceinline__ long long binary_silu_backward(long long x, long long y) { return x; }
+
+template <class T> __device__ __forceinline__ T binary_gelu_backward(T x, T y) {
+    return (T)((x * ((((T)1 + m_erf((y * (T)0.7071067811865476))) * (T)0.5) + (y * (m_exp(((y * y) * (-(T)0.5))) * (T)0.3989422804014327)))));
+}
+__device__ __forceinline__ long long binary_gelu_backward(long long x, long long y) { return x; }
+
+template <class T> __device__ __forceinline__ T binary_gelu_tanh_backward(T x, T y) {
+    return (T)((x * helper_gelu_tanh_slope(y, m_tanh(((y + (((y * y) * y) * (T)0.044715)) * (T)0.7978845608028654)))));
+}
+__device__ __forceinline__ long long binary_gelu_tanh_backward(long long x, long long y) { return x; }
+
 template <class T> __device__ __forceinline__ T binary_bitwise_and(T x, T y) {
     return (T)(m_bitand(x, y));
 }
@@ -288,6 +313,9 @@ template <class T> __device__ __forceinline__ T apply_binary(int op, T x, T y) {
         case BINARY_MINIMUM: return binary_minimum(x, y);
         case BINARY_GATE: return binary_gate(x, y);
         case BINARY_ATAN2: return binary_atan2(x, y);
+        case BINARY_SILU_BACKWARD: return binary_silu_backward(x, y);
+        case BINARY_GELU_BACKWARD: return binary_gelu_backward(x, y);
+        case BINARY_GELU_TANH_BACKWARD: return binary_gelu_tanh_backward(x, y);
         case BINARY_BITWISE_AND: return binary_bitwise_and(x, y);
         case BINARY_BITWISE_OR: return binary_bitwise_or(x, y);
         case BINARY_BITWISE_XOR: return binary_bitwise_xor(x, y);
