@@ -15,8 +15,9 @@ from . import codegen, expr, table
 
 # Ops whose packed runs the CPU computes with a function of its own (minidl/kernels/cpu/jit/vector_math.py)
 RUNS = {"exp": "exp_run"}
-# Ops whose packed runs get a loop of their own (see _own_loop)
-OWN_LOOPS = {"neg", "abs", "relu", "square", "add", "sub", "mul", "gate"}
+# Ops whose packed runs get a loop of their own (see _own_loop); GELU's and SiLU's fill transformer steps
+OWN_LOOPS = {"neg", "abs", "relu", "square", "add", "sub", "mul", "gate", "gelu", "gelu_backward", "silu",
+             "silu_backward"}
 
 
 class NumbaSyntax(codegen.FormulaSyntax):

@@ -234,6 +234,12 @@ def unary_run(op, x, out):
     elif op == UNARY_SQUARE:
         for j in range(out.size):
             out[j] = (x[j] * x[j])
+    elif op == UNARY_SILU:
+        for j in range(out.size):
+            out[j] = (x[j] / (1 + sm.exp((-x[j]))))
+    elif op == UNARY_GELU:
+        for j in range(out.size):
+            out[j] = ((x[j] * 0.5) * (1 + sm.erf((x[j] * 0.7071067811865476))))
     else:
         for j in range(out.size):  # the other ops, through the element switch
             out[j] = apply_unary(op, x[j])
@@ -254,6 +260,12 @@ def binary_run(op, x, y, out):
     elif op == BINARY_GATE:
         for j in range(out.size):
             out[j] = (x[j] if (y[j] > 0) else (x[j] * 0))
+    elif op == BINARY_SILU_BACKWARD:
+        for j in range(out.size):
+            out[j] = (x[j] * helper_silu_slope(y[j], unary_sigmoid(y[j])))
+    elif op == BINARY_GELU_BACKWARD:
+        for j in range(out.size):
+            out[j] = (x[j] * (((1 + sm.erf((y[j] * 0.7071067811865476))) * 0.5) + (y[j] * (sm.exp(((y[j] * y[j]) * (-0.5))) * 0.3989422804014327))))
     else:
         for j in range(out.size):  # the other ops, through the element switch
             out[j] = apply_binary(op, x[j], y[j])
@@ -274,6 +286,12 @@ def binary_scalar_run(op, x, y, out):
     elif op == BINARY_GATE:
         for j in range(out.size):
             out[j] = (x[j] if (y > 0) else (x[j] * 0))
+    elif op == BINARY_SILU_BACKWARD:
+        for j in range(out.size):
+            out[j] = (x[j] * helper_silu_slope(y, unary_sigmoid(y)))
+    elif op == BINARY_GELU_BACKWARD:
+        for j in range(out.size):
+            out[j] = (x[j] * (((1 + sm.erf((y * 0.7071067811865476))) * 0.5) + (y * (sm.exp(((y * y) * (-0.5))) * 0.3989422804014327))))
     else:
         for j in range(out.size):  # the other ops, through the element switch
             out[j] = apply_binary(op, x[j], y)
