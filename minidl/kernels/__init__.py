@@ -68,6 +68,8 @@ attention            (q, ql, k, kl, v, vl, mask, ml, out, lse,        out = soft
 attention_backward   (q, ql, k, kl, v, vl, mask, ml, out, lse, g,     dq, dk, dv from the saved out and lse,
                       dq, dk, dv, scale, causal, dropout_p, seed,     recomputing the scores block by block
                       offset)
+dropout              (x, out, mask, p, seed, offset)                  mask = 1/(1-p) where kept, else 0; out = x *
+                                                                      mask, in one pass (see ``random``)
 ===================  ===============================================  ==============================================
 
 ``geom`` for im2col, col2im and the two max-pool kernels is ``(planes, h, w, kh, kw, sh, sw, ph, pw, dh, dw, oh, ow)``: planes =
@@ -116,6 +118,11 @@ c = ((b * H + h) * L + i) * S + j of ``random`` at (seed, offset) (u24 for float
 ``bernoulli_(1 - p)`` over a (B, H, L, S) tensor drawn from that state keeps. lse and the softmax's sum are
 taken before dropout; the backward draws the same elements again.
 
+``dropout`` takes packed float32 or float64 buffers of one size and dtype and keeps element i when the uniform
+draw i of ``random`` at (seed, offset) (u24 for float32, u53 for float64) is below 1 - p rounded to the dtype
+(0 <= p < 1); mask holds 1 / (1 - p) rounded to the dtype where kept: exactly ``x * (bernoulli_(1 - p) *
+(1 / (1 - p)))`` over x drawn from that state, in one pass instead of five.
+
 ``random`` is counter-based, so every device gives the same numbers: element i is made from the four
 32-bit words w0..w3 of Philox4x32-10 (Salmon et al., SC'11) with key (seed mod 2^32, seed >> 32) and
 counter (c mod 2^32, c >> 32, 0, 0), c = offset + i (seed, offset: unsigned 64-bit). With
@@ -160,7 +167,7 @@ PRIMITIVES = ("alloc", "from_host", "to_host", "share_memory", "open_shared", "c
               "compare", "where", "reduce", "arg_reduce", "scan", "argsort", "take", "put", "check_index",
               "nonzero", "matmul", "im2col", "col2im", "max_pool2d", "max_pool2d_backward", "sgd_step", "adam_step",
               "sgd_steps", "adam_steps", "adagrad_steps", "norms", "scale",
-              "softmax", "softmax_backward", "random", "attention", "attention_backward")
+              "softmax", "softmax_backward", "random", "attention", "attention_backward", "dropout")
 
 # device type -> module whose import registers that device's kernels
 _DEVICE_MODULES = {"cpu": "minidl.kernels.cpu", "cuda": "minidl.kernels.cuda.primitives"}
