@@ -1,7 +1,7 @@
 // Layer, RMS and group norm over packed rows of n elements (the norm_rows pair of minidl/kernels/__init__.py).
 // The forward and dx take a warp per short row or the block per long one (rows.cuh); the moments are two
 // reductions (mean, then squared deviations from it: as exact as the CPU's two passes). The parameter
-// gradients are sums over rows: a block per parameter, its elements shared out to the block's threads.
+// gradients are sums over rows, each parameter's elements shared out to threads of a block.
 // A null w or b is 1 or 0; a null dw or db is not written.
 
 #include "rows.cuh"  // lanes_reduce and FOR_EACH_ROW
@@ -60,27 +60,41 @@ template <class T> __device__ void norm_rows_dx(const T *x, const T *w, const T 
     }
 }
 
-// Block per parameter p: its rows are p / (n / span) + i * cycle, its elements in each the span at
-// (p % (n / span)) * span.
+// The parameter gradients: a block takes `together` consecutive parameters (32 for layer/RMS norm, whose
+// neighbours are neighbouring columns, so a warp's reads coalesce; 1 for group norm, whose parameter owns
+// runs of `span`), each shared by blockDim.x / together threads. Parameter p's elements lie in rows
+// p / (n / span) + i * cycle, at (p % (n / span)) * span onwards. blockDim.x is at most NORM_PARAMS_THREADS.
+#define NORM_PARAMS_THREADS 256
 template <class T> __device__ void norm_rows_params(const T *x, const T *mean, const T *rstd, const T *g, T *dw,
                                                     T *db, long long rows, long long n, long long span,
-                                                    long long cycle) {
+                                                    long long cycle, int together) {
+    __shared__ T partial[2 * NORM_PARAMS_THREADS];
     long long per = n / span, params = cycle * per;
-    for (long long p = blockIdx.x; p < params; p += gridDim.x) {
-        long long first = p / per, start = (p % per) * span;
-        long long items = (rows > first ? (rows - first + cycle - 1) / cycle : 0) * span;
+    int slices = blockDim.x / together, k = threadIdx.x / together;
+    for (long long p0 = (long long)blockIdx.x * together; p0 < params; p0 += (long long)gridDim.x * together) {
+        long long p = p0 + threadIdx.x % together;
         T sw = 0, sb = 0;
-        for (long long i = threadIdx.x; i < items; i += blockDim.x) {
-            long long row = first + (i / span) * cycle, at = row * n + start + i % span;
-            sw += g[at] * (x[at] - mean[row]) * rstd[row];
-            sb += g[at];
+        if (p < params) {
+            long long first = p / per, start = (p % per) * span;
+            long long items = (rows > first ? (rows - first + cycle - 1) / cycle : 0) * span;
+            for (long long i = k; i < items; i += slices) {
+                long long row = first + (i / span) * cycle, at = row * n + start + i % span;
+                sw += g[at] * (x[at] - mean[row]) * rstd[row];
+                sb += g[at];
+            }
         }
-        sw = lanes_reduce<false>(sw, blockDim.x);
-        sb = lanes_reduce<false>(sb, blockDim.x);
-        if (threadIdx.x == 0) {
+        partial[threadIdx.x] = sw;
+        partial[NORM_PARAMS_THREADS + threadIdx.x] = sb;
+        __syncthreads();
+        if (k == 0 && p < params) {
+            for (int j = 1; j < slices; ++j) {
+                sw += partial[j * together + threadIdx.x];
+                sb += partial[NORM_PARAMS_THREADS + j * together + threadIdx.x];
+            }
             if (dw) dw[p] = sw;
             if (db) db[p] = sb;
         }
+        __syncthreads();  // partial is refilled by the next parameters
     }
 }
 
@@ -97,7 +111,7 @@ template <class T> __device__ void norm_rows_params(const T *x, const T *mean, c
     }                                                                                                            \
     extern "C" __global__ void norm_rows_params_##suffix(const T *x, const T *mean, const T *rstd, const T *g,    \
                                                          T *dw, T *db, long long rows, long long n,              \
-                                                         long long span, long long cycle) {                      \
-        norm_rows_params(x, mean, rstd, g, dw, db, rows, n, span, cycle);                                        \
+                                                         long long span, long long cycle, int together) {        \
+        norm_rows_params(x, mean, rstd, g, dw, db, rows, n, span, cycle, together);                              \
     }
 FOR_FLOAT_DTYPES(NORM_ROWS_KERNELS)

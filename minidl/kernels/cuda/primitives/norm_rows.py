@@ -1,6 +1,6 @@
 """Layer, RMS and group norm over packed rows on the GPU (csrc/norm_rows.cu): a warp per short row or a block
-per long one, forward and dx; the parameter gradients a block per parameter. The same checks and results as
-the CPU kernels."""
+per long one, forward and dx; the parameter gradients as sums over rows, 32 columns or one channel a block.
+The same checks and results as the CPU kernels."""
 from .... import kernels
 from ...checks import norm_rows_geometry
 from .. import runtime
@@ -8,6 +8,7 @@ from .common import FLOATS, kernel, require_dtype
 from .softmax import WARP_ROW_MAX
 
 FILE = "norm_rows"
+PARAMS_THREADS = 256      # NORM_PARAMS_THREADS of csrc/norm_rows.cu
 
 
 def _rows_launch(name, dtype, n, rows, *args):
@@ -39,5 +40,7 @@ def norm_rows_backward(x, w, mean, rstd, g, dx, dw, db, n, span, cycle, rms):
         _rows_launch("norm_rows_dx", x.dtype, int(n), rows, x, _null(w), mean, rstd, g, dx, *geometry,
                      runtime.i32(bool(rms)))
     if dw is not None or db is not None:
-        runtime.launch_rows(kernel(FILE, "norm_rows_params", x.dtype), int(cycle) * (int(n) // int(span)), x, mean,
-                            rstd, g, _null(dw), _null(db), *geometry)
+        together = 32 if int(span) == 1 else 1   # (see csrc/norm_rows.cu)
+        runtime.launch_rows(kernel(FILE, "norm_rows_params", x.dtype),
+                            -(-int(cycle) * (int(n) // int(span)) // together), x, mean, rstd, g, _null(dw), _null(db),
+                            *geometry, runtime.i32(together), block=PARAMS_THREADS)
