@@ -47,8 +47,10 @@ def _run(lib, fn, arrays, g, dtype, device=None):
         leaves = [None if a is None else torch.tensor(a, dtype=dtype, requires_grad=True) for a in arrays]
         out = fn(torch, *leaves)
         out.backward(torch.tensor(g, dtype=dtype))
-        return out.detach().double().numpy(), [None if t is None or t.grad is None else t.grad.double().numpy() for t in leaves]
-    leaves = [None if a is None else minidl.tensor(a, dtype=dtype, device=device, requires_grad=True) for a in arrays]
+        return (out.detach().double().numpy(),
+                [None if t is None or t.grad is None else t.grad.double().numpy() for t in leaves])
+    leaves = [None if a is None else minidl.tensor(a, dtype=dtype, device=device, requires_grad=True)
+              for a in arrays]
     out = fn(minidl, *leaves)
     out.backward(minidl.tensor(g, dtype=dtype, device=device))
     return (out.detach().cpu().double().numpy(),

@@ -9,23 +9,26 @@ from .module import Module
 from .parameter import Parameter
 
 
+def _shape_and_weight(module, normalized_shape, eps, elementwise_affine, device, dtype):
+    """What LayerNorm and RMSNorm share: the shape as a tuple, eps, and the weight (None without
+    ``elementwise_affine``)."""
+    module.normalized_shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
+    module.eps = eps
+    module.elementwise_affine = elementwise_affine
+    if elementwise_affine:
+        module.weight = Parameter(minidl.empty(module.normalized_shape, device=device, dtype=dtype))
+    else:
+        module.register_parameter("weight", None)
+
+
 class LayerNorm(Module):
     def __init__(self, normalized_shape, eps: float = 1e-5, elementwise_affine: bool = True, bias: bool = True,
                  device=None, dtype=None):
         super().__init__()
-        if isinstance(normalized_shape, int):
-            normalized_shape = (normalized_shape,)
-        self.normalized_shape = tuple(normalized_shape)
-        self.eps = eps
-        self.elementwise_affine = elementwise_affine
-        if elementwise_affine:
-            self.weight = Parameter(minidl.empty(self.normalized_shape, device=device, dtype=dtype))
-            if bias:
-                self.bias = Parameter(minidl.empty(self.normalized_shape, device=device, dtype=dtype))
-            else:
-                self.register_parameter("bias", None)
+        _shape_and_weight(self, normalized_shape, eps, elementwise_affine, device, dtype)
+        if elementwise_affine and bias:
+            self.bias = Parameter(minidl.empty(self.normalized_shape, device=device, dtype=dtype))
         else:
-            self.register_parameter("weight", None)
             self.register_parameter("bias", None)
         self.reset_parameters()
 
@@ -50,15 +53,7 @@ class RMSNorm(Module):
     def __init__(self, normalized_shape, eps: float | None = None, elementwise_affine: bool = True, device=None,
                  dtype=None):
         super().__init__()
-        if isinstance(normalized_shape, int):
-            normalized_shape = (normalized_shape,)
-        self.normalized_shape = tuple(normalized_shape)
-        self.eps = eps
-        self.elementwise_affine = elementwise_affine
-        if elementwise_affine:
-            self.weight = Parameter(minidl.empty(self.normalized_shape, device=device, dtype=dtype))
-        else:
-            self.register_parameter("weight", None)
+        _shape_and_weight(self, normalized_shape, eps, elementwise_affine, device, dtype)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
