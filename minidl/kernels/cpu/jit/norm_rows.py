@@ -65,8 +65,9 @@ def _norm_rows(x, w, b, out, mean, rstd, r0, r1, n, span, cycle, eps, rms, zero,
             for c in range(per):
                 a = s * w[base + c]
                 shift = b[base + c] - m * a
-                for j in range(c * span, (c + 1) * span):
-                    o[j] = xr[j] * a + shift
+                xc, oc = xr[c * span:(c + 1) * span], o[c * span:(c + 1) * span]  # (runs from 0: they vectorise)
+                for j in range(span):
+                    oc[j] = xc[j] * a + shift
 
 
 @njit(inline="always")
@@ -97,9 +98,10 @@ def _norm_rows_backward(x, w, mean, rstd, g, dx, pw, pb, r0, r1, n, span, cycle,
                 pb[base + k] += sg
             a, c = zero if rms else a * inv_n, c * s * s * inv_n
             for k in range(per):
-                wk = s * w[base + k]
-                for j in range(k * span, (k + 1) * span):
-                    d[j] = gr[j] * wk - s * a - (xr[j] - m) * s * c
+                wk, shift, scale = s * w[base + k], s * a, s * c
+                xk, gk, dk = xr[k * span:(k + 1) * span], gr[k * span:(k + 1) * span], d[k * span:(k + 1) * span]
+                for j in range(span):
+                    dk[j] = gk[j] * wk - shift - (xk[j] - m) * scale
 
 
 @njit(cache=True, nogil=True)
