@@ -247,3 +247,26 @@ def test_cuda_second_order(cuda):
     (gx * gx).sum().backward()
     (tgx * tgx).sum().backward()
     np.testing.assert_allclose(w.grad.cpu().numpy(), tw.grad.numpy(), rtol=1e-9, atol=1e-10)
+
+
+@pytest.mark.parametrize("n, span, cycle", [(6, 1, 1), (6, 3, 2)])
+def test_parallel_blocks_add_their_parameter_gradients(n, span, cycle):
+    """The parallel kernels (threads take blocks of rows above a size threshold) on a small input in 3 blocks:
+    each block's parameter gradient sums must add up to torch's (group norm seen as (N, cycle, n/span, span))."""
+    from minidl.kernels.cpu.jit.norm_rows import norm_rows_backward_parallel, norm_rows_parallel
+    rows, blocks, params = 8 * cycle, 3, cycle * (n // span)
+    x, w, b = _arrays((rows * n,), (params,), shift=1.0)
+    g = RNG.standard_normal(rows * n)
+    out, mean, rstd, dx = np.empty_like(x), np.empty(rows), np.empty(rows), np.empty_like(x)
+    pw, pb = np.zeros(blocks * params), np.zeros(blocks * params)
+    norm_rows_parallel(x, w, b, out, mean, rstd, rows, n, span, cycle, 1e-5, False, 0.0, 1 / n, blocks)
+    norm_rows_backward_parallel(x, w, mean, rstd, g, dx, pw, pb, rows, n, span, cycle, False, 0.0, 1 / n, blocks)
+    tx, tw, tb = (torch.tensor(a, requires_grad=True) for a in (x, w, b))
+    shape = (rows // cycle, params) + ((span,) if span > 1 else ())
+    ty = torch.nn.functional.group_norm(tx.reshape(shape), cycle, tw, tb) if span > 1 else \
+        torch.nn.functional.layer_norm(tx.reshape(rows, n), (n,), tw, tb)
+    ty.backward(torch.tensor(g).reshape(ty.shape))
+    np.testing.assert_allclose(out, ty.detach().numpy().reshape(-1), rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(dx, tx.grad.numpy(), rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(pw.reshape(blocks, params).sum(0), tw.grad.numpy(), rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(pb.reshape(blocks, params).sum(0), tb.grad.numpy(), rtol=1e-10, atol=1e-12)
