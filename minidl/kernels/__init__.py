@@ -70,6 +70,10 @@ attention_backward   (q, ql, k, kl, v, vl, mask, ml, out, lse, g,     dq, dk, dv
                       offset)
 dropout              (x, out, mask, p, seed, offset)                  mask = 1/(1-p) where kept, else 0; out = x *
                                                                       mask, in one pass (see ``random``)
+norm_rows            (x, w, b, out, mean, rstd, n, span, cycle,       layer/RMS/group norm of each packed row of n
+                      eps, rms)                                       elements, its mean and 1/std saved (see below)
+norm_rows_backward   (x, w, mean, rstd, g, dx, dw, db, n, span,       dx, and the parameter gradients dw, db (None:
+                      cycle, rms)                                     not wanted) from the saved mean and rstd
 ===================  ===============================================  ==============================================
 
 ``geom`` for im2col, col2im and the two max-pool kernels is ``(planes, h, w, kh, kw, sh, sw, ph, pw, dh, dw, oh, ow)``: planes =
@@ -123,6 +127,15 @@ draw i of ``random`` at (seed, offset) (u24 for float32, u53 for float64) is bel
 (0 <= p < 1); mask holds 1 / (1 - p) rounded to the dtype where kept: exactly ``x * (bernoulli_(1 - p) *
 (1 / (1 - p)))`` over x drawn from that state, in one pass instead of five.
 
+The norm pair works on packed rows of n elements (x, out, g, dx: rows * n; mean, rstd: one per row), float32
+or float64: ``mean`` (0 when ``rms``), ``rstd = 1 / sqrt(mean((x - mean)**2) + eps)`` and
+``out = (x - mean) * rstd * w + b``. Element j of row r takes parameter ``(r % cycle) * (n // span) + j // span``
+of w and b (cycle * n / span elements each; None: 1 and 0): per column for layer and RMS norm (span = cycle =
+1), per channel for group norm over (N, G, C/G, *spatial) rows (span = the spatial size, cycle = G). The
+backward gives ``dx = rstd * (gy - mean(gy) - xhat * mean(gy * xhat))`` with ``gy = g * w``, without the
+``mean(gy)`` term when ``rms``, and overwrites dw, db with the sums of ``g * xhat``, g over each parameter's
+elements.
+
 ``random`` is counter-based, so every device gives the same numbers: element i is made from the four
 32-bit words w0..w3 of Philox4x32-10 (Salmon et al., SC'11) with key (seed mod 2^32, seed >> 32) and
 counter (c mod 2^32, c >> 32, 0, 0), c = offset + i (seed, offset: unsigned 64-bit). With
@@ -167,7 +180,8 @@ PRIMITIVES = ("alloc", "from_host", "to_host", "share_memory", "open_shared", "c
               "compare", "where", "reduce", "arg_reduce", "scan", "argsort", "take", "put", "check_index",
               "nonzero", "matmul", "im2col", "col2im", "max_pool2d", "max_pool2d_backward", "sgd_step", "adam_step",
               "sgd_steps", "adam_steps", "adagrad_steps", "norms", "scale",
-              "softmax", "softmax_backward", "random", "attention", "attention_backward", "dropout")
+              "softmax", "softmax_backward", "random", "attention", "attention_backward", "dropout",
+              "norm_rows", "norm_rows_backward")
 
 # device type -> module whose import registers that device's kernels
 _DEVICE_MODULES = {"cpu": "minidl.kernels.cpu", "cuda": "minidl.kernels.cuda.primitives"}

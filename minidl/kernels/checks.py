@@ -131,3 +131,24 @@ def attention_geometry(name, q, ql, k, kl, v, vl, mask, ml, packed):
         if b.size < n or b.dtype != q.dtype:
             raise ValueError(f"{name}: {what} buffer of {b.size} {b.dtype.name} elements, needs {n} {q.dtype.name}")
     return B, H, H // Hkv, L, S, E, Ev
+
+
+def norm_rows_geometry(name, n, span, cycle, x, params, **rows_of) -> int:
+    """The norm_rows pair's checks: the number of rows of n in x, after checking that span divides n, that
+    every per-row buffer in ``rows_of`` (name -> (buffer, elements per row)) matches x's dtype and rows, and
+    that the affine ``params`` (None or a buffer) hold cycle * n / span elements."""
+    n, span, cycle = int(n), int(span), int(cycle)
+    if n < 1 or span < 1 or cycle < 1 or n % span:
+        raise ValueError(f"{name}: invalid row geometry n={n}, span={span}, cycle={cycle}")
+    if x.size % n:
+        raise ValueError(f"{name}: a buffer of {x.size} elements does not hold whole rows of {n}")
+    rows = x.size // n
+    for what, (b, per_row) in rows_of.items():
+        if b.dtype != x.dtype or b.size < rows * per_row:
+            raise ValueError(f"{name}: {what} buffer of {b.size} {b.dtype.name} elements, needs {rows * per_row} "
+                             f"{x.dtype.name}")
+    for p in params:
+        if p is not None and (p.dtype != x.dtype or p.size < cycle * (n // span)):
+            raise ValueError(f"{name}: parameter buffer of {p.size} {p.dtype.name} elements, needs "
+                             f"{cycle * (n // span)} {x.dtype.name}")
+    return rows

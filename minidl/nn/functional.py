@@ -8,13 +8,13 @@ import minidl
 from minidl.amp import autocast_op, computed_in_float32
 from minidl.ops import (_fused_attention, _fused_dropout, _gelu, _gelu_tanh, _silu, _split_heads,  # noqa: F401
                         adaptive_avg_pool2d, avg_pool2d, batch_norm, conv1d, conv2d, conv_transpose2d, embedding, fold,
-                        group_norm, layer_norm, linear, max_pool2d, unfold)
+                        group_norm, layer_norm, linear, max_pool2d, rms_norm, unfold)
 
 __all__ = [
     "linear", "relu", "relu_", "gelu", "silu", "leaky_relu", "elu", "softplus", "sigmoid", "tanh", "logsigmoid",
     "softmax", "log_softmax", "dropout", "embedding", "layer_norm", "one_hot", "pad", "normalize", "mse_loss",
     "l1_loss", "smooth_l1_loss", "huber_loss", "nll_loss", "cross_entropy", "binary_cross_entropy",
-    "binary_cross_entropy_with_logits", "kl_div",
+    "binary_cross_entropy_with_logits", "kl_div", "rms_norm",
 ]
 
 

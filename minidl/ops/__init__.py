@@ -19,6 +19,7 @@ Reading order, bottom-up (a module imports only those listed before it):
 - ``linalg``: matrix products
 - ``sorting``: sort, topk, unique, bincount, histc
 - ``conv``: convolution and pooling
+- ``norm_rows``: layer, RMS and group norm's graph node on the norm_rows primitives, and ``rms_norm``
 - ``normalization``: layer, batch and group norm
 - ``attention``: the split of a projection into heads
 - ``embeddings``: the table lookup, its gradient dense or (by a rule attached later) sparse
@@ -28,7 +29,7 @@ Reading order, bottom-up (a module imports only those listed before it):
 # every module, in the reading order (each declares its ops as it is imported)
 from . import (registry, core, random, conversion, take_put, views, inplace, creation,  # noqa: F401,I001
                autocast_mode, elementwise, shape_ops, indexing, reduction, linalg, sorting, conv,
-               normalization, attention, embeddings, fused, dropout)
+               norm_rows, normalization, attention, embeddings, fused, dropout)
 
 globals().update(registry.functions())
 globals().update(registry.functions("nn.functional"))  # (for minidl.nn.functional)

@@ -23,7 +23,7 @@ _LAYOUT = {
     "linear": [container.Identity, linear.Linear, linear.NonDynamicallyQuantizableLinear],
     "loss": [loss.BCELoss, loss.BCEWithLogitsLoss, loss.CrossEntropyLoss, loss.HuberLoss, loss.KLDivLoss,
              loss.L1Loss, loss.MSELoss, loss.NLLLoss, loss.SmoothL1Loss],
-    "normalization": [batchnorm.GroupNorm, normalization.LayerNorm],
+    "normalization": [batchnorm.GroupNorm, normalization.LayerNorm, normalization.RMSNorm],
     "pooling": [pooling.AdaptiveAvgPool2d, pooling.AvgPool2d, pooling.MaxPool2d],
     "rnn": [rnn.GRU, rnn.GRUCell, rnn.LSTM, rnn.LSTMCell, rnn.RNN, rnn.RNNBase, rnn.RNNCell, rnn.RNNCellBase],
     "sparse": [sparse.Embedding],
