@@ -119,3 +119,21 @@ def attention_geometry(name, q, ql, k, kl, v, vl, mask, ml, packed):
         if b.size < n or b.dtype != q.dtype:
             raise ValueError(f"{name}: {what} buffer of {b.size} {b.dtype.name} elements, needs {n} {q.dtype.name}")
     return B, H, H // Hkv, L, S, E, Ev
+
+
+def batch_norm_buffers(name, shape, training, packed, channel):
+    """(N, C, S) of the batch norm pair, after checking it and the buffers: ``packed`` the (N, C, S) ones as
+    ``(what, buffer)`` (the first sets the dtype, float32 or float64), ``channel`` the C-element ones, None
+    where absent. Eval mode needs the running statistics."""
+    N, C, S = (int(v) for v in shape)
+    if min(N, C, S) < 0:
+        raise ValueError(f"{name}: invalid shape (N, C, S) = {(N, C, S)}")
+    dtype = packed[0][1].dtype
+    if dtype.name not in ("float32", "float64"):
+        raise TypeError(f"{name}: float32 or float64 buffers only, got {dtype.name}")
+    if not training and any(b is None for what, b in channel if what.startswith("running")):
+        raise ValueError(f"{name}: eval mode needs running_mean and running_var")
+    for what, b, n in [(w, b, N * C * S) for w, b in packed] + [(w, b, C) for w, b in channel]:
+        if b is not None and (b.size < n or b.dtype != dtype):
+            raise ValueError(f"{name}: {what} buffer of {b.size} {b.dtype.name} elements, needs {n} {dtype.name}")
+    return N, C, S
