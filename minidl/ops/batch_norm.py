@@ -142,6 +142,6 @@ def batch_norm(input, running_mean, running_var, weight=None, bias=None, trainin
                           bool(training), 0.1 if momentum is None else float(momentum), float(eps))
     if training:
         for mine, theirs in zip(stats, given):
-            if theirs is not None and mine is not theirs:
+            if mine is not None and theirs is not None and mine is not theirs:
                 theirs.detach().copy_(mine)
     return out.to(input.dtype)
