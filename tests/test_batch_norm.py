@@ -12,22 +12,15 @@ import minidl.nn as nn
 import minidl.nn.functional as F
 from minidl import kernels
 
+from test_sdpa_fused import count_calls as fused_calls
+
 torch = pytest.importorskip("torch")
 
 SHAPES = [(6, 3), (4, 3, 5), (2, 3, 4, 5), (2, 3, 2, 3, 4)]
 
 
 def count_calls(monkeypatch, device):
-    """How many times each batch norm primitive runs on ``device``."""
-    count = {"batch_norm": 0, "batch_norm_backward": 0}
-    for name in count:
-        fn = kernels.get(name, device)
-
-        def counted(*args, _fn=fn, _name=name):
-            count[_name] += 1
-            return _fn(*args)
-        monkeypatch.setitem(kernels._registry, (device, name), counted)
-    return count
+    return fused_calls(monkeypatch, device, ("batch_norm", "batch_norm_backward"))
 
 
 def _arrays(shape, seed=0):
