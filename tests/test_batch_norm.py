@@ -1,4 +1,4 @@
-"""Batch norm as the fused ``batch_norm`` primitives (ops/batch_norm.py) against PyTorch in float64, forward and every
+"""Batch norm as the fused ``batch_norm`` primitives (ops/batchnorm.py) against PyTorch in float64, forward and every
 gradient, training and eval, on (N, C), (N, C, L), (N, C, H, W), (N, C, D, H, W), channels-last and strided inputs;
 the running statistics after several steps (momentum, and None: the cumulative average); the unfused composition;
 float32 with a large mean; second order; the in-place activation after BatchNorm; the errors."""

@@ -1,5 +1,5 @@
 """Normalization layers' ops: layer norm (one graph node, with a closed-form backward) and group norm (batch
-norm: ``batch_norm.py``); each takes a float16/bfloat16 input with float32 parameters as PyTorch does."""
+norm: ``batchnorm.py``); each takes a float16/bfloat16 input with float32 parameters as PyTorch does."""
 from __future__ import annotations
 
 import functools
