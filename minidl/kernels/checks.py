@@ -121,6 +121,9 @@ def attention_geometry(name, q, ql, k, kl, v, vl, mask, ml, packed):
     return B, H, H // Hkv, L, S, E, Ev
 
 
+_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
+
+
 def batch_norm_buffers(name, shape, training, packed, channel):
     """(N, C, S) of the batch norm pair, after checking it and the buffers: ``packed`` the (N, C, S) ones as
     ``(what, buffer)`` (the first sets the dtype, float32 or float64), ``channel`` the C-element ones, None
@@ -129,7 +132,7 @@ def batch_norm_buffers(name, shape, training, packed, channel):
     if min(N, C, S) < 0:
         raise ValueError(f"{name}: invalid shape (N, C, S) = {(N, C, S)}")
     dtype = packed[0][1].dtype
-    if dtype.name not in ("float32", "float64"):
+    if dtype not in _FLOATS:
         raise TypeError(f"{name}: float32 or float64 buffers only, got {dtype.name}")
     if not training and any(b is None for what, b in channel if what.startswith("running")):
         raise ValueError(f"{name}: eval mode needs running_mean and running_var")

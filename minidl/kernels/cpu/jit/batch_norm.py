@@ -41,7 +41,7 @@ def _planes_forward(x, out, N, C, S, w, b, mean, invstd, rm, rv, training, updat
             run = x[(n * C + c) * S:(n * C + c + 1) * S]
             for j in range(S):
                 total += run[j]
-        m = total / count if count else zero
+        m = total / x.dtype.type(count) if count else zero   # (in x's dtype: float32 loops stay float32)
         for n in range(N):
             run = x[(n * C + c) * S:(n * C + c + 1) * S]
             for j in range(S):
@@ -65,7 +65,7 @@ def _rows_forward(x, out, R, C, w, b, mean, invstd, rm, rv, training, update, mo
             row = x[r * C + c0:r * C + c1]
             for j in range(k):
                 total[j] += row[j]
-        m = total / R if R else total
+        m = total / x.dtype.type(R) if R else total
         for r in range(R):
             row = x[r * C + c0:r * C + c1]
             for j in range(k):
