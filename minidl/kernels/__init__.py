@@ -74,6 +74,11 @@ norm_rows            (x, w, b, out, mean, rstd, n, span, cycle,       layer/RMS/
                       eps, rms)                                       elements, its mean and 1/std saved (see below)
 norm_rows_backward   (x, w, mean, rstd, g, dx, dw, db, n, span,       dx, and the parameter gradients dw, db (None:
                       cycle, rms)                                     not wanted) from the saved mean and rstd
+batch_norm           (x, out, shape, channels_last, weight, bias,     out = batch norm of x over (N, C, S) with the
+                      mean, invstd, running_mean, running_var,        batch's or the running statistics; mean and
+                      training, momentum, eps)                        1/sqrt(var + eps) written (see below)
+batch_norm_backward  (x, g, shape, channels_last, weight, mean,       dx, dweight, dbias of batch_norm from its
+                      invstd, dx, dweight, dbias, training)           saved mean and invstd
 ===================  ===============================================  ==============================================
 
 ``geom`` for im2col, col2im and the two max-pool kernels is ``(planes, h, w, kh, kw, sh, sw, ph, pw, dh, dw, oh, ow)``: planes =
@@ -146,6 +151,16 @@ without fused multiply-adds, rounded once to out's dtype:
 - normal (float32, float64): ``a + b * sqrt(-2 log(u53(w0, w1) + 2^-53)) * cos(2 pi u53(w2, w3))``;
 - integers (int64 out; a, b integers, a < b): ``a + ((w1 << 32 | w0) mod (b - a))`` in 64-bit
   unsigned arithmetic (the whole 64-bit range when b - a wraps to 0).
+
+The batch norm pair takes x, out, g and dx packed in (N, C, S) order (S: the spatial elements), or in (N, S, C)
+order when ``channels_last`` (an (N, C) input is either), float32 or float64; weight, bias, mean, invstd, the
+running statistics, dweight and dbias hold C elements of x's dtype (weight and bias may be None: 1 and 0). In
+training, per channel over its M = N * S elements: mean and the biased variance var (two passes: the mean, then the
+squared deviations from it), invstd = 1 / sqrt(var + eps), and, when running_mean and running_var are given and
+M > 0, ``running = (1 - momentum) * running + momentum * stat`` with the unbiased variance var * M / (M - 1); in eval
+mode mean = running_mean, invstd = 1 / sqrt(running_var + eps). ``out = (x - mean) * invstd * weight + bias``.
+The backward writes ``dbias = sum(g)``, ``dweight = sum(g * xhat)`` (xhat = (x - mean) * invstd) and
+``dx = weight * invstd * (g - dbias / M - xhat * dweight / M)`` in training, ``weight * invstd * g`` in eval.
 """
 from __future__ import annotations
 
@@ -181,7 +196,7 @@ PRIMITIVES = ("alloc", "from_host", "to_host", "share_memory", "open_shared", "c
               "nonzero", "matmul", "im2col", "col2im", "max_pool2d", "max_pool2d_backward", "sgd_step", "adam_step",
               "sgd_steps", "adam_steps", "adagrad_steps", "norms", "scale",
               "softmax", "softmax_backward", "random", "attention", "attention_backward", "dropout",
-              "norm_rows", "norm_rows_backward")
+              "norm_rows", "norm_rows_backward", "batch_norm", "batch_norm_backward")
 
 # device type -> module whose import registers that device's kernels
 _DEVICE_MODULES = {"cpu": "minidl.kernels.cpu", "cuda": "minidl.kernels.cuda.primitives"}

@@ -152,3 +152,24 @@ def norm_rows_geometry(name, n, span, cycle, x, params, **rows_of) -> int:
             raise ValueError(f"{name}: parameter buffer of {p.size} {p.dtype.name} elements, needs "
                              f"{cycle * (n // span)} {x.dtype.name}")
     return rows
+
+
+_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
+
+
+def batch_norm_buffers(name, shape, training, packed, channel):
+    """(N, C, S) of the batch norm pair, after checking it and the buffers: ``packed`` the (N, C, S) ones as
+    ``(what, buffer)`` (the first sets the dtype, float32 or float64), ``channel`` the C-element ones, None
+    where absent. Eval mode needs the running statistics."""
+    N, C, S = (int(v) for v in shape)
+    if min(N, C, S) < 0:
+        raise ValueError(f"{name}: invalid shape (N, C, S) = {(N, C, S)}")
+    dtype = packed[0][1].dtype
+    if dtype not in _FLOATS:
+        raise TypeError(f"{name}: float32 or float64 buffers only, got {dtype.name}")
+    if not training and any(b is None for what, b in channel if what.startswith("running")):
+        raise ValueError(f"{name}: eval mode needs running_mean and running_var")
+    for what, b, n in [(w, b, N * C * S) for w, b in packed] + [(w, b, C) for w, b in channel]:
+        if b is not None and (b.size < n or b.dtype != dtype):
+            raise ValueError(f"{name}: {what} buffer of {b.size} {b.dtype.name} elements, needs {n} {dtype.name}")
+    return N, C, S

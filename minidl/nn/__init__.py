@@ -4,7 +4,7 @@ Built only on the public Tensor API (``nn`` sits above ``Tensor``).
 """
 from . import functional, init, parallel, utils
 from .activation import ELU, GELU, LeakyReLU, LogSigmoid, LogSoftmax, ReLU, Sigmoid, SiLU, Softmax, Softplus, Tanh
-from .batchnorm import BatchNorm1d, BatchNorm2d, GroupNorm
+from .batchnorm import BatchNorm1d, BatchNorm2d, BatchNorm3d, GroupNorm
 from .container import Flatten, Identity, ModuleDict, ModuleList, Sequential, Unflatten
 from .conv import Conv1d, Conv2d, ConvTranspose2d
 from .dropout import Dropout, Dropout1d, Dropout2d, Dropout3d
@@ -31,4 +31,4 @@ __all__ = [
     "RNNBase", "RNN", "LSTM", "GRU", "RNNCellBase", "RNNCell", "LSTMCell", "GRUCell",
 ]
 __all__ += ["MultiheadAttention", "Transformer", "TransformerEncoderLayer", "TransformerEncoder",
-            "TransformerDecoderLayer", "TransformerDecoder", "modules", "RMSNorm"]
+            "TransformerDecoderLayer", "TransformerDecoder", "modules", "RMSNorm", "BatchNorm3d"]

@@ -12,3 +12,4 @@ kernel_cache.install()  # before the kernel modules: their decorators pick the c
 from . import (attention, conv, elementwise, indexing, linalg, memory, optim, random, reduce,  # noqa: E402,F401
                shared, softmax)
 from . import norm_rows  # noqa: E402,F401
+from . import batch_norm  # noqa: E402,F401

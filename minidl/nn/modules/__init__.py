@@ -15,7 +15,7 @@ _LAYOUT = {
     "activation": [activation.ELU, activation.GELU, activation.LeakyReLU, activation.LogSigmoid,
                    activation.LogSoftmax, activation.ReLU, activation.Sigmoid, activation.SiLU, activation.Softmax,
                    activation.Softplus, activation.Tanh, transformer.MultiheadAttention],
-    "batchnorm": [batchnorm.BatchNorm1d, batchnorm.BatchNorm2d],
+    "batchnorm": [batchnorm.BatchNorm1d, batchnorm.BatchNorm2d, batchnorm.BatchNorm3d],
     "container": [container.ModuleDict, container.ModuleList, container.Sequential],
     "conv": [conv.Conv1d, conv.Conv2d, conv.ConvTranspose2d],
     "dropout": [dropout.Dropout, dropout.Dropout1d, dropout.Dropout2d, dropout.Dropout3d],
