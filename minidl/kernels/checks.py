@@ -158,3 +158,21 @@ def rnn_cell_buffers(name, mode, hidden, gates, buffers):
             got = "None" if b is None else f"a buffer of {b.size} {b.dtype.name} elements"
             raise ValueError(f"{name}: mode {mode} needs {what} of {n} {gates.dtype.name} elements, got {got}")
     return RNN_MODES.index(mode), rows
+
+
+def rnn_cell_arguments(mode, gx, gh, bh, hx, cx, hy, cy, saved, hidden):
+    """(mode code, rows) of an rnn_cell call, checked (``rnn_cell_buffers``)."""
+    lstm, gru = mode == "LSTM", mode == "GRU"
+    return rnn_cell_buffers("rnn_cell", mode, hidden, gx, (
+        ("gh", gh, RNN_GATES.get(mode), True), ("bh", bh, 0, bh is not None), ("hx", hx, 1, gru),
+        ("cx", cx, 1, lstm), ("hy", hy, 1, True), ("cy", cy, 1, lstm), ("saved", saved, 4, lstm or gru)))
+
+
+def rnn_cell_backward_arguments(mode, dh, dy, dc, hx, cx, hy, cy, saved, dgx, dgh, dhx, dcx, hidden):
+    """(mode code, rows) of an rnn_cell_backward call, checked (``rnn_cell_buffers``)."""
+    lstm, gru = mode == "LSTM", mode == "GRU"
+    return rnn_cell_buffers("rnn_cell_backward", mode, hidden, dgx, (
+        ("dh", dh, 1, True), ("dy", dy, 1, dy is not None), ("dc", dc, 1, lstm and dc is not None),
+        ("hx", hx, 1, gru), ("cx", cx, 1, lstm), ("hy", hy, 1, not (lstm or gru)), ("cy", cy, 1, lstm),
+        ("saved", saved, 4, lstm or gru), ("dgh", dgh, RNN_GATES.get(mode), gru), ("dhx", dhx, 1, gru),
+        ("dcx", dcx, 1, lstm)))

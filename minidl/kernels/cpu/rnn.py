@@ -1,7 +1,7 @@
 """The gates of a recurrent layer's time step on the CPU (kernels in ``jit/rnn.py``): one pass over the batch's
 rows instead of a dozen elementwise ops per step, forward and backward."""
 from ... import kernels
-from ..checks import RNN_GATES, rnn_cell_buffers
+from ..checks import rnn_cell_arguments, rnn_cell_backward_arguments
 from .jit.rnn import rnn_cell_backward_parallel, rnn_cell_backward_serial, rnn_cell_parallel, rnn_cell_serial
 from .strided import launch
 
@@ -14,10 +14,7 @@ def _blocks(rows, gates):
 
 @kernels.register("rnn_cell")
 def rnn_cell(mode, gx, gh, bh, hx, cx, hy, cy, saved, hidden):
-    lstm, gru = mode == "LSTM", mode == "GRU"
-    code, rows = rnn_cell_buffers("rnn_cell", mode, hidden, gx, (
-        ("gh", gh, RNN_GATES.get(mode), True), ("bh", bh, 0, bh is not None), ("hx", hx, 1, gru),
-        ("cx", cx, 1, lstm), ("hy", hy, 1, True), ("cy", cy, 1, lstm), ("saved", saved, 4, lstm or gru)))
+    code, rows = rnn_cell_arguments(mode, gx, gh, bh, hx, cx, hy, cy, saved, hidden)
     none = gx[:0]     # (an absent buffer: an empty one of the same type, so one compilation per dtype)
     launch(rnn_cell_serial, rnn_cell_parallel, gx.size, code, gx, gh, none if bh is None else bh, bh is not None,
            none if hx is None else hx, none if cx is None else cx, hy, none if cy is None else cy,
@@ -26,12 +23,7 @@ def rnn_cell(mode, gx, gh, bh, hx, cx, hy, cy, saved, hidden):
 
 @kernels.register("rnn_cell_backward")
 def rnn_cell_backward(mode, dh, dy, dc, hx, cx, hy, cy, saved, dgx, dgh, dhx, dcx, hidden):
-    lstm, gru = mode == "LSTM", mode == "GRU"
-    code, rows = rnn_cell_buffers("rnn_cell_backward", mode, hidden, dgx, (
-        ("dh", dh, 1, True), ("dy", dy, 1, dy is not None), ("dc", dc, 1, lstm and dc is not None),
-        ("hx", hx, 1, gru), ("cx", cx, 1, lstm), ("hy", hy, 1, not (lstm or gru)), ("cy", cy, 1, lstm),
-        ("saved", saved, 4, lstm or gru), ("dgh", dgh, RNN_GATES.get(mode), gru), ("dhx", dhx, 1, gru),
-        ("dcx", dcx, 1, lstm)))
+    code, rows = rnn_cell_backward_arguments(mode, dh, dy, dc, hx, cx, hy, cy, saved, dgx, dgh, dhx, dcx, hidden)
     none = dgx[:0]
     launch(rnn_cell_backward_serial, rnn_cell_backward_parallel, dgx.size, code, dh, none if dy is None else dy,
            dy is not None, none if dc is None else dc, dc is not None, *(none if b is None else b for b in (
