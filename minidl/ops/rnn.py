@@ -41,6 +41,7 @@ class Recurrence(Function):
                  None if saved is None else _step(buf(saved), t, 4 * B * H), H)
             h, c = hy, cy
         ctx.save_for_backward(h0, c0, w_hh, hs, cs, saved)
+        ctx.set_materialize_grads(False)   # (an unused output's gradient stays None: no zeros of its size)
         ctx.meta = (mode, reverse, b_hh is not None)
         last = 0 if reverse else T - 1
         return (hs, hs[last].clone()) + ((cs[last].clone(),) if lstm else ())
