@@ -1,150 +1,176 @@
 """The gates of one time step of a recurrent layer, forward and backward, over packed rows of a batch.
 
-One pass over each row: the gate pre-activations gx + gh + bh, their sigmoid/tanh, the new cell and
-hidden state, and what the backward needs (the activations), all for one hidden unit at a time. The
-mode is chosen once per call, so each inner loop runs straight code. Mode codes: ``MODES`` below.
+Row by row, in runs over one gate's hidden units at a time, so that every loop is straight arithmetic that
+LLVM vectorises: the pre-activations gx + gh + bh, then sigmoid and tanh through one exp pass each
+(``exp_run``: vectorised in float32), tanh(v) as 2 / (1 + exp(-2v)) - 1. ``one`` is 1 in the buffers' dtype,
+so float32 stays float32 throughout. ``tmp`` and ``pre`` are scratch rows (G * H elements per row of the
+batch). Mode codes: ``checks.RNN_MODES``' order.
 """
-import math
-
 from numba import njit, prange
 
+from .vector_math import exp_run
+
 RNN_TANH, RNN_RELU, LSTM, GRU = 0, 1, 2, 3
-MODES = {"RNN_TANH": RNN_TANH, "RNN_RELU": RNN_RELU, "LSTM": LSTM, "GRU": GRU}
 
 
 @njit(inline="always")
-def gates(mode):
-    """Gate pre-activations per hidden unit."""
+def _gates(mode):
     return 4 if mode == LSTM else 3 if mode == GRU else 1
 
 
 @njit(inline="always")
-def _sigmoid(v):
-    return 1.0 / (1.0 + math.exp(-v))
+def _sigmoid_run(x, out, tmp, one):
+    """out = 1 / (1 + exp(-x)) (out may be x)."""
+    for j in range(x.size):
+        tmp[j] = -x[j]
+    exp_run(tmp[:x.size], out)
+    for j in range(x.size):
+        out[j] = one / (one + out[j])
 
 
 @njit(inline="always")
-def _lstm_row(gx, gh, bh, has_bias, cx, hy, cy, saved, H):
-    for j in range(H):
-        p_i, p_f = gx[j] + gh[j], gx[H + j] + gh[H + j]
-        p_g, p_o = gx[2 * H + j] + gh[2 * H + j], gx[3 * H + j] + gh[3 * H + j]
+def _tanh_run(x, out, tmp, one):
+    """out = tanh(x) = 2 / (1 + exp(-2x)) - 1 (out may be x): -1 and 1 at -inf and inf, NaN kept."""
+    two = one + one
+    for j in range(x.size):
+        tmp[j] = -two * x[j]
+    exp_run(tmp[:x.size], out)
+    for j in range(x.size):
+        out[j] = two / (one + out[j]) - one
+
+
+@njit(inline="always")
+def _pre(x, h, b, has_bias, out):
+    """out = x + h (+ b): one gate's pre-activations."""
+    for j in range(out.size):
+        out[j] = x[j] + h[j]
+    if has_bias:
+        for j in range(out.size):
+            out[j] += b[j]
+
+
+@njit(inline="always")
+def _cell_row(mode, gx, gh, bh, has_bias, hx, cx, hy, cy, saved, pre, tmp, H, one):
+    """One row: gx, gh, pre, tmp hold its G * H gate elements; hx, cx, hy, cy its H; saved its 4 * H."""
+    if mode == LSTM:
+        _pre(gx, gh, bh, has_bias, pre)
+        _sigmoid_run(pre[:2 * H], saved[:2 * H], tmp, one)              # i, f
+        _tanh_run(pre[2 * H:3 * H], saved[2 * H:3 * H], tmp, one)       # g
+        _sigmoid_run(pre[3 * H:], saved[3 * H:], tmp, one)              # o
+        for j in range(H):
+            cy[j] = saved[H + j] * cx[j] + saved[j] * saved[2 * H + j]
+        _tanh_run(cy, hy, tmp, one)
+        for j in range(H):
+            hy[j] = saved[3 * H + j] * hy[j]
+    elif mode == GRU:
+        _pre(gx[:2 * H], gh[:2 * H], bh[:2 * H], has_bias, pre[:2 * H])
+        _sigmoid_run(pre[:2 * H], saved[:2 * H], tmp, one)              # r, z
+        hn = saved[3 * H:]
+        for j in range(H):
+            hn[j] = gh[2 * H + j]
         if has_bias:
-            p_i, p_f, p_g, p_o = p_i + bh[j], p_f + bh[H + j], p_g + bh[2 * H + j], p_o + bh[3 * H + j]
-        i, f, g, o = _sigmoid(p_i), _sigmoid(p_f), math.tanh(p_g), _sigmoid(p_o)
-        c = f * cx[j] + i * g
-        cy[j] = c
-        hy[j] = o * math.tanh(c)
-        saved[j], saved[H + j], saved[2 * H + j], saved[3 * H + j] = i, f, g, o
-
-
-@njit(inline="always")
-def _gru_row(gx, gh, bh, has_bias, hx, hy, saved, H):
-    for j in range(H):
-        p_r, p_z, hn = gx[j] + gh[j], gx[H + j] + gh[H + j], gh[2 * H + j]
-        if has_bias:
-            p_r, p_z, hn = p_r + bh[j], p_z + bh[H + j], hn + bh[2 * H + j]
-        r, z = _sigmoid(p_r), _sigmoid(p_z)
-        n = math.tanh(gx[2 * H + j] + r * hn)
-        hy[j] = n + z * (hx[j] - n)
-        saved[j], saved[H + j], saved[2 * H + j], saved[3 * H + j] = r, z, n, hn
-
-
-@njit(inline="always")
-def _plain_row(mode, gx, gh, bh, has_bias, hy, H):
-    for j in range(H):
-        p = gx[j] + gh[j]
-        if has_bias:
-            p += bh[j]
-        hy[j] = math.tanh(p) if mode == RNN_TANH else (p if p > 0.0 or p != p else 0.0)   # (relu keeps NaN)
-
-
-@njit(inline="always")
-def _cell_rows(mode, gx, gh, bh, has_bias, hx, cx, hy, cy, saved, H, r0, r1):
-    G = gates(mode)
-    for b in range(r0, r1):
-        x, h = gx[b * G * H:(b + 1) * G * H], gh[b * G * H:(b + 1) * G * H]
-        out = hy[b * H:(b + 1) * H]
-        if mode == LSTM:
-            _lstm_row(x, h, bh, has_bias, cx[b * H:(b + 1) * H], out, cy[b * H:(b + 1) * H],
-                      saved[b * 4 * H:(b + 1) * 4 * H], H)
-        elif mode == GRU:
-            _gru_row(x, h, bh, has_bias, hx[b * H:(b + 1) * H], out, saved[b * 4 * H:(b + 1) * 4 * H], H)
+            for j in range(H):
+                hn[j] += bh[2 * H + j]
+        n = saved[2 * H:3 * H]
+        for j in range(H):
+            n[j] = gx[2 * H + j] + saved[j] * hn[j]
+        _tanh_run(n, n, tmp, one)
+        for j in range(H):
+            hy[j] = n[j] + saved[H + j] * (hx[j] - n[j])
+    else:
+        _pre(gx, gh, bh, has_bias, pre)
+        if mode == RNN_TANH:
+            _tanh_run(pre, hy, tmp, one)
         else:
-            _plain_row(mode, x, h, bh, has_bias, out, H)
+            for j in range(H):
+                p = pre[j]
+                hy[j] = p if p > 0 or p != p else one - one   # (relu keeps NaN)
 
 
 @njit(inline="always")
-def _lstm_backward_row(dh, dy, has_dy, dc, has_dc, cx, cy, saved, dgx, dcx, H):
-    for j in range(H):
-        i, f, g, o = saved[j], saved[H + j], saved[2 * H + j], saved[3 * H + j]
-        d = dh[j] + (dy[j] if has_dy else 0.0)
-        tc = math.tanh(cy[j])
-        dct = (dc[j] if has_dc else 0.0) + d * o * (1.0 - tc * tc)
-        dgx[j] = dct * g * i * (1.0 - i)
-        dgx[H + j] = dct * cx[j] * f * (1.0 - f)
-        dgx[2 * H + j] = dct * i * (1.0 - g * g)
-        dgx[3 * H + j] = d * tc * o * (1.0 - o)
-        dcx[j] = dct * f
-
-
-@njit(inline="always")
-def _gru_backward_row(dh, dy, has_dy, hx, saved, dgx, dgh, dhx, H):
-    for j in range(H):
-        r, z, n, hn = saved[j], saved[H + j], saved[2 * H + j], saved[3 * H + j]
-        d = dh[j] + (dy[j] if has_dy else 0.0)
-        dn = d * (1.0 - z) * (1.0 - n * n)
-        dr = dn * hn * r * (1.0 - r)
-        dz = d * (hx[j] - n) * z * (1.0 - z)
-        dgx[j] = dgh[j] = dr
-        dgx[H + j] = dgh[H + j] = dz
-        dgx[2 * H + j] = dn
-        dgh[2 * H + j] = dn * r
-        dhx[j] = d * z
-
-
-@njit(inline="always")
-def _plain_backward_row(mode, dh, dy, has_dy, hy, dgx, H):
-    for j in range(H):
-        d = dh[j] + (dy[j] if has_dy else 0.0)
-        y = hy[j]
-        dgx[j] = d * (1.0 - y * y) if mode == RNN_TANH else (d if y > 0.0 else 0.0)
-
-
-@njit(inline="always")
-def _cell_backward_rows(mode, dh, dy, has_dy, dc, has_dc, hx, cx, hy, cy, saved, dgx, dgh, dhx, dcx, H, r0, r1):
-    G = gates(mode)
+def _cell_rows(mode, gx, gh, bh, has_bias, hx, cx, hy, cy, saved, pre, tmp, H, one, r0, r1):
+    GH = _gates(mode) * H
     for b in range(r0, r1):
-        u, v, w = b * H, (b + 1) * H, b * G * H   # this row's units and its first gate (absent buffers: empty)
-        if mode == LSTM:
-            _lstm_backward_row(dh[u:v], dy[u:v], has_dy, dc[u:v], has_dc,
-                               cx[u:v], cy[u:v], saved[4 * u:4 * v], dgx[w:w + G * H], dcx[u:v], H)
-        elif mode == GRU:
-            _gru_backward_row(dh[u:v], dy[u:v], has_dy, hx[u:v], saved[4 * u:4 * v],
-                              dgx[w:w + G * H], dgh[w:w + G * H], dhx[u:v], H)
-        else:
-            _plain_backward_row(mode, dh[u:v], dy[u:v], has_dy, hy[u:v], dgx[w:w + G * H], H)
+        u, v, w = b * H, (b + 1) * H, b * GH   # this row's units and gates (absent buffers: empty slices)
+        _cell_row(mode, gx[w:w + GH], gh[w:w + GH], bh, has_bias, hx[u:v], cx[u:v], hy[u:v], cy[u:v],
+                  saved[4 * u:4 * v], pre[w:w + GH], tmp[w:w + GH], H, one)
+
+
+@njit(inline="always")
+def _backward_row(mode, d, dc, has_dc, hx, cx, hy, cy, saved, dgx, dgh, dhx, dcx, tmp, H, one):
+    """One row; d holds the gradient of hy (dh + dy)."""
+    if mode == LSTM:
+        tc = tmp[:H]
+        _tanh_run(cy, tc, tmp[H:], one)
+        for j in range(H):
+            i, f, g, o = saved[j], saved[H + j], saved[2 * H + j], saved[3 * H + j]
+            dct = d[j] * o * (one - tc[j] * tc[j])
+            if has_dc:
+                dct += dc[j]
+            dgx[j] = dct * g * i * (one - i)
+            dgx[H + j] = dct * cx[j] * f * (one - f)
+            dgx[2 * H + j] = dct * i * (one - g * g)
+            dgx[3 * H + j] = d[j] * tc[j] * o * (one - o)
+            dcx[j] = dct * f
+    elif mode == GRU:
+        for j in range(H):
+            r, z, n, hn = saved[j], saved[H + j], saved[2 * H + j], saved[3 * H + j]
+            dn = d[j] * (one - z) * (one - n * n)
+            dr = dn * hn * r * (one - r)
+            dz = d[j] * (hx[j] - n) * z * (one - z)
+            dgx[j] = dr
+            dgh[j] = dr
+            dgx[H + j] = dz
+            dgh[H + j] = dz
+            dgx[2 * H + j] = dn
+            dgh[2 * H + j] = dn * r
+            dhx[j] = d[j] * z
+    elif mode == RNN_TANH:
+        for j in range(H):
+            dgx[j] = d[j] * (one - hy[j] * hy[j])
+    else:
+        for j in range(H):
+            dgx[j] = d[j] if hy[j] > 0 else one - one
+
+
+@njit(inline="always")
+def _backward_rows(mode, dh, dy, has_dy, dc, has_dc, hx, cx, hy, cy, saved, dgx, dgh, dhx, dcx, tmp, H, one, r0,
+                   r1):
+    GH = _gates(mode) * H
+    for b in range(r0, r1):
+        u, v, w = b * H, (b + 1) * H, b * GH
+        d = tmp[w:w + H]                     # (the row's scratch: H for d, then room for LSTM's tanh(c))
+        for j in range(H):
+            d[j] = dh[u + j]
+        if has_dy:
+            for j in range(H):
+                d[j] += dy[u + j]
+        _backward_row(mode, d, dc[u:v], has_dc, hx[u:v], cx[u:v], hy[u:v], cy[u:v], saved[4 * u:4 * v],
+                      dgx[w:w + GH], dgh[w:w + GH], dhx[u:v], dcx[u:v], tmp[w + H:w + GH], H, one)
 
 
 @njit(cache=True, nogil=True)
-def rnn_cell_serial(mode, gx, gh, bh, has_bias, hx, cx, hy, cy, saved, H, rows, blocks):
-    _cell_rows(mode, gx, gh, bh, has_bias, hx, cx, hy, cy, saved, H, 0, rows)
+def rnn_cell_serial(mode, gx, gh, bh, has_bias, hx, cx, hy, cy, saved, pre, tmp, H, one, rows, blocks):
+    _cell_rows(mode, gx, gh, bh, has_bias, hx, cx, hy, cy, saved, pre, tmp, H, one, 0, rows)
 
 
 @njit(cache=True, nogil=True, parallel=True)
-def rnn_cell_parallel(mode, gx, gh, bh, has_bias, hx, cx, hy, cy, saved, H, rows, blocks):
+def rnn_cell_parallel(mode, gx, gh, bh, has_bias, hx, cx, hy, cy, saved, pre, tmp, H, one, rows, blocks):
     for k in prange(blocks):
-        _cell_rows(mode, gx, gh, bh, has_bias, hx, cx, hy, cy, saved, H, rows * k // blocks, rows * (k + 1) // blocks)
+        _cell_rows(mode, gx, gh, bh, has_bias, hx, cx, hy, cy, saved, pre, tmp, H, one, rows * k // blocks,
+                   rows * (k + 1) // blocks)
 
 
 @njit(cache=True, nogil=True)
-def rnn_cell_backward_serial(mode, dh, dy, has_dy, dc, has_dc, hx, cx, hy, cy, saved, dgx, dgh, dhx, dcx, H, rows,
-                             blocks):
-    _cell_backward_rows(mode, dh, dy, has_dy, dc, has_dc, hx, cx, hy, cy, saved, dgx, dgh, dhx, dcx, H, 0, rows)
+def rnn_cell_backward_serial(mode, dh, dy, has_dy, dc, has_dc, hx, cx, hy, cy, saved, dgx, dgh, dhx, dcx, tmp, H,
+                             one, rows, blocks):
+    _backward_rows(mode, dh, dy, has_dy, dc, has_dc, hx, cx, hy, cy, saved, dgx, dgh, dhx, dcx, tmp, H, one, 0,
+                   rows)
 
 
 @njit(cache=True, nogil=True, parallel=True)
-def rnn_cell_backward_parallel(mode, dh, dy, has_dy, dc, has_dc, hx, cx, hy, cy, saved, dgx, dgh, dhx, dcx, H, rows,
-                               blocks):
+def rnn_cell_backward_parallel(mode, dh, dy, has_dy, dc, has_dc, hx, cx, hy, cy, saved, dgx, dgh, dhx, dcx, tmp, H,
+                               one, rows, blocks):
     for k in prange(blocks):
-        _cell_backward_rows(mode, dh, dy, has_dy, dc, has_dc, hx, cx, hy, cy, saved, dgx, dgh, dhx, dcx, H,
-                            rows * k // blocks, rows * (k + 1) // blocks)
+        _backward_rows(mode, dh, dy, has_dy, dc, has_dc, hx, cx, hy, cy, saved, dgx, dgh, dhx, dcx, tmp, H, one,
+                       rows * k // blocks, rows * (k + 1) // blocks)
