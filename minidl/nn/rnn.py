@@ -169,7 +169,7 @@ class RNNBase(_RecurrentBase):
                 k = layer * directions + d
                 w_ih, w_hh, b_ih, b_hh, w_hr = (None if n is None else getattr(self, n)
                                                 for n in self._weight_names[k])
-                projected = F.linear(x, w_ih, b_ih)
+                projected = F.linear(x.reshape(-1, x.shape[-1]), w_ih, b_ih).reshape(seq_len, batch, -1)  # one GEMM
                 if w_hr is None:
                     start = starts[k]
                     out, *state = F._recurrence(projected, start[0], start[1] if len(start) == 2 else None, w_hh,
