@@ -145,8 +145,25 @@ def test_recurrence_names_bad_arguments():
         F._recurrence(gx, h, None, w, None, "GRU")
     with pytest.raises(ValueError, match=re.escape("c0 None")):
         F._recurrence(gx, h, None, w, None, "LSTM")
-    with pytest.raises(TypeError, match="recurrence: expected float32 or float64 tensors of one dtype"):
+    with pytest.raises(TypeError, match="recurrence: expected floating-point tensors of one dtype"):
         F._recurrence(gx, h.double(), h, w, None, "LSTM")
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_half_precision_layers_compute_in_float32(dtype):
+    """Close to the float32 layer on the same (rounded) weights and input (the half layer also rounds its input
+    projections)."""
+    half = getattr(minidl, dtype)
+    lstm = nn.LSTM(3, 4, num_layers=2)
+    x = minidl.randn(5, 2, 3).to(half).float()
+    with minidl.no_grad():
+        for p in lstm.parameters():
+            p.copy_(p.to(half).float())
+    expected = lstm(x)[0].detach().numpy()
+    got = lstm.to(half)(x.to(half))[0]
+    assert got.dtype is half
+    tol = 1e-2 if dtype == "bfloat16" else 2e-3
+    np.testing.assert_allclose(got.detach().float().numpy(), expected, rtol=tol, atol=tol)
 
 
 def test_gate_kernels_check_their_buffers():

@@ -147,7 +147,10 @@ def recurrence(gx, h0, c0, w_hh, b_hh, mode: str, reverse: bool = False):
                          f"{None if b_hh is None else list(b_hh.shape)}, "
                          + ", ".join(f"{n} {None if s is None else list(s.shape)}" for n, s in state))
     tensors = [gx, w_hh] + [s for _, s in state] + ([] if b_hh is None else [b_hh])
-    if gx.dtype not in (dt.float32, dt.float64) or any(x.dtype is not gx.dtype for x in tensors):
-        raise TypeError(f"recurrence: expected float32 or float64 tensors of one dtype, got "
+    if not gx.dtype.is_floating_point or any(x.dtype is not gx.dtype for x in tensors):
+        raise TypeError(f"recurrence: expected floating-point tensors of one dtype, got "
                         f"{', '.join(x.dtype.name for x in tensors)}")
-    return Recurrence.apply(gx, h0, c0 if mode == "LSTM" else None, w_hh, b_hh, mode, bool(reverse))
+    compute = dt.compute_dtype(gx.dtype)   # (float16 and bfloat16 run in float32, rounded once at the end)
+    gx, h0, c0, w_hh, b_hh = (None if x is None else x.to(compute) for x in (gx, h0, c0, w_hh, b_hh))
+    out = Recurrence.apply(gx, h0, c0 if mode == "LSTM" else None, w_hh, b_hh, mode, bool(reverse))
+    return tuple(o.to(tensors[0].dtype) for o in out)
