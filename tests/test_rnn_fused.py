@@ -11,6 +11,7 @@ from test_rnn import _match_torch
 from test_sdpa_fused import count_calls
 
 import minidl
+import minidl.onnx
 import minidl.nn.functional as F
 from minidl import kernels, nn
 
@@ -182,3 +183,25 @@ def test_gate_kernels_check_their_buffers():
         backward("GRU", row, None, None, row, None, None, None, f, f[:24], row, row, None, 4)
     with pytest.raises(TypeError, match="float32 or float64 buffers only, got int64"):
         cell("RNN_TANH", f.astype(np.int64), f, None, None, None, row, None, None, 16)
+
+
+# -- ONNX ----------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("cls, kwargs", [("LSTMCell", {}), ("GRUCell", {"bias": False}),
+                                         ("RNNCell", {"nonlinearity": "relu"})])
+@pytest.mark.parametrize("batch", [(2,), ()])
+def test_cells_export_to_onnx_as_one_step_nodes(cls, kwargs, batch):
+    """(The fused node has no lowering of its own: a cell exports whole, as ONNX's LSTM/GRU/RNN over one step.)"""
+    pytest.importorskip("onnx")
+    cell = getattr(nn, cls)(3, 4, **kwargs)
+    x = minidl.randn(*batch, 3)
+    states = [minidl.randn(*batch, 4) for _ in range(2 if cls == "LSTMCell" else 1)]
+    program = minidl.onnx.export(cell, (x, tuple(states) if cls == "LSTMCell" else states[0]))
+    expected = _as_tuple(cell(x, tuple(states) if cls == "LSTMCell" else states[0]))
+    got = program(x, *states)
+    assert len(got) == len(expected)
+    for g, e in zip(got, expected):
+        np.testing.assert_allclose(g, e.detach().numpy(), rtol=1e-5, atol=1e-5)
+
+
+def _as_tuple(result):
+    return result if isinstance(result, tuple) else (result,)
