@@ -205,3 +205,27 @@ def test_cells_export_to_onnx_as_one_step_nodes(cls, kwargs, batch):
 
 def _as_tuple(result):
     return result if isinstance(result, tuple) else (result,)
+
+
+@pytest.mark.parametrize("mode", ["LSTM", "GRU"])
+def test_threaded_gate_kernels_match_the_serial_ones(monkeypatch, mode, rng):
+    """Large enough for the parallel kernels (blocks of whole rows), with two threads: the same results."""
+    from minidl.kernels.cpu import rnn as cpu_rnn
+    monkeypatch.setattr(cpu_rnn, "_BLOCK", 64)                # several blocks of rows at this size
+    T, B, H = 3, 9, 16
+    arrays = [rng.standard_normal(s) for s in ((T, B, {"LSTM": 4, "GRU": 3}[mode] * H), (B, H), (B, H),
+                                                ({"LSTM": 4, "GRU": 3}[mode] * H, H))]
+    results = []
+    for threads, min_size in ((1, 1 << 62), (2, 1)):
+        monkeypatch.setattr("minidl.kernels.cpu.strided.PARALLEL_MIN", min_size)
+        previous = minidl.get_num_threads()
+        minidl.set_num_threads(threads)
+        try:
+            leaves = [minidl.tensor(a, requires_grad=True) for a in arrays]
+            out = F._recurrence(leaves[0], leaves[1], leaves[2] if mode == "LSTM" else None, leaves[3], None, mode)
+            (out[0] * out[0]).sum().backward()
+        finally:
+            minidl.set_num_threads(previous)
+        results.append([out[0].detach().numpy()] + [t.grad.numpy() for t in leaves if t.grad is not None])
+    for serial, threaded in zip(*results, strict=True):
+        np.testing.assert_allclose(threaded, serial, rtol=1e-13, atol=1e-13)
