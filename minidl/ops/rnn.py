@@ -13,10 +13,6 @@ from .registry import op
 from .shape_ops import cat
 
 
-def _zeros(shape, like):
-    return new_like_shape(shape, like.dtype, like).zero_()
-
-
 class Recurrence(Function):
     """hs, h_n (, c_n) of ``mode`` from the input gates gx (T, B, G*H), run from t = 0 up, or down when
     ``reverse``. Saves the outputs, the cells (LSTM) and the gate activations; its backward runs the steps in
@@ -57,7 +53,7 @@ class Recurrence(Function):
         GH, n = RNN_GATES[mode] * H, B * H
         dgx = new_like_shape((T, B, GH), hs.dtype, hs)
         dgh = new_like_shape((T, B, GH), hs.dtype, hs) if gru else dgx
-        dh_prev = _zeros((B, H), hs)   # (zero: the gradient of h_n when none comes)
+        dh_prev = new_like_shape((B, H), hs.dtype, hs).zero_()   # (zero: the gradient of h_n when none comes)
         dc_prev = new_like_shape((B, H), hs.dtype, hs) if lstm else None
         dhx = new_like_shape((B, H), hs.dtype, hs) if gru else None
         dh = buf(dh_prev) if g_hn is None else packed_buffer(g_hn)
