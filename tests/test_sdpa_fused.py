@@ -19,7 +19,8 @@ torch = pytest.importorskip("torch")
 
 
 def count_calls(monkeypatch, device, names=("attention", "attention_backward")):
-    """How many times each primitive of ``names`` runs on ``device`` (a dict that the wrapped kernels update)."""
+    """How many times each primitive of ``names`` (attention's) runs on ``device`` (a dict that the wrapped
+    kernels update)."""
     count = dict.fromkeys(names, 0)
     for name in count:
         fn = kernels.get(name, device)

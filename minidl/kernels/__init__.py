@@ -79,6 +79,10 @@ batch_norm           (x, out, shape, channels_last, weight, bias,     out = batc
                       training, momentum, eps)                        1/sqrt(var + eps) written (see below)
 batch_norm_backward  (x, g, shape, channels_last, weight, mean,       dx, dweight, dbias of batch_norm from its
                       invstd, dx, dweight, dbias, training)           saved mean and invstd
+rnn_cell             (mode, gx, gh, bh, hx, cx, hy, cy, saved,        one time step's gates of a recurrent layer:
+                      hidden)                                         new h (and c), and the activations (see below)
+rnn_cell_backward    (mode, dh, dy, dc, hx, cx, hy, cy, saved, dgx,   that step's gate and state gradients
+                      dgh, dhx, dcx, hidden)
 ===================  ===============================================  ==============================================
 
 ``geom`` for im2col, col2im and the two max-pool kernels is ``(planes, h, w, kh, kw, sh, sw, ph, pw, dh, dw, oh, ow)``: planes =
@@ -141,6 +145,18 @@ backward gives ``dx = rstd * (gy - mean(gy) - xhat * mean(gy * xhat))`` with ``g
 ``mean(gy)`` term when ``rms``, and overwrites dw, db with the sums of ``g * xhat``, g over each parameter's
 elements.
 
+The rnn_cell pair works on packed rows of a batch of B rows, float32 or float64; mode is RNN_TANH, RNN_RELU,
+LSTM or GRU, with G = 1, 1, 4, 3 gates per hidden unit in PyTorch's order (LSTM i, f, g, o; GRU r, z, n). gx and
+gh are (B, G*hidden): the step's input and hidden projections (x W_ih^T + b_ih, h W_hh^T); bh (G*hidden) is
+b_hh or None (zero). hx, cx: the state before the step; hy, cy: after it; saved (B, 4*hidden) keeps what the
+backward reads. A mode's unused buffers are None. RNN: hy = tanh or relu(gx + gh + bh). LSTM (reads cx; writes
+hy, cy, saved = i, f, g, o): c = f cx + i g, hy = o tanh(c). GRU (reads hx; writes hy, saved = r, z, n, hn with
+hn = gh_n + bh_n): n = tanh(gx_n + r hn), hy = n + z (hx - n). The backward takes dh + dy (dy None: 0) as the
+gradient of hy and dc (None: 0) as that of cy, and writes dgx, the gradient of the gate pre-activations (also
+that of gh and bh, except GRU's n gate, whose hidden-side gradient is r times it: GRU writes that side to dgh);
+GRU writes dhx = the part of hx's gradient that does not go through gh (z times hy's), LSTM dcx = cx's
+gradient (dcx may be dc). The matmuls around the step (h W_hh^T, dgh W_hh) are the caller's.
+
 ``random`` is counter-based, so every device gives the same numbers: element i is made from the four
 32-bit words w0..w3 of Philox4x32-10 (Salmon et al., SC'11) with key (seed mod 2^32, seed >> 32) and
 counter (c mod 2^32, c >> 32, 0, 0), c = offset + i (seed, offset: unsigned 64-bit). With
@@ -196,7 +212,8 @@ PRIMITIVES = ("alloc", "from_host", "to_host", "share_memory", "open_shared", "c
               "nonzero", "matmul", "im2col", "col2im", "max_pool2d", "max_pool2d_backward", "sgd_step", "adam_step",
               "sgd_steps", "adam_steps", "adagrad_steps", "norms", "scale",
               "softmax", "softmax_backward", "random", "attention", "attention_backward", "dropout",
-              "norm_rows", "norm_rows_backward", "batch_norm", "batch_norm_backward")
+              "norm_rows", "norm_rows_backward", "batch_norm", "batch_norm_backward",
+              "rnn_cell", "rnn_cell_backward")
 
 # device type -> module whose import registers that device's kernels
 _DEVICE_MODULES = {"cpu": "minidl.kernels.cpu", "cuda": "minidl.kernels.cuda.primitives"}

@@ -173,3 +173,48 @@ def batch_norm_buffers(name, shape, training, packed, channel):
         if b is not None and (b.size < n or b.dtype != dtype):
             raise ValueError(f"{name}: {what} buffer of {b.size} {b.dtype.name} elements, needs {n} {dtype.name}")
     return N, C, S
+
+
+RNN_MODES = ("RNN_TANH", "RNN_RELU", "LSTM", "GRU")   # the rnn_cell pair's modes, in the order of their codes
+RNN_GATES = {"RNN_TANH": 1, "RNN_RELU": 1, "LSTM": 4, "GRU": 3}
+
+
+def rnn_cell_buffers(name, mode, hidden, gates, buffers):
+    """(mode code, batch rows B) of an rnn_cell(_backward) call, after checking the mode, ``hidden``, and that
+    every buffer the mode uses is given, of ``gates``' float dtype, with room for its rows. ``gates`` is a
+    (B, G * hidden) buffer; ``buffers``: ``(what, buffer, units per row or 0 for the bias, used)``."""
+    if mode not in RNN_GATES:
+        raise ValueError(f"{name}: unknown mode {mode!r}, expected one of {', '.join(RNN_MODES)}")
+    G = RNN_GATES[mode]
+    if not isinstance(hidden, (int, np.integer)) or hidden < 1 or gates.size % (G * hidden):
+        raise ValueError(f"{name}: hidden={hidden!r} must be a positive integer whose {G} gates make whole rows "
+                         f"of a gate buffer of {gates.size} elements")
+    if gates.dtype.name not in ("float32", "float64"):
+        raise TypeError(f"{name}: float32 or float64 buffers only, got {gates.dtype.name}")
+    rows = gates.size // (G * hidden)
+    for what, b, units, used in buffers:
+        if not used:
+            continue
+        n = G * hidden if units == 0 else rows * units * hidden
+        if b is None or b.size < n or b.dtype != gates.dtype:
+            got = "None" if b is None else f"a buffer of {b.size} {b.dtype.name} elements"
+            raise ValueError(f"{name}: mode {mode} needs {what} of {n} {gates.dtype.name} elements, got {got}")
+    return RNN_MODES.index(mode), rows
+
+
+def rnn_cell_arguments(mode, gx, gh, bh, hx, cx, hy, cy, saved, hidden):
+    """(mode code, rows) of an rnn_cell call, checked (``rnn_cell_buffers``)."""
+    lstm, gru = mode == "LSTM", mode == "GRU"
+    return rnn_cell_buffers("rnn_cell", mode, hidden, gx, (
+        ("gh", gh, RNN_GATES.get(mode), True), ("bh", bh, 0, bh is not None), ("hx", hx, 1, gru),
+        ("cx", cx, 1, lstm), ("hy", hy, 1, True), ("cy", cy, 1, lstm), ("saved", saved, 4, lstm or gru)))
+
+
+def rnn_cell_backward_arguments(mode, dh, dy, dc, hx, cx, hy, cy, saved, dgx, dgh, dhx, dcx, hidden):
+    """(mode code, rows) of an rnn_cell_backward call, checked (``rnn_cell_buffers``)."""
+    lstm, gru = mode == "LSTM", mode == "GRU"
+    return rnn_cell_buffers("rnn_cell_backward", mode, hidden, dgx, (
+        ("dh", dh, 1, True), ("dy", dy, 1, dy is not None), ("dc", dc, 1, lstm and dc is not None),
+        ("hx", hx, 1, gru), ("cx", cx, 1, lstm), ("hy", hy, 1, not (lstm or gru)), ("cy", cy, 1, lstm),
+        ("saved", saved, 4, lstm or gru), ("dgh", dgh, RNN_GATES.get(mode), gru), ("dhx", dhx, 1, gru),
+        ("dcx", dcx, 1, lstm)))

@@ -9,6 +9,7 @@ from minidl.amp import autocast_op, computed_in_float32
 from minidl.ops import (_fused_attention, _fused_dropout, _gelu, _gelu_tanh, _silu, _split_heads,  # noqa: F401
                         adaptive_avg_pool2d, avg_pool2d, batch_norm, conv1d, conv2d, conv_transpose2d, embedding, fold,
                         group_norm, layer_norm, linear, max_pool2d, rms_norm, unfold)
+from minidl.ops import _recurrence  # noqa: F401
 
 __all__ = [
     "linear", "relu", "relu_", "gelu", "silu", "leaky_relu", "elu", "softplus", "sigmoid", "tanh", "logsigmoid",

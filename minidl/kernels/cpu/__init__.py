@@ -13,3 +13,4 @@ from . import (attention, conv, elementwise, indexing, linalg, memory, optim, ra
                shared, softmax)
 from . import norm_rows  # noqa: E402,F401
 from . import batch_norm  # noqa: E402,F401
+from . import rnn  # noqa: E402,F401

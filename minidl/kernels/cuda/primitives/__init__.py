@@ -8,3 +8,4 @@ from . import (attention, conv, elementwise, indexing, linalg, memory, multi_ten
                softmax)  # (registration)
 from . import norm_rows  # noqa: F401,E402  (registration)
 from . import batch_norm  # noqa: F401,E402
+from . import rnn  # noqa: F401,E402
