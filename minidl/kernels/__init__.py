@@ -68,6 +68,11 @@ attention            (q, ql, k, kl, v, vl, mask, ml, out, lse,        out = soft
 attention_backward   (q, ql, k, kl, v, vl, mask, ml, out, lse, g,     dq, dk, dv from the saved out and lse,
                       dq, dk, dv, scale, causal, dropout_p, seed,     recomputing the scores block by block
                       offset)
+cross_entropy        (x, target, weight, out, wrow, lse, n,           per packed row of n logits (log-probabilities
+                      ignore_index, smoothing, logits)                unless ``logits``): the loss term out, the
+                                                                      target's weight wrow, (logits) log-sum-exp lse
+cross_entropy_       (x, target, weight, lse, g, out, n,              out = the gradient of sum(g * loss terms) by x
+backward              ignore_index, smoothing, logits)                (g: one element per row, or one for all)
 ===================  ===============================================  ==============================================
 
 ``geom`` for im2col, col2im and the two max-pool kernels is ``(planes, h, w, kh, kw, sh, sw, ph, pw, dh, dw, oh, ow)``: planes =
@@ -116,6 +121,15 @@ c = ((b * H + h) * L + i) * S + j of ``random`` at (seed, offset) (u24 for float
 ``bernoulli_(1 - p)`` over a (B, H, L, S) tensor drawn from that state keeps. lse and the softmax's sum are
 taken before dropout; the backward draws the same elements again.
 
+The cross-entropy pair takes x as packed rows of n classes, an int64 target per row, weight None or n
+elements (None: all 1) of x's dtype; out, wrow, lse and g are of x's dtype. With lse = log(sum(exp(x))) (taken
+max-shifted; 0 when x holds log-probabilities, i.e. not ``logits``), class weights w (W their sum) and
+smoothing e: a row whose target t is ignore_index gets out = wrow = 0 and no gradient; otherwise wrow = w_t and
+``out = (1 - e) w_t (lse - x_t) + e/n sum_c w_c (lse - x_c)`` (e is 0 for log-probabilities), and the
+gradient is ``g ((1 - e) w_t + e W / n) softmax(x) - g e w / n - g (1 - e) w_t onehot(t)`` (the softmax term
+only for logits). A target outside [0, n) other than ignore_index is an IndexError naming the target and n,
+raised at once on cpu, at the next synchronisation on cuda (then the row is left as ignored).
+
 ``random`` is counter-based, so every device gives the same numbers: element i is made from the four
 32-bit words w0..w3 of Philox4x32-10 (Salmon et al., SC'11) with key (seed mod 2^32, seed >> 32) and
 counter (c mod 2^32, c >> 32, 0, 0), c = offset + i (seed, offset: unsigned 64-bit). With
@@ -161,6 +175,7 @@ PRIMITIVES = ("alloc", "from_host", "to_host", "share_memory", "open_shared", "c
               "nonzero", "matmul", "im2col", "col2im", "max_pool2d", "max_pool2d_backward", "sgd_step", "adam_step",
               "sgd_steps", "adam_steps", "adagrad_steps", "norms", "scale",
               "softmax", "softmax_backward", "random", "attention", "attention_backward")
+PRIMITIVES += ("cross_entropy", "cross_entropy_backward")
 
 # device type -> module whose import registers that device's kernels
 _DEVICE_MODULES = {"cpu": "minidl.kernels.cpu", "cuda": "minidl.kernels.cuda.primitives"}

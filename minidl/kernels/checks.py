@@ -119,3 +119,21 @@ def attention_geometry(name, q, ql, k, kl, v, vl, mask, ml, packed):
         if b.size < n or b.dtype != q.dtype:
             raise ValueError(f"{name}: {what} buffer of {b.size} {b.dtype.name} elements, needs {n} {q.dtype.name}")
     return B, H, H // Hkv, L, S, E, Ev
+
+
+def cross_entropy_rows(name, n, x, target, weight, *row_bufs) -> int:
+    """The number of packed rows of n classes in x, after checking that target (int64) and every per-row
+    buffer hold one element per row, and weight (when given) n of x's dtype."""
+    if n < 1:
+        raise ValueError(f"{name}: rows must have at least one class, got n={n}")
+    rows = x.size // n
+    if x.size % n or target.dtype != np.int64 or target.size < rows:
+        raise ValueError(f"{name}: {x.size} inputs do not make whole rows of {n} with an int64 target each "
+                         f"(got {target.size} {target.dtype.name} targets)")
+    if weight is not None and (weight.size < n or weight.dtype != x.dtype):
+        raise ValueError(f"{name}: weight needs {n} elements of {x.dtype.name}, got {weight.size} of "
+                         f"{weight.dtype.name}")
+    if any(b.dtype != x.dtype or b.size < rows for b in row_bufs):
+        raise ValueError(f"{name}: per-row buffers need {rows} elements of {x.dtype.name}, got "
+                         f"{[(b.size, b.dtype.name) for b in row_bufs]}")
+    return rows

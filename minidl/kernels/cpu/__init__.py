@@ -11,3 +11,4 @@ kernel_cache.install()  # before the kernel modules: their decorators pick the c
 
 from . import (attention, conv, elementwise, indexing, linalg, memory, optim, random, reduce,  # noqa: E402,F401
                shared, softmax)
+from . import cross_entropy  # noqa: E402,F401

@@ -6,3 +6,4 @@ simulator). Importing needs neither CuPy nor a GPU; running a kernel needs one o
 """
 from . import (attention, conv, elementwise, indexing, linalg, memory, multi_tensor, optim, random, reduce,  # noqa: F401
                softmax)  # (registration)
+from . import cross_entropy  # noqa: E402,F401
