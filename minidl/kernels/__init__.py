@@ -68,10 +68,10 @@ attention            (q, ql, k, kl, v, vl, mask, ml, out, lse,        out = soft
 attention_backward   (q, ql, k, kl, v, vl, mask, ml, out, lse, g,     dq, dk, dv from the saved out and lse,
                       dq, dk, dv, scale, causal, dropout_p, seed,     recomputing the scores block by block
                       offset)
-cross_entropy        (x, target, weight, out, wrow, lse, n,           per packed row of n logits (log-probabilities
+cross_entropy        (x, target, weight, out, wrow, stats, n,         per packed row of n logits (log-probabilities
                       ignore_index, smoothing, logits)                unless ``logits``): the loss term out, the
-                                                                      target's weight wrow, (logits) log-sum-exp lse
-cross_entropy_       (x, target, weight, lse, g, out, n,              out = the gradient of sum(g * loss terms) by x
+                                                                      target's weight wrow, (logits) the row's stats
+cross_entropy_       (x, target, weight, stats, g, out, n,            out = the gradient of sum(g * loss terms) by x
 backward              ignore_index, smoothing, logits)                (g: one element per row, or one for all)
 ===================  ===============================================  ==============================================
 
@@ -122,13 +122,15 @@ c = ((b * H + h) * L + i) * S + j of ``random`` at (seed, offset) (u24 for float
 taken before dropout; the backward draws the same elements again.
 
 The cross-entropy pair takes x as packed rows of n classes, an int64 target per row, weight None or n
-elements (None: all 1) of x's dtype; out, wrow, lse and g are of x's dtype. With lse = log(sum(exp(x))) (taken
-max-shifted; 0 when x holds log-probabilities, i.e. not ``logits``), class weights w (W their sum) and
-smoothing e: a row whose target t is ignore_index gets out = wrow = 0 and no gradient; otherwise wrow = w_t and
+elements (None: all 1) of x's dtype; out, wrow, stats and g are of x's dtype. With lse = log(sum(exp(x))) (0
+when x holds log-probabilities, i.e. not ``logits``), class weights w (W their sum) and smoothing e: a row
+whose target t is ignore_index gets out = wrow = 0 and no gradient; otherwise wrow = w_t and
 ``out = (1 - e) w_t (lse - x_t) + e/n sum_c w_c (lse - x_c)`` (e is 0 for log-probabilities), and the
 gradient is ``g ((1 - e) w_t + e W / n) softmax(x) - g e w / n - g (1 - e) w_t onehot(t)`` (the softmax term
 only for logits). A target outside [0, n) other than ignore_index is an IndexError naming the target and n,
-raised at once on cpu, at the next synchronisation on cuda (then the row is left as ignored).
+raised at once on cpu, at the next synchronisation on cuda (then the row is left as ignored). stats (None unless
+``logits``) holds two per row, the max m and log(sum(exp(x - m))), and lse is taken as their sum only in
+differences from x - m: as torch's log_softmax, precise for logits of any magnitude in float32 too.
 
 ``random`` is counter-based, so every device gives the same numbers: element i is made from the four
 32-bit words w0..w3 of Philox4x32-10 (Salmon et al., SC'11) with key (seed mod 2^32, seed >> 32) and

@@ -121,9 +121,9 @@ def attention_geometry(name, q, ql, k, kl, v, vl, mask, ml, packed):
     return B, H, H // Hkv, L, S, E, Ev
 
 
-def cross_entropy_rows(name, n, x, target, weight, *row_bufs) -> int:
+def cross_entropy_rows(name, n, x, target, weight, stats, *row_bufs) -> int:
     """The number of packed rows of n classes in x, after checking that target (int64) and every per-row
-    buffer hold one element per row, and weight (when given) n of x's dtype."""
+    buffer hold one element per row, stats (when given) two, and weight (when given) n of x's dtype."""
     if n < 1:
         raise ValueError(f"{name}: rows must have at least one class, got n={n}")
     rows = x.size // n
@@ -133,6 +133,9 @@ def cross_entropy_rows(name, n, x, target, weight, *row_bufs) -> int:
     if weight is not None and (weight.size < n or weight.dtype != x.dtype):
         raise ValueError(f"{name}: weight needs {n} elements of {x.dtype.name}, got {weight.size} of "
                          f"{weight.dtype.name}")
+    if stats is not None and (stats.dtype != x.dtype or stats.size < 2 * rows):
+        raise ValueError(f"{name}: stats needs {2 * rows} elements of {x.dtype.name}, got {stats.size} of "
+                         f"{stats.dtype.name}")
     if any(b.dtype != x.dtype or b.size < rows for b in row_bufs):
         raise ValueError(f"{name}: per-row buffers need {rows} elements of {x.dtype.name}, got "
                          f"{[(b.size, b.dtype.name) for b in row_bufs]}")

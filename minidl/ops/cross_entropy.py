@@ -16,19 +16,19 @@ REDUCTIONS = ("none", "mean", "sum")
 
 class CrossEntropy(Function):
     """The loss of packed (rows, n) ``x`` against int64 ``target`` (rows,), reduced: per row
-    ``(1 - e) w_t (lse - x_t) + e/n sum_c w_c (lse - x_c)`` (lse = 0 when x holds log-probabilities, not
-    ``logits``); mean divides by the summed weights of the counted rows, as torch. Under create_graph the
-    backward is written with differentiable ops instead."""
+    ``(1 - e) w_t (lse - x_t) + e/n sum_c w_c (lse - x_c)`` (lse = log(sum(exp(x))), 0 when x holds
+    log-probabilities, not ``logits``); mean divides by the summed weights of the counted rows, as torch.
+    Under create_graph the backward is written with differentiable ops instead."""
 
     @staticmethod
     def forward(ctx, x, target, weight, ignore_index, smoothing, logits, reduction):
         rows, n = x.shape
         out, wrow = (new_like_shape((rows,), x.dtype, x) for _ in range(2))
-        lse = new_like_shape((rows,), x.dtype, x) if logits else None
+        stats = new_like_shape((rows, 2), x.dtype, x) if logits else None
         kernel("cross_entropy", x)(packed_buffer(x), packed_buffer(target),
                                    None if weight is None else packed_buffer(weight), buf(out), buf(wrow),
-                                   None if lse is None else buf(lse), n, ignore_index, smoothing, logits)
-        ctx.save_for_backward(x, lse)
+                                   None if stats is None else buf(stats), n, ignore_index, smoothing, logits)
+        ctx.save_for_backward(x, stats)
         ctx.target, ctx.weight, ctx.meta = target, weight, (ignore_index, smoothing, logits, reduction)
         if reduction == "none":
             return out
@@ -40,7 +40,7 @@ class CrossEntropy(Function):
 
     @staticmethod
     def backward(ctx, g):
-        x, lse = ctx.saved_tensors
+        x, stats = ctx.saved_tensors
         ignore_index, smoothing, logits, reduction = ctx.meta
         g = g.reshape(-1) if reduction != "mean" else (g / ctx.counted).reshape(1)
         if grad_enabled():
@@ -49,7 +49,7 @@ class CrossEntropy(Function):
         grad = new_like_shape(x.shape, x.dtype, x)
         kernel("cross_entropy_backward", x)(packed_buffer(x), packed_buffer(ctx.target),
                                             None if ctx.weight is None else packed_buffer(ctx.weight),
-                                            None if lse is None else buf(lse), packed_buffer(cast(g, x.dtype)),
+                                            None if stats is None else buf(stats), packed_buffer(cast(g, x.dtype)),
                                             buf(grad), x.shape[1], ignore_index, smoothing, logits)
         return grad, None, None, None, None, None, None
 

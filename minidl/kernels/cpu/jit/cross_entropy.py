@@ -1,7 +1,7 @@
 """Cross-entropy (or the negative log-likelihood) of packed rows of n classes, and its gradient.
 
 A row is read once forward (its max, then the sum of exp(x - max), in cache) and once backward
-(softmax(x) from the saved log-sum-exp, minus the smoothed, weighted one-hot). ``weight`` of size 0
+(softmax(x) from the saved row max and log-sum-exp, minus the smoothed, weighted one-hot). ``weight`` of size 0
 means every class weighs 1 (one compiled specialisation for both). A target out of range is recorded
 in ``bad`` = (1, target) and the row is left; the wrapper raises.
 """
@@ -23,29 +23,29 @@ def _exp_sum(x, m, zero):
 
 
 @njit(fastmath={"reassoc"})
-def _smooth_sum(x, weight, lse, zero):
-    """sum over classes of weight_c * (lse - x_c): the row's loss against a uniform target, times n."""
+def _smooth_sum(x, weight, m, ls, zero):
+    """sum over classes of weight_c * (ls - (x_c - m)): the row's loss against a uniform target, times n."""
     acc = zero
     if weight.size:
         for j in range(x.size):
-            acc += weight[j] * (lse - x[j])
+            acc += weight[j] * (ls - (x[j] - m))
     else:
         for j in range(x.size):
-            acc += lse - x[j]
+            acc += ls - (x[j] - m)
     return acc
 
 
 @njit(inline="always")
-def _forward_rows(x, target, weight, out, wrow, lse, r0, r1, n, ignore, eps, logits, bad):
+def _forward_rows(x, target, weight, out, wrow, stats, r0, r1, n, ignore, eps, logits, bad):
     zero = out.dtype.type(0)
     one = zero + 1
     for r in range(r0, r1):
         row = x[r * n:(r + 1) * n]
-        s = zero
+        m, ls = zero, zero
         if logits:
             m = _row_max(row)
-            s = m + math.log(_exp_sum(row, m, zero))
-            lse[r] = s
+            ls = math.log(_exp_sum(row, m, zero))
+            stats[2 * r], stats[2 * r + 1] = m, ls
         t = target[r]
         out[r], wrow[r] = zero, zero
         if t == ignore:
@@ -54,14 +54,14 @@ def _forward_rows(x, target, weight, out, wrow, lse, r0, r1, n, ignore, eps, log
             bad[0], bad[1] = 1, t
             continue
         wt = weight[t] if weight.size else one
-        loss = (one - eps) * wt * (s - row[t])
+        loss = (one - eps) * wt * (ls - (row[t] - m))
         if eps > 0:
-            loss += eps / n * _smooth_sum(row, weight, s, zero)
+            loss += eps / n * _smooth_sum(row, weight, m, ls, zero)
         out[r], wrow[r] = loss, wt
 
 
 @njit(inline="always")
-def _backward_rows(x, target, weight, lse, g, out, r0, r1, n, ignore, eps, logits, total):
+def _backward_rows(x, target, weight, stats, g, out, r0, r1, n, ignore, eps, logits, total):
     zero = out.dtype.type(0)
     one = zero + 1
     for r in range(r0, r1):
@@ -76,13 +76,13 @@ def _backward_rows(x, target, weight, lse, g, out, r0, r1, n, ignore, eps, logit
         if logits:
             coef = gr * ((one - eps) * wt + eps * total / n)
             uniform = gr * eps / n
-            s = lse[r]
+            m, ls = stats[2 * r], stats[2 * r + 1]
             if weight.size and eps > 0:
                 for j in range(n):
-                    o[j] = coef * exp_weight(row[j] - s) - uniform * weight[j]
+                    o[j] = coef * exp_weight((row[j] - m) - ls) - uniform * weight[j]
             else:
                 for j in range(n):
-                    o[j] = coef * exp_weight(row[j] - s) - uniform
+                    o[j] = coef * exp_weight((row[j] - m) - ls) - uniform
         else:
             for j in range(n):
                 o[j] = zero
@@ -101,26 +101,26 @@ def _total(weight, n, zero):
 
 
 @njit(cache=True, nogil=True)
-def cross_entropy_serial(x, target, weight, out, wrow, lse, rows, n, ignore, eps, logits, bad, blocks):
-    _forward_rows(x, target, weight, out, wrow, lse, 0, rows, n, ignore, eps, logits, bad)
+def cross_entropy_serial(x, target, weight, out, wrow, stats, rows, n, ignore, eps, logits, bad, blocks):
+    _forward_rows(x, target, weight, out, wrow, stats, 0, rows, n, ignore, eps, logits, bad)
 
 
 @njit(cache=True, nogil=True, parallel=True)
-def cross_entropy_parallel(x, target, weight, out, wrow, lse, rows, n, ignore, eps, logits, bad, blocks):
+def cross_entropy_parallel(x, target, weight, out, wrow, stats, rows, n, ignore, eps, logits, bad, blocks):
     for b in prange(blocks):
-        _forward_rows(x, target, weight, out, wrow, lse, rows * b // blocks, rows * (b + 1) // blocks, n, ignore,
+        _forward_rows(x, target, weight, out, wrow, stats, rows * b // blocks, rows * (b + 1) // blocks, n, ignore,
                       eps, logits, bad)
 
 
 @njit(cache=True, nogil=True)
-def cross_entropy_backward_serial(x, target, weight, lse, g, out, rows, n, ignore, eps, logits, blocks):
+def cross_entropy_backward_serial(x, target, weight, stats, g, out, rows, n, ignore, eps, logits, blocks):
     total = _total(weight, n, out.dtype.type(0))
-    _backward_rows(x, target, weight, lse, g, out, 0, rows, n, ignore, eps, logits, total)
+    _backward_rows(x, target, weight, stats, g, out, 0, rows, n, ignore, eps, logits, total)
 
 
 @njit(cache=True, nogil=True, parallel=True)
-def cross_entropy_backward_parallel(x, target, weight, lse, g, out, rows, n, ignore, eps, logits, blocks):
+def cross_entropy_backward_parallel(x, target, weight, stats, g, out, rows, n, ignore, eps, logits, blocks):
     total = _total(weight, n, out.dtype.type(0))
     for b in prange(blocks):
-        _backward_rows(x, target, weight, lse, g, out, rows * b // blocks, rows * (b + 1) // blocks, n, ignore,
+        _backward_rows(x, target, weight, stats, g, out, rows * b // blocks, rows * (b + 1) // blocks, n, ignore,
                        eps, logits, total)

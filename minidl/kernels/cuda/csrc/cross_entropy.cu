@@ -27,39 +27,39 @@ __device__ __forceinline__ bool counted(long long t, long long n, long long igno
 }
 
 template <class T>
-__device__ void cross_entropy_rows(const T *x, const long long *target, const T *weight, T *out, T *wrow, T *lse,
+__device__ void cross_entropy_rows(const T *x, const long long *target, const T *weight, T *out, T *wrow, T *stats,
                                    long long rows, long long n, long long ignore, T eps, int logits,
                                    long long *error) {
     int lane = threadIdx.x % 32;
     FOR_EACH_WARP_ROW(row, rows) {
         const T *xr = x + row * n;
-        T s = 0;
+        T m = 0, ls = 0;
         if (logits) {
-            T m = (T)(-1.0 / 0.0);
+            m = (T)(-1.0 / 0.0);
             for (long long j = lane; j < n; j += 32) m = (xr[j] > m || xr[j] != xr[j]) ? xr[j] : m;
             m = warp_reduce<true>(m);
             T e = 0;
             for (long long j = lane; j < n; j += 32) e += m_exp(xr[j] - m);
-            s = m + m_log(warp_reduce<false>(e));
-            if (lane == 0) lse[row] = s;
+            ls = m_log(warp_reduce<false>(e));
+            if (lane == 0) stats[2 * row] = m, stats[2 * row + 1] = ls;
         }
         long long t = target[row];
         bool valid = counted(t, n, ignore, error, lane);
         T smooth = 0;
         if (valid && eps > (T)0) {
-            for (long long j = lane; j < n; j += 32) smooth += (weight ? weight[j] : (T)1) * (s - xr[j]);
+            for (long long j = lane; j < n; j += 32) smooth += (weight ? weight[j] : (T)1) * (ls - (xr[j] - m));
             smooth = warp_reduce<false>(smooth);
         }
         if (lane == 0) {
             T wt = valid ? (weight ? weight[t] : (T)1) : (T)0;
-            out[row] = valid ? ((T)1 - eps) * wt * (s - xr[t]) + eps / (T)n * smooth : (T)0;
+            out[row] = valid ? ((T)1 - eps) * wt * (ls - (xr[t] - m)) + eps / (T)n * smooth : (T)0;
             wrow[row] = wt;
         }
     }
 }
 
 template <class T>
-__device__ void cross_entropy_backward_rows(const T *x, const long long *target, const T *weight, const T *lse,
+__device__ void cross_entropy_backward_rows(const T *x, const long long *target, const T *weight, const T *stats,
                                             const T *g, long long g_rows, T *out, long long rows, long long n,
                                             long long ignore, T eps, int logits) {
     int lane = threadIdx.x % 32;
@@ -79,9 +79,10 @@ __device__ void cross_entropy_backward_rows(const T *x, const long long *target,
             for (long long j = lane; j < n; j += 32) total += weight[j];
             total = warp_reduce<false>(total);
         }
-        T coef = gr * (((T)1 - eps) * wt + eps * total / (T)n), uniform = gr * eps / (T)n, s = logits ? lse[row] : 0;
+        T coef = gr * (((T)1 - eps) * wt + eps * total / (T)n), uniform = gr * eps / (T)n;
+        T m = logits ? stats[2 * row] : 0, ls = logits ? stats[2 * row + 1] : 0;
         for (long long j = lane; j < n; j += 32) {
-            T v = logits ? coef * m_exp(xr[j] - s) - uniform * (weight ? weight[j] : (T)1) : (T)0;
+            T v = logits ? coef * m_exp((xr[j] - m) - ls) - uniform * (weight ? weight[j] : (T)1) : (T)0;
             o[j] = j == t ? v - gr * ((T)1 - eps) * wt : v;
         }
     }
@@ -89,13 +90,13 @@ __device__ void cross_entropy_backward_rows(const T *x, const long long *target,
 
 #define CROSS_ENTROPY_KERNELS(suffix, T)                                                               \
     extern "C" __global__ void cross_entropy_##suffix(const T *x, const long long *target, const T *weight, \
-                                                      T *out, T *wrow, T *lse, long long rows, long long n, \
+                                                      T *out, T *wrow, T *stats, long long rows, long long n, \
                                                       long long ignore, T eps, int logits, long long *error) { \
-        cross_entropy_rows(x, target, weight, out, wrow, lse, rows, n, ignore, eps, logits, error);    \
+        cross_entropy_rows(x, target, weight, out, wrow, stats, rows, n, ignore, eps, logits, error);    \
     }                                                                                                  \
     extern "C" __global__ void cross_entropy_backward_##suffix(                                        \
-        const T *x, const long long *target, const T *weight, const T *lse, const T *g, long long g_rows, \
+        const T *x, const long long *target, const T *weight, const T *stats, const T *g, long long g_rows, \
         T *out, long long rows, long long n, long long ignore, T eps, int logits) {                    \
-        cross_entropy_backward_rows(x, target, weight, lse, g, g_rows, out, rows, n, ignore, eps, logits); \
+        cross_entropy_backward_rows(x, target, weight, stats, g, g_rows, out, rows, n, ignore, eps, logits); \
     }
 FOR_FLOAT_DTYPES(CROSS_ENTROPY_KERNELS)
