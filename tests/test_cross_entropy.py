@@ -150,7 +150,7 @@ def test_half_precision_is_computed_in_float32_and_returned_in_its_dtype():
         np.testing.assert_allclose(our_grad.float().numpy(), their_grad.float().numpy(), rtol=2e-2, atol=1e-3)
 
 
-@pytest.mark.parametrize("case", ["weights smoothing ignored", "N-d weights smoothing", "1-D"])
+@pytest.mark.parametrize("case", ["weights smoothing ignored", "N-d weights smoothing", "1-D", "all ignored"])
 @pytest.mark.parametrize("fn", ["cross_entropy", "nll_loss"])
 def test_second_order_matches_torch(fn, case):
     x, target, kw = inputs(case, seed=7)
@@ -233,3 +233,25 @@ def test_an_empty_batch_gives_torchs_results():
         ours = F.cross_entropy(minidl.zeros((0, 4)), minidl.zeros(0, dtype=minidl.int64), reduction=reduction)
         theirs = TF.cross_entropy(torch.zeros((0, 4)), torch.zeros(0, dtype=torch.int64), reduction=reduction)
         np.testing.assert_array_equal(ours.numpy(), theirs.numpy())
+
+
+def test_the_threaded_kernels_give_the_same_results(monkeypatch):
+    """Two threads over blocks of rows (forced on a small shape), forward and backward: torch's values, and a
+    bad target still raised."""
+    from minidl.kernels.cpu import strided
+    monkeypatch.setattr(strided, "PARALLEL_MIN", 0)
+    rng = np.random.default_rng(9)
+    x, target = rng.standard_normal((40, 1000)), rng.integers(0, 1000, 40)
+    target[::4] = -100
+    kw = {"weight": rng.uniform(0.5, 1.5, 1000), "label_smoothing": 0.2}
+    before = minidl.get_num_threads()
+    minidl.set_num_threads(2)
+    try:
+        ours, our_grad = run(minidl, "cross_entropy", x, target, kw, "mean")
+        with pytest.raises(IndexError, match="Target 1000 is out of bounds"):
+            F.cross_entropy(minidl.tensor(x), minidl.tensor(np.where(np.arange(40) == 37, 1000, target)))
+    finally:
+        minidl.set_num_threads(before)
+    theirs, their_grad = run(torch, "cross_entropy", x, target, kw, "mean")
+    np.testing.assert_allclose(ours.item(), theirs.item(), rtol=1e-12)
+    np.testing.assert_allclose(our_grad.numpy(), their_grad.numpy(), rtol=1e-12, atol=1e-15)

@@ -60,6 +60,7 @@ def _differentiable_backward(x, target, weight, ignore_index, smoothing, logits,
     n = x.shape[1]
     valid = target != ignore_index
     safe = where(valid, target, 0)
+    g = where(valid, g, 0.0)    # (a mean over no counted row has g = inf: its ignored rows still get 0, as torch)
     counted = valid.to(x.dtype)
     wt = counted if weight is None else weight[safe] * counted
     onehot = (arange(n, device=x.device) == safe.unsqueeze(1)).to(x.dtype)
