@@ -3,6 +3,8 @@ gradients at ordinary and extreme inputs (infinities, NaN, signed zeros), in flo
 bfloat16, on the CPU and on 'cuda' (the simulator where there is no GPU)."""
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
@@ -62,7 +64,43 @@ def test_lower_precisions_match_torch(name, dtype, rtol, atol):
     ty, tg = _value_and_grad(theirs, torch.tensor, values, TORCH_DTYPE[dtype])
     assert ours(minidl.zeros(2, dtype=dtype)).dtype is dtype
     np.testing.assert_allclose(y, ty, rtol=rtol, atol=atol, equal_nan=True)
-    np.testing.assert_allclose(g, tg, rtol=rtol, atol=atol, equal_nan=True)
+    # torch's tanh-form gradient overflows (x**3) into NaN at +-1e30, where the CPU's float32 runs (float64
+    # inside) give the true slopes, 0 and 1
+    overflow = np.isnan(tg) & np.isfinite(values) if name == "gelu_tanh" and dtype is minidl.float32 else False
+    np.testing.assert_allclose(g[~overflow], tg[~overflow], rtol=rtol, atol=atol, equal_nan=True)
+    upstream = np.array([1 + i / 10 for i in range(len(values))], np.float32)
+    np.testing.assert_array_equal(g[overflow], (upstream * (np.array(values) > 0))[overflow])
+
+
+def _exact(name, x):
+    """Value and slope of each activation at float64 x, from closed forms without cancellation (erfc in the tails)."""
+    erfc = np.vectorize(math.erfc)
+    if name == "gelu":
+        cdf, pdf = 0.5 * erfc(-x / math.sqrt(2)), np.exp(-x * x / 2) / math.sqrt(2 * math.pi)
+        return x * cdf, cdf + x * pdf
+    if name == "gelu_tanh":
+        dz = math.sqrt(2 / math.pi) * (1 + 3 * 0.044715 * x * x)
+        s = 1 / (1 + np.exp(-2 * math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3)))
+        return x * s, s + 2 * x * s * (1 - s) * dz
+    s = 1 / (1 + np.exp(-x))
+    return x * s, s * (1 + x * (1 - s))
+
+
+@pytest.mark.parametrize("name", list(ACTIVATIONS))
+def test_float32_within_one_rounding_of_the_exact_values(name):
+    """The CPU's vectorised float32 runs (float64 polynomials inside) against the exact values: at most one
+    float32 ulp off, far into the lower tail where 1 + erf(x) cancels in the formula (torch's float32 is
+    off by up to 100% there, so torch is no oracle)."""
+    x = np.concatenate([np.linspace(-20, 20, 40001), np.geomspace(1e-30, 1, 2001), -np.geomspace(1e-30, 1, 2001)])
+    x = x.astype(np.float32)
+    y, g = _value_and_grad(ACTIVATIONS[name][0], lambda v, **kw: minidl.tensor(np.asarray(v), **kw), x,
+                           minidl.float32)
+    upstream = np.array([1 + i / 10 for i in range(len(x))], np.float32).astype(np.float64)
+    value, slope = _exact(name, x.astype(np.float64))
+    with np.errstate(over="ignore", invalid="ignore"):
+        for ours, exact in ((y, value), (g, upstream * slope)):
+            ulp = np.spacing(np.abs(exact).astype(np.float32)).astype(np.float64)
+            assert np.all(np.abs(ours - exact) <= ulp), x[np.abs(ours - exact) > ulp][:5]
 
 
 @pytest.mark.parametrize("name", list(ACTIVATIONS))

@@ -68,6 +68,8 @@ attention            (q, ql, k, kl, v, vl, mask, ml, out, lse,        out = soft
 attention_backward   (q, ql, k, kl, v, vl, mask, ml, out, lse, g,     dq, dk, dv from the saved out and lse,
                       dq, dk, dv, scale, causal, dropout_p, seed,     recomputing the scores block by block
                       offset)
+dropout              (x, out, mask, p, seed, offset)                  mask = 1/(1-p) where kept, else 0; out = x *
+                                                                      mask, in one pass (see ``random``)
 cross_entropy        (x, target, weight, out, wrow, stats, n,         per packed row of n logits (log-probabilities
                       ignore_index, smoothing, logits)                unless ``logits``): the loss term out, the
                                                                       target's weight wrow, (logits) the row's stats
@@ -120,6 +122,11 @@ c = ((b * H + h) * L + i) * S + j of ``random`` at (seed, offset) (u24 for float
 1 - dropout_p rounded to the dtype, and scales it by 1 / (1 - dropout_p): exactly the elements that
 ``bernoulli_(1 - p)`` over a (B, H, L, S) tensor drawn from that state keeps. lse and the softmax's sum are
 taken before dropout; the backward draws the same elements again.
+
+``dropout`` takes packed float32 or float64 buffers of one size and dtype and keeps element i when the uniform
+draw i of ``random`` at (seed, offset) (u24 for float32, u53 for float64) is below 1 - p rounded to the dtype
+(0 <= p < 1); mask holds 1 / (1 - p) rounded to the dtype where kept: exactly ``x * (bernoulli_(1 - p) *
+(1 / (1 - p)))`` over x drawn from that state, in one pass instead of five.
 
 The cross-entropy pair takes x as packed rows of n classes, an int64 target per row, weight None or n
 elements (None: all 1) of x's dtype; out, wrow, stats and g are of x's dtype. With lse = log(sum(exp(x))) (0
@@ -176,7 +183,7 @@ PRIMITIVES = ("alloc", "from_host", "to_host", "share_memory", "open_shared", "c
               "compare", "where", "reduce", "arg_reduce", "scan", "argsort", "take", "put", "check_index",
               "nonzero", "matmul", "im2col", "col2im", "max_pool2d", "max_pool2d_backward", "sgd_step", "adam_step",
               "sgd_steps", "adam_steps", "adagrad_steps", "norms", "scale",
-              "softmax", "softmax_backward", "random", "attention", "attention_backward")
+              "softmax", "softmax_backward", "random", "attention", "attention_backward", "dropout")
 PRIMITIVES += ("cross_entropy", "cross_entropy_backward")
 
 # device type -> module whose import registers that device's kernels

@@ -78,6 +78,18 @@ def random_stream(seed, offset):
     return np.uint64(seed % (1 << 64)), np.uint64(offset % (1 << 64))
 
 
+def dropout_arguments(x, out, mask, p):
+    """The ``dropout`` primitive's checks; returns 1 - p and 1 / (1 - p) as scalars of x's dtype."""
+    if not 0.0 <= p < 1.0:
+        raise ValueError(f"dropout: probability must be in [0, 1), got {p}")
+    if x.dtype.name not in ("float32", "float64") or out.dtype != x.dtype or mask.dtype != x.dtype:
+        raise TypeError(f"dropout: x, out and mask must be float32 or float64 buffers of one dtype, got "
+                        f"{x.dtype.name}, {out.dtype.name}, {mask.dtype.name}")
+    if not x.size == out.size == mask.size:
+        raise ValueError(f"dropout: x, out and mask differ in size ({x.size}, {out.size}, {mask.size})")
+    return x.dtype.type(1.0 - p), x.dtype.type(1.0 / (1.0 - p))
+
+
 def _fits(name, what, buf, layout):
     """A layout's elements lie inside ``buf``."""
     lo, hi = layout.span()

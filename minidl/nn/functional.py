@@ -6,7 +6,7 @@ import warnings
 
 import minidl
 from minidl.amp import autocast_op, computed_in_float32
-from minidl.ops import (_fused_attention, _gelu, _gelu_tanh, _silu, _split_heads,  # noqa: F401
+from minidl.ops import (_fused_attention, _fused_dropout, _gelu, _gelu_tanh, _silu, _split_heads,  # noqa: F401
                         adaptive_avg_pool2d, avg_pool2d, batch_norm, conv1d, conv2d, conv_transpose2d, embedding, fold,
                         group_norm, layer_norm, linear, max_pool2d, unfold)
 from minidl.ops import _cross_entropy_rows  # noqa: F401
@@ -134,6 +134,8 @@ def dropout(input, p: float = 0.5, training: bool = True, inplace: bool = False)
         return input
     if p == 1.0:
         out = input * 0.0
+    elif input.dtype in (minidl.float32, minidl.float64):
+        out = _fused_dropout(input, p)
     else:
         mask = minidl.empty(tuple(input.shape), dtype=input.dtype, device=input.device).bernoulli_(1.0 - p)
         out = input * (mask * (1.0 / (1.0 - p)))

@@ -23,12 +23,13 @@ Reading order, bottom-up (a module imports only those listed before it):
 - ``attention``: the split of a projection into heads
 - ``embeddings``: the table lookup, its gradient dense or (by a rule attached later) sparse
 - ``fused``: the fused optimizer steps
+- ``dropout``: dropout in one kernel each way
 - ``cross_entropy``: cross-entropy and the negative log-likelihood over rows of classes
 """
 # every module, in the reading order (each declares its ops as it is imported)
 from . import (registry, core, random, conversion, take_put, views, inplace, creation,  # noqa: F401,I001
                autocast_mode, elementwise, shape_ops, indexing, reduction, linalg, sorting, conv,
-               normalization, attention, embeddings, fused)
+               normalization, attention, embeddings, fused, dropout)
 from . import cross_entropy  # noqa: F401,E402,I001
 
 globals().update(registry.functions())

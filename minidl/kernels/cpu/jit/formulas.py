@@ -17,6 +17,8 @@ from .op_codes import (UNARY_NEG, UNARY_ABS, UNARY_SIGN, UNARY_EXP, UNARY_LOG, U
     COMPARE_NE, COMPARE_LT, COMPARE_LE, COMPARE_GT, COMPARE_GE, COMPARE_LOGICAL_AND, COMPARE_LOGICAL_OR,
     COMPARE_LOGICAL_XOR)
 from .vector_math import exp_run
+from .vector_activations import (gelu_backward_run, gelu_run, gelu_tanh_backward_run, gelu_tanh_run,
+    silu_backward_run, silu_run)
 
 
 @njit(inline="always")
@@ -235,11 +237,17 @@ def unary_run(op, x, out):
         for j in range(out.size):
             out[j] = (x[j] * x[j])
     elif op == UNARY_SILU:
-        for j in range(out.size):
-            out[j] = (x[j] / (1 + sm.exp((-x[j]))))
+        if not silu_run(x, out):
+            for j in range(out.size):
+                out[j] = (x[j] / (1 + sm.exp((-x[j]))))
     elif op == UNARY_GELU:
-        for j in range(out.size):
-            out[j] = ((x[j] * 0.5) * (1 + sm.erf((x[j] * 0.7071067811865476))))
+        if not gelu_run(x, out):
+            for j in range(out.size):
+                out[j] = ((x[j] * 0.5) * (1 + sm.erf((x[j] * 0.7071067811865476))))
+    elif op == UNARY_GELU_TANH:
+        if not gelu_tanh_run(x, out):
+            for j in range(out.size):
+                out[j] = ((x[j] * 0.5) * (1 + sm.tanh(((x[j] + (((x[j] * x[j]) * x[j]) * 0.044715)) * 0.7978845608028654))))
     else:
         for j in range(out.size):  # the other ops, through the element switch
             out[j] = apply_unary(op, x[j])
@@ -261,11 +269,17 @@ def binary_run(op, x, y, out):
         for j in range(out.size):
             out[j] = (x[j] if (y[j] > 0) else (x[j] * 0))
     elif op == BINARY_SILU_BACKWARD:
-        for j in range(out.size):
-            out[j] = (x[j] * helper_silu_slope(y[j], unary_sigmoid(y[j])))
+        if not silu_backward_run(x, y, out):
+            for j in range(out.size):
+                out[j] = (x[j] * helper_silu_slope(y[j], unary_sigmoid(y[j])))
     elif op == BINARY_GELU_BACKWARD:
-        for j in range(out.size):
-            out[j] = (x[j] * (((1 + sm.erf((y[j] * 0.7071067811865476))) * 0.5) + (y[j] * (sm.exp(((y[j] * y[j]) * (-0.5))) * 0.3989422804014327))))
+        if not gelu_backward_run(x, y, out):
+            for j in range(out.size):
+                out[j] = (x[j] * (((1 + sm.erf((y[j] * 0.7071067811865476))) * 0.5) + (y[j] * (sm.exp(((y[j] * y[j]) * (-0.5))) * 0.3989422804014327))))
+    elif op == BINARY_GELU_TANH_BACKWARD:
+        if not gelu_tanh_backward_run(x, y, out):
+            for j in range(out.size):
+                out[j] = (x[j] * helper_gelu_tanh_slope(y[j], sm.tanh(((y[j] + (((y[j] * y[j]) * y[j]) * 0.044715)) * 0.7978845608028654))))
     else:
         for j in range(out.size):  # the other ops, through the element switch
             out[j] = apply_binary(op, x[j], y[j])
@@ -292,6 +306,9 @@ def binary_scalar_run(op, x, y, out):
     elif op == BINARY_GELU_BACKWARD:
         for j in range(out.size):
             out[j] = (x[j] * (((1 + sm.erf((y * 0.7071067811865476))) * 0.5) + (y * (sm.exp(((y * y) * (-0.5))) * 0.3989422804014327))))
+    elif op == BINARY_GELU_TANH_BACKWARD:
+        for j in range(out.size):
+            out[j] = (x[j] * helper_gelu_tanh_slope(y, sm.tanh(((y + (((y * y) * y) * 0.044715)) * 0.7978845608028654))))
     else:
         for j in range(out.size):  # the other ops, through the element switch
             out[j] = apply_binary(op, x[j], y)
