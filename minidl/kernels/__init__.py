@@ -83,6 +83,11 @@ rnn_cell             (mode, gx, gh, bh, hx, cx, hy, cy, saved,        one time s
                       hidden)                                         new h (and c), and the activations (see below)
 rnn_cell_backward    (mode, dh, dy, dc, hx, cx, hy, cy, saved, dgx,   that step's gate and state gradients
                       dgh, dhx, dcx, hidden)
+cross_entropy        (x, target, weight, out, wrow, stats, n,         per packed row of n logits (log-probabilities
+                      ignore_index, smoothing, logits)                unless ``logits``): the loss term out, the
+                                                                      target's weight wrow, (logits) the row's stats
+cross_entropy_       (x, target, weight, stats, g, out, n,            out = the gradient of sum(g * loss terms) by x
+backward              ignore_index, smoothing, logits)                (g: one element per row, or one for all)
 ===================  ===============================================  ==============================================
 
 ``geom`` for im2col, col2im and the two max-pool kernels is ``(planes, h, w, kh, kw, sh, sw, ph, pw, dh, dw, oh, ow)``: planes =
@@ -157,6 +162,17 @@ that of gh and bh, except GRU's n gate, whose hidden-side gradient is r times it
 GRU writes dhx = the part of hx's gradient that does not go through gh (z times hy's), LSTM dcx = cx's
 gradient (dcx may be dc). The matmuls around the step (h W_hh^T, dgh W_hh) are the caller's.
 
+The cross-entropy pair takes x as packed rows of n classes, an int64 target per row, weight None or n
+elements (None: all 1) of x's dtype; out, wrow, stats and g are of x's dtype. With lse = log(sum(exp(x))) (0
+when x holds log-probabilities, i.e. not ``logits``), class weights w (W their sum) and smoothing e: a row
+whose target t is ignore_index gets out = wrow = 0 and no gradient; otherwise wrow = w_t and
+``out = (1 - e) w_t (lse - x_t) + e/n sum_c w_c (lse - x_c)`` (e is 0 for log-probabilities), and the
+gradient is ``g ((1 - e) w_t + e W / n) softmax(x) - g e w / n - g (1 - e) w_t onehot(t)`` (the softmax term
+only for logits). A target outside [0, n) other than ignore_index is an IndexError naming the target and n,
+raised at once on cpu, at the next synchronisation on cuda (then the row is left as ignored). stats (None unless
+``logits``) holds two per row, the max m and log(sum(exp(x - m))), and lse is taken as their sum only in
+differences from x - m: as torch's log_softmax, precise for logits of any magnitude in float32 too.
+
 ``random`` is counter-based, so every device gives the same numbers: element i is made from the four
 32-bit words w0..w3 of Philox4x32-10 (Salmon et al., SC'11) with key (seed mod 2^32, seed >> 32) and
 counter (c mod 2^32, c >> 32, 0, 0), c = offset + i (seed, offset: unsigned 64-bit). With
@@ -213,7 +229,8 @@ PRIMITIVES = ("alloc", "from_host", "to_host", "share_memory", "open_shared", "c
               "sgd_steps", "adam_steps", "adagrad_steps", "norms", "scale",
               "softmax", "softmax_backward", "random", "attention", "attention_backward", "dropout",
               "norm_rows", "norm_rows_backward", "batch_norm", "batch_norm_backward",
-              "rnn_cell", "rnn_cell_backward")
+              "rnn_cell", "rnn_cell_backward", "cross_entropy",
+              "cross_entropy_backward")
 
 # device type -> module whose import registers that device's kernels
 _DEVICE_MODULES = {"cpu": "minidl.kernels.cpu", "cuda": "minidl.kernels.cuda.primitives"}

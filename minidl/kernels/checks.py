@@ -218,3 +218,24 @@ def rnn_cell_backward_arguments(mode, dh, dy, dc, hx, cx, hy, cy, saved, dgx, dg
         ("hx", hx, 1, gru), ("cx", cx, 1, lstm), ("hy", hy, 1, not (lstm or gru)), ("cy", cy, 1, lstm),
         ("saved", saved, 4, lstm or gru), ("dgh", dgh, RNN_GATES.get(mode), gru), ("dhx", dhx, 1, gru),
         ("dcx", dcx, 1, lstm)))
+
+
+def cross_entropy_rows(name, n, x, target, weight, stats, *row_bufs) -> int:
+    """The number of packed rows of n classes in x, after checking that target (int64) and every per-row
+    buffer hold one element per row, stats (when given) two, and weight (when given) n of x's dtype."""
+    if n < 1:
+        raise ValueError(f"{name}: rows must have at least one class, got n={n}")
+    rows = x.size // n
+    if x.size % n or target.dtype != np.int64 or target.size < rows:
+        raise ValueError(f"{name}: {x.size} inputs do not make whole rows of {n} with an int64 target each "
+                         f"(got {target.size} {target.dtype.name} targets)")
+    if weight is not None and (weight.size < n or weight.dtype != x.dtype):
+        raise ValueError(f"{name}: weight needs {n} elements of {x.dtype.name}, got {weight.size} of "
+                         f"{weight.dtype.name}")
+    if stats is not None and (stats.dtype != x.dtype or stats.size < 2 * rows):
+        raise ValueError(f"{name}: stats needs {2 * rows} elements of {x.dtype.name}, got {stats.size} of "
+                         f"{stats.dtype.name}")
+    if any(b.dtype != x.dtype or b.size < rows for b in row_bufs):
+        raise ValueError(f"{name}: per-row buffers need {rows} elements of {x.dtype.name}, got "
+                         f"{[(b.size, b.dtype.name) for b in row_bufs]}")
+    return rows

@@ -27,11 +27,13 @@ Reading order, bottom-up (a module imports only those listed before it):
 - ``dropout``: dropout in one kernel each way
 - ``batchnorm``: batch norm as one kernel each way
 - ``rnn``: the recurrent part of an RNN/LSTM/GRU layer over a whole sequence, one node
+- ``cross_entropy``: cross-entropy and the negative log-likelihood over rows of classes
 """
 # every module, in the reading order (each declares its ops as it is imported)
 from . import (registry, core, random, conversion, take_put, views, inplace, creation,  # noqa: F401,I001
                autocast_mode, elementwise, shape_ops, indexing, reduction, linalg, sorting, conv,
-               norm_rows, normalization, attention, embeddings, fused, dropout, batchnorm, rnn)
+               norm_rows, normalization, attention, embeddings, fused, dropout, batchnorm, rnn,
+               cross_entropy)
 
 globals().update(registry.functions())
 globals().update(registry.functions("nn.functional"))  # (for minidl.nn.functional)
