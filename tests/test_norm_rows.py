@@ -260,7 +260,7 @@ def test_parallel_blocks_add_their_parameter_gradients(n, span, cycle):
     out, mean, rstd, dx = np.empty_like(x), np.empty(rows), np.empty(rows), np.empty_like(x)
     pw, pb = np.zeros(blocks * params), np.zeros(blocks * params)
     norm_rows_parallel(x, w, b, out, mean, rstd, rows, n, span, cycle, 1e-5, False, 0.0, 1 / n, blocks)
-    norm_rows_backward_parallel(x, w, mean, rstd, g, dx, pw, pb, rows, n, span, cycle, False, 0.0, 1 / n, blocks)
+    norm_rows_backward_parallel(x, w, mean, rstd, g, dx, True, pw, pb, rows, n, span, cycle, False, 0.0, 1 / n, blocks)
     tx, tw, tb = (torch.tensor(a, requires_grad=True) for a in (x, w, b))
     shape = (rows // cycle, params) + ((span,) if span > 1 else ())
     ty = torch.nn.functional.group_norm(tx.reshape(shape), cycle, tw, tb) if span > 1 else \

@@ -72,7 +72,7 @@ dropout              (x, out, mask, p, seed, offset)                  mask = 1/(
                                                                       mask, in one pass (see ``random``)
 norm_rows            (x, w, b, out, mean, rstd, n, span, cycle,       layer/RMS/group norm of each packed row of n
                       eps, rms)                                       elements, its mean and 1/std saved (see below)
-norm_rows_backward   (x, w, mean, rstd, g, dx, dw, db, n, span,       dx, and the parameter gradients dw, db (None:
+norm_rows_backward   (x, w, mean, rstd, g, dx, dw, db, n, span,       dx and the parameter gradients dw, db (None:
                       cycle, rms)                                     not wanted) from the saved mean and rstd
 batch_norm           (x, out, shape, channels_last, weight, bias,     out = batch norm of x over (N, C, S) with the
                       mean, invstd, running_mean, running_var,        batch's or the running statistics; mean and

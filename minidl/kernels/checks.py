@@ -144,6 +144,8 @@ def norm_rows_geometry(name, n, span, cycle, x, params, **rows_of) -> int:
         raise ValueError(f"{name}: a buffer of {x.size} elements does not hold whole rows of {n}")
     rows = x.size // n
     for what, (b, per_row) in rows_of.items():
+        if b is None:
+            continue
         if b.dtype != x.dtype or b.size < rows * per_row:
             raise ValueError(f"{name}: {what} buffer of {b.size} {b.dtype.name} elements, needs {rows * per_row} "
                              f"{x.dtype.name}")

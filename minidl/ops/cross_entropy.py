@@ -6,7 +6,7 @@ import numpy as np
 
 from .. import _dtype as dt
 from ..autograd import Function
-from .core import buf, cast, grad_enabled, kernel, new_like_shape, packed_buffer
+from .core import buf, cast, check_devices, grad_enabled, kernel, new_like_shape, packed_buffer
 from .creation import arange
 from .elementwise import where
 from .registry import op
@@ -94,6 +94,7 @@ def cross_entropy_rows(x, target, weight, ignore_index: int, smoothing: float, l
     arguments checked there; float16/bfloat16 are computed in float32. The result has x's dtype."""
     if reduction not in REDUCTIONS:
         raise ValueError(f"{reduction} is not a valid value for reduction")
+    check_devices("cross_entropy" if logits else "nll_loss", x, target, *([] if weight is None else [weight]))
     compute = dt.compute_dtype(x.dtype)
     weight = None if weight is None else weight.to(compute)
     loss = CrossEntropy.apply(x.to(compute), target, weight, int(ignore_index), float(smoothing), bool(logits),

@@ -47,16 +47,16 @@ class NormRows(Function):
     def backward(ctx, g):
         x, weight, mean, rstd = ctx.saved_tensors
         n, span, cycle, eps, rms = ctx.geometry
-        need_w, need_b = ctx.needs_input_grad[1:3]
+        need_x, need_w, need_b = ctx.needs_input_grad[:3]
         if grad_enabled():   # create_graph: the statistics as functions of x, so higher orders stay exact
             gx, gw, gb = _composed_backward(x, weight, g, n, span, cycle, eps, rms, need_w, need_b)
             return gx, gw, None if gb is None else gb.reshape(ctx.bias_shape), None, None, None, None, None
-        dx = new_like_shape(tuple(x.shape), x.dtype, x)
+        dx = new_like_shape(tuple(x.shape), x.dtype, x) if need_x else None   # (split_backward's weight pass)
         dw = new_like_shape(tuple(weight.shape), x.dtype, x) if need_w else None
         db = new_like_shape(ctx.bias_shape, x.dtype, x) if need_b else None
         if n:
             kernel("norm_rows_backward", x)(packed_buffer(x), _buffer(weight), buf(mean), buf(rstd),
-                                            packed_buffer(g.to(x.dtype)), buf(dx), _buffer(dw), _buffer(db), n, span,
+                                            packed_buffer(g.to(x.dtype)), _buffer(dx), _buffer(dw), _buffer(db), n, span,
                                             cycle, rms)
         else:
             for t in (dw, db):

@@ -42,7 +42,8 @@ def norm_rows_backward(x, w, mean, rstd, g, dx, dw, db, n, span, cycle, rms):
     if rows:
         t = x.dtype.type
         launch(norm_rows_backward_serial, norm_rows_backward_parallel, x.size, x, _param(w, 1, count, x.dtype), mean,
-               rstd, g, dx, pw.reshape(-1), pb.reshape(-1), rows, n, span, cycle, bool(rms), t(0), t(1 / n), blocks)
+               rstd, g, np.empty(0, x.dtype) if dx is None else dx, dx is not None, pw.reshape(-1), pb.reshape(-1), rows,
+               n, span, cycle, bool(rms), t(0), t(1 / n), blocks)
     for out, part in ((dw, pw), (db, pb)):
         if out is not None:
             out[:count] = part.sum(0)

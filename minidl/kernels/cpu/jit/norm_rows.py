@@ -71,12 +71,13 @@ def _norm_rows(x, w, b, out, mean, rstd, r0, r1, n, span, cycle, eps, rms, zero,
 
 
 @njit(inline="always")
-def _norm_rows_backward(x, w, mean, rstd, g, dx, pw, pb, r0, r1, n, span, cycle, rms, zero, inv_n):
-    """dx = rstd * (gy - mean(gy) - xhat * mean(gy * xhat)) with gy = g * w (no mean(gy) term for RMS);
-    pw += g * xhat and pb += g per parameter."""
+def _norm_rows_backward(x, w, mean, rstd, g, dx, want_dx, pw, pb, r0, r1, n, span, cycle, rms, zero, inv_n):
+    """dx = rstd * (gy - mean(gy) - xhat * mean(gy * xhat)) with gy = g * w (no mean(gy) term for RMS), when
+    ``want_dx`` (dx is empty otherwise); pw += g * xhat and pb += g per parameter."""
     per = n // span
     for r in range(r0, r1):
-        xr, gr, d = x[r * n:(r + 1) * n], g[r * n:(r + 1) * n], dx[r * n:(r + 1) * n]
+        xr, gr = x[r * n:(r + 1) * n], g[r * n:(r + 1) * n]
+        d = dx[r * n:(r + 1) * n] if want_dx else dx
         m, s = mean[r], rstd[r]
         base = (r % cycle) * per
         if span == 1:
@@ -85,7 +86,8 @@ def _norm_rows_backward(x, w, mean, rstd, g, dx, pw, pb, r0, r1, n, span, cycle,
             a, c = zero if rms else a * inv_n, c * s * inv_n
             for j in range(n):
                 xhat = (xr[j] - m) * s
-                d[j] = s * (gr[j] * wr[j] - a - xhat * c)
+                if want_dx:
+                    d[j] = s * (gr[j] * wr[j] - a - xhat * c)
                 qw[j] += gr[j] * xhat
                 qb[j] += gr[j]
         else:
@@ -97,7 +99,7 @@ def _norm_rows_backward(x, w, mean, rstd, g, dx, pw, pb, r0, r1, n, span, cycle,
                 pw[base + k] += s * sgx
                 pb[base + k] += sg
             a, c = zero if rms else a * inv_n, c * s * s * inv_n
-            for k in range(per):
+            for k in range(per if want_dx else 0):
                 wk, shift, scale = s * w[base + k], s * a, s * c
                 xk, gk, dk = xr[k * span:(k + 1) * span], gr[k * span:(k + 1) * span], d[k * span:(k + 1) * span]
                 for j in range(span):
@@ -117,14 +119,16 @@ def norm_rows_parallel(x, w, b, out, mean, rstd, rows, n, span, cycle, eps, rms,
 
 
 @njit(cache=True, nogil=True)
-def norm_rows_backward_serial(x, w, mean, rstd, g, dx, pw, pb, rows, n, span, cycle, rms, zero, inv_n, blocks):
-    _norm_rows_backward(x, w, mean, rstd, g, dx, pw, pb, 0, rows, n, span, cycle, rms, zero, inv_n)
+def norm_rows_backward_serial(x, w, mean, rstd, g, dx, want_dx, pw, pb, rows, n, span, cycle, rms, zero, inv_n,
+                              blocks):
+    _norm_rows_backward(x, w, mean, rstd, g, dx, want_dx, pw, pb, 0, rows, n, span, cycle, rms, zero, inv_n)
 
 
 @njit(cache=True, nogil=True, parallel=True)
-def norm_rows_backward_parallel(x, w, mean, rstd, g, dx, pw, pb, rows, n, span, cycle, rms, zero, inv_n, blocks):
+def norm_rows_backward_parallel(x, w, mean, rstd, g, dx, want_dx, pw, pb, rows, n, span, cycle, rms, zero, inv_n,
+                                blocks):
     params = pw.size // blocks
     for k in prange(blocks):
-        _norm_rows_backward(x, w, mean, rstd, g, dx, pw[k * params:(k + 1) * params],
+        _norm_rows_backward(x, w, mean, rstd, g, dx, want_dx, pw[k * params:(k + 1) * params],
                             pb[k * params:(k + 1) * params], rows * k // blocks, rows * (k + 1) // blocks, n, span,
                             cycle, rms, zero, inv_n)

@@ -36,7 +36,7 @@ def norm_rows_backward(x, w, mean, rstd, g, dx, dw, db, n, span, cycle, rms):
                               rstd=(rstd, 1), gradient=(g, n), dx=(dx, n))
     require_dtype(x.dtype, FLOATS, "norm_rows_backward")
     geometry = (runtime.i64(rows), runtime.i64(n), runtime.i64(span), runtime.i64(cycle))
-    if rows:
+    if rows and dx is not None:
         _rows_launch("norm_rows_dx", x.dtype, int(n), rows, x, _null(w), mean, rstd, g, dx, *geometry,
                      runtime.i32(bool(rms)))
     if dw is not None or db is not None:
