@@ -21,8 +21,7 @@ import minidl
 import minidl.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _bench_common import cpu_model  # noqa: E402
-from bench_ops import measure  # noqa: E402
+from bench_ops import comparison_args, print_comparison  # noqa: E402
 
 import torch  # noqa: E402
 
@@ -56,21 +55,11 @@ def cases(rows, features):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = comparison_args(argparse.ArgumentParser(description=__doc__.splitlines()[0]))
     parser.add_argument("--rows", type=int, default=512, help="tokens (batch x sequence)")
     parser.add_argument("--features", type=int, default=3072)
-    parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--trials", type=int, default=7)
     args = parser.parse_args(argv)
-    minidl.set_num_threads(args.threads)
-    torch.set_num_threads(args.threads)
-    print(f"{cpu_model()}, {os.cpu_count()} CPUs, {args.threads} thread(s), "
-          f"torch {torch.__version__}, float32 ({args.rows}, {args.features}); load average {os.getloadavg()}")
-    print("| case | minidl ms | torch ms | minidl / torch |\n|---|---:|---:|---:|")
-    for name, fns in cases(args.rows, args.features):
-        times = measure(fns, args.trials, 0.2)
-        print(f"| {name} | {times['minidl'] * 1e3:.3f} | {times['torch'] * 1e3:.3f} | "
-              f"{times['minidl'] / times['torch']:.2f} |")
+    print_comparison(args, f"float32 ({args.rows}, {args.features})", cases(args.rows, args.features))
 
 
 if __name__ == "__main__":
