@@ -96,6 +96,29 @@ def measure(fns: dict, trials: int, min_trial_s: float) -> dict:
     return {lib: statistics.median(times) for lib, times in per_call.items()}
 
 
+def comparison_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """The options of a one-op comparison script (activations.py, norms.py, ...): threads and trials."""
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--trials", type=int, default=7)
+    return parser
+
+
+def print_comparison(args, setting: str, cases, unit: str = "ms") -> None:
+    """Time each (name, {"minidl": fn, "torch": fn}) of ``cases`` with ``measure`` on ``args.threads`` threads and
+    print a table of both libraries and their ratio, under a line naming the machine, torch and ``setting``."""
+    from _bench_common import cpu_model
+    minidl.set_num_threads(args.threads)
+    torch.set_num_threads(args.threads)
+    print(f"{cpu_model()}, {os.cpu_count()} CPUs, {args.threads} thread(s), torch {torch.__version__}, {setting}; "
+          f"load average {os.getloadavg()}")
+    scale, digits = {"ms": (1e3, 3), "µs": (1e6, 0)}[unit]
+    print(f"| case | minidl {unit} | torch {unit} | minidl / torch |\n|---|---:|---:|---:|")
+    for name, fns in cases:
+        times = measure(fns, args.trials, 0.2)
+        print(f"| {name} | {times['minidl'] * scale:.{digits}f} | {times['torch'] * scale:.{digits}f} | "
+              f"{times['minidl'] / times['torch']:.2f} |")
+
+
 # ----------------------------------------------------------------------------- small tensors
 def small_cases():
     """(name, ops per call, {library: callable}) for the overhead table."""

@@ -1,4 +1,4 @@
-"""Time one training step of three small models in minidl beside PyTorch (CPU), in the same run.
+"""Time one training step of four small models in minidl beside PyTorch (CPU), in the same run.
 
 A *step* is forward + loss + ``zero_grad`` + backward + ``optimizer.step`` on one synthetic batch
 (random data from a fixed seed, the same numbers for both libraries):
@@ -8,6 +8,8 @@ A *step* is forward + loss + ``zero_grad`` + backward + ``optimizer.step`` on on
 (b) **LeNet-style CNN** conv(1->32,3)-relu-maxpool2-conv(32->64,3)-relu-maxpool2-
     linear(1600->128)-relu-linear(128->10) on 1x28x28 inputs, batch 64, ``Adam`` (lr 1e-3),
     ``cross_entropy``. Target: minidl / torch time **<= 1.2**.
+    **LeNet with BatchNorm** (``lenet_bn``): the same with ``BatchNorm2d`` after each conv, before its ReLU;
+    same data, loss and optimizer. Same target.
 (c) **Transformer encoder layer** ``TransformerEncoderLayer(d_model=128, nhead=4, dim_feedforward=512,
     batch_first=True)`` (post-norm, ReLU, dropout 0.1 in training mode) on a batch of 16 sequences of
     64 vectors, ``Adam`` (lr 1e-3), ``mse_loss`` against a fixed random target.
@@ -65,6 +67,7 @@ MODELS = {
     "lenet": dict(label="LeNet CNN 1x28x28, batch 64, Adam", batch=64, target=LENET_TARGET),
     "transformer": dict(label="TransformerEncoderLayer d128 h4 ff512, seq 64, batch 16, Adam", batch=16,
                         target=TRANSFORMER_TARGET),
+    "lenet_bn": dict(label="LeNet CNN + BatchNorm 1x28x28, batch 64, Adam", batch=64, target=LENET_TARGET),
 }
 SEQ, D_MODEL = 64, 128
 
@@ -87,6 +90,12 @@ def build(lib, model: str, batch: int | None = None, device: str = "cpu", captur
         net = nn.Sequential(
             nn.Conv2d(1, 32, 3), nn.ReLU(), nn.MaxPool2d(2),
             nn.Conv2d(32, 64, 3), nn.ReLU(), nn.MaxPool2d(2),
+            nn.Flatten(), nn.Linear(1600, 128), nn.ReLU(), nn.Linear(128, 10))
+        x = rng.standard_normal((batch, 1, 28, 28), dtype=np.float32)
+    elif model == "lenet_bn":
+        net = nn.Sequential(
+            nn.Conv2d(1, 32, 3), nn.BatchNorm2d(32), nn.ReLU(), nn.MaxPool2d(2),
+            nn.Conv2d(32, 64, 3), nn.BatchNorm2d(64), nn.ReLU(), nn.MaxPool2d(2),
             nn.Flatten(), nn.Linear(1600, 128), nn.ReLU(), nn.Linear(128, 10))
         x = rng.standard_normal((batch, 1, 28, 28), dtype=np.float32)
     else:
@@ -171,9 +180,9 @@ def main() -> None:
     models = {name: MODELS[name] for name in args.models}
 
     if args.quick:
-        rounds, warmup, steps = 5, 3, {"mlp": 5, "lenet": 3, "transformer": 3}
+        rounds, warmup, steps = 5, 3, {"mlp": 5, "lenet": 3, "transformer": 3, "lenet_bn": 3}
     else:
-        rounds, warmup, steps = 7, 10, {"mlp": 40, "lenet": 12, "transformer": 12}
+        rounds, warmup, steps = 7, 10, {"mlp": 40, "lenet": 12, "transformer": 12, "lenet_bn": 12}
 
     print("## Training step (minidl vs PyTorch, CPU)\n")
     print(versions(libs))

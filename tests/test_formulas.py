@@ -64,6 +64,8 @@ def test_unary_kernels_compute_their_formula(formula):
 BINARY_CALLS = {"add": md.add, "sub": md.sub, "mul": md.mul, "div": md.div, "floordiv": md.floor_divide,
                 "remainder": md.remainder, "pow": md.pow, "maximum": md.maximum, "minimum": md.minimum,
                 "gate": lambda a, b: md.ops.elementwise.Gate.apply(a, b), "atan2": md.atan2,
+                "silu_backward": md.ops.elementwise.silu_backward, "gelu_backward": md.ops.elementwise.gelu_backward,
+                "gelu_tanh_backward": md.ops.elementwise.gelu_tanh_backward,
                 "bitwise_and": md.bitwise_and, "bitwise_or": md.bitwise_or, "bitwise_xor": md.bitwise_xor,
                 "bitwise_left_shift": md.bitwise_left_shift, "bitwise_right_shift": md.bitwise_right_shift}
 

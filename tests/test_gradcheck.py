@@ -228,8 +228,10 @@ def _calls_and_nodes(sample):
 
 
 RUN_ELSEWHERE = {("to_device", "to-cpu")}  # a copy to the CPU only when test_cuda_ops runs it on 'cuda'
-# Functions sampled under an op they are not the apply of: Gate, ReLU's backward, whose samples are relu's
-FUNCTIONS_SAMPLED_WITH = {"relu": {elementwise.Gate}}
+# Functions sampled under an op they are not the apply of: the one-pass backwards of ReLU, SiLU and GELU (Gate,
+# SiluBackward, ...), whose samples are their activation's
+FUNCTIONS_SAMPLED_WITH = {"relu": {elementwise.Gate}, "_silu": {elementwise.SiluBackward},
+                          "_gelu": {elementwise.GeluBackward}, "_gelu_tanh": {elementwise.GeluTanhBackward}}
 
 
 def test_each_sample_exercises_its_op():

@@ -268,7 +268,7 @@ REFUSED = {
     "getitem-bool-mask": "a boolean mask's result size depends on the data", "getitem-mask-row-slice": "the same",
     "getitem-nonadjacent": "several index tensors", "getitem-negative-index-tensor": "the same",
     "adaptive_avg_pool2d": "an output size other than 1", "adaptive_avg_pool2d-unbatched": "the same",
-    "batch_norm-training": "batch statistics (training mode)",
+    "batch_norm-training": "batch statistics (training mode)", "batch_norm-training-2d-weight": "the same",
 }
 
 

@@ -18,9 +18,10 @@ from test_gradcheck import gradcheck, gradgradcheck
 torch = pytest.importorskip("torch")
 
 
-def count_calls(monkeypatch, device):
-    """How many times each attention primitive runs on ``device`` (a dict that the wrapped kernels update)."""
-    count = {"attention": 0, "attention_backward": 0}
+def count_calls(monkeypatch, device, names=("attention", "attention_backward")):
+    """How many times each primitive of ``names`` (attention's) runs on ``device`` (a dict that the wrapped
+    kernels update)."""
+    count = dict.fromkeys(names, 0)
     for name in count:
         fn = kernels.get(name, device)
 

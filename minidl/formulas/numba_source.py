@@ -15,6 +15,10 @@ from . import codegen, expr, table
 
 # Ops whose packed runs the CPU computes with a function of its own (minidl/kernels/cpu/jit/vector_math.py)
 RUNS = {"exp": "exp_run"}
+# Ops whose float32 packed runs a vectorised function of minidl/kernels/cpu/jit/vector_activations.py computes;
+# it returns False for the other dtypes, which then take the formula's own loop
+FLOAT32_RUNS = {name: f"{name}_run" for name in ("gelu", "gelu_backward", "gelu_tanh", "gelu_tanh_backward", "silu",
+                                                 "silu_backward")}
 # Ops whose packed runs get a loop of their own (see _own_loop)
 OWN_LOOPS = {"neg", "abs", "relu", "square", "add", "sub", "mul", "gate"}
 
@@ -59,7 +63,7 @@ def _own_loop(f) -> bool:
     element through the element switch. Every such loop is compiled for each dtype and costs
     first-use compile time (a loop for each plain-arithmetic op took it from 34 s to 44 s), so
     only the ops that fill training steps have one."""
-    return f.name in RUNS or f.name in OWN_LOOPS
+    return f.name in RUNS or f.name in FLOAT32_RUNS or f.name in OWN_LOOPS
 
 
 def _switch(name, params, family, case, doc, members, otherwise) -> list:
@@ -116,7 +120,10 @@ def _run_switch(name, family, element, scalar_y, doc) -> list:
     def case(f):
         if f.name in RUNS:
             return [f"{RUNS[f.name]}(x, out)"]
-        return ["for j in range(out.size):", f"    out[j] = {expression(f, args.split(', '))}"]
+        loop = ["for j in range(out.size):", f"    out[j] = {expression(f, args.split(', '))}"]
+        if f.name in FLOAT32_RUNS and not scalar_y:
+            return [f"if not {FLOAT32_RUNS[f.name]}({', '.join(params[1:])}):", *("    " + line for line in loop)]
+        return loop
     return _switch(name, params, family, case, doc, [f for f in members if _own_loop(f)],
                    ["for j in range(out.size):  # the other ops, through the element switch",
                     f"    out[j] = {element}(op, {args})"])
@@ -128,7 +135,9 @@ def formulas() -> str:
              codegen.HEADER, '"""', "import math  # noqa: F401 (inf, nan and pi, when formulas use them)", "",
              "from numba import njit", "", "from . import scalar_math as sm",
              *textwrap.wrap("from .op_codes import (" + ", ".join(used) + ")", 110, subsequent_indent="    "),
-             "from .vector_math import " + ", ".join(sorted(set(RUNS.values())))]
+             "from .vector_math import " + ", ".join(sorted(set(RUNS.values()))),
+             *textwrap.wrap("from .vector_activations import (" + ", ".join(sorted(FLOAT32_RUNS.values())) + ")", 110,
+                            subsequent_indent="    ")]
     called = codegen.called_names()
     for f in codegen.ordered_formulas():
         if f.name in called:

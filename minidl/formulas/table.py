@@ -45,6 +45,9 @@ def binary(name, text, float_only=False, doc="", int_only=False):
 # Named pieces that formulas call (not ops of their own).
 HELPERS = (
     Formula("logistic_of_exp", "e / (1 + e)", ("e",), doc="sigmoid(x) from e = exp(x), for x < 0"),
+    Formula("silu_slope", "s * (1 + x * (1 - s))", ("x", "s"), doc="silu's derivative at x, from s = sigmoid(x)"),
+    Formula("gelu_tanh_slope", "(1 + t) * 0.5 + x * 0.5 * (1 - t * t) * ((1 + x * x * 0.134145) * 0.7978845608028654)",
+            ("x", "t"), doc="gelu_tanh's derivative at x, from t = tanh(sqrt(2 / pi) * (x + 0.044715 x^3))"),
     Formula("divided_by_zero", "nan if x != x or x == 0 else copysign(inf, x) * copysign(1.0, y)", ("x", "y"),
             doc="x / y for y == 0 (either sign), as IEEE says"),
 )
@@ -74,6 +77,12 @@ UNARY = (
     unary("round", "rint(x)", "g * 0", float_only=False, doc="half to even"),
     unary("trunc", "trunc(x)", "g * 0", float_only=False),
     unary("square", "x * x", "g * x * 2", float_only=False),
+    # activations PyTorch runs as one kernel, with its formulas (so its NaNs and signed zeros at the extremes)
+    unary("silu", "x / (1 + exp(-x))", "silu_backward(g, x)", doc="x * sigmoid(x)"),
+    unary("gelu", "x * 0.5 * (1 + erf(x * 0.7071067811865476))", "gelu_backward(g, x)",
+          doc="x * Phi(x), Phi the standard normal CDF (erf form)"),
+    unary("gelu_tanh", "x * 0.5 * (1 + tanh((x + x * x * x * 0.044715) * 0.7978845608028654))",
+          "gelu_tanh_backward(g, x)", doc="GELU with Phi(x) ~ (1 + tanh(sqrt(2 / pi) * (x + 0.044715 x^3))) / 2"),
 )
 
 BINARY = (
@@ -89,6 +98,12 @@ BINARY = (
     binary("minimum", "x if (x <= y or x != x) else y", doc="propagates NaN"),
     binary("gate", "x if y > 0 else x * 0", doc="x where y > 0, else 0: ReLU's backward (g, y) in one pass"),
     binary("atan2", "atan2(x, y)", float_only=True),
+    # the activations' backwards (g, input) in one pass, as torch's kernels compute them
+    binary("silu_backward", "x * silu_slope(y, sigmoid(y))", float_only=True),
+    binary("gelu_backward", "x * ((1 + erf(y * 0.7071067811865476)) * 0.5"
+           " + y * (exp(y * y * -0.5) * 0.3989422804014327))", float_only=True),
+    binary("gelu_tanh_backward", "x * gelu_tanh_slope(y, tanh((y + y * y * y * 0.044715) * 0.7978845608028654))",
+           float_only=True),
     binary("bitwise_and", "bitand(x, y)", int_only=True),
     binary("bitwise_or", "bitor(x, y)", int_only=True),
     binary("bitwise_xor", "bitxor(x, y)", int_only=True),

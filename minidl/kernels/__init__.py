@@ -68,6 +68,26 @@ attention            (q, ql, k, kl, v, vl, mask, ml, out, lse,        out = soft
 attention_backward   (q, ql, k, kl, v, vl, mask, ml, out, lse, g,     dq, dk, dv from the saved out and lse,
                       dq, dk, dv, scale, causal, dropout_p, seed,     recomputing the scores block by block
                       offset)
+dropout              (x, out, mask, p, seed, offset)                  mask = 1/(1-p) where kept, else 0; out = x *
+                                                                      mask, in one pass (see ``random``)
+norm_rows            (x, w, b, out, mean, rstd, n, span, cycle,       layer/RMS/group norm of each packed row of n
+                      eps, rms)                                       elements, its mean and 1/std saved (see below)
+norm_rows_backward   (x, w, mean, rstd, g, dx, dw, db, n, span,       dx and the parameter gradients dw, db (None:
+                      cycle, rms)                                     not wanted) from the saved mean and rstd
+batch_norm           (x, out, shape, channels_last, weight, bias,     out = batch norm of x over (N, C, S) with the
+                      mean, invstd, running_mean, running_var,        batch's or the running statistics; mean and
+                      training, momentum, eps)                        1/sqrt(var + eps) written (see below)
+batch_norm_backward  (x, g, shape, channels_last, weight, mean,       dx, dweight, dbias of batch_norm from its
+                      invstd, dx, dweight, dbias, training)           saved mean and invstd
+rnn_cell             (mode, gx, gh, bh, hx, cx, hy, cy, saved,        one time step's gates of a recurrent layer:
+                      hidden)                                         new h (and c), and the activations (see below)
+rnn_cell_backward    (mode, dh, dy, dc, hx, cx, hy, cy, saved, dgx,   that step's gate and state gradients
+                      dgh, dhx, dcx, hidden)
+cross_entropy        (x, target, weight, out, wrow, stats, n,         per packed row of n logits (log-probabilities
+                      ignore_index, smoothing, logits)                unless ``logits``): the loss term out, the
+                                                                      target's weight wrow, (logits) the row's stats
+cross_entropy_       (x, target, weight, stats, g, out, n,            out = the gradient of sum(g * loss terms) by x
+backward              ignore_index, smoothing, logits)                (g: one element per row, or one for all)
 ===================  ===============================================  ==============================================
 
 ``geom`` for im2col, col2im and the two max-pool kernels is ``(planes, h, w, kh, kw, sh, sw, ph, pw, dh, dw, oh, ow)``: planes =
@@ -116,6 +136,43 @@ c = ((b * H + h) * L + i) * S + j of ``random`` at (seed, offset) (u24 for float
 ``bernoulli_(1 - p)`` over a (B, H, L, S) tensor drawn from that state keeps. lse and the softmax's sum are
 taken before dropout; the backward draws the same elements again.
 
+``dropout`` takes packed float32 or float64 buffers of one size and dtype and keeps element i when the uniform
+draw i of ``random`` at (seed, offset) (u24 for float32, u53 for float64) is below 1 - p rounded to the dtype
+(0 <= p < 1); mask holds 1 / (1 - p) rounded to the dtype where kept: exactly ``x * (bernoulli_(1 - p) *
+(1 / (1 - p)))`` over x drawn from that state, in one pass instead of five.
+
+The norm pair works on packed rows of n elements (x, out, g, dx: rows * n; mean, rstd: one per row), float32
+or float64: ``mean`` (0 when ``rms``), ``rstd = 1 / sqrt(mean((x - mean)**2) + eps)`` and
+``out = (x - mean) * rstd * w + b``. Element j of row r takes parameter ``(r % cycle) * (n // span) + j // span``
+of w and b (cycle * n / span elements each; None: 1 and 0): per column for layer and RMS norm (span = cycle =
+1), per channel for group norm over (N, G, C/G, *spatial) rows (span = the spatial size, cycle = G). The
+backward gives ``dx = rstd * (gy - mean(gy) - xhat * mean(gy * xhat))`` with ``gy = g * w``, without the
+``mean(gy)`` term when ``rms``, and overwrites dw, db with the sums of ``g * xhat``, g over each parameter's
+elements.
+
+The rnn_cell pair works on packed rows of a batch of B rows, float32 or float64; mode is RNN_TANH, RNN_RELU,
+LSTM or GRU, with G = 1, 1, 4, 3 gates per hidden unit in PyTorch's order (LSTM i, f, g, o; GRU r, z, n). gx and
+gh are (B, G*hidden): the step's input and hidden projections (x W_ih^T + b_ih, h W_hh^T); bh (G*hidden) is
+b_hh or None (zero). hx, cx: the state before the step; hy, cy: after it; saved (B, 4*hidden) keeps what the
+backward reads. A mode's unused buffers are None. RNN: hy = tanh or relu(gx + gh + bh). LSTM (reads cx; writes
+hy, cy, saved = i, f, g, o): c = f cx + i g, hy = o tanh(c). GRU (reads hx; writes hy, saved = r, z, n, hn with
+hn = gh_n + bh_n): n = tanh(gx_n + r hn), hy = n + z (hx - n). The backward takes dh + dy (dy None: 0) as the
+gradient of hy and dc (None: 0) as that of cy, and writes dgx, the gradient of the gate pre-activations (also
+that of gh and bh, except GRU's n gate, whose hidden-side gradient is r times it: GRU writes that side to dgh);
+GRU writes dhx = the part of hx's gradient that does not go through gh (z times hy's), LSTM dcx = cx's
+gradient (dcx may be dc). The matmuls around the step (h W_hh^T, dgh W_hh) are the caller's.
+
+The cross-entropy pair takes x as packed rows of n classes, an int64 target per row, weight None or n
+elements (None: all 1) of x's dtype; out, wrow, stats and g are of x's dtype. With lse = log(sum(exp(x))) (0
+when x holds log-probabilities, i.e. not ``logits``), class weights w (W their sum) and smoothing e: a row
+whose target t is ignore_index gets out = wrow = 0 and no gradient; otherwise wrow = w_t and
+``out = (1 - e) w_t (lse - x_t) + e/n sum_c w_c (lse - x_c)`` (e is 0 for log-probabilities), and the
+gradient is ``g ((1 - e) w_t + e W / n) softmax(x) - g e w / n - g (1 - e) w_t onehot(t)`` (the softmax term
+only for logits). A target outside [0, n) other than ignore_index is an IndexError naming the target and n,
+raised at once on cpu, at the next synchronisation on cuda (then the row is left as ignored). stats (None unless
+``logits``) holds two per row, the max m and log(sum(exp(x - m))), and lse is taken as their sum only in
+differences from x - m: as torch's log_softmax, precise for logits of any magnitude in float32 too.
+
 ``random`` is counter-based, so every device gives the same numbers: element i is made from the four
 32-bit words w0..w3 of Philox4x32-10 (Salmon et al., SC'11) with key (seed mod 2^32, seed >> 32) and
 counter (c mod 2^32, c >> 32, 0, 0), c = offset + i (seed, offset: unsigned 64-bit). With
@@ -126,6 +183,16 @@ without fused multiply-adds, rounded once to out's dtype:
 - normal (float32, float64): ``a + b * sqrt(-2 log(u53(w0, w1) + 2^-53)) * cos(2 pi u53(w2, w3))``;
 - integers (int64 out; a, b integers, a < b): ``a + ((w1 << 32 | w0) mod (b - a))`` in 64-bit
   unsigned arithmetic (the whole 64-bit range when b - a wraps to 0).
+
+The batch norm pair takes x, out, g and dx packed in (N, C, S) order (S: the spatial elements), or in (N, S, C)
+order when ``channels_last`` (an (N, C) input is either), float32 or float64; weight, bias, mean, invstd, the
+running statistics, dweight and dbias hold C elements of x's dtype (weight and bias may be None: 1 and 0). In
+training, per channel over its M = N * S elements: mean and the biased variance var (two passes: the mean, then the
+squared deviations from it), invstd = 1 / sqrt(var + eps), and, when running_mean and running_var are given and
+M > 0, ``running = (1 - momentum) * running + momentum * stat`` with the unbiased variance var * M / (M - 1); in eval
+mode mean = running_mean, invstd = 1 / sqrt(running_var + eps). ``out = (x - mean) * invstd * weight + bias``.
+The backward writes ``dbias = sum(g)``, ``dweight = sum(g * xhat)`` (xhat = (x - mean) * invstd) and
+``dx = weight * invstd * (g - dbias / M - xhat * dweight / M)`` in training, ``weight * invstd * g`` in eval.
 """
 from __future__ import annotations
 
@@ -160,7 +227,10 @@ PRIMITIVES = ("alloc", "from_host", "to_host", "share_memory", "open_shared", "c
               "compare", "where", "reduce", "arg_reduce", "scan", "argsort", "take", "put", "check_index",
               "nonzero", "matmul", "im2col", "col2im", "max_pool2d", "max_pool2d_backward", "sgd_step", "adam_step",
               "sgd_steps", "adam_steps", "adagrad_steps", "norms", "scale",
-              "softmax", "softmax_backward", "random", "attention", "attention_backward")
+              "softmax", "softmax_backward", "random", "attention", "attention_backward", "dropout",
+              "norm_rows", "norm_rows_backward", "batch_norm", "batch_norm_backward",
+              "rnn_cell", "rnn_cell_backward", "cross_entropy",
+              "cross_entropy_backward")
 
 # device type -> module whose import registers that device's kernels
 _DEVICE_MODULES = {"cpu": "minidl.kernels.cpu", "cuda": "minidl.kernels.cuda.primitives"}

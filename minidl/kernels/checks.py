@@ -78,6 +78,18 @@ def random_stream(seed, offset):
     return np.uint64(seed % (1 << 64)), np.uint64(offset % (1 << 64))
 
 
+def dropout_arguments(x, out, mask, p):
+    """The ``dropout`` primitive's checks; returns 1 - p and 1 / (1 - p) as scalars of x's dtype."""
+    if not 0.0 <= p < 1.0:
+        raise ValueError(f"dropout: probability must be in [0, 1), got {p}")
+    if x.dtype.name not in ("float32", "float64") or out.dtype != x.dtype or mask.dtype != x.dtype:
+        raise TypeError(f"dropout: x, out and mask must be float32 or float64 buffers of one dtype, got "
+                        f"{x.dtype.name}, {out.dtype.name}, {mask.dtype.name}")
+    if not x.size == out.size == mask.size:
+        raise ValueError(f"dropout: x, out and mask differ in size ({x.size}, {out.size}, {mask.size})")
+    return x.dtype.type(1.0 - p), x.dtype.type(1.0 / (1.0 - p))
+
+
 def _fits(name, what, buf, layout):
     """A layout's elements lie inside ``buf``."""
     lo, hi = layout.span()
@@ -119,3 +131,113 @@ def attention_geometry(name, q, ql, k, kl, v, vl, mask, ml, packed):
         if b.size < n or b.dtype != q.dtype:
             raise ValueError(f"{name}: {what} buffer of {b.size} {b.dtype.name} elements, needs {n} {q.dtype.name}")
     return B, H, H // Hkv, L, S, E, Ev
+
+
+def norm_rows_geometry(name, n, span, cycle, x, params, **rows_of) -> int:
+    """The norm_rows pair's checks: the number of rows of n in x, after checking that span divides n, that
+    every per-row buffer in ``rows_of`` (name -> (buffer, elements per row)) matches x's dtype and rows, and
+    that the affine ``params`` (None or a buffer) hold cycle * n / span elements."""
+    n, span, cycle = int(n), int(span), int(cycle)
+    if n < 1 or span < 1 or cycle < 1 or n % span:
+        raise ValueError(f"{name}: invalid row geometry n={n}, span={span}, cycle={cycle}")
+    if x.size % n:
+        raise ValueError(f"{name}: a buffer of {x.size} elements does not hold whole rows of {n}")
+    rows = x.size // n
+    for what, (b, per_row) in rows_of.items():
+        if b is None:
+            continue
+        if b.dtype != x.dtype or b.size < rows * per_row:
+            raise ValueError(f"{name}: {what} buffer of {b.size} {b.dtype.name} elements, needs {rows * per_row} "
+                             f"{x.dtype.name}")
+    for p in params:
+        if p is not None and (p.dtype != x.dtype or p.size < cycle * (n // span)):
+            raise ValueError(f"{name}: parameter buffer of {p.size} {p.dtype.name} elements, needs "
+                             f"{cycle * (n // span)} {x.dtype.name}")
+    return rows
+
+
+_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
+
+
+def batch_norm_buffers(name, shape, training, packed, channel):
+    """(N, C, S) of the batch norm pair, after checking it and the buffers: ``packed`` the (N, C, S) ones as
+    ``(what, buffer)`` (the first sets the dtype, float32 or float64), ``channel`` the C-element ones, None
+    where absent. Eval mode needs the running statistics."""
+    N, C, S = (int(v) for v in shape)
+    if min(N, C, S) < 0:
+        raise ValueError(f"{name}: invalid shape (N, C, S) = {(N, C, S)}")
+    dtype = packed[0][1].dtype
+    if dtype not in _FLOATS:
+        raise TypeError(f"{name}: float32 or float64 buffers only, got {dtype.name}")
+    if not training and any(b is None for what, b in channel if what.startswith("running")):
+        raise ValueError(f"{name}: eval mode needs running_mean and running_var")
+    for what, b, n in [(w, b, N * C * S) for w, b in packed] + [(w, b, C) for w, b in channel]:
+        if b is not None and (b.size < n or b.dtype != dtype):
+            raise ValueError(f"{name}: {what} buffer of {b.size} {b.dtype.name} elements, needs {n} {dtype.name}")
+    return N, C, S
+
+
+RNN_MODES = ("RNN_TANH", "RNN_RELU", "LSTM", "GRU")   # the rnn_cell pair's modes, in the order of their codes
+RNN_GATES = {"RNN_TANH": 1, "RNN_RELU": 1, "LSTM": 4, "GRU": 3}
+
+
+def rnn_cell_buffers(name, mode, hidden, gates, buffers):
+    """(mode code, batch rows B) of an rnn_cell(_backward) call, after checking the mode, ``hidden``, and that
+    every buffer the mode uses is given, of ``gates``' float dtype, with room for its rows. ``gates`` is a
+    (B, G * hidden) buffer; ``buffers``: ``(what, buffer, units per row or 0 for the bias, used)``."""
+    if mode not in RNN_GATES:
+        raise ValueError(f"{name}: unknown mode {mode!r}, expected one of {', '.join(RNN_MODES)}")
+    G = RNN_GATES[mode]
+    if not isinstance(hidden, (int, np.integer)) or hidden < 1 or gates.size % (G * hidden):
+        raise ValueError(f"{name}: hidden={hidden!r} must be a positive integer whose {G} gates make whole rows "
+                         f"of a gate buffer of {gates.size} elements")
+    if gates.dtype.name not in ("float32", "float64"):
+        raise TypeError(f"{name}: float32 or float64 buffers only, got {gates.dtype.name}")
+    rows = gates.size // (G * hidden)
+    for what, b, units, used in buffers:
+        if not used:
+            continue
+        n = G * hidden if units == 0 else rows * units * hidden
+        if b is None or b.size < n or b.dtype != gates.dtype:
+            got = "None" if b is None else f"a buffer of {b.size} {b.dtype.name} elements"
+            raise ValueError(f"{name}: mode {mode} needs {what} of {n} {gates.dtype.name} elements, got {got}")
+    return RNN_MODES.index(mode), rows
+
+
+def rnn_cell_arguments(mode, gx, gh, bh, hx, cx, hy, cy, saved, hidden):
+    """(mode code, rows) of an rnn_cell call, checked (``rnn_cell_buffers``)."""
+    lstm, gru = mode == "LSTM", mode == "GRU"
+    return rnn_cell_buffers("rnn_cell", mode, hidden, gx, (
+        ("gh", gh, RNN_GATES.get(mode), True), ("bh", bh, 0, bh is not None), ("hx", hx, 1, gru),
+        ("cx", cx, 1, lstm), ("hy", hy, 1, True), ("cy", cy, 1, lstm), ("saved", saved, 4, lstm or gru)))
+
+
+def rnn_cell_backward_arguments(mode, dh, dy, dc, hx, cx, hy, cy, saved, dgx, dgh, dhx, dcx, hidden):
+    """(mode code, rows) of an rnn_cell_backward call, checked (``rnn_cell_buffers``)."""
+    lstm, gru = mode == "LSTM", mode == "GRU"
+    return rnn_cell_buffers("rnn_cell_backward", mode, hidden, dgx, (
+        ("dh", dh, 1, True), ("dy", dy, 1, dy is not None), ("dc", dc, 1, lstm and dc is not None),
+        ("hx", hx, 1, gru), ("cx", cx, 1, lstm), ("hy", hy, 1, not (lstm or gru)), ("cy", cy, 1, lstm),
+        ("saved", saved, 4, lstm or gru), ("dgh", dgh, RNN_GATES.get(mode), gru), ("dhx", dhx, 1, gru),
+        ("dcx", dcx, 1, lstm)))
+
+
+def cross_entropy_rows(name, n, x, target, weight, stats, *row_bufs) -> int:
+    """The number of packed rows of n classes in x, after checking that target (int64) and every per-row
+    buffer hold one element per row, stats (when given) two, and weight (when given) n of x's dtype."""
+    if n < 1:
+        raise ValueError(f"{name}: rows must have at least one class, got n={n}")
+    rows = x.size // n
+    if x.size % n or target.dtype != np.int64 or target.size < rows:
+        raise ValueError(f"{name}: {x.size} inputs do not make whole rows of {n} with an int64 target each "
+                         f"(got {target.size} {target.dtype.name} targets)")
+    if weight is not None and (weight.size < n or weight.dtype != x.dtype):
+        raise ValueError(f"{name}: weight needs {n} elements of {x.dtype.name}, got {weight.size} of "
+                         f"{weight.dtype.name}")
+    if stats is not None and (stats.dtype != x.dtype or stats.size < 2 * rows):
+        raise ValueError(f"{name}: stats needs {2 * rows} elements of {x.dtype.name}, got {stats.size} of "
+                         f"{stats.dtype.name}")
+    if any(b.dtype != x.dtype or b.size < rows for b in row_bufs):
+        raise ValueError(f"{name}: per-row buffers need {rows} elements of {x.dtype.name}, got "
+                         f"{[(b.size, b.dtype.name) for b in row_bufs]}")
+    return rows

@@ -4,7 +4,7 @@ Built only on the public Tensor API (``nn`` sits above ``Tensor``).
 """
 from . import functional, init, parallel, utils
 from .activation import ELU, GELU, LeakyReLU, LogSigmoid, LogSoftmax, ReLU, Sigmoid, SiLU, Softmax, Softplus, Tanh
-from .batchnorm import BatchNorm1d, BatchNorm2d, GroupNorm
+from .batchnorm import BatchNorm1d, BatchNorm2d, BatchNorm3d, GroupNorm
 from .container import Flatten, Identity, ModuleDict, ModuleList, Sequential, Unflatten
 from .conv import Conv1d, Conv2d, ConvTranspose2d
 from .dropout import Dropout, Dropout1d, Dropout2d, Dropout3d
@@ -12,7 +12,7 @@ from .linear import Linear
 from .loss import (BCELoss, BCEWithLogitsLoss, CrossEntropyLoss, HuberLoss, KLDivLoss, L1Loss, MSELoss, NLLLoss,
                    SmoothL1Loss)
 from .module import Module
-from .normalization import LayerNorm
+from .normalization import LayerNorm, RMSNorm
 from .pooling import AdaptiveAvgPool2d, AvgPool2d, MaxPool2d
 from .parameter import Parameter
 from .rnn import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNBase, RNNCell, RNNCellBase
@@ -31,4 +31,4 @@ __all__ = [
     "RNNBase", "RNN", "LSTM", "GRU", "RNNCellBase", "RNNCell", "LSTMCell", "GRUCell",
 ]
 __all__ += ["MultiheadAttention", "Transformer", "TransformerEncoderLayer", "TransformerEncoder",
-            "TransformerDecoderLayer", "TransformerDecoder", "modules"]
+            "TransformerDecoderLayer", "TransformerDecoder", "modules", "RMSNorm", "BatchNorm3d"]

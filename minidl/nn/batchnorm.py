@@ -1,4 +1,4 @@
-"""BatchNorm1d, BatchNorm2d (running statistics as buffers), GroupNorm."""
+"""BatchNorm1d, BatchNorm2d, BatchNorm3d (running statistics as buffers), GroupNorm."""
 from __future__ import annotations
 
 import minidl
@@ -74,6 +74,10 @@ class BatchNorm1d(_BatchNorm):
 
 class BatchNorm2d(_BatchNorm):
     _dims = (4,)
+
+
+class BatchNorm3d(_BatchNorm):
+    _dims = (5,)
 
 
 class GroupNorm(Module):

@@ -6,15 +6,16 @@ import warnings
 
 import minidl
 from minidl.amp import autocast_op, computed_in_float32
-from minidl.ops import (_fused_attention, _split_heads, adaptive_avg_pool2d, avg_pool2d, batch_norm,  # noqa: F401
-                        conv1d, conv2d, conv_transpose2d, embedding, fold, group_norm, layer_norm, linear, max_pool2d,
-                        unfold)
+from minidl.ops import (_cross_entropy_rows, _fused_attention, _fused_dropout, _gelu, _gelu_tanh,  # noqa: F401
+                        _recurrence, _silu, _split_heads, adaptive_avg_pool2d, avg_pool2d, batch_norm, conv1d,
+                        conv2d, conv_transpose2d, embedding, fold, group_norm, layer_norm, linear, max_pool2d,
+                        rms_norm, unfold)
 
 __all__ = [
     "linear", "relu", "relu_", "gelu", "silu", "leaky_relu", "elu", "softplus", "sigmoid", "tanh", "logsigmoid",
     "softmax", "log_softmax", "dropout", "embedding", "layer_norm", "one_hot", "pad", "normalize", "mse_loss",
     "l1_loss", "smooth_l1_loss", "huber_loss", "nll_loss", "cross_entropy", "binary_cross_entropy",
-    "binary_cross_entropy_with_logits", "kl_div",
+    "binary_cross_entropy_with_logits", "kl_div", "rms_norm",
 ]
 
 
@@ -53,20 +54,19 @@ def _inplace_result(input, out, inplace):
     return out
 
 
-@computed_in_float32  # rounded step by step, 1 + erf(x) would cancel to zero below x = -3 in bfloat16
+@computed_in_float32  # as torch: one float32 pass, rounded once to the half dtype
 def gelu(input, approximate: str = "none"):
     if approximate == "none":
-        return input * 0.5 * (1.0 + (input * (1.0 / math.sqrt(2.0))).erf())
+        return _gelu(input)
     if approximate == "tanh":
-        inner = math.sqrt(2.0 / math.pi) * (input + 0.044715 * input * input * input)
-        return 0.5 * input * (1.0 + inner.tanh())
+        return _gelu_tanh(input)
     raise RuntimeError(f"approximate argument must be either none or tanh, got {approximate!r}")
 
 
 def silu(input, inplace: bool = False):
-    # in place, the product's gradient reads the input as it was: like torch, keep a copy of it
+    # in place, the gradient reads the input as it was: like torch, keep a copy of it
     x = input.clone() if inplace and input.requires_grad and minidl.is_grad_enabled() else input
-    return _inplace_result(input, x * x.sigmoid(), inplace)
+    return _inplace_result(input, _silu(x), inplace)
 
 
 def leaky_relu(input, negative_slope: float = 0.01, inplace: bool = False):
@@ -134,6 +134,8 @@ def dropout(input, p: float = 0.5, training: bool = True, inplace: bool = False)
         return input
     if p == 1.0:
         out = input * 0.0
+    elif input.dtype in (minidl.float32, minidl.float64):
+        out = _fused_dropout(input, p)
     else:
         mask = minidl.empty(tuple(input.shape), dtype=input.dtype, device=input.device).bernoulli_(1.0 - p)
         out = input * (mask * (1.0 / (1.0 - p)))
@@ -212,40 +214,52 @@ def huber_loss(input, target, reduction: str = "mean", delta: float = 1.0, weigh
     return _reduce(loss, reduction)
 
 
-def _class_dims(input, target):
-    """(input as (N, C, ...), target as (N, ...), whether a batch dim was added)."""
+def _class_rows(name, input, target, weight):
+    """(input as (rows, C) logits, target as (rows,) int64, the shape of an unreduced loss), after torch's
+    checks; class dim 1 of an N-d input is moved last (one copy)."""
+    if input.ndim < 1:
+        raise ValueError(f"Expected 1 or more dimensions (got {input.ndim})")
+    if target.dtype is not minidl.int64 and (target.dtype is not minidl.uint8 or input.ndim > 2):
+        allowed = "int64 or uint8 (Long or Byte)" if input.ndim <= 2 else "int64 (Long) for input of 3 or more dims"
+        raise RuntimeError(f"{name}: expected target dtype to be {allowed}, but got {target.dtype.name}")
+    n_classes = input.shape[0 if input.ndim == 1 else 1]
+    if weight is not None and tuple(weight.shape) != (n_classes,):
+        raise RuntimeError(f"weight tensor should be defined either for all {n_classes} classes or no classes but "
+                           f"got weight tensor of shape: {list(weight.shape)}")
+    if weight is not None and weight.requires_grad and minidl.is_grad_enabled():
+        raise RuntimeError(f"The function '{name}' is not differentiable with respect to argument 'weight'. "
+                           f"This input cannot have requires_grad True.")
     if input.ndim == 1:
-        return input.unsqueeze(0), target.unsqueeze(0), True
-    return input, target, False
+        if target.ndim > 1 or target.numel() != 1:
+            raise ValueError(f"For 1D input, 1D target must have size 1, but got target size: {target.numel()}")
+        return input.reshape(1, n_classes), target.reshape(1).to(minidl.int64), tuple(target.shape)
+    if input.ndim == 2:
+        if target.ndim != 1:
+            raise RuntimeError("0D or 1D target tensor expected, multi-target not supported")
+        if target.shape[0] != input.shape[0]:
+            raise ValueError(f"Expected input batch_size ({input.shape[0]}) to match target batch_size "
+                             f"({target.shape[0]}).")
+        return input, target.to(minidl.int64), tuple(target.shape)
+    expected = (input.shape[0],) + tuple(input.shape[2:])
+    if tuple(target.shape) != expected:
+        raise RuntimeError(f"Expected target size {list(expected)}, got {list(target.shape)}")
+    return input.movedim(1, -1).reshape(-1, n_classes), target.reshape(-1), expected
+
+
+def _class_loss(name, input, target, weight, ignore_index, label_smoothing, logits, reduction):
+    """cross_entropy (``logits``) or nll_loss against class indices: one kernel each way."""
+    if logits and input.dtype in (minidl.float16, minidl.bfloat16) and minidl.is_autocast_enabled(input.device.type):
+        input = input.float()   # (torch's cross_entropy takes log_softmax, float32 under autocast, then nll_loss)
+    rows, classes, shape = _class_rows(name, input, target, weight)
+    loss = _cross_entropy_rows(rows, classes, weight, ignore_index, label_smoothing, logits, reduction)
+    return loss.reshape(shape) if reduction == "none" else loss
 
 
 @autocast_op("nll_loss")
 def nll_loss(input, target, weight=None, size_average=None, ignore_index: int = -100, reduce=None,
              reduction: str = "mean"):
     reduction = _legacy_reduction(size_average, reduce, reduction)
-    if input.ndim < 1:
-        raise ValueError(f"Expected 1 or more dimensions (got {input.ndim})")
-    input, target, unbatched = _class_dims(input, target)
-    if target.dtype is not minidl.int64 and (target.dtype is not minidl.uint8 or input.ndim > 2):
-        allowed = "int64 or uint8 (Long or Byte)" if input.ndim <= 2 else "int64 (Long) for input of 3 or more dims"
-        raise RuntimeError(f"nll_loss: expected target dtype to be {allowed}, but got {target.dtype.name}")
-    if tuple(target.shape) != (input.shape[0],) + tuple(input.shape[2:]):
-        raise ValueError(f"Expected target size {(input.shape[0],) + tuple(input.shape[2:])}, got "
-                         f"{tuple(target.shape)}")
-    valid = target != ignore_index
-    safe = minidl.where(valid, target, 0)
-    picked = -input.gather(1, safe.unsqueeze(1)).squeeze(1)
-    w = valid.to(input.dtype)
-    if weight is not None:
-        w = w * weight[safe]
-    loss = picked * w
-    if reduction == "none":
-        return loss.squeeze(0) if unbatched else loss
-    if reduction == "sum":
-        return loss.sum()
-    if reduction == "mean":
-        return loss.sum() / w.sum()
-    raise ValueError(f"{reduction} is not a valid value for reduction")
+    return _class_loss("nll_loss", input, target, weight, ignore_index, 0.0, False, reduction)
 
 
 def _weight_broadcast(weight, ndim):
@@ -259,45 +273,25 @@ def cross_entropy(input, target, weight=None, size_average=None, ignore_index: i
     reduction = _legacy_reduction(size_average, reduce, reduction)
     if not 0.0 <= label_smoothing <= 1.0:
         raise ValueError(f"label_smoothing must be between 0.0 and 1.0. Got: {label_smoothing}")
-    class_dim = 0 if input.ndim == 1 else 1
+    if not target.dtype.is_floating_point:
+        return _class_loss("cross_entropy", input, target, weight, ignore_index, label_smoothing, True, reduction)
+    class_dim = 0 if input.ndim == 1 else 1   # class probabilities: composed (log_softmax is one kernel)
     n_classes = input.shape[class_dim]
     logp = input.log_softmax(class_dim)
-    if target.dtype.is_floating_point:   # class probabilities
-        if tuple(target.shape) != tuple(input.shape):
-            raise RuntimeError(f"Expected target of shape {tuple(input.shape)}, got {tuple(target.shape)}")
-        if label_smoothing > 0.0:
-            target = target * (1 - label_smoothing) + label_smoothing / n_classes
-        terms = logp * target
-        if weight is not None:
-            terms = terms * (weight if input.ndim == 1 else _weight_broadcast(weight, input.ndim))
-        if reduction == "none":
-            return -terms.sum(class_dim)
-        if reduction == "sum":
-            return -terms.sum()
-        if reduction == "mean":
-            return -terms.sum() / (input.numel() // n_classes if input.numel() else 1)
-        raise ValueError(f"{reduction} is not a valid value for reduction")
-    nll = nll_loss(logp, target, weight, ignore_index=ignore_index, reduction=reduction)
-    if label_smoothing <= 0.0:
-        return nll
-    lp, tgt, unbatched = _class_dims(logp, target)
-    valid = tgt != ignore_index
+    if tuple(target.shape) != tuple(input.shape):
+        raise RuntimeError(f"Expected target of shape {tuple(input.shape)}, got {tuple(target.shape)}")
+    if label_smoothing > 0.0:
+        target = target * (1 - label_smoothing) + label_smoothing / n_classes
+    terms = logp * target
     if weight is not None:
-        smooth = -(lp * _weight_broadcast(weight, lp.ndim)).sum(1)
-    else:
-        smooth = -lp.sum(1)
-    smooth = minidl.where(valid, smooth, 0.0)
+        terms = terms * (weight if input.ndim == 1 else _weight_broadcast(weight, input.ndim))
+    if reduction == "none":
+        return -terms.sum(class_dim)
+    if reduction == "sum":
+        return -terms.sum()
     if reduction == "mean":
-        if weight is not None:
-            denom = (weight[minidl.where(valid, tgt, 0)] * valid.to(weight.dtype)).sum()
-        else:
-            denom = valid.sum()
-        ret = smooth.sum() / denom
-    elif reduction == "sum":
-        ret = smooth.sum()
-    else:
-        ret = smooth.squeeze(0) if unbatched else smooth
-    return (1 - label_smoothing) * nll + ret * (label_smoothing / n_classes)
+        return -terms.sum() / (input.numel() // n_classes if input.numel() else 1)
+    raise ValueError(f"{reduction} is not a valid value for reduction")
 
 
 @autocast_op("binary_cross_entropy")

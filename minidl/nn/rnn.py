@@ -1,8 +1,9 @@
 """Recurrent layers (RNN, LSTM, GRU) and their one-step cells, with PyTorch's parameters, shapes and init.
 
-Built on Tensor ops, so autograd comes for free. A layer projects the inputs of every time step in one
-matmul per layer and direction; only the recurrent part (the hidden-to-hidden product and the gates)
-runs step by step. Layers and cells share one step function per mode, so the gate maths exists once.
+A layer projects the inputs of every time step in one matmul per layer and direction; the recurrent part
+(per step the hidden-to-hidden product and the gates, one fused kernel) is one autograd node per layer and
+direction (``F._recurrence``), whose backward runs the steps in reverse. A cell is that node over one step.
+Only LSTM with proj_size runs its steps as composed ops.
 """
 from __future__ import annotations
 
@@ -18,36 +19,16 @@ from .module import Module
 from .parameter import Parameter
 
 
-# -- one step of each mode: gi = x W_ih^T + b_ih (already computed), state = (h,) or (h, c) -----------
-def _rnn_tanh_step(gi, state, w_hh, b_hh, w_hr):
-    return ((gi + F.linear(state[0], w_hh, b_hh)).tanh(),)
-
-
-def _rnn_relu_step(gi, state, w_hh, b_hh, w_hr):
-    return ((gi + F.linear(state[0], w_hh, b_hh)).relu(),)
-
-
-def _lstm_step(gi, state, w_hh, b_hh, w_hr):
+def _projected_lstm_step(gi, state, w_hh, b_hh, w_hr):
+    """One LSTM step with h projected by w_hr (proj_size): composed of ops, where the gate kernel has no
+    projection."""
     h, c = state
     i, f, g, o = (gi + F.linear(h, w_hh, b_hh)).chunk(4, -1)
     c = f.sigmoid() * c + i.sigmoid() * g.tanh()
-    h = o.sigmoid() * c.tanh()
-    return (h if w_hr is None else F.linear(h, w_hr), c)
+    return (F.linear(o.sigmoid() * c.tanh(), w_hr), c)
 
 
-def _gru_step(gi, state, w_hh, b_hh, w_hr):
-    h = state[0]
-    i_r, i_z, i_n = gi.chunk(3, -1)
-    h_r, h_z, h_n = F.linear(h, w_hh, b_hh).chunk(3, -1)
-    r = (i_r + h_r).sigmoid()
-    z = (i_z + h_z).sigmoid()
-    n = (i_n + r * h_n).tanh()
-    return (n + z * (h - n),)   # (1 - z) * n + z * h
-
-
-# mode -> (gates per hidden unit, step)
-_MODES = {"RNN_TANH": (1, _rnn_tanh_step), "RNN_RELU": (1, _rnn_relu_step), "LSTM": (4, _lstm_step),
-          "GRU": (3, _gru_step)}
+_GATES = {"RNN_TANH": 1, "RNN_RELU": 1, "LSTM": 4, "GRU": 3}   # gates per hidden unit of each mode
 
 
 def _check_positive(owner, arg, value):
@@ -118,8 +99,8 @@ class RNNBase(_RecurrentBase):
                  device=None, dtype=None):
         super().__init__()
         name = type(self).__name__
-        if mode not in _MODES:
-            raise ValueError(f"{name}: unknown mode {mode!r}, expected one of {sorted(_MODES)}")
+        if mode not in _GATES:
+            raise ValueError(f"{name}: unknown mode {mode!r}, expected one of {sorted(_GATES)}")
         if not isinstance(dropout, numbers.Number) or isinstance(dropout, bool) or not 0 <= dropout <= 1:
             raise ValueError(f"{name}: dropout must be a probability in [0, 1], got {dropout!r}")
         _check_positive(name, "hidden_size", hidden_size)
@@ -136,7 +117,7 @@ class RNNBase(_RecurrentBase):
         self.input_size, self.hidden_size, self.num_layers = input_size, hidden_size, num_layers
         self.bias, self.batch_first, self.bidirectional = bias, batch_first, bidirectional
         self.dropout, self.proj_size = float(dropout), proj_size
-        gates = _MODES[mode][0]
+        gates = _GATES[mode]
         directions = 2 if bidirectional else 1
         out_size = proj_size or hidden_size
         factory = {"device": device, "dtype": dtype}
@@ -147,11 +128,6 @@ class RNNBase(_RecurrentBase):
                               hidden_size, proj_size, bias, factory)
             for layer in range(num_layers) for d in range(directions)]
         self.reset_parameters()
-
-    @property
-    def _step(self):
-        """The step function of ``mode``, looked up rather than stored: a pickled layer names only its class."""
-        return _MODES[self.mode][1]
 
     @property
     def all_weights(self):
@@ -193,10 +169,17 @@ class RNNBase(_RecurrentBase):
                 k = layer * directions + d
                 w_ih, w_hh, b_ih, b_hh, w_hr = (None if n is None else getattr(self, n)
                                                 for n in self._weight_names[k])
-                projected = F.linear(x, w_ih, b_ih).unbind(0)
+                projected = F.linear(x.reshape(-1, x.shape[-1]), w_ih, b_ih).reshape(seq_len, batch, -1)  # one GEMM
+                if w_hr is None:
+                    start = starts[k]
+                    out, *state = F._recurrence(projected, start[0], start[1] if len(start) == 2 else None, w_hh,
+                                                b_hh, self.mode, bool(d))
+                    outputs.append(out)
+                    finals.append(tuple(state))
+                    continue
                 state, steps = starts[k], [None] * seq_len
                 for t in (reversed(range(seq_len)) if d else range(seq_len)):
-                    state = self._step(projected[t], state, w_hh, b_hh, w_hr)
+                    state = _projected_lstm_step(projected[t], state, w_hh, b_hh, w_hr)
                     steps[t] = state[0]
                 outputs.append(minidl.stack(steps))
                 finals.append(state)
@@ -263,18 +246,13 @@ class RNNCellBase(_RecurrentBase):
         _check_positive(type(self).__name__, "hidden_size", hidden_size)
         self.input_size, self.hidden_size, self.bias = input_size, hidden_size, bias
         self._mode = mode
-        gates = _MODES[mode][0]
+        gates = _GATES[mode]
         self._add_weights("", input_size, gates * hidden_size, hidden_size, 0, bias,
                                         {"device": device, "dtype": dtype})
         if not bias:
             self.register_parameter("bias_ih", None)
             self.register_parameter("bias_hh", None)
         self.reset_parameters()
-
-    @property
-    def _step(self):
-        """The step function of the cell's mode, looked up rather than stored: a pickled cell names only its class."""
-        return _MODES[self._mode][1]
 
     def forward(self, input, hx=None):
         name = type(self).__name__
@@ -284,12 +262,13 @@ class RNNCellBase(_RecurrentBase):
         self._check_input(input, self.weight_ih)
         batched = input.ndim == 2
         x = input if batched else input.unsqueeze(0)
-        lstm = self._step is _lstm_step
+        lstm = self._mode == "LSTM"
         shape = (x.shape[0], self.hidden_size) if batched else (self.hidden_size,)
         state = self._initial_state(hx, input, (shape,) * (2 if lstm else 1), ("hx", "cx") if lstm else ("hx",))
         if not batched:
             state = tuple(t.unsqueeze(0) for t in state)
-        state = self._step(F.linear(x, self.weight_ih, self.bias_ih), state, self.weight_hh, self.bias_hh, None)
+        gx = F.linear(x, self.weight_ih, self.bias_ih).unsqueeze(0)
+        state = F._recurrence(gx, state[0], state[1] if lstm else None, self.weight_hh, self.bias_hh, self._mode)[1:]
         if not batched:
             state = tuple(t.squeeze(0) for t in state)
         return state if lstm else state[0]

@@ -86,6 +86,33 @@ def _square(L, x):
     return L.op("Mul", v, v)
 
 
+@lowers("_silu")
+def _silu(L, x):
+    v = L.value(x)
+    return L.op("Mul", v, L.op("Sigmoid", v))
+
+
+def _gelu_of(L, v, inner, odd):
+    """v * (1 + odd(c * inner)) / 2, GELU's two forms: (c, odd) is (1/sqrt(2), Erf) or (sqrt(2/pi), Tanh)."""
+    dtype = _np(L.out)
+    scale = 0.7071067811865476 if odd == "Erf" else 0.7978845608028654
+    cdf = L.op("Add", L.constant(1.0, dtype), L.op(odd, L.op("Mul", inner, L.constant(scale, dtype))))
+    return L.op("Mul", L.op("Mul", v, L.constant(0.5, dtype)), cdf)
+
+
+@lowers("_gelu")
+def _gelu(L, x):
+    v = L.value(x)
+    return _gelu_of(L, v, v, "Erf")
+
+
+@lowers("_gelu_tanh")
+def _gelu_tanh(L, x):
+    v = L.value(x)
+    cubic = L.op("Mul", L.op("Mul", v, L.op("Mul", v, v)), L.constant(0.044715, _np(L.out)))
+    return _gelu_of(L, v, L.op("Add", v, cubic), "Tanh")
+
+
 def _binary(op_type):
     """An arithmetic op: both operands cast to the result's dtype."""
     def rule(L, a, b, alpha=1):

@@ -6,23 +6,24 @@ module's output tensors, flattened in order: (output, h_n) or (output, h_n, c_n)
 ONNX orders an LSTM's gates i, o, f, c where torch (and minidl) store i, f, g, o, and a GRU's
 z, r, h where they store r, z, n; the weights are re-ordered once, at export. A GRU's new gate
 applies its hidden bias before the reset gate multiplies it (``linear_before_reset=1``).
+The cells (``nn.LSTMCell``, ...) become the same nodes over a sequence of one step.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from ..nn import GRU, LSTM, RNN
+from ..nn import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNCell
 
 GATE_ORDER = {"LSTM": [0, 3, 1, 2], "GRU": [1, 0, 2], "RNN": [0]}
 
 
 def _weights(module, layer, suffix, kind):
-    """ONNX's W, R and B of one direction of one layer, as numpy (gates re-ordered)."""
+    """ONNX's W, R and B of one direction of one layer (layer None: a cell's), as numpy (gates re-ordered)."""
     def gates(a):
         return np.concatenate([a[k] for k in GATE_ORDER[kind]]) if a is not None else None
 
     def get(name):
-        t = getattr(module, f"{name}_l{layer}{suffix}", None)
+        t = getattr(module, name if layer is None else f"{name}_l{layer}{suffix}", None)
         return None if t is None else t.detach().numpy(force=True)
     n = len(GATE_ORDER[kind])
 
@@ -83,4 +84,23 @@ def _recurrent(kind):
     return rule
 
 
-MODULES = {LSTM: _recurrent("LSTM"), GRU: _recurrent("GRU"), RNN: _recurrent("RNN")}
+def _cell(kind):
+    def rule(L, module, input, hx=None):
+        lead = L.ints([0] if input.ndim == 2 else [0, 1])   # (ONNX: sequence, batch first)
+        states = [] if hx is None else list(hx) if kind == "LSTM" else [hx]
+        w, r, b = _weights(module, None, "", kind)
+        inputs = [L.op("Unsqueeze", L.value(input), lead), L.constant(w[None]), L.constant(r[None]),
+                  None if b is None else L.constant(b[None]), None]
+        inputs += [L.op("Unsqueeze", L.value(s), lead) for s in states]
+        attributes = dict(hidden_size=module.hidden_size)
+        if kind == "GRU":
+            attributes["linear_before_reset"] = 1
+        if kind == "RNN":
+            attributes["activations"] = ["Relu" if module.nonlinearity == "relu" else "Tanh"]
+        results = L.op(kind, *inputs, outputs=3 if kind == "LSTM" else 2, **attributes)
+        return tuple(L.op("Squeeze", v, lead) for v in results[1:])
+    return rule
+
+
+MODULES = {LSTM: _recurrent("LSTM"), GRU: _recurrent("GRU"), RNN: _recurrent("RNN"), LSTMCell: _cell("LSTM"),
+           GRUCell: _cell("GRU"), RNNCell: _cell("RNN")}

@@ -107,6 +107,37 @@ def _layer_norm(L, input, normalized_shape, weight=None, bias=None, eps=1e-5):
                 axis=-len(dims), epsilon=float(eps))
 
 
+def _standardized(L, x, dtype, axes, eps, centre):
+    """x / sqrt(mean(x**2) + eps) over ``axes`` (an ints vector), x centred on its mean first when ``centre``."""
+    if centre:
+        x = L.op("Sub", x, L.op("ReduceMean", x, axes, keepdims=1))
+    var = L.op("ReduceMean", L.op("Mul", x, x), axes, keepdims=1)
+    return L.op("Div", x, L.op("Sqrt", L.op("Add", var, L.constant(eps, dtype))))
+
+
+@lowers("rms_norm")
+def _rms_norm(L, input, normalized_shape, weight=None, eps=None):
+    dims = 1 if isinstance(normalized_shape, int) else len(normalized_shape)
+    dtype = _np(input)
+    eps = float(np.finfo(np.float32 if dtype.itemsize < 4 else dtype).eps) if eps is None else float(eps)
+    out = _standardized(L, L.value(input), dtype, L.ints(list(range(input.ndim - dims, input.ndim))), eps, False)
+    return out if weight is None else L.op("Mul", out, L.value(weight))
+
+
+@lowers("group_norm")
+def _group_norm(L, input, num_groups, weight=None, bias=None, eps=1e-5):
+    """Standardised over (N, groups, the rest) rows, then the per-channel affine."""
+    dtype, x = _np(input), L.value(input)
+    rows = L.op("Reshape", x, L.ints([0, num_groups, -1]))   # (0: keep that dim)
+    out = L.op("Reshape", _standardized(L, rows, dtype, L.ints([2]), float(eps), True), L.op("Shape", x))
+    channel = [input.shape[1]] + [1] * (input.ndim - 2)
+    if weight is not None:
+        out = L.op("Mul", out, L.op("Reshape", L.value(weight), L.ints(channel)))
+    if bias is not None:
+        out = L.op("Add", out, L.op("Reshape", L.value(bias), L.ints(channel)))
+    return out
+
+
 @lowers("batch_norm")
 def _batch_norm(L, input, running_mean, running_var, weight=None, bias=None, training=False, momentum=0.1,
                 eps=1e-5):

@@ -19,15 +19,21 @@ Reading order, bottom-up (a module imports only those listed before it):
 - ``linalg``: matrix products
 - ``sorting``: sort, topk, unique, bincount, histc
 - ``conv``: convolution and pooling
+- ``norm_rows``: layer, RMS and group norm's graph node on the norm_rows primitives, and ``rms_norm``
 - ``normalization``: layer, batch and group norm
 - ``attention``: the split of a projection into heads
 - ``embeddings``: the table lookup, its gradient dense or (by a rule attached later) sparse
 - ``fused``: the fused optimizer steps
+- ``dropout``: dropout in one kernel each way
+- ``batchnorm``: batch norm as one kernel each way
+- ``rnn``: the recurrent part of an RNN/LSTM/GRU layer over a whole sequence, one node
+- ``cross_entropy``: cross-entropy and the negative log-likelihood over rows of classes
 """
 # every module, in the reading order (each declares its ops as it is imported)
 from . import (registry, core, random, conversion, take_put, views, inplace, creation,  # noqa: F401,I001
                autocast_mode, elementwise, shape_ops, indexing, reduction, linalg, sorting, conv,
-               normalization, attention, embeddings, fused)
+               norm_rows, normalization, attention, embeddings, fused, dropout, batchnorm, rnn,
+               cross_entropy)
 
 globals().update(registry.functions())
 globals().update(registry.functions("nn.functional"))  # (for minidl.nn.functional)

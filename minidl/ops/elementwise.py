@@ -203,18 +203,32 @@ _MORE_UNARY_SAMPLES = {  # op name -> (t, op) -> its samples beyond those three
     "sigmoid": lambda t, sigmoid: [
         t.S("sigmoid-of-matmul-sum", lambda a, b: (a @ b).sigmoid().sum(0), t.rn(3, 4), t.rn(4, 2)),
         t.S("sigmoid", sigmoid, t.NC(t.rn(3, 2), "F"), second_order=True)],
+    "silu": lambda t, silu: [t.S("silu", silu, t.rn(4), second_order=True),
+                             t.S("silu_backward", SiluBackward.apply, t.rn(3, 4), t.rn(3, 4), second_order=True)],
+    "gelu": lambda t, gelu: [t.S("gelu", gelu, t.rn(4), second_order=True),
+                             t.S("gelu_backward", GeluBackward.apply, t.rn(3, 4), t.rn(3, 4), second_order=True)],
+    "gelu_tanh": lambda t, gelu_tanh: [
+        t.S("gelu_tanh", gelu_tanh, t.rn(4), second_order=True),
+        t.S("gelu_tanh_backward", GeluTanhBackward.apply, t.rn(3, 4), t.rn(3, 4), second_order=True)],
     "relu": lambda t, relu: [  # Gate, ReLU's backward: a where b > 0, else 0
         t.S("gate", lambda a, b: Gate.apply(a, b), t.rn(3, 4), t.nonzero(3, 4)),
         t.S("gate-broadcast", lambda a, b: Gate.apply(a, b), t.rn(3, 4), t.nonzero(4))],
 }
 
 _ALIASES = {"neg": ("negative",), "abs": ("absolute",)}
+_ACTIVATIONS = ("silu", "gelu", "gelu_tanh")  # (declared below: torch has them in nn.functional only)
 for _formula in formulas.UNARY:  # neg, abs, exp, ..., relu, ...: one op per table entry, which defines it
     globals()[_formula.name] = _unary(_formula)
-    if _formula.name != "round":  # (declared below, with decimals)
+    if _formula.name not in ("round", *_ACTIVATIONS):  # (round is declared below, with decimals)
         op(_formula.name, aliases=_ALIASES.get(_formula.name, ()), inplace=rebased,
            samples=lambda t, name=_formula.name: _unary_samples(t, name))(globals()[_formula.name])
 _round = round  # noqa: F821 (made just above; the public round below adds decimals)
+
+# F.silu and F.gelu (approximate "none" and "tanh") call these
+op("_silu", method=False, namespace="nn.functional", samples=lambda t: _unary_samples(t, "silu"))(silu)  # noqa: F821
+op("_gelu", method=False, namespace="nn.functional", samples=lambda t: _unary_samples(t, "gelu"))(gelu)  # noqa: F821
+op("_gelu_tanh", method=False, namespace="nn.functional",
+   samples=lambda t: _unary_samples(t, "gelu_tanh"))(gelu_tanh)  # noqa: F821
 
 
 @op(inplace=rebased, samples=lambda t: _unary_samples(t, "round") + [
@@ -353,6 +367,32 @@ Minimum = _binary("Minimum", "minimum", lambda a, b, y, g: g * _share(a, b, -1),
                   lambda a, b, y, g: g * _share(b, a, -1))
 # g where y > 0, else 0: ReLU's backward in one pass (its own gradient is the same gate of gg)
 Gate = _binary("Gate", "gate", lambda a, b, y, g: Gate.apply(g, b), None, reads=("b", ""))
+# the activations' backwards (g, x) in one pass; their own gradients: in g, the same backward of gg; in x, g * gg
+# times the second derivative (composed: needed only for a second-order gradient)
+SiluBackward = _binary("SiluBackward", "silu_backward", lambda a, b, y, g: SiluBackward.apply(g, b),
+                       lambda a, b, y, g: g * a * _silu_curvature(b), reads=("b", "ab"))
+GeluBackward = _binary("GeluBackward", "gelu_backward", lambda a, b, y, g: GeluBackward.apply(g, b),
+                       lambda a, b, y, g: g * a * (2 - b * b) * (b * b * -0.5).exp() * 0.3989422804014327,
+                       reads=("b", "ab"))
+GeluTanhBackward = _binary("GeluTanhBackward", "gelu_tanh_backward", lambda a, b, y, g: GeluTanhBackward.apply(g, b),
+                           lambda a, b, y, g: g * a * _gelu_tanh_curvature(b), reads=("b", "ab"))
+silu_backward, gelu_backward, gelu_tanh_backward = SiluBackward.apply, GeluBackward.apply, GeluTanhBackward.apply
+
+
+def _silu_curvature(x):
+    """silu'' = s (1 - s) (2 + x (1 - 2 s)), s = sigmoid(x)."""
+    s = sigmoid(x)  # noqa: F821 (made from the table above)
+    return s * (1 - s) * (2 + x * (1 - 2 * s))
+
+
+def _gelu_tanh_curvature(x):
+    """gelu_tanh'' = (1 - t^2) (u' - x t u'^2 + 3 k c x^2), t = tanh(u), u = k (x + c x^3), u' = k (1 + 3 c x^2)."""
+    k, c = 0.7978845608028654, 0.044715
+    t = tanh((x + x * x * x * c) * k)  # noqa: F821 (made from the table above)
+    slope = (1 + x * x * (3 * c)) * k
+    return (1 - t * t) * (slope - x * t * slope * slope + x * x * (3 * k * c))
+
+
 FloorDivide = _binary("FloorDivide", "floordiv", lambda a, b, y, g: g * 0, lambda a, b, y, g: g * 0, reads=("", ""))
 Remainder = _binary("Remainder", "remainder", lambda a, b, y, g: g, lambda a, b, y, g: -g * (a / b).floor(),
                     reads=("", "ab"))

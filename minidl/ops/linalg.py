@@ -29,6 +29,12 @@ def _matmul_compute(a, b):
     m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
     compute = dt.compute_dtype(a.dtype)
     ac, bc = cast(a, compute), cast(b, compute)
+    if a.ndim > 2 and b.ndim == 2 and ac._layout.is_contiguous:   # (..., m, k) @ (k, n): one GEMM of all rows,
+        out = new_like_shape(tuple(a.shape[:-1]) + (n,), compute, a)   # not one per batch matrix
+        if out.numel():
+            rows, out_rows = ac.reshape(-1, k), out.reshape(-1, n)
+            kernel("matmul", a)(buf(rows), rows._layout, buf(bc), bc._layout, buf(out_rows), out_rows._layout)
+        return out
     if a.ndim == 2 and b.ndim == 2:                # the common case: nothing to broadcast
         batch = ()
     else:

@@ -1,27 +1,13 @@
-"""Normalization layers' ops: layer norm (one graph node, with a closed-form backward), batch norm
-and group norm; each takes a float16/bfloat16 input with float32 parameters as PyTorch does."""
+"""Normalization layers' ops: layer norm and group norm (one graph node each, on the norm_rows primitives; batch
+norm: ``batchnorm.py``); each takes a float16/bfloat16 input with float32 parameters as PyTorch does."""
 from __future__ import annotations
 
-import functools
 import math
 
-from .. import _dtype as dt
-from ..autograd import Function, grad_mode
+from ..autograd import grad_mode
 from .autocast_mode import autocast_op
+from .norm_rows import _norm_of_mixed_dtypes, check_parameter, norm_rows, trailing_rows
 from .registry import op
-
-
-def _norm_of_mixed_dtypes(norm):
-    """PyTorch's norms take a float16 (or bfloat16) input with float32 parameters or running
-    statistics, as autocast hands them a matmul's output: they compute in float32 and give the
-    result in the input's dtype. Other inputs go through unchanged."""
-    @functools.wraps(norm)
-    def wrapped(input, *args, **kwargs):
-        if input.dtype in (dt.float16, dt.bfloat16) and any(
-                hasattr(a, "_layout") and a.dtype is dt.float32 for a in (*args, *kwargs.values())):
-            return norm(input.float(), *args, **kwargs).to(input.dtype)
-        return norm(input, *args, **kwargs)
-    return wrapped
 
 
 def _layer_norm_samples(t):
@@ -38,102 +24,14 @@ def _layer_norm_samples(t):
 @autocast_op("layer_norm")
 @_norm_of_mixed_dtypes
 def layer_norm(input, normalized_shape, weight=None, bias=None, eps: float = 1e-5):
-    if isinstance(normalized_shape, int):
-        normalized_shape = (normalized_shape,)
-    normalized_shape = tuple(normalized_shape)
-    k = len(normalized_shape)
-    if tuple(input.shape[input.ndim - k:]) != normalized_shape:
-        raise RuntimeError(f"Given normalized_shape={list(normalized_shape)}, expected input with shape "
-                           f"[*, {', '.join(str(s) for s in normalized_shape)}], but got input of size "
-                           f"{list(input.shape)}")
-    return NativeLayerNorm.apply(input, weight, bias, tuple(range(input.ndim - k, input.ndim)), eps)
-
-
-class NativeLayerNorm(Function):
-    """Layer norm as one graph node (torch's grad_fn has this name too). Its backward is the closed form
-    ``rstd * (gy - mean(gy) - xhat * mean(gy * xhat))`` with ``gy = g * weight``: about half the
-    elementwise passes of differentiating the composed ops (a transformer step runs two per block)."""
-
-    @staticmethod
-    def forward(ctx, x, weight, bias, dims, eps):
-        xhat, rstd = _standardize(x, dims, eps)
-        ctx.dims, ctx.eps = dims, eps
-        ctx.save_for_backward(x, xhat, rstd, weight)
-        out = xhat if weight is None else xhat * weight
-        return out if bias is None else out + bias
-
-    @staticmethod
-    def backward(ctx, g):
-        x, xhat, rstd, weight = ctx.saved_tensors
-        dims = ctx.dims
-        if grad_mode.is_grad_enabled():   # create_graph: xhat, rstd as functions of x, so higher orders stay exact
-            xhat, rstd = _standardize(x, dims, ctx.eps)
-        lead = tuple(range(x.ndim - len(dims)))
-        need_x, need_w, need_b = ctx.needs_input_grad[:3]
-        gx = gw = gb = None
-        if need_x:
-            gy = g if weight is None else g * weight
-            gx = (gy - gy.mean(dims, keepdim=True) - xhat * (gy * xhat).mean(dims, keepdim=True)) * rstd
-        if need_w:
-            gw = (g * xhat).sum(lead) if lead else g * xhat
-        if need_b:
-            gb = g.sum(lead) if lead else g
-        return gx, gw, gb, None, None
-
-
-def _standardize(x, dims, eps):
-    """(x - mean) / sqrt(var + eps) over ``dims`` (biased variance), and that 1 / sqrt(var + eps)."""
-    centered = x - x.mean(dims, keepdim=True)
-    rstd = ((centered * centered).mean(dims, keepdim=True) + eps).rsqrt()
-    return centered * rstd, rstd
+    normalized_shape, n = trailing_rows("layer_norm", input, normalized_shape)
+    check_parameter("layer_norm", weight, normalized_shape, "weight")
+    check_parameter("layer_norm", bias, normalized_shape, "bias")
+    return norm_rows("layer_norm", input, weight, bias, n, 1, 1, eps, False)
 
 
 def _channel_shape(input):
     return (1, input.shape[1]) + (1,) * (input.ndim - 2)
-
-
-@op(method=False, namespace="nn.functional", samples=lambda t: [  # (torch.batch_norm orders its arguments otherwise)
-    t.S("batch_norm-training", lambda x, w, b: batch_norm(x, None, None, w, b, training=True), t.rn(4, 3, 2),
-        t.rn(3), t.rn(3)),
-    t.S("batch_norm-eval", lambda x: batch_norm(x, t.const([0.5, -1.0]), t.const([2.0, 0.5]), training=False),
-        t.NC(t.rn(3, 2, 2, 2), "gap")),
-])
-@autocast_op("batch_norm")
-@_norm_of_mixed_dtypes
-def batch_norm(input, running_mean, running_var, weight=None, bias=None, training: bool = False,
-               momentum: float = 0.1, eps: float = 1e-5):
-    """Normalize over every dim but the channel dim 1. In training mode the batch statistics are used and
-    the running ones (when given) updated in place with the unbiased variance; else the running ones are used."""
-    if input.ndim < 2 and input.numel() == 0:
-        return input.clone()  # (torch's one 1-D case: no channels and no values, nothing to normalise)
-    if input.ndim < 2:
-        raise ValueError(f"batch_norm: expected at least 2D input, got {input.ndim}D")
-    shape = _channel_shape(input)
-    dims = (0,) + tuple(range(2, input.ndim))
-    if training:
-        count = math.prod(input.shape) // input.shape[1] if input.shape[1] else 0
-        if count == 1:  # (no values is an empty batch: an empty result, the running statistics kept, as PyTorch)
-            raise ValueError(f"Expected more than 1 value per channel when training, got input size "
-                             f"{list(input.shape)}")
-        mean = input.mean(dims, keepdim=True)
-        var = ((input - mean) ** 2).mean(dims, keepdim=True)
-        if count and (running_mean is not None or running_var is not None):
-            with grad_mode.no_grad():
-                m = 0.1 if momentum is None else momentum
-                if running_mean is not None:
-                    running_mean.mul_(1 - m).add_(mean.reshape(-1).detach() * m)
-                if running_var is not None:
-                    running_var.mul_(1 - m).add_(var.reshape(-1).detach() * (m * count / (count - 1)))
-    else:
-        if running_mean is None or running_var is None:
-            raise ValueError("batch_norm: running_mean and running_var are required in eval mode")
-        mean, var = running_mean.reshape(shape), running_var.reshape(shape)
-    out = (input - mean) * (var + eps).rsqrt()
-    if weight is not None:
-        out = out * weight.reshape(shape)
-    if bias is not None:
-        out = out + bias.reshape(shape)
-    return out
 
 
 @op(method=False, samples=lambda t: [
@@ -145,14 +43,8 @@ def group_norm(input, num_groups: int, weight=None, bias=None, eps: float = 1e-5
     if input.ndim < 2 or input.shape[1] % num_groups:
         raise RuntimeError(f"group_norm: expected an input with a channel count divisible by {num_groups}, "
                            f"got shape {list(input.shape)}")
-    n = input.shape[0]
-    x = input.reshape(n, num_groups, math.prod(input.shape[1:]) // num_groups)  # (no -1: N may be 0)
-    mean = x.mean(2, keepdim=True)
-    var = ((x - mean) ** 2).mean(2, keepdim=True)
-    out = ((x - mean) * (var + eps).rsqrt()).reshape(tuple(input.shape))
-    shape = _channel_shape(input)
-    if weight is not None:
-        out = out * weight.reshape(shape)
-    if bias is not None:
-        out = out + bias.reshape(shape)
-    return out
+    channels = input.shape[1]
+    check_parameter("group_norm", weight, (channels,), "weight")
+    check_parameter("group_norm", bias, (channels,), "bias")
+    span = math.prod(input.shape[2:])
+    return norm_rows("group_norm", input, weight, bias, channels // num_groups * span, span, num_groups, eps, False)

@@ -1,9 +1,9 @@
-"""The ``random`` primitive on the CPU (kernels in ``jit/random.py``)."""
+"""The ``random`` and ``dropout`` primitives on the CPU (kernels in ``jit/random.py``)."""
 import numpy as np
 
 from ... import kernels
-from ..checks import random_arguments, random_span, random_stream
-from .jit.random import random_parallel, random_serial
+from ..checks import dropout_arguments, random_arguments, random_span, random_stream
+from .jit.random import dropout_parallel, dropout_serial, random_parallel, random_serial
 from .jit.rows import CHUNK
 from .strided import launch, work_items
 
@@ -18,3 +18,10 @@ def random(kind, out, seed, offset, a, b):
     work = out.size * (_NORMAL_COST if kind == "normal" else 1)  # threads pay off sooner for the normal's libm calls
     launch(random_serial, random_parallel, work, np.int64(code), out, *random_stream(seed, offset), a, b, width,
            np.int64(CHUNK), work_items((out.size,)))
+
+
+@kernels.register("dropout")
+def dropout(x, out, mask, p, seed, offset):
+    keep, scale = dropout_arguments(x, out, mask, p)
+    launch(dropout_serial, dropout_parallel, x.size, x, out, mask, keep, scale, *random_stream(seed, offset),
+           np.int64(CHUNK), work_items((x.size,)))

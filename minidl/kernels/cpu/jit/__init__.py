@@ -11,5 +11,5 @@ of this whole package instead, so any edit here recompiles what could depend on 
 - ``rows.py``: where the work is (rows, work items, element positions);
 - ``convert.py``: one element from one dtype to another, bfloat16 included;
 - ``elementwise.py``, ``reduce.py``, ``indexing.py``, ``conv.py``, ``optim.py``, ``sort.py``,
-  ``softmax.py``, ``random.py``: the kernels, by family.
+  ``softmax.py``, ``random.py``, ``norm_rows.py``: the kernels, by family.
 """

@@ -47,6 +47,8 @@ def _bitcast(source, target):
 
 _float32_bits = _bitcast(types.float32, types.uint32)
 float32_from_bits = _bitcast(types.uint32, types.float32)
+float64_bits = _bitcast(types.float64, types.uint64)
+float64_from_bits = _bitcast(types.uint64, types.float64)
 
 
 # bfloat16 is stored as its bits, in uint16 (the only uint16 arrays minidl has); the formulas are

@@ -9,12 +9,16 @@ from numba import njit
 from . import scalar_math as sm
 from .op_codes import (UNARY_NEG, UNARY_ABS, UNARY_SIGN, UNARY_EXP, UNARY_LOG, UNARY_LOG1P, UNARY_EXPM1,
     UNARY_SQRT, UNARY_RSQRT, UNARY_RECIPROCAL, UNARY_SIN, UNARY_COS, UNARY_TAN, UNARY_TANH, UNARY_SIGMOID,
-    UNARY_RELU, UNARY_ERF, UNARY_FLOOR, UNARY_CEIL, UNARY_ROUND, UNARY_TRUNC, UNARY_SQUARE, BINARY_ADD,
-    BINARY_SUB, BINARY_MUL, BINARY_DIV, BINARY_FLOORDIV, BINARY_REMAINDER, BINARY_POW, BINARY_MAXIMUM,
-    BINARY_MINIMUM, BINARY_GATE, BINARY_ATAN2, BINARY_BITWISE_AND, BINARY_BITWISE_OR, BINARY_BITWISE_XOR,
-    BINARY_BITWISE_LEFT_SHIFT, BINARY_BITWISE_RIGHT_SHIFT, COMPARE_EQ, COMPARE_NE, COMPARE_LT, COMPARE_LE,
-    COMPARE_GT, COMPARE_GE, COMPARE_LOGICAL_AND, COMPARE_LOGICAL_OR, COMPARE_LOGICAL_XOR)
+    UNARY_RELU, UNARY_ERF, UNARY_FLOOR, UNARY_CEIL, UNARY_ROUND, UNARY_TRUNC, UNARY_SQUARE, UNARY_SILU,
+    UNARY_GELU, UNARY_GELU_TANH, BINARY_ADD, BINARY_SUB, BINARY_MUL, BINARY_DIV, BINARY_FLOORDIV,
+    BINARY_REMAINDER, BINARY_POW, BINARY_MAXIMUM, BINARY_MINIMUM, BINARY_GATE, BINARY_ATAN2,
+    BINARY_SILU_BACKWARD, BINARY_GELU_BACKWARD, BINARY_GELU_TANH_BACKWARD, BINARY_BITWISE_AND,
+    BINARY_BITWISE_OR, BINARY_BITWISE_XOR, BINARY_BITWISE_LEFT_SHIFT, BINARY_BITWISE_RIGHT_SHIFT, COMPARE_EQ,
+    COMPARE_NE, COMPARE_LT, COMPARE_LE, COMPARE_GT, COMPARE_GE, COMPARE_LOGICAL_AND, COMPARE_LOGICAL_OR,
+    COMPARE_LOGICAL_XOR)
 from .vector_math import exp_run
+from .vector_activations import (gelu_backward_run, gelu_run, gelu_tanh_backward_run, gelu_tanh_run,
+    silu_backward_run, silu_run)
 
 
 @njit(inline="always")
@@ -24,9 +28,27 @@ def helper_logistic_of_exp(e):
 
 
 @njit(inline="always")
+def helper_silu_slope(x, s):
+    """silu's derivative at x, from s = sigmoid(x)"""
+    return (s * (1 + (x * (1 - s))))
+
+
+@njit(inline="always")
+def helper_gelu_tanh_slope(x, t):
+    """gelu_tanh's derivative at x, from t = tanh(sqrt(2 / pi) * (x + 0.044715 x^3))"""
+    return (((1 + t) * 0.5) + (((x * 0.5) * (1 - (t * t))) * ((1 + ((x * x) * 0.134145)) * 0.7978845608028654)))
+
+
+@njit(inline="always")
 def helper_divided_by_zero(x, y):
     """x / y for y == 0 (either sign), as IEEE says"""
     return (math.nan if ((x != x) or (x == 0)) else (sm.copysign(math.inf, x) * sm.copysign(1.0, y)))
+
+
+@njit(inline="always")
+def unary_sigmoid(x):
+    """exp of a negative number only, so neither side overflows"""
+    return ((1 / (1 + sm.exp((-x)))) if (x >= 0) else helper_logistic_of_exp(sm.exp(x)))
 
 
 @njit
@@ -79,7 +101,8 @@ def apply_unary(op, x):
 
 
 @sm.float_only((UNARY_EXP, UNARY_LOG, UNARY_LOG1P, UNARY_EXPM1, UNARY_SQRT, UNARY_RSQRT, UNARY_RECIPROCAL,
-                UNARY_SIN, UNARY_COS, UNARY_TAN, UNARY_TANH, UNARY_SIGMOID, UNARY_ERF,), unknown_unary_code)
+                UNARY_SIN, UNARY_COS, UNARY_TAN, UNARY_TANH, UNARY_SIGMOID, UNARY_ERF, UNARY_SILU, UNARY_GELU,
+                UNARY_GELU_TANH,), unknown_unary_code)
 def float_unary(op, x):
     """The float-only unary ops."""
     if op == UNARY_EXP:
@@ -108,6 +131,12 @@ def float_unary(op, x):
         return ((1 / (1 + sm.exp((-x)))) if (x >= 0) else helper_logistic_of_exp(sm.exp(x)))
     elif op == UNARY_ERF:
         return sm.erf(x)
+    elif op == UNARY_SILU:
+        return (x / (1 + sm.exp((-x))))
+    elif op == UNARY_GELU:
+        return ((x * 0.5) * (1 + sm.erf((x * 0.7071067811865476))))
+    elif op == UNARY_GELU_TANH:
+        return ((x * 0.5) * (1 + sm.tanh(((x + (((x * x) * x) * 0.044715)) * 0.7978845608028654))))
     else:
         return unknown_unary_code(op, x)
 
@@ -147,13 +176,20 @@ def apply_binary(op, x, y):
         return float_binary(op, x, y)
 
 
-@sm.float_only((BINARY_DIV, BINARY_ATAN2,), unknown_binary_code)
+@sm.float_only((BINARY_DIV, BINARY_ATAN2, BINARY_SILU_BACKWARD, BINARY_GELU_BACKWARD,
+                BINARY_GELU_TANH_BACKWARD,), unknown_binary_code)
 def float_binary(op, x, y):
     """The float-only binary ops."""
     if op == BINARY_DIV:
         return ((x / y) if (y != 0) else helper_divided_by_zero(x, y))
     elif op == BINARY_ATAN2:
         return sm.atan2(x, y)
+    elif op == BINARY_SILU_BACKWARD:
+        return (x * helper_silu_slope(y, unary_sigmoid(y)))
+    elif op == BINARY_GELU_BACKWARD:
+        return (x * (((1 + sm.erf((y * 0.7071067811865476))) * 0.5) + (y * (sm.exp(((y * y) * (-0.5))) * 0.3989422804014327))))
+    elif op == BINARY_GELU_TANH_BACKWARD:
+        return (x * helper_gelu_tanh_slope(y, sm.tanh(((y + (((y * y) * y) * 0.044715)) * 0.7978845608028654))))
     else:
         return unknown_binary_code(op, x)
 
@@ -200,6 +236,18 @@ def unary_run(op, x, out):
     elif op == UNARY_SQUARE:
         for j in range(out.size):
             out[j] = (x[j] * x[j])
+    elif op == UNARY_SILU:
+        if not silu_run(x, out):
+            for j in range(out.size):
+                out[j] = (x[j] / (1 + sm.exp((-x[j]))))
+    elif op == UNARY_GELU:
+        if not gelu_run(x, out):
+            for j in range(out.size):
+                out[j] = ((x[j] * 0.5) * (1 + sm.erf((x[j] * 0.7071067811865476))))
+    elif op == UNARY_GELU_TANH:
+        if not gelu_tanh_run(x, out):
+            for j in range(out.size):
+                out[j] = ((x[j] * 0.5) * (1 + sm.tanh(((x[j] + (((x[j] * x[j]) * x[j]) * 0.044715)) * 0.7978845608028654))))
     else:
         for j in range(out.size):  # the other ops, through the element switch
             out[j] = apply_unary(op, x[j])
@@ -220,6 +268,18 @@ def binary_run(op, x, y, out):
     elif op == BINARY_GATE:
         for j in range(out.size):
             out[j] = (x[j] if (y[j] > 0) else (x[j] * 0))
+    elif op == BINARY_SILU_BACKWARD:
+        if not silu_backward_run(x, y, out):
+            for j in range(out.size):
+                out[j] = (x[j] * helper_silu_slope(y[j], unary_sigmoid(y[j])))
+    elif op == BINARY_GELU_BACKWARD:
+        if not gelu_backward_run(x, y, out):
+            for j in range(out.size):
+                out[j] = (x[j] * (((1 + sm.erf((y[j] * 0.7071067811865476))) * 0.5) + (y[j] * (sm.exp(((y[j] * y[j]) * (-0.5))) * 0.3989422804014327))))
+    elif op == BINARY_GELU_TANH_BACKWARD:
+        if not gelu_tanh_backward_run(x, y, out):
+            for j in range(out.size):
+                out[j] = (x[j] * helper_gelu_tanh_slope(y[j], sm.tanh(((y[j] + (((y[j] * y[j]) * y[j]) * 0.044715)) * 0.7978845608028654))))
     else:
         for j in range(out.size):  # the other ops, through the element switch
             out[j] = apply_binary(op, x[j], y[j])
@@ -240,6 +300,15 @@ def binary_scalar_run(op, x, y, out):
     elif op == BINARY_GATE:
         for j in range(out.size):
             out[j] = (x[j] if (y > 0) else (x[j] * 0))
+    elif op == BINARY_SILU_BACKWARD:
+        for j in range(out.size):
+            out[j] = (x[j] * helper_silu_slope(y, unary_sigmoid(y)))
+    elif op == BINARY_GELU_BACKWARD:
+        for j in range(out.size):
+            out[j] = (x[j] * (((1 + sm.erf((y * 0.7071067811865476))) * 0.5) + (y * (sm.exp(((y * y) * (-0.5))) * 0.3989422804014327))))
+    elif op == BINARY_GELU_TANH_BACKWARD:
+        for j in range(out.size):
+            out[j] = (x[j] * helper_gelu_tanh_slope(y, sm.tanh(((y + (((y * y) * y) * 0.044715)) * 0.7978845608028654))))
     else:
         for j in range(out.size):  # the other ops, through the element switch
             out[j] = apply_binary(op, x[j], y)

@@ -104,3 +104,24 @@ def random_parallel(kind, out, seed, offset, a, b, span, chunk, items):
     _check_kind(kind)
     for t in prange(items):
         _draw_range(kind, out, seed, offset, a, b, span, t * chunk, min(out.size, (t + 1) * chunk))
+
+
+@njit(inline="always")
+def _dropout_range(x, out, mask, keep, scale, seed, offset, lo, hi):
+    wide = x.itemsize != 4
+    zero = scale * 0
+    for i in range(lo, hi):
+        m = scale if unit_draw(seed, offset, i, wide) < keep else zero
+        mask[i] = m
+        out[i] = x[i] * m
+
+
+@njit(cache=True, nogil=True)
+def dropout_serial(x, out, mask, keep, scale, seed, offset, chunk, items):
+    _dropout_range(x, out, mask, keep, scale, seed, offset, 0, x.size)
+
+
+@njit(cache=True, nogil=True, parallel=True)
+def dropout_parallel(x, out, mask, keep, scale, seed, offset, chunk, items):
+    for t in prange(items):
+        _dropout_range(x, out, mask, keep, scale, seed, offset, t * chunk, min(x.size, (t + 1) * chunk))

@@ -8,6 +8,16 @@ template <class T> __device__ __forceinline__ T helper_logistic_of_exp(T e) {
     return (T)((e / ((T)1 + e)));
 }
 
+// silu_slope: silu's derivative at x, from s = sigmoid(x)
+template <class T> __device__ __forceinline__ T helper_silu_slope(T x, T s) {
+    return (T)((s * ((T)1 + (x * ((T)1 - s)))));
+}
+
+// gelu_tanh_slope: gelu_tanh's derivative at x, from t = tanh(sqrt(2 / pi) * (x + 0.044715 x^3))
+template <class T> __device__ __forceinline__ T helper_gelu_tanh_slope(T x, T t) {
+    return (T)(((((T)1 + t) * (T)0.5) + (((x * (T)0.5) * ((T)1 - (t * t))) * (((T)1 + ((x * x) * (T)0.134145)) * (T)0.7978845608028654))));
+}
+
 // divided_by_zero: x / y for y == 0 (either sign), as IEEE says
 template <class T> __device__ __forceinline__ T helper_divided_by_zero(T x, T y) {
     return (T)((((x != x) || (x == (T)0)) ? nan_of<T>() : (m_copysign(inf_of<T>(), x) * m_copysign((T)1.0, y))));
@@ -118,6 +128,24 @@ template <class T> __device__ __forceinline__ T unary_square(T x) {
     return (T)((x * x));
 }
 
+// silu: x * sigmoid(x)
+template <class T> __device__ __forceinline__ T unary_silu(T x) {
+    return (T)((x / ((T)1 + m_exp((-x)))));
+}
+__device__ __forceinline__ long long unary_silu(long long x) { return x; }
+
+// gelu: x * Phi(x), Phi the standard normal CDF (erf form)
+template <class T> __device__ __forceinline__ T unary_gelu(T x) {
+    return (T)(((x * (T)0.5) * ((T)1 + m_erf((x * (T)0.7071067811865476)))));
+}
+__device__ __forceinline__ long long unary_gelu(long long x) { return x; }
+
+// gelu_tanh: GELU with Phi(x) ~ (1 + tanh(sqrt(2 / pi) * (x + 0.044715 x^3))) / 2
+template <class T> __device__ __forceinline__ T unary_gelu_tanh(T x) {
+    return (T)(((x * (T)0.5) * ((T)1 + m_tanh(((x + (((x * x) * x) * (T)0.044715)) * (T)0.7978845608028654)))));
+}
+__device__ __forceinline__ long long unary_gelu_tanh(long long x) { return x; }
+
 template <class T> __device__ __forceinline__ T binary_add(T x, T y) {
     return (T)((x + y));
 }
@@ -167,6 +195,21 @@ template <class T> __device__ __forceinline__ T binary_atan2(T x, T y) {
     return (T)(m_atan2(x, y));
 }
 __device__ __forceinline__ long long binary_atan2(long long x, long long y) { return x; }
+
+template <class T> __device__ __forceinline__ T binary_silu_backward(T x, T y) {
+    return (T)((x * helper_silu_slope(y, unary_sigmoid(y))));
+}
+__device__ __forceinline__ long long binary_silu_backward(long long x, long long y) { return x; }
+
+template <class T> __device__ __forceinline__ T binary_gelu_backward(T x, T y) {
+    return (T)((x * ((((T)1 + m_erf((y * (T)0.7071067811865476))) * (T)0.5) + (y * (m_exp(((y * y) * (-(T)0.5))) * (T)0.3989422804014327)))));
+}
+__device__ __forceinline__ long long binary_gelu_backward(long long x, long long y) { return x; }
+
+template <class T> __device__ __forceinline__ T binary_gelu_tanh_backward(T x, T y) {
+    return (T)((x * helper_gelu_tanh_slope(y, m_tanh(((y + (((y * y) * y) * (T)0.044715)) * (T)0.7978845608028654)))));
+}
+__device__ __forceinline__ long long binary_gelu_tanh_backward(long long x, long long y) { return x; }
 
 template <class T> __device__ __forceinline__ T binary_bitwise_and(T x, T y) {
     return (T)(m_bitand(x, y));
@@ -250,6 +293,9 @@ template <class T> __device__ __forceinline__ T apply_unary(int op, T x) {
         case UNARY_ROUND: return unary_round(x);
         case UNARY_TRUNC: return unary_trunc(x);
         case UNARY_SQUARE: return unary_square(x);
+        case UNARY_SILU: return unary_silu(x);
+        case UNARY_GELU: return unary_gelu(x);
+        case UNARY_GELU_TANH: return unary_gelu_tanh(x);
         default: __trap(); return {};  // an unknown code is a bug: stop the kernel
     }
 }
@@ -267,6 +313,9 @@ template <class T> __device__ __forceinline__ T apply_binary(int op, T x, T y) {
         case BINARY_MINIMUM: return binary_minimum(x, y);
         case BINARY_GATE: return binary_gate(x, y);
         case BINARY_ATAN2: return binary_atan2(x, y);
+        case BINARY_SILU_BACKWARD: return binary_silu_backward(x, y);
+        case BINARY_GELU_BACKWARD: return binary_gelu_backward(x, y);
+        case BINARY_GELU_TANH_BACKWARD: return binary_gelu_tanh_backward(x, y);
         case BINARY_BITWISE_AND: return binary_bitwise_and(x, y);
         case BINARY_BITWISE_OR: return binary_bitwise_or(x, y);
         case BINARY_BITWISE_XOR: return binary_bitwise_xor(x, y);

@@ -42,3 +42,18 @@ extern "C" __global__ void random_integers_i64(long long *out, long long n, unsi
         out[i] = (long long)((unsigned long long)low + (span ? bits % span : bits));
     }
 }
+
+// dropout: mask = scale where draw i (as random_uniform draws it for T) is below keep, else 0; out = x * mask.
+// keep = 1 - p and scale = 1 / (1 - p), both already rounded to T by the host.
+#define DROPOUT_KERNELS(suffix, T)                                                                    \
+    extern "C" __global__ void dropout_##suffix(const T *x, T *out, T *mask, long long n,             \
+                                                unsigned long long seed, unsigned long long offset,   \
+                                                T keep, T scale) {                                    \
+        GRID_STRIDE_LOOP(i, n) {                                                                      \
+            Words w = philox(offset + (unsigned long long)i, seed);                                   \
+            T m = unit(out, w) < (double)keep ? scale : (T)0;                                         \
+            mask[i] = m;                                                                              \
+            out[i] = x[i] * m;                                                                        \
+        }                                                                                             \
+    }
+FOR_FLOAT_DTYPES(DROPOUT_KERNELS)
