@@ -76,14 +76,17 @@ def _differentiable_backward(x, target, weight, ignore_index, smoothing, logits,
 
 
 def _samples(t):
-    target = t.const(np.array([2, 0, -100, 3, 1]))
-    weight = t.const(np.array([0.5, 1.0, 2.0, 1.5]))
+    def target():   # (made inside the callables: const() puts them on the device the sweep runs on)
+        return t.const(np.array([2, 0, -100, 3, 1]))
+
+    def weight():
+        return t.const(np.array([0.5, 1.0, 2.0, 1.5]))
     return [
-        t.S("cross_entropy-rows", lambda x: cross_entropy_rows(x, target, None, -100, 0.0, True, "mean"),
+        t.S("cross_entropy-rows", lambda x: cross_entropy_rows(x, target(), None, -100, 0.0, True, "mean"),
             t.rn(5, 4), second_order=True),
-        t.S("cross_entropy-rows-weighted-smoothed", lambda x: cross_entropy_rows(x, target, weight, -100, 0.2,
+        t.S("cross_entropy-rows-weighted-smoothed", lambda x: cross_entropy_rows(x, target(), weight(), -100, 0.2,
                                                                                  True, "none"), t.rn(5, 4)),
-        t.S("nll_loss-rows", lambda x: cross_entropy_rows(x, target.abs() % 4, weight, 3, 0.0, False, "sum"),
+        t.S("nll_loss-rows", lambda x: cross_entropy_rows(x, target().abs() % 4, weight(), 3, 0.0, False, "sum"),
             t.rn(5, 4), second_order=True),
     ]
 
