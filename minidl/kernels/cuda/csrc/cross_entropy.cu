@@ -3,18 +3,7 @@
 // shuffles, in the row's dtype as on the CPU. weight == nullptr means every class weighs 1. A target out of
 // range is recorded with report_index_error and its row is left as ignored.
 
-template <bool MAX, class T> __device__ T warp_reduce(T v) {
-    for (int by = 16; by > 0; by >>= 1) {
-        T u = __shfl_xor_sync(FULL_MASK, v, by);
-        v = MAX ? ((v > u || v != v) ? v : u) : v + u;
-    }
-    return v;
-}
-
-// The rows of this thread's warp, stepping over the grid (every lane of a warp takes the same rows).
-#define FOR_EACH_WARP_ROW(row, rows)                                                                   \
-    for (long long row = (long long)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32; row < (rows);  \
-         row += (long long)gridDim.x * (blockDim.x / 32))
+#include "rows.cuh"  // lanes_reduce, FOR_EACH_ROW: here a warp (32 lanes) per row
 
 // Whether row target t takes part (not ignore_index, and in range: a bad one is reported).
 __device__ __forceinline__ bool counted(long long t, long long n, long long ignore, long long *error, int lane) {
@@ -31,16 +20,16 @@ __device__ void cross_entropy_rows(const T *x, const long long *target, const T 
                                    long long rows, long long n, long long ignore, T eps, int logits,
                                    long long *error) {
     int lane = threadIdx.x % 32;
-    FOR_EACH_WARP_ROW(row, rows) {
+    FOR_EACH_ROW(row, rows, 32) {
         const T *xr = x + row * n;
         T m = 0, ls = 0;
         if (logits) {
             m = (T)(-1.0 / 0.0);
             for (long long j = lane; j < n; j += 32) m = (xr[j] > m || xr[j] != xr[j]) ? xr[j] : m;
-            m = warp_reduce<true>(m);
+            m = lanes_reduce<true>(m, 32);
             T e = 0;
             for (long long j = lane; j < n; j += 32) e += m_exp(xr[j] - m);
-            ls = m_log(warp_reduce<false>(e));
+            ls = m_log(lanes_reduce<false>(e, 32));
             if (lane == 0) stats[2 * row] = m, stats[2 * row + 1] = ls;
         }
         long long t = target[row];
@@ -48,7 +37,7 @@ __device__ void cross_entropy_rows(const T *x, const long long *target, const T 
         T smooth = 0;
         if (valid && eps > (T)0) {
             for (long long j = lane; j < n; j += 32) smooth += (weight ? weight[j] : (T)1) * (ls - (xr[j] - m));
-            smooth = warp_reduce<false>(smooth);
+            smooth = lanes_reduce<false>(smooth, 32);
         }
         if (lane == 0) {
             T wt = valid ? (weight ? weight[t] : (T)1) : (T)0;
@@ -63,7 +52,7 @@ __device__ void cross_entropy_backward_rows(const T *x, const long long *target,
                                             const T *g, long long g_rows, T *out, long long rows, long long n,
                                             long long ignore, T eps, int logits) {
     int lane = threadIdx.x % 32;
-    FOR_EACH_WARP_ROW(row, rows) {
+    FOR_EACH_ROW(row, rows, 32) {
         const T *xr = x + row * n;
         T *o = out + row * n;
         long long t = target[row];
@@ -77,7 +66,7 @@ __device__ void cross_entropy_backward_rows(const T *x, const long long *target,
         if (weight && eps > (T)0) {
             total = 0;
             for (long long j = lane; j < n; j += 32) total += weight[j];
-            total = warp_reduce<false>(total);
+            total = lanes_reduce<false>(total, 32);
         }
         T coef = gr * (((T)1 - eps) * wt + eps * total / (T)n), uniform = gr * eps / (T)n;
         T m = logits ? stats[2 * row] : 0, ls = logits ? stats[2 * row + 1] : 0;

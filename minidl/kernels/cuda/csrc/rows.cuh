@@ -1,5 +1,5 @@
 // Rows of packed buffers shared out to lanes: a warp per short row or the whole block per long one
-// (`lanes` = 32 or blockDim.x), with reductions across a row's lanes (softmax.cu, norm_rows.cu).
+// (`lanes` = 32 or blockDim.x), with reductions across a row's lanes (softmax.cu, norm_rows.cu, cross_entropy.cu).
 
 // Every lane gets the max (MAX, NaN winning) or the sum of v over the row's lanes; a block-wide
 // row synchronises, so all threads of the block call this.
