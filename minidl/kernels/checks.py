@@ -5,6 +5,7 @@ import numpy as np
 from . import OP_CODES, RANDOM_KINDS
 
 _RANDOM_CODES = OP_CODES["random"]
+FLOATS = (np.dtype(np.float32), np.dtype(np.float64))   # the float dtypes of the fused primitives' buffers
 _RANDOM_OUT_DTYPES = {"uniform": ("float32", "float64"), "normal": ("float32", "float64"), "integers": ("int64",)}
 
 
@@ -82,7 +83,7 @@ def dropout_arguments(x, out, mask, p):
     """The ``dropout`` primitive's checks; returns 1 - p and 1 / (1 - p) as scalars of x's dtype."""
     if not 0.0 <= p < 1.0:
         raise ValueError(f"dropout: probability must be in [0, 1), got {p}")
-    if x.dtype.name not in ("float32", "float64") or out.dtype != x.dtype or mask.dtype != x.dtype:
+    if x.dtype not in FLOATS or out.dtype != x.dtype or mask.dtype != x.dtype:
         raise TypeError(f"dropout: x, out and mask must be float32 or float64 buffers of one dtype, got "
                         f"{x.dtype.name}, {out.dtype.name}, {mask.dtype.name}")
     if not x.size == out.size == mask.size:
@@ -115,7 +116,7 @@ def attention_geometry(name, q, ql, k, kl, v, vl, mask, ml, packed):
     if (Bk, Ek) != (B, E) or (Bv, Hv, Sv) != (B, Hkv, S) or min(B, H, L, S, E, Ev, Hkv) < 1 or H % Hkv:
         raise ValueError(f"{name}: expected query (B, H, L, E), key (B, Hkv, S, E) and value (B, Hkv, S, Ev) with "
                          f"Hkv dividing H, got {list(ql.shape)}, {list(kl.shape)}, {list(vl.shape)}")
-    if q.dtype.name not in ("float32", "float64"):
+    if q.dtype not in FLOATS:
         raise TypeError(f"{name}: float32 or float64 buffers only, got {q.dtype.name}")
     for what, b, lay in (("query", q, ql), ("key", k, kl), ("value", v, vl), ("mask", mask, ml)):
         if lay is None:
@@ -156,9 +157,6 @@ def norm_rows_geometry(name, n, span, cycle, x, params, **rows_of) -> int:
     return rows
 
 
-_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
-
-
 def batch_norm_buffers(name, shape, training, packed, channel):
     """(N, C, S) of the batch norm pair, after checking it and the buffers: ``packed`` the (N, C, S) ones as
     ``(what, buffer)`` (the first sets the dtype, float32 or float64), ``channel`` the C-element ones, None
@@ -167,7 +165,7 @@ def batch_norm_buffers(name, shape, training, packed, channel):
     if min(N, C, S) < 0:
         raise ValueError(f"{name}: invalid shape (N, C, S) = {(N, C, S)}")
     dtype = packed[0][1].dtype
-    if dtype not in _FLOATS:
+    if dtype not in FLOATS:
         raise TypeError(f"{name}: float32 or float64 buffers only, got {dtype.name}")
     if not training and any(b is None for what, b in channel if what.startswith("running")):
         raise ValueError(f"{name}: eval mode needs running_mean and running_var")
@@ -191,7 +189,7 @@ def rnn_cell_buffers(name, mode, hidden, gates, buffers):
     if not isinstance(hidden, (int, np.integer)) or hidden < 1 or gates.size % (G * hidden):
         raise ValueError(f"{name}: hidden={hidden!r} must be a positive integer whose {G} gates make whole rows "
                          f"of a gate buffer of {gates.size} elements")
-    if gates.dtype.name not in ("float32", "float64"):
+    if gates.dtype not in FLOATS:
         raise TypeError(f"{name}: float32 or float64 buffers only, got {gates.dtype.name}")
     rows = gates.size // (G * hidden)
     for what, b, units, used in buffers:

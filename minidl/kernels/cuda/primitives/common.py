@@ -2,6 +2,7 @@
 import numpy as np
 
 from ....layout import collapse
+from ...checks import FLOATS  # noqa: F401 (the launch wrappers' dtype checks)
 from .. import runtime
 
 SUFFIX = {np.dtype(np.bool_): "b8", np.dtype(np.uint8): "u8", np.dtype(np.int16): "i16",
@@ -16,8 +17,6 @@ def suffix(dtype, op: str) -> str:
     except KeyError:
         raise TypeError(f"{op}: no CUDA kernel for dtype {np.dtype(dtype).name}") from None
 
-
-FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 
 
 def require_dtype(dtype, allowed, op: str) -> None:
