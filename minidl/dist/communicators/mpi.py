@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 import traceback
 
 import numpy as np
@@ -18,6 +19,8 @@ ONE_RANK_PER_PROCESS = True
 # end). 10 ms outlasts a ring step of 16-64 MiB even on a loaded machine; with 2 ms such steps
 # ended asleep, stalling the peer's rendezvous too (16 MiB: 2-10 ms instead of ~2 ms).
 SPIN_SECONDS = 10e-3
+# How long a failing rank waits, after writing its traceback, before ending the job (see the hook below).
+ABORT_PAUSE_SECONDS = 1.0
 
 _OPS = {"sum": MPI.SUM, "product": MPI.PROD, "max": MPI.MAX, "min": MPI.MIN}
 # numpy's add/multiply/maximum/minimum on bools are or/and/or/and; MPI wants logical ops there
@@ -175,9 +178,12 @@ def abort_on_uncaught_exception() -> None:
     """An uncaught exception on one rank prints its traceback, then ends the whole job (as
     ``python -m mpi4py`` does), so the other ranks don't wait for it forever. The traceback goes out in
     one write: mpiexec forwards a rank's output in the chunks it reads, and the abort can stop it between
-    two (a line-by-line traceback then arrived cut after its first line)."""
+    two (a line-by-line traceback then arrived cut after its first line). It pauses before the abort:
+    mpiexec reads a rank's output asynchronously and stops reading once the abort reaches it, so on a
+    loaded machine an immediate abort could lose the traceback entirely."""
     def hook(kind, value, tb):
         sys.stderr.write("".join(traceback.format_exception(kind, value, tb)))
         sys.stderr.flush()
+        time.sleep(ABORT_PAUSE_SECONDS)
         MPI.COMM_WORLD.Abort(1)
     sys.excepthook = hook
