@@ -30,6 +30,8 @@ from ._dlpack import DLDeviceType, from_dlpack
 from .threads import get_num_threads, set_num_threads
 from . import accelerator, amp, backends, cuda, multiprocessing, nn, optim, utils  # noqa: E402  (above the Tensor layer)
 from . import onnx  # noqa: E402  (its exporter needs the onnx package only when it runs)
+from . import compiler  # noqa: E402  (above nn: it compiles modules)
+from .compiler import compile  # noqa: E402
 from .cuda.streams import Event, Stream  # noqa: E402
 from .amp import autocast
 
@@ -54,12 +56,6 @@ def is_floating_point(t) -> bool:
 
 def numel(t) -> int:
     return t.numel()
-
-
-def compile(model=None, **options):
-    """PyTorch's ``torch.compile``, accepted so scripts run: minidl runs eagerly, so the model or
-    function comes back unchanged (also as ``@compile`` and ``@compile(...)``)."""
-    return (lambda fn: fn) if model is None else model
 
 
 def result_type(a, b):

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import _dtype as dt
-from . import _tensor_base, ops
+from . import _tensor_base, _tracing, ops
 from .autograd import engine
 from ._layouts import preserve_format, strided
 from ._tensor_base import TensorBase, as_device
@@ -257,6 +257,7 @@ class Tensor(TensorBase):
 
     @data.setter
     def data(self, other):
+        _tracing.graph_break("a tensor's .data is replaced (a Python side effect)")
         self._storage, self._layout, self.dtype = other._storage, other._layout, other.dtype
 
     def view_as(self, other):

@@ -1,9 +1,56 @@
-"""The slot through which an exporter watches the ops a model runs (``minidl.onnx``'s tracer).
+"""The slots through which minidl watches itself run: an exporter watching ops, a compiler recording
+kernel launches. Kept in a module of its own at the bottom of the layers so that the kernels, the
+autograd and the registry can look at them without importing either tool.
 
 ``active`` is None except while ``minidl.onnx.export`` traces a model: then every op declared in
 the registry (``ops.registry``) and every ``Function.apply`` outside one passes through
-``active.call``/``active.function``, which runs it and records it. Kept in a module of its own at
-the bottom of the layers so that the autograd and the registry can look at it without importing
-the exporter.
+``active.call``/``active.function``, which runs it and records it.
+
+``recording()`` is the recorder of ``minidl.compile`` capturing on the calling thread, or None. A
+capture belongs to one thread: kernels launched by a DDP communication thread or a data-loader
+thread while another thread captures are never part of its graph. The lower layers tell the
+recorder what it cannot see in kernel launches alone: a gradient set (``grad_set``), a draw from a
+generator (``claim``), Python state updated at every call (``host_step``), a module run
+(``saw_module``), and what makes a call uncapturable (``graph_break``).
 """
+import threading
+
 active = None
+
+_here = threading.local()
+captures = 0   # recorders active on any thread: the fast path's test (one global read when none)
+
+
+def recording():
+    """The recorder capturing on this thread, or None."""
+    return getattr(_here, "recorder", None) if captures else None
+
+
+def start_recording(recorder) -> None:
+    global captures
+    if recording() is not None:
+        raise RuntimeError("minidl.compile: a compiled function was called while another one was being "
+                           "captured on the same thread; nested compiled calls are not supported")
+    _here.recorder = recorder
+    captures += 1
+
+
+def stop_recording() -> None:
+    global captures
+    if getattr(_here, "recorder", None) is not None:
+        _here.recorder = None
+        captures -= 1
+
+
+def graph_break(reason: str) -> None:
+    """Tell the recorder on this thread, if any, that the call does something it cannot replay."""
+    rec = recording()
+    if rec is not None:
+        rec.graph_break(reason)
+
+
+def host_step(run):
+    """``run()`` now; while a call is being captured, also at every replay of it: for Python state
+    that changes from call to call (an optimizer's step counts and learning rates, read afresh)."""
+    rec = recording()
+    return run() if rec is None else rec.host_step(run)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import threading
 
+from .. import _tracing
 from . import grad_mode
 from .function import AccumulateGrad, add_gradients
 from .hooks import apply_hooks
@@ -113,6 +114,9 @@ def run(tensors, grad_tensors, retain_graph, create_graph, capture=None, stash=N
     ``capture``) the pass is split_backward's first half: see there."""
     if retain_graph is None:
         retain_graph = create_graph
+    recorder = _tracing.recording()
+    if recorder is not None:
+        recorder.backward_ran = True
     grads = _root_grads(tensors, grad_tensors)
     tensors, grads = zip(*(t._values_root(g) if t.is_sparse else (t, g) for t, g in zip(tensors, grads)))
     edges = [t._grad_edge() for t in tensors]

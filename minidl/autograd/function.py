@@ -277,6 +277,9 @@ class AccumulateGrad(Function):
 
     def accumulate(self, grad, create_graph: bool, run_hooks: bool = True):
         leaf = self.variable
+        recorder = _tracing.recording()
+        if recorder is not None:
+            recorder.accumulating(leaf)
         if run_hooks and leaf._hooks:
             grad = apply_hooks(leaf._hooks, grad)
         if grad.is_sparse and leaf.grad is None:
@@ -297,7 +300,10 @@ class AccumulateGrad(Function):
             leaf.grad = leaf.grad + grad
         else:
             leaf.grad.add_(grad)
+        if recorder is not None:
+            recorder.grad_set(leaf)
         if leaf._post_acc_hooks:
+            _tracing.graph_break("a post-accumulate-grad hook runs Python during the backward")
             for hook in leaf._post_acc_hooks:
                 hook(leaf)
 

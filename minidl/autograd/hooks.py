@@ -1,4 +1,5 @@
-"""Handles returned by register_hook-style calls."""
+"""Handles returned by register_hook-style calls, and running the hooks."""
+from .. import _tracing
 
 
 class RemovableHandle:
@@ -18,6 +19,8 @@ class RemovableHandle:
 
 def apply_hooks(hooks, grad):
     """Run gradient hooks in order; a hook returning non-None replaces the gradient."""
+    if hooks:
+        _tracing.graph_break("a gradient hook runs Python during the backward")
     for hook in hooks or ():
         new = hook(grad)
         if new is not None:

@@ -43,7 +43,8 @@ def is_initialized() -> bool:
 
 def resolve(group, what: str):
     """The group a call means (the default one for None); None for a rank outside the group,
-    on which calls do nothing (as in torch.distributed)."""
+    on which calls do nothing (as in torch.distributed). Communication is a graph break for minidl.compile."""
+    _tracing.graph_break(f"{what}: a collective or message of minidl.dist")
     if group is GroupMember.NON_GROUP_MEMBER:
         return None
     found = _default() if group is None else group

@@ -198,7 +198,7 @@ from __future__ import annotations
 
 import importlib
 
-from .. import formulas
+from .. import _tracing, formulas
 
 # op names per kernel family, in the order of their codes (the math: minidl/formulas/table.py)
 UNARY_OPS = formulas.CODED["unary"]
@@ -232,6 +232,29 @@ PRIMITIVES = ("alloc", "from_host", "to_host", "share_memory", "open_shared", "c
               "rnn_cell", "rnn_cell_backward", "cross_entropy",
               "cross_entropy_backward")
 
+# What each primitive writes, by the contract's argument names (a list argument: every buffer in it); the
+# kernels that return a buffer (alloc, from_host, nonzero, share_memory, open_shared) write none of their
+# arguments. minidl.compile's recorder reads this to tell a call that updates state it cannot undo.
+WRITES = {
+    "copy": ("dst",), "unary": ("out",), "binary": ("out",), "compare": ("out",), "where": ("out",),
+    "reduce": ("out",), "arg_reduce": ("out",), "scan": ("out",), "argsort": ("out",), "take": ("out",),
+    "put": ("dst",), "check_index": ("out",), "matmul": ("out",), "im2col": ("out",), "col2im": ("out",),
+    "max_pool2d": ("out", "index"), "max_pool2d_backward": ("grad_in",),
+    "sgd_step": ("param", "momentum_buffer"), "adam_step": ("param", "exp_avg", "exp_avg_sq", "max_exp_avg_sq"),
+    "sgd_steps": ("params", "momentum_buffers"), "adam_steps": ("params", "exp_avgs", "exp_avg_sqs", "max_exp_avg_sqs"),
+    "adagrad_steps": ("params", "sums"), "norms": ("out",), "scale": ("tensors",),
+    "softmax": ("out",), "softmax_backward": ("out",), "random": ("out",),
+    "attention": ("out", "lse"), "attention_backward": ("dq", "dk", "dv"), "dropout": ("out", "mask"),
+    "norm_rows": ("out", "mean", "rstd"), "norm_rows_backward": ("dx", "dw", "db"),
+    "batch_norm": ("out", "mean", "invstd", "running_mean", "running_var"),
+    "batch_norm_backward": ("dx", "dweight", "dbias"), "rnn_cell": ("hy", "cy", "saved"),
+    "rnn_cell_backward": ("dgx", "dgh", "dhx", "dcx"), "cross_entropy": ("out", "wrow", "stats"),
+    "cross_entropy_backward": ("out",),
+}
+# The primitives that draw from a generator, by the names of their (seed, offset) arguments.
+DRAWS = {"random": ("seed", "offset"), "dropout": ("seed", "offset"), "attention": ("seed", "offset"),
+         "attention_backward": ("seed", "offset")}
+
 # device type -> module whose import registers that device's kernels
 _DEVICE_MODULES = {"cpu": "minidl.kernels.cpu", "cuda": "minidl.kernels.cuda.primitives"}
 _registry: dict = {}
@@ -250,7 +273,17 @@ def register(name: str, device_type: str = "cpu"):
 
 
 def get(name: str, device_type: str):
-    """The ``name`` kernel for ``device_type``, importing that device's kernels on first use."""
+    """The ``name`` kernel for ``device_type``, importing that device's kernels on first use; while
+    ``minidl.compile`` captures a call on this thread, the kernel as its recorder launches it."""
+    if _tracing.captures:
+        recorder = _tracing.recording()
+        if recorder is not None:
+            return recorder.kernel(name, device_type, lookup(name, device_type))
+    return lookup(name, device_type)
+
+
+def lookup(name: str, device_type: str):
+    """The registered ``name`` kernel itself, never a recorder's (``get`` without the capture)."""
     try:
         return _registry[(device_type, name)]
     except KeyError:

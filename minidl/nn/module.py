@@ -4,7 +4,7 @@ from __future__ import annotations
 from collections import OrderedDict, namedtuple
 
 import minidl
-from minidl import Tensor
+from minidl import Tensor, _tracing
 from minidl.autograd import RemovableHandle
 
 from .parameter import Parameter
@@ -147,6 +147,8 @@ class Module:
         raise AttributeError(f"'{type(self).__name__}' object has no attribute '{name}'")
 
     def __setattr__(self, name, value):
+        if _tracing.captures and isinstance(value, Tensor):
+            _tracing.graph_break(f"a tensor is assigned to the module attribute '{name}' (a Python side effect)")
         d = self.__dict__
 
         def remove_from(*dicts):
@@ -273,7 +275,11 @@ class Module:
         return self
 
     def zero_grad(self, set_to_none: bool = True) -> None:
+        recorder = _tracing.recording()
         for p in self.parameters():
+            if set_to_none and recorder is not None:   # (None already too: a replay must reset it)
+                p.grad = None
+                recorder.grad_set(p)
             if p.grad is None:
                 continue
             if set_to_none:
@@ -464,6 +470,10 @@ class Module:
         return handle
 
     def __call__(self, *args, **kwargs):
+        if _tracing.captures:
+            recorder = _tracing.recording()
+            if recorder is not None:
+                recorder.saw_module(self)
         for hook, with_kwargs in list(self._forward_pre_hooks.values()):
             if with_kwargs:
                 result = hook(self, args, kwargs)

@@ -4,7 +4,7 @@ from __future__ import annotations
 import math
 
 import minidl
-from minidl import Tensor
+from minidl import Tensor, _tracing
 
 
 def _with_grads(parameters):
@@ -23,7 +23,13 @@ def clip_grad_norm_(parameters, max_norm: float, norm_type: float = 2.0, error_i
     A sparse gradient counts by its coalesced values (the entries it really holds, repeats summed;
     torch 2.13 raises on one instead). With ``foreach`` (the default where it applies: dense gradients,
     norm_type > 0 or inf) the gradients of each device and dtype are measured in one kernel launch and
-    scaled in another, instead of a few ops per gradient."""
+    scaled in another, instead of a few ops per gradient. Under minidl.compile it is a host step (it reads
+    the norm on the host to skip the scaling): a captured call measures and scales again at every replay."""
+    parameters = [parameters] if isinstance(parameters, Tensor) else list(parameters)
+    return _tracing.host_step(lambda: _clip_grad_norm(parameters, max_norm, norm_type, error_if_nonfinite, foreach))
+
+
+def _clip_grad_norm(parameters, max_norm, norm_type, error_if_nonfinite, foreach):
     params = _with_grads(parameters)
     max_norm, norm_type = float(max_norm), float(norm_type)
     if not params:

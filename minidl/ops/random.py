@@ -12,7 +12,7 @@ import struct
 
 import numpy as np
 
-from .. import kernels
+from .. import _tracing, kernels
 from .._tensor_base import as_device
 from .._tensor_base import empty as _empty
 from .core import from_host_array
@@ -61,11 +61,15 @@ class Generator:
         """(seed, offset) for a draw of ``count`` counters, which the generator then moves past."""
         offset = self._offset
         self._offset = (offset + count) % (1 << 64)
+        recorder = _tracing.recording()
+        if recorder is not None:
+            recorder.claim(self, self._seed, offset, count)
         return self._seed, offset
 
     @property
     def numpy(self) -> np.random.Generator:
         """A numpy generator for one host-side draw (a fresh stream for every use)."""
+        _tracing.graph_break("random numbers are drawn on the host (randperm, multinomial, a shuffle)")
         seed, offset = self.claim(1)
         return np.random.Generator(np.random.PCG64([seed, offset]))
 

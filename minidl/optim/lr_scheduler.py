@@ -10,7 +10,7 @@ import weakref
 from bisect import bisect_right
 from collections import Counter
 
-from .optimizer import Optimizer
+from .optimizer import Optimizer, replayed
 
 __all__ = ["LRScheduler", "StepLR", "MultiStepLR", "ExponentialLR", "CosineAnnealingLR", "LambdaLR", "OneCycleLR",
            "ReduceLROnPlateau", "LinearLR", "SequentialLR"]
@@ -36,7 +36,13 @@ def _format_param(name, optimizer, param):
 
 class LRScheduler:
     """Base class: ``last_epoch`` counts steps (-1 before the first), ``base_lrs`` are the groups'
-    ``initial_lr``; ``get_lr()`` gives the new lrs for the current ``last_epoch``."""
+    ``initial_lr``; ``get_lr()`` gives the new lrs for the current ``last_epoch``. Every ``step`` is
+    a host step of minidl.compile (``optimizer.replayed``)."""
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if "step" in cls.__dict__:
+            cls.step = replayed(cls.__dict__["step"])
 
     _is_initial = False  # True during the step the constructor makes
     _get_lr_called_within_step = False
@@ -77,6 +83,7 @@ class LRScheduler:
     def get_lr(self) -> list:
         raise NotImplementedError
 
+    @replayed
     def step(self, epoch=None):
         if self._step_count == 1:
             if not hasattr(self.optimizer.step, "_wrapped_by_lr_sched"):

@@ -2,10 +2,11 @@
 from __future__ import annotations
 
 import copy
+import functools
 from collections import defaultdict
 from itertools import chain
 
-from .. import ops
+from .. import _tracing, ops
 from .. import Tensor
 from ..autograd import enable_grad, no_grad
 
@@ -20,10 +21,27 @@ class _RequiredParameter:
 required = _RequiredParameter()
 
 
+def replayed(step):
+    """``step`` (an optimizer's or a scheduler's) as a host step of ``minidl.compile``: a captured call
+    runs it again at every replay, so step counts, learning rates and schedules advance as eagerly.
+    A closure or a metric argument is Python the replay cannot see again: a graph break."""
+    @functools.wraps(step)
+    def run(self, *args, **kwargs):
+        if any(a is not None for a in (*args, *kwargs.values())):
+            _tracing.graph_break(f"{type(self).__name__}.step() is given a closure or a metric")
+        return _tracing.host_step(lambda: step(self, *args, **kwargs))
+    return run
+
+
 class Optimizer:
     """Base class of all optimizers (``torch.optim.Optimizer``)."""
 
     sparse_error = None   # what a subclass that cannot take sparse gradients says to one
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if "step" in cls.__dict__:
+            cls.step = replayed(cls.__dict__["step"])
 
     def __init__(self, params, defaults: dict):
         self.defaults = defaults
@@ -98,8 +116,12 @@ class Optimizer:
         self.param_groups.append(param_group)
 
     def zero_grad(self, set_to_none: bool = True) -> None:
+        recorder = _tracing.recording()
         for group in self.param_groups:
             for p in group["params"]:
+                if set_to_none and recorder is not None:   # (None already too: a replay must reset it)
+                    p.grad = None
+                    recorder.grad_set(p)
                 if p.grad is None:
                     continue
                 if set_to_none:

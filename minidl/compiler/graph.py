@@ -1,0 +1,122 @@
+"""A captured graph and its replay: a flat list of kernel launches with their arguments bound.
+
+A replay copies the call's tensor arguments into the graph's own input buffers, points each random
+draw at where its generator stands, calls every step in order, and copies back the arguments the call
+wrote in place. No op, autograd or registry code runs: what Python remains per step is the call of
+the kernel's device wrapper (for a CPU kernel, reading its layouts and picking the Numba kernel), and
+per replay the guards, the input copies and the outputs.
+
+Outputs come back as fresh tensors (a clone of each one the graph made), so that what a caller kept
+from one call is not overwritten by the next; an argument or a parameter returned comes back itself.
+"""
+from __future__ import annotations
+
+from .. import Tensor, no_grad
+from ..ops.core import buf
+from .recorder import ReadChanged, root
+
+_INPUT, _CLONE, _SAME = "input", "clone", "same"
+
+
+class Graph:
+    def __init__(self, recorder, inputs, written, result):
+        self.steps = recorder.steps
+        self.draws = recorder.draws
+        self.claims = [(g, end - start) for g, (_, start, end) in recorder.claims.items()]
+        self.reads = recorder.reads
+        self.inputs = inputs            # the graph's own copies of the tensor arguments
+        self.written = written          # positions of the arguments the call wrote in place
+        self.entry_grads = recorder.entry_grads
+        self.modules = [(m, m.training) for m in recorder.modules.values()]
+        self.memory = [(t, t.data_ptr()) for m in recorder.modules.values()
+                       for t in (*m.parameters(recurse=False), *m.buffers(recurse=False))]
+        owned = recorder.own
+        index = {id(t): i for i, t in enumerate(inputs)}
+        self.result = _plan(result, lambda t: (_INPUT, index[id(t)]) if id(t) in index else
+                            (_CLONE, t) if id(root(buf(t))) in owned else (_SAME, t))
+
+    def stale(self):
+        """Why this graph does not fit the call's state (a guard that fails), or None."""
+        for module, training in self.modules:
+            if module.training is not training:
+                return f"{type(module).__name__}.training changed to {module.training}"
+        for t, address in self.memory:
+            if t.data_ptr() != address:
+                return f"a parameter or buffer of shape {list(t.shape)} was replaced"
+        for leaf, grad in self.entry_grads:
+            if leaf.grad is not grad:
+                return f"the .grad of a tensor of shape {list(leaf.shape)} is not the one the capture added into"
+        return None
+
+    def replay(self, tensors):
+        with no_grad():
+            for own, given in zip(self.inputs, tensors):
+                own.copy_(given)
+        saved = [(g, g.get_state()) for g, _ in self.claims] if self.reads else None
+        for args, seed_at, offset_at, generator, delta in self.draws:
+            args[seed_at] = generator.initial_seed()
+        starts = {g: g.claim(count)[1] for g, count in self.claims}
+        for args, seed_at, offset_at, generator, delta in self.draws:
+            args[offset_at] = (starts[generator] + delta) % (1 << 64)
+        try:
+            for fn, args in self.steps:
+                fn(*args)
+        except ReadChanged:
+            for generator, state in saved:
+                generator.set_state(state)
+            raise
+        with no_grad():
+            for i in self.written:
+                tensors[i].copy_(self.inputs[i])
+        return self.outputs(tensors)
+
+    def outputs(self, tensors):
+        return _build(self.result, tensors)
+
+
+PLAIN_VALUES = (bool, int, float, complex, str, bytes, type(None))
+
+
+def _plan(value, classify):
+    """The shape of a call's result with each tensor replaced by how a replay gives it back
+    (containers: tuples, named tuples, lists and dicts; ``rebuildable`` says what else may be in it)."""
+    if isinstance(value, Tensor):
+        return ("tensor", classify(value))
+    if type(value) in (tuple, list):
+        return (type(value), [_plan(v, classify) for v in value])
+    if isinstance(value, tuple) and hasattr(value, "_fields"):
+        return ("named", (type(value), [_plan(v, classify) for v in value]))
+    if type(value) is dict:
+        return (dict, {k: _plan(v, classify) for k, v in value.items()})
+    return ("value", value)
+
+
+def rebuildable(value) -> str | None:
+    """None if a replay can give ``value`` back, else the type of the part it cannot."""
+    if isinstance(value, Tensor) or isinstance(value, PLAIN_VALUES):
+        return None
+    if isinstance(value, (tuple, list)):
+        return next((r for r in map(rebuildable, value) if r), None)
+    if type(value) is dict:
+        return next((r for r in map(rebuildable, value.values()) if r), None)
+    return type(value).__name__
+
+
+def _build(plan, tensors):
+    kind, content = plan
+    if kind == "tensor":
+        how, what = content
+        if how == _INPUT:
+            return tensors[what]
+        if how == _CLONE:
+            with no_grad():
+                return what.detach().clone()
+        return what
+    if kind == "value":
+        return content
+    if kind is dict:
+        return {k: _build(v, tensors) for k, v in content.items()}
+    if kind == "named":
+        cls, items = content
+        return cls(*(_build(v, tensors) for v in items))
+    return kind(_build(v, tensors) for v in content)

@@ -1,0 +1,225 @@
+"""Capture: run a call eagerly once and record, launch by launch, the kernels it ran.
+
+Every op ends in primitive kernels (``minidl.kernels``), and while a recorder is active on a thread
+``kernels.get`` hands out the kernels through ``Recorder.launch``: the forward, the backward the tape
+runs (``loss.backward()`` inside the call runs its nodes on this thread, so their kernels are recorded
+like the forward's) and the optimizer's update all become steps ``(kernel, arguments)`` over the
+buffers they used. Nothing is recorded at the op level: a replay calls the kernels alone.
+
+What a list of launches cannot hold is handled here too:
+
+- buffers: a buffer allocated during the capture is the graph's own, and replays reuse it;
+- constants copied from the host (``from_host``) are copied again at every replay, from a device copy
+  taken at capture time, so a buffer the graph also writes starts each replay as it started the capture;
+- random draws: a generator's (seed, offset) claims are noted, and each replay draws from where the
+  generator stands then (``DRAWS`` names the arguments), advancing it as the eager call would;
+- a value read on the host (``.item()``, ``bool(t)``, ``.tolist()``) becomes a check in the replay:
+  the same bytes or the replay stops and the call is captured again. That is safe only while the call
+  has changed nothing it cannot redo; a read after such a change is a graph break;
+- Python state: ``p.grad`` set by the backward or ``zero_grad`` becomes a step that sets it again; an
+  optimizer's step runs as a host step (its Python, reading step counts and learning rates afresh);
+- modules run, for the guards on ``training`` and on their parameters' storage.
+
+Whatever else the call does that a replay would not redo is a graph break (``graph_break``).
+"""
+from __future__ import annotations
+
+import inspect
+import os
+import threading
+
+import numpy as np
+
+from .. import Tensor, kernels, no_grad
+from ..layout import Layout
+from ..ops.core import buf
+
+GRAPH_BREAK_KERNELS = {
+    "nonzero": "nonzero: its output's size depends on the tensor's values (nonzero, masked_select, boolean masks)",
+    "share_memory": "share_memory_: the tensor's memory moves to shared memory",
+    "open_shared": "a tensor is opened from another process's shared memory",
+}
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_signatures: dict = {}
+
+
+class GraphBreakError(RuntimeError):
+    """Raised with ``fullgraph=True`` where a call cannot be captured whole."""
+
+
+class ReadChanged(Exception):
+    """A replay read a different value on the host than the capture did."""
+
+
+def user_line() -> str:
+    """'file:line' of the innermost frame outside minidl: where the user's code did it."""
+    frame = inspect.currentframe()
+    while frame is not None:
+        path = os.path.abspath(frame.f_code.co_filename)
+        if not path.startswith(_PACKAGE + os.sep):
+            return f"{frame.f_code.co_filename}:{frame.f_lineno}"
+        frame = frame.f_back
+    return "<minidl>"
+
+
+def root(buf):
+    """The buffer that owns ``buf``'s memory (numpy and cupy views keep it as ``base``)."""
+    while getattr(buf, "base", None) is not None:
+        buf = buf.base
+    return buf
+
+
+def _positional(fn, args, kwargs):
+    """(args as a list in signature order, {argument name: position})."""
+    sig = _signatures.get(fn)
+    if sig is None:
+        sig = _signatures[fn] = inspect.signature(fn)
+    bound = sig.bind(*args, **kwargs)
+    bound.apply_defaults()
+    return list(bound.args), {name: i for i, name in enumerate(bound.arguments)}
+
+
+def _run_into(run, result):
+    """A host step whose tensor result later launches read: run it, and copy what it returns into the
+    tensor it returned when captured."""
+    with no_grad():
+        result.copy_(run())
+
+
+def _check_read(to_host, buf, expected: bytes, where: str):
+    if np.asarray(to_host(buf)).tobytes() != expected:
+        raise ReadChanged(f"a value read on the host at {where} changed")
+
+
+class Recorder:
+    def __init__(self, fullgraph: bool):
+        self.thread = threading.get_ident()
+        self.fullgraph = fullgraph
+        self.steps = []          # (callable, args): the replay, in order
+        self.draws = []          # (args list, seed position, offset position, generator, offset - start)
+        self.claims = {}         # generator -> [seed, first offset, end offset] of its draws in the call
+        self.own = {}            # id(root buffer) -> buffer, for the buffers made during the capture
+        self.wrote_state = False  # did the call change what it cannot redo (parameters, grads, state)?
+        self.reads = 0
+        self.entry_grads = []    # (leaf, its .grad when the call began): guards
+        self.grads_set = set()   # ids of leaves whose .grad the call set
+        self.modules = {}        # id -> module run during the call
+        self.backward_ran = False
+        self.broken = None       # (reason, 'file:line') of the first graph break
+        self.depth = 0           # > 0 inside a kernel or a host step: launches there are not steps
+        self.done = False        # the capture ended (a kernel kept from it launches plainly)
+
+    # -- kernels -------------------------------------------------------------------------------
+    def kernel(self, name, device_type, fn):
+        def launch(*args, **kwargs):
+            if self.depth or self.broken or self.done:
+                return fn(*args, **kwargs)
+            return self.launch(name, device_type, fn, args, kwargs)
+        return launch
+
+    def launch(self, name, device_type, fn, args, kwargs):
+        if name in GRAPH_BREAK_KERNELS:
+            self.graph_break(GRAPH_BREAK_KERNELS[name])
+            return fn(*args, **kwargs)
+        if name == "alloc":
+            return self._owned(fn(*args, **kwargs))
+        if name == "from_host":
+            return self._from_host(device_type, fn, args[0] if args else kwargs["array"])
+        if name == "to_host":
+            return self._read(fn, args[0] if args else kwargs["buf"])
+        args, where = _positional(fn, args, kwargs)
+        self.depth += 1
+        try:
+            result = fn(*args)
+        finally:
+            self.depth -= 1
+        for arg in kernels.WRITES.get(name, ()):
+            written = args[where[arg]]
+            for buf in written if isinstance(written, list) else (written,):
+                if buf is not None and id(root(buf)) not in self.own:
+                    self.wrote_state = True
+        if name in kernels.DRAWS:
+            self._draw(args, *(where[a] for a in kernels.DRAWS[name]))
+        self.steps.append((fn, args))
+        return result
+
+    def _owned(self, buf):
+        self.own[id(root(buf))] = buf
+        return buf
+
+    def _from_host(self, device_type, fn, array):
+        buf = fn(array)
+        if root(buf) is root(array):   # (on the CPU, the host array itself: memory the caller owns)
+            return buf
+        constant = fn(np.array(array, copy=True))
+        layout = Layout((buf.size,))
+        self.steps.append((kernels.lookup("copy", device_type), (constant, layout, buf, layout)))
+        return self._owned(buf)
+
+    def _read(self, to_host, buf):
+        host = to_host(buf)
+        if self.wrote_state:
+            self.graph_break("a tensor's value is read on the host (.item(), bool(), .tolist(), printing) after "
+                             "the call changed parameters, gradients or other state")
+            return host
+        self.reads += 1
+        self.steps.append((_check_read, (to_host, buf, np.asarray(host).tobytes(), user_line())))
+        return host
+
+    def _draw(self, args, seed_at, offset_at):
+        seed, offset = args[seed_at], args[offset_at]
+        for generator, (claimed_seed, start, end) in self.claims.items():
+            if seed == claimed_seed and start <= offset < end:
+                self.draws.append((args, seed_at, offset_at, generator, offset - start))
+                return
+        # (else drawn before the call, e.g. a backward replaying a forward's dropout: fixed arguments)
+
+    # -- what the lower layers report (minidl._tracing) ----------------------------------------------
+    def claim(self, generator, seed, offset, count):
+        found = self.claims.get(generator)
+        if found is None:
+            self.claims[generator] = [seed, offset, offset + count]
+        elif found[0] != seed or found[2] != offset:
+            self.graph_break("a generator is reseeded or set to another state during the call")
+        else:
+            found[2] = offset + count
+
+    def host_step(self, run):
+        if self.depth:   # (inside another host step or a kernel: part of that one)
+            return run()
+        self.depth += 1
+        try:
+            result = run()
+        finally:
+            self.depth -= 1
+        if not self.broken:
+            if isinstance(result, Tensor):   # (what launches after it read: the replay refreshes it in place)
+                self._owned(buf(result))
+                self.steps.append((_run_into, (run, result)))
+            else:
+                self.steps.append((run, ()))
+            self.wrote_state = True
+        return result
+
+    def accumulating(self, leaf):
+        """The backward is about to add into ``leaf.grad``: what it finds there is part of the capture."""
+        if id(leaf) not in self.grads_set:
+            self.entry_grads.append((leaf, leaf.grad))
+
+    def grad_set(self, leaf):
+        self.steps.append((setattr, (leaf, "grad", leaf.grad)))
+        self.grads_set.add(id(leaf))
+        if leaf.grad is not None:
+            self.wrote_state = True
+
+    def saw_module(self, module):
+        self.modules[id(module)] = module
+
+    def graph_break(self, reason: str):
+        if self.broken:
+            return
+        where = user_line()
+        if self.fullgraph:
+            raise GraphBreakError(f"minidl.compile(fullgraph=True): {reason}, at {where}")
+        self.broken = (reason, where)
+
