@@ -144,8 +144,9 @@ def token_batches(batch: int, seq: int) -> list:
     return [(np.ascontiguousarray(t[:, :-1]), np.ascontiguousarray(t[:, 1:])) for t in tokens]
 
 
-def build(lib, size: str, dropout=None, batch=None):
-    """(step closure returning the loss, model) for ``lib``; ``dropout``/``batch`` override the size's."""
+def build(lib, size: str, dropout=None, batch=None, compiled=False):
+    """(step closure returning the loss, model) for ``lib``; ``dropout``/``batch`` override the size's;
+    ``compiled``: the training step through ``lib.compile`` (the batch is its argument)."""
     c = SIZES[size]
     dropout = c["dropout"] if dropout is None else dropout
     lib.manual_seed(SEED)                                   # dropout masks (each library its own generator)
@@ -163,8 +164,7 @@ def build(lib, size: str, dropout=None, batch=None):
                             for x, y in token_batches(batch or c["batch"], c["seq"])])
     cross_entropy, clip = lib.nn.functional.cross_entropy, lib.nn.utils.clip_grad_norm_
 
-    def step():
-        x, y = next(data)
+    def train(x, y):
         opt.zero_grad()
         loss = cross_entropy(model(x).view(-1, VOCAB), y.view(-1))
         loss.backward()
@@ -172,6 +172,12 @@ def build(lib, size: str, dropout=None, batch=None):
         opt.step()
         return loss
 
+    train = lib.compile(train) if compiled else train
+
+    def step():
+        return train(*next(data))
+
+    step.train = train
     return step, model
 
 

@@ -74,10 +74,11 @@ SEQ, D_MODEL = 64, 128
 
 # ----------------------------------------------------------------------------- models
 def build(lib, model: str, batch: int | None = None, device: str = "cpu", capturable: bool = False,
-          dropout: float = 0.1):
+          dropout: float = 0.1, compiled: bool = False):
     """A step closure (model, optimizer, one batch) for ``lib`` (minidl or torch) on ``device``;
     same data for both. ``capturable``: Adam keeps its step count on the device, which torch needs
-    to capture the step in a CUDA graph; ``dropout``: the transformer's (the layer's default)."""
+    to capture the step in a CUDA graph; ``dropout``: the transformer's (the layer's default);
+    ``compiled``: the step through ``lib.compile``."""
     nn, F = lib.nn, lib.nn.functional
     lib.manual_seed(SEED)
     rng = np.random.default_rng(SEED)
@@ -121,7 +122,7 @@ def build(lib, model: str, batch: int | None = None, device: str = "cpu", captur
         opt.step()
         return loss
 
-    return step
+    return lib.compile(step) if compiled else step
 
 
 # ----------------------------------------------------------------------------- timing

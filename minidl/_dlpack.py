@@ -34,6 +34,7 @@ import weakref
 import numpy as np
 
 from . import _dtype as dt
+from . import _tracing
 from . import kernels
 from ._device import device as Device
 from ._tensor_base import Storage, as_device, make
@@ -188,6 +189,7 @@ def export(t, stream=-1, max_version=None, dl_device=None, copy=None):
                if negative else f"it lives on {t.device}, not {target}")
         raise BufferError(f"__dlpack__(copy=False): the tensor cannot be shared without a copy: {why}")
     copied = bool(copy) or negative or target != t.device
+    _tracing.graph_break("__dlpack__ hands another library the tensor's memory")
     t = t.detach()
     if target != t.device:
         t = t.to(target)    # (a packed copy)

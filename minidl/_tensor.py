@@ -48,6 +48,11 @@ class Tensor(TensorBase):
                 raise TypeError(f"can't convert {self.device} device type tensor to numpy. Use Tensor.cpu() "
                                 f"to copy the tensor to host memory first.")
             return self.cpu().numpy()
+        _tracing.graph_break("Tensor.numpy() (or numpy.asarray) hands numpy the tensor's memory: what is written "
+                             "through it is not seen")
+        return self._cpu_view()
+
+    def _cpu_view(self) -> np.ndarray:
         from .kernels.cpu.memory import numpy_view
         return numpy_view(self._storage.buf, self._layout)
 
@@ -69,7 +74,12 @@ class Tensor(TensorBase):
         """The elements as a numpy array on the host, for Python to read: bfloat16, which numpy
         lacks, widened to float32 (exact)."""
         t = self.detach()
-        return (t.float() if t.dtype is dt.bfloat16 else t).numpy(force=True)
+        t = t.float() if t.dtype is dt.bfloat16 else t
+        if t.device.type != "cpu":
+            t = t.cpu()   # (through the to_host kernel: minidl.compile's recorder sees the read)
+        else:
+            _tracing.host_read(t._storage.buf, "cpu")
+        return t._cpu_view()
 
     def item(self):
         if self.numel() != 1:

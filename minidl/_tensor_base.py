@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import sys
 
-from . import kernels
+from . import _tracing, kernels
 from ._device import device as Device
 from .autograd.variable import Variable
 from .layout import Layout, normalize_dim
@@ -97,9 +97,11 @@ class TensorBase(Variable):
             return False
         storage = self._storage  # referenced by this local, getrefcount's argument and the tensors
         holders = 3 if base is None else 4
+        recorder = _tracing.recording()   # (minidl.compile's recorder holds buffers for its graph, not as tensors)
+        graph = 0 if recorder is None else recorder.holding(storage.buf)
         return (storage.writable and self._layout.offset == 0 and self._layout.is_contiguous
                 and self._layout.numel == storage.buf.size
-                and sys.getrefcount(storage) <= holders and sys.getrefcount(storage.buf) <= 2)
+                and sys.getrefcount(storage) <= holders and sys.getrefcount(storage.buf) <= 2 + graph)
 
     def numel(self) -> int:
         return self._layout.numel

@@ -49,6 +49,14 @@ def graph_break(reason: str) -> None:
         rec.graph_break(reason)
 
 
+def host_read(buf, device_type: str) -> None:
+    """Tell the recorder on this thread, if any, that Python reads ``buf``'s values (a CPU tensor's
+    ``.item()``, ``bool()``, ``.tolist()``: no kernel runs for them)."""
+    rec = recording()
+    if rec is not None:
+        rec.host_read(buf, device_type)
+
+
 def host_step(run):
     """``run()`` now; while a call is being captured, also at every replay of it: for Python state
     that changes from call to call (an optimizer's step counts and learning rates, read afresh)."""

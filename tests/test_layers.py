@@ -23,7 +23,9 @@ def _readme_layers():
 LAYERS = _readme_layers()
 # libraries that use only the public API: minidl's own names, the faces of these packages, and each other
 PUBLIC_ONLY = ("minidl.nn", "minidl.optim", "minidl.utils", "minidl.vision", "minidl.multiprocessing")
-FACES = {"minidl", "minidl.ops", "minidl.autograd", "minidl.amp", "minidl.cuda", "minidl.dist"}
+# (and the slot through which the libraries tell minidl.compile what kernels cannot show: host steps,
+# graph breaks, modules run, gradients set)
+FACES = {"minidl", "minidl.ops", "minidl.autograd", "minidl.amp", "minidl.cuda", "minidl.dist", "minidl._tracing"}
 
 
 def _module_name(path):

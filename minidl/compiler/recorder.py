@@ -24,6 +24,7 @@ Whatever else the call does that a replay would not redo is a graph break (``gra
 """
 from __future__ import annotations
 
+import collections
 import inspect
 import os
 import threading
@@ -103,6 +104,8 @@ class Recorder:
         self.reads = 0
         self.entry_grads = []    # (leaf, its .grad when the call began): guards
         self.grads_set = set()   # ids of leaves whose .grad the call set
+        self.held = collections.Counter()   # id(buffer) -> references the recorder holds to it (see holding)
+        self.views = {}          # id -> each view of a buffer the steps hold
         self.modules = {}        # id -> module run during the call
         self.backward_ran = False
         self.broken = None       # (reason, 'file:line') of the first graph break
@@ -140,8 +143,24 @@ class Recorder:
                     self.wrote_state = True
         if name in kernels.DRAWS:
             self._draw(args, *(where[a] for a in kernels.DRAWS[name]))
-        self.steps.append((fn, args))
+        self._step(fn, args)
         return result
+
+    def _step(self, fn, args):
+        self.steps.append((fn, args))
+        for arg in args:
+            for buf in arg if isinstance(arg, list) else (arg,):
+                base = getattr(buf, "base", False)
+                if base is None:        # (each place that holds a buffer is a reference to it)
+                    self.held[id(buf)] += 1
+                elif base is not False and id(buf) not in self.views:   # (a view holds its base once)
+                    self.views[id(buf)] = buf
+                    self.held[id(base)] += 1
+
+    def holding(self, buf) -> int:
+        """How many references to ``buf`` the recorder holds: the graph's, which do not make it shared
+        (an op that adopts a buffer nobody else refers to, as AccumulateGrad does, discounts them)."""
+        return self.held[id(buf)] + (self.own.get(id(buf)) is buf)
 
     def _owned(self, buf):
         self.own[id(root(buf))] = buf
@@ -153,8 +172,12 @@ class Recorder:
             return buf
         constant = fn(np.array(array, copy=True))
         layout = Layout((buf.size,))
-        self.steps.append((kernels.lookup("copy", device_type), (constant, layout, buf, layout)))
+        self._step(kernels.lookup("copy", device_type), (constant, layout, buf, layout))
         return self._owned(buf)
+
+    def host_read(self, buf, device_type):
+        if not (self.depth or self.broken or self.done):
+            self._read(kernels.lookup("to_host", device_type), buf)
 
     def _read(self, to_host, buf):
         host = to_host(buf)
@@ -163,7 +186,7 @@ class Recorder:
                              "the call changed parameters, gradients or other state")
             return host
         self.reads += 1
-        self.steps.append((_check_read, (to_host, buf, np.asarray(host).tobytes(), user_line())))
+        self._step(_check_read, (to_host, buf, np.asarray(host).tobytes(), user_line()))
         return host
 
     def _draw(self, args, seed_at, offset_at):
