@@ -12,6 +12,7 @@ import os
 
 import numpy as np
 
+from .. import _tracing
 from . import algorithms, debug
 from .algorithms.agree import agree
 from .algorithms.channel import Channel
@@ -81,7 +82,9 @@ class ProcessGroup:
 
     def channel(self, what: str, comm=None, tag: int = 0, spin: bool = True) -> Channel:
         """``spin``: may the waits poll without sleeping for a while (see communicators.base.wait_all);
-        not on the communication thread, whose spinning would take a core from the compute."""
+        not on the communication thread, whose spinning would take a core from the compute. (A message,
+        as a collective in submit, is a graph break of minidl.compile.)"""
+        _tracing.graph_break(f"{what}: a message of minidl.dist")
         comm = comm or self.coll
         return Channel(comm, what, self.config.timeout, self.ranks, tag, comm.spin if spin else 0.0,
                        self.config.stall_seconds)
@@ -96,7 +99,9 @@ class ProcessGroup:
         """Run ``job(channel)`` on the communication thread; a Work if async_op, else wait for it.
         ``descriptor``: what the ranks agree on before the job (descriptor.describe); None where the
         job agrees itself (a small all-reduce carries its data in the agreement). ``fingerprint``:
-        what MINIDL_DIST_DEBUG compares across ranks (tensor, op, root ...)."""
+        what MINIDL_DIST_DEBUG compares across ranks (tensor, op, root ...). Communication is a graph
+        break of minidl.compile (a replay would not talk to the other ranks)."""
+        _tracing.graph_break(f"{what}: a collective or message of minidl.dist")
         self.check_usable(what)
         self.seq += 1
         seq = self.seq

@@ -43,8 +43,7 @@ def is_initialized() -> bool:
 
 def resolve(group, what: str):
     """The group a call means (the default one for None); None for a rank outside the group,
-    on which calls do nothing (as in torch.distributed). Communication is a graph break for minidl.compile."""
-    _tracing.graph_break(f"{what}: a collective or message of minidl.dist")
+    on which calls do nothing (as in torch.distributed)."""
     if group is GroupMember.NON_GROUP_MEMBER:
         return None
     found = _default() if group is None else group
