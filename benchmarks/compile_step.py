@@ -12,46 +12,48 @@ argument, in ``minidl.compile``). Per case:
 - what a replay spends outside the kernel launches: a call's time minus its launch loop's (guards, input copies,
   outputs), and the launches and host steps per step.
 
-Then the Python that remains per launch: a chain of 200 elementwise ops on a 1-element tensor, eager (per op) and
+Then the peak memory of training, compiled and eager (a graph keeps every buffer of its step between calls),
+and the Python that remains per launch: a chain of 200 elementwise ops on a 1-element tensor, eager (per op) and
 replayed (per launch), where the arithmetic itself costs next to nothing.
 
 Usage::
 
     python benchmarks/compile_step.py            # everything (~3 min on 2 cores)
     python benchmarks/compile_step.py --quick    # smoke run
-    python benchmarks/compile_step.py --cases gpt_tiny mlp
+    python benchmarks/compile_step.py --cases gpt_tiny mlp --no-memory
 """
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import sys
 import time
 
-from _bench_common import cpu_model, interleaved, libraries, log, log_rounds, versions
+from _bench_common import (cpu_model, interleaved, libraries, log, log_rounds, memory_child, run_memory_child,
+                           versions)
 
 import gpt_step
 import train_step
 
 TARGET = 1.0   # tiny GPT, compiled / torch eager
-CASES = {
-    "gpt_tiny": ("tiny GPT step (2 x 64, batch 8 x 64)", lambda lib, compiled: _gpt(lib, "tiny", compiled)),
+CASES = {   # name -> (label, build(lib, compiled, batch=None) -> step closure)
+    "gpt_tiny": ("tiny GPT step (2 x 64, batch 8 x 64)",
+                 lambda lib, compiled, batch=None: gpt_step.build(lib, "tiny", batch=batch, compiled=compiled)[0]),
     "gpt_small": ("small GPT step (4 x 128, batch 16 x 128, dropout 0.1)",
-                  lambda lib, compiled: _gpt(lib, "small", compiled)),
-    "mlp": ("MLP 784-512-512-10, batch 128, SGD", lambda lib, compiled: train_step.build(lib, "mlp", compiled=compiled)),
-    "lenet": ("LeNet, batch 64, Adam", lambda lib, compiled: train_step.build(lib, "lenet", compiled=compiled)),
+                  lambda lib, compiled, batch=None: gpt_step.build(lib, "small", batch=batch, compiled=compiled)[0]),
+    "mlp": ("MLP 784-512-512-10, batch 128, SGD",
+            lambda lib, compiled, batch=None: train_step.build(lib, "mlp", batch, compiled=compiled)),
+    "lenet": ("LeNet, batch 64, Adam",
+              lambda lib, compiled, batch=None: train_step.build(lib, "lenet", batch, compiled=compiled)),
     "lenet_bn": ("LeNet + BatchNorm, batch 64, Adam",
-                 lambda lib, compiled: train_step.build(lib, "lenet_bn", compiled=compiled)),
+                 lambda lib, compiled, batch=None: train_step.build(lib, "lenet_bn", batch, compiled=compiled)),
     "transformer": ("TransformerEncoderLayer d128, batch 16 x 64, Adam",
-                    lambda lib, compiled: train_step.build(lib, "transformer", compiled=compiled)),
+                    lambda lib, compiled, batch=None: train_step.build(lib, "transformer", batch, compiled=compiled)),
 }
+MEM_STEPS = 10
 STEPS = {"gpt_tiny": 10, "gpt_small": 3, "mlp": 40, "lenet": 12, "lenet_bn": 12, "transformer": 12}
-
-
-def _gpt(lib, size, compiled):
-    step, _ = gpt_step.build(lib, size, compiled=compiled)
-    return step
 
 
 def compiled_function(step):
@@ -103,6 +105,15 @@ def outside_launches(step, repeats: int) -> tuple:
     return statistics.median(calls) * 1e3, statistics.median(loops) * 1e3, len(graph.steps) - host, host
 
 
+def mem_child(case: str, compiled: str) -> None:
+    """Runs in a subprocess: the peak memory of training (train_step.py's method), as a JSON line."""
+    import minidl
+    minidl.set_num_threads(1)
+    build = CASES[case][1]
+    print(json.dumps(memory_child(lambda small: build(minidl, compiled == "compiled", 2 if small else None),
+                                  5, MEM_STEPS)))
+
+
 def per_launch(minidl, n_ops: int = 200, repeats: int = 200) -> tuple:
     """(µs per op eagerly, µs per launch replayed) on a chain of elementwise ops over one element."""
     def chain(x):
@@ -127,7 +138,11 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="short smoke run")
     ap.add_argument("--cases", nargs="*", choices=list(CASES), default=list(CASES))
+    ap.add_argument("--no-memory", action="store_true")
+    ap.add_argument("--mem-child", nargs=2, help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.mem_child:
+        return mem_child(*args.mem_child)
     t0 = time.perf_counter()
     libs = libraries()
     minidl, torch = libs["minidl"], libs.get("torch")
@@ -166,6 +181,15 @@ def main():
             met = r["compiled"] / t <= TARGET
             verdict = (f"tiny GPT compiled / torch eager: {r['compiled'] / t:.2f}x (target <= {TARGET}x) -> "
                        f"{'MET' if met else 'MISSED'}")
+    if not args.no_memory:
+        print(f"\n### Peak memory of training ({MEM_STEPS} steps after warm-up, 1 thread, one subprocess each; "
+              f"train_step.py's method)\n")
+        print("| step | compiled peak MiB | eager peak MiB | compiled / eager |\n|---|---:|---:|---:|")
+        for case in args.cases:
+            log(f"[{time.perf_counter() - t0:6.1f}s] {case}: memory")
+            peak = {how: run_memory_child(__file__, [case, how])["working"] / 1024 for how in ("compiled", "eager")}
+            print(f"| {CASES[case][0]} | {peak['compiled']:.1f} | {peak['eager']:.1f} | "
+                  f"{peak['compiled'] / max(peak['eager'], 1e-9):.2f}x |", flush=True)
     eager_us, replay_us = per_launch(minidl)
     print(f"\nPython per launch (a chain of 200 elementwise ops on one element): eager {eager_us:.1f} µs per op, "
           f"replayed {replay_us:.1f} µs per launch.\n")
