@@ -5,6 +5,7 @@
     python examples/train_digits.py --resume         # continue from the last checkpoint (it must exist)
     python examples/train_digits.py --device cuda    # on a GPU (MINIDL_CUDA_SIM=1: the CPU simulator)
     python examples/train_digits.py --tensorboard runs/digits   # then: tensorboard --logdir runs
+    python examples/train_digits.py --compile        # each training step through minidl.compile
 
 The script is written as a PyTorch user would write it: swap `minidl` for `torch` (and
 `minidl.vision` for `torchvision`-style code) and it reads the same.
@@ -49,20 +50,31 @@ def evaluate(model, loader, device="cpu"):
     return correct / total
 
 
-def train_epoch(model, loader, optimizer, desc, limit=None, show=True, device="cpu"):
-    """One pass over ``loader`` (at most ``limit`` batches) with a progress bar; the mean loss."""
-    model.train()
-    total_loss = seen = 0.0
-    batches = len(loader) if limit is None else min(len(loader), limit)
-    bar = tqdm(loader, total=batches, desc=desc, leave=False, file=sys.stdout, disable=None if show else True)
-    for step, (images, labels) in enumerate(bar):
-        if step == batches:
-            break
-        images, labels = images.to(device, non_blocking=True), labels.to(device, non_blocking=True)
+def training_step(model, optimizer):
+    """One step on a batch: the function ``--compile`` hands to ``minidl.compile`` (the batch is its argument,
+    so each call's batch reaches the replay)."""
+    def step(images, labels):
         loss = F.cross_entropy(model(images), labels)
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
+        return loss
+    return step
+
+
+def train_epoch(model, loader, optimizer, desc, limit=None, show=True, device="cpu", step=None):
+    """One pass over ``loader`` (at most ``limit`` batches) with a progress bar; the mean loss. ``step``: the
+    training step to call (default: ``training_step``'s, eagerly)."""
+    step = step or training_step(model, optimizer)
+    model.train()
+    total_loss = seen = 0.0
+    batches = len(loader) if limit is None else min(len(loader), limit)
+    bar = tqdm(loader, total=batches, desc=desc, leave=False, file=sys.stdout, disable=None if show else True)
+    for i, (images, labels) in enumerate(bar):
+        if i == batches:
+            break
+        images, labels = images.to(device, non_blocking=True), labels.to(device, non_blocking=True)
+        loss = step(images, labels)
         total_loss += loss.item() * labels.shape[0]
         seen += labels.shape[0]
         bar.set_postfix(loss=f"{total_loss / seen:.4f}")
@@ -92,6 +104,8 @@ def main(argv=None):
     parser.add_argument("--checkpoint", default=None, help="default: digits-<model>.safetensors")
     parser.add_argument("--resume", action="store_true", help="continue from the checkpoint, which must exist")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--compile", action="store_true",
+                        help="run each training step through minidl.compile (captured once, then replayed)")
     parser.add_argument("--limit-batches", type=positive_int, default=None,
                         help="train on at most this many batches an epoch")
     parser.add_argument("--tensorboard", metavar="DIR", default=None,
@@ -137,11 +151,14 @@ def main(argv=None):
         # a resumed run hides what an interrupted one logged after its checkpoint
         writer = SummaryWriter(args.tensorboard, purge_step=start_epoch + 1 if start_epoch else None)
 
+    step = training_step(model, optimizer)
+    if args.compile:
+        step = minidl.compile(step)
     began = time.perf_counter()
     accuracy = evaluate(model, test_loader, device)
     for epoch in range(start_epoch, epochs):
         loss = train_epoch(model, train_loader, optimizer, f"epoch {epoch + 1}/{epochs}", args.limit_batches,
-                           device=device)
+                           device=device, step=step)
         scheduler.step()
         accuracy = evaluate(model, test_loader, device)
         print(f"epoch {epoch + 1:3d}  loss {loss:.4f}  test accuracy {accuracy:.4f}  "

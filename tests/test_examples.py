@@ -73,6 +73,17 @@ def test_digits_mlp_trains_checkpoints_and_resumes(tmp_path):
     assert "resumed from digits-mlp.safetensors at epoch 6" in resumed and "epoch   7" in resumed
 
 
+def test_digits_compiled_steps_train_exactly_as_eager_ones(tmp_path):
+    """--compile replays each captured step (CNN: batch norm, dropout, Adam, a scheduler between epochs, the
+    last batch a new shape): the printed losses and accuracies are the eager run's, digit for digit."""
+    script = str(ROOT / "examples" / "train_digits.py")
+    args = ("--epochs", "2", "--limit-batches", "12", "--checkpoint", "digits.safetensors")
+    eager = _run(script, *args, cwd=tmp_path)
+    compiled = _run(script, *args, "--compile", cwd=tmp_path)
+    pattern = r"loss ([\d.]+)  test accuracy ([\d.]+)"
+    assert re.findall(pattern, compiled) == re.findall(pattern, eager) != [], (eager, compiled)
+
+
 def test_digits_logs_loss_and_accuracy_for_tensorboard(tmp_path):
     """--tensorboard DIR: each epoch's printed training loss and test accuracy, read back by
     TensorBoard's own reader; a resumed run goes on logging into the same run."""
