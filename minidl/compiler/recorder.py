@@ -136,10 +136,11 @@ class Recorder:
             result = fn(*args)
         finally:
             self.depth -= 1
-        for arg in kernels.WRITES.get(name, ()):
+        # (a kernel outside the contract, registered by the user, may write any of its arguments)
+        for arg in kernels.WRITES[name] if name in kernels.WRITES else where:
             written = args[where[arg]]
             for buf in written if isinstance(written, list) else (written,):
-                if buf is not None and id(root(buf)) not in self.own:
+                if getattr(buf, "base", False) is not False and id(root(buf)) not in self.own:
                     self.wrote_state = True
         if name in kernels.DRAWS:
             self._draw(args, *(where[a] for a in kernels.DRAWS[name]))
