@@ -19,6 +19,7 @@ active = None
 
 _here = threading.local()
 captures = 0   # recorders active on any thread: the fast path's test (one global read when none)
+_counting = threading.Lock()
 
 
 def recording():
@@ -32,14 +33,16 @@ def start_recording(recorder) -> None:
         raise RuntimeError("minidl.compile: a compiled function was called while another one was being "
                            "captured on the same thread; nested compiled calls are not supported")
     _here.recorder = recorder
-    captures += 1
+    with _counting:
+        captures += 1
 
 
 def stop_recording() -> None:
     global captures
     if getattr(_here, "recorder", None) is not None:
         _here.recorder = None
-        captures -= 1
+        with _counting:
+            captures -= 1
 
 
 def graph_break(reason: str) -> None:
