@@ -41,8 +41,8 @@ def fullgraph_ddp_step_raises(rank, size):
         step(mine(x, rank), mine(y, rank))
     except minidl.compiler.GraphBreakError as e:
         # (DDP's forward broadcasts its buffers first: the break names that collective and the line)
-        return [] if "broadcast: a collective or message of minidl.dist" in str(e) and "test_compile_dist.py:" in str(e) \
-            else [f"unexpected reason: {e}"]
+        expected = "broadcast: a collective or message of minidl.dist" in str(e) and "test_compile_dist.py:" in str(e)
+        return [] if expected else [f"unexpected reason: {e}"]
     return ["fullgraph=True did not raise on a DDP step"]
 
 
