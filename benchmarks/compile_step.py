@@ -101,8 +101,9 @@ def outside_launches(step, repeats: int) -> tuple:
         for run, args in graph.steps:
             run(*args)
         loops.append(time.perf_counter() - start)
-    host = sum(1 for run, args in graph.steps if not args or getattr(run, "__name__", "") == "_run_into")
-    return statistics.median(calls) * 1e3, statistics.median(loops) * 1e3, len(graph.steps) - host, host
+    host = graph.kinds.count("host")
+    launches = len(graph.kinds) - host - graph.kinds.count("grad") - graph.kinds.count("read")
+    return statistics.median(calls) * 1e3, statistics.median(loops) * 1e3, launches, host
 
 
 def mem_child(case: str, compiled: str) -> None:

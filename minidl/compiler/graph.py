@@ -21,6 +21,7 @@ _INPUT, _CLONE, _SAME = "input", "clone", "same"
 class Graph:
     def __init__(self, recorder, inputs, written, result):
         self.steps = recorder.steps
+        self.kinds = recorder.kinds     # per step: the primitive's name, or one of recorder.STEP_KINDS
         self.draws = recorder.draws
         self.claims = [(g, end - start) for g, (_, start, end) in recorder.claims.items()]
         self.reads = recorder.reads

@@ -40,6 +40,9 @@ GRAPH_BREAK_KERNELS = {
     "share_memory": "share_memory_: the tensor's memory moves to shared memory",
     "open_shared": "a tensor is opened from another process's shared memory",
 }
+# the steps that are no kernel launch: a value check, a host step, a gradient set
+STEP_KINDS = {"read": "a value read on the host, checked", "host": "a host step (its Python runs again)",
+              "grad": "a tensor's .grad set"}
 _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _signatures: dict = {}
 
@@ -97,6 +100,7 @@ class Recorder:
         self.thread = threading.get_ident()
         self.fullgraph = fullgraph
         self.steps = []          # (callable, args): the replay, in order
+        self.kinds = []          # what each step is: a primitive's name, or one of STEP_KINDS
         self.draws = []          # (args list, seed position, offset position, generator, offset - start)
         self.claims = {}         # generator -> [seed, first offset, end offset] of its draws in the call
         self.own = {}            # id(root buffer) -> buffer, for the buffers made during the capture
@@ -144,11 +148,13 @@ class Recorder:
                     self.wrote_state = True
         if name in kernels.DRAWS:
             self._draw(args, *(where[a] for a in kernels.DRAWS[name]))
-        self._step(fn, args)
+        self._step(name, fn, args)
         return result
 
-    def _step(self, fn, args):
+    def _step(self, kind, fn, args):
+        """Append a step: ``kind`` is the primitive's name, or one of STEP_KINDS for the others."""
         self.steps.append((fn, args))
+        self.kinds.append(kind)
         for arg in args:
             for buf in arg if isinstance(arg, list) else (arg,):
                 base = getattr(buf, "base", False)
@@ -173,7 +179,7 @@ class Recorder:
             return buf
         constant = fn(np.array(array, copy=True))
         layout = Layout((buf.size,))
-        self._step(kernels.lookup("copy", device_type), (constant, layout, buf, layout))
+        self._step("copy", kernels.lookup("copy", device_type), (constant, layout, buf, layout))
         return self._owned(buf)
 
     def host_read(self, buf, device_type):
@@ -187,7 +193,7 @@ class Recorder:
                              "the call changed parameters, gradients or other state")
             return host
         self.reads += 1
-        self._step(_check_read, (to_host, buf, np.asarray(host).tobytes(), user_line()))
+        self._step("read", _check_read, (to_host, buf, np.asarray(host).tobytes(), user_line()))
         return host
 
     def _draw(self, args, seed_at, offset_at):
@@ -219,9 +225,9 @@ class Recorder:
         if not self.broken:
             if isinstance(result, Tensor):   # (what launches after it read: the replay refreshes it in place)
                 self._owned(buf(result))
-                self.steps.append((_run_into, (run, result)))
+                self._step("host", _run_into, (run, result))
             else:
-                self.steps.append((run, ()))
+                self._step("host", run, ())
             self.wrote_state = True
         return result
 
@@ -231,7 +237,7 @@ class Recorder:
             self.entry_grads.append((leaf, leaf.grad))
 
     def grad_set(self, leaf):
-        self.steps.append((setattr, (leaf, "grad", leaf.grad)))
+        self._step("grad", setattr, (leaf, "grad", leaf.grad))
         self.grads_set.add(id(leaf))
         if leaf.grad is not None:
             self.wrote_state = True
