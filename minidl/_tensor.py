@@ -49,6 +49,10 @@ class Tensor(TensorBase):
                                 f"to copy the tensor to host memory first.")
             return self.cpu().numpy()
         from .kernels.cpu.memory import numpy_view
+        if _tracing.captures:   # (a CPU read needs no to_host kernel: tell the recorder, or it cannot check it)
+            recorder = _tracing.recording()
+            if recorder is not None:
+                recorder.read_view(self._storage.buf, self._layout)
         return numpy_view(self._storage.buf, self._layout)
 
     def __array__(self, dtype=None, copy=None):

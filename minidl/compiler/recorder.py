@@ -31,6 +31,7 @@ import threading
 import numpy as np
 
 from .. import Tensor, kernels, no_grad
+from ..kernels.cpu.memory import numpy_view
 from ..layout import Layout
 from ..ops.core import buf
 
@@ -88,6 +89,11 @@ def _run_into(run, result):
 
 def _check_read(to_host, buf, expected: bytes, where: str):
     if np.asarray(to_host(buf)).tobytes() != expected:
+        raise ReadChanged(f"a value read on the host at {where} changed")
+
+
+def _check_view(buf, layout, expected: bytes, where: str):
+    if numpy_view(buf, layout).tobytes() != expected:
         raise ReadChanged(f"a value read on the host at {where} changed")
 
 
@@ -158,13 +164,23 @@ class Recorder:
 
     def _read(self, to_host, buf):
         host = to_host(buf)
+        self._note_read(_check_read, to_host, buf, np.asarray(host).tobytes())
+        return host
+
+    def read_view(self, buf, layout):
+        """A CPU tensor is read through a numpy view of its memory (``.numpy()``, ``.item()``, ``bool()``):
+        no ``to_host`` kernel runs, so ``Tensor.numpy`` reports it here."""
+        if self.depth or self.broken or self.done:
+            return
+        self._note_read(_check_view, buf, layout, numpy_view(buf, layout).tobytes())
+
+    def _note_read(self, check, source, buf, expected: bytes):
         if self.wrote_state:
             self.graph_break("a tensor's value is read on the host (.item(), bool(), .tolist(), printing) after "
                              "the call changed parameters, gradients or other state")
-            return host
+            return
         self.reads += 1
-        self.steps.append((_check_read, (to_host, buf, np.asarray(host).tobytes(), user_line())))
-        return host
+        self.steps.append((check, (source, buf, expected, user_line())))
 
     def _draw(self, args, seed_at, offset_at):
         seed, offset = args[seed_at], args[offset_at]
