@@ -54,3 +54,14 @@ def host_step(run):
     that changes from call to call (an optimizer's step counts and learning rates, read afresh)."""
     rec = recording()
     return run() if rec is None else rec.host_step(run)
+
+
+def host_check(check) -> None:
+    """``check()`` now; while a call is being captured, also at every replay of it. For an op's check of
+    its arguments' values (an index in range) that only decides whether to raise: its reads are not
+    guards (a replay with other values in range must not capture again), and a replay still raises."""
+    rec = recording()
+    if rec is None:
+        check()
+    else:
+        rec.host_check(check)

@@ -217,6 +217,15 @@ class Recorder:
             self.wrote_state = True
         return result
 
+    def host_check(self, check):
+        self.depth += 1   # (its reads are not guards)
+        try:
+            check()
+        finally:
+            self.depth -= 1
+        if not self.broken:
+            self.steps.append((check, ()))
+
     def accumulating(self, leaf):
         """The backward is about to add into ``leaf.grad``: what it finds there is part of the capture."""
         if id(leaf) not in self.grads_set:
