@@ -81,10 +81,10 @@ class CompiledFunction:
         finally:
             _tracing.stop_recording()
             recorder.done = True
-        written = [i for i, own in enumerate(inputs) if own._version != versions[i]]
-        with no_grad():
-            for i in written:
-                tensors[i].copy_(inputs[i])
+            written = [i for i, own in enumerate(inputs) if own._version != versions[i]]
+            with no_grad():   # (even when the call raises: eagerly its writes stay)
+                for i in written:
+                    tensors[i].copy_(inputs[i])
         back = {id(own): t for t, own in zip(tensors, inputs)}
         if not recorder.broken:
             _check_result(recorder, result)
