@@ -728,3 +728,41 @@ def test_output_view_of_an_argument_aliases_it():
     g(x)
     g(x).add_(1)
     same(x[0], data(0, 3, 4)[0] + 1)
+
+
+def test_output_size_read_from_values_recaptures():
+    """bincount's length is its input's largest value, read on the host: a replay with a larger value must
+    capture again (it raised IndexError when CPU reads were not checked)."""
+    f = lambda x: minidl.bincount(x) * 2  # noqa: E731
+    g = minidl.compile(f)
+    for values in ([0, 1, 1], [0, 1, 2], [2, 2, 5], [1, 0, 1]):
+        x = minidl.from_numpy(np.array(values))
+        out = g(x)
+        assert out.shape == f(x).shape
+        same(out, f(x))
+    assert compiled_of(g).captures == 3
+
+
+def test_autocast_change_recaptures():
+    lin = nn.Linear(4, 4).requires_grad_(False)
+    g = minidl.compile(lambda x: lin(x))
+    x = data(0, 3, 4, dtype=minidl.float32)
+    for _ in range(2):
+        same(g(x), lin(x))
+        with minidl.autocast("cpu", dtype=minidl.bfloat16):
+            out, ref = g(x), lin(x)
+        assert out.dtype == ref.dtype == minidl.bfloat16
+        same(out.float(), ref.float())
+    assert n_graphs(g) == 2
+
+
+def test_learning_rate_set_by_hand_between_replays():
+    """The optimizer's step runs its Python at every replay, so an lr set by the user is read afresh."""
+    m_e, o_e, eager, m_c, o_c, comp = training_pair(mlp, lambda p: minidl.optim.SGD(p, lr=0.1, momentum=0.9),
+                                                    F.cross_entropy, minidl.float64)
+    for i in range(4):
+        if i == 2:
+            o_e.param_groups[0]["lr"] = o_c.param_groups[0]["lr"] = 0.01
+        same(eager(*mlp_batches(i)), comp(*mlp_batches(i)))
+        same_state(m_e, m_c)
+    assert n_graphs(comp) == 1
