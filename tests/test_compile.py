@@ -602,7 +602,7 @@ def test_embedding_index_check_is_no_guard_and_still_raises():
     assert n_graphs(g) == 1
 
 
-# ----------------------------------------------------------------------------------------------- what a replay cannot see
+# ----------------------------------------------------------------------------------------- what a replay cannot see
 def test_manual_seed_inside_the_call_breaks():
     """A call that reseeds draws the same numbers every time eagerly; a replay would draw on from where the
     generator stands, so the reseed is a graph break."""
