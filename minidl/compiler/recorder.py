@@ -227,8 +227,9 @@ class Recorder:
             self.steps.append((check, ()))
 
     def accumulating(self, leaf):
-        """The backward is about to add into ``leaf.grad``: what it finds there is part of the capture."""
-        if id(leaf) not in self.grads_set:
+        """The backward is about to add into ``leaf.grad``: what it finds there is part of the capture (unless
+        the leaf was made by the call: a replay's .grad of it is the replay's own, whatever the last one left)."""
+        if id(leaf) not in self.grads_set and id(root(buf(leaf))) not in self.own:
             self.entry_grads.append((leaf, leaf.grad))
 
     def grad_set(self, leaf):
