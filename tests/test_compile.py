@@ -807,3 +807,30 @@ def test_output_that_requires_grad_besides_a_backward():
     w.grad = None
     g(data(1, 4)).backward()
     same(w.grad, data(1, 4) * 3)
+
+
+def test_gradient_penalty_step_replays():
+    """A step with autograd.grad(create_graph=True) on a leaf it makes itself (a gradient penalty): equal to eager
+    and one graph (the .grad the backward leaves on that leaf is no guard: it is the graph's own)."""
+    out = []
+    for compiled in (False, True):
+        minidl.manual_seed(0)
+        model = nn.Sequential(nn.Linear(6, 8), nn.Tanh(), nn.Linear(8, 1)).double()
+        opt = minidl.optim.Adam(model.parameters(), lr=1e-2)
+
+        def step(x, model=model, opt=opt):
+            opt.zero_grad()
+            x = x.clone().requires_grad_()
+            y = model(x).sum()
+            g, = minidl.autograd.grad(y, x, create_graph=True)
+            loss = y + (g.norm() - 1) ** 2
+            loss.backward()
+            opt.step()
+            return loss
+        run = minidl.compile(step) if compiled else step
+        out.append((model, [run(data(i, 5, 6)) for i in range(4)], run))
+    (m_e, l_e, _), (m_c, l_c, run) = out
+    for a, b in zip(l_e, l_c):
+        same(a, b)
+    same_state(m_e, m_c)
+    assert n_graphs(run) == 1
