@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 
+from .. import _tracing
 from . import communicators
 from .group import ProcessGroup, config_from
 from .launch import fit_threads_to_cores, launched_by_mpi
