@@ -834,3 +834,29 @@ def test_gradient_penalty_step_replays():
         same(a, b)
     same_state(m_e, m_c)
     assert n_graphs(run) == 1
+
+
+def test_threads_calling_one_compiled_function():
+    """Replays share the graph's buffers, so two threads replaying at once overwrote each other's values (hogwild
+    training with a compiled step): a call made while another thread uses the graphs runs eagerly."""
+    w = data(0, 32, 32)
+
+    def f(x):
+        h = x
+        for _ in range(8):
+            h = (h @ w).tanh()
+        return h
+    g = minidl.compile(f)
+    g(data(1, 16, 32))
+    wrong = []
+
+    def worker(seed):
+        x = data(seed, 16, 32)
+        ref = f(x).numpy()
+        wrong.extend(i for i in range(100) if not np.array_equal(g(x).numpy(), ref))
+    threads = [threading.Thread(target=worker, args=(s,)) for s in (2, 3, 4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not wrong and n_graphs(g) == 1
