@@ -10,7 +10,8 @@ What a list of launches cannot hold is handled here too:
 
 - buffers: a buffer allocated during the capture is the graph's own, and replays reuse it;
 - constants copied from the host (``from_host``) are copied again at every replay, from a device copy
-  taken at capture time, so a buffer the graph also writes starts each replay as it started the capture;
+  taken at capture time, so a buffer the graph also writes starts each replay as it started the capture
+  (on the CPU the buffer is the host array itself: it is restored at the replay's start once written);
 - random draws: a generator's (seed, offset) claims are noted, and each replay draws from where the
   generator stands then (``DRAWS`` names the arguments), advancing it as the eager call would;
 - a value read on the host (``.item()``, ``bool(t)``, ``.tolist()``) becomes a check in the replay:
@@ -105,6 +106,7 @@ class Recorder:
         self.draws = []          # (args list, seed position, offset position, generator, offset - start)
         self.claims = {}         # generator -> [seed, first offset, end offset] of its draws in the call
         self.own = {}            # id(root buffer) -> buffer, for the buffers made during the capture
+        self.host_arrays = {}    # id(root) -> (buffer, its values): CPU tensors made from host data, until written
         self.wrote_state = False  # did the call change what it cannot redo (parameters, grads, state)?
         self.reads = 0
         self.entry_grads = []    # (leaf, its .grad when the call began): guards
@@ -144,6 +146,9 @@ class Recorder:
             for buf in written if isinstance(written, list) else (written,):
                 if buf is not None and id(root(buf)) not in self.own:
                     self.wrote_state = True
+                elif buf is not None and id(root(buf)) in self.host_arrays:   # (it must start each replay as made)
+                    made, values = self.host_arrays.pop(id(root(buf)))
+                    self.steps.insert(0, (np.copyto, (made, values)))
         if name in kernels.DRAWS:
             self._draw(args, *(where[a] for a in kernels.DRAWS[name]))
         self.steps.append((fn, args))
@@ -155,8 +160,9 @@ class Recorder:
 
     def _from_host(self, device_type, fn, array):
         buf = fn(array)
-        if root(buf) is root(array):   # (on the CPU, the host array itself: memory the caller owns)
-            return buf
+        if root(buf) is root(array):   # (on the CPU, the host array minidl made for the new tensor itself)
+            self.host_arrays[id(root(buf))] = (buf, np.array(buf, copy=True))
+            return self._owned(buf)
         constant = fn(np.array(array, copy=True))
         layout = Layout((buf.size,))
         self.steps.append((kernels.lookup("copy", device_type), (constant, layout, buf, layout)))
