@@ -860,3 +860,19 @@ def test_threads_calling_one_compiled_function():
     for t in threads:
         t.join()
     assert not wrong and n_graphs(g) == 1
+
+
+def test_tensor_made_from_python_data_starts_each_replay_as_made():
+    """minidl.tensor([...]) inside the call: on the CPU its buffer is the host array itself, and a replay that
+    wrote into it started the next one from the written values (each call drifted); the tensor returned must be
+    a new one each call too."""
+    def f(x):
+        t = minidl.tensor([1.0, 2.0], dtype=minidl.float64)
+        t.add_(x)
+        return t
+    g = minidl.compile(f)
+    x = data(0, 2)
+    outs = [g(x) for _ in range(3)]
+    for out in outs:
+        same(out, f(x))
+    assert outs[0] is not outs[1] and n_graphs(g) == 1
