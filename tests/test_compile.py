@@ -876,3 +876,33 @@ def test_tensor_made_from_python_data_starts_each_replay_as_made():
     for out in outs:
         same(out, f(x))
     assert outs[0] is not outs[1] and n_graphs(g) == 1
+
+
+@pytest.mark.xfail(strict=True, reason="design: `p.grad = None` written by Python inside the call (as in "
+                                       "examples/train_mlp.py) is not seen (Variable.grad is a plain slot), so "
+                                       "the .grad guard fails at every call and the step captures again each "
+                                       "time (results stay right, nothing is replayed)")
+def test_grads_set_to_none_by_hand_replay():
+    minidl.manual_seed(0)
+    w = [minidl.randn(2, 8, dtype=minidl.float64).requires_grad_(),
+         minidl.randn(8, 3, dtype=minidl.float64).requires_grad_()]
+    ref = [p.detach().clone().requires_grad_() for p in w]
+
+    def make(params):
+        def step(x, y):
+            loss = F.cross_entropy((x @ params[0]).relu() @ params[1], y)
+            for p in params:
+                p.grad = None
+            loss.backward()
+            with minidl.no_grad():
+                for p in params:
+                    p -= 0.5 * p.grad
+            return loss
+        return step
+    eager, comp = make(ref), minidl.compile(make(w))
+    x, y = data(0, 10, 2), labels(1, 10, 3)
+    for _ in range(4):
+        same(eager(x, y), comp(x, y))
+        for a, b in zip(ref, w):
+            same(a, b)
+    assert compiled_of(comp).captures == 1
