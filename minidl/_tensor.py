@@ -54,6 +54,10 @@ class Tensor(TensorBase):
 
     def _cpu_view(self) -> np.ndarray:
         from .kernels.cpu.memory import numpy_view
+        if _tracing.captures:   # (a CPU read needs no to_host kernel: tell the recorder, or it cannot check it)
+            recorder = _tracing.recording()
+            if recorder is not None:
+                recorder.read_view(self._storage.buf, self._layout)
         return numpy_view(self._storage.buf, self._layout)
 
     def __array__(self, dtype=None, copy=None):
@@ -77,8 +81,6 @@ class Tensor(TensorBase):
         t = t.float() if t.dtype is dt.bfloat16 else t
         if t.device.type != "cpu":
             t = t.cpu()   # (through the to_host kernel: minidl.compile's recorder sees the read)
-        else:
-            _tracing.host_read(t._storage.buf, "cpu")
         return t._cpu_view()
 
     def item(self):

@@ -52,16 +52,19 @@ def graph_break(reason: str) -> None:
         rec.graph_break(reason)
 
 
-def host_read(buf, device_type: str) -> None:
-    """Tell the recorder on this thread, if any, that Python reads ``buf``'s values (a CPU tensor's
-    ``.item()``, ``bool()``, ``.tolist()``: no kernel runs for them)."""
-    rec = recording()
-    if rec is not None:
-        rec.host_read(buf, device_type)
-
-
 def host_step(run):
     """``run()`` now; while a call is being captured, also at every replay of it: for Python state
     that changes from call to call (an optimizer's step counts and learning rates, read afresh)."""
     rec = recording()
     return run() if rec is None else rec.host_step(run)
+
+
+def host_check(check) -> None:
+    """``check()`` now; while a call is being captured, also at every replay of it. For an op's check of
+    its arguments' values (an index in range) that only decides whether to raise: its reads are not
+    guards (a replay with other values in range must not capture again), and a replay still raises."""
+    rec = recording()
+    if rec is None:
+        check()
+    else:
+        rec.host_check(check)

@@ -9,6 +9,7 @@ keeps no graph: that key then always runs eagerly (with ``fullgraph=True`` the b
 from __future__ import annotations
 
 import logging
+import threading
 
 from .. import _tracing, no_grad
 from ..ops.core import buf
@@ -29,6 +30,7 @@ class CompiledFunction:
         self.captures = 0
         self.last_key = None
         self.limit_reported = False
+        self.lock = threading.Lock()   # one call at a time uses the graphs' buffers; others run eagerly
 
     def reset(self) -> None:
         self.graphs.clear()
@@ -40,6 +42,14 @@ class CompiledFunction:
     def __call__(self, *args, **kwargs):
         if _tracing.recording() is not None:   # (inside another capture: its recorder sees our kernels)
             return self.fn(*args, **kwargs)
+        if not self.lock.acquire(blocking=False):   # (another thread replays or captures: its buffers are busy)
+            return self.fn(*args, **kwargs)
+        try:
+            return self._call(args, kwargs)
+        finally:
+            self.lock.release()
+
+    def _call(self, args, kwargs):
         key, tensors = call_key(args, kwargs)
         why = None
         for graph in self.graphs.get(key, ()):
@@ -81,10 +91,10 @@ class CompiledFunction:
         finally:
             _tracing.stop_recording()
             recorder.done = True
-        written = [i for i, own in enumerate(inputs) if own._version != versions[i]]
-        with no_grad():
-            for i in written:
-                tensors[i].copy_(inputs[i])
+            written = [i for i, own in enumerate(inputs) if own._version != versions[i]]
+            with no_grad():   # (even when the call raises: eagerly its writes stay)
+                for i in written:
+                    tensors[i].copy_(inputs[i])
         back = {id(own): t for t, own in zip(tensors, inputs)}
         if not recorder.broken:
             _check_result(recorder, result)

@@ -29,8 +29,12 @@ class Graph:
         self.written = written          # positions of the arguments the call wrote in place
         self.entry_grads = recorder.entry_grads
         self.modules = [(m, m.training) for m in recorder.modules.values()]
+        self.hooked = list(recorder.modules.values())   # (a capture with forward hooks is a graph break)
         self.memory = [(t, t.data_ptr()) for m in recorder.modules.values()
                        for t in (*m.parameters(recurse=False), *m.buffers(recurse=False))]
+        leaves = {id(t): t for t, _ in self.memory}
+        leaves.update((id(leaf), leaf) for leaf, _ in recorder.entry_grads)
+        self.requires_grad = [(t, t.requires_grad) for t in leaves.values()]
         owned = recorder.own
         index = {id(t): i for i, t in enumerate(inputs)}
         self.result = _plan(result, lambda t: (_INPUT, index[id(t)]) if id(t) in index else
@@ -44,6 +48,12 @@ class Graph:
         for t, address in self.memory:
             if t.data_ptr() != address:
                 return f"a parameter or buffer of shape {list(t.shape)} was replaced"
+        for t, requires_grad in self.requires_grad:
+            if t.requires_grad is not requires_grad:
+                return f"requires_grad of a tensor of shape {list(t.shape)} changed to {t.requires_grad}"
+        for module in self.hooked:
+            if module._forward_pre_hooks or module._forward_hooks:
+                return f"a forward hook was registered on {type(module).__name__}"
         for leaf, grad in self.entry_grads:
             if leaf.grad is not grad:
                 return f"the .grad of a tensor of shape {list(leaf.shape)} is not the one the capture added into"

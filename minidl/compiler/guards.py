@@ -3,8 +3,9 @@
 Two kinds. The call's key, hashed to find its graphs: each tensor argument's shape, strides, dtype,
 device and requires_grad; other arguments' values (numbers, strings, None; containers item by item;
 any other object by identity); grad mode, autocast state and the default dtype. And each graph's own
-checks (``Graph.stale``): the modules it ran are in the same training mode and their parameters and
-buffers in the same memory, and each ``.grad`` the backward added into is the one it found.
+checks (``Graph.stale``): the modules it ran are in the same training mode, have no forward hooks, and
+their parameters and buffers are in the same memory with the same requires_grad, and each ``.grad`` the
+backward added into is the one it found (and its tensor's requires_grad unchanged).
 """
 from __future__ import annotations
 

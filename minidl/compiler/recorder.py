@@ -10,7 +10,8 @@ What a list of launches cannot hold is handled here too:
 
 - buffers: a buffer allocated during the capture is the graph's own, and replays reuse it;
 - constants copied from the host (``from_host``) are copied again at every replay, from a device copy
-  taken at capture time, so a buffer the graph also writes starts each replay as it started the capture;
+  taken at capture time, so a buffer the graph also writes starts each replay as it started the capture
+  (on the CPU the buffer is the host array itself: it is restored at the replay's start once written);
 - random draws: a generator's (seed, offset) claims are noted, and each replay draws from where the
   generator stands then (``DRAWS`` names the arguments), advancing it as the eager call would;
 - a value read on the host (``.item()``, ``bool(t)``, ``.tolist()``) becomes a check in the replay:
@@ -32,6 +33,7 @@ import threading
 import numpy as np
 
 from .. import Tensor, kernels, no_grad
+from ..kernels.cpu.memory import numpy_view
 from ..layout import Layout
 from ..ops.core import buf
 
@@ -42,7 +44,8 @@ GRAPH_BREAK_KERNELS = {
 }
 # the steps that are no kernel launch: a value check, a host step, a gradient set
 STEP_KINDS = {"read": "a value read on the host, checked", "host": "a host step (its Python runs again)",
-              "grad": "a tensor's .grad set"}
+              "grad": "a tensor's .grad set", "check": "an op's check of its arguments' values, run again",
+              "restore": "a CPU tensor made from host data, restored to its values"}
 _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _signatures: dict = {}
 
@@ -95,6 +98,11 @@ def _check_read(to_host, buf, expected: bytes, where: str):
         raise ReadChanged(f"a value read on the host at {where} changed")
 
 
+def _check_view(buf, layout, expected: bytes, where: str):
+    if numpy_view(buf, layout).tobytes() != expected:
+        raise ReadChanged(f"a value read on the host at {where} changed")
+
+
 class Recorder:
     def __init__(self, fullgraph: bool):
         self.thread = threading.get_ident()
@@ -104,6 +112,7 @@ class Recorder:
         self.draws = []          # (args list, seed position, offset position, generator, offset - start)
         self.claims = {}         # generator -> [seed, first offset, end offset] of its draws in the call
         self.own = {}            # id(root buffer) -> buffer, for the buffers made during the capture
+        self.host_arrays = {}    # id(root) -> (buffer, its values): CPU tensors made from host data, until written
         self.wrote_state = False  # did the call change what it cannot redo (parameters, grads, state)?
         self.reads = 0
         self.entry_grads = []    # (leaf, its .grad when the call began): guards
@@ -146,6 +155,10 @@ class Recorder:
             for buf in written if isinstance(written, list) else (written,):
                 if getattr(buf, "base", False) is not False and id(root(buf)) not in self.own:
                     self.wrote_state = True
+                elif buf is not None and id(root(buf)) in self.host_arrays:   # (it must start each replay as made)
+                    made, values = self.host_arrays.pop(id(root(buf)))
+                    self.steps.insert(0, (np.copyto, (made, values)))
+                    self.kinds.insert(0, "restore")
         if name in kernels.DRAWS:
             self._draw(args, *(where[a] for a in kernels.DRAWS[name]))
         self._step(name, fn, args)
@@ -175,26 +188,33 @@ class Recorder:
 
     def _from_host(self, device_type, fn, array):
         buf = fn(array)
-        if root(buf) is root(array):   # (on the CPU, the host array itself: memory the caller owns)
-            return buf
+        if root(buf) is root(array):   # (on the CPU, the host array minidl made for the new tensor itself)
+            self.host_arrays[id(root(buf))] = (buf, np.array(buf, copy=True))
+            return self._owned(buf)
         constant = fn(np.array(array, copy=True))
         layout = Layout((buf.size,))
         self._step("copy", kernels.lookup("copy", device_type), (constant, layout, buf, layout))
         return self._owned(buf)
 
-    def host_read(self, buf, device_type):
-        if not (self.depth or self.broken or self.done):
-            self._read(kernels.lookup("to_host", device_type), buf)
-
     def _read(self, to_host, buf):
         host = to_host(buf)
+        self._note_read(_check_read, to_host, buf, np.asarray(host).tobytes())
+        return host
+
+    def read_view(self, buf, layout):
+        """A CPU tensor is read through a numpy view of its memory (``.numpy()``, ``.item()``, ``bool()``):
+        no ``to_host`` kernel runs, so ``Tensor.numpy`` reports it here."""
+        if self.depth or self.broken or self.done:
+            return
+        self._note_read(_check_view, buf, layout, numpy_view(buf, layout).tobytes())
+
+    def _note_read(self, check, source, buf, expected: bytes):
         if self.wrote_state:
             self.graph_break("a tensor's value is read on the host (.item(), bool(), .tolist(), printing) after "
                              "the call changed parameters, gradients or other state")
-            return host
+            return
         self.reads += 1
-        self._step("read", _check_read, (to_host, buf, np.asarray(host).tobytes(), user_line()))
-        return host
+        self._step("read", check, (source, buf, expected, user_line()))
 
     def _draw(self, args, seed_at, offset_at):
         seed, offset = args[seed_at], args[offset_at]
@@ -231,9 +251,19 @@ class Recorder:
             self.wrote_state = True
         return result
 
+    def host_check(self, check):
+        self.depth += 1   # (its reads are not guards)
+        try:
+            check()
+        finally:
+            self.depth -= 1
+        if not self.broken:
+            self._step("check", check, ())
+
     def accumulating(self, leaf):
-        """The backward is about to add into ``leaf.grad``: what it finds there is part of the capture."""
-        if id(leaf) not in self.grads_set:
+        """The backward is about to add into ``leaf.grad``: what it finds there is part of the capture (unless
+        the leaf was made by the call: a replay's .grad of it is the replay's own, whatever the last one left)."""
+        if id(leaf) not in self.grads_set and id(root(buf(leaf))) not in self.own:
             self.entry_grads.append((leaf, leaf.grad))
 
     def grad_set(self, leaf):

@@ -474,6 +474,8 @@ class Module:
             recorder = _tracing.recording()
             if recorder is not None:
                 recorder.saw_module(self)
+                if self._forward_pre_hooks or self._forward_hooks:
+                    recorder.graph_break(f"{type(self).__name__} has forward hooks (Python a replay would skip)")
         for hook, with_kwargs in list(self._forward_pre_hooks.values()):
             if with_kwargs:
                 result = hook(self, args, kwargs)

@@ -7,6 +7,7 @@ attaches to this declaration: ``rule(row indices, values, table size)``.
 from __future__ import annotations
 
 from .. import _dtype as dt
+from .. import _tracing
 from ..autograd import Function, no_grad
 from .creation import zeros
 from .registry import OPS, op
@@ -59,9 +60,14 @@ def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0, sca
                                  f"{weight.shape[0]} rows)")
         padding_idx %= weight.shape[0]
     input = input.long()
-    if input.numel() and (int(input.min()) < 0 or int(input.max()) >= weight.shape[0]):
-        raise IndexError(f"index out of range in self (embedding: indices from {int(input.min())} to "
-                         f"{int(input.max())} for {weight.shape[0]} rows)")
+    if input.numel():
+        lo, hi, rows = input.min(), input.max(), weight.shape[0]
+
+        def check():   # (a replay checks again: minidl.compile)
+            if int(lo) < 0 or int(hi) >= rows:
+                raise IndexError(f"index out of range in self (embedding: indices from {int(lo)} to {int(hi)} "
+                                 f"for {rows} rows)")
+        _tracing.host_check(check)
     if max_norm is not None:
         _renorm_(weight, input, max_norm, norm_type)
     return Embedding.apply(weight, input, padding_idx, scale_grad_by_freq, sparse)

@@ -21,6 +21,13 @@ DEFAULT_SEED = 67280421310721
 _STATE = struct.Struct("<QQ")  # seed, offset
 
 
+def _reseeded() -> None:
+    """A generator is reseeded: a replay of minidl.compile draws on from where each generator stands, so
+    a call that sets one (and would draw the same numbers every time) is a graph break."""
+    if _tracing.captures:
+        _tracing.graph_break("a generator is reseeded or set to another state during the call")
+
+
 class Generator:
     def __init__(self, device="cpu"):
         self.device = as_device(device)
@@ -28,6 +35,7 @@ class Generator:
         self._offset = 0
 
     def manual_seed(self, seed: int) -> "Generator":
+        _reseeded()
         self._seed = int(seed) % (1 << 64)  # negative seeds wrap, as in PyTorch
         self._offset = 0
         return self
@@ -47,6 +55,7 @@ class Generator:
         raw = bytes(np.asarray(new_state.cpu().numpy() if hasattr(new_state, "_layout") else new_state, np.uint8))
         if len(raw) != _STATE.size:
             raise RuntimeError(f"set_state: expected a state of {_STATE.size} bytes (seed, offset), got {len(raw)}")
+        _reseeded()
         self._seed, self._offset = _STATE.unpack(raw)
         return self
 
