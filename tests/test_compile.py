@@ -878,11 +878,9 @@ def test_tensor_made_from_python_data_starts_each_replay_as_made():
     assert outs[0] is not outs[1] and n_graphs(g) == 1
 
 
-@pytest.mark.xfail(strict=True, reason="design: `p.grad = None` written by Python inside the call (as in "
-                                       "examples/train_mlp.py) is not seen (Variable.grad is a plain slot), so "
-                                       "the .grad guard fails at every call and the step captures again each "
-                                       "time (results stay right, nothing is replayed)")
 def test_grads_set_to_none_by_hand_replay():
+    """`p.grad = None` written by Python inside the call (as in examples/train_mlp.py) is a step of the graph:
+    Variable.grad's setter tells the recorder, so the step replays instead of capturing again each time."""
     minidl.manual_seed(0)
     w = [minidl.randn(2, 8, dtype=minidl.float64).requires_grad_(),
          minidl.randn(8, 3, dtype=minidl.float64).requires_grad_()]

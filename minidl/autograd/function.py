@@ -300,8 +300,6 @@ class AccumulateGrad(Function):
             leaf.grad = leaf.grad + grad
         else:
             leaf.grad.add_(grad)
-        if recorder is not None:
-            recorder.grad_set(leaf)
         if leaf._post_acc_hooks:
             _tracing.graph_break("a post-accumulate-grad hook runs Python during the backward")
             for hook in leaf._post_acc_hooks:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import weakref
 
+from .. import _tracing
 from .hooks import RemovableHandle
 
 
@@ -14,18 +15,31 @@ class Variable:
     # AccumulateGrad, set by ``autograd.function`` (which defines it and imports this module)
     _accumulator_class = None
 
-    __slots__ = ("_requires_grad", "grad", "grad_fn", "_output_nr", "_accumulator", "_hooks",
+    __slots__ = ("_requires_grad", "_grad", "grad_fn", "_output_nr", "_accumulator", "_hooks",
                  "_post_acc_hooks", "_retains_grad", "__weakref__")
 
     def _init_autograd(self, requires_grad=False):
         self._requires_grad = requires_grad
-        self.grad = None
+        self._grad = None
         self.grad_fn = None
         self._output_nr = 0
         self._accumulator = None
         self._hooks = None
         self._post_acc_hooks = None
         self._retains_grad = False
+
+    @property
+    def grad(self):
+        return self._grad
+
+    @grad.setter
+    def grad(self, value):
+        """(Every assignment, by the backward, zero_grad or the user, is a step a minidl.compile replay repeats.)"""
+        self._grad = value
+        if _tracing.captures:
+            recorder = _tracing.recording()
+            if recorder is not None:
+                recorder.grad_set(self)
 
     @property
     def requires_grad(self) -> bool:

@@ -267,6 +267,8 @@ class Recorder:
             self.entry_grads.append((leaf, leaf.grad))
 
     def grad_set(self, leaf):
+        if self.depth or self.broken or self.done:
+            return
         self._step("grad", setattr, (leaf, "grad", leaf.grad))
         self.grads_set.add(id(leaf))
         if leaf.grad is not None:

@@ -275,16 +275,10 @@ class Module:
         return self
 
     def zero_grad(self, set_to_none: bool = True) -> None:
-        recorder = _tracing.recording()
         for p in self.parameters():
-            if set_to_none and recorder is not None:   # (None already too: a replay must reset it)
+            if set_to_none:   # (None already too: minidl.compile's replay of the call then resets it)
                 p.grad = None
-                recorder.grad_set(p)
-            if p.grad is None:
-                continue
-            if set_to_none:
-                p.grad = None
-            else:
+            elif p.grad is not None:
                 if p.grad.grad_fn is not None:
                     p.grad.detach_()
                 else:

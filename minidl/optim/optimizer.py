@@ -116,17 +116,11 @@ class Optimizer:
         self.param_groups.append(param_group)
 
     def zero_grad(self, set_to_none: bool = True) -> None:
-        recorder = _tracing.recording()
         for group in self.param_groups:
             for p in group["params"]:
-                if set_to_none and recorder is not None:   # (None already too: a replay must reset it)
+                if set_to_none:   # (None already too: minidl.compile's replay of the call then resets it)
                     p.grad = None
-                    recorder.grad_set(p)
-                if p.grad is None:
-                    continue
-                if set_to_none:
-                    p.grad = None
-                else:
+                elif p.grad is not None:
                     g = p.grad
                     if g.grad_fn is not None:
                         g.detach_()
