@@ -904,3 +904,19 @@ def test_grads_set_to_none_by_hand_replay():
         for a, b in zip(ref, w):
             same(a, b)
     assert compiled_of(comp).captures == 1
+
+
+def test_two_generators_of_one_seed_drawing_in_one_call_are_a_graph_break():
+    """Their draws share (seed, offset) values, so a replay could not tell whose generator to advance."""
+    def f(x, g):
+        return F.dropout(x, 0.5) + minidl.rand(4, generator=g, dtype=minidl.float64)
+
+    results = []
+    for compiled in (False, True):
+        minidl.manual_seed(5)
+        g = minidl.Generator().manual_seed(5)
+        fn = minidl.compile(f) if compiled else f
+        results.append([fn(minidl.ones(4, dtype=minidl.float64), g) for _ in range(3)])
+    for eager, replayed in zip(*results):
+        same(eager, replayed)
+    assert n_graphs(fn) == 0 and "two generators" in next(iter(compiled_of(fn).eager.values()))[0]

@@ -160,7 +160,7 @@ class Recorder:
                     self.steps.insert(0, (np.copyto, (made, values)))
                     self.kinds.insert(0, "restore")
         if name in kernels.DRAWS:
-            self._draw(args, *(where[a] for a in kernels.DRAWS[name]))
+            self._draw(device_type, args, *(where[a] for a in kernels.DRAWS[name]))
         self._step(name, fn, args)
         return result
 
@@ -216,13 +216,17 @@ class Recorder:
         self.reads += 1
         self._step("read", check, (source, buf, expected, user_line()))
 
-    def _draw(self, args, seed_at, offset_at):
+    def _draw(self, device_type, args, seed_at, offset_at):
+        """Tie a launch's (seed, offset) to the generator whose draw in this call it is; none: drawn before
+        the call (a backward replaying a forward's dropout), fixed arguments."""
         seed, offset = args[seed_at], args[offset_at]
-        for generator, (claimed_seed, start, end) in self.claims.items():
-            if seed == claimed_seed and start <= offset < end:
-                self.draws.append((args, seed_at, offset_at, generator, offset - start))
-                return
-        # (else drawn before the call, e.g. a backward replaying a forward's dropout: fixed arguments)
+        found = [(generator, offset - start) for generator, (claimed_seed, start, end) in self.claims.items()
+                 if seed == claimed_seed and start <= offset < end and generator.device.type == device_type]
+        if len(found) > 1:
+            self.graph_break("two generators of one seed and device draw in the call: their draws cannot be told "
+                             "apart")
+        elif found:
+            self.draws.append((args, seed_at, offset_at, *found[0]))
 
     # -- what the lower layers report (minidl._tracing) ----------------------------------------------
     def claim(self, generator, seed, offset, count):
