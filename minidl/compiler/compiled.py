@@ -50,7 +50,12 @@ class CompiledFunction:
             self.lock.release()
 
     def _call(self, args, kwargs):
-        key, tensors = call_key(args, kwargs)
+        key, tensors, refusal = call_key(args, kwargs)
+        if refusal:   # (not kept in self.eager: the key would keep the argument alive)
+            if self.fullgraph:
+                raise _tracing_error(refusal)
+            logs.report("graph_breaks", f"Graph break in {_name(self.fn)}: {refusal}; the call runs eagerly")
+            return self.fn(*args, **kwargs)
         why = None
         for graph in self.graphs.get(key, ()):
             why = graph.stale()

@@ -72,14 +72,20 @@ class Graph:
         try:
             for fn, args in self.steps:
                 fn(*args)
-        except ReadChanged:
+        except ReadChanged:   # (the call is captured again from the caller's tensors, untouched)
             for generator, state in saved:
                 generator.set_state(state)
             raise
+        except BaseException:   # (a step raised, as the eager call would there: its writes so far stay)
+            self._write_back(tensors)
+            raise
+        self._write_back(tensors)
+        return self.outputs(tensors)
+
+    def _write_back(self, tensors):
         with no_grad():
             for i in self.written:
                 tensors[i].copy_(self.inputs[i])
-        return self.outputs(tensors)
 
     def outputs(self, tensors):
         return _build(self.result, tensors)

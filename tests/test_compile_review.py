@@ -1,0 +1,72 @@
+"""Review of minidl.compile (issue 42): calls where a replay gave other answers than the eager call."""
+import collections
+
+import numpy as np
+import pytest
+
+import minidl
+import minidl.nn.functional as F
+from minidl.compiler import GraphBreakError
+
+
+def test_a_numpy_array_argument_runs_eagerly():
+    # keyed by id(), a new array reusing a freed one's address replayed the first call's values
+    f = minidl.compile(lambda a: minidl.tensor(a) * 2)
+    for i in range(4):
+        arr = np.full(3, float(i), dtype=np.float32)
+        assert f(arr).tolist() == [2.0 * i] * 3
+        del arr
+    buffer = np.zeros(2, np.float32)   # (the same array refilled in place)
+    for i in range(3):
+        buffer[:] = i
+        assert f(buffer).tolist() == [2.0 * i] * 2
+    with pytest.raises(GraphBreakError, match="numpy array"):
+        minidl.compile(lambda a: minidl.tensor(a), fullgraph=True)(buffer)
+
+
+def test_an_object_argument_is_keyed_by_identity_only_while_it_lives():
+    class Batch:
+        def __init__(self, x):
+            self.x = x
+
+    f = minidl.compile(lambda b: minidl.tensor([b.x]) * 2)
+    for i in range(4):
+        assert f(Batch(float(i))).tolist() == [2.0 * i]
+
+
+class _List(list):
+    pass
+
+
+@pytest.mark.parametrize("make", [lambda t: collections.OrderedDict(x=t),
+                                  lambda t: collections.defaultdict(int, x=t),
+                                  lambda t: _List([t])])
+def test_tensors_in_other_containers_run_eagerly(make):
+    # call_key described the tensors in them but the capture read the caller's own: replays gave the first's
+    f = minidl.compile(lambda b: (b["x"] if isinstance(b, dict) else b[0]) * 2)
+    for i in range(3):
+        assert f(make(minidl.full((2,), float(i)))).tolist() == [2.0 * i] * 2
+
+
+def test_other_containers_of_plain_values_are_keyed_by_value():
+    f = minidl.compile(lambda x, h: x * h["scale"])
+    h = collections.OrderedDict(scale=2.0)
+    assert f(minidl.ones(2), h).tolist() == [2.0, 2.0]
+    h["scale"] = 3.0
+    assert f(minidl.ones(2), h).tolist() == [3.0, 3.0]
+
+
+def test_an_argument_written_before_a_replay_raises_keeps_the_write():
+    table = minidl.randn(4, 2)
+
+    def step(x, idx):
+        x.add_(1)
+        return F.embedding(idx, table)
+
+    f = minidl.compile(step)
+    f(minidl.zeros(2), minidl.tensor([1]))
+    f(minidl.zeros(2), minidl.tensor([2]))
+    x = minidl.zeros(2)
+    with pytest.raises(IndexError):
+        f(x, minidl.tensor([9]))
+    assert x.tolist() == [1.0, 1.0]   # (as eagerly)
