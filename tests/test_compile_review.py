@@ -70,3 +70,50 @@ def test_an_argument_written_before_a_replay_raises_keeps_the_write():
     with pytest.raises(IndexError):
         f(x, minidl.tensor([9]))
     assert x.tolist() == [1.0, 1.0]   # (as eagerly)
+
+
+def _dropout_model():
+    minidl.manual_seed(0)
+    return minidl.nn.Sequential(minidl.nn.Linear(3, 3), minidl.nn.Dropout(0.5))
+
+
+def test_a_module_switched_to_eval_inside_the_call_is_guarded_on_the_mode_it_ran_in():
+    # the guard compared the mode at the capture's end: the next call replayed train-mode dropout
+    results = []
+    for compiled in (False, True):
+        model = _dropout_model()
+
+        def fwd(x):
+            out = model(x)
+            model.eval()
+            return out
+
+        f = minidl.compile(fwd) if compiled else fwd
+        minidl.manual_seed(1)
+        with minidl.no_grad():
+            results.append([f(minidl.ones(2, 3)).tolist() for _ in range(3)] + [model.training])
+    assert results[0] == results[1]
+
+
+def test_train_and_eval_inside_the_call_are_replayed():
+    results = []
+    for compiled in (False, True):
+        model = _dropout_model()
+
+        def fwd(x):
+            model.train()
+            out = model(x)
+            model.eval()
+            return out
+
+        f = minidl.compile(fwd) if compiled else fwd
+        minidl.manual_seed(1)
+        seen = []
+        with minidl.no_grad():
+            for _ in range(3):
+                seen.append(f(minidl.ones(2, 3)).tolist())
+                seen.append(model.training)
+        results.append(seen)
+    assert results[0] == results[1]
+    compiled = getattr(f, "_minidl_compiled", None) or f._compiled_call
+    assert compiled.captures == 1   # (captured once, replayed twice)

@@ -45,7 +45,8 @@ GRAPH_BREAK_KERNELS = {
 # the steps that are no kernel launch: a value check, a host step, a gradient set
 STEP_KINDS = {"read": "a value read on the host, checked", "host": "a host step (its Python runs again)",
               "grad": "a tensor's .grad set", "check": "an op's check of its arguments' values, run again",
-              "restore": "a CPU tensor made from host data, restored to its values"}
+              "restore": "a CPU tensor made from host data, restored to its values",
+              "mode": "a module's training mode set (train(), eval())"}
 _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _signatures: dict = {}
 
@@ -120,6 +121,8 @@ class Recorder:
         self.held = collections.Counter()   # id(buffer) -> references the recorder holds to it (see holding)
         self.views = {}          # id -> each view of a buffer the steps hold
         self.modules = {}        # id -> module run during the call
+        self.entry_modes = {}    # id -> the training mode a module ran in, where the call had not set it
+        self.modes_set = set()   # ids of modules whose training mode the call set
         self.backward_ran = False
         self.broken = None       # (reason, 'file:line') of the first graph break
         self.depth = 0           # > 0 inside a kernel or a host step: launches there are not steps
@@ -279,7 +282,18 @@ class Recorder:
             self.wrote_state = True
 
     def saw_module(self, module):
-        self.modules[id(module)] = module
+        """A module runs: unless the call set its mode first, the mode it runs in is a guard."""
+        if id(module) not in self.modules:
+            self.modules[id(module)] = module
+            if id(module) not in self.modes_set:
+                self.entry_modes[id(module)] = module.training
+
+    def mode_set(self, module, training):
+        """``module.training`` set during the call (``train()``, ``eval()``): a step sets it again."""
+        if self.depth or self.broken or self.done:
+            return
+        self.modes_set.add(id(module))
+        self._step("mode", object.__setattr__, (module, "training", training))
 
     def graph_break(self, reason: str):
         if self.broken:
