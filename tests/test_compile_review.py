@@ -117,3 +117,11 @@ def test_train_and_eval_inside_the_call_are_replayed():
     assert results[0] == results[1]
     compiled = getattr(f, "_minidl_compiled", None) or f._compiled_call
     assert compiled.captures == 1   # (captured once, replayed twice)
+
+
+def test_a_result_in_a_list_subclass_is_not_the_captured_object():
+    # rebuildable() let list subclasses through, and _plan kept them whole: every replay returned the
+    # captured object, its tensor the graph's buffer
+    f = minidl.compile(lambda x: _List([x * 2]))
+    kept = [f(minidl.full((2,), float(i))) for i in range(3)]
+    assert [o[0].tolist() for o in kept] == [[0.0, 0.0], [2.0, 2.0], [4.0, 4.0]]

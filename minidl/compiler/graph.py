@@ -112,8 +112,8 @@ def rebuildable(value) -> str | None:
     """None if a replay can give ``value`` back, else the type of the part it cannot."""
     if isinstance(value, Tensor) or isinstance(value, PLAIN_VALUES):
         return None
-    if isinstance(value, (tuple, list)):
-        return next((r for r in map(rebuildable, value) if r), None)
+    if type(value) in (tuple, list) or (isinstance(value, tuple) and hasattr(value, "_fields")):
+        return next((r for r in map(rebuildable, value) if r), None)   # (what _plan rebuilds, no subclass)
     if type(value) is dict:
         return next((r for r in map(rebuildable, value.values()) if r), None)
     return type(value).__name__
