@@ -116,7 +116,7 @@ def test_train_and_eval_inside_the_call_are_replayed():
         results.append(seen)
     assert results[0] == results[1]
     compiled = getattr(f, "_minidl_compiled", None) or f._compiled_call
-    assert compiled.captures == 1   # (captured once, replayed twice)
+    assert compiled.captures == 2   # (entered in train mode, then in eval: the third call replays)
 
 
 def test_a_result_in_a_list_subclass_is_not_the_captured_object():
@@ -125,3 +125,36 @@ def test_a_result_in_a_list_subclass_is_not_the_captured_object():
     f = minidl.compile(lambda x: _List([x * 2]))
     kept = [f(minidl.full((2,), float(i))) for i in range(3)]
     assert [o[0].tolist() for o in kept] == [[0.0, 0.0], [2.0, 2.0], [4.0, 4.0]]
+
+
+def test_a_call_that_saves_and_restores_the_mode_replays_for_either_entry_mode():
+    results = []
+    for compiled in (False, True):
+        model = _dropout_model()
+
+        def evaluate(x):
+            was = model.training
+            model.eval()
+            out = model(x)
+            model.train(was)
+            return out
+
+        f = minidl.compile(evaluate) if compiled else evaluate
+        seen = []
+        with minidl.no_grad():
+            for mode in (True, True, False, False, True):
+                model.train(mode)
+                seen.append((f(minidl.ones(2, 3)).tolist(), model.training))
+        results.append(seen)
+    assert results[0] == results[1]
+
+
+def test_a_module_made_inside_the_call():
+    def fwd(x):
+        minidl.manual_seed(0)
+        return minidl.nn.Linear(3, 2)(x)
+
+    f = minidl.compile(fwd)
+    with minidl.no_grad():
+        for i in range(3):
+            assert f(minidl.full((1, 3), float(i))).tolist() == fwd(minidl.full((1, 3), float(i))).tolist()

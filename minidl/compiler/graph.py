@@ -28,7 +28,7 @@ class Graph:
         self.inputs = inputs            # the graph's own copies of the tensor arguments
         self.written = written          # positions of the arguments the call wrote in place
         self.entry_grads = recorder.entry_grads
-        self.modules = [(recorder.modules[i], training) for i, training in recorder.entry_modes.items()]
+        self.modules = [(m, training) for m, training in recorder.entry_modes.values() if training is not None]
         self.hooked = list(recorder.modules.values())   # (a capture with forward hooks is a graph break)
         self.memory = [(t, t.data_ptr()) for m in recorder.modules.values()
                        for t in (*m.parameters(recurse=False), *m.buffers(recurse=False))]

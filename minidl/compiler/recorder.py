@@ -121,8 +121,7 @@ class Recorder:
         self.held = collections.Counter()   # id(buffer) -> references the recorder holds to it (see holding)
         self.views = {}          # id -> each view of a buffer the steps hold
         self.modules = {}        # id -> module run during the call
-        self.entry_modes = {}    # id -> the training mode a module ran in, where the call had not set it
-        self.modes_set = set()   # ids of modules whose training mode the call set
+        self.entry_modes = {}    # id -> (module, its training mode when the call first ran or set it)
         self.backward_ran = False
         self.broken = None       # (reason, 'file:line') of the first graph break
         self.depth = 0           # > 0 inside a kernel or a host step: launches there are not steps
@@ -282,18 +281,23 @@ class Recorder:
             self.wrote_state = True
 
     def saw_module(self, module):
-        """A module runs: unless the call set its mode first, the mode it runs in is a guard."""
-        if id(module) not in self.modules:
-            self.modules[id(module)] = module
-            if id(module) not in self.modes_set:
-                self.entry_modes[id(module)] = module.training
+        self.modules[id(module)] = module
+        self._first_mode(module)
 
     def mode_set(self, module, training):
-        """``module.training`` set during the call (``train()``, ``eval()``): a step sets it again."""
+        """``module.training`` about to be set during the call (``train()``, ``eval()``): a step sets it
+        again at each replay. Its mode before is a guard all the same: the call may have read it
+        (``was = model.training; model.eval(); ...; model.train(was)``)."""
         if self.depth or self.broken or self.done:
             return
-        self.modes_set.add(id(module))
+        self._first_mode(module)
         self._step("mode", object.__setattr__, (module, "training", training))
+
+    def _first_mode(self, module):
+        """The training mode a module had when the call first touched it: its mode at the call's start
+        (None for a module the call is making)."""
+        if id(module) not in self.entry_modes:
+            self.entry_modes[id(module)] = (module, getattr(module, "training", None))
 
     def graph_break(self, reason: str):
         if self.broken:
