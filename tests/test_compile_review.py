@@ -158,3 +158,26 @@ def test_a_module_made_inside_the_call():
     with minidl.no_grad():
         for i in range(3):
             assert f(minidl.full((1, 3), float(i))).tolist() == fwd(minidl.full((1, 3), float(i))).tolist()
+
+
+def test_gradient_hooks_registered_after_the_capture_are_not_skipped():
+    x, y = minidl.ones(4, 3), minidl.tensor([0, 1, 2, 0])
+    minidl.manual_seed(0)
+    m = minidl.nn.Linear(3, 3)
+    opt = minidl.optim.SGD(m.parameters(), lr=0.1)
+
+    @minidl.compile
+    def step(x, y):
+        opt.zero_grad()
+        loss = F.cross_entropy(m(x), y)
+        loss.backward()
+        opt.step()
+        return loss
+
+    step(x, y)
+    step(x, y)
+    m.weight.register_hook(lambda g: g * 0)
+    m.bias.register_post_accumulate_grad_hook(lambda p: p.grad.zero_())
+    w, b = m.weight.clone(), m.bias.clone()
+    step(x, y)
+    assert m.weight.tolist() == w.tolist() and m.bias.tolist() == b.tolist()

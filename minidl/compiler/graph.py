@@ -28,6 +28,7 @@ class Graph:
         self.inputs = inputs            # the graph's own copies of the tensor arguments
         self.written = written          # positions of the arguments the call wrote in place
         self.entry_grads = recorder.entry_grads
+        self.leaves = list(recorder.leaves.values())
         self.modules = [(m, training) for m, training in recorder.entry_modes.values() if training is not None]
         self.hooked = list(recorder.modules.values())   # (a capture with forward hooks is a graph break)
         self.memory = [(t, t.data_ptr()) for m in recorder.modules.values()
@@ -54,6 +55,9 @@ class Graph:
         for module in self.hooked:
             if module._forward_pre_hooks or module._forward_hooks:
                 return f"a forward hook was registered on {type(module).__name__}"
+        for leaf in self.leaves:
+            if leaf._hooks or leaf._post_acc_hooks:   # (none at the capture: a hook there is a graph break)
+                return f"a gradient hook was registered on a tensor of shape {list(leaf.shape)}"
         for leaf, grad in self.entry_grads:
             if leaf.grad is not grad:
                 return f"the .grad of a tensor of shape {list(leaf.shape)} is not the one the capture added into"

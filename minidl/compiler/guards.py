@@ -6,7 +6,7 @@ any other object by identity, while it lives; numpy arrays, and other containers
 tensors, make the call run eagerly); grad mode, autocast state and the default dtype. And each graph's own
 checks (``Graph.stale``): the modules it ran are in the same training mode, have no forward hooks, and
 their parameters and buffers are in the same memory with the same requires_grad, and each ``.grad`` the
-backward added into is the one it found (and its tensor's requires_grad unchanged).
+backward added into is the one it found, its tensor still without gradient hooks (and its tensor's requires_grad unchanged).
 """
 from __future__ import annotations
 

@@ -118,6 +118,7 @@ class Recorder:
         self.reads = 0
         self.entry_grads = []    # (leaf, its .grad when the call began): guards
         self.grads_set = set()   # ids of leaves whose .grad the call set
+        self.leaves = {}         # id -> each leaf (not made by the call) the backward added a gradient into
         self.held = collections.Counter()   # id(buffer) -> references the recorder holds to it (see holding)
         self.views = {}          # id -> each view of a buffer the steps hold
         self.modules = {}        # id -> module run during the call
@@ -269,8 +270,10 @@ class Recorder:
     def accumulating(self, leaf):
         """The backward is about to add into ``leaf.grad``: what it finds there is part of the capture (unless
         the leaf was made by the call: a replay's .grad of it is the replay's own, whatever the last one left)."""
-        if id(leaf) not in self.grads_set and id(root(buf(leaf))) not in self.own:
-            self.entry_grads.append((leaf, leaf.grad))
+        if id(root(buf(leaf))) not in self.own:
+            self.leaves[id(leaf)] = leaf   # (guarded to have no gradient hooks: the capture found none)
+            if id(leaf) not in self.grads_set:
+                self.entry_grads.append((leaf, leaf.grad))
 
     def grad_set(self, leaf):
         if self.depth or self.broken or self.done:
