@@ -181,3 +181,36 @@ def test_gradient_hooks_registered_after_the_capture_are_not_skipped():
     w, b = m.weight.clone(), m.bias.clone()
     step(x, y)
     assert m.weight.tolist() == w.tolist() and m.bias.tolist() == b.tolist()
+
+
+def _scaler_run(compiled, unscale_inside):
+    x, y = minidl.ones(4, 3), minidl.tensor([0, 1, 2, 0])
+    minidl.manual_seed(0)
+    m = minidl.nn.Linear(3, 3)
+    opt = minidl.optim.SGD(m.parameters(), lr=0.1)
+    scaler = minidl.amp.GradScaler("cpu", init_scale=1024.0, growth_interval=1)
+
+    def fwd_bwd(x, y):
+        opt.zero_grad()
+        loss = F.cross_entropy(m(x), y)
+        scaler.scale(loss).backward()
+        if unscale_inside:
+            scaler.unscale_(opt)
+            minidl.nn.utils.clip_grad_norm_(m.parameters(), 10.0)
+        return loss.detach()
+
+    f = minidl.compile(fwd_bwd) if compiled else fwd_bwd
+    seen = []
+    for _ in range(4):
+        f(x, y)
+        seen.append(m.weight.grad.tolist())
+        scaler.step(opt)
+        scaler.update()
+    return seen, m.weight.tolist(), scaler.get_scale()
+
+
+@pytest.mark.parametrize("unscale_inside", [False, True])
+def test_grad_scaler_with_step_and_update_outside_the_compiled_call(unscale_inside):
+    # the scale made lazily inside the capture was re-filled with init_scale by every replay; an
+    # unscale_ inside was replayed on the gradients but not on the scaler's stage, so step() unscaled again
+    assert _scaler_run(True, unscale_inside) == _scaler_run(False, unscale_inside)

@@ -258,6 +258,13 @@ class Recorder:
             self.wrote_state = True
         return result
 
+    def made_once(self, make):
+        self.depth += 1   # (its launches are no steps, its buffers not the graph's)
+        try:
+            return make()
+        finally:
+            self.depth -= 1
+
     def host_check(self, check):
         self.depth += 1   # (its reads are not guards)
         try:
