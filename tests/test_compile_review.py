@@ -214,3 +214,11 @@ def test_grad_scaler_with_step_and_update_outside_the_compiled_call(unscale_insi
     # the scale made lazily inside the capture was re-filled with init_scale by every replay; an
     # unscale_ inside was replayed on the gradients but not on the scaler's stage, so step() unscaled again
     assert _scaler_run(True, unscale_inside) == _scaler_run(False, unscale_inside)
+
+
+def test_negative_zero_is_another_argument_than_zero():
+    f = minidl.compile(lambda x, s, c: (x / s, x * c[0]))
+    for s in (0.0, -0.0, 0.0, -0.0, np.float32(-0.0)):
+        got, want = f(minidl.ones(1), s, [s]), (minidl.ones(1) / s, minidl.ones(1) * s)
+        assert [t.tolist() for t in got] == [t.tolist() for t in want]
+        assert str(got[1].tolist()) == str(want[1].tolist())   # (-0.0 prints its sign)

@@ -33,10 +33,14 @@ def call_key(args, kwargs):
             return (type(x), tuple(describe(v) for v in x))
         if type(x) is dict:
             return (dict, tuple((k, describe(v)) for k, v in x.items()))
+        if isinstance(x, float):   # (its bits: 0.0 and -0.0 are equal, and every NaN unequal)
+            return (type(x), float.hex(x))
+        if isinstance(x, complex):
+            return (type(x), float.hex(x.real), float.hex(x.imag))
         if isinstance(x, _SCALARS):
             return (type(x), x)   # (1, 1.0 and True hash alike: the type keeps them apart)
         if isinstance(x, np.generic):
-            return (type(x), x.item())
+            return (type(x), describe(x.item()))
         if isinstance(x, np.ndarray):
             # (its values are not in the key, and a capture keeps what it read of them, or reads the memory
             # of the array it was given, not of the one a replay is given)
