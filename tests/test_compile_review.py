@@ -222,3 +222,28 @@ def test_negative_zero_is_another_argument_than_zero():
         got, want = f(minidl.ones(1), s, [s]), (minidl.ones(1) / s, minidl.ones(1) * s)
         assert [t.tolist() for t in got] == [t.tolist() for t in want]
         assert str(got[1].tolist()) == str(want[1].tolist())   # (-0.0 prints its sign)
+
+
+class _Net(minidl.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = minidl.nn.Parameter(minidl.ones(3, 3))
+
+    def forward(self, x):
+        return F.dropout(x @ self.w, 0.5, training=self.training)
+
+
+def test_a_compiled_bound_forward_guards_its_module():
+    results = []
+    for compiled in (False, True):
+        minidl.manual_seed(0)
+        net = _Net()
+        f = minidl.compile(net.forward) if compiled else net.forward
+        with minidl.no_grad():
+            seen = [f(minidl.ones(1, 3)).tolist()]
+            net.eval()
+            seen.append(f(minidl.ones(1, 3)).tolist())
+            net.w.data = minidl.full((3, 3), 2.0)
+            seen.append(f(minidl.ones(1, 3)).tolist())
+        results.append(seen)
+    assert results[0] == results[1]

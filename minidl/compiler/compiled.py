@@ -92,6 +92,11 @@ class CompiledFunction:
             recorder.own[id(root(buf(own)))] = buf(own)
         _tracing.start_recording(recorder)
         try:
+            owner = getattr(self.fn, "__self__", None)   # (compile(model.forward): the module runs, unseen)
+            if owner is not None:
+                from ..nn.module import Module
+                if isinstance(owner, Module):
+                    recorder.saw_module(owner)
             result = self.fn(*_substitute(args, swap), **_substitute(kwargs, swap))
         finally:
             _tracing.stop_recording()
