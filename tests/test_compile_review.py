@@ -247,3 +247,17 @@ def test_a_compiled_bound_forward_guards_its_module():
             seen.append(f(minidl.ones(1, 3)).tolist())
         results.append(seen)
     assert results[0] == results[1]
+
+
+def test_a_submodule_replaced_after_the_capture():
+    minidl.manual_seed(0)
+    model = minidl.nn.Sequential(minidl.nn.Linear(3, 3), minidl.nn.ReLU(), minidl.nn.Linear(3, 2))
+    compiled = minidl.compile(model)
+    x = minidl.ones(1, 3)
+    with minidl.no_grad():
+        compiled(x)
+        compiled(x)
+        model[2] = minidl.nn.Linear(3, 4)
+        assert compiled(x).tolist() == model(x).tolist()
+        model[1] = minidl.nn.Tanh()
+        assert compiled(x).tolist() == model(x).tolist()

@@ -31,6 +31,7 @@ class Graph:
         self.leaves = list(recorder.leaves.values())
         self.modules = [(m, training) for m, training in recorder.entry_modes.values() if training is not None]
         self.hooked = list(recorder.modules.values())   # (a capture with forward hooks is a graph break)
+        self.structure = [(m, list(m._modules.items())) for m in recorder.modules.values()]
         self.memory = [(t, t.data_ptr()) for m in recorder.modules.values()
                        for t in (*m.parameters(recurse=False), *m.buffers(recurse=False))]
         leaves = {id(t): t for t, _ in self.memory}
@@ -52,6 +53,10 @@ class Graph:
         for t, requires_grad in self.requires_grad:
             if t.requires_grad is not requires_grad:
                 return f"requires_grad of a tensor of shape {list(t.shape)} changed to {t.requires_grad}"
+        for module, children in self.structure:
+            now = module._modules
+            if len(now) != len(children) or any(now.get(name, now) is not child for name, child in children):
+                return f"a submodule of {type(module).__name__} was replaced, added or removed"
         for module in self.hooked:
             if module._forward_pre_hooks or module._forward_hooks:
                 return f"a forward hook was registered on {type(module).__name__}"

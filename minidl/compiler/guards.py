@@ -4,7 +4,7 @@ Two kinds. The call's key, hashed to find its graphs: each tensor argument's sha
 device and requires_grad; other arguments' values (numbers, strings, None; containers item by item;
 any other object by identity, while it lives; numpy arrays, and other containers that hold
 tensors, make the call run eagerly); grad mode, autocast state and the default dtype. And each graph's own
-checks (``Graph.stale``): the modules it ran are in the same training mode, have no forward hooks, and
+checks (``Graph.stale``): the modules it ran are in the same training mode, have no forward hooks and the same submodules, and
 their parameters and buffers are in the same memory with the same requires_grad, and each ``.grad`` the
 backward added into is the one it found, its tensor still without gradient hooks (and its tensor's requires_grad unchanged).
 """
