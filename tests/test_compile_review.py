@@ -261,3 +261,19 @@ def test_a_submodule_replaced_after_the_capture():
         assert compiled(x).tolist() == model(x).tolist()
         model[1] = minidl.nn.Tanh()
         assert compiled(x).tolist() == model(x).tolist()
+
+
+def test_a_parameter_replaced_by_a_new_tensor_after_the_capture():
+    minidl.manual_seed(0)
+    model = minidl.nn.Sequential(minidl.nn.Linear(3, 2))
+    compiled = minidl.compile(model)
+    x = minidl.ones(1, 3)
+    with minidl.no_grad():
+        compiled(x)
+        compiled(x)
+        model[0].weight = minidl.nn.Parameter(minidl.zeros(2, 3))
+        assert compiled(x).tolist() == model(x).tolist()
+        model[0].bias = None
+        assert compiled(x).tolist() == model(x).tolist()
+        model.load_state_dict({"0.weight": minidl.ones(2, 3)}, strict=False, assign=True)
+        assert compiled(x).tolist() == model(x).tolist()

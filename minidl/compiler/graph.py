@@ -32,9 +32,10 @@ class Graph:
         self.modules = [(m, training) for m, training in recorder.entry_modes.values() if training is not None]
         self.hooked = list(recorder.modules.values())   # (a capture with forward hooks is a graph break)
         self.structure = [(m, list(m._modules.items())) for m in recorder.modules.values()]
-        self.memory = [(t, t.data_ptr()) for m in recorder.modules.values()
-                       for t in (*m.parameters(recurse=False), *m.buffers(recurse=False))]
-        leaves = {id(t): t for t, _ in self.memory}
+        # (each module's parameters and buffers by name: the same tensors, in the same memory)
+        self.memory = [(store, [(name, t, t.data_ptr() if t is not None else None) for name, t in store.items()])
+                       for m in recorder.modules.values() for store in (m._parameters, m._buffers)]
+        leaves = {id(t): t for _, held in self.memory for _, t, _ in held if t is not None}
         leaves.update((id(leaf), leaf) for leaf, _ in recorder.entry_grads)
         self.requires_grad = [(t, t.requires_grad) for t in leaves.values()]
         owned = recorder.own
@@ -47,9 +48,13 @@ class Graph:
         for module, training in self.modules:
             if module.training is not training:
                 return f"{type(module).__name__}.training changed to {module.training}"
-        for t, address in self.memory:
-            if t.data_ptr() != address:
-                return f"a parameter or buffer of shape {list(t.shape)} was replaced"
+        for store, held in self.memory:
+            if len(store) != len(held):
+                return "a parameter or buffer was added or removed"
+            for name, t, address in held:
+                now = store.get(name, store)
+                if now is not t or (t is not None and t.data_ptr() != address):
+                    return f"the parameter or buffer '{name}' was replaced"
         for t, requires_grad in self.requires_grad:
             if t.requires_grad is not requires_grad:
                 return f"requires_grad of a tensor of shape {list(t.shape)} changed to {t.requires_grad}"
