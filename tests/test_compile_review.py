@@ -277,3 +277,34 @@ def test_a_parameter_replaced_by_a_new_tensor_after_the_capture():
         assert compiled(x).tolist() == model(x).tolist()
         model.load_state_dict({"0.weight": minidl.ones(2, 3)}, strict=False, assign=True)
         assert compiled(x).tolist() == model(x).tolist()
+
+
+def _freeze_run(compiled, calls):
+    x, y = minidl.ones(4, 3), minidl.tensor([0, 1, 0, 1])
+    minidl.manual_seed(0)
+    backbone, head = minidl.nn.Linear(3, 3), minidl.nn.Linear(3, 2)
+    opt = minidl.optim.SGD([*backbone.parameters(), *head.parameters()], lr=0.1)
+
+    def step(x, y, freeze_after):
+        opt.zero_grad()
+        F.cross_entropy(head(backbone(x)), y).backward()
+        opt.step()
+        if freeze_after:
+            backbone.requires_grad_(False)
+        else:
+            backbone.requires_grad_(True)
+
+    f = minidl.compile(step) if compiled else step
+    seen = []
+    for freeze_after, unfreeze_before in calls:
+        if unfreeze_before:
+            backbone.requires_grad_(True)
+        f(x, y, freeze_after)
+        seen.append((backbone.weight.tolist(), head.weight.tolist(), backbone.weight.requires_grad))
+    return seen
+
+
+def test_requires_grad_set_inside_the_call_is_guarded_as_found_and_replayed():
+    calls = [(False, False), (True, False), (True, False), (True, False), (True, True), (True, True),
+             (False, False), (False, False)]
+    assert _freeze_run(True, calls) == _freeze_run(False, calls)

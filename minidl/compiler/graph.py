@@ -37,7 +37,10 @@ class Graph:
                        for m in recorder.modules.values() for store in (m._parameters, m._buffers)]
         leaves = {id(t): t for _, held in self.memory for _, t, _ in held if t is not None}
         leaves.update((id(leaf), leaf) for leaf, _ in recorder.entry_grads)
-        self.requires_grad = [(t, t.requires_grad) for t in leaves.values()]
+        # (as the call found them: a flag the call set is set again by a step, its value before guarded)
+        entry = recorder.entry_requires_grad
+        leaves.update((i, t) for i, (t, _) in entry.items())
+        self.requires_grad = [(t, entry[i][1] if i in entry else t.requires_grad) for i, t in leaves.items()]
         owned = recorder.own
         index = {id(t): i for i, t in enumerate(inputs)}
         self.result = _plan(result, lambda t: (_INPUT, index[id(t)]) if id(t) in index else

@@ -46,7 +46,8 @@ GRAPH_BREAK_KERNELS = {
 STEP_KINDS = {"read": "a value read on the host, checked", "host": "a host step (its Python runs again)",
               "grad": "a tensor's .grad set", "check": "an op's check of its arguments' values, run again",
               "restore": "a CPU tensor made from host data, restored to its values",
-              "mode": "a module's training mode set (train(), eval())"}
+              "mode": "a module's training mode set (train(), eval())",
+              "requires_grad": "a tensor's requires_grad set"}
 _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _signatures: dict = {}
 
@@ -94,6 +95,10 @@ def _run_into(run, result):
         result.copy_(run())
 
 
+def _set_requires_grad(t, value):
+    t._requires_grad = value
+
+
 def _check_read(to_host, buf, expected: bytes, where: str):
     if np.asarray(to_host(buf)).tobytes() != expected:
         raise ReadChanged(f"a value read on the host at {where} changed")
@@ -123,6 +128,7 @@ class Recorder:
         self.views = {}          # id -> each view of a buffer the steps hold
         self.modules = {}        # id -> module run during the call
         self.entry_modes = {}    # id -> (module, its training mode when the call first ran or set it)
+        self.entry_requires_grad = {}   # id -> (tensor, its requires_grad before the call first set it)
         self.backward_ran = False
         self.broken = None       # (reason, 'file:line') of the first graph break
         self.depth = 0           # > 0 inside a kernel or a host step: launches there are not steps
@@ -302,6 +308,16 @@ class Recorder:
             return
         self._first_mode(module)
         self._step("mode", object.__setattr__, (module, "training", training))
+
+    def requires_grad_set(self, t, value):
+        """``t.requires_grad`` about to be set during the call: a step sets it again at each replay, and
+        its value before is a guard (unless the call made ``t``)."""
+        if self.depth or self.broken or self.done:
+            return
+        if id(t) not in self.entry_requires_grad and id(root(buf(t))) not in self.own:
+            self.entry_requires_grad[id(t)] = (t, t.requires_grad)
+        if t.requires_grad != value:   # (else a no-op: with its value guarded, at a replay too)
+            self._step("requires_grad", _set_requires_grad, (t, value))
 
     def _first_mode(self, module):
         """The training mode a module had when the call first touched it: its mode at the call's start
