@@ -308,3 +308,21 @@ def test_requires_grad_set_inside_the_call_is_guarded_as_found_and_replayed():
     calls = [(False, False), (True, False), (True, False), (True, False), (True, True), (True, True),
              (False, False), (False, False)]
     assert _freeze_run(True, calls) == _freeze_run(False, calls)
+
+
+def test_a_replay_stopped_by_a_changed_read_leaves_the_modes_it_found():
+    results = []
+    for compiled in (False, True):
+        model = _dropout_model()
+
+        def evaluate(x):
+            was = model.training
+            model.eval()
+            out = model(x) * x.sum().item()   # (a read after the mode set: a check at the replay)
+            model.train(was)
+            return out
+
+        f = minidl.compile(evaluate) if compiled else evaluate
+        with minidl.no_grad():
+            results.append([(f(minidl.full((2, 3), float(i))).tolist(), model.training) for i in range(3)])
+    assert results[0] == results[1]

@@ -92,6 +92,10 @@ class Graph:
         except ReadChanged:   # (the call is captured again from the caller's tensors, untouched)
             for generator, state in saved:
                 generator.set_state(state)
+            for module, training in self.modules:   # (and from the modes and flags it found: guarded)
+                object.__setattr__(module, "training", training)
+            for t, requires_grad in self.requires_grad:
+                t._requires_grad = requires_grad
             raise
         except BaseException:   # (a step raised, as the eager call would there: its writes so far stay)
             self._write_back(tensors)
