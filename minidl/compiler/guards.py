@@ -39,6 +39,8 @@ def call_key(args, kwargs):
             return (type(x), float.hex(x.real), float.hex(x.imag))
         if isinstance(x, _SCALARS):
             return (type(x), x)   # (1, 1.0 and True hash alike: the type keeps them apart)
+        if isinstance(x, (slice, range)):   # (by value: a new one per call is common, x[s])
+            return (type(x), describe((x.start, x.stop, x.step)))
         if isinstance(x, np.generic):
             return (type(x), describe(x.item()))
         if isinstance(x, np.ndarray):
