@@ -326,3 +326,22 @@ def test_a_replay_stopped_by_a_changed_read_leaves_the_modes_it_found():
         with minidl.no_grad():
             results.append([(f(minidl.full((2, 3), float(i))).tolist(), model.training) for i in range(3)])
     assert results[0] == results[1]
+
+
+def test_a_dict_or_list_argument_changed_by_the_call():
+    # the call was given a copy of each list and dict argument: what it put there never reached the caller
+    def step(x, state, log):
+        state["h"] = state["h"] * 0.5 + x
+        log.append(state["h"].sum())
+        return state["h"].sum()
+
+    results = []
+    for f in (step, minidl.compile(step)):
+        state, log = {"h": minidl.zeros(2)}, []
+        outs = [f(minidl.ones(2), state, log).item() for _ in range(3)]
+        results.append((outs, state["h"].tolist(), [t.item() for t in log]))
+    assert results[0] == results[1]
+    f = minidl.compile(lambda x, d: d["x"] * x)   # (a dict only read still replays)
+    for i in range(3):
+        assert f(minidl.ones(1), {"x": minidl.full((1,), float(i))}).tolist() == [float(i)]
+    assert (getattr(f, "_minidl_compiled", None) or f._compiled_call).captures == 1
