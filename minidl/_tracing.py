@@ -68,3 +68,11 @@ def host_check(check) -> None:
         check()
     else:
         rec.host_check(check)
+
+
+def made_once(make):
+    """``make()`` now and never at a replay: state a call makes lazily and keeps past it (GradScaler's
+    scale). Captured like any tensor, it would be the graph's own buffer, made afresh by every replay
+    while the caller's later updates of it (``scaler.update()``) were lost."""
+    rec = recording()
+    return make() if rec is None else rec.made_once(make)

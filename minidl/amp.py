@@ -22,6 +22,7 @@ import numpy as np
 import minidl
 
 from . import _dtype as dt
+from . import _tracing
 from ._tensor_base import TensorBase
 from .autograd import no_grad
 from .ops import autocast_mode as mode
@@ -195,7 +196,8 @@ class GradScaler:
             return outputs
         if isinstance(outputs, TensorBase):
             if self._scale is None:
-                self._scale = full((), self._init_scale, dtype=dt.float32, device=outputs.device)
+                self._scale = _tracing.made_once(   # (in a compiled call: made at the capture only)
+                    lambda: full((), self._init_scale, dtype=dt.float32, device=outputs.device))
             return outputs * self._scale.to(outputs.device)
         if isinstance(outputs, (list, tuple)):
             return type(outputs)(self.scale(v) for v in outputs)
@@ -204,9 +206,14 @@ class GradScaler:
         raise ValueError("outputs must be a Tensor or an iterable of Tensors")
 
     def unscale_(self, optimizer) -> None:
-        """Divide ``optimizer``'s gradients by the scale (once per step), noting infs and NaNs."""
+        """Divide ``optimizer``'s gradients by the scale (once per step), noting infs and NaNs. Under
+        minidl.compile it is a host step: a replay notes the stage and the infs again, so that a
+        ``scaler.step()`` outside the compiled call does not unscale a second time."""
         if not self._enabled:
             return
+        _tracing.host_step(lambda: self._unscale(optimizer))
+
+    def _unscale(self, optimizer) -> None:
         scale = self._check_scale("unscale_")
         state = self._optimizer_state(optimizer)
         if state["stage"] is OptState.UNSCALED:

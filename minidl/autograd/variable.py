@@ -53,6 +53,10 @@ class Variable:
                                "use var_no_grad = var.detach().")
         if value and not self.dtype.is_floating_point:
             raise RuntimeError(f"only Tensors of floating point dtype can require gradients, got {self.dtype}")
+        if _tracing.captures:   # (a minidl.compile replay sets it again)
+            recorder = _tracing.recording()
+            if recorder is not None:
+                recorder.requires_grad_set(self, bool(value))
         self._requires_grad = bool(value)
 
     def requires_grad_(self, requires_grad: bool = True):

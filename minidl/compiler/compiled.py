@@ -50,7 +50,12 @@ class CompiledFunction:
             self.lock.release()
 
     def _call(self, args, kwargs):
-        key, tensors = call_key(args, kwargs)
+        key, tensors, refusal = call_key(args, kwargs)
+        if refusal:   # (not kept in self.eager: the key would keep the argument alive)
+            if self.fullgraph:
+                raise _tracing_error(refusal)
+            logs.report("graph_breaks", f"Graph break in {_name(self.fn)}: {refusal}; the call runs eagerly")
+            return self.fn(*args, **kwargs)
         why = None
         for graph in self.graphs.get(key, ()):
             why = graph.stale()
@@ -85,9 +90,16 @@ class CompiledFunction:
         recorder = Recorder(self.fullgraph)
         for own in inputs:
             recorder.own[id(root(buf(own)))] = buf(own)
+        copies = []   # (the caller's list or dict, the copy the call is given)
         _tracing.start_recording(recorder)
         try:
-            result = self.fn(*_substitute(args, swap), **_substitute(kwargs, swap))
+            owner = getattr(self.fn, "__self__", None)   # (compile(model.forward): the module runs, unseen)
+            if owner is not None:
+                from ..nn.module import Module
+                if isinstance(owner, Module):
+                    recorder.saw_module(owner)
+            call_args, call_kwargs = _substitute(args, swap, copies), _substitute(kwargs, swap, copies)
+            result = self.fn(*call_args, **call_kwargs)
         finally:
             _tracing.stop_recording()
             recorder.done = True
@@ -95,7 +107,12 @@ class CompiledFunction:
             with no_grad():   # (even when the call raises: eagerly its writes stay)
                 for i in written:
                     tensors[i].copy_(inputs[i])
-        back = {id(own): t for t, own in zip(tensors, inputs)}
+            back = {id(own): t for t, own in zip(tensors, inputs)}
+            back.update((id(copy), given) for given, copy in copies)
+            changed = _containers_back(copies, back)   # (and what the call put in them)
+        if changed:
+            recorder.graph_break("a list or dict argument is changed by the call (a Python side effect a replay "
+                                 "would not redo)")
         if not recorder.broken:
             _check_result(recorder, result)
         if recorder.broken:
@@ -168,17 +185,41 @@ def _leaves(value):
         yield value
 
 
-def _substitute(value, swap):
-    """``value`` with the tensors found in ``swap`` (by identity) replaced, containers rebuilt."""
+def _substitute(value, swap, copies=None):
+    """``value`` with the tensors found in ``swap`` (by identity) replaced, containers rebuilt (each
+    list and dict rebuilt noted in ``copies`` as (the original, its copy))."""
     if id(value) in swap:
         return swap[id(value)]
     if type(value) in (tuple, list):
-        return type(value)(_substitute(v, swap) for v in value)
-    if isinstance(value, tuple) and hasattr(value, "_fields"):
-        return type(value)(*(_substitute(v, swap) for v in value))
-    if type(value) is dict:
-        return {k: _substitute(v, swap) for k, v in value.items()}
-    return value
+        new = type(value)(_substitute(v, swap, copies) for v in value)
+    elif isinstance(value, tuple) and hasattr(value, "_fields"):
+        return type(value)(*(_substitute(v, swap, copies) for v in value))
+    elif type(value) is dict:
+        new = {k: _substitute(v, swap, copies) for k, v in value.items()}
+    else:
+        return value
+    if copies is not None and type(value) is not tuple:
+        copies.append((value, new))
+    return new
+
+
+def _containers_back(copies, back) -> bool:
+    """Put into each list or dict argument what the call left in its copy (the graph's own tensors
+    mapped back to the caller's); True if the call changed any."""
+    changed = False
+    for given, copy in copies:
+        if type(given) is list:
+            now = [back.get(id(v), v) for v in copy]
+            if len(now) != len(given) or any(a is not b for a, b in zip(now, given)):
+                given[:] = now
+                changed = True
+        else:
+            now = {k: back.get(id(v), v) for k, v in copy.items()}
+            if list(now) != list(given) or any(now[k] is not given[k] for k in now):
+                given.clear()
+                given.update(now)
+                changed = True
+    return changed
 
 
 def _name(fn) -> str:

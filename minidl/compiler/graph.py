@@ -28,13 +28,19 @@ class Graph:
         self.inputs = inputs            # the graph's own copies of the tensor arguments
         self.written = written          # positions of the arguments the call wrote in place
         self.entry_grads = recorder.entry_grads
-        self.modules = [(m, m.training) for m in recorder.modules.values()]
+        self.leaves = list(recorder.leaves.values())
+        self.modules = [(m, training) for m, training in recorder.entry_modes.values() if training is not None]
         self.hooked = list(recorder.modules.values())   # (a capture with forward hooks is a graph break)
-        self.memory = [(t, t.data_ptr()) for m in recorder.modules.values()
-                       for t in (*m.parameters(recurse=False), *m.buffers(recurse=False))]
-        leaves = {id(t): t for t, _ in self.memory}
+        self.structure = [(m, list(m._modules.items())) for m in recorder.modules.values()]
+        # (each module's parameters and buffers by name: the same tensors, in the same memory)
+        self.memory = [(store, [(name, t, t.data_ptr() if t is not None else None) for name, t in store.items()])
+                       for m in recorder.modules.values() for store in (m._parameters, m._buffers)]
+        leaves = {id(t): t for _, held in self.memory for _, t, _ in held if t is not None}
         leaves.update((id(leaf), leaf) for leaf, _ in recorder.entry_grads)
-        self.requires_grad = [(t, t.requires_grad) for t in leaves.values()]
+        # (as the call found them: a flag the call set is set again by a step, its value before guarded)
+        entry = recorder.entry_requires_grad
+        leaves.update((i, t) for i, (t, _) in entry.items())
+        self.requires_grad = [(t, entry[i][1] if i in entry else t.requires_grad) for i, t in leaves.items()]
         owned = recorder.own
         index = {id(t): i for i, t in enumerate(inputs)}
         self.result = _plan(result, lambda t: (_INPUT, index[id(t)]) if id(t) in index else
@@ -45,15 +51,26 @@ class Graph:
         for module, training in self.modules:
             if module.training is not training:
                 return f"{type(module).__name__}.training changed to {module.training}"
-        for t, address in self.memory:
-            if t.data_ptr() != address:
-                return f"a parameter or buffer of shape {list(t.shape)} was replaced"
+        for store, held in self.memory:
+            if len(store) != len(held):
+                return "a parameter or buffer was added or removed"
+            for name, t, address in held:
+                now = store.get(name, store)
+                if now is not t or (t is not None and t.data_ptr() != address):
+                    return f"the parameter or buffer '{name}' was replaced"
         for t, requires_grad in self.requires_grad:
             if t.requires_grad is not requires_grad:
                 return f"requires_grad of a tensor of shape {list(t.shape)} changed to {t.requires_grad}"
+        for module, children in self.structure:
+            now = module._modules
+            if len(now) != len(children) or any(now.get(name, now) is not child for name, child in children):
+                return f"a submodule of {type(module).__name__} was replaced, added or removed"
         for module in self.hooked:
             if module._forward_pre_hooks or module._forward_hooks:
                 return f"a forward hook was registered on {type(module).__name__}"
+        for leaf in self.leaves:
+            if leaf._hooks or leaf._post_acc_hooks:   # (none at the capture: a hook there is a graph break)
+                return f"a gradient hook was registered on a tensor of shape {list(leaf.shape)}"
         for leaf, grad in self.entry_grads:
             if leaf.grad is not grad:
                 return f"the .grad of a tensor of shape {list(leaf.shape)} is not the one the capture added into"
@@ -72,14 +89,24 @@ class Graph:
         try:
             for fn, args in self.steps:
                 fn(*args)
-        except ReadChanged:
+        except ReadChanged:   # (the call is captured again from the caller's tensors, untouched)
             for generator, state in saved:
                 generator.set_state(state)
+            for module, training in self.modules:   # (and from the modes and flags it found: guarded)
+                object.__setattr__(module, "training", training)
+            for t, requires_grad in self.requires_grad:
+                t._requires_grad = requires_grad
             raise
+        except BaseException:   # (a step raised, as the eager call would there: its writes so far stay)
+            self._write_back(tensors)
+            raise
+        self._write_back(tensors)
+        return self.outputs(tensors)
+
+    def _write_back(self, tensors):
         with no_grad():
             for i in self.written:
                 tensors[i].copy_(self.inputs[i])
-        return self.outputs(tensors)
 
     def outputs(self, tensors):
         return _build(self.result, tensors)
@@ -106,8 +133,8 @@ def rebuildable(value) -> str | None:
     """None if a replay can give ``value`` back, else the type of the part it cannot."""
     if isinstance(value, Tensor) or isinstance(value, PLAIN_VALUES):
         return None
-    if isinstance(value, (tuple, list)):
-        return next((r for r in map(rebuildable, value) if r), None)
+    if type(value) in (tuple, list) or (isinstance(value, tuple) and hasattr(value, "_fields")):
+        return next((r for r in map(rebuildable, value) if r), None)   # (what _plan rebuilds, no subclass)
     if type(value) is dict:
         return next((r for r in map(rebuildable, value.values()) if r), None)
     return type(value).__name__

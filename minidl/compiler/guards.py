@@ -2,12 +2,17 @@
 
 Two kinds. The call's key, hashed to find its graphs: each tensor argument's shape, strides, dtype,
 device and requires_grad; other arguments' values (numbers, strings, None; containers item by item;
-any other object by identity); grad mode, autocast state and the default dtype. And each graph's own
-checks (``Graph.stale``): the modules it ran are in the same training mode, have no forward hooks, and
+any other object by identity, while it lives; numpy arrays, and other containers that hold
+tensors, make the call run eagerly); grad mode, autocast state and the default dtype. And each graph's own
+checks (``Graph.stale``): the modules it ran are in the same training mode, have no forward hooks and the same submodules, and
 their parameters and buffers are in the same memory with the same requires_grad, and each ``.grad`` the
-backward added into is the one it found (and its tensor's requires_grad unchanged).
+backward added into is the one it found, its tensor still without gradient hooks (and its tensor's requires_grad unchanged).
 """
 from __future__ import annotations
+
+import weakref
+
+import numpy as np
 
 from .. import Tensor, get_autocast_dtype, get_default_dtype, is_autocast_enabled, is_grad_enabled
 
@@ -15,24 +20,74 @@ _SCALARS = (bool, int, float, complex, str, bytes, type(None))
 
 
 def call_key(args, kwargs):
-    """(key, tensors): the key of a call and its tensor arguments in the order the key lists them."""
+    """(key, tensors, refusal): the key of a call, its tensor arguments in the order the key lists them,
+    and why the call cannot be captured (None when it can)."""
     tensors = []
+    refusals = []
 
     def describe(x):
         if isinstance(x, Tensor):
             tensors.append(x)
             return ("tensor", tuple(x.shape), x.stride(), x.dtype, x.device, x.requires_grad)
-        if isinstance(x, (tuple, list)):
+        if type(x) in (tuple, list) or (isinstance(x, tuple) and hasattr(x, "_fields")):
             return (type(x), tuple(describe(v) for v in x))
-        if isinstance(x, dict):
+        if type(x) is dict:
             return (dict, tuple((k, describe(v)) for k, v in x.items()))
+        if isinstance(x, float):   # (its bits: 0.0 and -0.0 are equal, and every NaN unequal)
+            return (type(x), float.hex(x))
+        if isinstance(x, complex):
+            return (type(x), float.hex(x.real), float.hex(x.imag))
         if isinstance(x, _SCALARS):
             return (type(x), x)   # (1, 1.0 and True hash alike: the type keeps them apart)
-        return (type(x), id(x))
+        if isinstance(x, (slice, range)):   # (by value: a new one per call is common, x[s])
+            return (type(x), describe((x.start, x.stop, x.step)))
+        if isinstance(x, np.generic):
+            return (type(x), describe(x.item()))
+        if isinstance(x, np.ndarray):
+            # (its values are not in the key, and a capture keeps what it read of them, or reads the memory
+            # of the array it was given, not of the one a replay is given)
+            refusals.append("a numpy array argument: its values are not guarded; pass a tensor "
+                            "(minidl.from_numpy(a))")
+        elif isinstance(x, (tuple, list, dict)):
+            # (a replay swaps the graph's own copies of the tensor arguments only into exact tuples, lists,
+            # named tuples and dicts; in any other container the capture would read the caller's tensors)
+            held = len(tensors)
+            items = tuple(x.items()) if isinstance(x, dict) else tuple(x)
+            described = describe(items)
+            if len(tensors) > held:
+                refusals.append(f"an argument of type {type(x).__name__} holds tensors; pass them in a "
+                                f"tuple, list or dict")
+            return (type(x), described)
+        return (type(x), _Identity(x))
 
     key = (describe(args), describe(kwargs), is_grad_enabled(), get_default_dtype(),
            tuple((d, is_autocast_enabled(d), get_autocast_dtype(d)) for d in ("cpu", "cuda")))
-    return key, tensors
+    return key, tensors, (refusals[0] if refusals else None)
+
+
+class _Identity:
+    """An argument that is none of the above, keyed by identity: equal only to the same object while it
+    lives (a bare id() would match a new object that reuses a freed one's address)."""
+    __slots__ = ("id", "ref", "name")
+
+    def __init__(self, obj):
+        self.id, self.name = id(obj), type(obj).__name__
+        try:
+            self.ref = weakref.ref(obj)
+        except TypeError:   # (no weak references to it: hold it)
+            self.ref = lambda obj=obj: obj
+
+    def __hash__(self):
+        return self.id
+
+    def __eq__(self, other):
+        if not isinstance(other, _Identity):
+            return NotImplemented
+        obj = self.ref()
+        return obj is not None and obj is other.ref()
+
+    def __repr__(self):
+        return f"<{self.name} object at {self.id:#x}>"
 
 
 def describe_change(old, new) -> str:

@@ -45,7 +45,9 @@ GRAPH_BREAK_KERNELS = {
 # the steps that are no kernel launch: a value check, a host step, a gradient set
 STEP_KINDS = {"read": "a value read on the host, checked", "host": "a host step (its Python runs again)",
               "grad": "a tensor's .grad set", "check": "an op's check of its arguments' values, run again",
-              "restore": "a CPU tensor made from host data, restored to its values"}
+              "restore": "a CPU tensor made from host data, restored to its values",
+              "mode": "a module's training mode set (train(), eval())",
+              "requires_grad": "a tensor's requires_grad set"}
 _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _signatures: dict = {}
 
@@ -93,6 +95,10 @@ def _run_into(run, result):
         result.copy_(run())
 
 
+def _set_requires_grad(t, value):
+    t._requires_grad = value
+
+
 def _check_read(to_host, buf, expected: bytes, where: str):
     if np.asarray(to_host(buf)).tobytes() != expected:
         raise ReadChanged(f"a value read on the host at {where} changed")
@@ -117,9 +123,12 @@ class Recorder:
         self.reads = 0
         self.entry_grads = []    # (leaf, its .grad when the call began): guards
         self.grads_set = set()   # ids of leaves whose .grad the call set
+        self.leaves = {}         # id -> each leaf (not made by the call) the backward added a gradient into
         self.held = collections.Counter()   # id(buffer) -> references the recorder holds to it (see holding)
         self.views = {}          # id -> each view of a buffer the steps hold
         self.modules = {}        # id -> module run during the call
+        self.entry_modes = {}    # id -> (module, its training mode when the call first ran or set it)
+        self.entry_requires_grad = {}   # id -> (tensor, its requires_grad before the call first set it)
         self.backward_ran = False
         self.broken = None       # (reason, 'file:line') of the first graph break
         self.depth = 0           # > 0 inside a kernel or a host step: launches there are not steps
@@ -255,6 +264,13 @@ class Recorder:
             self.wrote_state = True
         return result
 
+    def made_once(self, make):
+        self.depth += 1   # (its launches are no steps, its buffers not the graph's)
+        try:
+            return make()
+        finally:
+            self.depth -= 1
+
     def host_check(self, check):
         self.depth += 1   # (its reads are not guards)
         try:
@@ -267,8 +283,10 @@ class Recorder:
     def accumulating(self, leaf):
         """The backward is about to add into ``leaf.grad``: what it finds there is part of the capture (unless
         the leaf was made by the call: a replay's .grad of it is the replay's own, whatever the last one left)."""
-        if id(leaf) not in self.grads_set and id(root(buf(leaf))) not in self.own:
-            self.entry_grads.append((leaf, leaf.grad))
+        if id(root(buf(leaf))) not in self.own:
+            self.leaves[id(leaf)] = leaf   # (guarded to have no gradient hooks: the capture found none)
+            if id(leaf) not in self.grads_set:
+                self.entry_grads.append((leaf, leaf.grad))
 
     def grad_set(self, leaf):
         if self.depth or self.broken or self.done:
@@ -280,6 +298,32 @@ class Recorder:
 
     def saw_module(self, module):
         self.modules[id(module)] = module
+        self._first_mode(module)
+
+    def mode_set(self, module, training):
+        """``module.training`` about to be set during the call (``train()``, ``eval()``): a step sets it
+        again at each replay. Its mode before is a guard all the same: the call may have read it
+        (``was = model.training; model.eval(); ...; model.train(was)``)."""
+        if self.depth or self.broken or self.done:
+            return
+        self._first_mode(module)
+        self._step("mode", object.__setattr__, (module, "training", training))
+
+    def requires_grad_set(self, t, value):
+        """``t.requires_grad`` about to be set during the call: a step sets it again at each replay, and
+        its value before is a guard (unless the call made ``t``)."""
+        if self.depth or self.broken or self.done:
+            return
+        if id(t) not in self.entry_requires_grad and id(root(buf(t))) not in self.own:
+            self.entry_requires_grad[id(t)] = (t, t.requires_grad)
+        if t.requires_grad != value:   # (else a no-op: with its value guarded, at a replay too)
+            self._step("requires_grad", _set_requires_grad, (t, value))
+
+    def _first_mode(self, module):
+        """The training mode a module had when the call first touched it: its mode at the call's start
+        (None for a module the call is making)."""
+        if id(module) not in self.entry_modes:
+            self.entry_modes[id(module)] = (module, getattr(module, "training", None))
 
     def graph_break(self, reason: str):
         if self.broken:

@@ -147,8 +147,13 @@ class Module:
         raise AttributeError(f"'{type(self).__name__}' object has no attribute '{name}'")
 
     def __setattr__(self, name, value):
-        if _tracing.captures and isinstance(value, Tensor):
-            _tracing.graph_break(f"a tensor is assigned to the module attribute '{name}' (a Python side effect)")
+        if _tracing.captures:
+            if isinstance(value, Tensor):
+                _tracing.graph_break(f"a tensor is assigned to the module attribute '{name}' (a Python side effect)")
+            elif name == "training":   # (train()/eval() inside a compiled call: a replay sets it again)
+                recorder = _tracing.recording()
+                if recorder is not None:
+                    recorder.mode_set(self, value)
         d = self.__dict__
 
         def remove_from(*dicts):
