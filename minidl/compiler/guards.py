@@ -1,12 +1,15 @@
 """Guards: what a captured graph is specialised on, checked before every replay.
 
-Two kinds. The call's key, hashed to find its graphs: each tensor argument's shape, strides, dtype,
-device and requires_grad; other arguments' values (numbers, strings, None; containers item by item;
-any other object by identity, while it lives; numpy arrays, and other containers that hold
-tensors, make the call run eagerly); grad mode, autocast state and the default dtype. And each graph's own
-checks (``Graph.stale``): the modules it ran are in the same training mode, have no forward hooks and the same submodules, and
-their parameters and buffers are in the same memory with the same requires_grad, and each ``.grad`` the
-backward added into is the one it found, its tensor still without gradient hooks (and its tensor's requires_grad unchanged).
+Two kinds. The call's key, hashed to find its graphs:
+- each tensor argument's shape, strides, dtype, device and requires_grad;
+- other arguments' values (numbers by their bits, strings, None, slices; containers item by item; any other
+  object by identity, while it lives); numpy arrays, and containers other than tuples, lists and dicts that
+  hold tensors, make the call run eagerly;
+- grad mode, autocast state and the default dtype.
+And each graph's own checks (``Graph.stale``): the modules it ran are in the training mode they had when the
+call first met them, without forward hooks, with the same submodules, parameters and buffers (by name, in
+the same memory, with the same requires_grad); each ``.grad`` the backward added into is the one it found,
+its tensor still without gradient hooks.
 """
 from __future__ import annotations
 
