@@ -11,12 +11,13 @@ from __future__ import annotations
 import logging
 import threading
 
-from .. import _tracing, no_grad
+from .. import Tensor, _tracing, no_grad
+from ..nn import Module
 from ..ops.core import buf
 from . import logs
 from .graph import PLAIN_VALUES, Graph, rebuildable
 from .guards import call_key, describe_change
-from .recorder import ReadChanged, Recorder, root
+from .recorder import GraphBreakError, ReadChanged, Recorder, root, user_line
 
 
 class CompiledFunction:
@@ -52,10 +53,7 @@ class CompiledFunction:
     def _call(self, args, kwargs):
         key, tensors, refusal = call_key(args, kwargs)
         if refusal:   # (not kept in self.eager: the key would keep the argument alive)
-            if self.fullgraph:
-                raise _tracing_error(refusal)
-            logs.report("graph_breaks", f"Graph break in {_name(self.fn)}: {refusal}; the call runs eagerly")
-            return self.fn(*args, **kwargs)
+            return self._run_eagerly(None, refusal, args, kwargs)
         why = None
         for graph in self.graphs.get(key, ()):
             why = graph.stale()
@@ -94,10 +92,8 @@ class CompiledFunction:
         _tracing.start_recording(recorder)
         try:
             owner = getattr(self.fn, "__self__", None)   # (compile(model.forward): the module runs, unseen)
-            if owner is not None:
-                from ..nn.module import Module
-                if isinstance(owner, Module):
-                    recorder.saw_module(owner)
+            if isinstance(owner, Module):
+                recorder.saw_module(owner)
             call_args, call_kwargs = _substitute(args, swap, copies), _substitute(kwargs, swap, copies)
             result = self.fn(*call_args, **call_kwargs)
         finally:
@@ -130,16 +126,13 @@ class CompiledFunction:
         return _substitute(result, back)
 
     def _run_eagerly(self, key, reason, args, kwargs):
+        """A call refused before its capture runs eagerly (``key``: kept so, unless None); raises with fullgraph."""
         if self.fullgraph:
-            raise _tracing_error(reason)
-        self.eager[key] = (reason, "the call")
+            raise GraphBreakError(f"minidl.compile(fullgraph=True): {reason}, at {user_line()}")
+        if key is not None:
+            self.eager[key] = (reason, "the call")
         logs.report("graph_breaks", f"Graph break in {_name(self.fn)}: {reason}; calls like this one run eagerly")
         return self.fn(*args, **kwargs)
-
-
-def _tracing_error(reason):
-    from .recorder import GraphBreakError, user_line
-    return GraphBreakError(f"minidl.compile(fullgraph=True): {reason}, at {user_line()}")
 
 
 def _refuse(tensors):
@@ -158,7 +151,6 @@ def _refuse(tensors):
 
 def _check_result(recorder, result):
     """Graph breaks found in what the call returns."""
-    from .. import Tensor
     odd = rebuildable(result)
     if odd:
         recorder.graph_break(f"the call returns a {odd}: a replay rebuilds only tensors, numbers, strings and "
