@@ -93,6 +93,64 @@ class _Identity:
         return f"<{self.name} object at {self.id:#x}>"
 
 
+class GraphGuards:
+    """A graph's own checks, taken from its recorder: what the call found, which a replay must find too."""
+
+    def __init__(self, recorder):
+        self.entry_grads = recorder.entry_grads
+        self.leaves = list(recorder.leaves.values())
+        self.modules = [(m, training) for m, training in recorder.entry_modes.values() if training is not None]
+        self.hooked = list(recorder.modules.values())   # (a capture with forward hooks is a graph break)
+        self.structure = [(m, list(m._modules.items())) for m in recorder.modules.values()]
+        # (each module's parameters and buffers by name: the same tensors, in the same memory)
+        self.memory = [(store, [(name, t, t.data_ptr() if t is not None else None) for name, t in store.items()])
+                       for m in recorder.modules.values() for store in (m._parameters, m._buffers)]
+        leaves = {id(t): t for _, held in self.memory for _, t, _ in held if t is not None}
+        leaves.update((id(leaf), leaf) for leaf, _ in recorder.entry_grads)
+        # (as the call found them: a flag the call set is set again by a step, its value before guarded)
+        entry = recorder.entry_requires_grad
+        leaves.update((i, t) for i, (t, _) in entry.items())
+        self.requires_grad = [(t, entry[i][1] if i in entry else t.requires_grad) for i, t in leaves.items()]
+
+    def stale(self):
+        """Why the graph does not fit the call's state (a guard that fails), or None."""
+        for module, training in self.modules:
+            if module.training is not training:
+                return f"{type(module).__name__}.training changed to {module.training}"
+        for store, held in self.memory:
+            if len(store) != len(held):
+                return "a parameter or buffer was added or removed"
+            for name, t, address in held:
+                now = store.get(name, store)
+                if now is not t or (t is not None and t.data_ptr() != address):
+                    return f"the parameter or buffer '{name}' was replaced"
+        for t, requires_grad in self.requires_grad:
+            if t.requires_grad is not requires_grad:
+                return f"requires_grad of a tensor of shape {list(t.shape)} changed to {t.requires_grad}"
+        for module, children in self.structure:
+            now = module._modules
+            if len(now) != len(children) or any(now.get(name, now) is not child for name, child in children):
+                return f"a submodule of {type(module).__name__} was replaced, added or removed"
+        for module in self.hooked:
+            if module._forward_pre_hooks or module._forward_hooks:
+                return f"a forward hook was registered on {type(module).__name__}"
+        for leaf in self.leaves:
+            if leaf._hooks or leaf._post_acc_hooks:   # (none at the capture: a hook there is a graph break)
+                return f"a gradient hook was registered on a tensor of shape {list(leaf.shape)}"
+        for leaf, grad in self.entry_grads:
+            if leaf.grad is not grad:
+                return f"the .grad of a tensor of shape {list(leaf.shape)} is not the one the capture added into"
+        return None
+
+    def restore(self):
+        """Put back the training modes and requires_grad flags the call found (a replay that stopped part
+        way may have set them: the call is then captured again from the state it found)."""
+        for module, training in self.modules:
+            object.__setattr__(module, "training", training)
+        for t, requires_grad in self.requires_grad:
+            t._requires_grad = requires_grad
+
+
 def describe_change(old, new) -> str:
     """Why ``new`` missed the graphs captured under ``old``: the first difference, in words."""
     names = ("positional arguments", "keyword arguments", "grad mode", "default dtype", "autocast state")
