@@ -17,9 +17,12 @@ What a list of launches cannot hold is handled here too:
 - a value read on the host (``.item()``, ``bool(t)``, ``.tolist()``) becomes a check in the replay:
   the same bytes or the replay stops and the call is captured again. That is safe only while the call
   has changed nothing it cannot redo; a read after such a change is a graph break;
-- Python state: ``p.grad`` set by the backward or ``zero_grad`` becomes a step that sets it again; an
-  optimizer's step runs as a host step (its Python, reading step counts and learning rates afresh);
-- modules run, for the guards on ``training`` and on their parameters' storage.
+- Python state: every ``.grad`` assignment (the backward, ``zero_grad``, user code), ``train()``/``eval()``
+  and ``requires_grad_`` become steps that set them again; an optimizer's or a scheduler's step,
+  ``clip_grad_norm_`` and ``GradScaler.unscale_`` run as host steps (their Python, reading step counts
+  and learning rates afresh); an op's check of its arguments' values (embedding's index range) runs
+  again without being a guard; state a library makes lazily and keeps (``made_once``) is made once;
+- modules run, and what the call found of them, for the guards (``guards.GraphGuards``).
 
 Whatever else the call does that a replay would not redo is a graph break (``graph_break``).
 """
