@@ -194,6 +194,12 @@ def test_backends(backend, replays):
     assert bool(compiled_of(g).graphs) is replays
 
 
+def test_a_backend_callable_is_refused_by_name():
+    """torch hands a custom backend its FX graph; minidl has none to hand, so it says so at compile time."""
+    with pytest.raises(NotImplementedError, match="backend callable would receive torch's FX graph"):
+        minidl.compile(lambda x: x, backend=lambda graph, inputs: graph)
+
+
 # ----------------------------------------------------------------------------------------------- 2. training steps
 def mlp_batches(i):
     return data(10 + i, 6, 8), labels(i, 6, 4)
