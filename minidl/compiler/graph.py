@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from .. import Tensor, no_grad
 from ..ops.core import buf
+from . import config
+from .fusion import fuse
 from .guards import GraphGuards
 from .recorder import ReadChanged, root
 
@@ -33,6 +35,12 @@ class Graph:
         index = {id(t): i for i, t in enumerate(inputs)}
         self.result = _plan(result, lambda t: (_INPUT, index[id(t)]) if id(t) in index else
                             (_CLONE, t) if id(root(buf(t))) in owned else (_SAME, t))
+        candidates = set(owned)   # (the recorder's own references go first: the passes count the steps')
+        for held in (recorder.own, recorder.views, recorder.host_arrays):
+            held.clear()
+        self.programs = []   # the fused kernels' programs, in order
+        if config.fuse:
+            self.steps, self.kinds, _, self.programs = fuse(self.steps, self.kinds, recorder.writes, candidates)
 
     def stale(self):
         """Why this graph does not fit the call's state (a guard that fails), or None."""

@@ -88,6 +88,11 @@ cross_entropy        (x, target, weight, out, wrow, stats, n,         per packed
                                                                       target's weight wrow, (logits) the row's stats
 cross_entropy_       (x, target, weight, stats, g, out, n,            out = the gradient of sum(g * loss terms) by x
 backward              ignore_index, smoothing, logits)                (g: one element per row, or one for all)
+fused                (program, shape, operands) -> launch             a generated kernel computing ``program`` (a
+                                                                      ``formulas.fused_program.Program``) over
+                                                                      ``shape``; operands: (buf, offset, strides)
+                                                                      per load, then per store; ``launch(*bufs)``
+                                                                      runs it on those buffers (see below)
 ===================  ===============================================  ==============================================
 
 ``geom`` for im2col, col2im and the two max-pool kernels is ``(planes, h, w, kh, kw, sh, sw, ph, pw, dh, dw, oh, ow)``: planes =
@@ -173,6 +178,11 @@ raised at once on cpu, at the next synchronisation on cuda (then the row is left
 ``logits``) holds two per row, the max m and log(sum(exp(x - m))), and lse is taken as their sum only in
 differences from x - m: as torch's log_softmax, precise for logits of any magnitude in float32 too.
 
+``fused`` is how ``minidl.compile`` runs a chain of elementwise launches as one kernel: each device writes the
+program from the ops' formulas (CPU: Numba source, GPU: CUDA C), caches it on disk by the program's key
+(``kernels/fused_cache.py``), and compiles it before returning, so a kernel that does not compile raises here.
+Every operand has ``shape`` (merged dims); values are rounded to each op's dtype as eager's launches stored them.
+
 ``random`` is counter-based, so every device gives the same numbers: element i is made from the four
 32-bit words w0..w3 of Philox4x32-10 (Salmon et al., SC'11) with key (seed mod 2^32, seed >> 32) and
 counter (c mod 2^32, c >> 32, 0, 0), c = offset + i (seed, offset: unsigned 64-bit). With
@@ -230,7 +240,7 @@ PRIMITIVES = ("alloc", "from_host", "to_host", "share_memory", "open_shared", "c
               "softmax", "softmax_backward", "random", "attention", "attention_backward", "dropout",
               "norm_rows", "norm_rows_backward", "batch_norm", "batch_norm_backward",
               "rnn_cell", "rnn_cell_backward", "cross_entropy",
-              "cross_entropy_backward")
+              "cross_entropy_backward", "fused")
 
 # What each primitive writes, by the contract's argument names (a list argument: every buffer in it); the
 # kernels that return a buffer (alloc, from_host, nonzero, share_memory, open_shared) write none of their
@@ -295,6 +305,11 @@ def lookup(name: str, device_type: str):
         return _registry[(device_type, name)]
     except KeyError:
         raise RuntimeError(f"no '{name}' kernel is registered for device type '{device_type}'") from None
+
+
+def device_of(name: str, fn):
+    """The device type whose registered ``name`` kernel is ``fn`` (None: none is)."""
+    return next((d for (d, n), f in _registry.items() if n == name and f is fn), None)
 
 
 def registered(device_type: str) -> list:

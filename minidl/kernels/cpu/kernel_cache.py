@@ -109,10 +109,10 @@ class FirstCompileNotice(event.Listener):
 
     def on_start(self, ev):
         dispatcher = ev.data["dispatcher"]
-        if not self.said and dispatcher.py_func.__module__.startswith("minidl."):
+        where = getattr(dispatcher._cache, "cache_path", None)   # (None: an inlined helper, cached with its caller)
+        if not self.said and where and dispatcher.py_func.__module__.startswith(("minidl.", "minidl_fused")):
             FirstCompileNotice.said = True
-            print(f"minidl: compiling CPU kernels, first use only (cached in {dispatcher._cache.cache_path})",
-                  file=sys.stderr, flush=True)
+            print(f"minidl: compiling CPU kernels, first use only (cached in {where})", file=sys.stderr, flush=True)
 
     def on_end(self, ev):
         pass

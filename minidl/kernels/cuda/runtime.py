@@ -33,11 +33,10 @@ class Unavailable(RuntimeError):
 _INCLUDE = re.compile(r'^#include "(\w+\.cuh)".*$', re.MULTILINE)
 
 
-@functools.lru_cache(maxsize=None)
-def source(name: str) -> str:
-    """The text compiled for ``csrc/<name>.cu``: common.cuh, then the file, each ``#include "x.cuh"``
-    replaced by that header's text (once: the first time it is named). One self-contained text, so
-    NVRTC, nvcc and the simulator's g++ need no include paths, and its hash keys every cache."""
+def _self_contained(text: str) -> str:
+    """common.cuh, then ``text``, each ``#include "x.cuh"`` replaced by that header's text (once: the
+    first time it is named). One self-contained text, so NVRTC, nvcc and the simulator's g++ need no
+    include paths, and its hash keys every cache."""
     seen = set()
 
     def expand(file):
@@ -45,8 +44,18 @@ def source(name: str) -> str:
             return ""
         seen.add(file)
         with open(os.path.join(CSRC, file)) as f:
-            return _INCLUDE.sub(lambda m: expand(m.group(1)), f.read())
-    return expand("common.cuh") + "\n" + expand(f"{name}.cu")
+            return inline(f.read())
+
+    def inline(body):
+        return _INCLUDE.sub(lambda m: expand(m.group(1)), body)
+    return expand("common.cuh") + "\n" + inline(text)
+
+
+@functools.lru_cache(maxsize=None)
+def source(name: str) -> str:
+    """The text compiled for ``csrc/<name>.cu`` (see ``_self_contained``)."""
+    with open(os.path.join(CSRC, f"{name}.cu")) as f:
+        return _self_contained(f.read())
 
 
 def kernel_files() -> list:
@@ -264,24 +273,33 @@ def available() -> bool:
         return False
 
 
-_modules: dict = {}
+_modules: dict = {}  # (runtime name, csrc file name or generated text) -> its getter
 _kernel_names: dict = {}  # id(kernel function) -> its name, for a graph's debug dump
 
 
 def module(name: str):
     """``csrc/<name>.cu`` compiled for the active runtime: a ``function(kernel_name)`` getter."""
+    return _compiled(name, lambda: source(name))
+
+
+def compile_text(text: str):
+    """A generated source (``#include``s of csrc headers allowed) compiled for the active runtime: a
+    ``function(kernel_name)`` getter, as ``module`` gives."""
+    return _compiled(text, lambda: _self_contained(text))
+
+
+def _compiled(key, full_text):
     rt = get()
-    key = (rt.name, name)
-    found = _modules.get(key)
+    found = _modules.get((rt.name, key))
     if found is None:
-        getter = rt.compile(source(name))
+        getter = rt.compile(full_text())
 
         @functools.lru_cache(maxsize=None)
         def function(kernel_name: str):
             kernel = getter(kernel_name)
             _kernel_names[id(kernel)] = kernel_name
             return kernel
-        found = _modules[key] = function
+        found = _modules[(rt.name, key)] = function
     return found
 
 

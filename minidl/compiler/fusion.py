@@ -1,0 +1,276 @@
+"""Fusion: consecutive elementwise launches of a captured graph become one generated kernel.
+
+A chain such as a bias add, then GELU, reads and writes every intermediate through memory, once per
+op; fused, each element is loaded once, carried through the chain in registers and stored once, and
+only the values something else reads are stored at all. The pass, once per captured graph:
+
+1. walks the steps in order and grows a *group* of consecutive elementwise launches (unary, binary,
+   compare, where, and copies between equal or floating dtypes) over one shape. A step joins only when
+   computing the group element by element gives what the launches gave one after another: a buffer the
+   group writes is read and written in it through one element mapping only (no element of it is
+   written by one op and read as another element by a later one);
+2. turns each group of two or more into a ``Program`` (``formulas/fused_program.py``): loads, the ops
+   on numbered values, and stores. A value is stored unless its buffer is the graph's own and nothing
+   but this group's steps refers to it (the value then never exists in memory);
+3. asks the device's ``fused`` kernel for a launch (generated from the formulas, compiled, cached on
+   disk) and puts it in place of the group's steps. A kernel that fails to compile leaves the group's
+   steps as they were, with a warning naming its ops.
+"""
+from __future__ import annotations
+
+import collections
+import sys
+import warnings
+
+from .. import kernels
+from ..formulas import table
+from ..formulas.fused_program import Load, Op, Program, Store
+from ..layout import collapse
+from .recorder import STEP_KINDS
+
+_COMPUTE = {"float32", "float64", "int64"}
+_FLOATS = {"float32", "float64"}
+_PARSERS = ("unary", "binary", "compare", "where", "copy")
+_FORMULAS = {family: {f.name: f for f in members} for family, members in table.FAMILIES.items()}
+
+
+class _Access:
+    """One operand: a buffer read or written through a layout, and the element mapping that is."""
+
+    def __init__(self, buf, layout):
+        self.buf, self.layout = buf, layout
+        owner = buf if buf.base is None else buf.base
+        start = _address(buf) - _address(owner) + layout.offset * buf.itemsize
+        self.root = id(owner)
+        self.mapping = (self.root, start, tuple(s * buf.itemsize for s in layout.strides), buf.dtype.str)
+
+    @property
+    def dtype(self) -> str:
+        return self.buf.dtype.name
+
+
+def _address(buf) -> int:
+    face = getattr(buf, "__cuda_array_interface__", None) or buf.__array_interface__
+    return face["data"][0]
+
+
+def _parse(kind, args):
+    """(family, op name, reads, write) of an elementwise step the generators can write, else None."""
+    if kind == "unary":
+        op, x, xl, out, ol = args
+        reads, name = [(x, xl)], op
+    elif kind in ("binary", "compare"):
+        op, a, al, b, bl, out, ol = args
+        reads, name = [(a, al), (b, bl)], op
+    elif kind == "where":
+        c, cl, a, al, b, bl, out, ol = args
+        reads, name = [(c, cl), (a, al), (b, bl)], "where"
+    elif kind == "copy":
+        x, xl, out, ol = args
+        reads, name = [(x, xl)], "copy"
+    else:
+        return None
+    if ol.numel == 0 or any(layout.shape != ol.shape for _, layout in reads):
+        return None
+    reads = [_Access(b, l) for b, l in reads]
+    write = _Access(out, ol)
+    if not _types_fit(kind, name, [r.dtype for r in reads], write.dtype):
+        return None
+    return kind, name, reads, write
+
+
+def _types_fit(family, name, ins, out) -> bool:
+    """Whether the generators compute this op in these dtypes exactly as eager's kernels do."""
+    if family == "copy":
+        return ins[0] == out or (ins[0] in _FLOATS and out in _FLOATS)
+    if family == "where":
+        return ins[0] == "bool" and ins[1] == ins[2] == out and out in _COMPUTE
+    f = _FORMULAS[family][name]
+    if ins[0] not in _COMPUTE or any(t != ins[0] for t in ins) or out != ("bool" if family == "compare" else ins[0]):
+        return False
+    return not (f.float_only and ins[0] not in _FLOATS) and not (f.int_only and ins[0] in _FLOATS)
+
+
+def _eager_path(family, reads, write) -> str:
+    """How eager's CPU kernel computed the step (``kernels/cpu/elementwise.py``): a packed run, a run with a
+    broadcast y (binary only), or element by element. Where the vectorised functions differ from the
+    formula in the last bit (exp, float32 GELU), the fused kernel must take the same path."""
+    if family not in ("unary", "binary"):
+        return "element"
+    layouts = [r.layout for r in reads] + [write.layout]
+    if family == "unary" and layouts[0].is_contiguous and layouts[1].is_contiguous:
+        return "run"
+    _, strides = collapse(write.layout.shape, *(l.strides for l in layouts))
+    last = tuple(s[-1] for s in strides)
+    if family == "binary":
+        flat = [1 if l.is_contiguous else 0 if not any(l.strides) else None for l in layouts[:2]]
+        if None not in flat and layouts[2].is_contiguous:
+            last = (*flat, 1)
+        return "run" if last == (1, 1, 1) else "scalar" if last == (1, 0, 1) else "element"
+    return "run" if last == (1, 1) else "element"
+
+
+class _Group:
+    def __init__(self, device, parsed, at):
+        self.device = device
+        self.shape = parsed[3].layout.shape
+        self.steps, self.members, self.passed = [], [], []   # passed: steps moved ahead of the group
+        self.touched = collections.defaultdict(set)   # root -> element mappings it is accessed through
+        self.written = set()
+        self.add(parsed, at)
+
+    def accepts(self, device, parsed) -> bool:
+        _, _, reads, write = parsed
+        if device != self.device or write.layout.shape != self.shape:
+            return False
+        if self.touched.get(write.root, {write.mapping}) != {write.mapping}:
+            return False
+        return all(r.root not in self.written or self.touched[r.root] == {r.mapping} for r in reads)
+
+    def add(self, parsed, at):
+        self.steps.append(parsed)
+        self.members.append(at)
+        for access in (*parsed[2], parsed[3]):
+            self.touched[access.root].add(access.mapping)
+        self.written.add(parsed[3].root)
+
+    def independent(self, args) -> bool:
+        """Whether a launch over ``args`` touches no buffer of the group (so it may run before it)."""
+        return not any(_root_id(b) in self.touched for b in _buffers(args))
+
+
+def fuse(steps, kinds, writes, owned):
+    """The graph's (steps, kinds, writes) with each fusable group in one step; ``owned``: ids of the root
+    buffers the capture allocated. Returns the new lists and the programs made.
+
+    A kernel launch that touches none of a growing group's buffers (a constant copied in, say) does not
+    end the group: it moves ahead of it, which changes nothing it computes."""
+    users, held = _users(steps), _held_elsewhere(steps)   # (first: the groups below hold references too)
+    groups, current = [], None
+
+    def close():
+        if current is not None and len(current.steps) > 1:
+            groups.append(current)
+    for i, ((fn, args), kind) in enumerate(zip(steps, kinds)):
+        parsed = _parse(kind, args) if kind in _PARSERS else None
+        device = kernels.device_of(kind, fn) if parsed else None
+        if current is not None and parsed is not None and current.accepts(device, parsed):
+            current.add(parsed, i)
+        elif current is not None and kind not in STEP_KINDS and current.independent(args):
+            current.passed.append(i)
+        else:
+            close()
+            current = _Group(device, parsed, i) if parsed is not None and device is not None else None
+    close()
+    if not groups:
+        return steps, kinds, writes, []
+    replaced = {}   # position of a group's last member -> (its fused step, the steps moved ahead of it)
+    dropped = set()
+    programs = []
+    for group in groups:
+        members = set(group.members)
+        internal = {root for root in group.written if root in owned and root not in held and users[root] <= members}
+        made = _launch(group, internal)
+        if made is None:
+            continue
+        programs.append(made[0])
+        passed = [p for p in group.passed if p < group.members[-1]]
+        replaced[group.members[-1]] = (made, passed)
+        dropped.update(members, passed)
+    out = ([], [], [])
+    for i in range(len(steps)):
+        if i in replaced:
+            (program, launch, buffers), passed = replaced[i]
+            for p in passed:
+                _append(out, steps[p], kinds[p], writes[p])
+            _append(out, (launch, buffers), "fused", tuple(range(len(program.loads), len(buffers))))
+        elif i not in dropped:
+            _append(out, steps[i], kinds[i], writes[i])
+    return (*out, programs)
+
+
+def _append(lists, step, kind, written):
+    for into, item in zip(lists, (step, kind, written)):
+        into.append(item)
+
+
+def _launch(group, internal):
+    """(program, launch, its buffers) for a group, or None where its kernel does not compile."""
+    loads, load_of, value_of, ops, final = [], {}, {}, [], {}
+
+    def value(access):   # ("load", i) or ("op", k): numbered once the loads are known
+        found = value_of.get(access.mapping)
+        if found is None:   # (not written before in the group: a load, shared by every op that reads it)
+            found = load_of.get(access.mapping)
+            if found is None:
+                found = load_of[access.mapping] = ("load", len(loads))
+                loads.append(access)
+        return found
+
+    for family, name, reads, write in group.steps:
+        args = [value(r) for r in reads]
+        ops.append((family, name, args, _eager_path(family, reads, write), write))
+        value_of[write.mapping] = final[write.mapping] = ("op", len(ops) - 1)
+    nloads = len(loads)
+
+    def number(v):
+        return v[1] if v[0] == "load" else nloads + v[1]
+    stores = [(number(v), ops[v[1]][4]) for v in final.values() if ops[v[1]][4].root not in internal]
+    accesses = [*loads, *(write for _, write in stores)]
+    shape, strides = collapse(group.shape, *(a.layout.strides for a in accesses))
+    classes = ["1" if s[-1] == 1 else "0" if s[-1] == 0 else "n" for s in strides]
+    program = Program(
+        ndim=len(shape),
+        loads=tuple(Load(a.dtype, c) for a, c in zip(loads, classes)),
+        ops=tuple(Op(family, name, tuple(number(a) for a in args), write.dtype, path)
+                  for family, name, args, path, write in ops),
+        stores=tuple(Store(v, write.dtype, c) for (v, write), c in zip(stores, classes[nloads:])))
+    operands = [(a.buf, a.layout.offset, st) for a, st in zip(accesses, strides)]
+    try:
+        launch = kernels.lookup("fused", group.device)(program, shape, operands)
+    except Exception as e:   # (any failure of the generated kernel: the steps stay as they were)
+        warnings.warn(f"minidl.compile: the fused kernel of {program} ({len(group.steps)} launches) did not "
+                      f"compile, so these launches run one by one: {type(e).__name__}: {e}", RuntimeWarning,
+                      stacklevel=2)
+        return None
+    return program, launch, [a.buf for a in accesses]
+
+
+def _root_id(buf) -> int:
+    return id(buf if buf.base is None else buf.base)
+
+
+def _users(steps) -> dict:
+    """id(root buffer) -> the positions of the steps that refer to it (directly or through a view)."""
+    users = collections.defaultdict(set)
+    for i, (_, args) in enumerate(steps):
+        for buf in _buffers(args):
+            users[_root_id(buf)].add(i)
+    return users
+
+
+def _held_elsewhere(steps) -> set:
+    """ids of the root buffers something other than the steps refers to (a tensor that outlives the
+    call, an output, a view kept elsewhere), read off the reference counts."""
+    uses, objects = collections.Counter(), {}
+    for _, args in steps:
+        for buf in _buffers(args):
+            uses[id(buf)] += 1
+            objects[id(buf)] = buf
+            if buf.base is not None:
+                objects.setdefault(id(buf.base), buf.base)
+    views = collections.Counter(id(b.base) for b in objects.values() if b.base is not None)
+    held = set()
+    for key in list(objects):   # (not items(): its tuple would hold a reference more)
+        buf = objects[key]
+        # expected: each use in a step, the dict, the name buf, getrefcount's argument, and the views
+        if sys.getrefcount(buf) > uses[key] + 3 + views[key]:
+            held.add(_root_id(buf))
+    return held
+
+
+def _buffers(args):
+    for arg in args:
+        for item in arg if isinstance(arg, list) else (arg,):
+            if hasattr(item, "base") and hasattr(item, "dtype") and hasattr(item, "strides"):
+                yield item

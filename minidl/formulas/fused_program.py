@@ -1,0 +1,58 @@
+"""A fused elementwise program: what a chain of elementwise launches computes, element by element.
+
+The compiler (``minidl/compiler/fusion.py``) turns consecutive elementwise steps of a captured graph
+into one ``Program``; each device's generator (``fused_numba.py``, ``fused_cuda.py``) writes it as one
+kernel, every op's math rendered from its formula in ``table.py``. Values are numbered: first the
+loads (operands read from memory), then one value per step. A program holds no buffer, shape or
+stride, only what the generated text depends on, so one compiled kernel serves every graph with the
+same chain, whatever its sizes.
+"""
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+# Bump when the generators' output changes: it is part of every cache key.
+GENERATOR_VERSION = 1
+
+STRIDE_CLASSES = ("1", "0", "n")   # an operand's stride along the innermost dim: unit, broadcast, other
+
+
+@dataclass(frozen=True)
+class Load:
+    dtype: str          # numpy's name: float32, float64, int64, bool
+    stride: str         # one of STRIDE_CLASSES
+
+
+@dataclass(frozen=True)
+class Op:
+    family: str         # unary, binary, compare, where, copy
+    name: str           # the formula's name (the family's own name for where and copy)
+    args: tuple         # value numbers
+    dtype: str          # the result's dtype (the buffer eager wrote it to)
+    path: str = "element"   # how eager's CPU kernel computed it: run, scalar (a broadcast y) or element
+
+
+@dataclass(frozen=True)
+class Store:
+    value: int
+    dtype: str
+    stride: str
+
+
+@dataclass(frozen=True)
+class Program:
+    ndim: int           # of the iteration space, after merging dims
+    loads: tuple
+    ops: tuple
+    stores: tuple
+
+    def key(self) -> str:
+        """A hash of everything the generated text depends on, the generators' version included."""
+        return hashlib.sha256(f"{GENERATOR_VERSION}:{self!r}".encode()).hexdigest()[:20]
+
+    def names(self) -> list:
+        return [op.name for op in self.ops]
+
+    def __str__(self):
+        return f"fused({', '.join(self.names())})"
