@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from .. import Tensor, no_grad
 from ..ops.core import buf
+from . import cudagraphs
 from .guards import GraphGuards
 from .recorder import ReadChanged, root
 
@@ -20,7 +21,7 @@ _INPUT, _CLONE, _SAME = "input", "clone", "same"
 
 
 class Graph:
-    def __init__(self, recorder, inputs, written, result):
+    def __init__(self, recorder, inputs, written, result, cuda_graphs=False):
         self.steps = recorder.steps
         self.kinds = recorder.kinds     # per step: the primitive's name, or one of recorder.STEP_KINDS
         self.draws = recorder.draws
@@ -33,6 +34,7 @@ class Graph:
         index = {id(t): i for i, t in enumerate(inputs)}
         self.result = _plan(result, lambda t: (_INPUT, index[id(t)]) if id(t) in index else
                             (_CLONE, t) if id(root(buf(t))) in owned else (_SAME, t))
+        self.cuda_graphs = cuda_graphs   # True: runs of CUDA kernels become CUDA graphs at the first replay
 
     def stale(self):
         """Why this graph does not fit the call's state (a guard that fails), or None."""
@@ -42,6 +44,8 @@ class Graph:
         with no_grad():
             for own, given in zip(self.inputs, tensors):
                 own.copy_(given)
+        if self.cuda_graphs is True:   # (then what cudagraphs.install made, or None)
+            self.cuda_graphs = cudagraphs.install(self)
         saved = [(g, g.get_state()) for g, _ in self.claims] if self.reads else None
         for args, seed_at, offset_at, generator, delta in self.draws:
             args[seed_at] = generator.initial_seed()
