@@ -242,3 +242,51 @@ def test_on_the_cpu_reduce_overhead_replays_plainly():
         np.testing.assert_array_equal(a, b)
     graph = _graph(g)
     assert graph.cuda_graphs is None and "cuda_graph" not in graph.kinds
+
+
+def test_a_value_read_on_the_host_splits_the_step_into_graphs_that_draw_as_eager_does(cuda):
+    """Two runs around a read, both drawing from one generator (one state buffer, two deltas)."""
+    def f(x):
+        y = F.dropout(x, 0.5, training=True)
+        if x.sum().item() > 0:   # (a read: checked at each replay, between the two graphs)
+            y = y + 1
+        return F.dropout(y, 0.25, training=True)
+
+    g = minidl.compile(f, mode="reduce-overhead")
+    x = minidl.ones(48, device="cuda")
+    for run in (f, g):
+        minidl.manual_seed(5)
+        outs = [run(x).cpu().numpy() for _ in range(4)]
+        if run is f:
+            ref, state = outs, minidl.cuda.get_rng_state().numpy()
+    for a, b in zip(ref, outs):
+        np.testing.assert_array_equal(a, b)
+    np.testing.assert_array_equal(state, minidl.cuda.get_rng_state().numpy())
+    graph = _graph(g)
+    assert len(graph.cuda_graphs.graphs) == 2 and len(graph.draws) == 1
+    assert graph.kinds[0] == graph.kinds[-1] == "cuda_graph" and set(graph.kinds[1:-1]) == {"read"}
+
+
+def test_a_run_whose_capture_fails_replays_plainly(cuda, monkeypatch):
+    """A kernel that refuses capture (as one needing the host does) leaves its run plain, drawing from arguments."""
+    dropout = kernels.lookup("dropout", "cuda")
+
+    def refusing(x, out, mask, p, seed, offset):
+        runtime.refuse_during_capture("this test's dropout")
+        dropout(x, out, mask, p, seed, offset)
+    monkeypatch.setitem(kernels._registry, ("cuda", "dropout"), refusing)
+
+    def f(x):
+        return F.dropout(x * 3, 0.5, training=True)
+
+    g = minidl.compile(f, mode="reduce-overhead")
+    x = minidl.ones(40, device="cuda")
+    for run in (f, g):
+        minidl.manual_seed(9)
+        outs = [run(x).cpu().numpy() for _ in range(3)]
+        if run is f:
+            ref = outs
+    for a, b in zip(ref, outs):
+        np.testing.assert_array_equal(a, b)
+    made = _graph(g).cuda_graphs
+    assert not made.graphs and "this test's dropout" in made.plain[0]
