@@ -38,7 +38,7 @@ class CudaGraphs:
     def __init__(self):
         self.graphs = []      # one CUDAGraph per captured run
         self.launches = 0     # graph launches, over all replays
-        self.plain = []       # why each run left plain could not be captured
+        self.plain = []       # why each run left plain could not be captured (its capture's error)
         self.pool = graph_pool_handle()
 
 
@@ -50,6 +50,7 @@ def install(graph):
         return None
     made = CudaGraphs()
     states = {}   # generator -> (its device state buffer, the host pair a replay writes into it)
+    live = set()  # the generators a captured run draws from
     draws = {id(entry[0]): entry for entry in graph.draws}
     steps, kinds, at = [], [], 0
     for start, end in runs:
@@ -64,9 +65,10 @@ def install(graph):
             kinds += ["cuda_graph"] + [graph.kinds[i] for i in moved]
             for entry in used:
                 del draws[id(entry[0])]
+                live.add(entry[3])
         at = end
     graph.steps, graph.kinds = steps + graph.steps[at:], kinds + graph.kinds[at:]
-    graph.draws = list(draws.values()) + [(pair, 0, 1, generator, 0) for generator, (_, pair) in states.items()]
+    graph.draws = list(draws.values()) + [(states[g][1], 0, 1, g, 0) for g in states if g in live]
     return made
 
 
