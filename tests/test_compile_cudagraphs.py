@@ -290,3 +290,19 @@ def test_a_run_whose_capture_fails_replays_plainly(cuda, monkeypatch):
         np.testing.assert_array_equal(a, b)
     made = _graph(g).cuda_graphs
     assert not made.graphs and "this test's dropout" in made.plain[0]
+
+
+def test_fused_kernels_are_captured_in_the_cuda_graphs_and_replay_as_eager(cuda):
+    """A fused elementwise chain and a fused reduction are launches like any other: inside the graph."""
+    def step(x, b):
+        return (F.gelu(x + b) * 2 - x).sum(-1).exp()
+    compiled = minidl.compile(step, mode="reduce-overhead")
+    rng = np.random.default_rng(3)
+    for _ in range(3):
+        x = minidl.tensor(rng.standard_normal((4, 6, 8)), device="cuda")
+        b = minidl.tensor(rng.standard_normal(8), device="cuda")
+        np.testing.assert_allclose(compiled(x, b).cpu().numpy(), step(x, b).cpu().numpy(), rtol=1e-12)
+    (graph,) = compiled._minidl_compiled.graphs.values()
+    graph = graph[0]
+    assert [str(p) for p in graph.programs] == ["fused(add, gelu, mul, sub, sum, exp)"]
+    assert "cuda_graph" in graph.kinds and "fused" not in graph.kinds
