@@ -139,15 +139,24 @@ class _Writer:
 
     # -- reading and writing operands -------------------------------------------------------------
     def _load(self, i) -> str:
-        """Load i's element j of the tile."""
+        """Load i's element j of the tile (a packed load through its tile's slice, ``_slices``)."""
         stride = self.p.loads[i].stride
-        return f"b{i}" if stride == "0" else f"L{i}[pL{i} + lo + j]" if stride == "1" else \
-            f"L{i}[pL{i} + (lo + j) * L{i}t]"
+        return f"b{i}" if stride == "0" else f"a{i}[j]" if stride == "1" else f"L{i}[pL{i} + (lo + j) * L{i}t]"
 
     def _store(self, depth, i, value_text):
         stride = self.p.stores[i].stride
-        where = f"pS{i} + lo + j" if stride == "1" else f"pS{i}" if stride == "0" else f"pS{i} + (lo + j) * S{i}t"
-        self.emit(depth, f"S{i}[{where}] = {value_text}")
+        where = "j" if stride == "1" else f"pS{i}" if stride == "0" else f"pS{i} + (lo + j) * S{i}t"
+        self.emit(depth, f"{'o' if stride == '1' else 'S'}{i}[{where}] = {value_text}")
+
+    def _slices(self, depth, loads, stores):
+        """The tile of each packed operand as a slice: indexed from 0 by the loop's own counter, its accesses
+        need no negative-index check, and LLVM vectorises the loop."""
+        for i in sorted(loads):
+            if self.p.loads[i].stride == "1":
+                self.emit(depth, f"a{i} = L{i}[pL{i} + lo:pL{i} + lo + m]")
+        for i in sorted(stores):
+            if self.p.stores[i].stride == "1":
+                self.emit(depth, f"o{i} = S{i}[pS{i} + lo:pS{i} + lo + m]")
 
     def _array(self, value) -> str:
         """The tile of ``value`` as an array (a packed load is read in place)."""
@@ -161,9 +170,11 @@ class _Writer:
     # -- segments ---------------------------------------------------------------------------------
     def _element_segment(self, depth, seg):
         p = self.p
+        here = self.segment_of[self.nloads + seg[0]]
+        self._slices(depth, {a for k in seg for a in p.ops[k].args if a < self.nloads},
+                     {i for k in seg for i in self._stores_of(self.nloads + k)})
         self.emit(depth, "for j in range(m):")
         depth += 1
-        here = self.segment_of[self.nloads + seg[0]]
         for a in sorted({a for k in seg for a in p.ops[k].args}):   # loads, and values of earlier segments
             if a < self.nloads:
                 self.emit(depth, f"v{a} = {self._load(a)}")
@@ -182,6 +193,7 @@ class _Writer:
     def _vector_segment(self, depth, k):
         p = self.p
         op, value = p.ops[k], self.nloads + k
+        self._slices(depth, set(), self._stores_of(value))
         for a in op.args:   # strided or broadcast loads a vectorised op reads: gathered first
             if a < self.nloads and a in self.tiled:
                 self.emit(depth, "for j in range(m):")

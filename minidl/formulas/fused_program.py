@@ -9,11 +9,25 @@ same chain, whatever its sizes.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
+import os
 from dataclasses import dataclass
 
-# Bump when the generators' output changes: it is part of every cache key.
+# Bump when the generated code must change without this package's text changing: part of every cache key.
 GENERATOR_VERSION = 1
+
+
+@functools.lru_cache(maxsize=None)
+def _sources_digest() -> str:
+    """A hash of the text of every module of ``minidl/formulas``: an edited generator or formula never
+    reads a kernel generated before the edit."""
+    folder = os.path.dirname(os.path.abspath(__file__))
+    digest = hashlib.sha256()
+    for name in sorted(f for f in os.listdir(folder) if f.endswith(".py")):
+        with open(os.path.join(folder, name), "rb") as f:
+            digest.update(name.encode() + b"\0" + f.read() + b"\0")
+    return digest.hexdigest()
 
 STRIDE_CLASSES = ("1", "0", "n")   # an operand's stride along the innermost dim: unit, broadcast, other
 
@@ -64,8 +78,9 @@ class Program:
     reduction: Reduction = None
 
     def key(self) -> str:
-        """A hash of everything the generated text depends on, the generators' version included."""
-        return hashlib.sha256(f"{GENERATOR_VERSION}:{self!r}".encode()).hexdigest()[:20]
+        """A hash of everything the generated text depends on: the program, and the generators and formulas
+        (the text of every module of this package, and ``GENERATOR_VERSION``)."""
+        return hashlib.sha256(f"{GENERATOR_VERSION}:{_sources_digest()}:{self!r}".encode()).hexdigest()[:20]
 
     def names(self) -> list:
         if self.reduction is None:

@@ -11,13 +11,16 @@ import numpy as np
 from ... import kernels
 from ...formulas import fused_numba
 from .. import fused_cache
+from . import kernel_cache
 
 _modules: dict = {}
 
 
 def _function(program):
     """The njit function of ``program`` (its module imported once per process)."""
-    name = f"fused_{program.key()}"
+    # (the kernels it calls are inlined into its machine code, which Numba caches by this file alone: their
+    # sources' hash in its name makes an edit there compile it afresh)
+    name = f"fused_{program.key()}_{kernel_cache.sources_digest(kernel_cache.HERE)[:8]}"
     found = _modules.get(name)
     if found is None:
         path = fused_cache.keep("cpu", f"{name}.py", fused_numba.source(program, name))
