@@ -41,9 +41,8 @@ class Access:
 
     def __init__(self, buf, layout):
         self.buf, self.layout = buf, layout
-        owner = _owner(buf)
-        start = _address(buf) - _address(owner) + layout.offset * buf.itemsize
-        self.root = id(owner)
+        self.root = _root_id(buf)
+        start = _address(buf) + layout.offset * buf.itemsize   # (the address of element 0)
         self.mapping = (self.root, start, tuple(s * buf.itemsize for s in layout.strides), buf.dtype.str)
 
     @property
@@ -166,7 +165,8 @@ class _Group:
             return False
         if x.layout.shape != self.shape and len(dims) == x.layout.ndim:   # (all of it, through another shape)
             x, dims = self._whole(x), tuple(range(len(self.shape)))
-        if x is None or x.layout.shape != self.shape or self.touched[x.root] != {x.mapping}:
+        if x is None or x.layout.shape != self.shape or x.root not in self.written or \
+                self.touched[x.root] != {x.mapping}:
             return False
         ndim = len(self.shape)
         first = ndim - len(dims)
@@ -196,10 +196,9 @@ class _Group:
             return False
         if self.device == "cpu" and vectorised(Op(family, name, (), write.dtype, _eager_path(family, reads, write))):
             return False   # (eager computed it with a vectorised function, which an epilogue does not call)
-        start = _address(out) - _address(_owner(out))
         for access in (*reads, write):
             if access.root == _root_id(out):   # the results, read as eager's next launch read them
-                if access is write or not access.layout.is_contiguous or access.mapping[1] != start:
+                if access is write or not access.layout.is_contiguous or access.mapping[1] != _address(out):
                     return False
             elif access.root in self.touched:
                 return False
@@ -362,15 +361,11 @@ class _Numbering:
                      for family, name, args, path, write in self.ops)
 
 
-def _owner(buf):
-    """The buffer that owns ``buf``'s memory (numpy and CuPy views keep it as ``base``)."""
-    while buf.base is not None:
-        buf = buf.base
-    return buf
-
-
 def _root_id(buf) -> int:
-    return id(_owner(buf))
+    """The identity of what owns ``buf``'s memory (numpy and CuPy views keep it as ``base``)."""
+    while getattr(buf, "base", None) is not None:
+        buf = buf.base
+    return id(buf)
 
 
 def _users(steps) -> dict:
@@ -392,7 +387,7 @@ def _held_elsewhere(steps) -> set:
             objects[id(buf)] = buf
             if buf.base is not None:
                 objects.setdefault(id(buf.base), buf.base)
-    views = collections.Counter(id(b.base) for b in objects.values() if b.base is not None)
+    views = collections.Counter(id(b.base) for b in objects.values() if getattr(b, "base", None) is not None)
     held = set()
     for key in list(objects):   # (not items(): its tuple would hold a reference more)
         buf = objects[key]

@@ -58,4 +58,5 @@ def fused(program, shape, operands, eshape=None):
 
     def launch(*buffers):
         fn(*arguments(buffers))
+    launch.device_type = "cpu"
     return launch

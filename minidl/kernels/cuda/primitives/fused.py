@@ -34,4 +34,5 @@ def fused(program, shape, operands, eshape=None):
             runtime.launch(kernel, count, *args, *last)
         else:
             runtime.launch_rows(kernel, count, *args, *last, block=fused_cuda.THREADS)
+    launch.device_type = "cuda"
     return launch
