@@ -13,16 +13,7 @@ from minidl.compiler.cudagraphs import CudaGraphs
 from minidl.nn import functional as F
 from minidl.kernels.cuda import runtime
 from minidl.layout import Layout
-from tests.cuda_support import cuda_device
-
-
-@pytest.fixture
-def cuda():
-    saved = runtime._sim_requested
-    cuda_device()
-    yield
-    minidl.cuda.set_stream(minidl.cuda.default_stream())
-    runtime.sim_enable(saved)
+from tests.cuda_support import cuda  # noqa: F401 (the fixture)
 
 
 # ----------------------------------------------------------------------------- the kernels
@@ -91,6 +82,21 @@ def _graph(compiled):
     found = compiled._minidl_compiled
     assert not found.eager and sum(len(g) for g in found.graphs.values()) == 1
     return next(iter(found.graphs.values()))[0]
+
+
+def _same_as_eager(f, g, x, seed, calls):
+    """``calls`` outputs of the compiled ``g`` from ``manual_seed(seed)``, checked equal to the eager ``f``'s
+    from the same seed; and the CUDA generator's state after the eager calls (None on the CPU)."""
+    on_cuda = x.device.type == "cuda"
+    runs = []
+    for run in (f, g):
+        minidl.manual_seed(seed)
+        runs.append([run(x).cpu().numpy() for _ in range(calls)])
+        if run is f:
+            state = minidl.cuda.get_rng_state().numpy() if on_cuda else None
+    for a, b in zip(*runs):
+        np.testing.assert_array_equal(a, b)
+    return runs[1], state
 
 
 def _launches(monkeypatch):
@@ -188,13 +194,7 @@ def test_dropout_draws_new_masks_at_each_graph_replay_as_the_eager_steps_do(cuda
 
     g = minidl.compile(f, mode="reduce-overhead")
     x = minidl.ones(64, device="cuda")
-    for run in (f, g):
-        minidl.manual_seed(7)
-        outs = [run(x).cpu().numpy() for _ in range(5)]
-        if run is f:
-            ref, state = outs, minidl.cuda.get_rng_state().numpy()
-    for a, b in zip(ref, outs):
-        np.testing.assert_array_equal(a, b)
+    outs, state = _same_as_eager(f, g, x, seed=7, calls=5)
     assert len({o.tobytes() for o in outs}) == 5
     np.testing.assert_array_equal(state, minidl.cuda.get_rng_state().numpy())
     made = _graph(g).cuda_graphs
@@ -233,13 +233,7 @@ def test_on_the_cpu_reduce_overhead_replays_plainly():
 
     g = minidl.compile(f, mode="reduce-overhead")
     x = minidl.ones(32)
-    for run in (f, g):
-        minidl.manual_seed(3)
-        outs = [run(x).numpy() for _ in range(3)]
-        if run is f:
-            ref = outs
-    for a, b in zip(ref, outs):
-        np.testing.assert_array_equal(a, b)
+    outs, _ = _same_as_eager(f, g, x, seed=3, calls=3)
     graph = _graph(g)
     assert graph.cuda_graphs is None and "cuda_graph" not in graph.kinds
 
@@ -254,13 +248,7 @@ def test_a_value_read_on_the_host_splits_the_step_into_graphs_that_draw_as_eager
 
     g = minidl.compile(f, mode="reduce-overhead")
     x = minidl.ones(48, device="cuda")
-    for run in (f, g):
-        minidl.manual_seed(5)
-        outs = [run(x).cpu().numpy() for _ in range(4)]
-        if run is f:
-            ref, state = outs, minidl.cuda.get_rng_state().numpy()
-    for a, b in zip(ref, outs):
-        np.testing.assert_array_equal(a, b)
+    outs, state = _same_as_eager(f, g, x, seed=5, calls=4)
     np.testing.assert_array_equal(state, minidl.cuda.get_rng_state().numpy())
     graph = _graph(g)
     assert len(graph.cuda_graphs.graphs) == 2 and len(graph.draws) == 1
@@ -281,13 +269,7 @@ def test_a_run_whose_capture_fails_replays_plainly(cuda, monkeypatch):
 
     g = minidl.compile(f, mode="reduce-overhead")
     x = minidl.ones(40, device="cuda")
-    for run in (f, g):
-        minidl.manual_seed(9)
-        outs = [run(x).cpu().numpy() for _ in range(3)]
-        if run is f:
-            ref = outs
-    for a, b in zip(ref, outs):
-        np.testing.assert_array_equal(a, b)
+    outs, _ = _same_as_eager(f, g, x, seed=9, calls=3)
     made = _graph(g).cuda_graphs
     assert not made.graphs and "this test's dropout" in made.plain[0]
 
