@@ -248,7 +248,7 @@ def test_a_value_read_on_the_host_splits_the_step_into_graphs_that_draw_as_eager
 
     g = minidl.compile(f, mode="reduce-overhead")
     x = minidl.ones(48, device="cuda")
-    outs, state = _same_as_eager(f, g, x, seed=5, calls=4)
+    _, state = _same_as_eager(f, g, x, seed=5, calls=4)
     np.testing.assert_array_equal(state, minidl.cuda.get_rng_state().numpy())
     graph = _graph(g)
     assert len(graph.cuda_graphs.graphs) == 2 and len(graph.draws) == 1
