@@ -14,6 +14,7 @@ from __future__ import annotations
 from .. import Tensor, no_grad
 from ..ops.core import buf
 from .guards import GraphGuards
+from .memory import share_memory
 from .recorder import ReadChanged, root
 
 _INPUT, _CLONE, _SAME = "input", "clone", "same"
@@ -33,6 +34,10 @@ class Graph:
         index = {id(t): i for i, t in enumerate(inputs)}
         self.result = _plan(result, lambda t: (_INPUT, index[id(t)]) if id(t) in index else
                             (_CLONE, t) if id(root(buf(t))) in owned else (_SAME, t))
+        candidates = set(owned)   # (the recorder's own references go first: the plan counts the steps')
+        for held in (recorder.own, recorder.views, recorder.host_arrays):
+            held.clear()
+        self.saved_bytes = share_memory(self.steps, recorder.writes, candidates)
 
     def stale(self):
         """Why this graph does not fit the call's state (a guard that fails), or None."""

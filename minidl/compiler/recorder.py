@@ -118,6 +118,7 @@ class Recorder:
         self.fullgraph = fullgraph
         self.steps = []          # (callable, args): the replay, in order
         self.kinds = []          # what each step is: a primitive's name, or one of STEP_KINDS
+        self.writes = []         # per step, the positions of the arguments it writes (the memory plan's)
         self.draws = []          # (args list, seed position, offset position, generator, offset - start)
         self.claims = {}         # generator -> [seed, first offset, end offset] of its draws in the call
         self.own = {}            # id(root buffer) -> buffer, for the buffers made during the capture
@@ -162,7 +163,8 @@ class Recorder:
         finally:
             self.depth -= 1
         # (a kernel outside the contract, registered by the user, may write any of its arguments)
-        for arg in kernels.WRITES[name] if name in kernels.WRITES else where:
+        writes = kernels.WRITES[name] if name in kernels.WRITES else where
+        for arg in writes:
             written = args[where[arg]]
             for buf in written if isinstance(written, list) else (written,):
                 if getattr(buf, "base", False) is not False and id(root(buf)) not in self.own:
@@ -171,15 +173,18 @@ class Recorder:
                     made, values = self.host_arrays.pop(id(root(buf)))
                     self.steps.insert(0, (np.copyto, (made, values)))
                     self.kinds.insert(0, "restore")
+                    self.writes.insert(0, (0,))
         if name in kernels.DRAWS:
             self._draw(device_type, args, *(where[a] for a in kernels.DRAWS[name]))
-        self._step(name, fn, args)
+        self._step(name, fn, args, tuple(where[a] for a in writes))
         return result
 
-    def _step(self, kind, fn, args):
-        """Append a step: ``kind`` is the primitive's name, or one of STEP_KINDS for the others."""
+    def _step(self, kind, fn, args, writes=()):
+        """Append a step: ``kind`` is the primitive's name, or one of STEP_KINDS for the others; ``writes``:
+        the positions of the arguments it writes (a list there: every buffer in it)."""
         self.steps.append((fn, args))
         self.kinds.append(kind)
+        self.writes.append(writes)
         for arg in args:
             for buf in arg if isinstance(arg, list) else (arg,):
                 base = getattr(buf, "base", False)
@@ -205,7 +210,7 @@ class Recorder:
             return self._owned(buf)
         constant = fn(np.array(array, copy=True))
         layout = Layout((buf.size,))
-        self._step("copy", kernels.lookup("copy", device_type), (constant, layout, buf, layout))
+        self._step("copy", kernels.lookup("copy", device_type), (constant, layout, buf, layout), (2,))
         return self._owned(buf)
 
     def _read(self, to_host, buf):
