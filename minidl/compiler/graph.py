@@ -37,7 +37,8 @@ class Graph:
         candidates = set(owned)   # (the recorder's own references go first: the plan counts the steps')
         for held in (recorder.own, recorder.views, recorder.host_arrays):
             held.clear()
-        self.saved_bytes = share_memory(self.steps, recorder.writes, candidates)
+        # (saved: what sharing memory saved; held: the bytes the graph keeps alive between calls)
+        self.saved_bytes, self.held_bytes = share_memory(self.steps, recorder.writes, candidates)
 
     def stale(self):
         """Why this graph does not fit the call's state (a guard that fails), or None."""

@@ -4,17 +4,19 @@ A capture allocates a fresh buffer for every intermediate, as the eager call did
 all between calls: its memory is the sum of the step's allocations, not the eager peak. Yet an intermediate
 only matters from the step that writes it to the last step that reads it. So, once a graph is captured:
 
-1. each buffer the capture allocated gets a lifetime: the first and the last step that use it (directly,
-   or through a 1-D slice of it, as the fused kernels take packed tensors);
-2. a buffer is *pinned* (kept to itself) when anything but the graph's steps refers to it: a tensor that
-   outlives the call (a gradient, an output, the graph's copy of an argument, what a host step holds), a
-   view of it that is not a 1-D slice. That is read off the reference counts: the steps' references are
-   counted, and any reference more means someone else holds it;
-3. the others are packed into slabs, first use first: a buffer takes a slab of its type and dtype whose
-   last occupant's lifetime has ended (the smallest that fits, else the largest, which then grows), and
-   the slab is the largest buffer assigned to it;
+1. each root buffer the steps use gets a lifetime: the first and the last step that use it (directly, in
+   a list of a multi-tensor kernel, or through a 1-D slice of it, as the fused kernels take packed tensors);
+2. a buffer is *pinned* (kept to itself) when its value may matter outside that lifetime:
+   - anything but the steps refers to it (a gradient, an output, the graph's copy of an argument, a tensor a
+     host step or a check reads, a list of buffers kept elsewhere): read off the reference counts, the
+     steps' own references counted, any more meaning someone else holds it;
+   - a replay reads it before writing it (a constant from host data: its value lasts from call to call);
+   - it is seen through a view that is not a 1-D slice of its own dtype, or it is no flat 1-D buffer;
+3. the others, which the capture made, are packed into slabs, first use first: a buffer takes a slab of its
+   type, dtype and device whose last occupant's lifetime ended before its first use (the smallest that
+   fits, else the largest, which then grows); a slab is the largest buffer assigned to it;
 4. every step's arguments are rebound: a buffer becomes the front of its slab, a slice of it the same
-   slice of the slab.
+   slice of the slab. Nothing then refers to the old buffers: they are freed.
 
 Replays then write and read the same slabs in the same order; no buffer is allocated or freed.
 """
@@ -22,54 +24,91 @@ from __future__ import annotations
 
 import collections
 import sys
+from typing import NamedTuple
 
 
-def share_memory(steps, writes, candidates) -> int:
+class Plan(NamedTuple):
+    saved_bytes: int   # what the shared slabs save over one buffer per intermediate
+    held_bytes: int    # what the graph keeps alive: buffers the capture made, and those only its steps name
+
+
+def share_memory(steps, writes, candidates) -> Plan:
     """Rebind the buffers of ``steps`` (a graph's (callable, args) list, changed in place; ``writes``: per
     step, the positions of the arguments it writes) so that those of ``candidates`` (ids of root buffers
-    the capture allocated) share slabs; returns the bytes saved."""
-    uses = collections.Counter()
-    objects, first, last = {}, {}, {}
-    read_first = set()   # (buffers a replay reads before it writes them: their values must last)
-    for i, (_, args) in enumerate(steps):
-        for position, buf in _buffers(args):
-            uses[id(buf)] += 1
-            objects[id(buf)] = buf
-            owner = _root(buf)
-            objects[id(owner)] = owner
-            if id(owner) not in first:
-                first[id(owner)] = i
-                if position not in writes[i]:
-                    read_first.add(id(owner))
-            last[id(owner)] = i
-    views_of = collections.defaultdict(list)
-    for buf in objects.values():
-        if buf.base is not None:
-            views_of[id(buf.base)].append(buf)
-    pinned = set()
-    for key in list(objects):
-        buf = objects[key]
-        # the references expected: each use in a step, this dict, the name buf, getrefcount's argument,
-        # and for a view the views_of list, for a buffer each view of it found in the steps
-        expected = uses[key] + 3 + (len(views_of[key]) if buf.base is None else 1)
-        if sys.getrefcount(buf) > expected or (buf.base is not None and not _slice(buf)):
-            pinned.add(id(_root(buf)))
-    buf = None
-    shared = [objects[key] for key in first if key in candidates and key not in pinned and key not in read_first]
-    slabs = _pack(shared, first, last)
-    distinct = {id(slab): slab for slab in slabs.values()}
-    moved = {key: slab for key, slab in slabs.items() if objects[key] is not slab}
+    the capture made) share slabs."""
+    uses = _Uses(steps, writes)
+    outside = _held_elsewhere(uses.objects, uses.refs)
+    pinned = uses.pinned | uses.read_first
+    for key in outside:
+        found = uses.objects[key]
+        pinned.update(id(_owner(b)) for b in (found if isinstance(found, list) else [found]) if _is_buffer(b))
+    roots = {key: uses.objects[key] for key in uses.first}
+    shared = [roots[key] for key in uses.first if key in candidates and key not in pinned]
+    slabs = _pack(shared, uses.first, uses.last)
+    moved = {key: slab for key, slab in slabs.items() if roots[key] is not slab}
     if moved:
         _rebind(steps, moved)
-    return sum(b.nbytes for b in shared) - sum(slab.nbytes for slab in distinct.values())
+    kept = {key: slabs.get(key, root) for key, root in roots.items() if key in candidates or key not in outside}
+    held = sum(b.nbytes for b in {id(b): b for b in kept.values()}.values())
+    return Plan(sum(b.nbytes for b in shared) - sum(b.nbytes for b in {id(s): s for s in slabs.values()}.values()),
+                held)
+
+
+class _Uses:
+    """What the steps do with buffers: every buffer, root and list they name (``objects``, id -> it), the
+    references the steps hold to each (``refs``: a view holds one to its base), each root's first and last
+    step, the roots a replay reads before it writes them, and those no slab may hold (``pinned``)."""
+
+    def __init__(self, steps, writes):
+        self.objects, self.refs = {}, collections.Counter()
+        self.first, self.last, self.read_first, self.pinned = {}, {}, set(), set()
+        counted = set()
+        for i, (_, args) in enumerate(steps):
+            if id(args) not in counted:   # (a container shared by two steps holds its items once)
+                counted.add(id(args))
+                self._count(args)
+            for position, buf in _buffers(args):
+                owner = _owner(buf)
+                key = id(owner)
+                if key not in self.first:
+                    self.first[key] = i
+                    if position not in writes[i]:
+                        self.read_first.add(key)
+                self.last[key] = i
+                if buf is not owner and not _slice(buf, owner) or not _flat(owner):
+                    self.pinned.add(key)
+
+    def _count(self, container):
+        """Count the references ``container`` (a step's arguments, or a list among them) holds, once."""
+        for item in container:
+            if isinstance(item, list) or _is_buffer(item):
+                self.refs[id(item)] += 1
+                if id(item) in self.objects:
+                    continue
+                self.objects[id(item)] = item
+                if isinstance(item, list):
+                    self._count(item)
+                elif _owner(item) is not item:   # (a view holds its base: a reference the steps hold)
+                    self.objects[id(item.base)] = item.base
+                    self.refs[id(item.base)] += 1
+
+
+def _held_elsewhere(objects, refs) -> set:
+    """ids of the objects referred to by more than the steps' references (``refs``) and our own."""
+    ours = _refcounts({0: object()})[0]   # (the references a lone object gets here: the dict, the loop, the call)
+    return {key for key, count in _refcounts(objects).items() if count - ours > refs[key]}
+
+
+def _refcounts(objects) -> dict:
+    return {key: sys.getrefcount(value) for key, value in objects.items()}
 
 
 def _pack(buffers, first, last) -> dict:
     """id(buffer) -> the buffer whose memory it will use (its slab)."""
     slabs = {}
-    live = collections.defaultdict(list)   # (type, dtype) -> [[last step, size, members]] of each slab
+    live = collections.defaultdict(list)   # (type, dtype, device) -> [[last step, size, members]] of each slab
     for buf in sorted(buffers, key=lambda b: first[id(b)]):
-        kind = (type(buf), buf.dtype)
+        kind = (type(buf), buf.dtype, getattr(getattr(buf, "device", None), "id", None))
         free = [s for s in live[kind] if s[0] < first[id(buf)]]
         fits = [s for s in free if s[1] >= buf.size]
         slab = min(fits, key=lambda s: s[1]) if fits else max(free, key=lambda s: s[1], default=None)
@@ -87,29 +126,31 @@ def _pack(buffers, first, last) -> dict:
 
 
 def _rebind(steps, moved):
-    """Each step's buffers of ``moved`` (id -> slab) replaced by the slab's front, their slices likewise."""
+    """Each step's buffers of ``moved`` (id -> slab) replaced by the slab's front, their slices likewise;
+    lists and the steps' argument lists are changed in place (the graph's draws hold the latter)."""
     made = {}
 
-    def new(buf):
-        found = made.get(id(buf))
+    def new(x):
+        if isinstance(x, list):
+            x[:] = [new(item) for item in x]
+            return x
+        if not _is_buffer(x):
+            return x
+        found = made.get(id(x))
         if found is None:
-            owner = _root(buf)
+            owner = _owner(x)
             slab = moved.get(id(owner))
             if slab is None:
-                return buf
-            start = 0 if buf is owner else (_address(buf) - _address(owner)) // buf.itemsize
-            found = made[id(buf)] = slab[start:start + buf.size]
+                return x
+            start = 0 if x is owner else (_address(x) - _address(owner)) // x.itemsize
+            found = made[id(x)] = slab[start:start + x.size]
         return found
 
     for i, (fn, args) in enumerate(steps):
         if isinstance(args, list):
-            for j, arg in enumerate(args):
-                if isinstance(arg, list):
-                    arg[:] = [new(b) if _is_buffer(b) else b for b in arg]
-                elif _is_buffer(arg):
-                    args[j] = new(arg)
-        elif any(_is_buffer(arg) for arg in args):
-            steps[i] = (fn, tuple(new(a) if _is_buffer(a) else a for a in args))
+            args[:] = [new(a) for a in args]
+        else:
+            steps[i] = (fn, tuple(new(a) for a in args))
 
 
 def _buffers(args):
@@ -125,13 +166,20 @@ def _is_buffer(x) -> bool:
     return hasattr(x, "base") and hasattr(x, "dtype") and hasattr(x, "strides")
 
 
-def _root(buf):
-    return buf if buf.base is None else buf.base
+def _owner(buf):
+    """The array whose memory ``buf`` is: itself, or the array it views (numpy and CuPy keep the one that owns
+    the memory as ``base``; a base that is no array, as a memory map, leaves ``buf`` its own, unflat, owner)."""
+    return buf if buf.base is None or not _is_buffer(buf.base) else buf.base
 
 
-def _slice(view) -> bool:
-    """A 1-D run of its base's elements (what ``packed_buffer`` and friends hand the kernels)."""
-    return view.ndim == 1 and (view.size <= 1 or view.strides[0] == view.itemsize) and view.base.base is None
+def _flat(root) -> bool:
+    """A 1-D buffer that owns its memory: what a slab is, and what can move into one."""
+    return root.base is None and root.ndim == 1 and (root.size <= 1 or root.strides[0] == root.itemsize)
+
+
+def _slice(view, owner) -> bool:
+    """A 1-D run of its owner's elements, of its dtype (what ``packed_buffer`` and friends hand the kernels)."""
+    return view.ndim == 1 and view.dtype == owner.dtype and (view.size <= 1 or view.strides[0] == view.itemsize)
 
 
 def _address(buf) -> int:
