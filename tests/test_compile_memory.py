@@ -19,6 +19,8 @@ from minidl.compiler import graph as graph_module
 from minidl.compiler.memory import share_memory
 from minidl.nn import functional as F
 
+from cuda_support import cuda_device
+
 
 # ------------------------------------------------------------------------------------ the plan on hand-made steps
 def fill(value, out):
@@ -188,7 +190,7 @@ def test_a_list_shared_by_two_steps_counts_once():
 
 # ------------------------------------------------------------------------------- compiled training, end to end
 def same(a, b):
-    np.testing.assert_array_equal(a.detach().numpy(), b.detach().numpy())
+    np.testing.assert_array_equal(a.detach().cpu().numpy(), b.detach().cpu().numpy())
 
 
 def train_both(make_model, make_opt, loss_fn, batches, steps=4, device="cpu"):
@@ -234,6 +236,15 @@ def test_mlp_with_adam():
     graph = train_both(make, lambda p: minidl.optim.Adam(p, lr=1e-2), F.cross_entropy,
                        lambda i: (data(i, 16, 8), classes(i, 16, 4)))
     assert graph.saved_bytes > 0 and graph.held_bytes > 0
+
+
+def test_mlp_on_cuda():
+    """On 'cuda' (CuPy buffers on a GPU, else the simulator's): constants are copied from device copies."""
+    cuda_device()
+    make = lambda: nn.Sequential(nn.Linear(8, 32), nn.ReLU(), nn.Linear(32, 4))  # noqa: E731
+    graph = train_both(make, lambda p: minidl.optim.Adam(p, lr=1e-2), F.cross_entropy,
+                       lambda i: (data(i, 16, 8), classes(i, 16, 4)), device="cuda")
+    assert graph.saved_bytes > 0
 
 
 def test_conv_net_with_batch_norm():
