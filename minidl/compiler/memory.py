@@ -48,10 +48,14 @@ def share_memory(steps, writes, candidates) -> Plan:
     moved = {key: slab for key, slab in slabs.items() if roots[key] is not slab}
     if moved:
         _rebind(steps, moved)
-    kept = {key: slabs.get(key, root) for key, root in roots.items() if key in candidates or key not in outside}
-    held = sum(b.nbytes for b in {id(b): b for b in kept.values()}.values())
-    return Plan(sum(b.nbytes for b in shared) - sum(b.nbytes for b in {id(s): s for s in slabs.values()}.values()),
-                held)
+    saved = sum(b.nbytes for b in shared) - _bytes(slabs.values())
+    return Plan(saved, _bytes(slabs.get(key, root) for key, root in roots.items()
+                              if key in candidates or key not in outside))
+
+
+def _bytes(buffers) -> int:
+    """The bytes of the distinct buffers among ``buffers``."""
+    return sum(b.nbytes for b in {id(b): b for b in buffers}.values())
 
 
 class _Uses:
