@@ -35,7 +35,10 @@ class Plan(NamedTuple):
 def share_memory(steps, writes, candidates) -> Plan:
     """Rebind the buffers of ``steps`` (a graph's (callable, args) list, changed in place; ``writes``: per
     step, the positions of the arguments it writes) so that those of ``candidates`` (ids of root buffers
-    the capture made) share slabs."""
+    the capture made) share slabs. A pass that changes the steps before (fusion) keeps ``writes`` in step
+    with them, and drops its own references to their buffers (any reference more pins a buffer)."""
+    if len(writes) != len(steps):
+        raise ValueError(f"share_memory: {len(steps)} steps but {len(writes)} entries of writes")
     uses = _Uses(steps, writes)
     outside = _held_elsewhere(uses.objects, uses.refs)
     pinned = uses.pinned | uses.read_first
