@@ -189,6 +189,28 @@ def test_a_list_shared_by_two_steps_counts_once():
     assert arg(steps, 3, 0)[0] is outside
 
 
+@pytest.mark.parametrize("written_first", [True, False])
+def test_a_reborn_buffer_lends_its_memory_between_its_values(written_first):
+    """A buffer the capture handed out again (reborn at step 4) holds two values, steps 0-1 and 4-5; a buffer
+    living at steps 2-3 takes its memory in between, unless the second value starts with a read (then the
+    first value is taken to last through the gap)."""
+    x, out, kept = np.arange(4.0), np.empty(4), np.empty(4)
+    made = [np.empty(4), np.empty(4)]
+    again = (fill, (5.0, made[0])) if written_first else (add, (made[0], x, out))
+    steps, writes = program((scale, (x, 2.0, made[0])), (add, (made[0], x, out)), (scale, (out, 3.0, made[1])),
+                            (add, (made[1], x, kept)), again, (add, (made[0], kept, out)))
+    del again
+    reborn = {id(made[0]): {id(steps[4][1])}}
+    candidates = {id(b) for b in made}
+    made.clear()
+    saved, _ = share_memory(steps, writes, candidates, reborn)
+    assert saved == (32 if written_first else 0)
+    assert np.shares_memory(arg(steps, 2, 2), arg(steps, 0, 2)) == written_first
+    if written_first:
+        run(steps)
+        np.testing.assert_array_equal(out, 5 + (x * 2 + x) * 3 + x)
+
+
 # ------------------------------------------------------------------------------- compiled training, end to end
 def same(a, b):
     np.testing.assert_array_equal(a.detach().cpu().numpy(), b.detach().cpu().numpy())
@@ -297,9 +319,9 @@ def test_old_buffers_are_freed_after_the_plan(monkeypatch):
     (and what it kept)."""
     before = []
 
-    def watched(steps, writes, candidates):
+    def watched(steps, *rest):
         before.extend(weakref.ref(b) for b in roots(steps).values())
-        return share_memory(steps, writes, candidates)
+        return share_memory(steps, *rest)
     monkeypatch.setattr(graph_module, "share_memory", watched)
     make = lambda: nn.Sequential(nn.Linear(8, 32), nn.ReLU(), nn.Linear(32, 4))  # noqa: E731
     graph = train_both(make, lambda p: minidl.optim.SGD(p, lr=0.1), F.cross_entropy,

@@ -6,6 +6,8 @@ only matters from the step that writes it to the last step that reads it. So, on
 
 1. each root buffer the steps use gets a lifetime: the first and the last step that use it (directly, in
    a list of a multi-tensor kernel, or through a 1-D slice of it, as the fused kernels take packed tensors);
+   a buffer the capture handed out again once its value was spent (``Recorder._alloc``) has one such span
+   per value it held, and its memory is free in between;
 2. a buffer is *pinned* (kept to itself) when its value may matter outside that lifetime:
    - anything but the steps refers to it (a gradient, an output, the graph's copy of an argument, a tensor a
      host step or a check reads, a list of buffers kept elsewhere): read off the reference counts, the
@@ -13,8 +15,8 @@ only matters from the step that writes it to the last step that reads it. So, on
    - a replay reads it before writing it (a constant from host data: its value lasts from call to call);
    - it is seen through a view that is not a 1-D slice of its own dtype, or it is no flat 1-D buffer;
 3. the others, which the capture made, are packed into slabs, first use first: a buffer takes a slab of its
-   type, dtype and device whose last occupant's lifetime ended before its first use (the smallest that
-   fits, else the largest, which then grows); a slab is the largest buffer assigned to it;
+   type, dtype and device whose occupants' lifetimes do not overlap its own (the smallest that fits, else
+   the largest, which then grows); a slab is the largest buffer assigned to it;
 4. every step's arguments are rebound: a buffer becomes the front of its slab, a slice of it the same
    slice of the slab. Nothing then refers to the old buffers: they are freed.
 
@@ -32,22 +34,25 @@ class Plan(NamedTuple):
     held_bytes: int    # what the graph keeps alive: buffers the capture made, and those only its steps name
 
 
-def share_memory(steps, writes, candidates) -> Plan:
+def share_memory(steps, writes, candidates, reborn=None) -> Plan:
     """Rebind the buffers of ``steps`` (a graph's (callable, args) list, changed in place; ``writes``: per
     step, the positions of the arguments it writes) so that those of ``candidates`` (ids of root buffers
-    the capture made) share slabs. A pass that changes the steps before (fusion) keeps ``writes`` in step
-    with them, and drops its own references to their buffers (any reference more pins a buffer)."""
+    the capture made) share slabs. ``reborn``: id of a buffer the capture handed out again -> ids of the
+    argument containers of the steps where it starts anew (its lifetime has gaps there, for others to use).
+    A pass that changes the steps before (fusion) keeps ``writes`` in step with them, gives the steps it
+    makes new argument containers (a buffer reborn in one is then taken to live through: safe), and drops
+    its own references to the buffers (any reference more pins a buffer)."""
     if len(writes) != len(steps):
         raise ValueError(f"share_memory: {len(steps)} steps but {len(writes)} entries of writes")
-    uses = _Uses(steps, writes)
+    uses = _Uses(steps, writes, reborn or {})
     outside = _held_elsewhere(uses.objects, uses.refs)
     pinned = uses.pinned | uses.read_first
     for key in outside:
         found = uses.objects[key]
         pinned.update(id(_owner(b)) for b in (found if isinstance(found, list) else [found]) if _is_buffer(b))
-    roots = {key: uses.objects[key] for key in uses.first}
-    shared = [roots[key] for key in uses.first if key in candidates and key not in pinned]
-    slabs = _pack(shared, uses.first, uses.last)
+    roots = {key: uses.objects[key] for key in uses.spans}
+    shared = [roots[key] for key in uses.spans if key in candidates and key not in pinned]
+    slabs = _pack(shared, uses.spans)
     moved = {key: slab for key, slab in slabs.items() if roots[key] is not slab}
     if moved:
         _rebind(steps, moved)
@@ -63,12 +68,13 @@ def _bytes(buffers) -> int:
 
 class _Uses:
     """What the steps do with buffers: every buffer, root and list they name (``objects``, id -> it), the
-    references the steps hold to each (``refs``: a view holds one to its base), each root's first and last
-    step, the roots a replay reads before it writes them, and those no slab may hold (``pinned``)."""
+    references the steps hold to each (``refs``: a view holds one to its base), each root's lifetime (``spans``:
+    [first step, last step] of each time it holds a value, one unless it is reborn), the roots a replay reads
+    before it writes them, and those no slab may hold (``pinned``)."""
 
-    def __init__(self, steps, writes):
-        self.objects, self.refs = {}, collections.Counter()
-        self.first, self.last, self.read_first, self.pinned = {}, {}, set(), set()
+    def __init__(self, steps, writes, reborn):
+        self.objects, self.refs, self.spans = {}, collections.Counter(), {}
+        self.read_first, self.pinned = set(), set()
         counted = set()
         for i, (_, args) in enumerate(steps):
             if id(args) not in counted:   # (a container shared by two steps holds its items once)
@@ -77,11 +83,15 @@ class _Uses:
             for position, buf in _buffers(args):
                 owner = _owner(buf)
                 key = id(owner)
-                if key not in self.first:
-                    self.first[key] = i
+                spans = self.spans.get(key)
+                if spans is None:
+                    self.spans[key] = [[i, i]]
                     if position not in writes[i]:
                         self.read_first.add(key)
-                self.last[key] = i
+                elif spans[-1][1] < i and position in writes[i] and id(args) in reborn.get(key, ()):
+                    spans.append([i, i])   # (handed out again, and written first: the value before is spent)
+                else:
+                    spans[-1][1] = i
                 if buf is not owner and not _slice(buf, owner) or not _flat(owner):
                     self.pinned.add(key)
 
@@ -110,19 +120,20 @@ def _refcounts(objects) -> dict:
     return {key: sys.getrefcount(value) for key, value in objects.items()}
 
 
-def _pack(buffers, first, last) -> dict:
+def _pack(buffers, spans) -> dict:
     """id(buffer) -> the buffer whose memory it will use (its slab)."""
     slabs = {}
-    live = collections.defaultdict(list)   # (type, dtype, device) -> [[last step, size, members]] of each slab
-    for buf in sorted(buffers, key=lambda b: first[id(b)]):
+    live = collections.defaultdict(list)   # (type, dtype, device) -> [[spans taken, size, members]] of each slab
+    for buf in sorted(buffers, key=lambda b: spans[id(b)][0][0]):
         kind = (type(buf), buf.dtype, getattr(getattr(buf, "device", None), "id", None))
-        free = [s for s in live[kind] if s[0] < first[id(buf)]]
+        mine = spans[id(buf)]
+        free = [s for s in live[kind] if not any(a <= d and c <= b for a, b in s[0] for c, d in mine)]
         fits = [s for s in free if s[1] >= buf.size]
         slab = min(fits, key=lambda s: s[1]) if fits else max(free, key=lambda s: s[1], default=None)
         if slab is None:
-            slab = [0, 0, []]
+            slab = [[], 0, []]
             live[kind].append(slab)
-        slab[0] = last[id(buf)]
+        slab[0].extend(mine)
         slab[1] = max(slab[1], buf.size)
         slab[2].append(buf)
     for groups in live.values():

@@ -144,6 +144,9 @@ class Recorder:
         self.spare = collections.defaultdict(list)   # (numel, dtype) -> ids of the CPU buffers alloc made
         self.unspared = set()    # ids of those alloc may not hand out again (see _alloc)
         self.named = set()       # ids of the root buffers a step named
+        self.handed = set()      # ids of the buffers _alloc handed out again that no step has named since
+        self.reborn = collections.defaultdict(set)   # id -> ids of the argument containers of the steps that
+                                                     # named it first after _alloc handed it out again
         self.modules = {}        # id -> module run during the call
         self.entry_modes = {}    # id -> (module, its training mode when the call first ran or set it)
         self.entry_requires_grad = {}   # id -> (tensor, its requires_grad before the call first set it)
@@ -205,14 +208,22 @@ class Recorder:
                 base = getattr(buf, "base", False)
                 if base is None:        # (each place that holds a buffer is a reference to it)
                     self.held[id(buf)] += 1
-                    if listed or (id(buf) not in self.named and position not in writes):
-                        self.unspared.add(id(buf))
-                    self.named.add(id(buf))
-                elif base is not False:
-                    self.unspared.add(id(base))
-                    if id(buf) not in self.views:   # (a view holds its base once)
-                        self.views[id(buf)] = buf
-                        self.held[id(base)] += 1
+                elif base is not False and id(buf) not in self.views:   # (a view holds its base once)
+                    self.views[id(buf)] = buf
+                    self.held[id(base)] += 1
+                if base is not False:
+                    self._named(buf if base is None else base, base is None and not listed, position in writes,
+                                args)
+
+    def _named(self, root, one_for_one, written, args):
+        """A step (``args``) names ``root``, writing it or not, directly (``one_for_one``) or through a view or a
+        list: what _alloc may hand out again, and where a buffer it handed out again starts anew."""
+        if not one_for_one or (id(root) not in self.named and not written):
+            self.unspared.add(id(root))
+        self.named.add(id(root))
+        if id(root) in self.handed:
+            self.handed.discard(id(root))
+            self.reborn[id(root)].add(id(args))
 
     def holding(self, buf) -> int:
         """How many references to ``buf`` the recorder holds: the graph's, which do not make it shared
@@ -232,6 +243,7 @@ class Recorder:
         ids = self.spare[(numel, dtype)]
         for key in ids:
             if key not in self.unspared and _references(self.own, key) - _LONE == self.held[key]:
+                self.handed.add(key)
                 return self.own[key]
         buf = fn(numel, dtype)
         ids.append(id(buf))
