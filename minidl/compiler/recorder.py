@@ -141,6 +141,8 @@ class Recorder:
         self.leaves = {}         # id -> each leaf (not made by the call) the backward added a gradient into
         self.held = collections.Counter()   # id(buffer) -> references the recorder holds to it (see holding)
         self.views = {}          # id -> each view of a buffer the steps hold
+        self.view_uses = collections.Counter()   # id of a view -> the places in steps that hold it
+        self.views_of = collections.defaultdict(list)   # id of a buffer -> ids of its views in self.views
         self.spare = collections.defaultdict(list)   # (numel, dtype) -> ids of the CPU buffers alloc made
         self.unspared = set()    # ids of those alloc may not hand out again (see _alloc)
         self.named = set()       # ids of the root buffers a step named
@@ -208,15 +210,17 @@ class Recorder:
                 base = getattr(buf, "base", False)
                 if base is None:        # (each place that holds a buffer is a reference to it)
                     self.held[id(buf)] += 1
-                elif base is not False and id(buf) not in self.views:   # (a view holds its base once)
-                    self.views[id(buf)] = buf
-                    self.held[id(base)] += 1
+                elif base is not False:
+                    self.view_uses[id(buf)] += 1
+                    if id(buf) not in self.views:   # (a view holds its base once)
+                        self.views[id(buf)] = buf
+                        self.views_of[id(base)].append(id(buf))
+                        self.held[id(base)] += 1
                 if base is not False:
-                    self._named(buf if base is None else base, base is None and not listed, position in writes,
-                                args)
+                    self._named(buf if base is None else base, not listed, position in writes, args)
 
     def _named(self, root, one_for_one, written, args):
-        """A step (``args``) names ``root``, writing it or not, directly (``one_for_one``) or through a view or a
+        """A step (``args``) names ``root`` (directly or through a view), writing it or not, one for one or in a
         list: what _alloc may hand out again, and where a buffer it handed out again starts anew."""
         if not one_for_one or (id(root) not in self.named and not written):
             self.unspared.add(id(root))
@@ -235,19 +239,24 @@ class Recorder:
         of the size and dtype is, else a new one. Spent: only the steps and ``own`` refer to it (no later step can
         reach it), and a step wrote it before any read it (no value of it lasts from one replay to the next). So
         the capture holds about what the eager call holds, not every buffer it made, and a replay reuses the
-        buffer just as the capture did. Buffers named through views or in lists are left alone (their
+        buffer just as the capture did. Buffers named in lists are left alone (a list may be named twice: its
         references are not counted one for one); so are other devices' (a stream may still be using one)."""
         if device_type != "cpu":
             return fn(*args, **kwargs)
         numel, dtype = _positional(fn, args, kwargs)[0]
         ids = self.spare[(numel, dtype)]
         for key in ids:
-            if key not in self.unspared and _references(self.own, key) - _LONE == self.held[key]:
+            if key not in self.unspared and self._spent(key):
                 self.handed.add(key)
                 return self.own[key]
         buf = fn(numel, dtype)
         ids.append(id(buf))
         return buf
+
+    def _spent(self, key) -> bool:
+        """Only the steps and the recorder refer to the buffer ``own[key]`` and to its views in the steps."""
+        return _references(self.own, key) - _LONE == self.held[key] and all(
+            _references(self.views, view) - _LONE == self.view_uses[view] for view in self.views_of[key])
 
     def _owned(self, buf):
         self.own[id(root(buf))] = buf
