@@ -35,7 +35,7 @@ class Graph:
         self.result = _plan(result, lambda t: (_INPUT, index[id(t)]) if id(t) in index else
                             (_CLONE, t) if id(root(buf(t))) in owned else (_SAME, t))
         candidates = set(owned)   # (the recorder's own references go first: the plan counts the steps')
-        for held in (recorder.own, recorder.views, recorder.host_arrays, recorder.spare):
+        for held in (recorder.own, recorder.views, recorder.host_arrays):
             held.clear()
         # (saved: what sharing memory saved; held: the bytes the graph keeps alive between calls)
         self.saved_bytes, self.held_bytes = share_memory(self.steps, recorder.writes, candidates, recorder.reborn)

@@ -254,8 +254,9 @@ class Recorder:
         return buf
 
     def _spent(self, key) -> bool:
-        """Only the steps and the recorder refer to the buffer ``own[key]`` and to its views in the steps."""
-        return _references(self.own, key) - _LONE == self.held[key] and all(
+        """Only the steps and the recorder refer to the buffer ``own[key]`` and to its views in the steps (and ``own``
+        keeps the buffer itself, not a view of it that a host step's result made the graph's)."""
+        return self.own[key].base is None and _references(self.own, key) - _LONE == self.held[key] and all(
             _references(self.views, view) - _LONE == self.view_uses[view] for view in self.views_of[key])
 
     def _owned(self, buf):
