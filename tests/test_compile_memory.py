@@ -373,3 +373,19 @@ def test_capture_reuses_spent_buffers_and_a_replay_allocates_nothing():
         same(chain(x), compiled(x))
     graph = next(iter(compiled._minidl_compiled.graphs.values()))[0]
     assert graph.held_bytes <= 5 * size
+
+
+def test_a_buffer_still_seen_is_not_handed_out_again():
+    """A buffer whose tensor is gone but which a view still shows is not spent: the allocs of its size that
+    follow get other memory, in the capture as eagerly."""
+    def f(x):
+        a = x * 2
+        kept = a[1:]
+        del a
+        b = ((x + 1) * 3).exp()
+        return kept.sum() + b.sum()
+    compiled = minidl.compile(f)
+    for i in range(3):
+        x = data(i, 1000)
+        same(f(x), compiled(x))
+    assert sum(len(g) for g in compiled._minidl_compiled.graphs.values()) == 1
