@@ -1,7 +1,7 @@
 """The memory plan: a graph's intermediates share memory where their lifetimes do not overlap.
 
-A capture allocates a fresh buffer for every intermediate, as the eager call did, and the graph keeps them
-all between calls: its memory is the sum of the step's allocations, not the eager peak. Yet an intermediate
+A capture keeps every buffer the call allocated (on the CPU it hands a spent one out again to the next alloc
+of its size, but only when one is spent then), and the graph keeps them all between calls. Yet an intermediate
 only matters from the step that writes it to the last step that reads it. So, once a graph is captured:
 
 1. each root buffer the steps use gets a lifetime: the first and the last step that use it (directly, in
