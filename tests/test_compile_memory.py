@@ -3,7 +3,8 @@ stay those of the eager call bit for bit.
 
 First the plan alone, on hand-made step lists over numpy buffers and tiny kernels: the oracle is the same
 steps run before the plan (the buffers each step sees, and what the steps compute). Then whole training steps,
-compiled and eager from the same state, in float64: equal bit for bit at every step, with memory saved.
+compiled and eager from the same state, in float64: equal bit for bit at every step, with memory saved; and
+the capture's own reuse of spent buffers (traced with tracemalloc, and against buffers a view still shows).
 """
 import gc
 import sys
