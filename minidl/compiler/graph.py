@@ -38,7 +38,8 @@ class Graph:
         for held in (recorder.own, recorder.views, recorder.host_arrays):
             held.clear()
         # (saved: what sharing memory saved; held: the bytes the graph keeps alive between calls)
-        self.saved_bytes, self.held_bytes = share_memory(self.steps, recorder.writes, candidates, recorder.reborn)
+        self.saved_bytes, self.held_bytes = share_memory(self.steps, recorder.writes, candidates,
+                                                         recorder.reborn_in(self.steps))
 
     def stale(self):
         """Why this graph does not fit the call's state (a guard that fails), or None."""

@@ -147,8 +147,8 @@ class Recorder:
         self.unspared = set()    # ids of those alloc may not hand out again (see _alloc)
         self.named = set()       # ids of the root buffers a step named
         self.handed = set()      # ids of the buffers _alloc handed out again that no step has named since
-        self.reborn = collections.defaultdict(set)   # id -> ids of the argument containers of the steps that
-                                                     # named it first after _alloc handed it out again
+        self.reborn = collections.defaultdict(list)   # id -> the argument containers of the steps that named
+                                                      # it first after _alloc handed it out again (see reborn_in)
         self.modules = {}        # id -> module run during the call
         self.entry_modes = {}    # id -> (module, its training mode when the call first ran or set it)
         self.entry_requires_grad = {}   # id -> (tensor, its requires_grad before the call first set it)
@@ -227,7 +227,16 @@ class Recorder:
         self.named.add(id(root))
         if id(root) in self.handed:
             self.handed.discard(id(root))
-            self.reborn[id(root)].add(id(args))
+            self.reborn[id(root)].append(args)
+
+    def reborn_in(self, steps) -> dict:
+        """id of a buffer _alloc handed out again -> ids of the argument containers, among ``steps`` (a later pass
+        may have replaced some), of the steps where it starts anew. The recorder kept the containers alive, so
+        an id found among the steps' is that very container; it lets go of them now."""
+        live = {id(args) for _, args in steps}
+        found = {key: {id(args) for args in containers if id(args) in live} for key, containers in self.reborn.items()}
+        self.reborn.clear()
+        return found
 
     def holding(self, buf) -> int:
         """How many references to ``buf`` the recorder holds: the graph's, which do not make it shared
