@@ -12,9 +12,11 @@ argument, in ``minidl.compile``). Per case:
 - what a replay spends outside the kernel launches: a call's time minus its launch loop's (guards, input copies,
   outputs), and the launches and host steps per step.
 
-Then the peak memory of training, compiled and eager (a graph keeps every buffer of its step between calls),
-and the Python that remains per launch: a chain of 200 elementwise ops on a 1-element tensor, eager (per op) and
-replayed (per launch), where the arithmetic itself costs next to nothing.
+Then the peak memory of training, compiled and eager (for compiled, the capture's peak: a replay allocates
+nothing), beside what the graph keeps between calls (its steady state: its intermediates sharing slabs by the
+memory plan, the gradients and copies of its arguments it made) and what the plan saved; and the Python that
+remains per launch: a chain of 200 elementwise ops on a 1-element tensor, eager (per op) and replayed (per
+launch), where the arithmetic itself costs next to nothing.
 
 Usage::
 
@@ -110,9 +112,18 @@ def mem_child(case: str, compiled: str) -> None:
     """Runs in a subprocess: the peak memory of training (train_step.py's method), as a JSON line."""
     import minidl
     minidl.set_num_threads(1)
-    build = CASES[case][1]
-    print(json.dumps(memory_child(lambda small: build(minidl, compiled == "compiled", 2 if small else None),
-                                  5, MEM_STEPS)))
+    build, kept = CASES[case][1], []
+
+    def make(small):
+        step = build(minidl, compiled == "compiled", 2 if small else None)
+        if not small:   # (the measured step, kept to read its graph after; the throwaway one is freed)
+            kept.append(step)
+        return step
+    result = memory_child(make, 5, MEM_STEPS)
+    if compiled == "compiled":
+        graphs = [g for gs in compiled_function(kept[0]).graphs.values() for g in gs]
+        result.update(held=sum(g.held_bytes for g in graphs) / 1024, saved=sum(g.saved_bytes for g in graphs) / 1024)
+    print(json.dumps(result))
 
 
 def per_launch(minidl, n_ops: int = 200, repeats: int = 200) -> tuple:
@@ -185,12 +196,17 @@ def main():
     if not args.no_memory:
         print(f"\n### Peak memory of training ({MEM_STEPS} steps after warm-up, 1 thread, one subprocess each; "
               f"train_step.py's method)\n")
-        print("| step | compiled peak MiB | eager peak MiB | compiled / eager |\n|---|---:|---:|---:|")
+        print("Peak: the highest RSS above the RSS once the model is built (for compiled, the capture's: the eager "
+              "step run while the recorder keeps its buffers; a replay allocates none). Graph holds: the bytes the "
+              "graph keeps between calls (its buffers after the memory plan); saved: what the plan saved.\n")
+        print("| step | compiled peak MiB | eager peak MiB | compiled / eager | graph holds MiB | plan saved MiB |\n"
+              "|---|---:|---:|---:|---:|---:|")
         for case in args.cases:
             log(f"[{time.perf_counter() - t0:6.1f}s] {case}: memory")
-            peak = {how: run_memory_child(__file__, [case, how])["working"] / 1024 for how in ("compiled", "eager")}
-            print(f"| {CASES[case][0]} | {peak['compiled']:.1f} | {peak['eager']:.1f} | "
-                  f"{peak['compiled'] / max(peak['eager'], 1e-9):.2f}x |", flush=True)
+            c, e = (run_memory_child(__file__, [case, how]) for how in ("compiled", "eager"))
+            print(f"| {CASES[case][0]} | {c['working'] / 1024:.1f} | {e['working'] / 1024:.1f} | "
+                  f"{c['working'] / max(e['working'], 1e-9):.2f}x | {c['held'] / 1024:.1f} | {c['saved'] / 1024:.1f} |",
+                  flush=True)
     eager_us, replay_us = per_launch(minidl)
     print(f"\nPython per launch (a chain of 200 elementwise ops on one element): eager {eager_us:.1f} µs per op, "
           f"replayed {replay_us:.1f} µs per launch.\n")

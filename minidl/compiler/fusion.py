@@ -219,9 +219,11 @@ class _Group:
         return written
 
 
-def fuse(steps, kinds, writes, owned):
+def fuse(steps, kinds, writes, owned, reborn=None):
     """The graph's (steps, kinds, writes) with each fusable group in one step; ``owned``: ids of the root
-    buffers the capture allocated. Returns the new lists and the programs made.
+    buffers the capture allocated; ``reborn``: id of a buffer the capture handed out again -> the argument
+    containers of the steps where it starts anew (``Recorder.reborn``). Returns the new lists and the
+    programs made.
 
     A kernel launch that touches none of a growing group's buffers (a constant copied in, say) does not
     end the group: it moves ahead of it, which changes nothing it computes."""
@@ -252,7 +254,7 @@ def fuse(steps, kinds, writes, owned):
     for group in groups:
         members = set(group.members)
         internal = {root for root in group.all_written()
-                    if root in owned and root not in held and users[root] <= members}
+                    if root in owned and root not in held and _dead_after(root, members, users, steps, reborn or {})}
         made = _launch(group, internal)
         if made is None:
             continue
@@ -270,6 +272,17 @@ def fuse(steps, kinds, writes, owned):
         elif i not in dropped:
             _append(out, steps[i], kinds[i], writes[i])
     return (*out, programs)
+
+
+def _dead_after(root, members, users, steps, reborn) -> bool:
+    """Whether no step but the group's reads what the group leaves in ``root``: no other step uses it, or the
+    first to use it after the group is one where the capture handed it out anew (and none uses it before)."""
+    others = sorted(users[root] - members)
+    if not others:
+        return True
+    if others[0] < max(members):
+        return False
+    return id(steps[others[0]][1]) in {id(args) for args in reborn.get(root, ())}
 
 
 def _append(lists, step, kind, written):

@@ -16,6 +16,7 @@ from ..ops.core import buf
 from . import config, cudagraphs
 from .fusion import fuse
 from .guards import GraphGuards
+from .memory import share_memory
 from .recorder import ReadChanged, root
 
 _INPUT, _CLONE, _SAME = "input", "clone", "same"
@@ -39,8 +40,13 @@ class Graph:
         for held in (recorder.own, recorder.views, recorder.host_arrays):
             held.clear()
         self.programs = []   # the fused kernels' programs, in order
+        writes = recorder.writes
         if config.fuse:
-            self.steps, self.kinds, _, self.programs = fuse(self.steps, self.kinds, recorder.writes, candidates)
+            self.steps, self.kinds, writes, self.programs = fuse(self.steps, self.kinds, writes, candidates,
+                                                                 recorder.reborn)
+        # (saved: what sharing memory saved; held: the bytes the graph keeps alive between calls)
+        self.saved_bytes, self.held_bytes = share_memory(self.steps, writes, candidates,
+                                                         recorder.reborn_in(self.steps))
         self.cuda_graphs = cuda_graphs   # True: runs of CUDA kernels become CUDA graphs at the first replay
 
     def stale(self):

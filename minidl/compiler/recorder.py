@@ -8,7 +8,9 @@ buffers they used. Nothing is recorded at the op level: a replay calls the kerne
 
 What a list of launches cannot hold is handled here too:
 
-- buffers: a buffer allocated during the capture is the graph's own, and replays reuse it;
+- buffers: a buffer allocated during the capture is the graph's own, and replays reuse it; on the CPU an
+  alloc hands out again a buffer the capture made whose value is spent (``Recorder._alloc``), so that the
+  capture holds about what the eager call holds; ``memory.py`` then plans the graph's buffers;
 - constants copied from the host (``from_host``) are copied again at every replay, from a device copy
   taken at capture time, so a buffer the graph also writes starts each replay as it started the capture
   (on the CPU the buffer is the host array itself: it is restored at the replay's start once written);
@@ -31,6 +33,7 @@ from __future__ import annotations
 import collections
 import inspect
 import os
+import sys
 import threading
 
 import numpy as np
@@ -102,6 +105,14 @@ def _set_requires_grad(t, value):
     t._requires_grad = value
 
 
+def _references(holder, key) -> int:
+    """sys.getrefcount of ``holder[key]``, read here."""
+    return sys.getrefcount(holder[key])
+
+
+_LONE = _references({0: object()}, 0)   # (what an object only ``holder`` refers to counts here)
+
+
 def _check_read(to_host, buf, expected: bytes, where: str):
     if np.asarray(to_host(buf)).tobytes() != expected:
         raise ReadChanged(f"a value read on the host at {where} changed")
@@ -130,6 +141,14 @@ class Recorder:
         self.leaves = {}         # id -> each leaf (not made by the call) the backward added a gradient into
         self.held = collections.Counter()   # id(buffer) -> references the recorder holds to it (see holding)
         self.views = {}          # id -> each view of a buffer the steps hold
+        self.view_uses = collections.Counter()   # id of a view -> the places in steps that hold it
+        self.views_of = collections.defaultdict(list)   # id of a buffer -> ids of its views in self.views
+        self.spare = collections.defaultdict(list)   # (numel, dtype) -> ids of the CPU buffers alloc made
+        self.unspared = set()    # ids of those alloc may not hand out again (see _alloc)
+        self.named = set()       # ids of the root buffers a step named
+        self.handed = set()      # ids of the buffers _alloc handed out again that no step has named since
+        self.reborn = collections.defaultdict(list)   # id -> the argument containers of the steps that named
+                                                      # it first after _alloc handed it out again (see reborn_in)
         self.modules = {}        # id -> module run during the call
         self.entry_modes = {}    # id -> (module, its training mode when the call first ran or set it)
         self.entry_requires_grad = {}   # id -> (tensor, its requires_grad before the call first set it)
@@ -151,7 +170,7 @@ class Recorder:
             self.graph_break(GRAPH_BREAK_KERNELS[name])
             return fn(*args, **kwargs)
         if name == "alloc":
-            return self._owned(fn(*args, **kwargs))
+            return self._owned(self._alloc(device_type, fn, args, kwargs))
         if name == "from_host":
             return self._from_host(device_type, fn, args[0] if args else kwargs["array"])
         if name == "to_host":
@@ -185,19 +204,69 @@ class Recorder:
         self.steps.append((fn, args))
         self.kinds.append(kind)
         self.writes.append(writes)
-        for arg in args:
-            for buf in arg if isinstance(arg, list) else (arg,):
+        for position, arg in enumerate(args):
+            listed = isinstance(arg, list)
+            for buf in arg if listed else (arg,):
                 base = getattr(buf, "base", False)
                 if base is None:        # (each place that holds a buffer is a reference to it)
                     self.held[id(buf)] += 1
-                elif base is not False and id(buf) not in self.views:   # (a view holds its base once)
-                    self.views[id(buf)] = buf
-                    self.held[id(base)] += 1
+                elif base is not False:
+                    self.view_uses[id(buf)] += 1
+                    if id(buf) not in self.views:   # (a view holds its base once)
+                        self.views[id(buf)] = buf
+                        self.views_of[id(base)].append(id(buf))
+                        self.held[id(base)] += 1
+                if base is not False:
+                    self._named(buf if base is None else base, not listed, position in writes, args)
+
+    def _named(self, root, one_for_one, written, args):
+        """A step (``args``) names ``root`` (directly or through a view), writing it or not, one for one or in a
+        list: what _alloc may hand out again, and where a buffer it handed out again starts anew."""
+        if not one_for_one or (id(root) not in self.named and not written):
+            self.unspared.add(id(root))
+        self.named.add(id(root))
+        if id(root) in self.handed:
+            self.handed.discard(id(root))
+            self.reborn[id(root)].append(args)
+
+    def reborn_in(self, steps) -> dict:
+        """id of a buffer _alloc handed out again -> ids of the argument containers, among ``steps`` (a later pass
+        may have replaced some), of the steps where it starts anew. The recorder kept the containers alive, so
+        an id found among the steps' is that very container; it lets go of them now."""
+        live = {id(args) for _, args in steps}
+        found = {key: {id(args) for args in containers if id(args) in live} for key, containers in self.reborn.items()}
+        self.reborn.clear()
+        return found
 
     def holding(self, buf) -> int:
         """How many references to ``buf`` the recorder holds: the graph's, which do not make it shared
         (an op that adopts a buffer nobody else refers to, as AccumulateGrad does, discounts them)."""
         return self.held[id(buf)] + (self.own.get(id(buf)) is buf)
+
+    def _alloc(self, device_type, fn, args, kwargs):
+        """A buffer for ``alloc``: on the CPU, one alloc made earlier in the capture whose value is spent, if one
+        of the size and dtype is, else a new one. Spent: only the steps and ``own`` refer to it (no later step can
+        reach it), and a step wrote it before any read it (no value of it lasts from one replay to the next). So
+        the capture holds about what the eager call holds, not every buffer it made, and a replay reuses the
+        buffer just as the capture did. Buffers named in lists are left alone (a list may be named twice: its
+        references are not counted one for one); so are other devices' (a stream may still be using one)."""
+        if device_type != "cpu":
+            return fn(*args, **kwargs)
+        numel, dtype = _positional(fn, args, kwargs)[0]
+        ids = self.spare[(numel, dtype)]
+        for key in ids:
+            if key not in self.unspared and self._spent(key):
+                self.handed.add(key)
+                return self.own[key]
+        buf = fn(numel, dtype)
+        ids.append(id(buf))
+        return buf
+
+    def _spent(self, key) -> bool:
+        """Only the steps and the recorder refer to the buffer ``own[key]`` and to its views in the steps (and ``own``
+        keeps the buffer itself, not a view of it that a host step's result made the graph's)."""
+        return self.own[key].base is None and _references(self.own, key) - _LONE == self.held[key] and all(
+            _references(self.views, view) - _LONE == self.view_uses[view] for view in self.views_of[key])
 
     def _owned(self, buf):
         self.own[id(root(buf))] = buf
