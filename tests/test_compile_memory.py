@@ -365,9 +365,11 @@ def test_capture_reuses_spent_buffers_and_a_replay_allocates_nothing():
         return x.sum()
     x = data(0, 50_000)
     size = x.numel() * 8
+    minidl.compile(chain)(x)   # (its fused kernel compiled once, so that the peak below is the buffers')
     compiled = minidl.compile(chain)
     eager_peak, capture_peak = traced_peak(chain, x), traced_peak(compiled, x)
-    assert eager_peak >= 2 * size and capture_peak <= eager_peak + 2 * size
+    # (within three buffers of eager's: the graph's own input, and the fused chain's row for its sum)
+    assert eager_peak >= 2 * size and capture_peak <= eager_peak + 3 * size
     assert traced_peak(compiled, x) < size / 10
     for i in range(3):
         x = data(i, 50_000)

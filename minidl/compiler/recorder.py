@@ -54,6 +54,7 @@ STEP_KINDS = {"read": "a value read on the host, checked", "host": "a host step 
               "restore": "a CPU tensor made from host data, restored to its values",
               "mode": "a module's training mode set (train(), eval())",
               "requires_grad": "a tensor's requires_grad set"}
+REUSE_MIN = 1024   # elements: smaller buffers the capture never hands out again (see Recorder._alloc)
 _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _signatures: dict = {}
 
@@ -249,10 +250,14 @@ class Recorder:
         reach it), and a step wrote it before any read it (no value of it lasts from one replay to the next). So
         the capture holds about what the eager call holds, not every buffer it made, and a replay reuses the
         buffer just as the capture did. Buffers named in lists are left alone (a list may be named twice: its
-        references are not counted one for one); so are other devices' (a stream may still be using one)."""
+        references are not counted one for one); so are other devices' (a stream may still be using one), and
+        small ones: they save little, and a buffer handed out again orders the launches that use it, which keeps
+        fusion from moving a constant's copy ahead of a group that read another constant of its size."""
         if device_type != "cpu":
             return fn(*args, **kwargs)
         numel, dtype = _positional(fn, args, kwargs)[0]
+        if numel < REUSE_MIN:
+            return fn(numel, dtype)
         ids = self.spare[(numel, dtype)]
         for key in ids:
             if key not in self.unspared and self._spent(key):

@@ -76,7 +76,7 @@ class _Writer:
                  [f"S{i}, S{i}o, S{i}s" for i in range(len(p.stores))]
         r = p.reduction
         if r is not None:
-            params += ["init, ishape, istrides, eshape"] + [f"E{i}, E{i}o, E{i}s" for i in range(len(r.loads))] + \
+            params += ["init, ishape, istrides, eshape, red"] + [f"E{i}, E{i}o, E{i}s" for i in range(len(r.loads))] + \
                       [f"F{i}, F{i}o, F{i}s" for i in range(len(r.stores))]
         self.emit(0, "@njit(cache=True, nogil=True)")
         self.emit(0, f"def {self.name}({', '.join(params)}):")
@@ -90,9 +90,7 @@ class _Writer:
                     self.emit(1, f"{kind}{i}t = {kind}{i}s[{last}]")
         for v in sorted(self.tiled):
             self.emit(1, f"t{v} = np.empty({TILE}, {CAST[self.dtype(v)]})")
-        if r is not None:   # (a result's values, reduced by eager's own function: the same order of operations)
-            size = " * ".join(f"shape[{d}]" for d in range(r.kept, p.ndim))
-            self.emit(1, f"red = np.empty({size}, {CAST[self.dtype(r.value)]})")
+        if r is not None:   # (red: a result's values, reduced by eager's own function: the same order of operations)
             self.emit(1, "o = 0")
         depth = 1
         operands = [f"L{i}" for i in range(self.nloads)] + [f"S{i}" for i in range(len(p.stores))]

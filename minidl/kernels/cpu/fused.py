@@ -45,7 +45,9 @@ def fused(program, shape, operands, eshape=None):
     if program.reduction is not None:
         init = 0 if program.reduction.op == "sum" else 1
         rows = math.prod(shape[program.reduction.kept:])   # (eager reduces each result's elements as one run)
-        between = [getattr(np, program.reduction.init)(init), _i64([rows]), _i64([1]), _i64(eshape)]
+        reduced = program.ops[program.reduction.value - len(program.loads)].dtype
+        between = [getattr(np, program.reduction.init)(init), _i64([rows]), _i64([1]), _i64(eshape),
+                   np.empty(rows, reduced)]   # (a result's values, gathered: the graph's, as its other buffers)
     shape = _i64(shape)
 
     def arguments(buffers):
