@@ -154,7 +154,7 @@ def fuse(steps, kinds, writes, owned):
         if current is not None and len(current.steps) > 1:
             groups.append(current)
     for i, ((fn, args), kind) in enumerate(zip(steps, kinds)):
-        raises = _may_raise(kind, args)
+        raises = _may_raise(kind, fn, args)
         parsed = _parse(kind, args) if kind in _PARSERS and not raises else None
         device = kernels.device_of(kind, fn) if parsed else None
         if current is not None and parsed is not None and current.accepts(device, parsed):
@@ -239,13 +239,14 @@ def _launch(group, internal):
     return program, launch, [a.buf for a in accesses]
 
 
-def _may_raise(kind, args) -> bool:
+def _may_raise(kind, fn, args) -> bool:
     """Whether a launch may raise on the values it reads (an index out of range, an integer divided by zero
     on the CPU). Such a launch neither joins a group nor moves ahead of one: when it raises, the launches
     before it have written everything and those after it nothing, as in the eager call."""
     if kind in _RAISING:
         return True
-    return kind == "binary" and args[0] in ("floordiv", "remainder") and args[1].dtype.kind in "iu"
+    return (kind == "binary" and args[0] in ("floordiv", "remainder") and args[1].dtype.kind in "iu"
+            and kernels.device_of(kind, fn) == "cpu")   # (CUDA's give 0)
 
 
 def _root_id(buf) -> int:
