@@ -38,3 +38,15 @@ def both(array):
 
 def host(buf):
     return kernels.get("to_host", "cuda")(buf)
+
+
+@pytest.fixture
+def cuda():
+    """Device 'cuda' (a GPU, else the simulator) for one test; the default stream and the runtime as they were
+    after it (import it into a test module to use it)."""
+    import minidl
+    saved = runtime._sim_requested
+    cuda_device()
+    yield
+    minidl.cuda.set_stream(minidl.cuda.default_stream())
+    runtime.sim_enable(saved)

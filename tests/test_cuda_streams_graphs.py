@@ -10,18 +10,9 @@ import pytest
 import minidl
 import minidl.accelerator as acc
 from minidl.kernels.cuda import runtime
-from tests.cuda_support import cuda_device
+from tests.cuda_support import cuda  # noqa: F401 (the fixture)
 
 torch = pytest.importorskip("torch")
-
-
-@pytest.fixture
-def cuda():
-    saved = runtime._sim_requested
-    cuda_device()
-    yield
-    minidl.cuda.set_stream(minidl.cuda.default_stream())
-    runtime.sim_enable(saved)
 
 
 def fresh(shape, seed):

@@ -9,9 +9,10 @@ captured, ``guards.py`` for what a graph is specialised on, ``graph.py`` for the
 Backends: torch's names are accepted. "inductor" (the default) and "cudagraphs" capture and replay;
 "eager" and "aot_eager" capture only to find graph breaks and always run the function eagerly (to tell
 a replay's fault from the function's). Modes ("default", "lite", "reduce-overhead", "max-autotune",
-"max-autotune-no-cudagraphs") are accepted and all replay the same way in this part: generated fused
-kernels and CUDA-graph replay come with part 2. ``dynamic`` is accepted; shapes are always static
-(a new shape is a new capture). ``options`` are accepted and not read.
+"max-autotune-no-cudagraphs") are accepted; with "reduce-overhead", or backend "cudagraphs", a replay
+launches its runs of CUDA kernels as CUDA graphs (``cudagraphs.py``; on the CPU nothing changes).
+``dynamic`` is accepted; shapes are always static (a new shape is a new capture). ``options`` are
+accepted and not read.
 """
 from __future__ import annotations
 
@@ -79,7 +80,8 @@ def compile(model=None, *, fullgraph=False, dynamic=None, backend="inductor", mo
     if disable:
         return model
     compiled = CompiledFunction(model, fullgraph=fullgraph, replay=BACKENDS[backend],
-                                recompile_limit=RECOMPILE_LIMIT if recompile_limit is None else recompile_limit)
+                                recompile_limit=RECOMPILE_LIMIT if recompile_limit is None else recompile_limit,
+                                cuda_graphs=backend == "cudagraphs" or mode == "reduce-overhead")
     _compiled.add(compiled)
     if isinstance(model, Module):
         return OptimizedModule(model, compiled)

@@ -21,10 +21,11 @@ from .recorder import GraphBreakError, ReadChanged, Recorder, root, user_line
 
 
 class CompiledFunction:
-    def __init__(self, fn, *, fullgraph: bool, replay: bool, recompile_limit: int):
+    def __init__(self, fn, *, fullgraph: bool, replay: bool, recompile_limit: int, cuda_graphs: bool = False):
         self.fn = fn
         self.fullgraph = fullgraph
         self.replay = replay            # False for the "eager" backends: capture to find breaks, never replay
+        self.cuda_graphs = cuda_graphs  # replay runs of CUDA kernels as CUDA graphs (cudagraphs.py)
         self.recompile_limit = recompile_limit
         self.graphs: dict = {}          # key -> [Graph], newest last
         self.eager: dict = {}           # key -> the graph break that makes it run eagerly
@@ -119,7 +120,7 @@ class CompiledFunction:
             return _substitute(result, back)
         self.captures += 1
         if self.replay:
-            graph = Graph(recorder, inputs, written, result)
+            graph = Graph(recorder, inputs, written, result, self.cuda_graphs)
             self.graphs.setdefault(key, []).append(graph)
             return graph.outputs(tensors)
         self.eager[key] = None   # (an eager backend: captured only to find the breaks)

@@ -19,13 +19,15 @@ only the values something else reads are stored at all. The pass, once per captu
 from __future__ import annotations
 
 import collections
+import math
 import sys
 import warnings
 
 from .. import kernels
 from ..formulas import table
-from ..formulas.fused_program import Load, Op, Program, Store
-from ..layout import collapse
+from ..formulas.fused_numba import vectorised
+from ..formulas.fused_program import Load, Op, Program, Reduction, Store
+from ..layout import Layout, collapse
 from .recorder import STEP_KINDS
 
 _COMPUTE = {"float32", "float64", "int64"}
@@ -36,14 +38,13 @@ _RAISING = {"check_index", "take", "put", "cross_entropy", "cross_entropy_backwa
 _FORMULAS = {family: {f.name: f for f in members} for family, members in table.FAMILIES.items()}
 
 
-class _Access:
+class Access:
     """One operand: a buffer read or written through a layout, and the element mapping that is."""
 
     def __init__(self, buf, layout):
         self.buf, self.layout = buf, layout
-        owner = buf if buf.base is None else buf.base
-        start = _address(buf) - _address(owner) + layout.offset * buf.itemsize
-        self.root = id(owner)
+        self.root = _root_id(buf)
+        start = _address(buf) + layout.offset * buf.itemsize   # (the address of element 0)
         self.mapping = (self.root, start, tuple(s * buf.itemsize for s in layout.strides), buf.dtype.str)
 
     @property
@@ -54,6 +55,12 @@ class _Access:
 def _address(buf) -> int:
     face = getattr(buf, "__cuda_array_interface__", None) or buf.__array_interface__
     return face["data"][0]
+
+
+def _parse_reduce(args):
+    """(op, the access reduced, dims, out) of a reduce step."""
+    op, x, xl, dims, out = args
+    return op, Access(x, xl), tuple(dims), out
 
 
 def _parse(kind, args):
@@ -74,8 +81,8 @@ def _parse(kind, args):
         return None
     if ol.numel == 0 or any(layout.shape != ol.shape for _, layout in reads):
         return None
-    reads = [_Access(b, l) for b, l in reads]
-    write = _Access(out, ol)
+    reads = [Access(b, l) for b, l in reads]
+    write = Access(out, ol)
     if not _types_fit(kind, name, [r.dtype for r in reads], write.dtype):
         return None
     return kind, name, reads, write
@@ -119,26 +126,99 @@ class _Group:
         self.steps, self.members, self.passed = [], [], []   # passed: steps moved ahead of the group
         self.touched = collections.defaultdict(set)   # root -> element mappings it is accessed through
         self.written = set()
+        self.accesses = []
+        self.reduction = None    # once a reduction joined: (op, the access it reduces, its out buffer)
+        self.epilogue = []       # then: the elementwise steps on its results, over eshape
+        self.eshape = None
+        self.etouched = collections.defaultdict(set)
+        self.ewritten = set()
         self.add(parsed, at)
 
     def accepts(self, device, parsed) -> bool:
         _, _, reads, write = parsed
-        if device != self.device or write.layout.shape != self.shape:
+        if device != self.device:
             return False
-        if self.touched.get(write.root, {write.mapping}) != {write.mapping}:
+        if self.reduction is not None:
+            return self._accepts_epilogue(parsed)
+        if write.layout.shape != self.shape or self.touched.get(write.root, {write.mapping}) != {write.mapping}:
             return False
         return all(r.root not in self.written or self.touched[r.root] == {r.mapping} for r in reads)
 
     def add(self, parsed, at):
-        self.steps.append(parsed)
         self.members.append(at)
+        if self.reduction is not None:
+            self.epilogue.append(parsed)
+            self.eshape = parsed[3].layout.shape
+            for access in (*parsed[2], parsed[3]):
+                self.etouched[access.root].add(access.mapping)
+            self.ewritten.add(parsed[3].root)
+            return
+        self.steps.append(parsed)
+        self.accesses += (*parsed[2], parsed[3])
         for access in (*parsed[2], parsed[3]):
             self.touched[access.root].add(access.mapping)
         self.written.add(parsed[3].root)
 
+    def accepts_reduction(self, device, reduction) -> bool:
+        """A reduction of a value the group wrote, as eager's kernel reduces a packed row per result (the
+        reduced dims last, its input contiguous)."""
+        op, x, dims, out = reduction
+        if device != self.device or self.reduction is not None or not x.layout.is_contiguous:
+            return False
+        if x.layout.shape != self.shape and len(dims) == x.layout.ndim:   # (all of it, through another shape)
+            x, dims = self._whole(x), tuple(range(len(self.shape)))
+        if x is None or x.layout.shape != self.shape or x.root not in self.written or \
+                self.touched[x.root] != {x.mapping}:
+            return False
+        ndim = len(self.shape)
+        first = ndim - len(dims)
+        if not dims or tuple(dims) != tuple(range(first, ndim)) or math.prod(self.shape[first:]) < 2:
+            return False
+        return x.dtype in _COMPUTE and out.dtype.name == x.dtype and _root_id(out) not in self.touched
+
+    def _whole(self, x):
+        """``x``, a contiguous view of all of a value the group wrote packed, as the group wrote it (or None)."""
+        for _, _, _, write in self.steps:
+            if write.root == x.root and write.layout.is_contiguous and write.mapping[1] == x.mapping[1] and \
+                    write.dtype == x.dtype:
+                return write
+        return None
+
+    def add_reduction(self, reduction, at):
+        op, x, dims, out = reduction
+        if x.layout.shape != self.shape:
+            x, dims = self._whole(x), tuple(range(len(self.shape)))
+        self.members.append(at)
+        self.reduction = (op, x, dims, out)
+
+    def _accepts_epilogue(self, parsed) -> bool:
+        family, name, reads, write = parsed
+        _, x, dims, out = self.reduction
+        if write.layout.shape != (self.eshape or write.layout.shape) or write.layout.numel != out.size:
+            return False
+        if self.device == "cpu" and vectorised(Op(family, name, (), write.dtype, _eager_path(family, reads, write))):
+            return False   # (eager computed it with a vectorised function, which an epilogue does not call)
+        for access in (*reads, write):
+            if access.root == _root_id(out):   # the results, read as eager's next launch read them
+                if access is write or not access.layout.is_contiguous or access.mapping[1] != _address(out):
+                    return False
+            elif access.root in self.touched:
+                return False
+            elif (access is write or access.root in self.ewritten) and \
+                    self.etouched.get(access.root, {access.mapping}) != {access.mapping}:
+                return False
+        return True
+
     def independent(self, args) -> bool:
         """Whether a launch over ``args`` touches no buffer of the group (so it may run before it)."""
-        return not any(_root_id(b) in self.touched for b in _buffers(args))
+        roots = {_root_id(b) for b in _buffers(args)}
+        return not (roots & (self.touched.keys() | self.etouched.keys() | self.all_written()))
+
+    def all_written(self) -> set:
+        written = self.written | self.ewritten
+        if self.reduction is not None:
+            written.add(_root_id(self.reduction[3]))
+        return written
 
 
 def fuse(steps, kinds, writes, owned):
@@ -151,14 +231,16 @@ def fuse(steps, kinds, writes, owned):
     groups, current = [], None
 
     def close():
-        if current is not None and len(current.steps) > 1:
+        if current is not None and len(current.members) > 1:
             groups.append(current)
     for i, ((fn, args), kind) in enumerate(zip(steps, kinds)):
         raises = _may_raise(kind, fn, args)
         parsed = _parse(kind, args) if kind in _PARSERS and not raises else None
-        device = kernels.device_of(kind, fn) if parsed else None
+        device = kernels.device_of(kind, fn) if parsed or kind == "reduce" else None
         if current is not None and parsed is not None and current.accepts(device, parsed):
             current.add(parsed, i)
+        elif kind == "reduce" and current is not None and current.accepts_reduction(device, _parse_reduce(args)):
+            current.add_reduction(_parse_reduce(args), i)
         elif current is not None and kind not in STEP_KINDS and not raises and current.independent(args):
             current.passed.append(i)
         else:
@@ -172,7 +254,8 @@ def fuse(steps, kinds, writes, owned):
     programs = []
     for group in groups:
         members = set(group.members)
-        internal = {root for root in group.written if root in owned and root not in held and users[root] <= members}
+        internal = {root for root in group.all_written()
+                    if root in owned and root not in held and users[root] <= members}
         made = _launch(group, internal)
         if made is None:
             continue
@@ -199,44 +282,86 @@ def _append(lists, step, kind, written):
 
 def _launch(group, internal):
     """(program, launch, its buffers) for a group, or None where its kernel does not compile."""
-    loads, load_of, value_of, ops, final = [], {}, {}, [], {}
+    prologue = _Numbering(group.steps)
+    result, epilogue = None, _Numbering([])
+    if group.reduction is not None:
+        op, x, dims, out = group.reduction
+        result = Access(out, Layout(group.eshape or (out.size,)))
+        epilogue = _Numbering(group.epilogue, result_root=result.root)
+    nloads, nops = len(prologue.loads), len(prologue.ops)
 
-    def value(access):   # ("load", i) or ("op", k): numbered once the loads are known
-        found = value_of.get(access.mapping)
-        if found is None:   # (not written before in the group: a load, shared by every op that reads it)
-            found = load_of.get(access.mapping)
-            if found is None:
-                found = load_of[access.mapping] = ("load", len(loads))
-                loads.append(access)
-        return found
-
-    for family, name, reads, write in group.steps:
-        args = [value(r) for r in reads]
-        ops.append((family, name, args, _eager_path(family, reads, write), write))
-        value_of[write.mapping] = final[write.mapping] = ("op", len(ops) - 1)
-    nloads = len(loads)
-
-    def number(v):
-        return v[1] if v[0] == "load" else nloads + v[1]
-    stores = [(number(v), ops[v[1]][4]) for v in final.values() if ops[v[1]][4].root not in internal]
-    accesses = [*loads, *(write for _, write in stores)]
-    shape, strides = collapse(group.shape, *(a.layout.strides for a in accesses))
+    def number(v):   # values: the loads, the ops, the result, the epilogue's loads, its ops
+        kind, i = v
+        return {"load": i, "op": nloads + i, "result": nloads + nops, "eload": nloads + nops + 1 + i,
+                "eop": nloads + nops + 1 + len(epilogue.loads) + i}[kind]
+    stores = [(number(v), w) for v, w in prologue.finals() if w.root not in internal]
+    accesses = [*prologue.loads, *(w for _, w in stores)]
+    if group.reduction is None:
+        shape, strides = collapse(group.shape, *(a.layout.strides for a in accesses))
+        reduction, eshape, eaccesses, estrides = None, None, [], []
+    else:
+        first = len(group.shape) - len(dims)
+        kept, kstrides = collapse(group.shape[:first], *(a.layout.strides[:first] for a in accesses))
+        reduced, rstrides = collapse(group.shape[first:], *(a.layout.strides[first:] for a in accesses))
+        shape, strides = (*kept, *reduced), [(*k, *r) for k, r in zip(kstrides, rstrides)]
+        finals = epilogue.finals()
+        if result.root not in internal:
+            finals.append((("result", 0), result))
+        estores = [(number(v), w) for v, w in finals if w.root not in internal]
+        eaccesses = [*epilogue.loads, *(w for _, w in estores)]
+        eshape, estrides = collapse(result.layout.shape, *(a.layout.strides for a in eaccesses))
+        reduction = Reduction(op, number(prologue.value_of[x.mapping]), out.dtype.name,
+                              "int64" if out.dtype.name == "int64" else "float64", len(kept),
+                              tuple(Load(a.dtype, "n") for a in epilogue.loads), epilogue.program_ops(number),
+                              tuple(Store(v, w.dtype, "n") for v, w in estores))
     classes = ["1" if s[-1] == 1 else "0" if s[-1] == 0 else "n" for s in strides]
-    program = Program(
-        ndim=len(shape),
-        loads=tuple(Load(a.dtype, c) for a, c in zip(loads, classes)),
-        ops=tuple(Op(family, name, tuple(number(a) for a in args), write.dtype, path)
-                  for family, name, args, path, write in ops),
-        stores=tuple(Store(v, write.dtype, c) for (v, write), c in zip(stores, classes[nloads:])))
+    program = Program(len(shape), tuple(Load(a.dtype, c) for a, c in zip(prologue.loads, classes)),
+                      prologue.program_ops(number),
+                      tuple(Store(v, w.dtype, c) for (v, w), c in zip(stores, classes[nloads:])), reduction)
     operands = [(a.buf, a.layout.offset, st) for a, st in zip(accesses, strides)]
+    operands += [(a.buf, a.layout.offset, st) for a, st in zip(eaccesses, estrides)]
     try:
-        launch = kernels.lookup("fused", group.device)(program, shape, operands)
+        launch = kernels.lookup("fused", group.device)(program, shape, operands, eshape)
     except Exception as e:   # (any failure of the generated kernel: the steps stay as they were)
-        warnings.warn(f"minidl.compile: the fused kernel of {program} ({len(group.steps)} launches) did not "
+        warnings.warn(f"minidl.compile: the fused kernel of {program} ({len(group.members)} launches) did not "
                       f"compile, so these launches run one by one: {type(e).__name__}: {e}", RuntimeWarning,
                       stacklevel=2)
         return None
-    return program, launch, [a.buf for a in accesses]
+    return program, launch, [a for a, _, _ in operands]
+
+
+class _Numbering:
+    """The values of a run of elementwise steps: what each op reads (an earlier op's value, or a load,
+    shared by every op that reads that element mapping) and the last value written to each mapping."""
+
+    def __init__(self, steps, result_root=None):
+        """``result_root``: an epilogue's, whose reads of that buffer are the reduction's results."""
+        self.loads, self.ops, self.load_of, self.value_of, self.final = [], [], {}, {}, {}
+        self.result_root = result_root
+        load, op = ("load", "op") if result_root is None else ("eload", "eop")
+        for family, name, reads, write in steps:
+            args = [self._value(r, load) for r in reads]
+            self.ops.append((family, name, args, _eager_path(family, reads, write), write))
+            self.value_of[write.mapping] = self.final[write.mapping] = (op, len(self.ops) - 1)
+
+    def _value(self, access, kind):
+        if access.root == self.result_root:
+            return ("result", 0)
+        found = self.value_of.get(access.mapping)
+        if found is None:
+            found = self.load_of.get(access.mapping)
+            if found is None:
+                found = self.load_of[access.mapping] = (kind, len(self.loads))
+                self.loads.append(access)
+        return found
+
+    def finals(self) -> list:
+        """(value, the access it is stored through) of each mapping's last write."""
+        return [(v, self.ops[v[1]][4]) for v in self.final.values()]
+
+    def program_ops(self, number) -> tuple:
+        return tuple(Op(family, name, tuple(number(a) for a in args), write.dtype, path)
+                     for family, name, args, path, write in self.ops)
 
 
 def _may_raise(kind, fn, args) -> bool:
@@ -250,7 +375,10 @@ def _may_raise(kind, fn, args) -> bool:
 
 
 def _root_id(buf) -> int:
-    return id(buf if buf.base is None else buf.base)
+    """The identity of what owns ``buf``'s memory (numpy and CuPy views keep it as ``base``)."""
+    while getattr(buf, "base", None) is not None:
+        buf = buf.base
+    return id(buf)
 
 
 def _users(steps) -> dict:
@@ -272,7 +400,7 @@ def _held_elsewhere(steps) -> set:
             objects[id(buf)] = buf
             if buf.base is not None:
                 objects.setdefault(id(buf.base), buf.base)
-    views = collections.Counter(id(b.base) for b in objects.values() if b.base is not None)
+    views = collections.Counter(id(b.base) for b in objects.values() if getattr(b, "base", None) is not None)
     held = set()
     for key in list(objects):   # (not items(): its tuple would hold a reference more)
         buf = objects[key]

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from .. import Tensor, no_grad
 from ..ops.core import buf
-from . import config
+from . import config, cudagraphs
 from .fusion import fuse
 from .guards import GraphGuards
 from .recorder import ReadChanged, root
@@ -22,7 +22,7 @@ _INPUT, _CLONE, _SAME = "input", "clone", "same"
 
 
 class Graph:
-    def __init__(self, recorder, inputs, written, result):
+    def __init__(self, recorder, inputs, written, result, cuda_graphs=False):
         self.steps = recorder.steps
         self.kinds = recorder.kinds     # per step: the primitive's name, or one of recorder.STEP_KINDS
         self.draws = recorder.draws
@@ -41,6 +41,7 @@ class Graph:
         self.programs = []   # the fused kernels' programs, in order
         if config.fuse:
             self.steps, self.kinds, _, self.programs = fuse(self.steps, self.kinds, recorder.writes, candidates)
+        self.cuda_graphs = cuda_graphs   # True: runs of CUDA kernels become CUDA graphs at the first replay
 
     def stale(self):
         """Why this graph does not fit the call's state (a guard that fails), or None."""
@@ -50,6 +51,8 @@ class Graph:
         with no_grad():
             for own, given in zip(self.inputs, tensors):
                 own.copy_(given)
+        if self.cuda_graphs is True:   # (then what cudagraphs.install made, or None)
+            self.cuda_graphs = cudagraphs.install(self)
         saved = [(g, g.get_state()) for g, _ in self.claims] if self.reads else None
         for args, seed_at, offset_at, generator, delta in self.draws:
             args[seed_at] = generator.initial_seed()

@@ -5,8 +5,10 @@ While a stream captures, the kernels launched on it are recorded, not run. Repla
 recorded kernels on the very buffers they were captured with: a graph's inputs are tensors filled
 *before* a replay (``static_input.copy_(batch)``), its outputs tensors read *after* one. Nothing
 that makes the host wait for the device can be captured (a copy to or from the host, ``.item()``,
-a synchronisation, ``nonzero``), and neither can random numbers: minidl's generators pass their
-state as kernel arguments, so a replay would repeat the captured numbers. These raise at once.
+a synchronisation, ``nonzero``), and neither can random numbers drawn with the generator's state as
+kernel arguments (what minidl's generators pass), since a replay would repeat the captured numbers.
+These raise at once. A draw kernel reading its state from a device buffer (the kernel contract's
+Philox state buffer) can be captured: ``minidl.compile(mode="reduce-overhead")`` replays so.
 
 The memory allocated during a capture comes from the graph's own pool (on a GPU: a CuPy memory
 pool that only graphs share), so no later allocation can reuse an address a replay writes to.

@@ -64,6 +64,9 @@ class _Writer:
     def dtype(self, value) -> str:
         return self.p.loads[value].dtype if value < self.nloads else self.p.ops[value - self.nloads].dtype
 
+    def reduced(self, value) -> bool:
+        return self.p.reduction is not None and self.p.reduction.value == value
+
     def emit(self, depth, text):
         self.lines.append("    " * depth + text)
 
@@ -71,6 +74,10 @@ class _Writer:
         p = self.p
         params = ["shape"] + [f"L{i}, L{i}o, L{i}s" for i in range(self.nloads)] + \
                  [f"S{i}, S{i}o, S{i}s" for i in range(len(p.stores))]
+        r = p.reduction
+        if r is not None:
+            params += ["init, ishape, istrides, eshape"] + [f"E{i}, E{i}o, E{i}s" for i in range(len(r.loads))] + \
+                      [f"F{i}, F{i}o, F{i}s" for i in range(len(r.stores))]
         self.emit(0, "@njit(cache=True, nogil=True)")
         self.emit(0, f"def {self.name}({', '.join(params)}):")
         self.emit(1, f'"""{p}"""')
@@ -83,9 +90,15 @@ class _Writer:
                     self.emit(1, f"{kind}{i}t = {kind}{i}s[{last}]")
         for v in sorted(self.tiled):
             self.emit(1, f"t{v} = np.empty({TILE}, {CAST[self.dtype(v)]})")
+        if r is not None:   # (a result's values, reduced by eager's own function: the same order of operations)
+            size = " * ".join(f"shape[{d}]" for d in range(r.kept, p.ndim))
+            self.emit(1, f"red = np.empty({size}, {CAST[self.dtype(r.value)]})")
+            self.emit(1, "o = 0")
         depth = 1
         operands = [f"L{i}" for i in range(self.nloads)] + [f"S{i}" for i in range(len(p.stores))]
         for d in range(last):   # a loop per outer dim, each operand's position carried along
+            if r is not None and d == r.kept:
+                self.emit(depth, "r = 0")
             self.emit(depth, f"for i{d} in range(shape[{d}]):")
             depth += 1
             for o in operands:
@@ -93,6 +106,8 @@ class _Writer:
                 self.emit(depth, f"p{o}_{d} = {before} + i{d} * {o}s[{d}]")
         for o in operands:
             self.emit(depth, f"p{o} = {o}o" if last == 0 else f"p{o} = p{o}_{last - 1}")
+        if r is not None and r.kept == last:
+            self.emit(depth, "r = 0")
         for i, ld in enumerate(p.loads):
             if ld.stride == "0":
                 self.emit(depth, f"b{i} = L{i}[pL{i}]")
@@ -104,19 +119,44 @@ class _Writer:
                 self._vector_segment(depth, seg[0])
             else:
                 self._element_segment(depth, seg)
+        if r is not None:
+            self.emit(depth - 1, "r += inner")
+            self._epilogue(1 + r.kept)
         return "\n".join(self.lines) + "\n"
+
+    def _epilogue(self, depth):
+        """After a result's rows: reduce them, then the epilogue on the result ``o`` (row-major over ``eshape``)."""
+        r, result = self.p.reduction, self.p.result
+        self.emit(depth, f"acc = _reduce_one(REDUCE_{r.op.upper()}, red, 0, ishape, istrides, init)")
+        self.emit(depth, f"v{result} = {CAST[r.dtype]}(acc)")
+        for i in range(len(r.loads)):
+            self.emit(depth, f"v{result + 1 + i} = E{i}[flat_position(o, eshape, E{i}s, E{i}o)]")
+        for k, op in enumerate(r.ops):
+            self.emit(depth, f"v{result + 1 + len(r.loads) + k} = {CAST[op.dtype]}({self._expression(op)})")
+        for i, st in enumerate(r.stores):
+            self.emit(depth, f"F{i}[flat_position(o, eshape, F{i}s, F{i}o)] = v{st.value}")
+        self.emit(depth, "o += 1")
 
     # -- reading and writing operands -------------------------------------------------------------
     def _load(self, i) -> str:
-        """Load i's element j of the tile."""
+        """Load i's element j of the tile (a packed load through its tile's slice, ``_slices``)."""
         stride = self.p.loads[i].stride
-        return f"b{i}" if stride == "0" else f"L{i}[pL{i} + lo + j]" if stride == "1" else \
-            f"L{i}[pL{i} + (lo + j) * L{i}t]"
+        return f"b{i}" if stride == "0" else f"a{i}[j]" if stride == "1" else f"L{i}[pL{i} + (lo + j) * L{i}t]"
 
     def _store(self, depth, i, value_text):
         stride = self.p.stores[i].stride
-        where = f"pS{i} + lo + j" if stride == "1" else f"pS{i}" if stride == "0" else f"pS{i} + (lo + j) * S{i}t"
-        self.emit(depth, f"S{i}[{where}] = {value_text}")
+        where = "j" if stride == "1" else f"pS{i}" if stride == "0" else f"pS{i} + (lo + j) * S{i}t"
+        self.emit(depth, f"{'o' if stride == '1' else 'S'}{i}[{where}] = {value_text}")
+
+    def _slices(self, depth, loads, stores):
+        """The tile of each packed operand as a slice: indexed from 0 by the loop's own counter, its accesses
+        need no negative-index check, and LLVM vectorises the loop."""
+        for i in sorted(loads):
+            if self.p.loads[i].stride == "1":
+                self.emit(depth, f"a{i} = L{i}[pL{i} + lo:pL{i} + lo + m]")
+        for i in sorted(stores):
+            if self.p.stores[i].stride == "1":
+                self.emit(depth, f"o{i} = S{i}[pS{i} + lo:pS{i} + lo + m]")
 
     def _array(self, value) -> str:
         """The tile of ``value`` as an array (a packed load is read in place)."""
@@ -130,9 +170,11 @@ class _Writer:
     # -- segments ---------------------------------------------------------------------------------
     def _element_segment(self, depth, seg):
         p = self.p
+        here = self.segment_of[self.nloads + seg[0]]
+        self._slices(depth, {a for k in seg for a in p.ops[k].args if a < self.nloads},
+                     {i for k in seg for i in self._stores_of(self.nloads + k)})
         self.emit(depth, "for j in range(m):")
         depth += 1
-        here = self.segment_of[self.nloads + seg[0]]
         for a in sorted({a for k in seg for a in p.ops[k].args}):   # loads, and values of earlier segments
             if a < self.nloads:
                 self.emit(depth, f"v{a} = {self._load(a)}")
@@ -143,12 +185,15 @@ class _Writer:
             self.emit(depth, f"v{value} = {CAST[op.dtype]}({self._expression(op)})")
             if value in self.tiled:
                 self.emit(depth, f"t{value}[j] = v{value}")
+            if self.reduced(value):
+                self.emit(depth, f"red[r + lo + j] = v{value}")
             for i in self._stores_of(value):
                 self._store(depth, i, f"v{value}")
 
     def _vector_segment(self, depth, k):
         p = self.p
         op, value = p.ops[k], self.nloads + k
+        self._slices(depth, set(), self._stores_of(value))
         for a in op.args:   # strided or broadcast loads a vectorised op reads: gathered first
             if a < self.nloads and a in self.tiled:
                 self.emit(depth, "for j in range(m):")
@@ -163,10 +208,12 @@ class _Writer:
             self.emit(depth + 1, "for j in range(m):")
             self.emit(depth + 2, f"t{value}[j] = {expression(formula(op), [f'{a}[j]' for a in args])}")
         stores = self._stores_of(value)
-        if stores:
+        if stores or self.reduced(value):
             self.emit(depth, "for j in range(m):")
             for i in stores:
                 self._store(depth + 1, i, f"t{value}[j]")
+            if self.reduced(value):
+                self.emit(depth + 1, f"red[r + lo + j] = t{value}[j]")
 
     def _expression(self, op) -> str:
         args = [f"v{a}" for a in op.args]
@@ -181,12 +228,17 @@ def source(program: Program, name: str) -> str:
     """A module defining the njit function ``name`` that computes ``program``."""
     called = sorted(codegen.function_name(codegen.resolve(n)) for n in codegen.called_names())
     runs = sorted({RUNS.get(op.name) or FLOAT32_RUNS[op.name] for op in program.ops if vectorised(op)})
-    lines = [f'"""{codegen.HEADER.replace("table.py", "table.py by fused_numba.py")} Program {program.key()}."""',
+    lines = [f'"""GENERATED by minidl/formulas/fused_numba.py from the formulas of minidl/formulas/table.py: '
+             f'{program}, program {program.key()}."""',
              "import math  # noqa: F401", "", "import numpy as np", "from numba import njit", "",
              "from minidl.kernels.cpu.jit import scalar_math as sm  # noqa: F401",
              f"from minidl.kernels.cpu.jit.formulas import {', '.join(called)}  # noqa: F401"]
     vector = {r: ("vector_math" if r in RUNS.values() else "vector_activations") for r in runs}
     for r, module in sorted(vector.items()):
         lines.append(f"from minidl.kernels.cpu.jit.{module} import {r}")
+    if program.reduction is not None:
+        lines += ["from minidl.kernels.cpu.jit.reduce import _reduce_one",
+                  f"from minidl.kernels.cpu.jit.op_codes import REDUCE_{program.reduction.op.upper()}",
+                  "from minidl.kernels.cpu.jit.rows import flat_position"]
     lines += ["", ""]
     return "\n".join(lines) + _Writer(program, name).source()

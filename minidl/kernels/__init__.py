@@ -92,7 +92,8 @@ fused                (program, shape, operands) -> launch             a generate
                                                                       ``formulas.fused_program.Program``) over
                                                                       ``shape``; operands: (buf, offset, strides)
                                                                       per load, then per store; ``launch(*bufs)``
-                                                                      runs it on those buffers (see below)
+                                                                      runs it on those buffers (see below);
+                                                                      ``launch.device_type`` names the device
 ===================  ===============================================  ==============================================
 
 ``geom`` for im2col, col2im and the two max-pool kernels is ``(planes, h, w, kh, kw, sh, sw, ph, pw, dh, dw, oh, ow)``: planes =
@@ -193,6 +194,14 @@ without fused multiply-adds, rounded once to out's dtype:
 - normal (float32, float64): ``a + b * sqrt(-2 log(u53(w0, w1) + 2^-53)) * cos(2 pi u53(w2, w3))``;
 - integers (int64 out; a, b integers, a < b): ``a + ((w1 << 32 | w0) mod (b - a))`` in 64-bit
   unsigned arithmetic (the whole 64-bit range when b - a wraps to 0).
+
+The draw kernels (``DRAWS``: random, dropout, attention, attention_backward) take their (seed, offset) in
+one of two ways. As numbers, as above. Or ``seed`` is a Philox state buffer, an int64 buffer of two elements
+on the kernel's device holding the bits of the unsigned seed and a base offset, and ``offset`` is a delta:
+the kernel reads the buffer when it runs (on the GPU, on the device) and draws at (state[0], state[1] +
+offset mod 2^64), the numbers the first form gives for those values. A captured CUDA graph keeps its launches'
+arguments, so only the second form can draw new numbers at each replay, once the host has rewritten the buffer
+(torch's PhiloxCudaState and its offset pointer); a draw in the first form refuses to be captured.
 
 The batch norm pair takes x, out, g and dx packed in (N, C, S) order (S: the spatial elements), or in (N, S, C)
 order when ``channels_last`` (an (N, C) input is either), float32 or float64; weight, bias, mean, invstd, the

@@ -74,9 +74,32 @@ def random_span(kind, a, b) -> np.uint64:
     return np.uint64((int(b) - int(a)) % (1 << 64) if kind == "integers" else 0)
 
 
-def random_stream(seed, offset):
-    """The Philox key and counter start as the kernels take them (unsigned 64-bit)."""
+def philox_state(name, seed):
+    """The device state buffer a draw reads its (seed, offset) from, or None where ``seed`` is a number."""
+    if isinstance(seed, (int, np.integer)):
+        return None
+    if getattr(seed, "dtype", None) != np.int64 or seed.size != 2:
+        raise TypeError(f"{name}: seed must be an integer, or a Philox state buffer of two int64 elements "
+                        f"(seed, offset), got {type(seed).__name__}")
+    return seed
+
+
+def random_stream(seed, offset, name="random"):
+    """The Philox key and counter start as the kernels take them (unsigned 64-bit). A state buffer is
+    read here: the CPU kernels' memory is the host's, so this is the launch reading it."""
+    state = philox_state(name, seed)
+    if state is not None:
+        seed, offset = int(state[0]), int(state[1]) + offset
     return np.uint64(seed % (1 << 64)), np.uint64(offset % (1 << 64))
+
+
+def device_stream(seed, offset, null, name="random"):
+    """(key, counter start, state) as a CUDA kernel takes them: a state buffer is passed for the kernel to read
+    on the device (key 0, counter start the delta), else ``null`` with the numbers."""
+    state = philox_state(name, seed)
+    if state is None:
+        return (*random_stream(seed, offset), null)
+    return np.uint64(0), np.uint64(offset % (1 << 64)), state
 
 
 def dropout_arguments(x, out, mask, p):

@@ -113,11 +113,26 @@ def split(x, split_size_or_sections, dim=0):
         if sum(sizes) != n:
             raise RuntimeError(f"split_with_sizes expects split_sizes to sum exactly to {n} (input tensor's size "
                                f"at dimension {dim}), but got split_sizes={sizes}")
-    out, start = [], 0
-    for s in sizes:
-        out.append(views.narrow(x, dim, start, s))
-        start += s
-    return tuple(out)
+    return Split.apply(x, tuple(sizes), dim)
+
+
+class Split(Function):
+    """Consecutive views of ``x`` along ``dim``. The backward is one ``cat`` of the pieces' gradients (zeros
+    for a piece without one), as torch's: each view's own backward would zero-fill a full-size gradient
+    and the engine would add them, a launch and a pass over the whole tensor per piece."""
+
+    @staticmethod
+    def forward(ctx, x, sizes, dim):
+        ctx.dim = dim
+        out, start = [], 0
+        for size in sizes:
+            out.append(views.narrow(x, dim, start, size))
+            start += size
+        return tuple(out)
+
+    @staticmethod
+    def backward(ctx, *grads):
+        return cat(grads, ctx.dim), None, None
 
 
 @op(samples=lambda t: [t.S("chunk", lambda x: x.chunk(2, 0), t.NC(t.rn(5, 2), "F"))])

@@ -9,5 +9,5 @@ from . import kernel_cache
 
 kernel_cache.install()  # before the kernel modules: their decorators pick the cache's locator
 
-from . import (attention, batch_norm, conv, cross_entropy, elementwise, fused, indexing, linalg, memory,  # noqa: E402,F401
-               norm_rows, optim, random, reduce, rnn, shared, softmax)
+from . import (attention, batch_norm, conv, cross_entropy, elementwise, fused, indexing,  # noqa: E402,F401
+               linalg, memory, norm_rows, optim, random, reduce, rnn, shared, softmax)

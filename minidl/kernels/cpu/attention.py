@@ -3,7 +3,7 @@ softmax instead of the scores, their softmax and two products over the whole (L,
 import numpy as np
 
 from ... import kernels
-from ..checks import attention_dropout, attention_geometry
+from ..checks import attention_dropout, attention_geometry, random_stream
 from .jit.attention import (SPAN, attention_backward_parallel, attention_backward_serial, attention_parallel,
                             attention_serial)
 from .strided import launch
@@ -27,7 +27,7 @@ def _operands(name, q, ql, k, kl, v, vl, mask, ml, packed):
 
 def _dropout(name, p, seed, offset):
     """The kernels' ``drop`` argument, of one type for every call (so one compilation)."""
-    return attention_dropout(name, p), np.uint64(seed), np.uint64(offset)
+    return (attention_dropout(name, p), *random_stream(seed, offset, name))
 
 
 def _work(geo):

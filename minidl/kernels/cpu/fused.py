@@ -2,6 +2,7 @@
 written to the compile cache, imported, and compiled for the operands' types before any replay runs it
 (so a kernel that does not compile is known while the graph is built, not halfway through a step)."""
 import importlib.util
+import math
 import sys
 
 import numba
@@ -10,13 +11,16 @@ import numpy as np
 from ... import kernels
 from ...formulas import fused_numba
 from .. import fused_cache
+from . import kernel_cache
 
 _modules: dict = {}
 
 
 def _function(program):
     """The njit function of ``program`` (its module imported once per process)."""
-    name = f"fused_{program.key()}"
+    # (the kernels it calls are inlined into its machine code, which Numba caches by this file alone: their
+    # sources' hash in its name makes an edit there compile it afresh)
+    name = f"fused_{program.key()}_{kernel_cache.sources_digest(kernel_cache.HERE)[:8]}"
     found = _modules.get(name)
     if found is None:
         path = fused_cache.keep("cpu", f"{name}.py", fused_numba.source(program, name))
@@ -28,19 +32,34 @@ def _function(program):
     return found
 
 
+def _i64(values):
+    return np.array(values, dtype=np.int64)
+
+
 @kernels.register("fused")
-def fused(program, shape, operands):
+def fused(program, shape, operands, eshape=None):
     fn = _function(program)
-    shape = np.array(shape, dtype=np.int64)
-    fixed = [(int(offset), np.array(strides, dtype=np.int64)) for _, offset, strides in operands]
-    example = [shape]
-    for (buf, _, _), (offset, strides) in zip(operands, fixed):
-        example += (buf, offset, strides)
-    fn.compile(tuple(numba.typeof(a) for a in example))
+    fixed = [(int(offset), _i64(strides)) for _, offset, strides in operands]
+    prologue = len(program.loads) + len(program.stores)
+    between = []   # (a reduction's: its start value, the reduced row's shape and strides, the results' shape)
+    if program.reduction is not None:
+        init = 0 if program.reduction.op == "sum" else 1
+        rows = math.prod(shape[program.reduction.kept:])   # (eager reduces each result's elements as one run)
+        between = [getattr(np, program.reduction.init)(init), _i64([rows]), _i64([1]), _i64(eshape)]
+    shape = _i64(shape)
+
+    def arguments(buffers):
+        args = [shape]
+        for i, (buf, (offset, strides)) in enumerate(zip(buffers, fixed)):
+            if i == prologue:
+                args += between
+            args += (buf, offset, strides)
+        if prologue == len(buffers):
+            args += between
+        return args
+    fn.compile(tuple(numba.typeof(a) for a in arguments([buf for buf, _, _ in operands])))
 
     def launch(*buffers):
-        args = [shape]
-        for buf, (offset, strides) in zip(buffers, fixed):
-            args += (buf, offset, strides)
-        fn(*args)
+        fn(*arguments(buffers))
+    launch.device_type = "cpu"
     return launch

@@ -23,5 +23,5 @@ def random(kind, out, seed, offset, a, b):
 @kernels.register("dropout")
 def dropout(x, out, mask, p, seed, offset):
     keep, scale = dropout_arguments(x, out, mask, p)
-    launch(dropout_serial, dropout_parallel, x.size, x, out, mask, keep, scale, *random_stream(seed, offset),
+    launch(dropout_serial, dropout_parallel, x.size, x, out, mask, keep, scale, *random_stream(seed, offset, "dropout"),
            np.int64(CHUNK), work_items((x.size,)))

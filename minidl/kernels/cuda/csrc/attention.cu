@@ -233,8 +233,10 @@ template <class T> __device__ void attention_dkv_tiles(const T *q, Layout ql, co
 #define SHAPE_ARGS(T)                                                                                  \
     long long B, long long H, long long G, long long L, long long S, long long E, long long Ev, T scale, \
         int causal, int has_mask, double dropout_p, unsigned long long seed, unsigned long long offset,  \
-        long long tile
-#define SHAPE(T) AttShape<T>{B, H, G, L, S, E, Ev, scale, causal, has_mask, AttDropout{dropout_p, seed, offset}, tile}
+        const unsigned long long *state, long long tile
+#define SHAPE(T)                                                                                       \
+    AttShape<T>{B, H, G, L, S, E, Ev, scale, causal, has_mask,                                        \
+                AttDropout{dropout_p, philox_seed(state, seed), philox_offset(state, offset)}, tile}
 #define ATTENTION_KERNELS(suffix, T)                                                                   \
     extern "C" __global__ void attention_##suffix(ATTENTION_ARGS(T), T *out, T *lse, SHAPE_ARGS(T)) {    \
         attention_tiles(q, ql, k, kl, v, vl, mask, ml, out, lse, SHAPE(T));                            \

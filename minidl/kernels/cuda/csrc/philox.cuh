@@ -24,3 +24,16 @@ __device__ __forceinline__ double u53(unsigned int lo, unsigned int hi) {
 }
 __device__ __forceinline__ double unit(float *, const Words &w) { return (double)(w.w0 >> 8) * 0x1p-24; }
 __device__ __forceinline__ double unit(double *, const Words &w) { return u53(w.w0, w.w1); }
+
+// A draw's key and counter start: the (seed, offset) arguments, or, when `state` is not null, read on the
+// device from state = (seed, base offset) with the offset argument a delta added to the base. A CUDA graph
+// that captured the launch then draws new numbers at each replay once the host rewrites state between
+// replays (torch's PhiloxCudaState keeps an offset pointer and an intra-graph offset for the same reason).
+__device__ __forceinline__ unsigned long long philox_seed(const unsigned long long *state,
+                                                          unsigned long long seed) {
+    return state ? state[0] : seed;
+}
+__device__ __forceinline__ unsigned long long philox_offset(const unsigned long long *state,
+                                                            unsigned long long offset) {
+    return state ? state[1] + offset : offset;
+}

@@ -15,14 +15,20 @@ __device__ __forceinline__ double add_rn(double x, double y) { return __dadd_rn(
 
 #define RANDOM_FLOAT_KERNELS(suffix, T)                                                             \
     extern "C" __global__ void random_uniform_##suffix(T *out, long long n, unsigned long long seed, \
-                                                       unsigned long long offset, double a, double b) { \
+                                                       unsigned long long offset, const unsigned long long *state, \
+                                                       double a, double b) {                         \
+        seed = philox_seed(state, seed);                                                            \
+        offset = philox_offset(state, offset);                                                      \
         GRID_STRIDE_LOOP(i, n) {                                                                    \
             Words w = philox(offset + (unsigned long long)i, seed);                                 \
             out[i] = (T)add_rn(a, mul_rn(b - a, unit(out, w)));                                     \
         }                                                                                           \
     }                                                                                               \
     extern "C" __global__ void random_normal_##suffix(T *out, long long n, unsigned long long seed,  \
-                                                      unsigned long long offset, double a, double b) { \
+                                                      unsigned long long offset, const unsigned long long *state, \
+                                                      double a, double b) {                          \
+        seed = philox_seed(state, seed);                                                            \
+        offset = philox_offset(state, offset);                                                      \
         GRID_STRIDE_LOOP(i, n) {                                                                    \
             Words w = philox(offset + (unsigned long long)i, seed);                                 \
             double radius = sqrt(mul_rn(-2.0, log(add_rn(u53(w.w0, w.w1), 0x1p-53))));             \
@@ -34,8 +40,10 @@ FOR_FLOAT_DTYPES(RANDOM_FLOAT_KERNELS)
 
 // span = high - low as unsigned 64-bit (0: the whole 64-bit range)
 extern "C" __global__ void random_integers_i64(long long *out, long long n, unsigned long long seed,
-                                               unsigned long long offset, long long low,
-                                               unsigned long long span) {
+                                               unsigned long long offset, const unsigned long long *state,
+                                               long long low, unsigned long long span) {
+    seed = philox_seed(state, seed);
+    offset = philox_offset(state, offset);
     GRID_STRIDE_LOOP(i, n) {
         Words w = philox(offset + (unsigned long long)i, seed);
         unsigned long long bits = join(w.w0, w.w1);
@@ -48,7 +56,9 @@ extern "C" __global__ void random_integers_i64(long long *out, long long n, unsi
 #define DROPOUT_KERNELS(suffix, T)                                                                    \
     extern "C" __global__ void dropout_##suffix(const T *x, T *out, T *mask, long long n,             \
                                                 unsigned long long seed, unsigned long long offset,   \
-                                                T keep, T scale) {                                    \
+                                                const unsigned long long *state, T keep, T scale) {   \
+        seed = philox_seed(state, seed);                                                              \
+        offset = philox_offset(state, offset);                                                        \
         GRID_STRIDE_LOOP(i, n) {                                                                      \
             Words w = philox(offset + (unsigned long long)i, seed);                                   \
             T m = unit(out, w) < (double)keep ? scale : (T)0;                                         \

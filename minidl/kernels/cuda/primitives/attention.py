@@ -4,9 +4,10 @@ results as the CPU kernels."""
 import numpy as np
 
 from .... import kernels
-from ...checks import attention_dropout, attention_geometry, random_stream
+from ...checks import attention_dropout, attention_geometry
 from .. import runtime
 from .common import FLOATS, kernel, require_dtype
+from .random import stream
 
 FILE = "attention"
 
@@ -39,13 +40,11 @@ def _tile(name, q, E, Ev):
 
 def _tail(name, q, geo, scale, causal, has_mask, dropout_p, seed, offset):
     p = attention_dropout(name, dropout_p)
-    if p:
-        runtime.refuse_during_capture("attention with dropout", "the generator's state is a kernel argument, so "
-                                      "every replay would repeat the dropout drawn at capture")
+    philox = stream(f"{name} with dropout", seed, offset) if p else (np.uint64(0), np.uint64(0), runtime.NULL)
     B, H, G, L, S, E, Ev = geo
     tile = _tile(name, q, E, Ev)
     return tile, (*(runtime.i64(n) for n in geo), q.dtype.type(scale), runtime.i32(bool(causal)),
-                  runtime.i32(has_mask), np.float64(p), *random_stream(seed, offset), runtime.i64(tile))
+                  runtime.i32(has_mask), np.float64(p), *philox, runtime.i64(tile))
 
 
 def _blocks(rows, heads):

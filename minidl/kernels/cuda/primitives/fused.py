@@ -10,18 +10,29 @@ from .. import runtime
 
 
 @kernels.register("fused", "cuda")
-def fused(program, shape, operands):
+def fused(program, shape, operands, eshape=None):
     name = f"fused_{program.key()}"
     text = fused_cuda.source(program, name)
     fused_cache.keep("cuda", f"{name}.cu", text)   # (for the reader: the runtime keeps its own cache)
     kernel = runtime.compile_text(text)(name)
-    layouts = [runtime.layout_arg(shape, strides, offset, str(program)) for _, offset, strides in operands]
-    n = runtime.i64(math.prod(shape))
-    count = math.prod(shape)
+    op = str(program)
+    prologue = len(program.loads) + len(program.stores)
+    layouts = [runtime.layout_arg(shape, strides, offset, op) for _, offset, strides in operands[:prologue]]
+    layouts += [runtime.layout_arg(eshape, strides, offset, op) for _, offset, strides in operands[prologue:]]
+    if program.reduction is None:
+        count = math.prod(shape)
+        last = [runtime.i64(count)]
+    else:
+        count = math.prod(shape[:program.reduction.kept])
+        last = [runtime.i64(count), runtime.i64(math.prod(shape[program.reduction.kept:]))]
 
     def launch(*buffers):
         args = []
         for buf, layout in zip(buffers, layouts):
             args += (buf, layout)
-        runtime.launch(kernel, count, *args, n)
+        if program.reduction is None:
+            runtime.launch(kernel, count, *args, *last)
+        else:
+            runtime.launch_rows(kernel, count, *args, *last, block=fused_cuda.THREADS)
+    launch.device_type = "cuda"
     return launch

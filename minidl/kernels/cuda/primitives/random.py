@@ -3,33 +3,38 @@ data."""
 import numpy as np
 
 from .... import kernels
-from ...checks import dropout_arguments, random_arguments, random_span, random_stream
+from ...checks import device_stream, dropout_arguments, random_arguments, random_span
 from .. import runtime
 from .common import kernel
 
 
-def _refuse_during_capture():
-    runtime.refuse_during_capture("random number generation", "the generator's state is a kernel argument, so "
-                                  "every replay would repeat the numbers drawn at capture")
+def stream(name, seed, offset):
+    """The kernels' (seed, offset, state) arguments; a draw whose state is a kernel argument cannot be captured
+    (every replay would repeat its numbers), one reading a state buffer can."""
+    seed, offset, state = device_stream(seed, offset, runtime.NULL, name)
+    if state is runtime.NULL:
+        runtime.refuse_during_capture(f"{name} with the generator's state as an argument",
+                                      "every replay would repeat the numbers drawn at capture; pass the state "
+                                      "as a device buffer (seed=state, offset=delta)")
+    return seed, offset, state
 
 
 @kernels.register("random", "cuda")
 def random(kind, out, seed, offset, a, b):
     random_arguments(kind, out, a, b)
-    _refuse_during_capture()
-    seed, offset = random_stream(seed, offset)
+    philox = stream("random number generation", seed, offset)
     n = runtime.i64(out.size)
     if kind == "integers":
-        runtime.launch(kernel("random", "random_integers", out.dtype), out.size, out, n, seed, offset,
+        runtime.launch(kernel("random", "random_integers", out.dtype), out.size, out, n, *philox,
                        np.int64(a), random_span(kind, a, b))
     else:
-        runtime.launch(kernel("random", f"random_{kind}", out.dtype), out.size, out, n, seed, offset,
+        runtime.launch(kernel("random", f"random_{kind}", out.dtype), out.size, out, n, *philox,
                        np.float64(a), np.float64(b))
 
 
 @kernels.register("dropout", "cuda")
 def dropout(x, out, mask, p, seed, offset):
     keep, scale = dropout_arguments(x, out, mask, p)
-    _refuse_during_capture()
-    runtime.launch(kernel("random", "dropout", x.dtype), x.size, x, out, mask, runtime.i64(x.size),
-                   *random_stream(seed, offset), keep, scale)
+    philox = stream("dropout", seed, offset)
+    runtime.launch(kernel("random", "dropout", x.dtype), x.size, x, out, mask, runtime.i64(x.size), *philox,
+                   keep, scale)
