@@ -11,7 +11,6 @@ few programs are distinct, so that their kernels compile once.
 import os
 import subprocess
 import sys
-import warnings
 
 import numpy as np
 import pytest
@@ -23,8 +22,7 @@ from minidl.compiler import config
 from minidl.formulas import fused_numba, fused_program
 from minidl.kernels.cpu import fused as cpu_fused
 from minidl.nn import functional as F
-from tests.cuda_support import cuda_device
-from minidl.kernels.cuda import runtime
+from tests.cuda_support import cuda  # noqa: F401 (the fixture)
 
 SPECIAL = [np.nan, np.inf, -np.inf, -0.0, 0.0, 1e308, -1e308, 5e-324, 1e-310, -1.0, 1.0, 0.5, -0.5, 2.5, -2.5,
            3.0, 88.7, -87.5, 710.0, -745.5, 1e-8, 7.0, -3.0, 0.7]
@@ -252,6 +250,12 @@ def test_a_kernel_that_does_not_compile_warns_and_replays_the_launches_unfused(m
     assert graph.kinds.count("binary") == 2 and not graph.programs
 
 
+def test_fusion_off_replays_every_launch(monkeypatch):
+    monkeypatch.setattr(config, "fuse", False)
+    graph = check(lambda x: ((x + 1) * 2).exp(), specials(34, 3, 4), fused=False)
+    assert graph.kinds.count("binary") == 2 and "unary" in graph.kinds and not graph.programs
+
+
 # --------------------------------------------------------------------------------------------- disk cache
 CACHE_SCRIPT = """
 import minidl
@@ -269,7 +273,8 @@ def _cached_files(root):
 
 
 def test_a_second_process_finds_the_generated_source_and_numbas_machine_code(tmp_path):
-    env = {**os.environ, "MINIDL_COMPILE_CACHE": str(tmp_path), "PYTHONPATH": os.path.dirname(os.path.dirname(minidl.__file__))}
+    root = os.path.dirname(os.path.dirname(minidl.__file__))
+    env = {**os.environ, "MINIDL_COMPILE_CACHE": str(tmp_path), "PYTHONPATH": root}
 
     def run():
         done = subprocess.run([sys.executable, "-c", CACHE_SCRIPT], env=env, capture_output=True, text=True,
@@ -299,14 +304,6 @@ def test_the_cache_key_changes_with_the_generators_version(monkeypatch, tmp_path
 
 
 # ------------------------------------------------------------------------------------------------- CUDA
-@pytest.fixture
-def cuda():
-    saved = runtime._sim_requested
-    cuda_device()
-    yield
-    runtime.sim_enable(saved)
-
-
 def test_a_chain_on_cuda_fuses_and_gives_eager_cudas_bits(cuda):
     def fn(x, bias, mask):
         v = (x * 2 + bias).exp() - x.t().t()
