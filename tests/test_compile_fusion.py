@@ -305,12 +305,14 @@ def test_the_cache_key_changes_with_the_generators_version(monkeypatch, tmp_path
 
 # ------------------------------------------------------------------------------------------------- CUDA
 def test_a_chain_on_cuda_fuses_and_gives_eager_cudas_bits(cuda):
-    def fn(x, bias, mask):
-        v = (x * 2 + bias).exp() - x.t().t()
-        return minidl.where(mask, v, -v).sigmoid(), (v.to(minidl.float32) * 3).tanh(), v > 1
-    x, bias = specials(31, 4, 6).to("cuda"), specials(32, 6).to("cuda")
-    mask = (specials(33, 4, 6) > 0).to("cuda")
-    graph = check(fn, x, bias, mask)
+    """On a GPU this also checks that no multiply of one op is contracted with the next op's add into an FMA
+    (NVRTC's default --fmad=true may do so across the statements of one kernel; eager's launches round each)."""
+    def fn(x, w, bias, mask):
+        v = (x * w + bias).exp() - x.t().t()
+        return minidl.where(mask, v, -v).sigmoid(), (v.to(minidl.float32) * 3 - 1).tanh(), v > 1
+    x, w, bias = specials(31, 64, 96).to("cuda"), specials(36, 64, 96).to("cuda"), specials(32, 96).to("cuda")
+    mask = (specials(33, 64, 96) > 0).to("cuda")
+    graph = check(fn, x, w, bias, mask)
     assert graph.programs and {"exp", "where", "sigmoid", "copy", "tanh", "gt"} <= set(program_names(graph))
 
 
