@@ -345,7 +345,7 @@ def chain(shape, layouts, steps):
     return fn
 
 
-@settings(max_examples=8, deadline=None, derandomize=True)
+@settings(max_examples=6, deadline=None, derandomize=True)
 @given(st.tuples(st.integers(1, 9), st.integers(1, 9)), st.lists(st.sampled_from(sorted(LAYOUTS)), min_size=0,
                                                                   max_size=2),
        st.lists(st.tuples(st.sampled_from(sorted(CHAIN_UNARY) + sorted(CHAIN_BINARY)), st.integers(0, 2),
