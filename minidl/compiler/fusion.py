@@ -33,6 +33,8 @@ from .recorder import STEP_KINDS
 _COMPUTE = {"float32", "float64", "int64"}
 _FLOATS = {"float32", "float64"}
 _PARSERS = ("unary", "binary", "compare", "where", "copy")
+# launches that may raise on the values they read: moved or fused, the writes made before the raise would differ
+_RAISING = {"check_index", "take", "put", "cross_entropy", "cross_entropy_backward"}
 _FORMULAS = {family: {f.name: f for f in members} for family, members in table.FAMILIES.items()}
 
 
@@ -234,13 +236,14 @@ def fuse(steps, kinds, writes, owned, reborn=None):
         if current is not None and len(current.members) > 1:
             groups.append(current)
     for i, ((fn, args), kind) in enumerate(zip(steps, kinds)):
-        parsed = _parse(kind, args) if kind in _PARSERS else None
+        raises = _may_raise(kind, fn, args)
+        parsed = _parse(kind, args) if kind in _PARSERS and not raises else None
         device = kernels.device_of(kind, fn) if parsed or kind == "reduce" else None
         if current is not None and parsed is not None and current.accepts(device, parsed):
             current.add(parsed, i)
         elif kind == "reduce" and current is not None and current.accepts_reduction(device, _parse_reduce(args)):
             current.add_reduction(_parse_reduce(args), i)
-        elif current is not None and kind not in STEP_KINDS and current.independent(args):
+        elif current is not None and kind not in STEP_KINDS and not raises and current.independent(args):
             current.passed.append(i)
         else:
             close()
@@ -372,6 +375,16 @@ class _Numbering:
     def program_ops(self, number) -> tuple:
         return tuple(Op(family, name, tuple(number(a) for a in args), write.dtype, path)
                      for family, name, args, path, write in self.ops)
+
+
+def _may_raise(kind, fn, args) -> bool:
+    """Whether a launch may raise on the values it reads (an index out of range, an integer divided by zero
+    on the CPU). Such a launch neither joins a group nor moves ahead of one: when it raises, the launches
+    before it have written everything and those after it nothing, as in the eager call."""
+    if kind in _RAISING:
+        return True
+    return (kind == "binary" and args[0] in ("floordiv", "remainder") and args[1].dtype.kind in "iu"
+            and kernels.device_of(kind, fn) == "cpu")   # (CUDA's give 0)
 
 
 def _root_id(buf) -> int:
