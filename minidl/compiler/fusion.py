@@ -227,8 +227,9 @@ def fuse(steps, kinds, writes, owned, reborn=None):
     containers of the steps where it starts anew (``Recorder.reborn``). Returns the new lists and the
     programs made.
 
-    A kernel launch that touches none of a growing group's buffers (a constant copied in, say) does not
-    end the group: it moves ahead of it, which changes nothing it computes."""
+    A kernel launch that touches none of a growing group's buffers does not end the group: it moves ahead of
+    it, which changes nothing it computes. Elementwise launches move so only when they make one element (a
+    constant copied in); any other may start a group of its own."""
     users, held = _users(steps), _held_elsewhere(steps)   # (first: the groups below hold references too)
     groups, current = [], None
 
@@ -243,7 +244,8 @@ def fuse(steps, kinds, writes, owned, reborn=None):
             current.add(parsed, i)
         elif kind == "reduce" and current is not None and current.accepts_reduction(device, _parse_reduce(args)):
             current.add_reduction(_parse_reduce(args), i)
-        elif current is not None and kind not in STEP_KINDS and not raises and current.independent(args):
+        elif current is not None and kind not in STEP_KINDS and not raises and current.independent(args) and \
+                (parsed is None or parsed[3].layout.numel == 1):   # (an elementwise launch: a constant only)
             current.passed.append(i)
         else:
             close()

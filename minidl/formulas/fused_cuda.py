@@ -81,5 +81,6 @@ def _ops(ops, first) -> list:
     lines = []
     for k, op in enumerate(ops):
         ctype = CTYPE[op.dtype]
-        lines.append(f"const {ctype} v{first + k} = ({ctype})({_expression(op, [f'v{a}' for a in op.args])});")
+        value = f"({ctype})({_expression(op, [f'v{a}' for a in op.args])})"
+        lines.append(f"const {ctype} v{first + k} = opaque({value});")   # (no FMA across ops: common.cuh)
     return lines

@@ -31,6 +31,15 @@ __device__ __forceinline__ long long position(const Layout &l, long long i) {
     return p + i * l.strides[0];
 }
 
+// A value the compiler cannot see through: between the ops of a generated fused kernel it keeps NVRTC from
+// contracting one op's multiply with the next op's add into an FMA (eager rounds each op's result, storing
+// it), while each op's own formula contracts as in eager's kernels. The simulator's g++ does not contract.
+#if defined(__CUDA_ARCH__)
+__device__ __forceinline__ float opaque(float v) { asm volatile("" : "+f"(v)); return v; }
+__device__ __forceinline__ double opaque(double v) { asm volatile("" : "+d"(v)); return v; }
+#endif
+template <class T> __device__ __forceinline__ T opaque(T v) { return v; }
+
 #define GRID_STRIDE_LOOP(i, n)                                                         \
     for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < (n);     \
          i += (long long)blockDim.x * gridDim.x)
