@@ -23,9 +23,10 @@ argument, in ``lib.compile``: ``minidl.compile``, or ``torch.compile`` with its 
 First calls of both compilers, each in fresh processes (``--compile-times``; gpt_tiny and gpt_small by default):
 "cold" = the first calls in a new process whose on-disk caches are empty (torch: a new TORCHINDUCTOR_CACHE_DIR,
 remote caches off; minidl: a new NUMBA_CACHE_DIR and MINIDL_COMPILE_CACHE), "warm" = the same in a second new
-process reusing those caches. Reported: import, build (minidl's first kernels compile there too), the first three
-calls (torch may recompile on the second: optimizer state is made lazily) and the cost of compiling, the first three
-calls minus three steady steps. torch's cold calls take a minute or more each.
+process reusing those caches. Reported: import, build (minidl's first kernels compile there too; torch's first
+``torch.compile`` imports Dynamo and Inductor), the first three calls (torch may recompile on the second: optimizer
+state is made lazily) and the cost of compiling, the first three calls minus three steady steps (a few steps on a
+loaded machine: read it to a second or so). torch's cold first call takes a minute or more on 2 cores.
 
 Then the peak memory of training, compiled and eager (a graph keeps every buffer of its step between calls),
 and the Python that remains per launch: a chain of 200 elementwise ops on a 1-element tensor, eager (per op) and
@@ -34,7 +35,7 @@ replayed (per launch), where the arithmetic itself costs next to nothing.
 Usage::
 
     python benchmarks/compile_step.py            # everything
-    python benchmarks/compile_step.py --quick    # smoke run (first calls of gpt_tiny only)
+    python benchmarks/compile_step.py --quick    # smoke run (first calls of the MLP only)
     python benchmarks/compile_step.py --cases gpt_tiny mlp --no-memory
     python benchmarks/compile_step.py --compile-times gpt_tiny gpt_small mlp   # first calls of the MLP too
     python benchmarks/compile_step.py --compile-times                          # no first-call children
@@ -185,7 +186,8 @@ def main():
     ap.add_argument("--no-torch-compile", action="store_true", help="leave the torch.compile column out")
     ap.add_argument("--compile-times", nargs="*", choices=list(CASES), default=None,
                     help="cases whose first calls are timed in fresh processes, cold and warm (default: gpt_tiny "
-                         "and gpt_small, gpt_tiny alone with --quick; none when given no case)")
+                         "and gpt_small; with --quick the MLP alone, whose kernels compile fastest; none when given "
+                         "no case)")
     ap.add_argument("--mem-child", nargs=2, help=argparse.SUPPRESS)
     ap.add_argument("--first-calls-child", nargs=2, help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -203,7 +205,8 @@ def main():
         inductor_works(torch)
     compile_times = args.compile_times
     if compile_times is None:
-        compile_times = [c for c in (["gpt_tiny"] if args.quick else ["gpt_tiny", "gpt_small"]) if c in args.cases]
+        compile_times = ([c for c in ["mlp", *args.cases] if c in args.cases][:1] if args.quick else
+                         [c for c in ["gpt_tiny", "gpt_small"] if c in args.cases])
 
     print("## Compiled training steps (minidl.compile vs eager minidl vs PyTorch eager vs torch.compile, CPU, "
           "1 thread)\n")
@@ -274,15 +277,14 @@ def print_torch_notes(notes: list) -> None:
     """How torch.compile ran each step: what one warm call went through, and where Dynamo broke the graph."""
     print("\n### torch.compile of the whole step (default backend, Inductor)\n")
     print("| step | compiled whole | Dynamo graphs | Inductor graphs per call | compiled frames per call | "
-          "frames Dynamo gave up on | losses vs torch eager | graph breaks |\n|---|---|---:|---:|---:|---:|---|---|")
+          "losses vs torch eager | graph breaks |\n|---|---|---:|---:|---:|---|---|")
     for label, n in notes:
         if "error" in n:
-            print(f"| {label} | **no**: {n['error']} | - | - | - | - | - | - |")
+            print(f"| {label} | **no**: {n['error']} | - | - | - | - | - |")
             continue
         losses = f"{n['worst']:.1e} relative" if "worst" in n else "(dropout: not compared)"
         breaks = "; ".join(f"{reason} (x{k})" for reason, k in n["breaks"].items()) or "none"
-        print(f"| {label} | yes | {n['graphs']} | {n['inductor_graphs']} | {n['regions']} | {n['frames_failed']} | "
-              f"{losses} | {breaks} |")
+        print(f"| {label} | yes | {n['graphs']} | {n['inductor_graphs']} | {n['regions']} | {losses} | {breaks} |")
 
 
 def print_first_calls(cases: list, others: list, t0: float) -> None:
