@@ -64,8 +64,11 @@ def check_torch_compiled(torch, step, warm_calls: int = 3, more_calls: int = 2) 
 def cache_env(lib: str, root: str) -> dict:
     """The environment of a child whose on-disk compile caches all live under ``root`` (empty: a cold
     start; reused: a warm one). torch: Inductor's cache dir, its local FX graph and AOTAutograd caches
-    on, every remote cache off. minidl: Numba's kernel cache and MINIDL_COMPILE_CACHE (fused kernels)."""
-    env = dict(os.environ, XDG_CACHE_HOME=os.path.join(root, "xdg"))
+    on, every remote cache off. minidl: Numba's kernel cache and MINIDL_COMPILE_CACHE (fused kernels).
+    Both: XDG_CACHE_HOME and TMPDIR (torch's default cache dir is under it). The operating system's file
+    cache is not cleared: "cold" means no compiled code to reuse, not unread compilers and headers."""
+    os.makedirs(os.path.join(root, "tmp"), exist_ok=True)
+    env = dict(os.environ, XDG_CACHE_HOME=os.path.join(root, "xdg"), TMPDIR=os.path.join(root, "tmp"))
     if lib == "torch":
         env.update(TORCHINDUCTOR_CACHE_DIR=os.path.join(root, "inductor"), TORCHINDUCTOR_FX_GRAPH_CACHE="1",
                    TORCHINDUCTOR_AUTOGRAD_CACHE="1", TORCHINDUCTOR_FX_GRAPH_REMOTE_CACHE="0",

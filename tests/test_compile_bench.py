@@ -63,7 +63,7 @@ os.makedirs(numba_dir, exist_ok=True)
 open(os.path.join(numba_dir, "kernel.nbc"), "w").close()
 print("a line before the figures")
 print(json.dumps(dict(found=bool(found), argv=sys.argv[1:], compile_cache=os.environ["MINIDL_COMPILE_CACHE"],
-                      xdg=os.environ["XDG_CACHE_HOME"])))
+                      xdg=os.environ["XDG_CACHE_HOME"], tmp=os.environ["TMPDIR"])))
 """
 
 
@@ -76,6 +76,7 @@ def test_cold_child_starts_empty_and_warm_child_reuses_its_cache(bench, tmp_path
     assert res["cold"]["cache_files"] == res["warm"]["cache_files"] == 1
     root = os.path.dirname(res["cold"]["compile_cache"])
     assert root == os.path.dirname(res["warm"]["compile_cache"]) == os.path.dirname(res["cold"]["xdg"])
+    assert os.path.dirname(res["cold"]["tmp"]) == root
     assert not os.path.exists(root)                  # the caches are removed afterwards
 
 
