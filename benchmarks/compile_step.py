@@ -7,8 +7,8 @@ argument, in ``lib.compile``: ``minidl.compile``, or ``torch.compile`` with its 
 
 - a check: three steps compiled and three eager from the same seed and weights must give the same losses (bit for
   bit: a replay runs the kernels the eager step ran), and the compiled step must have replayed, not run eagerly;
-- the same for torch.compile: the whole step (zero_grad, forward, loss, backward, clipping, optimizer step) is one
-  compiled function; Dynamo splits it where torch itself breaks graphs (``Tensor.backward``, the optimizer's own
+- the same for torch.compile: the whole step (zero_grad, forward, loss, backward, the GPT's clipping, optimizer step) is
+  one compiled function; Dynamo splits it where torch itself breaks graphs (``Tensor.backward``, the optimizer's own
   ``graph_break`` around ``step``, a skipped ``zero_grad``), each piece compiled by Inductor and the backward by
   AOTAutograd. Checked: after three calls, two more compile nothing, and torch's profiler sees one call run a
   compiled forward, a compiled backward and at least three Inductor graphs (the optimizer's too); cases without
