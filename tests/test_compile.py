@@ -233,20 +233,8 @@ def test_transformer_encoder_layer():
 
 def test_tiny_gpt_benchmark_step():
     """The GPT benchmark's model with AdamW and clip_grad_norm_, small sizes, float32."""
-    sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parent.parent / "benchmarks"))
-    try:
-        from gpt_step import VOCAB, gpt_class, initial_weights
-    finally:
-        sys.path.pop(0)
-
-    def make():
-        model = gpt_class(minidl)(2, 16, 2, 8, 0.0)
-        named = list(model.named_parameters())
-        weights = initial_weights([(n, tuple(p.shape)) for n, p in named], 2)
-        with minidl.no_grad():
-            for n, p in named:
-                p.copy_(minidl.from_numpy(weights[n]))
-        return model
+    from gpt_case import VOCAB, tiny_gpt
+    make = tiny_gpt
     rng = np.random.default_rng(3)
     toks = [minidl.from_numpy(rng.integers(0, VOCAB, (2, 9)).astype(np.int64)) for _ in range(4)]
     batches = lambda i: (toks[i][:, :-1].contiguous(), toks[i][:, 1:].contiguous())  # noqa: E731

@@ -7,10 +7,8 @@ compiled and eager from the same state, in float64: equal bit for bit at every s
 the capture's own reuse of spent buffers (traced with tracemalloc, and against buffers a view still shows).
 """
 import gc
-import sys
 import tracemalloc
 import weakref
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -280,20 +278,8 @@ def test_conv_net_with_batch_norm():
 
 
 def test_tiny_gpt_of_the_benchmark():
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
-    try:
-        from gpt_step import VOCAB, gpt_class, initial_weights
-    finally:
-        sys.path.pop(0)
-
-    def make():
-        model = gpt_class(minidl)(2, 16, 2, 8, 0.0)
-        named = list(model.named_parameters())
-        weights = initial_weights([(n, tuple(p.shape)) for n, p in named], 2)
-        with minidl.no_grad():
-            for n, p in named:
-                p.copy_(minidl.from_numpy(weights[n]))
-        return model
+    from gpt_case import VOCAB, tiny_gpt
+    make = tiny_gpt
     tokens = [minidl.from_numpy(t) for t in np.random.default_rng(3).integers(0, VOCAB, (4, 2, 9))]
     batches = lambda i: (tokens[i][:, :-1].contiguous(), tokens[i][:, 1:].contiguous())  # noqa: E731
     loss = lambda out, y: F.cross_entropy(out.view(-1, VOCAB), y.view(-1))  # noqa: E731
