@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import collections
 import math
-import sys
 import warnings
 
 from .. import kernels
@@ -28,6 +27,7 @@ from ..formulas import table
 from ..formulas.fused_numba import vectorised
 from ..formulas.fused_program import Load, Op, Program, Reduction, Store
 from ..layout import Layout, collapse
+from .memory import address, buffers, held_elsewhere
 from .recorder import STEP_KINDS
 
 _COMPUTE = {"float32", "float64", "int64"}
@@ -44,17 +44,12 @@ class Access:
     def __init__(self, buf, layout):
         self.buf, self.layout = buf, layout
         self.root = _root_id(buf)
-        start = _address(buf) + layout.offset * buf.itemsize   # (the address of element 0)
+        start = address(buf) + layout.offset * buf.itemsize   # (the address of element 0)
         self.mapping = (self.root, start, tuple(s * buf.itemsize for s in layout.strides), buf.dtype.str)
 
     @property
     def dtype(self) -> str:
         return self.buf.dtype.name
-
-
-def _address(buf) -> int:
-    face = getattr(buf, "__cuda_array_interface__", None) or buf.__array_interface__
-    return face["data"][0]
 
 
 def _parse_reduce(args):
@@ -200,7 +195,7 @@ class _Group:
             return False   # (eager computed it with a vectorised function, which an epilogue does not call)
         for access in (*reads, write):
             if access.root == _root_id(out):   # the results, read as eager's next launch read them
-                if access is write or not access.layout.is_contiguous or access.mapping[1] != _address(out):
+                if access is write or not access.layout.is_contiguous or access.mapping[1] != address(out):
                     return False
             elif access.root in self.touched:
                 return False
@@ -211,7 +206,7 @@ class _Group:
 
     def independent(self, args) -> bool:
         """Whether a launch over ``args`` touches no buffer of the group (so it may run before it)."""
-        roots = {_root_id(b) for b in _buffers(args)}
+        roots = {_root_id(b) for _, b in buffers(args)}
         return not (roots & (self.touched.keys() | self.etouched.keys() | self.all_written()))
 
     def all_written(self) -> set:
@@ -230,7 +225,8 @@ def fuse(steps, kinds, writes, owned, reborn=None):
     A kernel launch that touches none of a growing group's buffers does not end the group: it moves ahead of
     it, which changes nothing it computes. Elementwise launches move so only when they make one element (a
     constant copied in); any other may start a group of its own."""
-    users, held = _users(steps), _held_elsewhere(steps)   # (first: the groups below hold references too)
+    # (first: the groups below hold references to buffers too)
+    users, held = _users(steps), held_elsewhere(steps, writes, reborn)
     groups, current = [], None
 
     def close():
@@ -400,33 +396,6 @@ def _users(steps) -> dict:
     """id(root buffer) -> the positions of the steps that refer to it (directly or through a view)."""
     users = collections.defaultdict(set)
     for i, (_, args) in enumerate(steps):
-        for buf in _buffers(args):
+        for _, buf in buffers(args):
             users[_root_id(buf)].add(i)
     return users
-
-
-def _held_elsewhere(steps) -> set:
-    """ids of the root buffers something other than the steps refers to (a tensor that outlives the
-    call, an output, a view kept elsewhere), read off the reference counts."""
-    uses, objects = collections.Counter(), {}
-    for _, args in steps:
-        for buf in _buffers(args):
-            uses[id(buf)] += 1
-            objects[id(buf)] = buf
-            if buf.base is not None:
-                objects.setdefault(id(buf.base), buf.base)
-    views = collections.Counter(id(b.base) for b in objects.values() if getattr(b, "base", None) is not None)
-    held = set()
-    for key in list(objects):   # (not items(): its tuple would hold a reference more)
-        buf = objects[key]
-        # expected: each use in a step, the dict, the name buf, getrefcount's argument, and the views
-        if sys.getrefcount(buf) > uses[key] + 3 + views[key]:
-            held.add(_root_id(buf))
-    return held
-
-
-def _buffers(args):
-    for arg in args:
-        for item in arg if isinstance(arg, list) else (arg,):
-            if hasattr(item, "base") and hasattr(item, "dtype") and hasattr(item, "strides"):
-                yield item

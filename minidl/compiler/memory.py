@@ -46,10 +46,7 @@ def share_memory(steps, writes, candidates, reborn=None) -> Plan:
         raise ValueError(f"share_memory: {len(steps)} steps but {len(writes)} entries of writes")
     uses = _Uses(steps, writes, reborn or {})
     outside = _held_elsewhere(uses.objects, uses.refs)
-    pinned = uses.pinned | uses.read_first
-    for key in outside:
-        found = uses.objects[key]
-        pinned.update(id(_owner(b)) for b in (found if isinstance(found, list) else [found]) if _is_buffer(b))
+    pinned = uses.pinned | uses.read_first | _roots_of(uses, outside)
     roots = {key: uses.objects[key] for key in uses.spans}
     shared = [roots[key] for key in uses.spans if key in candidates and key not in pinned]
     slabs = _pack(shared, uses.spans)
@@ -59,6 +56,23 @@ def share_memory(steps, writes, candidates, reborn=None) -> Plan:
     saved = sum(b.nbytes for b in shared) - _bytes(slabs.values())
     return Plan(saved, _bytes(slabs.get(key, root) for key, root in roots.items()
                               if key in candidates or key not in outside))
+
+
+def held_elsewhere(steps, writes, reborn=None) -> set:
+    """ids of the root buffers of ``steps`` that something besides the steps refers to (a tensor that outlives
+    the call, an output, a list or a view kept elsewhere), read off the reference counts: their values must
+    be where the steps leave them (the plan pins them; fusion stores what a group writes into them)."""
+    uses = _Uses(steps, writes, reborn or {})
+    return _roots_of(uses, _held_elsewhere(uses.objects, uses.refs))
+
+
+def _roots_of(uses, keys) -> set:
+    """ids of the roots of the buffers among ``keys`` (buffers, or lists of them, of ``uses.objects``)."""
+    roots = set()
+    for key in keys:
+        found = uses.objects[key]
+        roots.update(id(_owner(b)) for b in (found if isinstance(found, list) else [found]) if _is_buffer(b))
+    return roots
 
 
 def _bytes(buffers) -> int:
@@ -80,7 +94,7 @@ class _Uses:
             if id(args) not in counted:   # (a container shared by two steps holds its items once)
                 counted.add(id(args))
                 self._count(args)
-            for position, buf in _buffers(args):
+            for position, buf in buffers(args):
                 owner = _owner(buf)
                 key = id(owner)
                 spans = self.spans.get(key)
@@ -160,7 +174,7 @@ def _rebind(steps, moved):
             slab = moved.get(id(owner))
             if slab is None:
                 return x
-            start = 0 if x is owner else (_address(x) - _address(owner)) // x.itemsize
+            start = 0 if x is owner else (address(x) - address(owner)) // x.itemsize
             found = made[id(x)] = slab[start:start + x.size]
         return found
 
@@ -171,7 +185,7 @@ def _rebind(steps, moved):
             steps[i] = (fn, tuple(new(a) for a in args))
 
 
-def _buffers(args):
+def buffers(args):
     """(position, buffer) of each buffer among a step's arguments (and in the lists among them)."""
     for position, arg in enumerate(args):
         for item in arg if isinstance(arg, list) else (arg,):
@@ -200,6 +214,6 @@ def _slice(view, owner) -> bool:
     return view.ndim == 1 and view.dtype == owner.dtype and (view.size <= 1 or view.strides[0] == view.itemsize)
 
 
-def _address(buf) -> int:
+def address(buf) -> int:
     face = getattr(buf, "__cuda_array_interface__", None) or buf.__array_interface__
     return face["data"][0]

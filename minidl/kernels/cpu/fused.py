@@ -12,6 +12,7 @@ from ... import kernels
 from ...formulas import fused_numba
 from .. import fused_cache
 from . import kernel_cache
+from .strided import i64
 
 _modules: dict = {}
 
@@ -32,23 +33,19 @@ def _function(program):
     return found
 
 
-def _i64(values):
-    return np.array(values, dtype=np.int64)
-
-
 @kernels.register("fused")
 def fused(program, shape, operands, eshape=None):
     fn = _function(program)
-    fixed = [(int(offset), _i64(strides)) for _, offset, strides in operands]
+    fixed = [(int(offset), i64(strides)) for _, offset, strides in operands]
     prologue = len(program.loads) + len(program.stores)
     between = []   # (a reduction's: its start value, the reduced row's shape and strides, the results' shape)
     if program.reduction is not None:
         init = 0 if program.reduction.op == "sum" else 1
         rows = math.prod(shape[program.reduction.kept:])   # (eager reduces each result's elements as one run)
         reduced = program.ops[program.reduction.value - len(program.loads)].dtype
-        between = [getattr(np, program.reduction.init)(init), _i64([rows]), _i64([1]), _i64(eshape),
+        between = [getattr(np, program.reduction.init)(init), i64([rows]), i64([1]), i64(eshape),
                    np.empty(rows, reduced)]   # (a result's values, gathered: the graph's, as its other buffers)
-    shape = _i64(shape)
+    shape = i64(shape)
 
     def arguments(buffers):
         args = [shape]
