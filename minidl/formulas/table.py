@@ -83,6 +83,22 @@ UNARY = (
           doc="x * Phi(x), Phi the standard normal CDF (erf form)"),
     unary("gelu_tanh", "x * 0.5 * (1 + tanh((x + x * x * x * 0.044715) * 0.7978845608028654))",
           "gelu_tanh_backward(g, x)", doc="GELU with Phi(x) ~ (1 + tanh(sqrt(2 / pi) * (x + 0.044715 x^3))) / 2"),
+    # inverse trigonometric and hyperbolic functions, logarithms in other bases: NaN outside their domains
+    unary("atan", "atan(x)", "g / (x * x + 1)"),
+    unary("asin", "asin(x) if (x >= -1 and x <= 1) else nan", "g / sqrt(1 - x * x)"),
+    unary("acos", "acos(x) if (x >= -1 and x <= 1) else nan", "-g / sqrt(1 - x * x)"),
+    unary("sinh", "sinh(x)", "g * cosh(x)"),
+    unary("cosh", "cosh(x)", "g * sinh(x)"),
+    unary("asinh", "asinh(x)", "g / sqrt(x * x + 1)"),
+    unary("acosh", "acosh(x) if x >= 1 else nan", "g / (sqrt(x - 1) * sqrt(x + 1))"),
+    unary("atanh", "atanh(x) if (x > -1 and x < 1) else (copysign(inf, x) if (x == 1 or x == -1) else nan)",
+          "g / (1 - x * x)"),
+    unary("erfc", "erfc(x)", "g * exp(-x * x) * (-2 / sqrt(pi))"),
+    unary("log2", "log2(x) if x > 0 else (-inf if x == 0 else nan)", "g / (x * 0.6931471805599453)"),
+    unary("log10", "log10(x) if x > 0 else (-inf if x == 0 else nan)", "g / (x * 2.302585092994046)"),
+    unary("exp2", "exp(x * 0.6931471805599453)", "g * y * 0.6931471805599453", doc="2 ** x"),
+    unary("deg2rad", "x * 0.017453292519943295", "g * 0.017453292519943295"),
+    unary("rad2deg", "x * 57.29577951308232", "g * 57.29577951308232"),
 )
 
 BINARY = (

@@ -64,7 +64,9 @@ def _varargs(shape):
 # --------------------------------------------------------------------------------- elementwise
 UNARY = {"relu": "Relu", "neg": "Neg", "erf": "Erf", "tanh": "Tanh", "sigmoid": "Sigmoid", "exp": "Exp",
          "log": "Log", "sqrt": "Sqrt", "abs": "Abs", "reciprocal": "Reciprocal", "sin": "Sin", "cos": "Cos",
-         "floor": "Floor", "ceil": "Ceil", "sign": "Sign", "logical_not": "Not", "isnan": "IsNaN", "tan": "Tan"}
+         "floor": "Floor", "ceil": "Ceil", "sign": "Sign", "logical_not": "Not", "isnan": "IsNaN", "tan": "Tan",
+         "atan": "Atan", "asin": "Asin", "acos": "Acos", "sinh": "Sinh", "cosh": "Cosh", "asinh": "Asinh",
+         "acosh": "Acosh", "atanh": "Atanh"}
 
 
 def _unary(op_type):

@@ -178,7 +178,9 @@ def _check_grad_calls(formula):
 _SAMPLE_VALUES = {"abs": ("nonzero",), "sign": ("nonzero",), "reciprocal": ("nonzero",), "relu": ("nonzero",),
                   "log": ("pos",), "sqrt": ("pos",), "rsqrt": ("pos",), "log1p": ("uniform", -0.5, 2),
                   "tan": ("uniform", -1.2, 1.2), "floor": ("frac",), "ceil": ("frac",), "round": ("frac",),
-                  "trunc": ("frac",)}
+                  "trunc": ("frac",), "asin": ("uniform", -0.9, 0.9), "acos": ("uniform", -0.9, 0.9),
+                  "atanh": ("uniform", -0.9, 0.9), "acosh": ("uniform", 1.1, 3), "log2": ("pos",),
+                  "log10": ("pos",)}
 
 
 def _unary_samples(t, name):

@@ -10,12 +10,13 @@ from . import scalar_math as sm
 from .op_codes import (UNARY_NEG, UNARY_ABS, UNARY_SIGN, UNARY_EXP, UNARY_LOG, UNARY_LOG1P, UNARY_EXPM1,
     UNARY_SQRT, UNARY_RSQRT, UNARY_RECIPROCAL, UNARY_SIN, UNARY_COS, UNARY_TAN, UNARY_TANH, UNARY_SIGMOID,
     UNARY_RELU, UNARY_ERF, UNARY_FLOOR, UNARY_CEIL, UNARY_ROUND, UNARY_TRUNC, UNARY_SQUARE, UNARY_SILU,
-    UNARY_GELU, UNARY_GELU_TANH, BINARY_ADD, BINARY_SUB, BINARY_MUL, BINARY_DIV, BINARY_FLOORDIV,
-    BINARY_REMAINDER, BINARY_POW, BINARY_MAXIMUM, BINARY_MINIMUM, BINARY_GATE, BINARY_ATAN2,
-    BINARY_SILU_BACKWARD, BINARY_GELU_BACKWARD, BINARY_GELU_TANH_BACKWARD, BINARY_BITWISE_AND,
-    BINARY_BITWISE_OR, BINARY_BITWISE_XOR, BINARY_BITWISE_LEFT_SHIFT, BINARY_BITWISE_RIGHT_SHIFT, COMPARE_EQ,
-    COMPARE_NE, COMPARE_LT, COMPARE_LE, COMPARE_GT, COMPARE_GE, COMPARE_LOGICAL_AND, COMPARE_LOGICAL_OR,
-    COMPARE_LOGICAL_XOR)
+    UNARY_GELU, UNARY_GELU_TANH, UNARY_ATAN, UNARY_ASIN, UNARY_ACOS, UNARY_SINH, UNARY_COSH, UNARY_ASINH,
+    UNARY_ACOSH, UNARY_ATANH, UNARY_ERFC, UNARY_LOG2, UNARY_LOG10, UNARY_EXP2, UNARY_DEG2RAD, UNARY_RAD2DEG,
+    BINARY_ADD, BINARY_SUB, BINARY_MUL, BINARY_DIV, BINARY_FLOORDIV, BINARY_REMAINDER, BINARY_POW,
+    BINARY_MAXIMUM, BINARY_MINIMUM, BINARY_GATE, BINARY_ATAN2, BINARY_SILU_BACKWARD, BINARY_GELU_BACKWARD,
+    BINARY_GELU_TANH_BACKWARD, BINARY_BITWISE_AND, BINARY_BITWISE_OR, BINARY_BITWISE_XOR,
+    BINARY_BITWISE_LEFT_SHIFT, BINARY_BITWISE_RIGHT_SHIFT, COMPARE_EQ, COMPARE_NE, COMPARE_LT, COMPARE_LE,
+    COMPARE_GT, COMPARE_GE, COMPARE_LOGICAL_AND, COMPARE_LOGICAL_OR, COMPARE_LOGICAL_XOR)
 from .vector_math import exp_run
 from .vector_activations import (gelu_backward_run, gelu_run, gelu_tanh_backward_run, gelu_tanh_run,
     silu_backward_run, silu_run)
@@ -102,7 +103,9 @@ def apply_unary(op, x):
 
 @sm.float_only((UNARY_EXP, UNARY_LOG, UNARY_LOG1P, UNARY_EXPM1, UNARY_SQRT, UNARY_RSQRT, UNARY_RECIPROCAL,
                 UNARY_SIN, UNARY_COS, UNARY_TAN, UNARY_TANH, UNARY_SIGMOID, UNARY_ERF, UNARY_SILU, UNARY_GELU,
-                UNARY_GELU_TANH,), unknown_unary_code)
+                UNARY_GELU_TANH, UNARY_ATAN, UNARY_ASIN, UNARY_ACOS, UNARY_SINH, UNARY_COSH, UNARY_ASINH,
+                UNARY_ACOSH, UNARY_ATANH, UNARY_ERFC, UNARY_LOG2, UNARY_LOG10, UNARY_EXP2, UNARY_DEG2RAD,
+                UNARY_RAD2DEG,), unknown_unary_code)
 def float_unary(op, x):
     """The float-only unary ops."""
     if op == UNARY_EXP:
@@ -137,6 +140,34 @@ def float_unary(op, x):
         return ((x * 0.5) * (1 + sm.erf((x * 0.7071067811865476))))
     elif op == UNARY_GELU_TANH:
         return ((x * 0.5) * (1 + sm.tanh(((x + (((x * x) * x) * 0.044715)) * 0.7978845608028654))))
+    elif op == UNARY_ATAN:
+        return sm.atan(x)
+    elif op == UNARY_ASIN:
+        return (sm.asin(x) if ((x >= (-1)) and (x <= 1)) else math.nan)
+    elif op == UNARY_ACOS:
+        return (sm.acos(x) if ((x >= (-1)) and (x <= 1)) else math.nan)
+    elif op == UNARY_SINH:
+        return sm.sinh(x)
+    elif op == UNARY_COSH:
+        return sm.cosh(x)
+    elif op == UNARY_ASINH:
+        return sm.asinh(x)
+    elif op == UNARY_ACOSH:
+        return (sm.acosh(x) if (x >= 1) else math.nan)
+    elif op == UNARY_ATANH:
+        return (sm.atanh(x) if ((x > (-1)) and (x < 1)) else (sm.copysign(math.inf, x) if ((x == 1) or (x == (-1))) else math.nan))
+    elif op == UNARY_ERFC:
+        return sm.erfc(x)
+    elif op == UNARY_LOG2:
+        return (sm.log2(x) if (x > 0) else ((-math.inf) if (x == 0) else math.nan))
+    elif op == UNARY_LOG10:
+        return (sm.log10(x) if (x > 0) else ((-math.inf) if (x == 0) else math.nan))
+    elif op == UNARY_EXP2:
+        return sm.exp((x * 0.6931471805599453))
+    elif op == UNARY_DEG2RAD:
+        return (x * 0.017453292519943295)
+    elif op == UNARY_RAD2DEG:
+        return (x * 57.29577951308232)
     else:
         return unknown_unary_code(op, x)
 

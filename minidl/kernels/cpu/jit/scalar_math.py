@@ -83,6 +83,8 @@ trunc = _integers_unchanged(np.trunc)
 # for each float type. (Aliases, not wrappers: every wrapper is one more function to compile.)
 exp, log, log1p, expm1, sqrt = math.exp, math.log, math.log1p, math.expm1, math.sqrt
 sin, cos, tan, tanh, erf = math.sin, math.cos, math.tan, math.tanh, math.erf
+atan, asin, acos, sinh, cosh = math.atan, math.asin, math.acos, math.sinh, math.cosh
+asinh, acosh, atanh, erfc, log2, log10 = math.asinh, math.acosh, math.atanh, math.erfc, math.log2, math.log10
 copysign, atan2 = math.copysign, math.atan2
 abs = builtins.abs  # noqa: A001 (the language's name); -0.0 gives 0.0, NaN stays NaN
 

@@ -146,6 +146,77 @@ template <class T> __device__ __forceinline__ T unary_gelu_tanh(T x) {
 }
 __device__ __forceinline__ long long unary_gelu_tanh(long long x) { return x; }
 
+template <class T> __device__ __forceinline__ T unary_atan(T x) {
+    return (T)(m_atan(x));
+}
+__device__ __forceinline__ long long unary_atan(long long x) { return x; }
+
+template <class T> __device__ __forceinline__ T unary_asin(T x) {
+    return (T)((((x >= (-(T)1)) && (x <= (T)1)) ? m_asin(x) : nan_of<T>()));
+}
+__device__ __forceinline__ long long unary_asin(long long x) { return x; }
+
+template <class T> __device__ __forceinline__ T unary_acos(T x) {
+    return (T)((((x >= (-(T)1)) && (x <= (T)1)) ? m_acos(x) : nan_of<T>()));
+}
+__device__ __forceinline__ long long unary_acos(long long x) { return x; }
+
+template <class T> __device__ __forceinline__ T unary_sinh(T x) {
+    return (T)(m_sinh(x));
+}
+__device__ __forceinline__ long long unary_sinh(long long x) { return x; }
+
+template <class T> __device__ __forceinline__ T unary_cosh(T x) {
+    return (T)(m_cosh(x));
+}
+__device__ __forceinline__ long long unary_cosh(long long x) { return x; }
+
+template <class T> __device__ __forceinline__ T unary_asinh(T x) {
+    return (T)(m_asinh(x));
+}
+__device__ __forceinline__ long long unary_asinh(long long x) { return x; }
+
+template <class T> __device__ __forceinline__ T unary_acosh(T x) {
+    return (T)(((x >= (T)1) ? m_acosh(x) : nan_of<T>()));
+}
+__device__ __forceinline__ long long unary_acosh(long long x) { return x; }
+
+template <class T> __device__ __forceinline__ T unary_atanh(T x) {
+    return (T)((((x > (-(T)1)) && (x < (T)1)) ? m_atanh(x) : (((x == (T)1) || (x == (-(T)1))) ? m_copysign(inf_of<T>(), x) : nan_of<T>())));
+}
+__device__ __forceinline__ long long unary_atanh(long long x) { return x; }
+
+template <class T> __device__ __forceinline__ T unary_erfc(T x) {
+    return (T)(m_erfc(x));
+}
+__device__ __forceinline__ long long unary_erfc(long long x) { return x; }
+
+template <class T> __device__ __forceinline__ T unary_log2(T x) {
+    return (T)(((x > (T)0) ? m_log2(x) : ((x == (T)0) ? (-inf_of<T>()) : nan_of<T>())));
+}
+__device__ __forceinline__ long long unary_log2(long long x) { return x; }
+
+template <class T> __device__ __forceinline__ T unary_log10(T x) {
+    return (T)(((x > (T)0) ? m_log10(x) : ((x == (T)0) ? (-inf_of<T>()) : nan_of<T>())));
+}
+__device__ __forceinline__ long long unary_log10(long long x) { return x; }
+
+// exp2: 2 ** x
+template <class T> __device__ __forceinline__ T unary_exp2(T x) {
+    return (T)(m_exp((x * (T)0.6931471805599453)));
+}
+__device__ __forceinline__ long long unary_exp2(long long x) { return x; }
+
+template <class T> __device__ __forceinline__ T unary_deg2rad(T x) {
+    return (T)((x * (T)0.017453292519943295));
+}
+__device__ __forceinline__ long long unary_deg2rad(long long x) { return x; }
+
+template <class T> __device__ __forceinline__ T unary_rad2deg(T x) {
+    return (T)((x * (T)57.29577951308232));
+}
+__device__ __forceinline__ long long unary_rad2deg(long long x) { return x; }
+
 template <class T> __device__ __forceinline__ T binary_add(T x, T y) {
     return (T)((x + y));
 }
@@ -296,6 +367,20 @@ template <class T> __device__ __forceinline__ T apply_unary(int op, T x) {
         case UNARY_SILU: return unary_silu(x);
         case UNARY_GELU: return unary_gelu(x);
         case UNARY_GELU_TANH: return unary_gelu_tanh(x);
+        case UNARY_ATAN: return unary_atan(x);
+        case UNARY_ASIN: return unary_asin(x);
+        case UNARY_ACOS: return unary_acos(x);
+        case UNARY_SINH: return unary_sinh(x);
+        case UNARY_COSH: return unary_cosh(x);
+        case UNARY_ASINH: return unary_asinh(x);
+        case UNARY_ACOSH: return unary_acosh(x);
+        case UNARY_ATANH: return unary_atanh(x);
+        case UNARY_ERFC: return unary_erfc(x);
+        case UNARY_LOG2: return unary_log2(x);
+        case UNARY_LOG10: return unary_log10(x);
+        case UNARY_EXP2: return unary_exp2(x);
+        case UNARY_DEG2RAD: return unary_deg2rad(x);
+        case UNARY_RAD2DEG: return unary_rad2deg(x);
         default: __trap(); return {};  // an unknown code is a bug: stop the kernel
     }
 }

@@ -6,6 +6,28 @@
 template <class T> __device__ __forceinline__ T inf_of() { return (T)(1.0 / 0.0); }
 template <class T> __device__ __forceinline__ T nan_of() { return (T)(0.0 / 0.0); }
 
+__device__ __forceinline__ float m_atan(float x) { return atanf(x); }
+__device__ __forceinline__ double m_atan(double x) { return atan(x); }
+__device__ __forceinline__ float m_asin(float x) { return asinf(x); }
+__device__ __forceinline__ double m_asin(double x) { return asin(x); }
+__device__ __forceinline__ float m_acos(float x) { return acosf(x); }
+__device__ __forceinline__ double m_acos(double x) { return acos(x); }
+__device__ __forceinline__ float m_sinh(float x) { return sinhf(x); }
+__device__ __forceinline__ double m_sinh(double x) { return sinh(x); }
+__device__ __forceinline__ float m_cosh(float x) { return coshf(x); }
+__device__ __forceinline__ double m_cosh(double x) { return cosh(x); }
+__device__ __forceinline__ float m_asinh(float x) { return asinhf(x); }
+__device__ __forceinline__ double m_asinh(double x) { return asinh(x); }
+__device__ __forceinline__ float m_acosh(float x) { return acoshf(x); }
+__device__ __forceinline__ double m_acosh(double x) { return acosh(x); }
+__device__ __forceinline__ float m_atanh(float x) { return atanhf(x); }
+__device__ __forceinline__ double m_atanh(double x) { return atanh(x); }
+__device__ __forceinline__ float m_erfc(float x) { return erfcf(x); }
+__device__ __forceinline__ double m_erfc(double x) { return erfc(x); }
+__device__ __forceinline__ float m_log2(float x) { return log2f(x); }
+__device__ __forceinline__ double m_log2(double x) { return log2(x); }
+__device__ __forceinline__ float m_log10(float x) { return log10f(x); }
+__device__ __forceinline__ double m_log10(double x) { return log10(x); }
 __device__ __forceinline__ float m_log1p(float x) { return log1pf(x); }
 __device__ __forceinline__ double m_log1p(double x) { return log1p(x); }
 __device__ __forceinline__ float m_expm1(float x) { return expm1f(x); }
