@@ -26,7 +26,10 @@ LIBRARY = {"exp": np.exp, "log": np.log, "log1p": np.log1p, "expm1": np.expm1, "
            "bitand": lambda x, y: x & y, "bitor": lambda x, y: x | y, "bitxor": lambda x, y: x ^ y,
            # shifts beyond the width: 0 to the left, the sign to the right (Python's ints have no width)
            "shl": lambda x, y: int(np.left_shift(np.int64(x), y)) if 0 <= y <= 63 else 0,
-           "shr": lambda x, y: x >> (y if 0 <= y <= 63 else 63)}
+           "shr": lambda x, y: x >> (y if 0 <= y <= 63 else 63),
+           "atan": np.arctan, "asin": np.arcsin, "acos": np.arccos, "sinh": np.sinh, "cosh": np.cosh,
+           "asinh": np.arcsinh, "acosh": np.arccosh, "atanh": np.arctanh, "erfc": lambda v: math.erfc(v),
+           "log2": np.log2, "log10": np.log10}
 
 
 def _reference(formula, *values):
