@@ -1,7 +1,7 @@
 """What PyTorch's op corpus (tests/op_corpus.py) found after issue 37's listed fixes, each compared with
 torch itself: the conversions' memory_format, torch.zero_, uint8 any/all and logsumexp, an empty gather
 index, an empty 1-D batch_norm, cdist's p=0 gradient, backward from a sparse tensor, einsum's mixed
-integer widths."""
+integer widths, matmul over an empty inner dimension."""
 import numpy as np
 import pytest
 
@@ -88,3 +88,14 @@ def test_einsum_of_int32_operands_widens_as_torch():
     _same(minidl.einsum("...ik, ...j -> ij", a, b), torch.einsum("...ik, ...j -> ij", ta, tb))
     (c, tc) = _both(np.arange(6).reshape(3, 2).tolist(), "int32")
     _same(minidl.einsum("bij,jk->ik", a, c), torch.einsum("bij,jk->ik", ta, tc))
+
+
+@pytest.mark.parametrize("shapes", [((2, 3, 0), (0, 4)), ((3, 0), (0, 4)), ((2, 3, 0), (0,)), ((0,), (0, 2))])
+def test_matmul_over_an_empty_inner_dimension_is_zeros_as_torch(shapes):
+    (a, ta), (b, tb) = (_both(np.ones(s), requires_grad=True) for s in shapes)
+    ours, theirs = a @ b, ta @ tb
+    _same(ours, theirs)
+    ours.sum().backward()
+    theirs.sum().backward()
+    _same(a.grad, ta.grad)
+    _same(b.grad, tb.grad)

@@ -32,7 +32,7 @@ def _matmul_compute(a, b):
     if a.ndim > 2 and b.ndim == 2 and ac._layout.is_contiguous:   # (..., m, k) @ (k, n): one GEMM of all rows,
         out = new_like_shape(tuple(a.shape[:-1]) + (n,), compute, a)   # not one per batch matrix
         if out.numel():
-            rows, out_rows = ac.reshape(-1, k), out.reshape(-1, n)
+            rows, out_rows = ac.reshape(out.numel() // n, k), out.reshape(-1, n)   # (k may be 0)
             kernel("matmul", a)(buf(rows), rows._layout, buf(bc), bc._layout, buf(out_rows), out_rows._layout)
         return out
     if a.ndim == 2 and b.ndim == 2:                # the common case: nothing to broadcast
