@@ -1,0 +1,465 @@
+"""Order statistics and searches: median, nanmedian, kthvalue, mode, quantile, nanquantile, searchsorted,
+bucketize, isin, argwhere, nonzero_static, unique_consecutive and histogram.
+
+All stand on the ``argsort`` primitive (stable, NaN largest). An order statistic gathers the element at a
+position of the sorted order, so its gradient goes back through that gather to the element picked. A
+search ranks values among boundaries by one stable sort of both together (see ``_count_below``).
+"""
+from __future__ import annotations
+
+import math
+import numbers
+from collections import namedtuple
+
+import numpy as np
+
+from .. import _dtype as dt
+from ..layout import normalize_dim
+from ..autograd import Function
+from .core import from_host_array
+from .creation import full, linspace, tensor
+from .elementwise import where
+from .indexing import nonzero
+from .reduction import amax, amin
+from .reduction_more import _along, running
+from .registry import op
+from .shape_ops import cat
+from .sorting import argsort_raw, bincount
+
+return_types = {name: namedtuple(name, fields) for name, fields in (
+    ("median", ("values", "indices")), ("nanmedian", ("values", "indices")), ("kthvalue", ("values", "indices")),
+    ("mode", ("values", "indices")), ("histogram", ("hist", "bin_edges")))}
+
+
+# ----------------------------------------------------------------------------- order statistics
+def _position(x, dim, ignore_nan):
+    """Where each row's median sits in its stable sort (keepdim, int64). torch's CPU median partitions the
+    (value, index) pairs, so among equal values it picks the one a stable sort puts there; a row with a NaN
+    gives its first NaN (median), or the median of its other values (nanmedian; an all-NaN row: its first)."""
+    n = x.shape[dim]
+    nans = x.isnan().sum(dim, keepdim=True)
+    if ignore_nan:
+        return where(nans < n, (n - nans - 1) // 2, 0)
+    return where(nans > 0, n - nans, (n - 1) // 2)
+
+
+def _pick(x, dim, position, keepdim):
+    """(values, indices) of the elements at ``position`` (keepdim, per row) of x's stable sort along dim."""
+    indices = argsort_raw(x.detach(), dim, False).gather(dim, position)
+    values = x.gather(dim, indices)
+    return (values, indices) if keepdim else (values.squeeze(dim), indices.squeeze(dim))
+
+
+def _along_dim(name, x, dim, keepdim, position):
+    """``name``'s (values, indices) along ``dim``; ``position(x, dim)`` says where to look in each sorted row."""
+    if x.ndim == 0:
+        return return_types[name](x.clone(), x.new_zeros((), dtype=dt.int64))
+    dim = normalize_dim(dim, x.ndim, name)
+    if x.shape[dim] == 0:
+        raise IndexError(f"{name}(): Expected reduction dim {dim} to have non-zero size.")
+    return return_types[name](*_pick(x, dim, position(x, dim), keepdim))
+
+
+class MedianAll(Function):
+    """The median of all elements; its gradient is shared evenly by the elements equal to it (the NaNs when
+    it is NaN), as torch's."""
+
+    @staticmethod
+    def forward(ctx, x, ignore_nan):
+        flat = x.reshape((-1,))
+        value = _pick(flat, 0, _position(flat, 0, ignore_nan).reshape((1,)), False)[0]
+        ctx.save_for_backward(x, value)
+        return value
+
+    @staticmethod
+    def backward(ctx, g):
+        x, y = ctx.saved_tensors
+        chosen = (x == y) | (x.isnan() & y.isnan())
+        return g * chosen / chosen.sum(), None
+
+
+def _median(name, x, dim, keepdim, ignore_nan):
+    if dim is None:
+        if x.numel() == 0:
+            return full((), math.nan, dtype=x.dtype, device=x.device)
+        return MedianAll.apply(x, ignore_nan)
+    return _along_dim(name, x, dim, keepdim, lambda rows, d: _position(rows, d, ignore_nan))
+
+
+@op(samples=lambda t: [
+    t.S("median-all", lambda x: x.median(), t.distinct(3, 4)),
+    t.S("median-dim", lambda x: median(x, 1).values, t.distinct(3, 4)),
+    t.S("median-dim0-keepdim", lambda x: x.median(0, keepdim=True)[0], t.distinct(5, 2))])
+def median(x, dim=None, keepdim=False):
+    """The lower median (of all elements, or along ``dim`` with its index); NaN where there is a NaN."""
+    return _median("median", x, dim, keepdim, False)
+
+
+@op(samples=lambda t: [
+    t.S("nanmedian-all", lambda x: nanmedian(x.masked_fill(t.const([[True, False, False], [False] * 3]),
+                                                           math.nan)), t.distinct(2, 3)),
+    t.S("nanmedian-dim", lambda x: x.nanmedian(1).values, t.distinct(3, 4))])
+def nanmedian(x, dim=None, keepdim=False):
+    """median of the values that are not NaN."""
+    return _median("nanmedian", x, dim, keepdim, True)
+
+
+@op(samples=lambda t: [
+    t.S("kthvalue", lambda x: kthvalue(x, 2, 1).values, t.distinct(3, 4)),
+    t.S("kthvalue-dim0-keepdim", lambda x: x.kthvalue(3, 0, True)[0], t.distinct(4, 2))])
+def kthvalue(x, k, dim=-1, keepdim=False):
+    """The k-th smallest element along ``dim`` and its index, which among equal values is the one torch's
+    quickselect picks (``_quickselect``)."""
+    n = x.shape[normalize_dim(dim, x.ndim, "kthvalue")] if x.ndim else 1
+    if not 1 <= k <= n:
+        raise RuntimeError(f"kthvalue(): selected number k out of range for dimension {dim} (k = {k}, size {n})")
+    if x.ndim == 0:
+        return _along_dim("kthvalue", x, dim, keepdim, None)
+    dim = normalize_dim(dim, x.ndim, "kthvalue")
+    stable = argsort_raw(x.detach(), dim, False).narrow(dim, k - 1, 1)
+    indices = _quickselect(x.detach(), dim, k - 1, stable)
+    values = x.gather(dim, indices)
+    return return_types["kthvalue"](*((values, indices) if keepdim else (values.squeeze(dim), indices.squeeze(dim))))
+
+
+def _quickselect(x, dim, k, indices):
+    """The indices torch's CPU kthvalue reports, from those of a stable sort (keepdim). torch runs Hoare's
+    quickselect with a median-of-three pivot (NaN largest) over each row, so among values equal to the k-th
+    it reports whichever its swaps leave at place k: the rows where that value is tied are replayed here,
+    on the host."""
+    chosen = x.gather(dim, indices)
+    same = (x == chosen) | (x.isnan() & chosen.isnan())
+    tied = same.sum(dim, keepdim=True) > 1
+    if not bool(tied.any()):
+        return indices
+    rows = x.movedim(dim, -1)._host_values()
+    found = indices.movedim(dim, -1)._host_values().copy()
+    for place in np.argwhere(tied.movedim(dim, -1)._host_values()):
+        found[tuple(place[:-1])] = _replay(list(rows[tuple(place[:-1])]), k)
+    return from_host_array(found, x.device, dt.int64).movedim(-1, dim)
+
+
+def _above(a, b):
+    return (a != a and b == b) or a > b            # (NaN above all else)
+
+
+def _replay(values, k):
+    """Where torch's quickselect takes the element it leaves at place k of ``values`` (SortingUtils.h)."""
+    order = list(range(len(values)))
+
+    def swap(i, j):
+        values[i], values[j], order[i], order[j] = values[j], values[i], order[j], order[i]
+
+    lo, hi = 0, len(values) - 1
+    while hi > lo + 1:
+        mid = (lo + hi) >> 1
+        swap(mid, lo + 1)
+        for a, b in ((lo + 1, hi), (lo, hi), (lo + 1, lo)):
+            if _above(values[a], values[b]):
+                swap(a, b)
+        i, j, pivot = lo + 1, hi, values[lo]
+        while True:
+            i += 1
+            while _above(pivot, values[i]):
+                i += 1
+            j -= 1
+            while _above(values[j], pivot):
+                j -= 1
+            if j < i:
+                break
+            swap(i, j)
+        swap(lo, j)
+        if j <= k:
+            lo = i
+        if j >= k:
+            hi = j - 1
+    if hi == lo + 1 and _above(values[lo], values[hi]):
+        swap(lo, hi)
+    return order[k]
+
+
+def _one_along(x, dim):
+    return tuple(1 if d == dim else s for d, s in enumerate(x.shape))
+
+
+def _mode_position(x, dim):
+    """Where the mode's last element sits in the stable sort of each row. torch counts the runs of equal
+    values in the sorted (value, index) pairs and keeps the first longest run: the smallest of the most
+    frequent values, reported by its last index."""
+    n = x.shape[dim]
+    ordered = x.gather(dim, argsort_raw(x, dim, False))
+    if n == 1:
+        return ordered.new_zeros(_one_along(x, dim), dtype=dt.int64)
+    steps = ordered.narrow(dim, 1, n - 1) != ordered.narrow(dim, 0, n - 1)
+    edge = steps.new_ones(_one_along(x, dim))
+    starts, ends = cat([edge, steps], dim), cat([steps, edge], dim)
+    places = _along(n, dim, x.ndim, x.device)
+    first = running(lambda a, b: a.maximum(b), where(starts, places, 0), dim)
+    lengths = where(ends, places - first + 1, 0)
+    return lengths.argmax(dim, keepdim=True)
+
+
+@op(samples=lambda t: [
+    t.S("mode", lambda x: mode(x, 1).values, t.distinct(3, 8)),
+    t.S("mode-dim0", lambda x: x.mode(0)[0], t.distinct(4, 3))])
+def mode(x, dim=-1, keepdim=False):
+    """The most frequent value along ``dim`` (the smallest of several) and the last index holding it."""
+    return _along_dim("mode", x, dim, keepdim, lambda rows, d: _mode_position(rows.detach(), d))
+
+
+# ----------------------------------------------------------------------------- quantiles
+INTERPOLATIONS = ("linear", "lower", "higher", "midpoint", "nearest")
+
+
+def _quantile_checks(name, x, q, interpolation):
+    if not x.dtype.is_floating_point:
+        raise RuntimeError(f"{name}() input tensor must be either float or double dtype, got {x.dtype.name}")
+    if interpolation not in INTERPOLATIONS:
+        raise ValueError(f"{name}() interpolation must be one of {', '.join(INTERPOLATIONS)}. Got "
+                         f"'{interpolation}'")
+    if hasattr(q, "_layout"):
+        if q.ndim > 1:
+            raise RuntimeError(f"{name}() q must be a scalar or 1D tensor, got a {q.ndim}-D tensor")
+        if q.dtype is not x.dtype:
+            raise RuntimeError(f"{name}() q tensor must be same dtype as the input tensor ({x.dtype.name}), "
+                               f"got {q.dtype.name}")
+        if q.numel() and not bool(((q >= 0) & (q <= 1)).all()):
+            raise RuntimeError(f"{name}() q values must be in the range [0, 1]")
+        return q
+    if not 0 <= q <= 1:
+        raise RuntimeError(f"{name}() q must be in the range [0, 1] but got {q}")
+    return tensor(q, dtype=x.dtype, device=x.device)
+
+
+def _ranks(rows, q, interpolation, ignore_nan):
+    """Each row's (rows, Q) positions of the quantiles q in its sort, as torch reckons them: q * (count - 1)
+    in the input's dtype, count being the row's size (a row with a NaN: its last position, the NaN) or, when
+    ``ignore_nan``, its number of other values (none: 0)."""
+    nans = rows.isnan().sum(1, keepdim=True)
+    if ignore_nan:
+        ranks = q * (rows.shape[1] - nans - 1).to(rows.dtype)
+        ranks = ranks.masked_fill(ranks < 0, 0)
+    else:
+        last = rows.shape[1] - 1
+        ranks = (q * last).masked_fill(nans > 0, last)
+    if interpolation == "lower":
+        return ranks.floor()
+    if interpolation == "higher":
+        return ranks.ceil()
+    return ranks.round() if interpolation == "nearest" else ranks
+
+
+def _quantile(name, x, q, dim, keepdim, interpolation, ignore_nan):
+    q = _quantile_checks(name, x, q, interpolation)
+    if dim is None:
+        rows, kept = x.reshape((1, -1)), ((1,) * x.ndim if keepdim else ())
+    else:
+        dim = normalize_dim(dim, x.ndim, name)
+        moved = x.movedim(dim, -1) if x.ndim else x.reshape((1,))
+        rows = moved.reshape((-1, moved.shape[-1]))
+        kept = tuple(1 if d == dim and keepdim else s for d, s in enumerate(x.shape) if d != dim or keepdim)
+    if rows.shape[1] == 0:
+        raise IndexError(f"{name}() input tensor must be non-empty")
+    ordered = rows.gather(1, argsort_raw(rows.detach(), 1, False))
+    ranks = _ranks(ordered.detach(), q.reshape((1, -1)), interpolation, ignore_nan)
+    below = ranks.long()
+    values = ordered.gather(1, below.expand(ordered.shape[0], -1))
+    if interpolation in ("linear", "midpoint"):
+        weights = ranks.new_full(ranks.shape, 0.5) if interpolation == "midpoint" else ranks - below
+        above = ordered.gather(1, ranks.ceil().long().expand(ordered.shape[0], -1))
+        values = values.lerp(above, weights.expand(values.shape))
+    values = values.t().reshape((q.numel(),) + kept)
+    return values.reshape(kept) if q.ndim == 0 else values
+
+
+@op(samples=lambda t: [
+    t.S("quantile", lambda x: quantile(x, 0.3, 1), t.distinct(3, 5)),
+    t.S("quantile-q-tensor", lambda x: x.quantile(t.const([0.25, 0.9]), 0, keepdim=True), t.distinct(6, 2)),
+    t.S("quantile-all-midpoint", lambda x: quantile(x, 0.4, interpolation="midpoint"), t.distinct(3, 3))])
+def quantile(x, q, dim=None, keepdim=False, *, interpolation="linear"):
+    """The q-th quantiles of all elements or along ``dim`` (q a number or a 1-D tensor, whose quantiles
+    then come first), interpolated between the two nearest values as ``interpolation`` says; NaN where
+    there is a NaN."""
+    return _quantile("quantile", x, q, dim, keepdim, interpolation, False)
+
+
+@op(samples=lambda t: [
+    t.S("nanquantile", lambda x: nanquantile(x.masked_fill(t.const([[True] + [False] * 4] * 3), math.nan),
+                                             0.6, 1), t.distinct(3, 5)),
+    t.S("nanquantile-lower", lambda x: x.nanquantile(0.7, interpolation="lower"), t.distinct(2, 5))])
+def nanquantile(x, q, dim=None, keepdim=False, *, interpolation="linear"):
+    """quantile of the values that are not NaN."""
+    return _quantile("nanquantile", x, q, dim, keepdim, interpolation, True)
+
+
+# ----------------------------------------------------------------------------- searches
+def _count_below(boundaries, values, right):
+    """For each row of ``values``, how many of the matching row of ``boundaries`` are below each value
+    (right: at most it). One stable sort of the two rows side by side: values placed before the boundaries
+    sort before the equal ones (strictly below), after them after the equal ones; the count of boundaries
+    before a value in that order is the answer."""
+    m = values.shape[1]
+    first = values if not right else boundaries
+    merged = cat([first, boundaries if not right else values], 1)
+    order = argsort_raw(merged, 1, False)
+    is_boundary = (order >= m) if not right else (order < boundaries.shape[1])
+    before = is_boundary.long().cumsum(1)
+    counts = before.new_zeros(merged.shape).scatter(1, order, before)
+    return counts.narrow(1, 0, m) if not right else counts.narrow(1, boundaries.shape[1], m)
+
+
+def _search(name, sequence, values, right, out_int32):
+    scalar = not hasattr(values, "_layout")
+    if scalar:
+        values = tensor(values, device=sequence.device)
+    common = dt.result_type(sequence, values)
+    seq, vals = sequence.detach().to(common), values.detach().to(common)
+    if seq.ndim == 1:
+        rows_seq, rows_val = seq.reshape((1, -1)), vals.reshape((1, -1))
+    elif tuple(seq.shape[:-1]) != tuple(vals.shape[:-1]):
+        raise RuntimeError(f"{name}(): boundaries tensor should be 1 dimension or the first N-1 dimensions of "
+                           f"boundaries tensor and input value tensor must match, but we got boundaries tensor "
+                           f"{list(sequence.shape)} and input value tensor {list(values.shape)}")
+    else:
+        count = math.prod(seq.shape[:-1])
+        rows_seq, rows_val = seq.reshape((count, seq.shape[-1])), vals.reshape((count, vals.shape[-1]))
+    found = _count_below(rows_seq, rows_val, right).reshape(values.shape)
+    return found.int() if out_int32 else found
+
+
+@op(method=False, samples=None)
+def searchsorted(sorted_sequence, input, *, out_int32=False, right=False, side=None, sorter=None):
+    """Where each value would go in the sorted last dim of ``sorted_sequence`` (``sorter``: the order that
+    sorts it) to keep it sorted: before equal entries, or after them when ``right`` (or side='right')."""
+    if side is not None:
+        if side not in ("left", "right"):
+            raise RuntimeError(f"searchsorted(): side can only be 'left' or 'right' but got {side!r}")
+        if right and side == "left":
+            raise RuntimeError("searchsorted(): side and right can't be set to opposites, got side of left "
+                               "while right was True")
+        right = side == "right"
+    if sorter is not None:
+        if tuple(sorter.shape) != tuple(sorted_sequence.shape):
+            raise RuntimeError(f"searchsorted(): boundary and sorter must have the same size, but got boundary "
+                               f"{list(sorted_sequence.shape)} and sorter {list(sorter.shape)}")
+        sorted_sequence = sorted_sequence.gather(-1, sorter)
+    return _search("searchsorted", sorted_sequence, input, right, out_int32)
+
+
+@op(samples=None)
+def bucketize(input, boundaries, *, out_int32=False, right=False):
+    """The bucket of each value among the sorted 1-D ``boundaries``: i with boundaries[i-1] < v <=
+    boundaries[i] (right: boundaries[i-1] <= v < boundaries[i])."""
+    if boundaries.ndim != 1:
+        raise RuntimeError(f"bucketize(): boundaries tensor must be 1 dimension, but got dim({boundaries.ndim})")
+    return _search("bucketize", boundaries, input, right, out_int32)
+
+
+@op(samples=None)
+def isin(elements, test_elements, *, assume_unique=False, invert=False):
+    """Whether each of ``elements`` is among ``test_elements`` (either may be a number): a search of the
+    sorted test elements."""
+    if not hasattr(elements, "_layout") and not hasattr(test_elements, "_layout"):
+        raise TypeError("isin(): expected elements or test_elements to be a tensor")
+    like = elements if hasattr(elements, "_layout") else test_elements
+    if not hasattr(elements, "_layout"):
+        elements = tensor(elements, device=like.device)
+    if not hasattr(test_elements, "_layout"):
+        test_elements = tensor(test_elements, device=like.device)
+    common = dt.result_type(elements, test_elements)
+    pool = test_elements.detach().to(common).reshape((-1,))
+    pool = pool.gather(0, argsort_raw(pool, 0, False))
+    e = elements.detach().to(common)
+    if pool.numel() == 0:
+        found = e.new_zeros(e.shape, dtype=dt.bool)
+    else:
+        at = _count_below(pool.reshape((1, -1)), e.reshape((1, -1)), False).reshape(e.shape)
+        found = (at < pool.numel()) & (pool.gather(0, at.clamp(max=pool.numel() - 1).reshape((-1,)))
+                                       .reshape(e.shape) == e)
+    return ~found if invert else found
+
+
+@op(samples=None)
+def argwhere(x):
+    """The indices of the nonzero elements, one row each: nonzero(x)."""
+    return nonzero(x)
+
+
+@op(method=False, samples=None)
+def nonzero_static(input, *, size, fill_value=-1):
+    """nonzero's rows, cut or padded with ``fill_value`` to exactly ``size`` rows."""
+    if size < 0:
+        raise RuntimeError(f"nonzero_static: 'size' must be a non-negative integer, got {size}")
+    found = nonzero(input)
+    if found.shape[0] >= size:
+        return found.narrow(0, 0, size)
+    return cat([found, found.new_full((size - found.shape[0], found.shape[1]), fill_value)], 0)
+
+
+@op(samples=None)
+def unique_consecutive(x, return_inverse=False, return_counts=False, dim=None):
+    """x with each run of equal consecutive elements (slices along ``dim``) kept once; NaNs all differ."""
+    x = x.detach()
+    if dim is None:
+        rows, rest = x.reshape((-1, 1)), ()
+    else:
+        dim = normalize_dim(dim, x.ndim, "unique_consecutive")
+        moved = x.movedim(dim, 0)
+        rest = tuple(moved.shape[1:])
+        rows = moved.reshape((moved.shape[0], math.prod(rest)))
+    n = rows.shape[0]
+    steps = (rows[1:] != rows[:-1]).any(1)
+    starts = cat([steps.new_ones(min(n, 1)), steps])
+    group = starts.long().cumsum(0) - 1
+    values = rows[starts].reshape((-1,) + rest)
+    out = (values if dim is None else values.movedim(0, dim),)
+    if return_inverse:
+        out += (group.reshape(x.shape) if dim is None else group,)
+    if return_counts:
+        out += (bincount(group, minlength=int(starts.sum())),)
+    return out if len(out) > 1 else out[0]
+
+
+# ----------------------------------------------------------------------------- histogram
+@op(samples=None)
+def histogram(input, bins, *, range=None, weight=None, density=False):
+    """(hist, bin_edges): how many elements (or how much ``weight``) fall in each bin; ``bins`` is a count
+    of equal bins over ``range`` (default: the data's; an empty one widened by 0.5 each side) or the
+    increasing edges. A bin holds its left edge, the last bin its right one too; values outside are left
+    out. ``density`` divides by the total and the bins' widths."""
+    if not input.dtype.is_floating_point:
+        raise RuntimeError(f"histogram: expected a floating point input, got {input.dtype.name}")
+    if isinstance(bins, numbers.Integral):
+        edges = _even_edges(input, int(bins), range)
+    else:
+        if bins.ndim != 1 or bins.numel() < 1:
+            raise RuntimeError(f"histogram: bins must be a 1-D tensor of edges, got shape {list(bins.shape)}")
+        edges = bins.detach().to(input.dtype)
+    count = edges.numel() - 1
+    flat = input.detach().reshape((-1,))
+    slot = _count_below(edges.reshape((1, -1)), flat.reshape((1, -1)), True).reshape((-1,)) - 1
+    slot = where(flat == edges[-1], count - 1, slot)
+    inside = (slot >= 0) & (slot < count) & (flat >= edges[0]) & (flat <= edges[-1])
+    weights = flat.new_ones(flat.shape) if weight is None else weight.detach().reshape((-1,)).to(input.dtype)
+    hist = bincount(slot[inside], weights[inside], minlength=count).to(input.dtype)
+    if density:
+        hist = hist / (hist.sum() * (edges[1:] - edges[:-1]))
+    return return_types["histogram"](hist, edges)
+
+
+def _even_edges(input, bins, span):
+    if bins <= 0:
+        raise RuntimeError(f"histogram(): bins must be > 0, but got {bins} for dimension 0")
+    if span is not None:
+        lo, hi = (float(v) for v in span)
+    elif input.numel():
+        lo, hi = float(amin(input.detach())), float(amax(input.detach()))
+    else:
+        lo, hi = 0.0, 0.0
+    if lo > hi:
+        raise ValueError(f"histogram(): max must be larger than min, got min={lo}, max={hi}")
+    if not (math.isfinite(lo) and math.isfinite(hi)):
+        raise ValueError(f"histogram(): range of [{lo}, {hi}] is not finite")
+    if lo == hi:
+        lo, hi = lo - 0.5, hi + 0.5
+    return linspace(lo, hi, bins + 1, dtype=input.dtype, device=input.device)
