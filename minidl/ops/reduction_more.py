@@ -7,6 +7,7 @@ an elementwise op in log2(n) doubling steps (Hillis and Steele's inclusive scan)
 from __future__ import annotations
 
 import math
+import warnings
 from collections import namedtuple
 
 from .. import _dtype as dt
@@ -29,9 +30,8 @@ def running(combine, x, dim, fill=None):
     n = x.shape[dim]
     y, k = x, 1
     while k < n:
-        head = y.narrow(dim, 0, 1).expand(_sized(y.shape, dim, k))
-        if fill is not None:
-            head = y.new_full(_sized(y.shape, dim, k), fill)
+        shape = _sized(y.shape, dim, k)
+        head = y.narrow(dim, 0, 1).expand(shape) if fill is None else y.new_full(shape, fill)
         y = combine(y, cat([head, y.narrow(dim, 0, n - k)], dim))
         k *= 2
     return y
@@ -223,6 +223,8 @@ def cov(input, *, correction=1, fweights=None, aweights=None):
     else:
         scale = total - correction
     if float(scale) <= 0:
+        warnings.warn("cov(): degrees of freedom is <= 0. Correction should be strictly less than the number of "
+                      "observations.", UserWarning, stacklevel=2)
         scale = scale * 0
     x = x - mean.unsqueeze(1)
     return ((x @ (x if w is None else x * w).t()) / scale).squeeze()

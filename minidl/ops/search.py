@@ -18,7 +18,7 @@ from ..layout import normalize_dim
 from ..autograd import Function
 from .core import from_host_array
 from .creation import full, linspace, tensor
-from .elementwise import where
+from .elementwise import maximum, where
 from .indexing import nonzero
 from .reduction import amax, amin
 from .reduction_more import _along, running
@@ -194,7 +194,7 @@ def _mode_position(x, dim):
     edge = steps.new_ones(_one_along(x, dim))
     starts, ends = cat([edge, steps], dim), cat([steps, edge], dim)
     places = _along(n, dim, x.ndim, x.device)
-    first = running(lambda a, b: a.maximum(b), where(starts, places, 0), dim)
+    first = running(maximum, where(starts, places, 0), dim)
     lengths = where(ends, places - first + 1, 0)
     return lengths.argmax(dim, keepdim=True)
 
@@ -259,7 +259,7 @@ def _quantile(name, x, q, dim, keepdim, interpolation, ignore_nan):
         rows = moved.reshape((-1, moved.shape[-1]))
         kept = tuple(1 if d == dim and keepdim else s for d, s in enumerate(x.shape) if d != dim or keepdim)
     if rows.shape[1] == 0:
-        raise IndexError(f"{name}() input tensor must be non-empty")
+        raise RuntimeError(f"{name}() input tensor must be non-empty")
     ordered = rows.gather(1, argsort_raw(rows.detach(), 1, False))
     ranks = _ranks(ordered.detach(), q.reshape((1, -1)), interpolation, ignore_nan)
     below = ranks.long()
@@ -371,7 +371,7 @@ def isin(elements, test_elements, *, assume_unique=False, invert=False):
     pool = pool.gather(0, argsort_raw(pool, 0, False))
     e = elements.detach().to(common)
     if pool.numel() == 0:
-        found = e.new_zeros(e.shape, dtype=dt.bool)
+        found = e.new_zeros(e.shape, dtype=dt.bool_)
     else:
         at = _count_below(pool.reshape((1, -1)), e.reshape((1, -1)), False).reshape(e.shape)
         found = (at < pool.numel()) & (pool.gather(0, at.clamp(max=pool.numel() - 1).reshape((-1,)))
@@ -422,9 +422,10 @@ def unique_consecutive(x, return_inverse=False, return_counts=False, dim=None):
 
 # ----------------------------------------------------------------------------- histogram
 @op(samples=None)
-def histogram(input, bins, *, range=None, weight=None, density=False):
+def histogram(input, bins=100, *, range=None, weight=None, density=False):
     """(hist, bin_edges): how many elements (or how much ``weight``) fall in each bin; ``bins`` is a count
-    of equal bins over ``range`` (default: the data's; an empty one widened by 0.5 each side) or the
+    of equal bins over ``range`` (default: the data's, widened by 0.5 each side if it is one point; [0, 1]
+    without data) or the
     increasing edges. A bin holds its left edge, the last bin its right one too; values outside are left
     out. ``density`` divides by the total and the bins' widths."""
     if not input.dtype.is_floating_point:
@@ -455,7 +456,7 @@ def _even_edges(input, bins, span):
     elif input.numel():
         lo, hi = float(amin(input.detach())), float(amax(input.detach()))
     else:
-        lo, hi = 0.0, 0.0
+        lo, hi = 0.0, 1.0                               # (torch's range for no data, as numpy's)
     if lo > hi:
         raise ValueError(f"histogram(): max must be larger than min, got min={lo}, max={hi}")
     if not (math.isfinite(lo) and math.isfinite(hi)):
