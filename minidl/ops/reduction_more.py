@@ -132,8 +132,6 @@ def _spacing(y, x, dx, dim, name):
         raise RuntimeError(f"{name}: pass either x or dx, not both")
     if x is None:
         return 1 if dx is None else dx
-    if not hasattr(x, "_layout"):
-        return x
     if x.ndim == 1:
         if x.shape[0] != y.shape[dim]:
             raise RuntimeError(f"{name}: there must be one `x` value for each sample point: x has "
@@ -158,7 +156,7 @@ def _trapezoid(y, x, dx, dim, name):
     return (y.sum(dim) - (y.narrow(dim, 0, 1) + y.narrow(dim, -1 % y.shape[dim], 1)).squeeze(dim) * 0.5) * step
 
 
-@op(samples=lambda t: [
+@op(method=False, samples=lambda t: [
     t.S("trapezoid", lambda y: trapezoid(y, dx=0.5), t.rn(3, 4)),
     t.S("trapezoid-x", lambda y, x: trapezoid(y, x, dim=0), t.rn(4, 3), t.rn(4))])
 def trapezoid(y, x=None, *, dx=None, dim=-1):

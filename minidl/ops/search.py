@@ -346,7 +346,7 @@ def searchsorted(sorted_sequence, input, *, out_int32=False, right=False, side=N
     return _search("searchsorted", sorted_sequence, input, right, out_int32)
 
 
-@op(samples=None)
+@op(method=False, samples=None)
 def bucketize(input, boundaries, *, out_int32=False, right=False):
     """The bucket of each value among the sorted 1-D ``boundaries``: i with boundaries[i-1] < v <=
     boundaries[i] (right: boundaries[i-1] <= v < boundaries[i])."""
@@ -355,7 +355,7 @@ def bucketize(input, boundaries, *, out_int32=False, right=False):
     return _search("bucketize", boundaries, input, right, out_int32)
 
 
-@op(samples=None)
+@op(method=False, samples=None)
 def isin(elements, test_elements, *, assume_unique=False, invert=False):
     """Whether each of ``elements`` is among ``test_elements`` (either may be a number): a search of the
     sorted test elements."""
@@ -385,7 +385,7 @@ def argwhere(x):
     return nonzero(x)
 
 
-@op(method=False, samples=None)
+@op(samples=None)
 def nonzero_static(input, *, size, fill_value=-1):
     """nonzero's rows, cut or padded with ``fill_value`` to exactly ``size`` rows."""
     if size < 0:
