@@ -120,6 +120,11 @@ def test_searchsorted_and_bucketize_options():
         same(minidl.bucketize(ours(values), ours(seq[1]), right=right),
              torch.bucketize(theirs(values), theirs(seq[1]), right=right))
     same(minidl.bucketize(2, ours(seq[1])), torch.bucketize(2, theirs(seq[1])))
+    unsorted = np.array([3.0, np.nan, 1.0, 2.0, np.nan, 0.0])     # (where torch's binary search ends all the same)
+    probes = np.array([np.nan, -1.0, 0.5, 2.0, 9.0])
+    for right in (False, True):
+        same(minidl.searchsorted(ours(unsorted), ours(probes), right=right),
+             torch.searchsorted(theirs(unsorted), theirs(probes), right=right))
 
 
 def test_isin_with_scalars_nan_and_invert():
@@ -193,6 +198,7 @@ def test_covariance_weights_trapezoid_integers_and_nan_reductions():
     (lambda: minidl.nanmean(minidl.zeros(2, dtype=minidl.int64)), r"nanmean\(\).*int64"),
     (lambda: minidl.cov(minidl.zeros(2, 2, 2)), r"cov\(\).*3 dimensions"),
     (lambda: minidl.renorm(minidl.zeros(2, 2), 0, 0, 1.0), r"renorm.*non-positive"),
+    (lambda: minidl.logcumsumexp(minidl.zeros(2, dtype=minidl.int64), 0), r"logcumsumexp\(\).*int64"),
 ])
 def test_bad_arguments_name_the_op(call, message):
     with pytest.raises((RuntimeError, ValueError, IndexError), match=message):

@@ -119,7 +119,7 @@ def cummin(x, dim):
 def logcumsumexp(x, dim):
     """log(cumsum(exp(x))) without overflow: a running logaddexp."""
     if not x.dtype.is_floating_point:
-        x = x.to(dt.get_default_dtype())
+        raise RuntimeError(f"logcumsumexp(): expected a floating point input, got {x.dtype.name}")
     if x.ndim == 0:
         return x.clone()
     return running(logaddexp, x, normalize_dim(dim, x.ndim, "logcumsumexp"), fill=-math.inf)

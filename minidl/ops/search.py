@@ -3,7 +3,7 @@ bucketize, isin, argwhere, nonzero_static, unique_consecutive and histogram.
 
 All stand on the ``argsort`` primitive (stable, NaN largest). An order statistic gathers the element at a
 position of the sorted order, so its gradient goes back through that gather to the element picked. A
-search ranks values among boundaries by one stable sort of both together (see ``_count_below``).
+search steps all its values through torch's binary search at once (see ``_count_below``).
 """
 from __future__ import annotations
 
@@ -52,9 +52,9 @@ def _pick(x, dim, position, keepdim):
 
 def _along_dim(name, x, dim, keepdim, position):
     """``name``'s (values, indices) along ``dim``; ``position(x, dim)`` says where to look in each sorted row."""
+    dim = normalize_dim(dim, x.ndim, name)
     if x.ndim == 0:
         return return_types[name](x.clone(), x.new_zeros((), dtype=dt.int64))
-    dim = normalize_dim(dim, x.ndim, name)
     if x.shape[dim] == 0:
         raise IndexError(f"{name}(): Expected reduction dim {dim} to have non-zero size.")
     return return_types[name](*_pick(x, dim, position(x, dim), keepdim))
@@ -294,18 +294,22 @@ def nanquantile(x, q, dim=None, keepdim=False, *, interpolation="linear"):
 
 # ----------------------------------------------------------------------------- searches
 def _count_below(boundaries, values, right):
-    """For each row of ``values``, how many of the matching row of ``boundaries`` are below each value
-    (right: at most it). One stable sort of the two rows side by side: values placed before the boundaries
-    sort before the equal ones (strictly below), after them after the equal ones; the count of boundaries
-    before a value in that order is the answer."""
-    m = values.shape[1]
-    first = values if not right else boundaries
-    merged = cat([first, boundaries if not right else values], 1)
-    order = argsort_raw(merged, 1, False)
-    is_boundary = (order >= m) if not right else (order < boundaries.shape[1])
-    before = is_boundary.long().cumsum(1)
-    counts = before.new_zeros(merged.shape).scatter(1, order, before)
-    return counts.narrow(1, 0, m) if not right else counts.narrow(1, boundaries.shape[1], m)
+    """For each row of ``values``, where torch's binary search over the matching row of ``boundaries`` ends:
+    the count of boundaries below each value (right: at most it) when the row is sorted. It steps all values
+    at once, halving each one's range per step, with torch's tests: a boundary is passed when it is not >= the
+    value (right: not >), so a NaN boundary is passed and a NaN value passes everything."""
+    n = boundaries.shape[1]
+    start = values.new_zeros(values.shape, dtype=dt.int64)
+    if n == 0:
+        return start
+    end = start + n
+    for _ in range(n.bit_length()):
+        middle = start + (end - start) // 2
+        bound = boundaries.gather(1, middle.clamp(max=n - 1))
+        onward = ~(bound > values) if right else ~(bound >= values)
+        live = start < end
+        start, end = where(live & onward, middle + 1, start), where(live & ~onward, middle, end)
+    return start
 
 
 def _search(name, sequence, values, right, out_int32):
