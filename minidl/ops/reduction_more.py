@@ -85,9 +85,9 @@ def _cum_extreme(name, combine, x, dim):
     """cummax / cummin: the running extreme and the index it came from. torch moves the index on to every
     later element equal to the running extreme (its test is >= for cummax, <= for cummin), and to every NaN
     once one is met: so the index is the last place at or before it where the input equals the extreme."""
+    dim = normalize_dim(dim, x.ndim, name)
     scalar = x.ndim == 0
     src = x.reshape((1,)) if scalar else x
-    dim = 0 if scalar else normalize_dim(dim, x.ndim, name)
     plain = src.detach()
     values = running(combine, plain, dim)
     took = plain == values
@@ -120,9 +120,8 @@ def logcumsumexp(x, dim):
     """log(cumsum(exp(x))) without overflow: a running logaddexp."""
     if not x.dtype.is_floating_point:
         raise RuntimeError(f"logcumsumexp(): expected a floating point input, got {x.dtype.name}")
-    if x.ndim == 0:
-        return x.clone()
-    return running(logaddexp, x, normalize_dim(dim, x.ndim, "logcumsumexp"), fill=-math.inf)
+    dim = normalize_dim(dim, x.ndim, "logcumsumexp")
+    return running(logaddexp, x, dim, fill=-math.inf) if x.ndim else x.clone()
 
 
 # ----------------------------------------------------------------------------- the trapezoid rule
