@@ -9,5 +9,6 @@ _MODE_TIES = ("torch's CPU mode sorts the (value, index) pairs by value alone wi
               "introsort past 16 elements, and reports the index its shuffle leaves last in the mode's run; minidl "
               "reports the last index holding the mode (torch's answer for rows of up to 16)")
 ALLOW = {
-    ("mode", None, 6): _MODE_TIES,   # (3000 small integers: the index of their mode; the float ones have no ties)
+    ("mode", "int32", 6): _MODE_TIES,   # (3000 small integers: the index of their mode; the capped run's two, the
+    ("mode", "int16", 6): _MODE_TIES,   # uncapped one's int64 and uint8 #6 too; floats have no ties there)
 }
