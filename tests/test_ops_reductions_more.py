@@ -59,6 +59,15 @@ def test_tied_values_report_torchs_index(name, args, dim):
         same(getattr(minidl, name)(ours(a), *args, dim, keepdim), getattr(torch, name)(theirs(a), *args, dim, keepdim))
 
 
+def test_mode_reports_the_index_torchs_sort_leaves_last():
+    """Past 16 elements torch's mode sorts with an unstable introsort, and NaNs (which compare false) shuffle
+    even short rows: the index it reports is that order's."""
+    rows = (ties(4, 40), RNG.integers(0, 10, (2, 3000)).astype(np.float64), ties(6, 5, nan=True), ties(2, 30, nan=True))
+    for a in rows:
+        for dim in (0, 1):
+            same(minidl.mode(ours(a), dim), torch.mode(theirs(a), dim))
+
+
 def test_median_of_all_and_its_gradient_shared_by_ties():
     for a in (ties(4, 5), ties(4, 5, nan=True), np.array([[np.nan, np.nan], [1.0, np.nan]])):
         for name in ("median", "nanmedian"):

@@ -43,21 +43,21 @@ def _position(x, dim, ignore_nan):
     return where(nans > 0, n - nans, (n - 1) // 2)
 
 
-def _pick(x, dim, position, keepdim):
-    """(values, indices) of the elements at ``position`` (keepdim, per row) of x's stable sort along dim."""
-    indices = argsort_raw(x.detach(), dim, False).gather(dim, position)
-    values = x.gather(dim, indices)
-    return (values, indices) if keepdim else (values.squeeze(dim), indices.squeeze(dim))
+def _stable_at(x, dim, position):
+    """The indices of the elements at ``position`` (keepdim, per row) of x's stable sort along dim."""
+    return argsort_raw(x.detach(), dim, False).gather(dim, position)
 
 
-def _along_dim(name, x, dim, keepdim, position):
-    """``name``'s (values, indices) along ``dim``; ``position(x, dim)`` says where to look in each sorted row."""
+def _along_dim(name, x, dim, keepdim, choose):
+    """``name``'s (values, indices) along ``dim``; ``choose(x, dim)`` gives each row's index (keepdim)."""
     dim = normalize_dim(dim, x.ndim, name)
     if x.ndim == 0:
         return return_types[name](x.clone(), x.new_zeros((), dtype=dt.int64))
     if x.shape[dim] == 0:
         raise IndexError(f"{name}(): Expected reduction dim {dim} to have non-zero size.")
-    return return_types[name](*_pick(x, dim, position(x, dim), keepdim))
+    indices = choose(x.detach(), dim)
+    values = x.gather(dim, indices)
+    return return_types[name](*((values, indices) if keepdim else (values.squeeze(dim), indices.squeeze(dim))))
 
 
 class MedianAll(Function):
@@ -67,7 +67,7 @@ class MedianAll(Function):
     @staticmethod
     def forward(ctx, x, ignore_nan):
         flat = x.reshape((-1,))
-        value = _pick(flat, 0, _position(flat, 0, ignore_nan).reshape((1,)), False)[0]
+        value = flat.gather(0, _stable_at(flat, 0, _position(flat, 0, ignore_nan))).reshape(())
         ctx.save_for_backward(x, value)
         return value
 
@@ -83,7 +83,7 @@ def _median(name, x, dim, keepdim, ignore_nan):
         if x.numel() == 0:
             return full((), math.nan, dtype=x.dtype, device=x.device)
         return MedianAll.apply(x, ignore_nan)
-    return _along_dim(name, x, dim, keepdim, lambda rows, d: _position(rows, d, ignore_nan))
+    return _along_dim(name, x, dim, keepdim, lambda rows, d: _stable_at(rows, d, _position(rows, d, ignore_nan)))
 
 
 @op(samples=lambda t: [
@@ -113,29 +113,28 @@ def kthvalue(x, k, dim=-1, keepdim=False):
     n = x.shape[normalize_dim(dim, x.ndim, "kthvalue")] if x.ndim else 1
     if not 1 <= k <= n:
         raise RuntimeError(f"kthvalue(): selected number k out of range for dimension {dim} (k = {k}, size {n})")
-    if x.ndim == 0:
-        return _along_dim("kthvalue", x, dim, keepdim, None)
-    dim = normalize_dim(dim, x.ndim, "kthvalue")
-    stable = argsort_raw(x.detach(), dim, False).narrow(dim, k - 1, 1)
-    indices = _quickselect(x.detach(), dim, k - 1, stable)
-    values = x.gather(dim, indices)
-    return return_types["kthvalue"](*((values, indices) if keepdim else (values.squeeze(dim), indices.squeeze(dim))))
+    return _along_dim("kthvalue", x, dim, keepdim, lambda rows, d: _quickselect(
+        rows, d, k - 1, _stable_at(rows, d, rows.new_full(_one_along(rows, d), k - 1, dtype=dt.int64))))
 
 
 def _quickselect(x, dim, k, indices):
     """The indices torch's CPU kthvalue reports, from those of a stable sort (keepdim). torch runs Hoare's
     quickselect with a median-of-three pivot (NaN largest) over each row, so among values equal to the k-th
-    it reports whichever its swaps leave at place k: the rows where that value is tied are replayed here,
-    on the host."""
+    it reports whichever its swaps leave at place k: the rows where that value is tied are replayed."""
     chosen = x.gather(dim, indices)
     same = (x == chosen) | (x.isnan() & chosen.isnan())
-    tied = same.sum(dim, keepdim=True) > 1
-    if not bool(tied.any()):
+    return _replayed(x, dim, indices, same.sum(dim, keepdim=True) > 1, lambda row: _replay(row, k))
+
+
+def _replayed(x, dim, indices, rows, replay):
+    """``indices`` (keepdim) with those of the ``rows`` (a keepdim mask) replaced by ``replay(values of the
+    row as a list)``, run on the host: torch's own algorithm, replayed where its choice among ties shows."""
+    if not bool(rows.any()):
         return indices
-    rows = x.movedim(dim, -1)._host_values()
+    values = x.movedim(dim, -1)._host_values()
     found = indices.movedim(dim, -1)._host_values().copy()
-    for place in np.argwhere(tied.movedim(dim, -1)._host_values()):
-        found[tuple(place[:-1])] = _replay(list(rows[tuple(place[:-1])]), k)
+    for place in np.argwhere(rows.movedim(dim, -1)._host_values()):
+        found[tuple(place[:-1])] = replay(list(values[tuple(place[:-1])]))
     return from_host_array(found, x.device, dt.int64).movedim(-1, dim)
 
 
@@ -199,12 +198,86 @@ def _mode_position(x, dim):
     return lengths.argmax(dim, keepdim=True)
 
 
+def _mode_indices(x, dim):
+    """The indices torch's CPU mode reports (keepdim). It sorts the (value, index) pairs by value alone with
+    std::sort: an insertion sort up to 16 elements, stable, so the mode's last index, which the stable sort
+    here gives; beyond, an introsort that shuffles ties, and with NaNs (which compare false) an order of its
+    own: those rows are replayed (``_std_sort_mode``)."""
+    indices = _stable_at(x, dim, _mode_position(x, dim))
+    rows = x.isnan().any(dim, keepdim=True)
+    if x.shape[dim] > 16:
+        rows = rows | ((x == x.gather(dim, indices)).sum(dim, keepdim=True) > 1)
+    return _replayed(x, dim, indices, rows, _std_sort_mode)
+
+
+def _std_sort_mode(values):
+    """The index torch's mode reports for ``values``: the last of the first longest run of equal values in
+    the order libstdc++'s std::sort (bits/stl_algo.h) leaves the (value, index) pairs compared by value."""
+    pairs = [(v, i) for i, v in enumerate(values)]
+    _introsort(pairs, 0, len(pairs), 2 * (len(pairs).bit_length() - 1))
+    _insertion_sort(pairs, 0, min(len(pairs), 16))
+    for i in range(16, len(pairs)):
+        _linear_insert(pairs, i)
+    best, index, run = 0, 0, 0
+    for i, (v, j) in enumerate(pairs):
+        run += 1
+        if i == len(pairs) - 1 or v != pairs[i + 1][0]:
+            if run > best:
+                best, index = run, j
+            run = 0
+    return index
+
+
+def _introsort(a, first, last, depth):
+    """std::__introsort_loop: median-of-three quicksort down to ranges of 16 (left for the insertion sort).
+    Its heapsort fallback past ``depth`` levels, which only adversarial orders reach, is not replayed: such
+    a range is left to the insertion sort."""
+    while last - first > 16 and depth > 0:
+        depth -= 1
+        mid = first + (last - first) // 2
+        x, y, z = first + 1, mid, last - 1
+        if a[x][0] < a[y][0]:
+            pick = y if a[y][0] < a[z][0] else z if a[x][0] < a[z][0] else x
+        else:
+            pick = x if a[x][0] < a[z][0] else z if a[y][0] < a[z][0] else y
+        a[first], a[pick] = a[pick], a[first]
+        lo, hi, pivot = first + 1, last, a[first][0]
+        while True:
+            while a[lo][0] < pivot:
+                lo += 1
+            hi -= 1
+            while pivot < a[hi][0]:
+                hi -= 1
+            if not lo < hi:
+                break
+            a[lo], a[hi] = a[hi], a[lo]
+            lo += 1
+        _introsort(a, lo, last, depth)
+        last = lo
+
+
+def _insertion_sort(a, first, last):
+    for i in range(first + 1, last):
+        if a[i][0] < a[first][0]:
+            a[first:i + 1] = [a[i]] + a[first:i]
+        else:
+            _linear_insert(a, i)
+
+
+def _linear_insert(a, last):
+    value = a[last]
+    while last > 0 and value[0] < a[last - 1][0]:
+        a[last] = a[last - 1]
+        last -= 1
+    a[last] = value
+
+
 @op(samples=lambda t: [
     t.S("mode", lambda x: mode(x, 1).values, t.distinct(3, 8)),
     t.S("mode-dim0", lambda x: x.mode(0)[0], t.distinct(4, 3))])
 def mode(x, dim=-1, keepdim=False):
-    """The most frequent value along ``dim`` (the smallest of several) and the last index holding it."""
-    return _along_dim("mode", x, dim, keepdim, lambda rows, d: _mode_position(rows.detach(), d))
+    """The most frequent value along ``dim`` (the smallest of several) and the index torch reports for it."""
+    return _along_dim("mode", x, dim, keepdim, _mode_indices)
 
 
 # ----------------------------------------------------------------------------- quantiles
