@@ -121,9 +121,10 @@ NEEDS_NO_SAMPLE = {
     "isinf", "isfinite", "isclose", "allclose", "equal", "any", "all",
     # integer results: indices and counts, and bitwise ops (integer and bool tensors only)
     "argmax", "argmin", "argsort", "nonzero", "count_nonzero", "bitwise_and", "bitwise_or", "bitwise_xor",
-    "bitwise_not", "bitwise_left_shift", "bitwise_right_shift",
+    "bitwise_not", "bitwise_left_shift", "bitwise_right_shift", "searchsorted", "bucketize", "isin", "argwhere",
+    "nonzero_static", "unique_consecutive",
     # float results with no gradient (of detached values, as in PyTorch)
-    "histc", "unique",
+    "histc", "unique", "histogram",
     # shapes only
     "broadcast_shapes",
     # the optimizers' in-place steps: parameters updated without autograd (tests/test_optim_*.py)

@@ -16,8 +16,10 @@ Reading order, bottom-up (a module imports only those listed before it):
 - ``shape_ops``: cat, stack, split, repeat, flip, roll, pad, ...
 - ``indexing``: ``x[...]``, ``x[...] = v``, gather/scatter
 - ``reduction``: sum, prod, max/min, scans, softmax
+- ``reduction_more``: nansum, aminmax, cummax, logcumsumexp, trapezoid, cov, renorm, ... composed
 - ``linalg``: matrix products
 - ``sorting``: sort, topk, unique, bincount, histc
+- ``search``: median, kthvalue, mode, quantile, searchsorted, isin, histogram, ... on argsort
 - ``conv``: convolution and pooling
 - ``norm_rows``: layer, RMS and group norm's graph node on the norm_rows primitives, and ``rms_norm``
 - ``normalization``: layer, batch and group norm
@@ -31,7 +33,8 @@ Reading order, bottom-up (a module imports only those listed before it):
 """
 # every module, in the reading order (each declares its ops as it is imported)
 from . import (registry, core, random, conversion, take_put, views, inplace, creation,  # noqa: F401,I001
-               autocast_mode, elementwise, shape_ops, indexing, reduction, linalg, sorting, conv,
+               autocast_mode, elementwise, shape_ops, indexing, reduction, reduction_more, linalg, sorting,
+               search, conv,
                norm_rows, normalization, attention, embeddings, fused, dropout, batchnorm, rnn,
                cross_entropy)
 
