@@ -9,6 +9,8 @@ import itertools
 import math
 import numbers
 
+import numpy as np
+
 from .. import _dtype as dt
 from .. import layout as L
 from . import views
@@ -23,9 +25,39 @@ from .shape_ops import cat, meshgrid, stack
 
 
 # ----------------------------------------------------------------------------- writes over a region
-def _embedded(op, x, src, rel):
-    """x with ``src`` written over the region that ``rel`` (a layout relative to a packed x) picks."""
+def _select_region(shape, dim, index):
+    return L.select(L.Layout(shape), L.normalize_dim(dim, len(shape), "select_scatter"), index)
+
+
+def _slice_region(shape, dim=0, start=None, end=None, step=1):
+    if step <= 0:
+        raise RuntimeError(f"slice_scatter(): slice step must be positive, got {step}")
+    return L.slice_dim(L.Layout(shape), L.normalize_dim(dim, len(shape), "slice_scatter"), start, end, step)
+
+
+def _diagonal_region(shape, offset=0, dim1=0, dim2=1):
+    return L.diagonal(L.Layout(shape), offset, dim1, dim2)
+
+
+def _as_strided_region(shape, size, stride, storage_offset=None):
+    rel = L.Layout(tuple(size), tuple(stride), 0 if storage_offset is None else storage_offset)
+    lo, hi = rel.span()
+    if rel.numel and (lo < 0 or hi >= math.prod(shape)):
+        raise RuntimeError(f"as_strided_scatter: size {list(size)}, stride {list(stride)} and offset {rel.offset} "
+                           f"reach outside the {math.prod(shape)} elements of the input")
+    return rel
+
+
+# op name -> (x's shape, the op's arguments after src) -> the layout, relative to a packed x, of the region
+# the op overwrites (its ONNX lowering reads these too)
+REGIONS = {"select_scatter": _select_region, "slice_scatter": _slice_region,
+           "diagonal_scatter": _diagonal_region, "as_strided_scatter": _as_strided_region}
+
+
+def _embedded(op, x, src, *args, **kwargs):
+    """x with ``src`` written over the region of x that REGIONS[op] picks."""
     check_devices(op, x, src)
+    rel = REGIONS[op](tuple(x.shape), *args, **kwargs)
     if tuple(src.shape) != tuple(rel.shape):
         raise RuntimeError(f"{op}(): expected src to have a size equal to the slice of self. src size = "
                            f"{list(src.shape)}, slice size = {list(rel.shape)}")
@@ -38,8 +70,7 @@ def _embedded(op, x, src, rel):
     t.S("select_scatter-dim0", lambda x, s: select_scatter(x, s, 0, 1), t.NC(t.rn(3, 4), "F"), t.rn(4))])
 def select_scatter(x, src, dim, index):
     """A copy of x with ``x.select(dim, index)`` replaced by src."""
-    dim = L.normalize_dim(dim, x.ndim, "select_scatter")
-    return _embedded("select_scatter", x, src, L.select(L.Layout(x.shape), dim, index))
+    return _embedded("select_scatter", x, src, dim, index)
 
 
 @op(samples=lambda t: [
@@ -47,10 +78,7 @@ def select_scatter(x, src, dim, index):
     t.S("slice_scatter-dim0", lambda x, s: slice_scatter(x, s, start=-2), t.rn(4, 3), t.NC(t.rn(2, 3), "F"))])
 def slice_scatter(x, src, dim=0, start=None, end=None, step=1):
     """A copy of x with ``x[start:end:step]`` along ``dim`` replaced by src."""
-    if step <= 0:
-        raise RuntimeError(f"slice_scatter(): slice step must be positive, got {step}")
-    dim = L.normalize_dim(dim, x.ndim, "slice_scatter")
-    return _embedded("slice_scatter", x, src, L.slice_dim(L.Layout(x.shape), dim, start, end, step))
+    return _embedded("slice_scatter", x, src, dim, start, end, step)
 
 
 @op(samples=lambda t: [
@@ -58,19 +86,14 @@ def slice_scatter(x, src, dim=0, start=None, end=None, step=1):
     t.S("diagonal_scatter-3d", lambda x, s: diagonal_scatter(x, s, -1, 0, 2), t.rn(3, 2, 3), t.rn(2, 2))])
 def diagonal_scatter(x, src, offset=0, dim1=0, dim2=1):
     """A copy of x with ``x.diagonal(offset, dim1, dim2)`` replaced by src."""
-    return _embedded("diagonal_scatter", x, src, L.diagonal(L.Layout(x.shape), offset, dim1, dim2))
+    return _embedded("diagonal_scatter", x, src, offset, dim1, dim2)
 
 
 @op(samples=lambda t: [
     t.S("as_strided_scatter", lambda x, s: x.as_strided_scatter(s, (2, 2), (1, 3), 1), t.rn(3, 4), t.rn(2, 2))])
 def as_strided_scatter(x, src, size, stride, storage_offset=None):
     """A copy of x (packed) with ``as_strided(size, stride, storage_offset)`` of it replaced by src."""
-    rel = L.Layout(tuple(size), tuple(stride), 0 if storage_offset is None else storage_offset)
-    lo, hi = rel.span()
-    if rel.numel and (lo < 0 or hi >= x.numel()):
-        raise RuntimeError(f"as_strided_scatter: size {list(size)}, stride {list(stride)} and offset {rel.offset} "
-                           f"reach outside the {x.numel()} elements of the input")
-    return _embedded("as_strided_scatter", x, src, rel)
+    return _embedded("as_strided_scatter", x, src, size, stride, storage_offset)
 
 
 # ----------------------------------------------------------------------------- diagonals and blocks
@@ -80,15 +103,20 @@ def as_strided_scatter(x, src, size, stride, storage_offset=None):
 def diag_embed(x, offset=0, dim1=-2, dim2=-1):
     """x's last dim laid along the ``offset``-th diagonal of dims ``dim1``, ``dim2`` of a new tensor of zeros
     (one dim more than x)."""
-    d1, d2 = (L.normalize_dim(d, x.ndim + 1, "diag_embed") for d in (dim1, dim2))
+    shape, rel = diag_embed_geometry(tuple(x.shape), offset, dim1, dim2)
+    return views.StridedScatter.apply(x if x.ndim else x.reshape(1), shape, rel)
+
+
+def diag_embed_geometry(x_shape, offset, dim1, dim2):
+    """diag_embed's output shape, and the layout of its diagonal (where x goes) in it."""
+    d1, d2 = (L.normalize_dim(d, len(x_shape) + 1, "diag_embed") for d in (dim1, dim2))
     if d1 == d2:
         raise RuntimeError(f"diag_embed(): diagonal dimensions cannot be identical {dim1}, {dim2}")
-    n = (x.shape[-1] if x.ndim else 1) + abs(offset)
-    shape = list(x.shape[:-1])
+    n = (x_shape[-1] if x_shape else 1) + abs(offset)
+    shape = list(x_shape[:-1])
     for d in sorted((d1, d2)):
         shape.insert(d, n)
-    source = x if x.ndim else x.reshape(1)
-    return views.StridedScatter.apply(source, tuple(shape), L.diagonal(L.Layout(shape), offset, d1, d2))
+    return tuple(shape), L.diagonal(L.Layout(shape), offset, d1, d2)
 
 
 @op(samples=lambda t: [
@@ -190,10 +218,14 @@ def combinations(x, r=2, with_replacement=False):
         raise RuntimeError(f"Expect a non-negative number, but got {r}")
     if r == 0:
         return x.new_zeros((0,))
-    chosen = (itertools.combinations_with_replacement if with_replacement else itertools.combinations)(
-        range(x.shape[0]), r)
-    columns = list(zip(*chosen)) or [()] * r
-    return stack([index_select(x, 0, tensor(c, dtype=dt.int64, device=x.device)) for c in columns], 1)
+    chosen = tensor(combination_indices(x.shape[0], r, with_replacement), device=x.device)
+    return index_select(x, 0, chosen.reshape(-1)).reshape(chosen.shape)
+
+
+def combination_indices(n, r, with_replacement):
+    """The positions each row of ``combinations`` takes, an int64 (count, r) array."""
+    chosen = (itertools.combinations_with_replacement if with_replacement else itertools.combinations)(range(n), r)
+    return np.array(list(chosen), dtype=np.int64).reshape(-1, r)
 
 
 @op(method=False)
