@@ -5,8 +5,10 @@ A key is (entry, dtype, sample index): entry is op_db's 'name' or 'name:variant'
 every sample). Allow-listed failing samples leave the denominator; test_op_corpus keeps this list
 under 1% of the judged samples and fails on a key that no longer fails.
 """
-# torch 2.13's gradient of as_strided_scatter's input is inverted: the incoming gradient inside the overwritten
-# region, where the output does not depend on the input, and 0 outside it; minidl's is the reverse, as finite
-# differences give (tests/test_ops_indexing_more.py)
-_AS_STRIDED_SCATTER_GRAD = "torch's input gradient is inverted (the overwritten region's, not the rest's)"
-ALLOW = {("as_strided_scatter", "float64", i): _AS_STRIDED_SCATTER_GRAD for i in range(7)}
+ALLOW = {
+    # torch 2.13's gradient of as_strided_scatter's input is inverted: the incoming gradient inside the overwritten
+    # region, where the output does not depend on the input, and 0 outside it; minidl's is the reverse, as the
+    # closed form gives (tests/test_ops_indexing_more.py)
+    **{("as_strided_scatter", "float64", i): "torch's input gradient is inverted (the overwritten region's, not "
+       "the rest's)" for i in range(7)},
+}

@@ -538,7 +538,8 @@ def _host_reduce_at(x, flat, values, reduce, include_self):
     where_ = flat.cpu().numpy().reshape(-1)
     if not include_self:
         out[where_] = _identity(reduce, out.dtype)
-    _UFUNCS[reduce].at(out, where_, values.detach().to(work).expand(flat.shape).cpu().numpy().reshape(-1))
+    with np.errstate(invalid="ignore"):   # (a NaN taking part is the answer, not a warning)
+        _UFUNCS[reduce].at(out, where_, values.detach().to(work).expand(flat.shape).cpu().numpy().reshape(-1))
     return tensor(out.reshape(x.shape), device=x.device).to(x.dtype)
 
 
