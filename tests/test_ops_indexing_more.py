@@ -54,13 +54,28 @@ def test_prod_gradient_with_one_and_two_zero_factors(include_self):
         np.testing.assert_allclose(g, w, rtol=1e-12)
 
 
-def test_amax_propagates_nan_and_mean_of_integers_floors():
-    x = torch.tensor([1.0, 2.0, 3.0])
-    src = torch.tensor([float("nan"), 5.0, 1.0])
-    index = torch.tensor([0, 0, 2])
-    got = md(x).scatter_reduce(0, md(index), md(src), "amax")
-    np.testing.assert_array_equal(got.numpy(), x.scatter_reduce(0, index, src, "amax").numpy())
-    xi, si = torch.tensor([-5, 7, 9]), torch.tensor([-2, -4, 6])
+@pytest.mark.parametrize("reduce", ["amax", "amin"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int16, torch.bool])
+def test_extremes_of_many_repeats_as_torch(reduce, dtype):
+    """Each place's extreme among many repeated places (sorted by place and value on the device)."""
+    generator = torch.Generator().manual_seed(7)
+    for include_self in (True, False):
+        x = (torch.randn(4, 6, generator=generator) * 4).to(dtype)
+        src = (torch.randn(4, 9, generator=generator) * 4).to(dtype)
+        index = torch.randint(0, 6, (4, 9), generator=generator)
+        want = x.scatter_reduce(1, index, src, reduce, include_self=include_self)
+        got = md(x).scatter_reduce(1, md(index), md(src), reduce, include_self=include_self)
+        np.testing.assert_array_equal(got.numpy(), want.numpy())
+
+
+@pytest.mark.parametrize("reduce", ["amax", "amin"])
+def test_extremes_propagate_nan_and_mean_of_integers_floors(reduce):
+    x = torch.tensor([1.0, 2.0, float("nan"), -float("inf")])
+    src = torch.tensor([float("nan"), 5.0, 1.0, -7.0, -float("inf")])
+    index = torch.tensor([0, 0, 2, 1, 1])
+    got = md(x).scatter_reduce(0, md(index), md(src), reduce)
+    np.testing.assert_array_equal(got.numpy(), x.scatter_reduce(0, index, src, reduce).numpy())
+    xi, si, index = torch.tensor([-5, 7, 9]), torch.tensor([-2, -4, 6]), torch.tensor([0, 0, 2])
     got = md(xi).scatter_reduce(0, md(index), md(si), "mean")
     np.testing.assert_array_equal(got.numpy(), xi.scatter_reduce(0, index, si, "mean").numpy())
 
@@ -78,6 +93,7 @@ def test_as_strided_scatter_input_gradient_is_the_rest_of_the_input():
     np.testing.assert_array_equal(gs.numpy(), [[2.0, 4.0], [3.0, 5.0]])
 
 
+@pytest.mark.filterwarnings("ignore:index_reduce\(\) is in beta")
 def test_in_place_twins_write_as_torch():
     x, src = torch.randn(3, 4), torch.randn(3, 2)
     index = torch.tensor([[0, 3], [1, 1], [2, 0]])

@@ -9,25 +9,12 @@ import math
 import numpy as np
 
 from ..ops import arranging
+from ..ops.indexing import identity_of
 from ..ops.registry import attach_rule
 from .lowerings import _dim, _np, _operand, _pad, lowers
 
 INT64 = np.dtype(np.int64)
 _ONNX_REDUCTIONS = {"sum": "add", "prod": "mul", "amax": "max", "amin": "min"}
-
-
-def _identity(reduce, dtype):
-    """The value a reduction starts from where x's own element takes no part."""
-    if reduce in ("sum", "mean"):
-        return 0
-    if reduce == "prod":
-        return 1
-    if dtype.kind == "f":
-        return -np.inf if reduce == "amax" else np.inf
-    if dtype.kind == "b":
-        return reduce == "amin"
-    info = np.iinfo(dtype)
-    return info.min if reduce == "amax" else info.max
 
 
 def _reduce_into(L, x, dim, where, index_shape, updates, reduce, include_self):
@@ -37,7 +24,7 @@ def _reduce_into(L, x, dim, where, index_shape, updates, reduce, include_self):
         raise NotImplementedError("minidl.onnx.export: scatter_reduce(reduce='mean') of integers (a floor "
                                   "division) is not lowered")
     if not include_self:
-        start = L.op("ConstantOfShape", L.ints(index_shape), value=np.array([_identity(reduce, dtype)], dtype))
+        start = L.op("ConstantOfShape", L.ints(index_shape), value=np.array([identity_of(reduce, dtype)], dtype))
         data = L.op("ScatterElements", data, where, start, axis=d)
     if reduce != "mean":
         return L.op("ScatterElements", data, where, updates, axis=d, reduction=_ONNX_REDUCTIONS[reduce])
