@@ -93,7 +93,7 @@ def test_as_strided_scatter_input_gradient_is_the_rest_of_the_input():
     np.testing.assert_array_equal(gs.numpy(), [[2.0, 4.0], [3.0, 5.0]])
 
 
-@pytest.mark.filterwarnings("ignore:index_reduce\(\) is in beta")
+@pytest.mark.filterwarnings(r"ignore:index_reduce\(\) is in beta")
 def test_in_place_twins_write_as_torch():
     x, src = torch.randn(3, 4), torch.randn(3, 2)
     index = torch.tensor([[0, 3], [1, 1], [2, 0]])
