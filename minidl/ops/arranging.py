@@ -159,8 +159,8 @@ def constant_pad_nd(x, pad, value=0):
 @op(method=False, samples=lambda t: [
     t.S("fill", lambda x, v: fill(x, v), t.rn(2, 3), t.rn())])
 def fill(x, value):
-    """A tensor like x holding ``value`` (a number or a 0-d tensor, whose gradient sums x's) everywhere,
-    converted to x's dtype; as torch's, it is x's (zero-gradient) function too."""
+    """A tensor like x holding ``value`` (a number, or a 0-d tensor that gets the sum of the output's
+    gradient) everywhere, in x's dtype; as torch's, it is a function of x too, of zero gradient."""
     value = written_operand(value, x, "fill")
     if value.ndim:
         raise RuntimeError(f"fill only supports 0-dimension value tensor but got tensor with {value.ndim} "
