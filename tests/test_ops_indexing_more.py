@@ -2,6 +2,8 @@
 at ties and zeros, an input gradient torch gets wrong, the refusals and their messages, in-place twins,
 the factories' integer cases, and ONNX lowerings of integer and negative indices. Oracles: torch, closed
 forms and ONNX Runtime."""
+import io
+
 import numpy as np
 import onnxruntime
 import pytest
@@ -185,3 +187,18 @@ def test_onnx_refuses_the_mean_of_integers_by_name():
     x, index = minidl.tensor([[5, 7]]), minidl.tensor([[0, 0]])
     with pytest.raises(minidl.onnx.OnnxExporterError, match="reduce='mean'.*of integers"):
         minidl.onnx.export(lambda x: x.scatter_reduce(1, index, x, "mean"), (x,), output_names=["out0"])
+
+
+def test_onnx_diff_and_reducing_scatters_keep_dynamic_sizes():
+    """Exported with a dynamic first dim, then run at another size: the graphs take their sizes from the inputs."""
+    def model(x, index, src):
+        return x.diff(2, 1) + minidl.take_along_dim(x, index, 1)[:, :3] + x.scatter_reduce(1, index, src, "mean",
+                                                                                           include_self=False)[:, :3]
+    buffer = io.BytesIO()
+    args = (minidl.randn(2, 5), minidl.tensor([[0, 4, 0], [1, 1, 3]]), minidl.randn(2, 3))
+    minidl.onnx.export(model, args, buffer, input_names=["x", "index", "src"], output_names=["out"],
+                       dynamic_axes={"x": {0: "n"}, "index": {0: "n"}, "src": {0: "n"}, "out": {0: "n"}})
+    session = onnxruntime.InferenceSession(buffer.getvalue(), providers=["CPUExecutionProvider"])
+    x, index, src = minidl.randn(4, 5), minidl.tensor([[2, 2, 0], [4, 1, 4], [0, 1, 2], [3, 3, 3]]), minidl.randn(4, 3)
+    got = session.run(None, {"x": x.numpy(), "index": index.numpy(), "src": src.numpy()})[0]
+    np.testing.assert_allclose(got, model(x, index, src).numpy(), rtol=1e-5, atol=1e-6)

@@ -11,14 +11,15 @@ import numpy as np
 from ..ops import arranging
 from ..ops.indexing import identity_of
 from ..ops.registry import attach_rule
-from .lowerings import _dim, _np, _operand, _pad, lowers
+from .lowerings import INT64_MAX, _dim, _np, _operand, _pad, _sizes, lowers
 
 INT64 = np.dtype(np.int64)
 _ONNX_REDUCTIONS = {"sum": "add", "prod": "mul", "amax": "max", "amin": "min"}
 
 
 def _reduce_into(L, x, dim, where, index_shape, updates, reduce, include_self):
-    """x's value with ``updates`` folded in at ``where`` (int64 values of ``index_shape``) along dim."""
+    """x's value with ``updates`` folded in at ``where`` (int64 values of ``index_shape``, sizes that may be
+    traced) along dim."""
     dtype, d, data = _np(x), _dim(dim, x.ndim), L.value(x)
     if reduce == "mean" and dtype.kind != "f":
         raise NotImplementedError("minidl.onnx.export: scatter_reduce(reduce='mean') of integers (a floor "
@@ -29,9 +30,9 @@ def _reduce_into(L, x, dim, where, index_shape, updates, reduce, include_self):
     if reduce != "mean":
         return L.op("ScatterElements", data, where, updates, axis=d, reduction=_ONNX_REDUCTIONS[reduce])
     total = L.op("ScatterElements", data, where, updates, axis=d, reduction="add")
-    count = L.op("ScatterElements", L.op("ConstantOfShape", L.ints(x.shape), value=np.array([include_self], dtype)),
-                 where, L.op("ConstantOfShape", L.ints(index_shape), value=np.array([1], dtype)), axis=d,
-                 reduction="add")
+    start = L.op("ConstantOfShape", L.ints(_sizes(L, x)), value=np.array([include_self], dtype))
+    ones = L.op("ConstantOfShape", L.ints(index_shape), value=np.array([1], dtype))
+    count = L.op("ScatterElements", start, where, ones, axis=d, reduction="add")
     return L.op("Div", total, L.op("Max", count, L.constant(1, dtype)))
 
 
@@ -47,8 +48,8 @@ def _scatter_reduce(L, x, dim, index, src, reduce, *, include_self=True):
     _fits(x, index)
     updates = L.value(src)
     if tuple(src.shape) != tuple(index.shape):
-        updates = L.op("Slice", updates, L.ints([0] * src.ndim), L.ints(index.shape), L.ints(range(src.ndim)))
-    return _reduce_into(L, x, dim, _operand(L, index, INT64), index.shape, updates, reduce, include_self)
+        updates = L.op("Slice", updates, L.ints([0] * src.ndim), L.ints(_sizes(L, index)), L.ints(range(src.ndim)))
+    return _reduce_into(L, x, dim, _operand(L, index, INT64), _sizes(L, index), updates, reduce, include_self)
 
 
 @lowers("index_reduce")
@@ -56,8 +57,8 @@ def _index_reduce(L, x, dim, index, source, reduce, *, include_self=True):
     _fits(x, source)
     d = _dim(dim, x.ndim)
     shaped = L.op("Reshape", _operand(L, index, INT64), L.ints([-1 if k == d else 1 for k in range(x.ndim)]))
-    expanded = L.op("Expand", shaped, L.ints(source.shape))
-    return _reduce_into(L, x, dim, expanded, source.shape, L.value(source), reduce, include_self)
+    expanded = L.op("Expand", shaped, L.ints(_sizes(L, source)))
+    return _reduce_into(L, x, dim, expanded, _sizes(L, source), L.value(source), reduce, include_self)
 
 
 @lowers("take_along_dim")
@@ -66,10 +67,11 @@ def _take_along_dim(L, x, indices, dim=None):
         flat = [L.op("Reshape", v, L.ints([-1])) for v in (L.value(x), _operand(L, indices, INT64))]
         return L.op("GatherElements", *flat, axis=0)
     d = _dim(dim, x.ndim)
-    others = np.broadcast_shapes(*([1 if k == d else n for k, n in enumerate(t.shape)] for t in (x, indices)))
-    shapes = [[t.shape[k] if k == d else n for k, n in enumerate(others)] for t in (x, indices)]
-    data = L.op("Expand", L.value(x), L.ints(shapes[0]))
-    where = L.op("Expand", _operand(L, indices, INT64), L.ints(shapes[1]))
+    data, where = L.value(x), _operand(L, indices, INT64)
+    if any(a != b for k, (a, b) in enumerate(zip(x.shape, indices.shape)) if k != d):   # (broadcast: sizes fixed)
+        others = np.broadcast_shapes(*([1 if k == d else n for k, n in enumerate(t.shape)] for t in (x, indices)))
+        data, where = (L.op("Expand", v, L.ints([t.shape[k] if k == d else n for k, n in enumerate(others)]))
+                       for v, t in ((data, x), (where, indices)))
     return L.op("GatherElements", data, where, axis=d)
 
 
@@ -139,16 +141,14 @@ def _diagflat(L, x, offset=0):
 def _diff(L, x, n=1, dim=-1, prepend=None, append=None):
     if n == 0:
         return L.op("Identity", L.value(x))
-    d, dtype = _dim(dim, x.ndim), _np(x)
+    d, dtype = _dim(dim, x.ndim), _np(L.out)
     parts = [p for p in (prepend, x, append) if p is not None]
-    size = sum(p.shape[d] if p.ndim else 1 for p in parts)
-    ends = list(x.shape[:d]) + [1] + list(x.shape[d + 1:])
+    ends = [1 if k == d else n for k, n in enumerate(_sizes(L, x))]
     value = L.op("Concat", *[_operand(L, p, dtype) if p.ndim else L.op("Expand", _operand(L, p, dtype), L.ints(ends))
                              for p in parts], axis=d) if len(parts) > 1 else L.value(x)
     for _ in range(n):
-        size = max(size - 1, 0)
-        later = L.op("Slice", value, L.ints([1]), L.ints([size + 1]), L.ints([d]))
-        earlier = L.op("Slice", value, L.ints([0]), L.ints([size]), L.ints([d]))
+        later = L.op("Slice", value, L.ints([1]), L.ints([INT64_MAX]), L.ints([d]))
+        earlier = L.op("Slice", value, L.ints([0]), L.ints([-1]), L.ints([d]))
         value = L.op("Xor" if dtype == np.bool_ else "Sub", later, earlier)
     return value
 
