@@ -138,8 +138,10 @@ def test_unravel_index_wraps_as_torch_and_refuses_floats():
     for want, got in zip(torch.unravel_index(indices, (2, 3, 2)), minidl.unravel_index(md(indices), (2, 3, 2))):
         assert got.dtype is minidl.int64
         np.testing.assert_array_equal(got.numpy(), want.numpy())
-    with pytest.raises(TypeError, match="integer tensor"):
+    with pytest.raises(TypeError, match="expected 'indices' to be integer dtype"):
         minidl.unravel_index(minidl.zeros(2), (2,))
+    with pytest.raises(RuntimeError, match=r"'shape' \(2, 0\) holds no elements"):
+        minidl.unravel_index(minidl.tensor([1]), (2, 0))
 
 
 @pytest.mark.parametrize("args, dtype", [((1, -3, 4, 3.0), torch.int64), ((4.3, 0, 4, 5.0), torch.int16),

@@ -233,11 +233,11 @@ def unravel_index(indices, shape):
     """The coordinates in ``shape`` (row-major) of flat indices: one int64 tensor per dim, each of the
     indices' shape; an index wraps as Python's floor division and modulo take it."""
     if indices.dtype.is_floating_point or indices.dtype is dt.bool_:
-        raise TypeError(f"unravel_index: expected 'indices' to be an integer tensor, but got {indices.dtype}")
+        raise TypeError(f"unravel_index: expected 'indices' to be integer dtype, but got {indices.dtype}")
     shape = (shape,) if isinstance(shape, numbers.Integral) else tuple(int(n) for n in shape)
     if any(n < 0 for n in shape):
         raise ValueError(f"unravel_index: 'shape' cannot have negative values, but got {shape}")
     if math.prod(shape) == 0 and indices.numel():
-        raise ValueError(f"unravel_index: 'shape' {shape} holds no elements, so no index fits it")
+        raise RuntimeError(f"unravel_index: 'shape' {shape} holds no elements, so no index fits it")
     flat = indices.to(dt.int64)
     return tuple((flat // stride) % n for n, stride in zip(shape, L.contiguous_strides(shape)))
