@@ -9,4 +9,9 @@ ALLOW = {
     ("nn.functional.scaled_dot_product_attention", "float32", 21):
         "float32 rounding: scores up to ~300 (inputs in [-9, 9]); minidl and torch are each 9e-6 from the float64 "
         "result, on opposite sides at one of 384 values, so they differ by 1.8e-5 there",
+    # torch 2.13's gradient of as_strided_scatter's input is wrong. The output does not depend on the input inside the
+    # overwritten region, so the gradient is the incoming one outside it and 0 inside; for a region {0, 2} of 6 values
+    # and the incoming gradient arange(6), torch gives [0, 0, 2, 0, 0, 0]. minidl's is the closed form
+    # (tests/test_ops_indexing_more.py).
+    **{("as_strided_scatter", "float64", i): "torch's input gradient is not the closed form's" for i in range(7)},
 }

@@ -112,7 +112,7 @@ CLASSES = function_classes()
 NEEDS_NO_SAMPLE = {
     # factories and numpy interop: new leaves, no inputs to differentiate
     "from_numpy", "tensor", "as_tensor", "empty", "full", "zeros", "ones", "empty_like", "zeros_like",
-    "ones_like", "full_like", "arange", "linspace", "eye",
+    "ones_like", "full_like", "arange", "linspace", "eye", "logspace", "scalar_tensor", "triu_indices", "tril_indices",
     # random draws
     "rand", "randn", "randint", "randperm", "normal", "rand_like", "randn_like", "randint_like", "bernoulli",
     "multinomial",
@@ -122,7 +122,7 @@ NEEDS_NO_SAMPLE = {
     # integer results: indices and counts, and bitwise ops (integer and bool tensors only)
     "argmax", "argmin", "argsort", "nonzero", "count_nonzero", "bitwise_and", "bitwise_or", "bitwise_xor",
     "bitwise_not", "bitwise_left_shift", "bitwise_right_shift", "searchsorted", "bucketize", "isin", "argwhere",
-    "nonzero_static", "unique_consecutive",
+    "nonzero_static", "unique_consecutive", "unravel_index",
     # float results with no gradient (of detached values, as in PyTorch)
     "histc", "unique", "histogram",
     # shapes only

@@ -562,4 +562,4 @@ def _function_ops() -> dict:
 
 FUNCTION_OPS = _function_ops()
 
-from . import nn_lowerings, reduction_lowerings  # noqa: E402,F401  (the nn ops' and reductions' rules)
+from . import nn_lowerings, reduction_lowerings, index_lowerings  # noqa: E402,F401  (the nn, reduction, index ops')

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import _dtype as dt
+from ..ops.linalg import einsum_equation
 from ..ops.registry import attach_rule
 from .lowerings import _dim, _np, _operand, _sizes, lowers
 
@@ -297,7 +298,7 @@ def _outer(L, a, b):
 
 @lowers("einsum")
 def _einsum(L, equation, *operands):
-    operands = operands[0] if len(operands) == 1 and isinstance(operands[0], (list, tuple)) else operands
+    equation, operands = einsum_equation(equation, *operands)
     return L.op("Einsum", *[L.value(t) for t in operands], equation=equation.replace(" ", ""))
 
 

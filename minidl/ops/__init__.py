@@ -18,8 +18,10 @@ Reading order, bottom-up (a module imports only those listed before it):
 - ``reduction``: sum, prod, max/min, scans, softmax
 - ``reduction_more``: nansum, aminmax, cummax, logcumsumexp, trapezoid, cov, renorm, ... composed
 - ``linalg``: matrix products
+- ``arranging``: values moved to new places: region writes, diagonals and blocks, differences, sets
 - ``sorting``: sort, topk, unique, bincount, histc
 - ``search``: median, kthvalue, mode, quantile, searchsorted, isin, histogram, ... on argsort
+- ``scatter_reductions``: scatter_reduce and index_reduce, folding elements into places
 - ``conv``: convolution and pooling
 - ``norm_rows``: layer, RMS and group norm's graph node on the norm_rows primitives, and ``rms_norm``
 - ``normalization``: layer, batch and group norm
@@ -33,10 +35,9 @@ Reading order, bottom-up (a module imports only those listed before it):
 """
 # every module, in the reading order (each declares its ops as it is imported)
 from . import (registry, core, random, conversion, take_put, views, inplace, creation,  # noqa: F401,I001
-               autocast_mode, elementwise, shape_ops, indexing, reduction, reduction_more, linalg, sorting,
-               search, conv,
-               norm_rows, normalization, attention, embeddings, fused, dropout, batchnorm, rnn,
-               cross_entropy)
+               autocast_mode, elementwise, shape_ops, indexing, reduction, reduction_more, linalg, arranging,
+               sorting, search, scatter_reductions, conv, norm_rows, normalization, attention, embeddings, fused,
+               dropout, batchnorm, rnn, cross_entropy)
 
 globals().update(registry.functions())
 globals().update(registry.functions("nn.functional"))  # (for minidl.nn.functional)

@@ -376,6 +376,55 @@ def eye(n, m=None, dtype=None, device=None, requires_grad=False):
     return _finish(from_host_array(np.eye(n, m), device or "cpu", dtype), requires_grad)
 
 
+@op(method=False)
+@_strided_only
+def logspace(start, end, steps, base=10.0, dtype=None, device=None, requires_grad=False):
+    """``base`` to the powers ``linspace(start, end, steps)``, as torch's: an integer dtype truncates start
+    and end, and then each power of base (not each exponent)."""
+    dtype = dt.to_dtype(dtype) if dtype is not None else dt.get_default_dtype()
+    start, end = (float(v.item()) if hasattr(v, "item") else float(v) for v in (start, end))
+    if not dtype.is_floating_point:
+        start, end = math.trunc(start), math.trunc(end)
+    array = np.power(float(base), linspace(start, end, steps, dtype=dt.float64).numpy())
+    return _finish(from_host_array(array if dtype.is_floating_point else np.trunc(array).astype(np.int64),
+                                   device or "cpu", dtype), requires_grad)
+
+
+def _triangle_indices(op, row, col, offset, dtype, device, lower):
+    dtype = dt.to_dtype(dtype)
+    if dtype not in (dt.int64, dt.int32):
+        raise RuntimeError(f"{op}: dtype must be torch.long or torch.int, got {dtype}")
+    if row < 0 or col < 0:
+        raise RuntimeError(f"{op}: row and col must be non-negative, got {row} and {col}")
+    rows, cols = (np.tril_indices if lower else np.triu_indices)(row, offset, col)
+    return from_host_array(np.stack([rows, cols]).astype(np.int64).reshape(2, -1), device or "cpu", dtype)
+
+
+@op(method=False)
+@_strided_only
+def triu_indices(row, col, offset=0, dtype=dt.int64, device=None):
+    """The coordinates (2, N) of a row x col matrix's elements on and above its ``offset``-th diagonal,
+    row by row."""
+    return _triangle_indices("triu_indices", row, col, offset, dtype, device, lower=False)
+
+
+@op(method=False)
+@_strided_only
+def tril_indices(row, col, offset=0, dtype=dt.int64, device=None):
+    """The coordinates (2, N) of a row x col matrix's elements on and below its ``offset``-th diagonal,
+    row by row."""
+    return _triangle_indices("tril_indices", row, col, offset, dtype, device, lower=True)
+
+
+@op(method=False)
+@_strided_only
+def scalar_tensor(s, dtype=None, device=None, requires_grad=False):
+    """A 0-d tensor holding the number s, of the default float dtype unless ``dtype`` says otherwise."""
+    value = s.item() if hasattr(s, "item") else s
+    dtype = dt.to_dtype(dtype) if dtype is not None else dt.get_default_dtype()
+    return _finish(full((), value, dtype=dtype, device=device), requires_grad)
+
+
 # ----------------------------------------------------------------------------- random
 def _float_dtype(dtype, op: str):
     """The dtype a float draw is made in for ``dtype`` (float16 rounds a float32 draw)."""

@@ -345,11 +345,7 @@ class ScatterMultiply(Function):
 
     @staticmethod
     def forward(ctx, x, flat, values):
-        work = dt.float32 if x.dtype in dt.HALF else x.dtype                # (numpy has no bfloat16)
-        out = np.array(x.detach().cpu().to(work).numpy(), order="C")
-        np.multiply.at(out.reshape(-1), flat.cpu().numpy().reshape(-1),
-                       values.detach().to(work).expand(flat.shape).cpu().numpy().reshape(-1))
-        return tensor(out, device=x.device).to(x.dtype)
+        return host_reduce_at(x, flat, values, "prod", True)
 
     @staticmethod
     def backward(ctx, g):
@@ -394,9 +390,11 @@ def index_select(x, dim, index):
     return Take.apply(view, flat_indices(view, advanced, wrap=False))
 
 
-def _index_along(op, x, dim, index, source, accumulate):
+def _index_along(op, x, dim, index, source, accumulate, scatter=None):
     """x with its slices ``index`` along ``dim`` set to (or increased by) the slices of ``source``
-    (of x's shape but for index.numel() slices along ``dim``; a function of that shape gives it)."""
+    (of x's shape but for index.numel() slices along ``dim``; a function of that shape gives it);
+    ``scatter(op, x, dim, index, source)``, with the index expanded to source's shape: instead, to
+    fold them in (index_reduce)."""
     dim = normalize_dim(dim, x.ndim, op)
     if index.ndim > 1:
         raise IndexError(f"{op}(): Index is supposed to be a vector, got shape {list(index.shape)}")
@@ -406,7 +404,7 @@ def _index_along(op, x, dim, index, source, accumulate):
                 raise RuntimeError(f"{op}: source of shape {list(source.shape)} does not fit a 0-d input "
                                    f"(expected a 0-d source)")
             source = source.reshape(1)
-        return _index_along(op, x.reshape(1), 0, index, source, accumulate).reshape(())
+        return _index_along(op, x.reshape(1), 0, index, source, accumulate, scatter).reshape(())
     expected = tuple(index.numel() if d == dim else n for d, n in enumerate(x.shape))
     if callable(source):
         source = source(expected)
@@ -415,6 +413,8 @@ def _index_along(op, x, dim, index, source, accumulate):
                            f"{list(x.shape)} with {index.numel()} indices along dim {dim} (expected "
                            f"{list(expected)})")
     expanded = index.reshape([-1 if d == dim else 1 for d in range(x.ndim)]).expand(expected)
+    if scatter is not None:
+        return scatter(op, x, dim, expanded, source)
     return _scatter(op, x, dim, expanded, source, accumulate)
 
 
@@ -510,3 +510,68 @@ def take(x, index):
     return Take.apply(x, _checked(index, x.numel(), 1, None, "take"))
 
 
+
+
+# ----------------------------------------------------------------------------- host folding
+_UFUNCS = {"prod": np.multiply, "amax": np.maximum, "amin": np.minimum}
+
+
+def identity_of(reduce, np_dtype):
+    """The value a reduction (sum, mean, prod, amax, amin) starts from where x's own element takes no part."""
+    if reduce in ("sum", "mean", "prod"):
+        return int(reduce == "prod")
+    if np_dtype.kind == "f":
+        return -np.inf if reduce == "amax" else np.inf
+    if np_dtype.kind == "b":
+        return reduce == "amin"
+    info = np.iinfo(np_dtype)
+    return info.min if reduce == "amax" else info.max
+
+
+def host_reduce_at(x, flat, values, reduce, include_self):
+    """x with ``values`` folded into x.reshape(-1)[flat] by ``reduce`` (prod, amax, amin; a repeated
+    index folds in turn, NaN wins), from the reduction's identity where not ``include_self``: numpy's
+    ufunc.at on the host, for the rare folds no kernel does."""
+    work = dt.float32 if x.dtype in dt.HALF else x.dtype                # (numpy has no bfloat16)
+    out = np.array(x.detach().cpu().to(work).numpy(), order="C").reshape(-1)
+    where_ = flat.cpu().numpy().reshape(-1)
+    if not include_self:
+        out[where_] = identity_of(reduce, out.dtype)
+    with np.errstate(invalid="ignore"):   # (a NaN taking part is the answer, not a warning)
+        _UFUNCS[reduce].at(out, where_, values.detach().to(work).expand(flat.shape).cpu().numpy().reshape(-1))
+    return tensor(out.reshape(x.shape), device=x.device).to(x.dtype)
+
+
+@op(samples=lambda t: [
+    t.S("take_along_dim", lambda x: x.take_along_dim(t.const([[2, 0], [1, 1], [0, 2]]), 1), t.rn(3, 3)),
+    t.S("take_along_dim-broadcast", lambda x: take_along_dim(x, t.const([[0], [2]]), 0), t.NC(t.rn(3, 4), "F")),
+    t.S("take_along_dim-flat", lambda x: take_along_dim(x, t.const([5, 0, 5])), t.rn(2, 3))])
+def take_along_dim(x, indices, dim=None):
+    """``gather`` with x and indices broadcast together but for ``dim``, negative indices counting from the
+    end; without ``dim``, of the flattened x."""
+    if indices.dtype is not dt.int64:
+        raise RuntimeError(f"torch.take_along_dim(): dtype of indices should be Long but got {indices.dtype}")
+    if dim is None:
+        return take_along_dim(x.reshape(-1), indices.reshape(-1), 0)
+    dim = normalize_dim(dim, x.ndim, "take_along_dim")
+    indices = indices + (indices < 0) * x.shape[dim]    # (unlike gather, it counts negatives from the end)
+    if x.ndim != indices.ndim:
+        raise RuntimeError(f"torch.take_along_dim(): input and indices should have the same number of dimensions, "
+                           f"but got {x.ndim} dimensions for input, and {indices.ndim} dimensions for indices")
+    others = broadcast_shapes(*([1 if d == dim else n for d, n in enumerate(t.shape)] for t in (x, indices)),
+                              op="take_along_dim")
+    return gather(x.expand([x.shape[d] if d == dim else n for d, n in enumerate(others)]), dim,
+                  indices.expand([indices.shape[d] if d == dim else n for d, n in enumerate(others)]))
+
+
+@op(samples=lambda t: [
+    t.S("index_put", lambda x, v: x.index_put((t.const([0, 2]),), v), t.rn(3, 4), t.rn(4)),
+    t.S("index_put-accumulate", lambda x, v: index_put(x, (t.const([0, 0]), t.const([1, 1])), v, True),
+        t.rn(3, 4), t.rn(2)),
+    t.S("index_put-none", lambda x, v: index_put(x, (None, t.const([3, 1])), v), t.rn(2, 4), t.rn(2, 2))])
+def index_put(x, indices, values, accumulate=False):
+    """A copy of x with ``x[indices] = values`` (or ``+=`` when ``accumulate``); a None index takes a whole dim."""
+    if values.dtype is not x.dtype:
+        raise RuntimeError(f"index_put(): Index put requires the source and destination dtypes match, got "
+                           f"{x.dtype} for the destination and {values.dtype} for the source")
+    return x.clone().index_put_(tuple(slice(None) if i is None else i for i in indices), values, accumulate)

@@ -285,6 +285,32 @@ def _parse(equation, operands):
     return expanded, ell + "".join(sorted(c for c in set(letters) if letters.count(c) == 1 and c not in ell))
 
 
+def _letters(sublist):
+    """A sublist of dims (numbers 0-51, Ellipsis) as subscript letters, as torch's (0-25: A-Z, 26-51: a-z)."""
+    letters = []
+    for d in sublist:
+        if d is Ellipsis:
+            letters.append("...")
+        elif isinstance(d, int) and 0 <= d < 52:
+            letters.append(string.ascii_uppercase[d] if d < 26 else string.ascii_lowercase[d - 26])
+        else:
+            raise ValueError(f"einsum(): subscript in subscript list is not within the valid range [0, 52), got {d!r}")
+    return "".join(letters)
+
+
+def einsum_equation(equation, *operands):
+    """(equation, operands) of an einsum call in either form: the equation first, or the sublist form
+    ``einsum(a, [0, 1], b, [1, 2], [0, 2])``."""
+    if isinstance(equation, str):
+        if len(operands) == 1 and isinstance(operands[0], (list, tuple)):
+            operands = operands[0]
+        return equation, tuple(operands)
+    args = (equation,) + operands
+    tensors, sublists = args[0::2], args[1::2]
+    output = "->" + _letters(args[-1]) if len(args) % 2 else ""
+    return ",".join(_letters(s) for s in sublists) + output, tuple(tensors[:len(sublists)])
+
+
 def _diagonalize(term, x):
     """Repeated letters in one term ('ii') take the diagonal."""
     while len(set(term)) != len(term):
@@ -343,11 +369,13 @@ def _contract(ta, a, tb, b, keep):
     t.S("einsum-sum", lambda a: einsum("ij->", a), t.rn(3, 4)),
     t.S("einsum-ellipsis-outer", lambda a, b: einsum("...i,j->...ij", a, b), t.rn(2, 3), t.rn(4)),
     t.S("einsum-implicit", lambda a, b: einsum("ij,kj", a, b), t.rn(3, 4), t.rn(2, 4)),
-    t.S("einsum-three", lambda a, b, c: einsum("ij,jk,kl->il", a, b, c), t.rn(2, 3), t.rn(3, 4), t.rn(4, 2))])
+    t.S("einsum-three", lambda a, b, c: einsum("ij,jk,kl->il", a, b, c), t.rn(2, 3), t.rn(3, 4), t.rn(4, 2)),
+    t.S("einsum-sublist", lambda a, b: einsum(a, [0, 1], b, [Ellipsis, 1, 30], [30, 0]), t.rn(3, 4), t.rn(4, 2))])
 @autocast_op("einsum")
 def einsum(equation, *operands):
-    if len(operands) == 1 and isinstance(operands[0], (list, tuple)):
-        operands = tuple(operands[0])
+    """An einsum equation and its operands, or the sublist form (operand, its dims as numbers, ..., the
+    output's dims)."""
+    equation, operands = einsum_equation(equation, *operands)
     terms, out = _parse(equation, operands)
     pairs = [_diagonalize(t, x) for t, x in zip(terms, operands)]
     term, x = pairs[0]

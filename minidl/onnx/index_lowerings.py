@@ -1,0 +1,208 @@
+"""ONNX lowerings of the indexing and arranging ops: reducing scatters (ScatterElements with its
+reductions), gathers along a dim (GatherElements), index_put (ScatterND), writes over a region and
+diagonals (ScatterElements at the region's flat positions, known when exporting), differences,
+blocks, products and combinations of sets. See ``lowerings``."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..ops import arranging
+from ..ops.indexing import identity_of
+from ..ops.registry import attach_rule
+from .lowerings import INT64_MAX, _dim, _np, _operand, _pad, _sizes, lowers
+
+INT64 = np.dtype(np.int64)
+_ONNX_REDUCTIONS = {"sum": "add", "prod": "mul", "amax": "max", "amin": "min"}
+
+
+def _reduce_into(L, x, dim, where, index_shape, updates, reduce, include_self):
+    """x's value with ``updates`` folded in at ``where`` (int64 values of ``index_shape``, sizes that may be
+    traced) along dim."""
+    dtype, d, data = _np(x), _dim(dim, x.ndim), L.value(x)
+    if reduce == "mean" and dtype.kind != "f":
+        raise NotImplementedError("minidl.onnx.export: scatter_reduce(reduce='mean') of integers (a floor "
+                                  "division) is not lowered")
+    if not include_self:
+        start = L.op("ConstantOfShape", L.ints(index_shape), value=np.array([identity_of(reduce, dtype)], dtype))
+        data = L.op("ScatterElements", data, where, start, axis=d)
+    if reduce != "mean":
+        return L.op("ScatterElements", data, where, updates, axis=d, reduction=_ONNX_REDUCTIONS[reduce])
+    total = L.op("ScatterElements", data, where, updates, axis=d, reduction="add")
+    start = L.op("ConstantOfShape", L.ints(_sizes(L, x)), value=np.array([include_self], dtype))
+    ones = L.op("ConstantOfShape", L.ints(index_shape), value=np.array([1], dtype))
+    count = L.op("ScatterElements", start, where, ones, axis=d, reduction="add")
+    return L.op("Div", total, L.op("Max", count, L.constant(1, dtype)))
+
+
+def _fits(x, index):
+    if x.ndim == 0 or index.ndim != x.ndim:
+        raise NotImplementedError("minidl.onnx.export: a reducing scatter of a 0-d input or index is not lowered")
+
+
+@lowers("scatter_reduce")
+def _scatter_reduce(L, x, dim, index, src, reduce, *, include_self=True):
+    if index.numel() == 0:
+        return L.op("Identity", L.value(x))
+    _fits(x, index)
+    updates = L.value(src)
+    if tuple(src.shape) != tuple(index.shape):
+        updates = L.op("Slice", updates, L.ints([0] * src.ndim), L.ints(_sizes(L, index)), L.ints(range(src.ndim)))
+    return _reduce_into(L, x, dim, _operand(L, index, INT64), _sizes(L, index), updates, reduce, include_self)
+
+
+@lowers("index_reduce")
+def _index_reduce(L, x, dim, index, source, reduce, *, include_self=True):
+    _fits(x, source)
+    d = _dim(dim, x.ndim)
+    shaped = L.op("Reshape", _operand(L, index, INT64), L.ints([-1 if k == d else 1 for k in range(x.ndim)]))
+    expanded = L.op("Expand", shaped, L.ints(_sizes(L, source)))
+    return _reduce_into(L, x, dim, expanded, _sizes(L, source), L.value(source), reduce, include_self)
+
+
+@lowers("take_along_dim")
+def _take_along_dim(L, x, indices, dim=None):
+    if dim is None:
+        flat = [L.op("Reshape", v, L.ints([-1])) for v in (L.value(x), _operand(L, indices, INT64))]
+        return L.op("GatherElements", *flat, axis=0)
+    d = _dim(dim, x.ndim)
+    data, where = L.value(x), _operand(L, indices, INT64)
+    if any(a != b for k, (a, b) in enumerate(zip(x.shape, indices.shape)) if k != d):   # (broadcast: sizes fixed)
+        others = np.broadcast_shapes(*([1 if k == d else n for k, n in enumerate(t.shape)] for t in (x, indices)))
+        data, where = (L.op("Expand", v, L.ints([t.shape[k] if k == d else n for k, n in enumerate(others)]))
+                       for v, t in ((data, x), (where, indices)))
+    return L.op("GatherElements", data, where, axis=d)
+
+
+@lowers("index_put")
+def _index_put(L, x, indices, values, accumulate=False):
+    """ScatterND at the stacked (broadcast) index tensors of the leading dims; negatives wrapped."""
+    if any(i is None or not hasattr(i, "dtype") or i.dtype.name == "bool" for i in indices):
+        raise NotImplementedError("minidl.onnx.export: index_put with None or boolean indices is not lowered")
+    shape = np.broadcast_shapes(*(tuple(i.shape) for i in indices))
+    columns = [L.op("Unsqueeze", L.op("Expand", L.op("Mod", _operand(L, i, INT64), L.constant(n, INT64)),
+                                      L.ints(shape)), L.ints([-1]))
+               for i, n in zip(indices, x.shape)]
+    stacked = L.op("Concat", *columns, axis=-1)
+    updates = L.op("Expand", _operand(L, values, _np(x)), L.ints(tuple(shape) + tuple(x.shape[len(indices):])))
+    return L.op("ScatterND", L.value(x), stacked, updates, reduction="add" if accumulate else "none")
+
+
+# ----------------------------------------------------------------------------- regions and diagonals
+def _positions(rel):
+    """The flat positions (int64, row-major over the region) that a layout relative to a packed tensor picks."""
+    where = np.full(rel.shape, rel.offset, dtype=np.int64)
+    for k, (n, stride) in enumerate(zip(rel.shape, rel.strides)):
+        where = where + (np.arange(n, dtype=np.int64) * stride).reshape([n if j == k else 1 for j in range(rel.ndim)])
+    return where.reshape(-1)
+
+
+def _written(L, data, shape, rel, src):
+    """``data`` (a value of ``shape``) with the value ``src`` written through ``rel``."""
+    flat = L.op("Reshape", data, L.ints([-1]))
+    put = L.op("ScatterElements", flat, L.constant(_positions(rel)), L.op("Reshape", src, L.ints([-1])), axis=0)
+    return L.op("Reshape", put, L.ints(shape))
+
+
+def _region_rule(name):
+    def rule(L, x, src, *args, **kwargs):
+        rel = arranging.REGIONS[name](tuple(x.shape), *args, **kwargs)
+        return _written(L, L.value(x), x.shape, rel, _operand(L, src, _np(x)))
+    return rule
+
+
+for _name in arranging.REGIONS:
+    attach_rule(_name, "onnx", _region_rule(_name))
+
+
+def _zeros(L, shape, dtype):
+    return L.op("ConstantOfShape", L.ints(shape), value=np.array([0], dtype))
+
+
+def _embed_diagonal(L, value, x_shape, dtype, offset, dim1, dim2):
+    shape, rel = arranging.diag_embed_geometry(x_shape, offset, dim1, dim2)
+    return _written(L, _zeros(L, shape, dtype), shape, rel, value)
+
+
+@lowers("diag_embed")
+def _diag_embed(L, x, offset=0, dim1=-2, dim2=-1):
+    return _embed_diagonal(L, L.value(x), tuple(x.shape), _np(x), offset, dim1, dim2)
+
+
+@lowers("diagflat")
+def _diagflat(L, x, offset=0):
+    """diag_embed of the flattened x."""
+    return _embed_diagonal(L, L.op("Reshape", L.value(x), L.ints([-1])), (x.numel(),), _np(x), offset, 0, 1)
+
+
+# ----------------------------------------------------------------------------- differences, blocks, sets
+@lowers("diff")
+def _diff(L, x, n=1, dim=-1, prepend=None, append=None):
+    if n == 0:
+        return L.op("Identity", L.value(x))
+    d, dtype = _dim(dim, x.ndim), _np(L.out)
+    parts = [p for p in (prepend, x, append) if p is not None]
+    ends = [1 if k == d else n for k, n in enumerate(_sizes(L, x))]
+    value = L.op("Concat", *[_operand(L, p, dtype) if p.ndim else L.op("Expand", _operand(L, p, dtype), L.ints(ends))
+                             for p in parts], axis=d) if len(parts) > 1 else L.value(x)
+    for _ in range(n):
+        later = L.op("Slice", value, L.ints([1]), L.ints([INT64_MAX]), L.ints([d]))
+        earlier = L.op("Slice", value, L.ints([0]), L.ints([-1]), L.ints([d]))
+        value = L.op("Xor" if dtype == np.bool_ else "Sub", later, earlier)
+    return value
+
+
+@lowers("block_diag")
+def _block_diag(L, *tensors):
+    dtype = _np(L.out)
+    shapes = [(1,) * (2 - t.ndim) + tuple(t.shape) for t in tensors]
+    width, before, rows = sum(s[1] for s in shapes), 0, []
+    for t, shape in zip(tensors, shapes):
+        block = L.op("Reshape", _operand(L, t, dtype), L.ints(shape))
+        rows.append(L.op("Pad", block, L.ints([0, before, 0, width - before - shape[1]])))
+        before += shape[1]
+    return L.op("Concat", *rows, axis=0)
+
+
+@lowers("cartesian_prod")
+def _cartesian_prod(L, *tensors):
+    if len(tensors) == 1:
+        return L.op("Identity", L.value(tensors[0]))
+    grid = [t.shape[0] for t in tensors]
+    columns = [L.op("Reshape", L.op("Expand", L.op("Reshape", L.value(t), L.ints(
+        [n if j == k else 1 for j, n in enumerate(grid)])), L.ints(grid)), L.ints([-1, 1]))
+        for k, t in enumerate(tensors)]
+    return L.op("Concat", *columns, axis=1)
+
+
+@lowers("combinations")
+def _combinations(L, x, r=2, with_replacement=False):
+    if r == 0:
+        return _zeros(L, [0], _np(x))
+    chosen = arranging.combination_indices(x.shape[0], r, with_replacement)
+    return L.op("Gather", L.value(x), L.constant(chosen), axis=0)
+
+
+@lowers("unravel_index")
+def _unravel_index(L, indices, shape):
+    """Floor division as ONNX's exact Div of (i - i mod stride), mod with the divisor's sign (fmod=0)."""
+    shape = (shape,) if isinstance(shape, int) else tuple(shape)
+    flat = _operand(L, indices, INT64)
+    strides = [math.prod(shape[k + 1:]) for k in range(len(shape))]
+    coords = []
+    for n, stride in zip(shape, strides):
+        s = L.constant(stride, INT64)
+        whole = L.op("Div", L.op("Sub", flat, L.op("Mod", flat, s)), s)
+        coords.append(L.op("Mod", whole, L.constant(n, INT64)))
+    return tuple(coords)
+
+
+@lowers("fill")
+def _fill(L, x, value):
+    return L.op("Expand", _operand(L, value, _np(x)), L.op("Shape", L.value(x)))
+
+
+@lowers("constant_pad_nd")
+def _constant_pad_nd(L, x, pad, value=0):
+    return _pad(L, x, pad, "constant", value)
