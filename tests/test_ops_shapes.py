@@ -180,3 +180,13 @@ def test_repeat_interleave_with_counts_the_export_cannot_fix_is_refused_clearly(
         return x.repeat_interleave(counts, dim=0)
     with pytest.raises(OnnxExporterError, match="repeat_interleave with traced counts"):
         minidl.onnx.export(model, (minidl.ones(3, 2), minidl.tensor([1, 0, 2])))
+
+
+def test_sum_to_size_of_integers_to_no_dims_sums_in_int64_in_onnx_too():
+    """Size () sums (even a 0-d tensor), and a sum of integers is int64, as torch's; the export agrees."""
+    x = minidl.tensor([[1, 2], [3, 4]], dtype=minidl.int32)
+    assert x.sum_to_size(()).dtype == minidl.int64 and x[0, 0].sum_to_size(()).dtype == minidl.int64
+    assert torch.tensor(5, dtype=torch.int32).sum_to_size(()).dtype == torch.int64
+    program = minidl.onnx.export(lambda t: t.sum_to_size(1, 2), (x,))
+    (got,) = program(x)
+    assert got.dtype == np.int64 and got.tolist() == [[4, 6]]

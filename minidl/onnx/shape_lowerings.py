@@ -7,6 +7,7 @@ import numpy as np
 from ..ops.registry import OPS, attach_rule
 from ..ops.shape_ops import repeat_counts
 from ..ops.stacking import atleast_shape, split_bounds, split_dim
+from .dtypes import code
 from .lowerings import (INT64_MIN, _dim, _expand, _fixed_parts, _flip, _identity, _np, _operand, _repeat,
                         _sizes, _varargs, lowers)
 
@@ -43,9 +44,10 @@ def _sum_to_size(L, x, *size):
     size = _varargs(size)
     lead = x.ndim - len(size)
     dims = list(range(lead)) + [lead + i for i, n in enumerate(size) if n == 1 and x.shape[lead + i] != 1]
+    value = L.value(x) if L.out.dtype == x.dtype else L.op("Cast", L.value(x), to=code(L.out.dtype))  # (ints: int64)
     if not dims:
-        return L.op("Identity", L.value(x))
-    summed = L.op("ReduceSum", L.value(x), L.ints(dims), keepdims=1)
+        return L.op("Identity", value)
+    summed = L.op("ReduceSum", value, L.ints(dims), keepdims=1)
     return L.op("Reshape", summed, L.ints(list(size))) if lead else summed
 
 

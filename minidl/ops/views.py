@@ -416,7 +416,7 @@ def sum_to_size(x, *size):
     size = _shape_arg(size)
     if len(size) > x.ndim or any(s not in (n, 1) for s, n in zip(reversed(size), reversed(x.shape))):
         raise RuntimeError(f"sum_to_size: size {list(size)} is not expandable to size {list(x.shape)}.")
-    return sum_to(x, tuple(size))
+    return x.sum() if not size else sum_to(x, tuple(size))   # (size (): a sum, even of a 0-d x, as torch's)
 
 
 def _itself(name, doc):
