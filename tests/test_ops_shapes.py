@@ -190,3 +190,17 @@ def test_sum_to_size_of_integers_to_no_dims_sums_in_int64_in_onnx_too():
     program = minidl.onnx.export(lambda t: t.sum_to_size(1, 2), (x,))
     (got,) = program(x)
     assert got.dtype == np.int64 and got.tolist() == [[4, 6]]
+
+
+@pytest.mark.parametrize("offset, dim1, dim2", [(0, 0, 1), (-2, 2, 0), (1, -1, 1), (5, 0, 2)])
+def test_diagonal_copy_exports_as_torch_computes(offset, dim1, dim2):
+    values = np.random.default_rng(1).standard_normal((3, 4, 5)).astype(np.float32)
+    program = minidl.onnx.export(lambda t: minidl.diagonal_copy(t, offset, dim1, dim2), (minidl.tensor(values),))
+    (got,) = program(minidl.tensor(values))
+    np.testing.assert_array_equal(got, torch.diagonal_copy(torch.tensor(values), offset, dim1, dim2).numpy())
+
+
+def test_as_strided_copy_of_a_view_is_refused_by_the_export():
+    """A graph value has no storage beyond its own elements: as_strided_copy of a slice cannot be lowered."""
+    with pytest.raises(OnnxExporterError, match="as_strided_copy of a tensor that is not its whole storage"):
+        minidl.onnx.export(lambda t: minidl.as_strided_copy(t[1:], (2,), (1,)), (minidl.ones(4),))

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..layout import Layout
 from ..ops.registry import OPS, attach_rule
 from ..ops.shape_ops import repeat_counts
 from ..ops.stacking import atleast_shape, split_bounds, split_dim
+from ..ops.views import _positions
 from .dtypes import code
 from .lowerings import (INT64_MIN, _dim, _expand, _fixed_parts, _flip, _identity, _np, _operand, _repeat,
                         _sizes, _varargs, lowers)
@@ -144,7 +146,33 @@ for _name in ("hsplit", "vsplit", "dsplit"):
 attach_rule("split_with_sizes", "onnx", lambda L, x, split_sizes, dim=0: OPS["split"].rules["onnx"](
     L, x, list(split_sizes), dim))
 
-# the copies lower as the views they copy (as_strided and diagonal have no lowering)
+
+
+@lowers("diagonal_copy")
+def _diagonal_copy(L, x, offset=0, dim1=0, dim2=1):
+    """The two dims moved last and merged, then a Gather of the diagonal's positions in them."""
+    d1, d2 = _dim(dim1, x.ndim), _dim(dim2, x.ndim)
+    rest = [d for d in range(x.ndim) if d not in (d1, d2)]
+    n2, length = x.shape[d2], L.out.shape[-1]
+    start = offset if offset >= 0 else -offset * n2
+    moved = L.op("Transpose", L.value(x), perm=rest + [d1, d2])
+    merged = L.op("Reshape", moved, L.ints([_sizes(L, x)[d] for d in rest] + [-1]))
+    index = start + np.arange(length) * (n2 + 1)
+    return L.op("Gather", merged, L.constant(index, np.int64), axis=len(rest))
+
+
+@lowers("as_strided_copy")
+def _as_strided_copy(L, x, size, stride, storage_offset=None):
+    """A Gather of the storage positions, when ``x`` is its whole storage (a graph value has no other)."""
+    if not x.is_contiguous() or x._layout.offset or x.numel() != x._storage.buf.size:
+        raise NotImplementedError("minidl.onnx.export: as_strided_copy of a tensor that is not its whole storage "
+                                  "is not lowered")
+    offset = 0 if storage_offset is None else storage_offset
+    index = _positions(Layout(tuple(size), tuple(stride), offset))
+    return L.op("Gather", L.op("Reshape", L.value(x), L.ints([-1])), L.constant(index, np.int64), axis=0)
+
+
+# the other copies lower as the views they copy
 attach_rule("alias_copy", "onnx", _identity)
 attach_rule("expand_copy", "onnx", lambda L, x, size, *, implicit=False: _expand(L, x, *size))
 for _copy, _view in {"narrow_copy": "narrow", "permute_copy": "permute", "squeeze_copy": "squeeze", "t_copy": "t",
