@@ -204,3 +204,15 @@ def test_as_strided_copy_of_a_view_is_refused_by_the_export():
     """A graph value has no storage beyond its own elements: as_strided_copy of a slice cannot be lowered."""
     with pytest.raises(OnnxExporterError, match="as_strided_copy of a tensor that is not its whole storage"):
         minidl.onnx.export(lambda t: minidl.as_strided_copy(t[1:], (2,), (1,)), (minidl.ones(4),))
+
+
+def test_exports_follow_a_dynamic_batch_size():
+    """Exported with a dynamic dim 0, the lowerings read sizes from the graph: run at another size,
+    ONNX Runtime gives torch's results."""
+    def model(m, x):
+        return x.repeat_interleave(2, dim=0), m.atleast_3d(x), x.tile(1, 2), m.hstack([x, x]), x.ravel()
+    program = minidl.onnx.export(lambda x: model(minidl, x), (minidl.ones(3, 4),), input_names=["x"],
+                                 dynamic_axes={"x": {0: "n"}})
+    values = np.random.default_rng(2).standard_normal((5, 4)).astype(np.float32)
+    for got, want in zip(program(minidl.tensor(values)), model(torch, torch.tensor(values))):
+        np.testing.assert_array_equal(got, want.numpy())
