@@ -29,9 +29,10 @@ def same(got, want):
 @pytest.mark.parametrize("make", [
     lambda m, x: m.select(x, 1, -2), lambda m, x: x.unfold(1, 4, 1), lambda m, x: x.ravel(),
     lambda m, x: m.tensor_split(x, [1, 3], 1)[1], lambda m, x: m.hsplit(x, 3)[2], lambda m, x: m.vsplit(x, 2)[0],
-    lambda m, x: x.H, lambda m, x: x.mH, lambda m, x: m.moveaxis(x, 0, 1),
+    lambda m, x: x.H, lambda m, x: x.mH, lambda m, x: m.moveaxis(x, 0, 1), lambda m, x: m.atleast_3d(x),
     lambda m, x: m.split_with_sizes(x, [2, 4], 1)[1]], ids=["select", "unfold", "ravel", "tensor_split", "hsplit",
-                                                           "vsplit", "H", "mH", "moveaxis", "split_with_sizes"])
+                                                           "vsplit", "H", "mH", "moveaxis", "atleast_3d",
+                                                           "split_with_sizes"])
 def test_views_share_their_input_memory_as_torch_s(make):
     """A write into the input shows through the result (and the result is a view), as in torch."""
     x, tx = pair()
