@@ -292,6 +292,21 @@ class Tensor(TensorBase):
     def T(self):
         return self.permute(tuple(range(self.ndim - 1, -1, -1)))
 
+    @property
+    def mH(self):
+        """The conjugate transpose of the last two dims: of real matrices, ``mT``."""
+        if self.ndim < 2:
+            raise RuntimeError(f"tensor.mH is only supported on matrices or batches of matrices. Got "
+                               f"{self.ndim}-D tensor.")
+        return self.transpose(-2, -1)
+
+    @property
+    def H(self):
+        """The conjugate transpose of a matrix (a 0-d tensor is its own)."""
+        if self.ndim not in (0, 2):
+            raise RuntimeError(f"tensor.H is only supported on matrices (2-D tensors). Got {self.ndim}-D tensor.")
+        return self.transpose(0, 1) if self.ndim else self
+
     def new_zeros(self, *size, dtype=None, device=None, requires_grad=False):
         return ops.zeros(*size, dtype=dtype or self.dtype, device=device or self.device, requires_grad=requires_grad)
 

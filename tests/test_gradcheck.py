@@ -127,6 +127,8 @@ NEEDS_NO_SAMPLE = {
     "histc", "unique", "histogram",
     # shapes only
     "broadcast_shapes",
+    # no result: a real tensor has no imaginary part (it raises, as in PyTorch; tests/test_ops_shapes.py)
+    "imag",
     # the optimizers' in-place steps: parameters updated without autograd (tests/test_optim_*.py)
     "_fused_sgd_step_", "_fused_adam_step_",
     # their multi-tensor forms and clip_grad_norm_'s, no autograd either (tests/test_optim_foreach.py)

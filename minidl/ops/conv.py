@@ -9,6 +9,7 @@ import numpy as np
 
 from .. import _dtype as dt
 from ..autograd import Function
+from . import views
 from .autocast_mode import autocast_op
 from .core import cast, check_devices, grad_enabled, kernel, packed_buffer
 from .elementwise import div
@@ -225,7 +226,8 @@ def _sample_geometry():
     return (2, 2, 1, 2, 1, 0, 1, 1) + _geometry("im2col", 3, 4, (2, 2), (1, 2), (1, 0), (1, 1))  # (4, 2)
 
 
-@op("unfold", method=False, namespace="nn.functional", samples=lambda t: [
+# (torch's Tensor.unfold is another op, the windows view ``views.unfold_windows``, method of this name)
+@op("unfold", method=views.unfold_windows, namespace="nn.functional", samples=lambda t: [
     t.S("unfold", lambda x: im2col(x, (2, 1), padding=(0, 1)), t.rn(1, 2, 3, 2)),
     t.S("unfold-positional-unbatched", lambda x: im2col(x, 2, 1, 0, 2), t.rn(2, 5, 4)),
     t.S("channel-major", lambda x: Im2Col.apply(x, _sample_geometry(), True), t.rn(2, 2, 3, 4))])

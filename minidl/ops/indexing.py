@@ -136,7 +136,7 @@ def plan(x, index):
             except TypeError:
                 raise TypeError(f"invalid index of type {type(item).__name__}; only integers, slices, None, "
                                 f"Ellipsis, lists and integer or boolean tensors are valid indices") from None
-            view = views.select(view, dim, i)
+            view = views.select_(view, dim, i)
     return view, advanced
 
 

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from .. import _dtype as dt
 from .. import layout as L
 from ..autograd import Function
@@ -101,7 +103,9 @@ def meshgrid(*tensors, indexing=None):
     return tuple(t.reshape([-1 if d == axis else 1 for d in range(n)]).expand(shape) for t, axis in zip(tensors, axes))
 
 
-@op(samples=lambda t: [t.S("split", lambda x: x.split([1, 3], 1), t.rn(2, 4))])
+@op(aliases=("unsafe_split",), samples=lambda t: [
+    t.S("split", lambda x: x.split([1, 3], 1), t.rn(2, 4)),
+    t.S("unsafe_split", lambda x: x.unsafe_split(2), t.rn(3, 2))])
 def split(x, split_size_or_sections, dim=0):
     dim = L.normalize_dim(dim, x.ndim, "split")
     n = x.shape[dim]
@@ -135,7 +139,9 @@ class Split(Function):
         return cat(grads, ctx.dim), None, None
 
 
-@op(samples=lambda t: [t.S("chunk", lambda x: x.chunk(2, 0), t.NC(t.rn(5, 2), "F"))])
+@op(aliases=("unsafe_chunk",), samples=lambda t: [
+    t.S("chunk", lambda x: x.chunk(2, 0), t.NC(t.rn(5, 2), "F")),
+    t.S("unsafe_chunk", lambda x: x.unsafe_chunk(3, 1), t.rn(2, 4))])
 def chunk(x, chunks, dim=0):
     dim = L.normalize_dim(dim, x.ndim, "chunk")
     size = math.ceil(x.shape[dim] / chunks) if x.shape[dim] else 1
@@ -145,7 +151,7 @@ def chunk(x, chunks, dim=0):
 @op(samples=lambda t: [t.S("unbind", lambda x: x.unbind(1), t.rn(2, 3))])
 def unbind(x, dim=0):
     dim = L.normalize_dim(dim, x.ndim, "unbind")
-    return tuple(views.select(x, dim, i) for i in range(x.shape[dim]))
+    return tuple(views.select_(x, dim, i) for i in range(x.shape[dim]))
 
 
 @op(samples=lambda t: [
@@ -162,6 +168,64 @@ def repeat(x, *sizes):
         interleaved += [r, n]
     expanded = x.reshape([v for n in x.shape for v in (1, n)]).expand(interleaved)
     return expanded.reshape([r * n for r, n in zip(sizes, x.shape)])
+
+
+@op(samples=lambda t: [
+    t.S("tile", lambda x: x.tile((2, 1)), t.rn(2, 3)),
+    t.S("tile-short-dims", lambda x: tile(x, (2,)), t.NC(t.rn(3, 2), "F")),
+    t.S("tile-long-dims", lambda x: x.tile(2, 1, 2), t.rn(3))])
+def tile(x, *dims):
+    """``repeat`` with ``dims`` padded by leading 1s to x's rank (numpy's tile)."""
+    dims = views._shape_arg(dims)
+    return repeat(x, (1,) * (x.ndim - len(dims)) + dims)
+
+
+@op(samples=lambda t: [
+    t.S("repeat_interleave", lambda x: x.repeat_interleave(2, 1), t.rn(2, 3)),
+    t.S("repeat_interleave-flat", lambda x: repeat_interleave(x, 3), t.NC(t.rn(2, 2), "F")),
+    t.S("repeat_interleave-counts", lambda x: x.repeat_interleave(t.const([2, 0, 1]), dim=0, output_size=3),
+        t.rn(3, 2)),
+    t.S("repeat_interleave-one-count", lambda x: x.repeat_interleave(t.const([2]), dim=-1), t.rn(2, 2))])
+def repeat_interleave(x, repeats=None, dim=None, *, output_size=None):
+    """Each element (each slice along ``dim``; of the flattened ``x`` without one) ``repeats`` times
+    in a row; ``repeats``: an int, or a tensor of counts, one or one per slice.
+    ``repeat_interleave(counts)`` alone gives each index ``counts[i]`` times."""
+    if repeats is None:
+        x, repeats, dim = arange(x.numel(), device=x.device), x, 0
+    if dim is None:
+        x, dim = x.reshape(-1), 0
+    dim = L.normalize_dim(dim, x.ndim, "repeat_interleave")
+    n = x.shape[dim] if x.ndim else 1
+    if hasattr(repeats, "_layout"):
+        index = np.repeat(np.arange(n), repeat_counts(repeats, n))
+        out = x.index_select(dim, tensor(index, dtype=dt.int64, device=x.device))
+    else:
+        if repeats < 0:
+            raise RuntimeError(f"repeat_interleave: repeats must be non-negative, got {repeats}")
+        sizes = list(x.shape)
+        sizes.insert(dim + 1, repeats)
+        out = x.unsqueeze(dim + 1).expand(sizes).flatten(dim, dim + 1)
+    if output_size is not None and output_size != out.shape[dim]:
+        raise RuntimeError(f"repeat_interleave: output_size={output_size} does not match the repeated size "
+                           f"{out.shape[dim]} along dim {dim}")
+    return out
+
+
+def repeat_counts(repeats, n):
+    """The repeat counts a tensor of them gives ``n`` slices (one count serves them all), as ints."""
+    if repeats.dtype.is_floating_point or repeats.dtype == dt.bool_:
+        raise RuntimeError(f"repeat_interleave: repeats must be an integer tensor, got {repeats.dtype}")
+    if repeats.ndim > 1:
+        raise RuntimeError(f"repeat_interleave only accepts a 1-D tensor of repeats, got shape {list(repeats.shape)}")
+    counts = repeats.reshape(-1).tolist()
+    if len(counts) == 1:
+        counts *= n
+    if len(counts) != n:
+        raise RuntimeError(f"repeat_interleave: repeats must have the same size as input along dim, but got "
+                           f"repeats.size(0) = {len(counts)} and input.size(dim) = {n}")
+    if any(c < 0 for c in counts):
+        raise RuntimeError(f"repeat_interleave: repeats can not be negative, got {repeats.tolist()}")
+    return counts
 
 
 def _tri_mask(x, diagonal, lower):
@@ -220,6 +284,43 @@ def roll(x, shifts, dims=None):
         if s:
             x = cat([x.narrow(d, n - s, s), x.narrow(d, 0, n - s)], d)
     return x
+
+
+@op(samples=lambda t: [
+    t.S("rot90", lambda x: x.rot90(), t.rn(3, 4)),
+    t.S("rot90-twice", lambda x: rot90(x, 2, (0, 2)), t.NC(t.rn(2, 3, 2), "F")),
+    t.S("rot90-back", lambda x: x.rot90(-1, (1, 0)), t.rn(2, 3)),
+    t.S("rot90-none", lambda x: x.rot90(4), t.rn(2, 3))])
+def rot90(x, k=1, dims=(0, 1)):
+    """A quarter turn ``k`` times, from dims[0] towards dims[1] (a copy, as torch's)."""
+    dims = tuple(dims)
+    if len(dims) != 2:
+        raise RuntimeError(f"rot90: expected total rotation dims == 2, but got dims = {len(dims)}")
+    if x.ndim < 2:
+        raise RuntimeError(f"rot90: expected total dims >= 2, but got total dims = {x.ndim}")
+    d0, d1 = (L.normalize_dim(d, x.ndim, "rot90") for d in dims)
+    if d0 == d1:
+        raise RuntimeError(f"rot90: expected rotation dims to be different, but got dim0 = {d0} and dim1 = {d1}")
+    k %= 4
+    if k == 1:
+        return flip(x, d1).transpose(d0, d1)
+    if k == 3:
+        return flip(x, d0).transpose(d0, d1)
+    return flip(x, (d0, d1)) if k == 2 else x.clone()
+
+
+@op(samples=lambda t: [t.S("flipud", lambda x: x.flipud(), t.rn(3, 2))])
+def flipud(x):
+    if x.ndim < 1:
+        raise RuntimeError("flipud: Input must be >= 1-d.")
+    return flip(x, 0)
+
+
+@op(samples=lambda t: [t.S("fliplr", lambda x: x.fliplr(), t.NC(t.rn(2, 3), "F"))])
+def fliplr(x):
+    if x.ndim < 2:
+        raise RuntimeError(f"fliplr: Input must be >= 2-d (got a {x.ndim}-D tensor).")
+    return flip(x, 1)
 
 
 class ConstantPad(Function):

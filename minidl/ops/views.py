@@ -21,7 +21,7 @@ from .._tensor_base import make
 from ..autograd import Function
 from .core import buf, from_host_array, kernel, new_like_shape, sum_to
 from .take_put import IndexPut, Take
-from .registry import op
+from .registry import OPS, op
 
 
 def view_of(x, layout):
@@ -99,7 +99,7 @@ squeeze_ = _view("Squeeze", L.squeeze, lambda g, shape, dims: g.reshape(shape))
 _as_view = _view("ViewAs", lambda layout, shape: L.Layout(shape, L.view_strides(layout, shape), layout.offset),
                  lambda g, shape, new_shape: g.reshape(shape))
 narrow_ = _view("Narrow", L.narrow)
-select = _view("Select", L.select)
+select_ = _view("Select", L.select)
 slice_dim = _view("Slice", L.slice_dim)
 diagonal_ = _view("Diagonal", L.diagonal)
 
@@ -263,7 +263,9 @@ def t(x):
     return transpose(x, 0, 1) if x.ndim == 2 else x.view(x.shape)
 
 
-@op(samples=lambda t: [t.S("movedim", lambda x: x.movedim(0, -1), t.rn(2, 3, 4))])
+@op(aliases=("moveaxis",), samples=lambda t: [
+    t.S("movedim", lambda x: x.movedim(0, -1), t.rn(2, 3, 4)),
+    t.S("moveaxis-several", lambda x: x.moveaxis((0, 1), (2, 0)), t.rn(2, 3, 4))])
 def movedim(x, source, destination):
     src = [source] if isinstance(source, int) else list(source)
     dst = [destination] if isinstance(destination, int) else list(destination)
@@ -343,3 +345,106 @@ def broadcast_shapes(*shapes):
     """Each shape a sequence of sizes or, as in torch, one int (``broadcast_shapes((5, 1), 5)`` is (5, 5))."""
     shapes = [(shape,) if isinstance(shape, numbers.Integral) else tuple(shape) for shape in shapes]
     return L.broadcast_shapes(*shapes, op="broadcast_shapes")
+
+
+@op(samples=lambda t: [
+    t.S("select", lambda x: x.select(1, -1), t.rn(3, 4)),
+    t.S("select-fn", lambda x: select(x, 0, 1), t.NC(t.rn(3, 2, 2), "F"))])
+def select(x, dim, index):
+    """``x`` at ``index`` along ``dim``: a view one dim smaller (``x.select(0, i)`` is ``x[i]``)."""
+    if x.ndim == 0:
+        raise IndexError("select() cannot be applied to a 0-dim tensor.")
+    dim = L.normalize_dim(dim, x.ndim, "select")
+    index, n = operator.index(index), x.shape[dim]
+    if not -n <= index < n:
+        raise IndexError(f"select(): index {index} out of range for tensor of size {list(x.shape)} at dimension "
+                         f"{dim}")
+    return select_(x, dim, index)
+
+
+def _unfold_layout(layout, dim, size, step):
+    """Every window of ``size`` elements ``step`` apart along ``dim``: that dim counts the windows,
+    a new last dim walks inside one (a 0-d tensor is one element)."""
+    if layout.ndim == 0:
+        return L.Layout((size,), (1,), layout.offset)
+    shape, strides = list(layout.shape), list(layout.strides)
+    shape[dim], strides[dim] = (shape[dim] - size) // step + 1, strides[dim] * step
+    return L.Layout(shape + [size], strides + [layout.strides[dim]], layout.offset)
+
+
+class Unfold(View):
+    """Windows may overlap (step < size): the gradient is summed into each input element."""
+    layout_fn = staticmethod(_unfold_layout)
+    backward_kind = "scatter"   # (forward keeps the windows' layout over a packed input: ctx.relative)
+
+    @classmethod
+    def backward(cls, ctx, g):
+        shape, params = ctx.meta
+        flat = from_host_array(_positions(ctx.relative), g.device)
+        gx = IndexPut.apply(g.new_zeros(math.prod(shape)), flat, g, True).reshape(shape)
+        return (gx,) + (None,) * len(params)
+
+
+@op("_unfold", method=False, namespace=None, samples=lambda t: [
+    t.S("unfold-overlapping", lambda x: x.unfold(1, 3, 1), t.rn(2, 5)),
+    t.S("unfold-step", lambda x: x.unfold(0, 2, 3), t.NC(t.rn(7, 2), "F")),
+    t.S("unfold-0d", lambda x: x.unfold(0, 1, 2), t.rn()),
+    t.S("unfold-overlapping", lambda x: x.unfold(-1, 2, 1) ** 2, t.rn(3, 4), second_order=True)])
+def unfold_windows(x, dimension, size, step):
+    """``Tensor.unfold``: a view of every window (``minidl.nn.functional.unfold``, im2col, is another op)."""
+    dim = L.normalize_dim(dimension, max(x.ndim, 1), "unfold")
+    n = x.shape[dim] if x.ndim else 1
+    if size < 0 or size > n:
+        raise RuntimeError(f"unfold: maximum size for tensor at dimension {dim} is {n} but size is {size} (a "
+                           f"tensor of shape {list(x.shape)})")
+    if step <= 0:
+        raise RuntimeError(f"unfold: step is {step} but must be > 0")
+    return Unfold.apply(x, dim, operator.index(size), operator.index(step))
+
+
+@op(samples=lambda t: [t.S("ravel", lambda x: x.ravel(), t.NC(t.rn(3, 4), "F"))])
+def ravel(x):
+    """The elements in row-major order, 1-D and packed: a view when ``x`` is packed already."""
+    return reshape(contiguous(x), -1)
+
+
+@op(namespace=None, samples=lambda t: [
+    t.S("sum_to_size", lambda x: x.sum_to_size(3, 1), t.rn(3, 4)),
+    t.S("sum_to_size-lead", lambda x: x.sum_to_size((1, 4)), t.NC(t.rn(2, 3, 4), "F"))])
+def sum_to_size(x, *size):
+    """``Tensor.sum_to_size``: sum ``x`` down to a shape it could have been expanded from."""
+    size = _shape_arg(size)
+    if len(size) > x.ndim or any(s not in (n, 1) for s, n in zip(reversed(size), reversed(x.shape))):
+        raise RuntimeError(f"sum_to_size: size {list(size)} is not expandable to size {list(x.shape)}.")
+    return x.sum() if not size else sum_to(x, tuple(size))   # (size (): a sum, even of a 0-d x, as torch's)
+
+
+def _itself(name, doc):
+    """The op ``name``, the identity on minidl's tensors, all real: ``x`` itself, as torch returns it."""
+    def same(x):
+        return x
+    same.__name__ = same.__qualname__ = name
+    same.__doc__ = doc
+    return same
+
+
+def _as_itself(name):
+    """The samples of an op that returns its input."""
+    return lambda t: [t.S(name, lambda x: OPS[name].function(x) * 1, t.rn(3))]
+
+
+_real = _itself("real", "The real part: the tensor itself (minidl has no complex dtypes).")
+real = op("real", method=property(_real), samples=_as_itself("real"))(_real)   # (x.real: an attribute)
+conj = op("conj", samples=_as_itself("conj"))(_itself("conj", "The complex conjugate: of a real tensor, itself."))
+conj_physical = op("conj_physical", samples=_as_itself("conj_physical"))(
+    _itself("conj_physical", "The conjugate, materialised: of a real tensor, itself (as torch's)."))
+resolve_conj = op("resolve_conj", samples=_as_itself("resolve_conj"))(
+    _itself("resolve_conj", "Materialises a lazy conjugation, which real tensors never carry: itself."))
+resolve_neg = op("resolve_neg", samples=_as_itself("resolve_neg"))(
+    _itself("resolve_neg", "Materialises a lazy negation (of complex views), which minidl never makes: itself."))
+
+
+@op(method=property(lambda x: imag(x)))   # (x.imag: an attribute)
+def imag(x):
+    """The imaginary part, which a real tensor does not have (torch raises too)."""
+    raise RuntimeError(f"imag is not implemented for tensors with non-complex dtypes (got {x.dtype}).")
