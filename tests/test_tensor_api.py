@@ -399,8 +399,8 @@ INPLACE = {  # name: arguments after self (self: 3x4, or the shape in SHAPES)
     "masked_fill_": (_w > 0.5, 2.0), "index_fill_": (1, minidl.tensor([0, 3]), 2.0),
     "index_copy_": (0, minidl.tensor([2]), minidl.ones(1, 4)), "index_add_": (1, minidl.tensor([0, 3]), _w[:2].expand(3, 2)),
     "scatter_": (1, _idx, minidl.ones(3, 2)), "scatter_add_": (1, _idx, minidl.ones(3, 2)),
-    "scatter_reduce_": (1, _idx, minidl.ones(3, 2), "amax"),
-    "index_reduce_": (1, minidl.tensor([0, 3]), minidl.ones(3, 2) * 2, "prod"),
+    "scatter_reduce_": (1, _idx, minidl.ones(3, 2, dtype=minidl.float64), "amax"),
+    "index_reduce_": (1, minidl.tensor([0, 3]), minidl.full((3, 2), 2.0, dtype=minidl.float64), "prod"),
     "addmm_": (minidl.ones(3, 2), minidl.ones(2, 4)), "baddbmm_": (minidl.ones(2, 3, 2), minidl.ones(2, 2, 4)),
 }
 SHAPES = {"baddbmm_": (2, 3, 4)}
