@@ -563,3 +563,4 @@ def _function_ops() -> dict:
 FUNCTION_OPS = _function_ops()
 
 from . import nn_lowerings  # noqa: E402,F401  (the nn ops' rules)
+from . import activation_lowerings  # noqa: E402,F401  (the activations' rules)
