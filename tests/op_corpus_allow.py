@@ -5,4 +5,7 @@ A key is (entry, dtype, sample index): entry is op_db's 'name' or 'name:variant'
 every sample). Allow-listed failing samples leave the denominator; test_op_corpus keeps this list
 under 1% of the judged samples and fails on a key that no longer fails.
 """
-ALLOW = {}
+_RRELU_DRAWS = ("rrelu in training multiplies each negative element by a slope drawn from torch's own random stream, "
+                "which minidl does not reproduce (its draws are checked for range and gradient in "
+                "tests/test_ops_activations.py)")
+ALLOW = {("nn.functional.rrelu", None, 0): _RRELU_DRAWS, ("nn.functional.rrelu", None, 2): _RRELU_DRAWS}
