@@ -3,6 +3,8 @@ look: values and gradients at the extremes and at the kinks (signed zeros, NaN, 
 inputs, the in-place forms, the modules (constructors, repr, parameters, train/eval), and the errors."""
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 import pytest
 
@@ -140,9 +142,9 @@ MODULES = [("Hardtanh", (), {}), ("Hardtanh", (-2.0, 3.0), {"inplace": True}), (
 @pytest.mark.parametrize("name, args, kwargs", MODULES)
 def test_modules_as_torch(name, args, kwargs):
     """The same repr (constructor defaults, extra_repr), the same parameters, the same outputs in eval mode."""
-    with pytest.warns(FutureWarning) if "min_value" in kwargs else _no_warning():
+    with pytest.warns(FutureWarning) if "min_value" in kwargs else contextlib.nullcontext():
         ours = getattr(nn, name)(*args, **kwargs).eval()
-    with pytest.warns(FutureWarning) if "min_value" in kwargs else _no_warning():
+    with pytest.warns(FutureWarning) if "min_value" in kwargs else contextlib.nullcontext():
         theirs = getattr(torch.nn, name)(*args, **kwargs).eval()
     assert repr(ours) == repr(theirs)
     assert [(n, tuple(p.shape)) for n, p in ours.named_parameters()] == \
@@ -153,14 +155,6 @@ def test_modules_as_torch(name, args, kwargs):
     got = ours(minidl.tensor(values))
     want = theirs(torch.tensor(values))
     np.testing.assert_allclose(got.detach().numpy(), want.detach().numpy(), rtol=2e-6, atol=1e-6)
-
-
-class _no_warning:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
 
 
 def test_rrelu_in_training_draws_one_slope_per_negative_element_in_its_range():

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..ops.activations import SELU_ALPHA, SELU_SCALE, _prelu_weight, _softmin_dim
+from ..ops.activations import SELU_ALPHA, SELU_SCALE, _prelu_weight, _scalar, _softmin_dim
 from ..ops.registry import attach_rule
 from .lowerings import _clamp, _dim, _np, _operand, lowers
 
@@ -14,14 +14,9 @@ def _float_value(L, x):
     return _operand(L, x, _np(L.out))
 
 
-def _bound(x, value):
-    """A parameter as the op reads it: truncated for integer inputs."""
-    return value if x.dtype.is_floating_point else int(value)
-
-
 @lowers("_hardtanh")
 def _hardtanh(L, x, min_val=-1.0, max_val=1.0):
-    return _clamp(L, x, _bound(x, min_val), _bound(x, max_val))
+    return _clamp(L, x, _scalar(x, min_val), _scalar(x, max_val))
 
 
 attach_rule("_relu6", "onnx", lambda L, x: _clamp(L, x, 0, 6))
@@ -48,8 +43,8 @@ def _tanhshrink(L, x):
 def _threshold(L, x, threshold, value):
     dtype = _np(L.out)
     v = L.value(x)
-    below = L.op("LessOrEqual", v, L.constant(_bound(x, threshold), dtype))
-    return L.op("Where", below, L.constant(_bound(x, value), dtype), v)
+    below = L.op("LessOrEqual", v, L.constant(_scalar(x, threshold), dtype))
+    return L.op("Where", below, L.constant(_scalar(x, value), dtype), v)
 
 
 @lowers("hardshrink")
