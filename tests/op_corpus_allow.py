@@ -5,6 +5,9 @@ A key is (entry, dtype, sample index): entry is op_db's 'name' or 'name:variant'
 every sample). Allow-listed failing samples leave the denominator; test_op_corpus keeps this list
 under 1% of the judged samples and fails on a key that no longer fails.
 """
+_RRELU_DRAWS = ("rrelu in training multiplies each negative element by a slope drawn from torch's own random stream, "
+                "which minidl does not reproduce (its draws are checked for range and gradient in "
+                "tests/test_ops_activations.py)")
 ALLOW = {
     ("nn.functional.scaled_dot_product_attention", "float32", 21):
         "float32 rounding: scores up to ~300 (inputs in [-9, 9]); minidl and torch are each 9e-6 from the float64 "
@@ -14,4 +17,5 @@ ALLOW = {
     # and the incoming gradient arange(6), torch gives [0, 0, 2, 0, 0, 0]. minidl's is the closed form
     # (tests/test_ops_indexing_more.py).
     **{("as_strided_scatter", "float64", i): "torch's input gradient is not the closed form's" for i in range(7)},
+    **{("nn.functional.rrelu", dtype, index): _RRELU_DRAWS for dtype in ("float64", "float32") for index in (0, 2)},
 }

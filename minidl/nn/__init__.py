@@ -4,6 +4,8 @@ Built only on the public Tensor API (``nn`` sits above ``Tensor``).
 """
 from . import functional, init, parallel, utils
 from .activation import ELU, GELU, LeakyReLU, LogSigmoid, LogSoftmax, ReLU, Sigmoid, SiLU, Softmax, Softplus, Tanh
+from .activation import (CELU, GLU, SELU, Hardshrink, Hardsigmoid, Hardswish, Hardtanh, Mish, PReLU, ReLU6, RReLU,
+                         Softmin, Softshrink, Softsign, Tanhshrink, Threshold)
 from .batchnorm import BatchNorm1d, BatchNorm2d, BatchNorm3d, GroupNorm
 from .container import Flatten, Identity, ModuleDict, ModuleList, Sequential, Unflatten
 from .conv import Conv1d, Conv2d, ConvTranspose2d
@@ -32,3 +34,5 @@ __all__ = [
 ]
 __all__ += ["MultiheadAttention", "Transformer", "TransformerEncoderLayer", "TransformerEncoder",
             "TransformerDecoderLayer", "TransformerDecoder", "modules", "RMSNorm", "BatchNorm3d"]
+__all__ += ["Hardtanh", "ReLU6", "Hardswish", "Hardsigmoid", "Mish", "SELU", "CELU", "GLU", "PReLU", "Softsign",
+            "Threshold", "Softmin", "Hardshrink", "Softshrink", "Tanhshrink", "RReLU"]

@@ -10,12 +10,18 @@ from minidl.ops import (_cross_entropy_rows, _fused_attention, _fused_dropout, _
                         _recurrence, _silu, _split_heads, adaptive_avg_pool2d, avg_pool2d, batch_norm, conv1d,
                         conv2d, conv_transpose2d, embedding, fold, group_norm, layer_norm, linear, max_pool2d,
                         rms_norm, unfold)
+from minidl.ops import (_hardsigmoid, _hardswish, _hardtanh, _mish, _relu6, celu as _celu, glu,  # noqa: F401
+                        hardshrink, prelu, rrelu as _rrelu, selu as _selu, softmin, softshrink, softsign, tanhshrink,
+                        threshold as _threshold)
 
 __all__ = [
     "linear", "relu", "relu_", "gelu", "silu", "leaky_relu", "elu", "softplus", "sigmoid", "tanh", "logsigmoid",
     "softmax", "log_softmax", "dropout", "embedding", "layer_norm", "one_hot", "pad", "normalize", "mse_loss",
     "l1_loss", "smooth_l1_loss", "huber_loss", "nll_loss", "cross_entropy", "binary_cross_entropy",
     "binary_cross_entropy_with_logits", "kl_div", "rms_norm",
+    "hardtanh", "hardtanh_", "relu6", "hardswish", "hardsigmoid", "mish", "selu", "selu_", "celu", "celu_", "glu",
+    "prelu", "softsign", "threshold", "threshold_", "softmin", "hardshrink", "softshrink", "tanhshrink", "rrelu",
+    "rrelu_",
 ]
 
 
@@ -67,6 +73,69 @@ def silu(input, inplace: bool = False):
     # in place, the gradient reads the input as it was: like torch, keep a copy of it
     x = input.clone() if inplace and input.requires_grad and minidl.is_grad_enabled() else input
     return _inplace_result(input, _silu(x), inplace)
+
+
+def _in_place(op, input, inplace, *args):
+    """op(input, *args), written into input when ``inplace``. The gradient still reads the input as it
+    was (as torch's in-place activations): a copy of it is kept when a graph is recorded."""
+    x = input.clone() if inplace and input.requires_grad and minidl.is_grad_enabled() else input
+    return _inplace_result(input, op(x, *args), inplace)
+
+
+def hardtanh(input, min_val: float = -1.0, max_val: float = 1.0, inplace: bool = False):
+    return _in_place(_hardtanh, input, inplace, min_val, max_val)
+
+
+def hardtanh_(input, min_val: float = -1.0, max_val: float = 1.0):
+    return hardtanh(input, min_val, max_val, inplace=True)
+
+
+def relu6(input, inplace: bool = False):
+    return _in_place(_relu6, input, inplace)
+
+
+def hardswish(input, inplace: bool = False):
+    return _in_place(_hardswish, input, inplace)
+
+
+def hardsigmoid(input, inplace: bool = False):
+    return _in_place(_hardsigmoid, input, inplace)
+
+
+def mish(input, inplace: bool = False):
+    return _in_place(_mish, input, inplace)
+
+
+def selu(input, inplace: bool = False):
+    return _in_place(_selu, input, inplace)
+
+
+def selu_(input):
+    return selu(input, inplace=True)
+
+
+def celu(input, alpha: float = 1.0, inplace: bool = False):
+    return _in_place(_celu, input, inplace, alpha)
+
+
+def celu_(input, alpha: float = 1.0):
+    return celu(input, alpha, inplace=True)
+
+
+def threshold(input, threshold: float, value: float, inplace: bool = False):
+    return _in_place(_threshold, input, inplace, threshold, value)
+
+
+def threshold_(input, threshold: float, value: float):
+    return _in_place(_threshold, input, True, threshold, value)
+
+
+def rrelu(input, lower: float = 1.0 / 8, upper: float = 1.0 / 3, training: bool = False, inplace: bool = False):
+    return _in_place(_rrelu, input, inplace, lower, upper, training)
+
+
+def rrelu_(input, lower: float = 1.0 / 8, upper: float = 1.0 / 3, training: bool = False):
+    return rrelu(input, lower, upper, training, inplace=True)
 
 
 def leaky_relu(input, negative_slope: float = 0.01, inplace: bool = False):

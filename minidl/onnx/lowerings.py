@@ -562,4 +562,5 @@ def _function_ops() -> dict:
 
 FUNCTION_OPS = _function_ops()
 
-from . import nn_lowerings, reduction_lowerings, index_lowerings, shape_lowerings  # noqa: E402,F401
+from . import (nn_lowerings, reduction_lowerings, index_lowerings, shape_lowerings,  # noqa: E402,F401
+               activation_lowerings)

@@ -180,13 +180,15 @@ _SAMPLE_VALUES = {"abs": ("nonzero",), "sign": ("nonzero",), "reciprocal": ("non
                   "tan": ("uniform", -1.2, 1.2), "floor": ("frac",), "ceil": ("frac",), "round": ("frac",),
                   "trunc": ("frac",), "asin": ("uniform", -0.9, 0.9), "acos": ("uniform", -0.9, 0.9),
                   "atanh": ("uniform", -0.9, 0.9), "acosh": ("uniform", 1.1, 3), "log2": ("pos",),
-                  "log10": ("pos",)}
+                  "log10": ("pos",), "relu6": ("uniform", -2, 8), "hardswish": ("uniform", -5, 5),
+                  "hardsigmoid": ("uniform", -5, 5), "selu": ("nonzero",)}
 
 
-def _unary_samples(t, name):
-    """A unary op's samples: contiguous, column-major and negative-stride inputs, and its own."""
+def _unary_samples(t, name, fn=None):
+    """A unary op's samples: contiguous, column-major and negative-stride inputs, and its own
+    (``fn``: the op's public function, when it is not the formula's own)."""
     maker, *args = _SAMPLE_VALUES.get(name, ("rn",))
-    values, fn = (lambda *shape: getattr(t, maker)(*args, *shape)), globals()[name]
+    values, fn = (lambda *shape: getattr(t, maker)(*args, *shape)), fn or globals()[name]
     return [t.S(name, fn, values(3, 4)), t.S(f"{name}-fortran", fn, t.NC(values(4, 3), "F")),
             t.S(f"{name}-negstride", lambda x: fn(x).sum(0), t.NC(values(5), "neg"))
             ] + _MORE_UNARY_SAMPLES.get(name, lambda t, fn: [])(t, fn)
@@ -218,7 +220,9 @@ _MORE_UNARY_SAMPLES = {  # op name -> (t, op) -> its samples beyond those three
 }
 
 _ALIASES = {"neg": ("negative",), "abs": ("absolute",)}
-_ACTIVATIONS = ("silu", "gelu", "gelu_tanh")  # (declared below: torch has them in nn.functional only)
+# (declared below and in activations.py: torch has them in nn.functional, or without Tensor methods)
+_ACTIVATIONS = ("silu", "gelu", "gelu_tanh", "relu6", "hardswish", "hardsigmoid", "mish", "selu", "softsign",
+                "tanhshrink")
 for _formula in formulas.UNARY:  # neg, abs, exp, ..., relu, ...: one op per table entry, which defines it
     globals()[_formula.name] = _unary(_formula)
     if _formula.name not in ("round", *_ACTIVATIONS):  # (round is declared below, with decimals)

@@ -10,7 +10,8 @@ from . import scalar_math as sm
 from .op_codes import (UNARY_NEG, UNARY_ABS, UNARY_SIGN, UNARY_EXP, UNARY_LOG, UNARY_LOG1P, UNARY_EXPM1,
     UNARY_SQRT, UNARY_RSQRT, UNARY_RECIPROCAL, UNARY_SIN, UNARY_COS, UNARY_TAN, UNARY_TANH, UNARY_SIGMOID,
     UNARY_RELU, UNARY_ERF, UNARY_FLOOR, UNARY_CEIL, UNARY_ROUND, UNARY_TRUNC, UNARY_SQUARE, UNARY_SILU,
-    UNARY_GELU, UNARY_GELU_TANH, UNARY_ATAN, UNARY_ASIN, UNARY_ACOS, UNARY_SINH, UNARY_COSH, UNARY_ASINH,
+    UNARY_GELU, UNARY_GELU_TANH, UNARY_RELU6, UNARY_HARDSWISH, UNARY_HARDSIGMOID, UNARY_MISH, UNARY_SELU,
+    UNARY_SOFTSIGN, UNARY_TANHSHRINK, UNARY_ATAN, UNARY_ASIN, UNARY_ACOS, UNARY_SINH, UNARY_COSH, UNARY_ASINH,
     UNARY_ACOSH, UNARY_ATANH, UNARY_ERFC, UNARY_LOG2, UNARY_LOG10, UNARY_EXP2, UNARY_DEG2RAD, UNARY_RAD2DEG,
     BINARY_ADD, BINARY_SUB, BINARY_MUL, BINARY_DIV, BINARY_FLOORDIV, BINARY_REMAINDER, BINARY_POW,
     BINARY_MAXIMUM, BINARY_MINIMUM, BINARY_GATE, BINARY_ATAN2, BINARY_SILU_BACKWARD, BINARY_GELU_BACKWARD,
@@ -50,6 +51,18 @@ def helper_divided_by_zero(x, y):
 def unary_sigmoid(x):
     """exp of a negative number only, so neither side overflows"""
     return ((1 / (1 + sm.exp((-x)))) if (x >= 0) else helper_logistic_of_exp(sm.exp(x)))
+
+
+@njit(inline="always")
+def binary_minimum(x, y):
+    """propagates NaN"""
+    return (x if ((x <= y) or (x != x)) else y)
+
+
+@njit(inline="always")
+def binary_maximum(x, y):
+    """propagates NaN"""
+    return (x if ((x >= y) or (x != x)) else y)
 
 
 @njit
@@ -97,13 +110,16 @@ def apply_unary(op, x):
         return sm.trunc(x)
     elif op == UNARY_SQUARE:
         return (x * x)
+    elif op == UNARY_RELU6:
+        return (0 if (x < 0) else (6 if (x > 6) else x))
     else:
         return float_unary(op, x)
 
 
 @sm.float_only((UNARY_EXP, UNARY_LOG, UNARY_LOG1P, UNARY_EXPM1, UNARY_SQRT, UNARY_RSQRT, UNARY_RECIPROCAL,
                 UNARY_SIN, UNARY_COS, UNARY_TAN, UNARY_TANH, UNARY_SIGMOID, UNARY_ERF, UNARY_SILU, UNARY_GELU,
-                UNARY_GELU_TANH, UNARY_ATAN, UNARY_ASIN, UNARY_ACOS, UNARY_SINH, UNARY_COSH, UNARY_ASINH,
+                UNARY_GELU_TANH, UNARY_HARDSWISH, UNARY_HARDSIGMOID, UNARY_MISH, UNARY_SELU, UNARY_SOFTSIGN,
+                UNARY_TANHSHRINK, UNARY_ATAN, UNARY_ASIN, UNARY_ACOS, UNARY_SINH, UNARY_COSH, UNARY_ASINH,
                 UNARY_ACOSH, UNARY_ATANH, UNARY_ERFC, UNARY_LOG2, UNARY_LOG10, UNARY_EXP2, UNARY_DEG2RAD,
                 UNARY_RAD2DEG,), unknown_unary_code)
 def float_unary(op, x):
@@ -140,6 +156,18 @@ def float_unary(op, x):
         return ((x * 0.5) * (1 + sm.erf((x * 0.7071067811865476))))
     elif op == UNARY_GELU_TANH:
         return ((x * 0.5) * (1 + sm.tanh(((x + (((x * x) * x) * 0.044715)) * 0.7978845608028654))))
+    elif op == UNARY_HARDSWISH:
+        return ((x * binary_minimum(binary_maximum((x + 3), 0.0), 6.0)) / 6)
+    elif op == UNARY_HARDSIGMOID:
+        return (binary_minimum(binary_maximum((x + 3), 0.0), 6.0) / 6)
+    elif op == UNARY_MISH:
+        return (x * sm.tanh(sm.log1p(sm.exp(x))))
+    elif op == UNARY_SELU:
+        return ((x * 1.0507009873554805) if (x > 0) else (sm.expm1(x) * 1.7580993408473766))
+    elif op == UNARY_SOFTSIGN:
+        return (x / (1 + sm.abs(x)))
+    elif op == UNARY_TANHSHRINK:
+        return (x - sm.tanh(x))
     elif op == UNARY_ATAN:
         return sm.atan(x)
     elif op == UNARY_ASIN:

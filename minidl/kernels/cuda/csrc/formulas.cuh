@@ -146,6 +146,56 @@ template <class T> __device__ __forceinline__ T unary_gelu_tanh(T x) {
 }
 __device__ __forceinline__ long long unary_gelu_tanh(long long x) { return x; }
 
+// relu6: hardtanh(x, 0, 6): clamp's values (keeps -0 and NaN)
+template <class T> __device__ __forceinline__ T unary_relu6(T x) {
+    return (T)(((x < (T)0) ? (T)0 : ((x > (T)6) ? (T)6 : x)));
+}
+
+// minimum: propagates NaN
+template <class T> __device__ __forceinline__ T binary_minimum(T x, T y) {
+    return (T)((((x <= y) || (x != x)) ? x : y));
+}
+
+// maximum: propagates NaN
+template <class T> __device__ __forceinline__ T binary_maximum(T x, T y) {
+    return (T)((((x >= y) || (x != x)) ? x : y));
+}
+
+// hardswish: x * relu6(x + 3) / 6
+template <class T> __device__ __forceinline__ T unary_hardswish(T x) {
+    return (T)(((x * binary_minimum(binary_maximum((x + (T)3), (T)0.0), (T)6.0)) / (T)6));
+}
+__device__ __forceinline__ long long unary_hardswish(long long x) { return x; }
+
+// hardsigmoid: relu6(x + 3) / 6; the slope is torch's, 1/6 rounded to float32
+template <class T> __device__ __forceinline__ T unary_hardsigmoid(T x) {
+    return (T)((binary_minimum(binary_maximum((x + (T)3), (T)0.0), (T)6.0) / (T)6));
+}
+__device__ __forceinline__ long long unary_hardsigmoid(long long x) { return x; }
+
+// mish: x * tanh(softplus(x))
+template <class T> __device__ __forceinline__ T unary_mish(T x) {
+    return (T)((x * m_tanh(m_log1p(m_exp(x)))));
+}
+__device__ __forceinline__ long long unary_mish(long long x) { return x; }
+
+// selu: scale * elu(x, alpha), scale * alpha = 1.7580993408473766 (torch's constants, multiplied in float64)
+template <class T> __device__ __forceinline__ T unary_selu(T x) {
+    return (T)(((x > (T)0) ? (x * (T)1.0507009873554805) : (m_expm1(x) * (T)1.7580993408473766)));
+}
+__device__ __forceinline__ long long unary_selu(long long x) { return x; }
+
+// softsign: its gradient as torch's autograd composes it (NaN at infinities, as torch's)
+template <class T> __device__ __forceinline__ T unary_softsign(T x) {
+    return (T)((x / ((T)1 + m_abs(x))));
+}
+__device__ __forceinline__ long long unary_softsign(long long x) { return x; }
+
+template <class T> __device__ __forceinline__ T unary_tanhshrink(T x) {
+    return (T)((x - m_tanh(x)));
+}
+__device__ __forceinline__ long long unary_tanhshrink(long long x) { return x; }
+
 template <class T> __device__ __forceinline__ T unary_atan(T x) {
     return (T)(m_atan(x));
 }
@@ -245,16 +295,6 @@ template <class T> __device__ __forceinline__ T binary_remainder(T x, T y) {
 
 template <class T> __device__ __forceinline__ T binary_pow(T x, T y) {
     return (T)(m_pow(x, y));
-}
-
-// maximum: propagates NaN
-template <class T> __device__ __forceinline__ T binary_maximum(T x, T y) {
-    return (T)((((x >= y) || (x != x)) ? x : y));
-}
-
-// minimum: propagates NaN
-template <class T> __device__ __forceinline__ T binary_minimum(T x, T y) {
-    return (T)((((x <= y) || (x != x)) ? x : y));
 }
 
 // gate: x where y > 0, else 0: ReLU's backward (g, y) in one pass
@@ -367,6 +407,13 @@ template <class T> __device__ __forceinline__ T apply_unary(int op, T x) {
         case UNARY_SILU: return unary_silu(x);
         case UNARY_GELU: return unary_gelu(x);
         case UNARY_GELU_TANH: return unary_gelu_tanh(x);
+        case UNARY_RELU6: return unary_relu6(x);
+        case UNARY_HARDSWISH: return unary_hardswish(x);
+        case UNARY_HARDSIGMOID: return unary_hardsigmoid(x);
+        case UNARY_MISH: return unary_mish(x);
+        case UNARY_SELU: return unary_selu(x);
+        case UNARY_SOFTSIGN: return unary_softsign(x);
+        case UNARY_TANHSHRINK: return unary_tanhshrink(x);
         case UNARY_ATAN: return unary_atan(x);
         case UNARY_ASIN: return unary_asin(x);
         case UNARY_ACOS: return unary_acos(x);
