@@ -99,6 +99,10 @@ UNARY = (
     unary("exp2", "exp(x * 0.6931471805599453)", "g * y * 0.6931471805599453", doc="2 ** x"),
     unary("deg2rad", "x * 0.017453292519943295", "g * 0.017453292519943295"),
     unary("rad2deg", "x * 57.29577951308232", "g * 57.29577951308232"),
+    # special functions (their methods: minidl/kernels/cpu/jit/scalar_math.py)
+    unary("erfinv", "erfinv(x)", "g * exp(y * y) * 0.886226925452758", doc="the inverse of erf; d/dx: sqrt(pi)/2 e^(y^2)"),
+    unary("lgamma", "lgamma(x)", "g * digamma(x)", doc="log |Gamma(x)|"),
+    unary("digamma", "digamma(x)", "g * zeta(2, x)", doc="d/dx log Gamma(x); its derivative, trigamma, is zeta(2, x)"),
 )
 
 BINARY = (
@@ -126,6 +130,14 @@ BINARY = (
     binary("bitwise_left_shift", "shl(x, y)", int_only=True, doc="0 for a shift below 0 or beyond 63, as in PyTorch"),
     binary("bitwise_right_shift", "shr(x, y)", int_only=True,
            doc="arithmetic; a shift below 0 or beyond 63 leaves the sign (0 or -1), as in PyTorch"),
+    binary("fmod", "fmod(x, y)", doc="C's remainder: the sign of x"),
+    binary("hypot", "hypot(x, y)", float_only=True),
+    binary("copysign", "copysign(x, y)", float_only=True),
+    binary("xlogy", "nan if y != y else (0.0 if x == 0 else x * (log(y) if y > 0 else (-inf if y == 0 else nan)))",
+           float_only=True, doc="x log y, 0 where x == 0 unless y is NaN"),
+    binary("xlog1py", "nan if y != y else (0.0 if x == 0 else x * (log1p(y) if y > -1 else (-inf if y == -1 else nan)))",
+           float_only=True, doc="x log(1 + y), 0 where x == 0 unless y is NaN"),
+    binary("zeta", "zeta(x, y)", float_only=True, doc="Hurwitz's zeta of x (the exponent) at y"),
 )
 
 COMPARE = (  # bool results

@@ -485,6 +485,71 @@ atan2 = op(aliases=("arctan2",), inplace=binary_inplace(Atan2), samples=lambda t
 ])(autocast_op("atan2")(_binary_entry(Atan2)))
 
 
+# ----------------------------------------------------------------------------- binary math of the table's end
+def _copysign_grad_a(a, b, y, g):
+    return g * (y / a).masked_fill(a == 0, 0)  # +-1: whether the sign flipped (0 at a == 0, as torch)
+
+
+def _xlogy_grad_a(a, b, y, g):
+    return Xlogy.apply(g, b).masked_fill((a == 0) & (b <= 0), 0)
+
+
+Fmod = _binary("Fmod", "fmod", lambda a, b, y, g: g, lambda a, b, y, g: -g * div(a, b, rounding_mode="trunc"),
+               reads=("", "ab"))
+Hypot = _binary("Hypot", "hypot", lambda a, b, y, g: g * a / y, lambda a, b, y, g: g * b / y, true_division=True,
+                saves_output=True)
+Copysign = _binary("Copysign", "copysign", _copysign_grad_a, lambda a, b, y, g: g * 0, true_division=True,
+                   saves_output=True, reads=("a", ""))
+Xlogy = _binary("Xlogy", "xlogy", _xlogy_grad_a, lambda a, b, y, g: g * a / b, true_division=True)
+Xlog1py = _binary("Xlog1py", "xlog1py", lambda a, b, y, g: Xlog1py.apply(g, b).masked_fill((a == 0) & (b <= -1), 0),
+                  lambda a, b, y, g: g * a / (b + 1), true_division=True)
+# d/dq zeta(s, q) = -s zeta(s + 1, q); torch has no gradient in s
+Zeta = _binary("Zeta", "zeta", None, lambda a, b, y, g: -g * a * Zeta.apply(a + 1, b), true_division=True,
+               reads=("", "ab"))
+
+
+def _integer_fmod_check(a, b):
+    """torch raises for an integer fmod by zero (the CUDA kernel would give 0)."""
+    if not _promote(a, b).is_floating_point and bool((b == 0).any()):
+        raise RuntimeError(f"fmod: ZeroDivisionError (an integer divisor is 0; {a.dtype.name} by {b.dtype.name})")
+
+
+def _fmod_entry(a, b):
+    a, b = _operands(a, b)
+    _integer_fmod_check(a, b)
+    return Fmod.apply(a, b)
+
+
+def _fmod_inplace(fn, name):
+    dense = binary_inplace(Fmod)(fn, name)
+
+    def fmod_(self, other):
+        _integer_fmod_check(self, as_operand(other, self))
+        return dense(self, other)
+    fmod_.__name__ = name
+    return fmod_
+
+
+fmod = op("fmod", inplace=_fmod_inplace, samples=lambda t: [
+    t.S("fmod", fmod, (d := t.nonzero(3, 4)) * t.frac(3, 4), d),
+    t.S("fmod-scalar", lambda a: a.fmod(-0.7), t.NC(t.frac(3, 2) * -0.7, "F"))
+    ])(_fmod_entry)
+hypot = op(inplace=binary_inplace(Hypot), samples=lambda t: [
+    t.S("hypot", hypot, t.rn(3, 4), t.nonzero(4)),
+    t.S("hypot-noncontig", lambda a, b: a.hypot(b), t.NC(t.nonzero(3, 3), "F"), t.rn(3, 3))])(_binary_entry(Hypot))
+copysign = op(inplace=binary_inplace(Copysign), samples=lambda t: [
+    t.S("copysign", copysign, t.nonzero(3, 4), t.nonzero(4)),
+    t.S("copysign-scalar", lambda a: a.copysign(-1.0), t.NC(t.nonzero(3, 2), "F"))])(_binary_entry(Copysign))
+xlogy = op(inplace=binary_inplace(Xlogy), samples=lambda t: [
+    t.S("xlogy", xlogy, t.rn(3, 4), t.pos(4)),
+    t.S("xlogy-scalar-first", lambda b: xlogy(2.0, b), t.NC(t.pos(3, 2), "F"))])(_binary_entry(Xlogy))
+xlog1py = op(method=False, namespace=None, samples=lambda t: [
+    t.S("xlog1py", xlog1py, t.rn(3, 4), t.uniform(-0.5, 2, 4))])(_binary_entry(Xlog1py))
+zeta = op(method=False, namespace=None, samples=lambda t: [
+    t.S("zeta", lambda q, s=t.const(t.uniform(1.5, 4, 3, 4)): zeta(s, q), t.uniform(0.5, 3, 3, 4)),
+    t.S("zeta-negative-q", lambda q: zeta(3.0, q), t.uniform(-2.9, -2.1, 4))])(_binary_entry(Zeta))
+
+
 def _add_inplace(fn, name):
     """x.add_(other): the binary in-place twin, and a sparse ``other`` added into x by add's rule."""
     dense = binary_inplace(Add)(fn, name)

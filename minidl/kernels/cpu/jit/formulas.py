@@ -12,11 +12,13 @@ from .op_codes import (UNARY_NEG, UNARY_ABS, UNARY_SIGN, UNARY_EXP, UNARY_LOG, U
     UNARY_RELU, UNARY_ERF, UNARY_FLOOR, UNARY_CEIL, UNARY_ROUND, UNARY_TRUNC, UNARY_SQUARE, UNARY_SILU,
     UNARY_GELU, UNARY_GELU_TANH, UNARY_ATAN, UNARY_ASIN, UNARY_ACOS, UNARY_SINH, UNARY_COSH, UNARY_ASINH,
     UNARY_ACOSH, UNARY_ATANH, UNARY_ERFC, UNARY_LOG2, UNARY_LOG10, UNARY_EXP2, UNARY_DEG2RAD, UNARY_RAD2DEG,
-    BINARY_ADD, BINARY_SUB, BINARY_MUL, BINARY_DIV, BINARY_FLOORDIV, BINARY_REMAINDER, BINARY_POW,
-    BINARY_MAXIMUM, BINARY_MINIMUM, BINARY_GATE, BINARY_ATAN2, BINARY_SILU_BACKWARD, BINARY_GELU_BACKWARD,
-    BINARY_GELU_TANH_BACKWARD, BINARY_BITWISE_AND, BINARY_BITWISE_OR, BINARY_BITWISE_XOR,
-    BINARY_BITWISE_LEFT_SHIFT, BINARY_BITWISE_RIGHT_SHIFT, COMPARE_EQ, COMPARE_NE, COMPARE_LT, COMPARE_LE,
-    COMPARE_GT, COMPARE_GE, COMPARE_LOGICAL_AND, COMPARE_LOGICAL_OR, COMPARE_LOGICAL_XOR)
+    UNARY_ERFINV, UNARY_LGAMMA, UNARY_DIGAMMA, BINARY_ADD, BINARY_SUB, BINARY_MUL, BINARY_DIV,
+    BINARY_FLOORDIV, BINARY_REMAINDER, BINARY_POW, BINARY_MAXIMUM, BINARY_MINIMUM, BINARY_GATE, BINARY_ATAN2,
+    BINARY_SILU_BACKWARD, BINARY_GELU_BACKWARD, BINARY_GELU_TANH_BACKWARD, BINARY_BITWISE_AND,
+    BINARY_BITWISE_OR, BINARY_BITWISE_XOR, BINARY_BITWISE_LEFT_SHIFT, BINARY_BITWISE_RIGHT_SHIFT, BINARY_FMOD,
+    BINARY_HYPOT, BINARY_COPYSIGN, BINARY_XLOGY, BINARY_XLOG1PY, BINARY_ZETA, COMPARE_EQ, COMPARE_NE,
+    COMPARE_LT, COMPARE_LE, COMPARE_GT, COMPARE_GE, COMPARE_LOGICAL_AND, COMPARE_LOGICAL_OR,
+    COMPARE_LOGICAL_XOR)
 from .vector_math import exp_run
 from .vector_activations import (gelu_backward_run, gelu_run, gelu_tanh_backward_run, gelu_tanh_run,
     silu_backward_run, silu_run)
@@ -105,7 +107,7 @@ def apply_unary(op, x):
                 UNARY_SIN, UNARY_COS, UNARY_TAN, UNARY_TANH, UNARY_SIGMOID, UNARY_ERF, UNARY_SILU, UNARY_GELU,
                 UNARY_GELU_TANH, UNARY_ATAN, UNARY_ASIN, UNARY_ACOS, UNARY_SINH, UNARY_COSH, UNARY_ASINH,
                 UNARY_ACOSH, UNARY_ATANH, UNARY_ERFC, UNARY_LOG2, UNARY_LOG10, UNARY_EXP2, UNARY_DEG2RAD,
-                UNARY_RAD2DEG,), unknown_unary_code)
+                UNARY_RAD2DEG, UNARY_ERFINV, UNARY_LGAMMA, UNARY_DIGAMMA,), unknown_unary_code)
 def float_unary(op, x):
     """The float-only unary ops."""
     if op == UNARY_EXP:
@@ -168,6 +170,12 @@ def float_unary(op, x):
         return (x * 0.017453292519943295)
     elif op == UNARY_RAD2DEG:
         return (x * 57.29577951308232)
+    elif op == UNARY_ERFINV:
+        return sm.erfinv(x)
+    elif op == UNARY_LGAMMA:
+        return sm.lgamma(x)
+    elif op == UNARY_DIGAMMA:
+        return sm.digamma(x)
     else:
         return unknown_unary_code(op, x)
 
@@ -203,12 +211,15 @@ def apply_binary(op, x, y):
         return sm.shl(x, y)
     elif op == BINARY_BITWISE_RIGHT_SHIFT:
         return sm.shr(x, y)
+    elif op == BINARY_FMOD:
+        return sm.fmod(x, y)
     else:
         return float_binary(op, x, y)
 
 
 @sm.float_only((BINARY_DIV, BINARY_ATAN2, BINARY_SILU_BACKWARD, BINARY_GELU_BACKWARD,
-                BINARY_GELU_TANH_BACKWARD,), unknown_binary_code)
+                BINARY_GELU_TANH_BACKWARD, BINARY_HYPOT, BINARY_COPYSIGN, BINARY_XLOGY, BINARY_XLOG1PY,
+                BINARY_ZETA,), unknown_binary_code)
 def float_binary(op, x, y):
     """The float-only binary ops."""
     if op == BINARY_DIV:
@@ -221,6 +232,16 @@ def float_binary(op, x, y):
         return (x * (((1 + sm.erf((y * 0.7071067811865476))) * 0.5) + (y * (sm.exp(((y * y) * (-0.5))) * 0.3989422804014327))))
     elif op == BINARY_GELU_TANH_BACKWARD:
         return (x * helper_gelu_tanh_slope(y, sm.tanh(((y + (((y * y) * y) * 0.044715)) * 0.7978845608028654))))
+    elif op == BINARY_HYPOT:
+        return sm.hypot(x, y)
+    elif op == BINARY_COPYSIGN:
+        return sm.copysign(x, y)
+    elif op == BINARY_XLOGY:
+        return (math.nan if (y != y) else (0.0 if (x == 0) else (x * (sm.log(y) if (y > 0) else ((-math.inf) if (y == 0) else math.nan)))))
+    elif op == BINARY_XLOG1PY:
+        return (math.nan if (y != y) else (0.0 if (x == 0) else (x * (sm.log1p(y) if (y > (-1)) else ((-math.inf) if (y == (-1)) else math.nan)))))
+    elif op == BINARY_ZETA:
+        return sm.zeta(x, y)
     else:
         return unknown_binary_code(op, x)
 

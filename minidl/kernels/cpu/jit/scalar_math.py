@@ -165,3 +165,125 @@ bitxor = _bitwise(njit(inline="always")(lambda x, y: x ^ y))
 shl = _bitwise(njit(inline="always")(lambda x, y: x << y if 0 <= y <= 63 else x * 0))
 shr = _bitwise(njit(inline="always")(lambda x, y: x >> (y if 0 <= y <= 63 else 63)))
 _divided_by_zero_jit = njit(inline="always")(_divided_by_zero)
+
+
+def fmod(x, y):
+    """C's fmod: the remainder of x / y rounded toward zero (the sign of x). Floats: NaN for y == 0 or an
+    infinite x, x for an infinite y; integers: ZeroDivisionError for y == 0 (the CUDA kernels give 0)."""
+    if _is_integral(x, y):
+        return _integer_fmod(x, y)
+    return _float_fmod(x, y)
+
+
+def _integer_fmod(x, y):
+    r = x % y  # (Python's sign: y's) moved to x's sign
+    return r - y if r != 0 and (r < 0) != (x < 0) else r
+
+
+def _float_fmod(x, y):
+    if y == 0 or x != x or y != y or x in (math.inf, -math.inf):
+        return math.nan
+    return x if y in (math.inf, -math.inf) else np.fmod(x, y)
+
+
+_integer_fmod_jit = njit(inline="always")(_integer_fmod)
+_float_fmod_jit = njit(inline="always")(_float_fmod)
+
+
+@overload(fmod)
+def _fmod_impl(x, y):
+    if isinstance(x, _INTEGRAL) and isinstance(y, _INTEGRAL):
+        return lambda x, y: _integer_fmod_jit(x, y)
+    return lambda x, y: _float_fmod_jit(x, y)
+
+
+hypot = math.hypot
+
+
+def _lgamma(x):
+    """log |Gamma(x)|: +inf at the poles (0 and the negative integers) and at +-inf."""
+    if x <= 0 and x == math.floor(x):
+        return math.inf
+    return math.lgamma(x)
+
+
+# B_2k / (2k)! for k = 1..12 (B the Bernoulli numbers): the Euler-Maclaurin tail of zeta below
+_BERNOULLI_OVER_FACTORIAL = tuple(b / math.factorial(2 * k) for k, b in enumerate(
+    (1 / 6, -1 / 30, 1 / 42, -1 / 30, 5 / 66, -691 / 2730, 7 / 6, -3617 / 510, 43867 / 798, -174611 / 330,
+     854513 / 138, -236364091 / 2730), start=1))
+
+
+def _zeta(s, q):
+    """Hurwitz's zeta, sum over k >= 0 of (q + k) ** -s: terms summed directly until q + k >= 9 (and at least
+    9 of them), then the Euler-Maclaurin tail. inf at s == 1 and at q a pole (0, -1, ...); NaN for s < 1
+    and for q < 0 with s not whole (a negative number to a fractional power)."""
+    if s != s or q != q or s < 1:
+        return math.nan
+    if s == 1:
+        return math.inf
+    if q <= 0:
+        if q == math.floor(q):
+            return math.inf
+        if s != math.floor(s):
+            return math.nan
+    total, a, n = 0.0, q, 0
+    while n < 9 or a < 9:
+        total += a ** -s
+        a += 1.0
+        n += 1
+    total += a ** (1.0 - s) / (s - 1.0) + 0.5 * a ** -s
+    rising = s * a ** (-s - 1.0)  # s (s+1) ... (s+2k-2) a^(-s-2k+1)
+    for k in range(12):
+        term = _BERNOULLI_OVER_FACTORIAL[k] * rising
+        total += term
+        if abs(term) <= 1e-17 * abs(total):
+            break
+        rising *= (s + 2 * k + 1.0) * (s + 2 * k + 2.0) / (a * a)
+    return total
+
+
+def _digamma(x):
+    """psi(x) = d/dx log Gamma(x): -inf at +0 and +inf at -0 (as torch), NaN at the negative integers;
+    negative x by reflection, psi(1 - x) - pi / tan(pi x); the rest moved up to x >= 10 by
+    psi(x) = psi(x + 1) - 1/x, then the asymptotic series log x - 1/(2x) - sum B_2k / (2k x^2k)."""
+    if x == 0:
+        return math.copysign(math.inf, -x)
+    shift = 0.0
+    if x < 0:
+        if x == math.floor(x):
+            return math.nan
+        shift = -math.pi / math.tan(math.pi * (x - math.trunc(x)))
+        x = 1.0 - x
+    while x < 10:
+        shift -= 1.0 / x
+        x += 1.0
+    z = 1.0 / (x * x)
+    series = z * (1 / 12 - z * (1 / 120 - z * (1 / 252 - z * (1 / 240 - z * (1 / 132 - z * (691 / 32760
+                                                                                            - z / 12))))))
+    return shift + math.log(x) - 0.5 / x - series
+
+
+def _erfinv(x):
+    """The inverse of erf on (-1, 1), +-inf at +-1, NaN beyond: a first guess (the series
+    sqrt(pi)/2 (x + pi x^3 / 12) near 0, Winitzki's closed form elsewhere, both within 2e-3),
+    then three Halley steps on erf(y) = |x| (on erfc(y) = 1 - |x| above 0.5, which 1 - |x| gives exactly)."""
+    a = abs(x)
+    if not a < 1:
+        return math.copysign(math.inf, x) if a == 1 else math.nan
+    if a < 0.25:
+        y = 0.886226925452758 * a * (1.0 + 0.2617993877991494 * a * a)
+    else:
+        w = math.log((1.0 - a) * (1.0 + a))
+        c = 4.330746750799873 + 0.5 * w  # 2 / (pi * 0.147) + w / 2
+        y = math.sqrt(math.sqrt(c * c - w / 0.147) - c)
+    for _ in range(3):
+        r = math.erf(y) - a if a <= 0.5 else (1.0 - a) - math.erfc(y)
+        d = r / (1.1283791670955126 * math.exp(-y * y))
+        y -= d / (1.0 + y * d)
+    return math.copysign(y, x)
+
+
+lgamma = njit(_lgamma)
+zeta = njit(_zeta)
+digamma = njit(_digamma)
+erfinv = njit(_erfinv)

@@ -217,6 +217,24 @@ template <class T> __device__ __forceinline__ T unary_rad2deg(T x) {
 }
 __device__ __forceinline__ long long unary_rad2deg(long long x) { return x; }
 
+// erfinv: the inverse of erf; d/dx: sqrt(pi)/2 e^(y^2)
+template <class T> __device__ __forceinline__ T unary_erfinv(T x) {
+    return (T)(m_erfinv(x));
+}
+__device__ __forceinline__ long long unary_erfinv(long long x) { return x; }
+
+// lgamma: log |Gamma(x)|
+template <class T> __device__ __forceinline__ T unary_lgamma(T x) {
+    return (T)(m_lgamma(x));
+}
+__device__ __forceinline__ long long unary_lgamma(long long x) { return x; }
+
+// digamma: d/dx log Gamma(x); its derivative, trigamma, is zeta(2, x)
+template <class T> __device__ __forceinline__ T unary_digamma(T x) {
+    return (T)(m_digamma(x));
+}
+__device__ __forceinline__ long long unary_digamma(long long x) { return x; }
+
 template <class T> __device__ __forceinline__ T binary_add(T x, T y) {
     return (T)((x + y));
 }
@@ -304,6 +322,39 @@ template <class T> __device__ __forceinline__ T binary_bitwise_right_shift(T x, 
     return (T)(m_shr(x, y));
 }
 
+// fmod: C's remainder: the sign of x
+template <class T> __device__ __forceinline__ T binary_fmod(T x, T y) {
+    return (T)(m_fmod(x, y));
+}
+
+template <class T> __device__ __forceinline__ T binary_hypot(T x, T y) {
+    return (T)(m_hypot(x, y));
+}
+__device__ __forceinline__ long long binary_hypot(long long x, long long y) { return x; }
+
+template <class T> __device__ __forceinline__ T binary_copysign(T x, T y) {
+    return (T)(m_copysign(x, y));
+}
+__device__ __forceinline__ long long binary_copysign(long long x, long long y) { return x; }
+
+// xlogy: x log y, 0 where x == 0 unless y is NaN
+template <class T> __device__ __forceinline__ T binary_xlogy(T x, T y) {
+    return (T)(((y != y) ? nan_of<T>() : ((x == (T)0) ? (T)0.0 : (x * ((y > (T)0) ? m_log(y) : ((y == (T)0) ? (-inf_of<T>()) : nan_of<T>()))))));
+}
+__device__ __forceinline__ long long binary_xlogy(long long x, long long y) { return x; }
+
+// xlog1py: x log(1 + y), 0 where x == 0 unless y is NaN
+template <class T> __device__ __forceinline__ T binary_xlog1py(T x, T y) {
+    return (T)(((y != y) ? nan_of<T>() : ((x == (T)0) ? (T)0.0 : (x * ((y > (-(T)1)) ? m_log1p(y) : ((y == (-(T)1)) ? (-inf_of<T>()) : nan_of<T>()))))));
+}
+__device__ __forceinline__ long long binary_xlog1py(long long x, long long y) { return x; }
+
+// zeta: Hurwitz's zeta of x (the exponent) at y
+template <class T> __device__ __forceinline__ T binary_zeta(T x, T y) {
+    return (T)(m_zeta(x, y));
+}
+__device__ __forceinline__ long long binary_zeta(long long x, long long y) { return x; }
+
 template <class T> __device__ __forceinline__ bool compare_eq(T x, T y) {
     return (bool)((x == y));
 }
@@ -381,6 +432,9 @@ template <class T> __device__ __forceinline__ T apply_unary(int op, T x) {
         case UNARY_EXP2: return unary_exp2(x);
         case UNARY_DEG2RAD: return unary_deg2rad(x);
         case UNARY_RAD2DEG: return unary_rad2deg(x);
+        case UNARY_ERFINV: return unary_erfinv(x);
+        case UNARY_LGAMMA: return unary_lgamma(x);
+        case UNARY_DIGAMMA: return unary_digamma(x);
         default: __trap(); return {};  // an unknown code is a bug: stop the kernel
     }
 }
@@ -406,6 +460,12 @@ template <class T> __device__ __forceinline__ T apply_binary(int op, T x, T y) {
         case BINARY_BITWISE_XOR: return binary_bitwise_xor(x, y);
         case BINARY_BITWISE_LEFT_SHIFT: return binary_bitwise_left_shift(x, y);
         case BINARY_BITWISE_RIGHT_SHIFT: return binary_bitwise_right_shift(x, y);
+        case BINARY_FMOD: return binary_fmod(x, y);
+        case BINARY_HYPOT: return binary_hypot(x, y);
+        case BINARY_COPYSIGN: return binary_copysign(x, y);
+        case BINARY_XLOGY: return binary_xlogy(x, y);
+        case BINARY_XLOG1PY: return binary_xlog1py(x, y);
+        case BINARY_ZETA: return binary_zeta(x, y);
         default: __trap(); return {};  // an unknown code is a bug: stop the kernel
     }
 }

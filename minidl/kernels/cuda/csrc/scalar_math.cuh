@@ -131,3 +131,84 @@ __device__ __forceinline__ long long m_remainder(long long x, long long y) {
     long long r = x % y;
     return (r != 0 && ((r < 0) != (y < 0))) ? r + y : r;
 }
+
+// C's fmod (the sign of x); integers: 0 for y == 0 (the CPU raises)
+__device__ __forceinline__ long long m_fmod(long long x, long long y) { return y == 0 ? 0 : x % y; }
+__device__ __forceinline__ float m_hypot(float x, float y) { return hypotf(x, y); }
+__device__ __forceinline__ double m_hypot(double x, double y) { return hypot(x, y); }
+
+// The special functions, in double for both float types, as the CPU's (minidl/kernels/cpu/jit/scalar_math.py,
+// whose docstrings give the method of each).
+__device__ __forceinline__ double special_lgamma(double x) {
+    if (x <= 0 && x == floor(x)) return inf_of<double>();  // the poles
+    return lgamma(x);
+}
+
+__device__ inline double special_zeta(double s, double q) {  // Hurwitz's zeta: direct sum, Euler-Maclaurin tail
+    const double bernoulli_over_factorial[12] = {
+        1.0 / 6 / 2, -1.0 / 30 / 24, 1.0 / 42 / 720, -1.0 / 30 / 40320, 5.0 / 66 / 3628800,
+        -691.0 / 2730 / 479001600, 7.0 / 6 / 87178291200.0, -3617.0 / 510 / 20922789888000.0,
+        43867.0 / 798 / 6402373705728000.0, -174611.0 / 330 / 2432902008176640000.0,
+        854513.0 / 138 / 1.1240007277776077e21, -236364091.0 / 2730 / 6.204484017332394e23};
+    if (s != s || q != q || s < 1) return nan_of<double>();
+    if (s == 1) return inf_of<double>();
+    if (q <= 0) {
+        if (q == floor(q)) return inf_of<double>();
+        if (s != floor(s)) return nan_of<double>();
+    }
+    double total = 0, a = q;
+    for (int n = 0; n < 9 || a < 9; ++n) {
+        total += pow(a, -s);
+        a += 1;
+    }
+    total += pow(a, 1 - s) / (s - 1) + 0.5 * pow(a, -s);
+    double rising = s * pow(a, -s - 1);
+    for (int k = 0; k < 12; ++k) {
+        double term = bernoulli_over_factorial[k] * rising;
+        total += term;
+        if (fabs(term) <= 1e-17 * fabs(total)) break;
+        rising *= (s + 2 * k + 1) * (s + 2 * k + 2) / (a * a);
+    }
+    return total;
+}
+
+__device__ inline double special_digamma(double x) {  // reflection, recurrence to x >= 10, asymptotic series
+    const double pi = 3.141592653589793;
+    if (x == 0) return copysign(inf_of<double>(), -x);
+    double shift = 0;
+    if (x < 0) {
+        if (x == floor(x)) return nan_of<double>();
+        shift = -pi / tan(pi * (x - trunc(x)));
+        x = 1 - x;
+    }
+    while (x < 10) {
+        shift -= 1 / x;
+        x += 1;
+    }
+    double z = 1 / (x * x);
+    double series = z * (1.0 / 12 - z * (1.0 / 120 - z * (1.0 / 252 - z * (1.0 / 240 - z * (1.0 / 132
+                    - z * (691.0 / 32760 - z / 12))))));
+    return shift + log(x) - 0.5 / x - series;
+}
+
+__device__ inline double special_erfinv(double x) {  // a first guess, then three Halley steps
+    double a = fabs(x), y;
+    if (!(a < 1)) return a == 1 ? copysign(inf_of<double>(), x) : nan_of<double>();
+    if (a < 0.25) {
+        y = 0.886226925452758 * a * (1 + 0.2617993877991494 * a * a);
+    } else {
+        double w = log((1 - a) * (1 + a)), c = 4.330746750799873 + 0.5 * w;
+        y = sqrt(sqrt(c * c - w / 0.147) - c);
+    }
+    for (int i = 0; i < 3; ++i) {
+        double r = a <= 0.5 ? erf(y) - a : (1 - a) - erfc(y);
+        double d = r / (1.1283791670955126 * exp(-y * y));
+        y -= d / (1 + y * d);
+    }
+    return copysign(y, x);
+}
+
+template <class T> __device__ __forceinline__ T m_lgamma(T x) { return (T)special_lgamma((double)x); }
+template <class T> __device__ __forceinline__ T m_digamma(T x) { return (T)special_digamma((double)x); }
+template <class T> __device__ __forceinline__ T m_erfinv(T x) { return (T)special_erfinv((double)x); }
+template <class T> __device__ __forceinline__ T m_zeta(T s, T q) { return (T)special_zeta((double)s, (double)q); }
