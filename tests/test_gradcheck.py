@@ -118,12 +118,12 @@ NEEDS_NO_SAMPLE = {
     "multinomial",
     # comparisons and predicates: bool results (or a Python bool)
     "eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or", "logical_xor", "logical_not", "isnan",
-    "isinf", "isfinite", "isclose", "allclose", "equal", "any", "all",
+    "isinf", "isfinite", "isclose", "allclose", "equal", "any", "all", "signbit", "isposinf", "isneginf", "isreal",
     # integer results: indices and counts, and bitwise ops (integer and bool tensors only)
     "argmax", "argmin", "argsort", "nonzero", "count_nonzero", "bitwise_and", "bitwise_or", "bitwise_xor",
-    "bitwise_not", "bitwise_left_shift", "bitwise_right_shift",
+    "bitwise_not", "bitwise_left_shift", "bitwise_right_shift", "gcd", "lcm",
     # float results with no gradient (of detached values, as in PyTorch)
-    "histc", "unique",
+    "histc", "unique", "nextafter", "frexp", "heaviside",
     # shapes only
     "broadcast_shapes",
     # the optimizers' in-place steps: parameters updated without autograd (tests/test_optim_*.py)

@@ -13,6 +13,7 @@ Reading order, bottom-up (a module imports only those listed before it):
 - ``creation``: factories and numpy interop
 - ``autocast_mode``: autocast's state and the wrapper that applies its policies
 - ``elementwise``: unary, binary, compare, where, clamp and their composites
+- ``math_ops``: elementwise math composed of those (logit, float_power, sinc, polygamma, torch.special's entr, ...)
 - ``shape_ops``: cat, stack, split, repeat, flip, roll, pad, ...
 - ``indexing``: ``x[...]``, ``x[...] = v``, gather/scatter
 - ``reduction``: sum, prod, max/min, scans, softmax
@@ -31,7 +32,7 @@ Reading order, bottom-up (a module imports only those listed before it):
 """
 # every module, in the reading order (each declares its ops as it is imported)
 from . import (registry, core, random, conversion, take_put, views, inplace, creation,  # noqa: F401,I001
-               autocast_mode, elementwise, shape_ops, indexing, reduction, linalg, sorting, conv,
+               autocast_mode, elementwise, math_ops, shape_ops, indexing, reduction, linalg, sorting, conv,
                norm_rows, normalization, attention, embeddings, fused, dropout, batchnorm, rnn,
                cross_entropy)
 

@@ -180,7 +180,7 @@ _SAMPLE_VALUES = {"abs": ("nonzero",), "sign": ("nonzero",), "reciprocal": ("non
                   "tan": ("uniform", -1.2, 1.2), "floor": ("frac",), "ceil": ("frac",), "round": ("frac",),
                   "trunc": ("frac",), "asin": ("uniform", -0.9, 0.9), "acos": ("uniform", -0.9, 0.9),
                   "atanh": ("uniform", -0.9, 0.9), "acosh": ("uniform", 1.1, 3), "log2": ("pos",),
-                  "log10": ("pos",)}
+                  "log10": ("pos",), "erfinv": ("uniform", -0.9, 0.9), "lgamma": ("pos",), "digamma": ("pos",)}
 
 
 def _unary_samples(t, name):
@@ -219,9 +219,13 @@ _MORE_UNARY_SAMPLES = {  # op name -> (t, op) -> its samples beyond those three
 
 _ALIASES = {"neg": ("negative",), "abs": ("absolute",)}
 _ACTIVATIONS = ("silu", "gelu", "gelu_tanh")  # (declared below: torch has them in nn.functional only)
+_SPECIAL_ONLY = ("i0e", "i1", "i1e", "erfcx")  # (torch has these in torch.special only)
 for _formula in formulas.UNARY:  # neg, abs, exp, ..., relu, ...: one op per table entry, which defines it
     globals()[_formula.name] = _unary(_formula)
-    if _formula.name not in ("round", *_ACTIVATIONS):  # (round is declared below, with decimals)
+    if _formula.name in _SPECIAL_ONLY:
+        op(_formula.name, method=False, namespace="special",
+           samples=lambda t, name=_formula.name: _unary_samples(t, name))(globals()[_formula.name])
+    elif _formula.name not in ("round", *_ACTIVATIONS):  # (round is declared below, with decimals)
         op(_formula.name, aliases=_ALIASES.get(_formula.name, ()), inplace=rebased,
            samples=lambda t, name=_formula.name: _unary_samples(t, name))(globals()[_formula.name])
 _round = round  # noqa: F821 (made just above; the public round below adds decimals)
@@ -543,9 +547,38 @@ copysign = op(inplace=binary_inplace(Copysign), samples=lambda t: [
 xlogy = op(inplace=binary_inplace(Xlogy), samples=lambda t: [
     t.S("xlogy", xlogy, t.rn(3, 4), t.pos(4)),
     t.S("xlogy-scalar-first", lambda b: xlogy(2.0, b), t.NC(t.pos(3, 2), "F"))])(_binary_entry(Xlogy))
-xlog1py = op(method=False, namespace=None, samples=lambda t: [
+xlog1py = op(method=False, namespace="special", samples=lambda t: [
     t.S("xlog1py", xlog1py, t.rn(3, 4), t.uniform(-0.5, 2, 4))])(_binary_entry(Xlog1py))
-zeta = op(method=False, namespace=None, samples=lambda t: [
+
+
+def _integer_binary(name):
+    """``name(a, b)`` of integer tensors (numbers promote as in arithmetic); floats and bools are refused,
+    as torch's."""
+    def fn(a, b):
+        a, b = _operands(a, b)
+        result = _promote(a, b)
+        if result.is_floating_point or result is dt.bool_:
+            raise RuntimeError(f"{name}: expected integer tensors, got {a.dtype.name} and {b.dtype.name}")
+        return binary_raw("binary", name, a, b, dt.ARITHMETIC[result], result)
+    fn.__name__ = name
+    return fn
+
+
+gcd = op(inplace=rebased)(_integer_binary("gcd"))
+lcm = op(inplace=rebased)(_integer_binary("lcm"))
+
+
+@op(inplace=rebased)
+def nextafter(a, b):
+    """The next float after a toward b (not differentiable, as in torch)."""
+    a, b = _operands(a, b)
+    result = _promote(a, b)
+    if not result.is_floating_point:
+        raise RuntimeError(f"nextafter: expected floating point tensors, got {a.dtype.name} and {b.dtype.name}")
+    return binary_raw("binary", "nextafter", a.detach(), b.detach(), result, result)
+
+
+zeta = op(method=False, namespace="special", samples=lambda t: [
     t.S("zeta", lambda q, s=t.const(t.uniform(1.5, 4, 3, 4)): zeta(s, q), t.uniform(0.5, 3, 3, 4)),
     t.S("zeta-negative-q", lambda q: zeta(3.0, q), t.uniform(-2.9, -2.1, 4))])(_binary_entry(Zeta))
 

@@ -215,17 +215,22 @@ _BERNOULLI_OVER_FACTORIAL = tuple(b / math.factorial(2 * k) for k, b in enumerat
 
 def _zeta(s, q):
     """Hurwitz's zeta, sum over k >= 0 of (q + k) ** -s: terms summed directly until q + k >= 9 (and at least
-    9 of them), then the Euler-Maclaurin tail. inf at s == 1 and at q a pole (0, -1, ...); NaN for s < 1
-    and for q < 0 with s not whole (a negative number to a fractional power)."""
-    if s != s or q != q or s < 1:
-        return math.nan
+    9 of them), then the Euler-Maclaurin tail. inf at s == 1 and at q a pole (0, -1, ..., -inf); NaN for s < 1
+    and for q < 0 with s not whole (a negative number to a fractional power); the rest of the edges as torch's:
+    NaN at q == inf, and at s == inf inf for q < 1, 1 for q == 1, NaN beyond."""
     if s == 1:
         return math.inf
+    if s < 1:
+        return math.nan
     if q <= 0:
         if q == math.floor(q):
             return math.inf
         if s != math.floor(s):
             return math.nan
+    if s != s or q != q or q == math.inf:
+        return math.nan
+    if s == math.inf:
+        return math.inf if q < 1 else (1.0 if q == 1 else math.nan)
     total, a, n = 0.0, q, 0
     while n < 9 or a < 9:
         total += a ** -s
@@ -287,3 +292,68 @@ lgamma = njit(_lgamma)
 zeta = njit(_zeta)
 digamma = njit(_digamma)
 erfinv = njit(_erfinv)
+
+
+def _bessel_i(order, x, scaled):
+    """The modified Bessel function I_order(x) (order 0 or 1), times exp(-|x|) when ``scaled``: its power
+    series, sum over k of (x/2)^(2k+order) / (k! (k+order)!), up to |x| = 30 (positive terms: no cancellation);
+    beyond, the asymptotic series e^|x| / sqrt(2 pi |x|) sum (-1)^k a_k / |x|^k with
+    a_k = prod_{j<=k} (4 order^2 - (2j-1)^2) / (k! 8^k). I_1 is odd, I_0 even; NaN at +-inf unscaled, as
+    torch's."""
+    a = abs(x)
+    if a != a:
+        return a
+    if a <= 30:
+        half, total, k = 0.5 * a, 0.0, 0
+        term = half if order == 1 else 1.0
+        while True:
+            total += term
+            k += 1
+            term *= half * half / (k * (k + order))
+            if term <= 1e-17 * total:
+                break
+        value = total * math.exp(-a) if scaled else total
+    elif a == math.inf:
+        value = 0.0 if scaled else math.nan  # (NaN: torch's value)
+    else:
+        mu, total, term = 4.0 * order * order, 1.0, 1.0
+        for k in range(1, 60):
+            term *= -(mu - (2 * k - 1) ** 2) / (k * 8.0 * a)
+            total += term
+            if abs(term) <= 1e-17 * abs(total):
+                break
+        series = total / math.sqrt(2 * math.pi * a)
+        value = series if scaled else math.exp(0.5 * a) * (math.exp(0.5 * a) * series)  # (e^a alone overflows first)
+    return -value if order == 1 and x < 0 else value
+
+
+def _erfcx(x):
+    """exp(x^2) erfc(x): as written below x = 26 (erfc keeps its relative accuracy there); above, where erfc
+    underflows, the asymptotic series 1 / (x sqrt(pi)) sum (-1)^k (2k-1)!! / (2x^2)^k."""
+    if x < 26:
+        return math.exp(x * x) * math.erfc(x) if x > -27 else math.inf
+    if x == math.inf:
+        return 0.0
+    z, total, term = 0.5 / (x * x), 1.0, 1.0
+    for k in range(1, 12):
+        term *= -(2 * k - 1) * z
+        total += term
+    return total / (x * 1.7724538509055159)
+
+
+def _gcd(x, y):
+    """Euclid's greatest common divisor, not negative; 0 for (0, 0)."""
+    x, y = builtins.abs(x), builtins.abs(y)
+    while y != 0:
+        x, y = y, x % y
+    return x
+
+
+_bessel_i_jit = njit(_bessel_i)
+i0 = njit(lambda x: _bessel_i_jit(0, x, False))
+i1 = njit(lambda x: _bessel_i_jit(1, x, False))
+i0e = njit(lambda x: _bessel_i_jit(0, x, True))
+i1e = njit(lambda x: _bessel_i_jit(1, x, True))
+erfcx = njit(_erfcx)
+nextafter = np.nextafter
+gcd = _bitwise(njit(inline="always")(_gcd))  # (integers only: floats get x back, as the bitwise functions)

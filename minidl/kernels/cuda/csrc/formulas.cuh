@@ -235,6 +235,36 @@ template <class T> __device__ __forceinline__ T unary_digamma(T x) {
 }
 __device__ __forceinline__ long long unary_digamma(long long x) { return x; }
 
+// i0: the modified Bessel function of order 0
+template <class T> __device__ __forceinline__ T unary_i0(T x) {
+    return (T)(m_i0(x));
+}
+__device__ __forceinline__ long long unary_i0(long long x) { return x; }
+
+// i0e: i0(x) exp(-|x|)
+template <class T> __device__ __forceinline__ T unary_i0e(T x) {
+    return (T)(m_i0e(x));
+}
+__device__ __forceinline__ long long unary_i0e(long long x) { return x; }
+
+// i1: the modified Bessel function of order 1
+template <class T> __device__ __forceinline__ T unary_i1(T x) {
+    return (T)(m_i1(x));
+}
+__device__ __forceinline__ long long unary_i1(long long x) { return x; }
+
+// i1e: i1(x) exp(-|x|)
+template <class T> __device__ __forceinline__ T unary_i1e(T x) {
+    return (T)(m_i1e(x));
+}
+__device__ __forceinline__ long long unary_i1e(long long x) { return x; }
+
+// erfcx: exp(x^2) erfc(x)
+template <class T> __device__ __forceinline__ T unary_erfcx(T x) {
+    return (T)(m_erfcx(x));
+}
+__device__ __forceinline__ long long unary_erfcx(long long x) { return x; }
+
 template <class T> __device__ __forceinline__ T binary_add(T x, T y) {
     return (T)((x + y));
 }
@@ -355,6 +385,20 @@ template <class T> __device__ __forceinline__ T binary_zeta(T x, T y) {
 }
 __device__ __forceinline__ long long binary_zeta(long long x, long long y) { return x; }
 
+// nextafter: the next float after x toward y
+template <class T> __device__ __forceinline__ T binary_nextafter(T x, T y) {
+    return (T)(m_nextafter(x, y));
+}
+__device__ __forceinline__ long long binary_nextafter(long long x, long long y) { return x; }
+
+template <class T> __device__ __forceinline__ T binary_gcd(T x, T y) {
+    return (T)(m_gcd(x, y));
+}
+
+template <class T> __device__ __forceinline__ T binary_lcm(T x, T y) {
+    return (T)(((m_gcd(x, y) != (T)0) ? m_abs((m_floordiv(x, m_gcd(x, y)) * y)) : (T)0));
+}
+
 template <class T> __device__ __forceinline__ bool compare_eq(T x, T y) {
     return (bool)((x == y));
 }
@@ -435,6 +479,11 @@ template <class T> __device__ __forceinline__ T apply_unary(int op, T x) {
         case UNARY_ERFINV: return unary_erfinv(x);
         case UNARY_LGAMMA: return unary_lgamma(x);
         case UNARY_DIGAMMA: return unary_digamma(x);
+        case UNARY_I0: return unary_i0(x);
+        case UNARY_I0E: return unary_i0e(x);
+        case UNARY_I1: return unary_i1(x);
+        case UNARY_I1E: return unary_i1e(x);
+        case UNARY_ERFCX: return unary_erfcx(x);
         default: __trap(); return {};  // an unknown code is a bug: stop the kernel
     }
 }
@@ -466,6 +515,9 @@ template <class T> __device__ __forceinline__ T apply_binary(int op, T x, T y) {
         case BINARY_XLOGY: return binary_xlogy(x, y);
         case BINARY_XLOG1PY: return binary_xlog1py(x, y);
         case BINARY_ZETA: return binary_zeta(x, y);
+        case BINARY_NEXTAFTER: return binary_nextafter(x, y);
+        case BINARY_GCD: return binary_gcd(x, y);
+        case BINARY_LCM: return binary_lcm(x, y);
         default: __trap(); return {};  // an unknown code is a bug: stop the kernel
     }
 }
