@@ -148,3 +148,4 @@ def test_cuda_computes_the_special_functions_as_the_cpu(name):
     cuda_device()
     got = ours(minidl.tensor(points, dtype=minidl.float64, device="cuda")).cpu().numpy()
     np.testing.assert_allclose(got, cpu, rtol=1e-14, atol=0)
+

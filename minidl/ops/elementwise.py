@@ -568,14 +568,17 @@ gcd = op(inplace=rebased)(_integer_binary("gcd"))
 lcm = op(inplace=rebased)(_integer_binary("lcm"))
 
 
-@op(inplace=rebased)
+# torch's gradient: the identity in a (the step is taken as constant), zero in b
+NextAfter = _binary("NextAfter", "nextafter", lambda a, b, y, g: g, lambda a, b, y, g: g * 0, reads=("", ""))
+
+
+@op(inplace=rebased, samples=lambda t: [t.S("nextafter", nextafter, t.rn(3, 4), t.rn(4))])
 def nextafter(a, b):
-    """The next float after a toward b (not differentiable, as in torch)."""
+    """The next float after a toward b."""
     a, b = _operands(a, b)
-    result = _promote(a, b)
-    if not result.is_floating_point:
+    if not _promote(a, b).is_floating_point:
         raise RuntimeError(f"nextafter: expected floating point tensors, got {a.dtype.name} and {b.dtype.name}")
-    return binary_raw("binary", "nextafter", a.detach(), b.detach(), result, result)
+    return NextAfter.apply(a, b)
 
 
 zeta = op(method=False, namespace="special", samples=lambda t: [

@@ -137,15 +137,16 @@ def ldexp(x, other):
     return x.to(result) * (as_operand(2.0, x) ** other.to(result))
 
 
-@op()
+@op(samples=lambda t: [t.S("frexp", lambda x: frexp(x)[0], t.rn(3, 4) * 5)])
 def frexp(x):
-    """(mantissa, exponent): x = mantissa * 2 ** exponent, 0.5 <= |mantissa| < 1 (0, inf and NaN: (x, 0))."""
+    """(mantissa, exponent): x = mantissa * 2 ** exponent, 0.5 <= |mantissa| < 1 (0, inf and NaN: (x, 0)); the
+    mantissa's gradient is 2 ** -exponent."""
     if not x.dtype.is_floating_point:
         raise RuntimeError(f"frexp: expected a floating point tensor, got {x.dtype.name}")
-    x = x.detach()
-    finite = ~isinf(x) & ~isnan(x) & (x != 0)
-    e = where(finite, (x.abs().log2().floor() + 1), 0.0)
-    m = _scaled(x, -e)
+    v = x.detach()
+    finite = ~isinf(v) & ~isnan(v) & (v != 0)
+    e = where(finite, (v.abs().log2().floor() + 1), 0.0)
+    m = _scaled(v, -e)
     e = where(finite & (m.abs() >= 1), e + 1, where(finite & (m.abs() < 0.5), e - 1, e))  # (log2 rounds there)
     return where(finite, _scaled(x, -e), x), e.to(dt.int32)
 
@@ -179,8 +180,7 @@ def polygamma(n, x):
 @op(inplace=rebased, samples=lambda t: [t.S("mvlgamma", lambda x: mvlgamma(x, 3), t.uniform(1.2, 3, 3, 4))])
 def mvlgamma(x, p):
     """The multivariate log-gamma of dimension p: sum over j < p of lgamma(x - j/2), plus p(p-1)/4 log(pi)."""
-    if not x.dtype.is_floating_point:
-        raise RuntimeError(f"mvlgamma: expected a floating point tensor, got {x.dtype.name}")
+    x = _as_float(x)
     if p < 1:
         raise RuntimeError(f"mvlgamma: p has to be greater than or equal to 1, got {p}")
     if bool((x <= (p - 1) / 2).any()):
