@@ -123,7 +123,7 @@ NEEDS_NO_SAMPLE = {
     "argmax", "argmin", "argsort", "nonzero", "count_nonzero", "bitwise_and", "bitwise_or", "bitwise_xor",
     "bitwise_not", "bitwise_left_shift", "bitwise_right_shift", "gcd", "lcm",
     # float results with no gradient (of detached values, as in PyTorch)
-    "histc", "unique", "heaviside",
+    "histc", "unique", "heaviside", "spherical_bessel_j0", "modified_bessel_i0", "modified_bessel_i1",
     # shapes only
     "broadcast_shapes",
     # the optimizers' in-place steps: parameters updated without autograd (tests/test_optim_*.py)

@@ -6,8 +6,8 @@ import math
 
 from .. import _dtype as dt
 from .core import as_operand
-from .elementwise import (Zeta, _operands, _promote, clamp, copysign, digamma, erfc, erfcx, isinf, isnan, lgamma,
-                          log, log1p, logaddexp, sigmoid, sign, sin, where, xlogy)
+from .elementwise import (Zeta, _operands, _promote, clamp, copysign, digamma, erfc, erfcx, i0, i1, isinf, isnan,
+                          lgamma, log, log1p, logaddexp, sign, sin, where, xlogy)
 from .inplace import rebased
 from .registry import op
 
@@ -216,4 +216,23 @@ def log_ndtr(x):
                  log1p(erfc(high * math.sqrt(0.5)) * -0.5))
 
 
-expit = sigmoid
+
+
+@op(method=False, namespace="special")
+def spherical_bessel_j0(x):
+    """sin(x) / x: 1 at 0, 0 at +-inf (not differentiable, as torch's)."""
+    x = _as_float(x).detach()
+    safe = where(x == 0, 1.0, x)
+    return where(x == 0, 1.0, where(isinf(x), 0.0, sin(safe) / safe))
+
+
+@op(method=False, namespace="special")
+def modified_bessel_i0(x):
+    """i0, outside autograd (torch's has no derivative)."""
+    return i0(x.detach())
+
+
+@op(method=False, namespace="special")
+def modified_bessel_i1(x):
+    """special.i1, outside autograd (torch's has no derivative)."""
+    return i1(x.detach())
