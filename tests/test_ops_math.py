@@ -11,7 +11,7 @@ import pytest
 
 import minidl
 
-from cuda_support import cuda_device
+from cuda_support import cuda  # noqa: F401 (the fixture)
 
 torch = pytest.importorskip("torch")
 mpmath = pytest.importorskip("mpmath")
@@ -142,10 +142,9 @@ def test_special_namespace_names_torchs_functions():
 
 
 @pytest.mark.parametrize("name", ["erfinv", "digamma", "i0", "zeta(3, q)", "erfcx"])
-def test_cuda_computes_the_special_functions_as_the_cpu(name):
+def test_cuda_computes_the_special_functions_as_the_cpu(name, cuda):
     ours, _, points = SPECIAL[name]
     cpu = ours(minidl.tensor(points, dtype=minidl.float64)).numpy()
-    cuda_device()
     got = ours(minidl.tensor(points, dtype=minidl.float64, device="cuda")).cpu().numpy()
     np.testing.assert_allclose(got, cpu, rtol=1e-14, atol=0)
 

@@ -581,9 +581,15 @@ def nextafter(a, b):
     return NextAfter.apply(a, b)
 
 
-zeta = op(method=False, namespace="special", samples=lambda t: [
-    t.S("zeta", lambda q, s=t.const(t.uniform(1.5, 4, 3, 4)): zeta(s, q), t.uniform(0.5, 3, 3, 4)),
-    t.S("zeta-negative-q", lambda q: zeta(3.0, q), t.uniform(-2.9, -2.1, 4))])(_binary_entry(Zeta))
+
+
+def _zeta_samples(t):
+    s = t.uniform(1.5, 4, 3, 4)  # (a constant: torch has no gradient in s)
+    return [t.S("zeta", lambda q: zeta(t.const(s), q), t.uniform(0.5, 3, 3, 4)),
+            t.S("zeta-negative-q", lambda q: zeta(3.0, q), t.uniform(-2.9, -2.1, 4))]
+
+
+zeta = op(method=False, namespace="special", samples=_zeta_samples)(_binary_entry(Zeta))
 
 
 def _add_inplace(fn, name):
