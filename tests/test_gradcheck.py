@@ -124,6 +124,8 @@ NEEDS_NO_SAMPLE = {
     "bitwise_not", "bitwise_left_shift", "bitwise_right_shift", "gcd", "lcm",
     # float results with no gradient (of detached values, as in PyTorch)
     "histc", "unique", "heaviside", "spherical_bessel_j0", "modified_bessel_i0", "modified_bessel_i1",
+    *(f"{shift}chebyshev_polynomial_{kind}" for shift in ("", "shifted_") for kind in "tuvw"),
+    "hermite_polynomial_h", "hermite_polynomial_he", "laguerre_polynomial_l", "legendre_polynomial_p",
     # shapes only
     "broadcast_shapes",
     # the optimizers' in-place steps: parameters updated without autograd (tests/test_optim_*.py)

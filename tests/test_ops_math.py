@@ -148,3 +148,16 @@ def test_cuda_computes_the_special_functions_as_the_cpu(name, cuda):
     got = ours(minidl.tensor(points, dtype=minidl.float64, device="cuda")).cpu().numpy()
     np.testing.assert_allclose(got, cpu, rtol=1e-14, atol=0)
 
+
+
+@pytest.mark.parametrize("name", [f"{shift}chebyshev_polynomial_{kind}" for shift in ("", "shifted_")
+                                  for kind in "tuvw"]
+                         + ["hermite_polynomial_h", "hermite_polynomial_he", "laguerre_polynomial_l",
+                            "legendre_polynomial_p"])
+def test_polynomials_as_torch_for_fractional_and_negative_degrees_and_at_the_ends(name):
+    x = np.array([[-1.0], [-0.3], [0.0], [0.5], [1.0], [2.5]])
+    n = np.array([-2.0, -0.5, 0.0, 0.7, 1.0, 2.0, 3.9, 7.0, 11.0])
+    got = getattr(minidl.special, name)(minidl.tensor(x), minidl.tensor(n)).numpy()
+    want = getattr(torch.special, name)(torch.tensor(x), torch.tensor(n)).numpy()
+    np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12)
+    assert getattr(minidl.special, name)(minidl.tensor([2]), minidl.tensor([3])).dtype is minidl.float32

@@ -236,3 +236,56 @@ def modified_bessel_i0(x):
 def modified_bessel_i1(x):
     """special.i1, outside autograd (torch's has no derivative)."""
     return i1(x.detach())
+
+
+# ----------------------------------------------------------------------------- orthogonal polynomials
+def _polynomial(name, first, step, argument=lambda x: x):
+    """torch.special's polynomial ``name``(x, n) of degree trunc(n) (0 for a negative degree), by its three-term
+    recurrence: P_0 = 1, P_1 = first(y), P_(k+1) = step(k, y, P_k, P_(k-1)) for y = argument(x). Not differentiable,
+    as torch's; the degree is read per element, so the loop runs to the largest."""
+    def polynomial(x, n):
+        x, n = _operands(x, n)
+        result = _promote(x, n)
+        if not result.is_floating_point:
+            result = dt.get_default_dtype()
+        y, degree = argument(x.detach().to(result)), n.detach().to(result).trunc()
+        previous, current = y.new_ones(y.shape), first(y)
+        out = where(degree == 0, 1.0, where(degree == 1, current, 0.0))
+        for k in range(1, int(degree.max().item()) if degree.numel() else 0):
+            previous, current = current, step(k, y, current, previous)
+            out = where(degree == k + 1, current, out)
+        return out
+    polynomial.__name__ = polynomial.__qualname__ = name
+    polynomial.__doc__ = f"torch.special.{name}(x, n), by its recurrence (see _polynomial)."
+    return polynomial
+
+
+def _shifted(x):
+    return x + x - 1
+
+
+def _chebyshev(k, y, p, q):
+    return (y + y) * p - q
+
+
+_SPECIAL = {"method": False, "namespace": "special"}
+chebyshev_polynomial_t = op(**_SPECIAL)(_polynomial("chebyshev_polynomial_t", lambda y: y, _chebyshev))
+chebyshev_polynomial_u = op(**_SPECIAL)(_polynomial("chebyshev_polynomial_u", lambda y: y + y, _chebyshev))
+chebyshev_polynomial_v = op(**_SPECIAL)(_polynomial("chebyshev_polynomial_v", lambda y: y + y - 1, _chebyshev))
+chebyshev_polynomial_w = op(**_SPECIAL)(_polynomial("chebyshev_polynomial_w", lambda y: y + y + 1, _chebyshev))
+shifted_chebyshev_polynomial_t = op(**_SPECIAL)(_polynomial("shifted_chebyshev_polynomial_t", lambda y: y,
+                                                            _chebyshev, _shifted))
+shifted_chebyshev_polynomial_u = op(**_SPECIAL)(_polynomial("shifted_chebyshev_polynomial_u", lambda y: y + y,
+                                                            _chebyshev, _shifted))
+shifted_chebyshev_polynomial_v = op(**_SPECIAL)(_polynomial("shifted_chebyshev_polynomial_v", lambda y: y + y - 1,
+                                                            _chebyshev, _shifted))
+shifted_chebyshev_polynomial_w = op(**_SPECIAL)(_polynomial("shifted_chebyshev_polynomial_w", lambda y: y + y + 1,
+                                                            _chebyshev, _shifted))
+hermite_polynomial_h = op(**_SPECIAL)(_polynomial("hermite_polynomial_h", lambda y: y + y,
+                                                  lambda k, y, p, q: (y + y) * p - q * (2 * k)))
+hermite_polynomial_he = op(**_SPECIAL)(_polynomial("hermite_polynomial_he", lambda y: y,
+                                                   lambda k, y, p, q: y * p - q * k))
+laguerre_polynomial_l = op(**_SPECIAL)(_polynomial("laguerre_polynomial_l", lambda y: 1 - y,
+                                                   lambda k, y, p, q: ((2 * k + 1 - y) * p - q * k) / (k + 1)))
+legendre_polynomial_p = op(**_SPECIAL)(_polynomial("legendre_polynomial_p", lambda y: y,
+                                                   lambda k, y, p, q: (y * p * (2 * k + 1) - q * k) / (k + 1)))
