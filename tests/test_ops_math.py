@@ -33,6 +33,8 @@ SPECIAL = {
     "i1e": (minidl.special.i1e, lambda x: mpmath.besseli(1, x) * mpmath.exp(-abs(x)), [0.5, -30.1, 1e4, 1e10]),
     "erfcx": (minidl.special.erfcx, lambda x: mpmath.exp(x * x) * mpmath.erfc(x), [-20.0, -1.0, 0.0, 3.0, 25.9,
                                                                                   26.1, 1e3, 1e15]),
+    "ndtri": (minidl.special.ndtri, lambda p: mpmath.sqrt(2) * mpmath.erfinv(2 * p - 1),
+              [1e-30, 1e-10, 0.02, 0.5, 0.7, 1 - 2 ** -40]),
 }
 
 
@@ -55,6 +57,7 @@ def test_special_functions_agree_with_arbitrary_precision(name):
     ("sinc", minidl.sinc, torch.sinc, [0.0, -0.0, 1.0, 0.5, np.inf, np.nan]),
     ("entr", minidl.special.entr, torch.special.entr, [0.0, -1.0, 0.5, np.inf, np.nan]),
     ("ndtr", minidl.special.ndtr, torch.special.ndtr, [-40.0, 0.0, 8.0, np.inf, -np.inf]),
+    ("ndtri", minidl.special.ndtri, torch.special.ndtri, [0.0, 1.0, -0.5, 1.5, np.nan, 1e-300]),
     ("log_ndtr", minidl.special.log_ndtr, torch.special.log_ndtr, [-40.0, -1.0, 0.0, 8.0, np.inf, -np.inf]),
 ])
 def test_poles_signed_zeros_and_infinities_as_torch(name, ours, theirs, points):
@@ -135,8 +138,8 @@ def test_logit_eps_and_its_gradient_as_torch():
 
 def test_special_namespace_names_torchs_functions():
     for name in ("expit", "erf", "erfc", "erfinv", "logit", "digamma", "psi", "gammaln", "multigammaln", "i0",
-                 "i0e", "i1", "i1e", "xlogy", "xlog1py", "zeta", "entr", "ndtr", "log_ndtr", "erfcx", "polygamma",
-                 "sinc", "exp2", "expm1", "log1p", "logsumexp", "softmax", "log_softmax", "round"):
+                 "i0e", "i1", "i1e", "xlogy", "xlog1py", "zeta", "entr", "ndtr", "ndtri", "log_ndtr", "erfcx",
+                 "polygamma", "sinc", "exp2", "expm1", "log1p", "logsumexp", "softmax", "log_softmax", "round"):
         assert callable(getattr(minidl.special, name)) and hasattr(torch.special, name), name
     assert not hasattr(minidl, "zeta") and not hasattr(minidl.Tensor, "i1")  # (torch.special's only)
 
