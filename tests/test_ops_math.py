@@ -33,6 +33,10 @@ SPECIAL = {
     "i1e": (minidl.special.i1e, lambda x: mpmath.besseli(1, x) * mpmath.exp(-abs(x)), [0.5, -30.1, 1e4, 1e10]),
     "erfcx": (minidl.special.erfcx, lambda x: mpmath.exp(x * x) * mpmath.erfc(x), [-20.0, -1.0, 0.0, 3.0, 25.9,
                                                                                   26.1, 1e3, 1e15]),
+    "igamma(2.5, x)": (lambda x: minidl.igamma(2.5, x), lambda x: mpmath.gammainc(2.5, 0, x, regularized=True),
+                       [1e-3, 0.5, 3.4, 3.6, 20.0, 60.0]),
+    "igammac(40, x)": (lambda x: minidl.igammac(40.0, x),
+                       lambda x: mpmath.gammainc(40, x, mpmath.inf, regularized=True), [1.0, 30.0, 41.0, 80.0, 200.0]),
     "ndtri": (minidl.special.ndtri, lambda p: mpmath.sqrt(2) * mpmath.erfinv(2 * p - 1),
               [1e-30, 1e-10, 0.02, 0.5, 0.7, 1 - 2 ** -40]),
 }
@@ -139,7 +143,8 @@ def test_logit_eps_and_its_gradient_as_torch():
 def test_special_namespace_names_torchs_functions():
     for name in ("expit", "erf", "erfc", "erfinv", "logit", "digamma", "psi", "gammaln", "multigammaln", "i0",
                  "i0e", "i1", "i1e", "xlogy", "xlog1py", "zeta", "entr", "ndtr", "ndtri", "log_ndtr", "erfcx",
-                 "polygamma", "sinc", "exp2", "expm1", "log1p", "logsumexp", "softmax", "log_softmax", "round"):
+                 "polygamma", "gammainc", "gammaincc", "sinc", "exp2", "expm1", "log1p", "logsumexp", "softmax",
+                 "log_softmax", "round"):
         assert callable(getattr(minidl.special, name)) and hasattr(torch.special, name), name
     assert not hasattr(minidl, "zeta") and not hasattr(minidl.Tensor, "i1")  # (torch.special's only)
 

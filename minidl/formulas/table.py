@@ -149,6 +149,8 @@ BINARY = (
     binary("nextafter", "nextafter(x, y)", float_only=True, doc="the next float after x toward y"),
     binary("gcd", "gcd(x, y)", int_only=True),
     binary("lcm", "abs(floordiv(x, gcd(x, y)) * y) if gcd(x, y) != 0 else 0", int_only=True),
+    binary("igamma", "igamma(x, y)", float_only=True, doc="the regularized lower incomplete gamma function P(x, y)"),
+    binary("igammac", "igammac(x, y)", float_only=True, doc="the regularized upper one, Q(x, y) = 1 - P(x, y)"),
 )
 
 COMPARE = (  # bool results

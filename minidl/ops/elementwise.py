@@ -551,6 +551,32 @@ xlog1py = op(method=False, namespace="special", samples=lambda t: [
     t.S("xlog1py", xlog1py, t.rn(3, 4), t.uniform(-0.5, 2, 4))])(_binary_entry(Xlog1py))
 
 
+def _igamma_samples(name):
+    def samples(t):
+        a = t.uniform(0.5, 3, 3, 4)  # (a constant: torch has no gradient in a)
+        return [t.S(name, lambda x: OPS[name].function(t.const(a), x), t.uniform(0.3, 4, 3, 4))]
+    return samples
+
+
+def _no_input_derivative(name):
+    def grad(a, b, y, g):
+        raise RuntimeError(f"the derivative for '{name}: input' is not implemented (as in torch)")
+    return grad
+
+
+def _incomplete_gamma_slope(a, b, sign):
+    """d/dx P(a, x) = x^(a-1) e^-x / Gamma(a) (Q's: its negative)."""
+    return (Xlogy.apply(a - 1, b) - b - lgamma(a)).exp() * sign  # noqa: F821 (made from the table above)
+
+
+Igamma = _binary("Igamma", "igamma", _no_input_derivative("igamma"),
+                 lambda a, b, y, g: g * _incomplete_gamma_slope(a, b, 1), true_division=True, reads=("", "ab"))
+Igammac = _binary("Igammac", "igammac", _no_input_derivative("igammac"),
+                  lambda a, b, y, g: g * _incomplete_gamma_slope(a, b, -1), true_division=True, reads=("", "ab"))
+igamma = op(inplace=binary_inplace(Igamma), samples=_igamma_samples("igamma"))(_binary_entry(Igamma))
+igammac = op(inplace=binary_inplace(Igammac), samples=_igamma_samples("igammac"))(_binary_entry(Igammac))
+
+
 def _integer_binary(name):
     """``name(a, b)`` of integer tensors (numbers promote as in arithmetic); floats and bools are refused,
     as torch's."""

@@ -17,9 +17,9 @@ from .op_codes import (UNARY_NEG, UNARY_ABS, UNARY_SIGN, UNARY_EXP, UNARY_LOG, U
     BINARY_MAXIMUM, BINARY_MINIMUM, BINARY_GATE, BINARY_ATAN2, BINARY_SILU_BACKWARD, BINARY_GELU_BACKWARD,
     BINARY_GELU_TANH_BACKWARD, BINARY_BITWISE_AND, BINARY_BITWISE_OR, BINARY_BITWISE_XOR,
     BINARY_BITWISE_LEFT_SHIFT, BINARY_BITWISE_RIGHT_SHIFT, BINARY_FMOD, BINARY_HYPOT, BINARY_COPYSIGN,
-    BINARY_XLOGY, BINARY_XLOG1PY, BINARY_ZETA, BINARY_NEXTAFTER, BINARY_GCD, BINARY_LCM, COMPARE_EQ,
-    COMPARE_NE, COMPARE_LT, COMPARE_LE, COMPARE_GT, COMPARE_GE, COMPARE_LOGICAL_AND, COMPARE_LOGICAL_OR,
-    COMPARE_LOGICAL_XOR)
+    BINARY_XLOGY, BINARY_XLOG1PY, BINARY_ZETA, BINARY_NEXTAFTER, BINARY_GCD, BINARY_LCM, BINARY_IGAMMA,
+    BINARY_IGAMMAC, COMPARE_EQ, COMPARE_NE, COMPARE_LT, COMPARE_LE, COMPARE_GT, COMPARE_GE,
+    COMPARE_LOGICAL_AND, COMPARE_LOGICAL_OR, COMPARE_LOGICAL_XOR)
 from .vector_math import exp_run
 from .vector_activations import (gelu_backward_run, gelu_run, gelu_tanh_backward_run, gelu_tanh_run,
     silu_backward_run, silu_run)
@@ -235,7 +235,7 @@ def apply_binary(op, x, y):
 
 @sm.float_only((BINARY_DIV, BINARY_ATAN2, BINARY_SILU_BACKWARD, BINARY_GELU_BACKWARD,
                 BINARY_GELU_TANH_BACKWARD, BINARY_HYPOT, BINARY_COPYSIGN, BINARY_XLOGY, BINARY_XLOG1PY,
-                BINARY_ZETA, BINARY_NEXTAFTER,), unknown_binary_code)
+                BINARY_ZETA, BINARY_NEXTAFTER, BINARY_IGAMMA, BINARY_IGAMMAC,), unknown_binary_code)
 def float_binary(op, x, y):
     """The float-only binary ops."""
     if op == BINARY_DIV:
@@ -260,6 +260,10 @@ def float_binary(op, x, y):
         return sm.zeta(x, y)
     elif op == BINARY_NEXTAFTER:
         return sm.nextafter(x, y)
+    elif op == BINARY_IGAMMA:
+        return sm.igamma(x, y)
+    elif op == BINARY_IGAMMAC:
+        return sm.igammac(x, y)
     else:
         return unknown_binary_code(op, x)
 

@@ -399,6 +399,18 @@ template <class T> __device__ __forceinline__ T binary_lcm(T x, T y) {
     return (T)(((m_gcd(x, y) != (T)0) ? m_abs((m_floordiv(x, m_gcd(x, y)) * y)) : (T)0));
 }
 
+// igamma: the regularized lower incomplete gamma function P(x, y)
+template <class T> __device__ __forceinline__ T binary_igamma(T x, T y) {
+    return (T)(m_igamma(x, y));
+}
+__device__ __forceinline__ long long binary_igamma(long long x, long long y) { return x; }
+
+// igammac: the regularized upper one, Q(x, y) = 1 - P(x, y)
+template <class T> __device__ __forceinline__ T binary_igammac(T x, T y) {
+    return (T)(m_igammac(x, y));
+}
+__device__ __forceinline__ long long binary_igammac(long long x, long long y) { return x; }
+
 template <class T> __device__ __forceinline__ bool compare_eq(T x, T y) {
     return (bool)((x == y));
 }
@@ -518,6 +530,8 @@ template <class T> __device__ __forceinline__ T apply_binary(int op, T x, T y) {
         case BINARY_NEXTAFTER: return binary_nextafter(x, y);
         case BINARY_GCD: return binary_gcd(x, y);
         case BINARY_LCM: return binary_lcm(x, y);
+        case BINARY_IGAMMA: return binary_igamma(x, y);
+        case BINARY_IGAMMAC: return binary_igammac(x, y);
         default: __trap(); return {};  // an unknown code is a bug: stop the kernel
     }
 }

@@ -271,3 +271,45 @@ __device__ __forceinline__ long long m_gcd(long long x, long long y) {
     return x;
 }
 template <typename T> __device__ __forceinline__ T m_gcd(T x, T) { return x; }
+
+// the regularized incomplete gamma function P(a, x) (Q = 1 - P when upper): P's series below x = a + 1, Q's
+// continued fraction above, as the CPU's
+__device__ inline double special_incomplete_gamma(double a, double x, bool upper) {
+    if (a < 0 || x < 0) return nan_of<double>();  // (NaNs only after the other edges, as torch)
+    if (a == 0) return x > 0 ? (upper ? 0.0 : 1.0) : nan_of<double>();
+    if (x == 0) return upper ? 1.0 : 0.0;
+    if (isinf(a)) return isinf(x) ? nan_of<double>() : (upper ? 1.0 : 0.0);
+    if (isinf(x)) return upper ? 0.0 : 1.0;
+    if (a != a || x != x) return nan_of<double>();
+    double prefix = exp(a * log(x) - x - lgamma(a));
+    if (x < a + 1) {
+        double term = 1 / a, total = term, n = a;
+        for (int i = 0; i < 100000; ++i) {
+            n += 1;
+            term *= x / n;
+            total += term;
+            if (term < total * 1e-17) break;
+        }
+        return upper ? fmax(1 - prefix * total, 0.0) : prefix * total;  // (1 - P: absolute accuracy only)
+    }
+    const double tiny = 1e-300;
+    double b = x + 1 - a, c = 1 / tiny, d = 1 / b, h = d;
+    for (int i = 1; i < 100000; ++i) {
+        double an = -i * (i - a);
+        b += 2;
+        d = an * d + b;
+        if (fabs(d) < tiny) d = tiny;
+        c = b + an / c;
+        if (fabs(c) < tiny) c = tiny;
+        d = 1 / d;
+        h *= d * c;
+        if (fabs(d * c - 1) < 1e-16) break;
+    }
+    return upper ? prefix * h : fmax(1 - prefix * h, 0.0);
+}
+template <class T> __device__ __forceinline__ T m_igamma(T a, T x) {
+    return (T)special_incomplete_gamma((double)a, (double)x, false);
+}
+template <class T> __device__ __forceinline__ T m_igammac(T a, T x) {
+    return (T)special_incomplete_gamma((double)a, (double)x, true);
+}
