@@ -103,7 +103,7 @@ def minidl_op(op):
     import minidl
     fn = op.op
     code = getattr(fn, "__code__", None)
-    if code is not None and fn.__module__ == "torch.testing._internal.common_methods_invocations":
+    if code is not None and fn.__module__.startswith("torch.testing._internal."):  # (op_db's and opinfo's own)
         scope = dict(fn.__globals__, torch=minidl, wrapper_set_seed=_wrapper_set_seed)
         return types.FunctionType(code, scope, fn.__name__, fn.__defaults__, fn.__closure__)
     return minidl_function(op.name)
@@ -173,7 +173,7 @@ def _numpy(t):
     t = t.detach()
     if _dtype_name(t.dtype) in ("bfloat16", "float16"):
         t = t.float()
-    return np.asarray(t.numpy())
+    return np.asarray(t.numpy(force=True))  # (force: torch's gradients may be ZeroTensors)
 
 
 def _dtype_name(dtype):

@@ -5,6 +5,8 @@ A key is (entry, dtype, sample index): entry is op_db's 'name' or 'name:variant'
 every sample). Allow-listed failing samples leave the denominator; test_op_corpus keeps this list
 under 1% of the judged samples and fails on a key that no longer fails.
 """
+_TRIGAMMA_POLE = ("trigamma at a pole (an int16 input of -8): torch's float32 kernel gives a finite 2.0e13 "
+                  "(pi / sin(pi x) squared, with sin(pi x) rounded away from 0); minidl gives inf")
 _RRELU_DRAWS = ("rrelu in training multiplies each negative element by a slope drawn from torch's own random stream, "
                 "which minidl does not reproduce (its draws are checked for range and gradient in "
                 "tests/test_ops_activations.py)")
@@ -18,4 +20,9 @@ ALLOW = {
     # (tests/test_ops_indexing_more.py).
     **{("as_strided_scatter", "float64", i): "torch's input gradient is not the closed form's" for i in range(7)},
     **{("nn.functional.rrelu", dtype, index): _RRELU_DRAWS for dtype in ("float64", "float32") for index in (0, 2)},
+    ("polygamma:polygamma_n_0", "int16", 0): _TRIGAMMA_POLE,
+    ("polygamma:polygamma_n_0", "int16", 5): _TRIGAMMA_POLE,
+    ("polygamma:polygamma_n_1", "int16", 0): _TRIGAMMA_POLE,
+    ("polygamma:polygamma_n_4", "int16", 5): _TRIGAMMA_POLE,
+    ("special.polygamma:special_polygamma_n_0", "int16", 0): _TRIGAMMA_POLE,
 }

@@ -118,13 +118,15 @@ NEEDS_NO_SAMPLE = {
     "multinomial",
     # comparisons and predicates: bool results (or a Python bool)
     "eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or", "logical_xor", "logical_not", "isnan",
-    "isinf", "isfinite", "isclose", "allclose", "equal", "any", "all",
+    "isinf", "isfinite", "isclose", "allclose", "equal", "any", "all", "signbit", "isposinf", "isneginf", "isreal",
     # integer results: indices and counts, and bitwise ops (integer and bool tensors only)
     "argmax", "argmin", "argsort", "nonzero", "count_nonzero", "bitwise_and", "bitwise_or", "bitwise_xor",
     "bitwise_not", "bitwise_left_shift", "bitwise_right_shift", "searchsorted", "bucketize", "isin", "argwhere",
-    "nonzero_static", "unique_consecutive", "unravel_index",
+    "nonzero_static", "unique_consecutive", "unravel_index", "gcd", "lcm",
     # float results with no gradient (of detached values, as in PyTorch)
-    "histc", "unique", "histogram",
+    "histc", "unique", "histogram", "heaviside", "spherical_bessel_j0", "modified_bessel_i0", "modified_bessel_i1",
+    *(f"{shift}chebyshev_polynomial_{kind}" for shift in ("", "shifted_") for kind in "tuvw"),
+    "hermite_polynomial_h", "hermite_polynomial_he", "laguerre_polynomial_l", "legendre_polynomial_p",
     # shapes only
     "broadcast_shapes",
     # no result: a real tensor has no imaginary part (it raises, as in PyTorch; tests/test_ops_shapes.py)

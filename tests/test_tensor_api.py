@@ -402,15 +402,20 @@ INPLACE = {  # name: arguments after self (self: 3x4, or the shape in SHAPES)
     "scatter_reduce_": (1, _idx, minidl.ones(3, 2, dtype=minidl.float64), "amax"),
     "index_reduce_": (1, minidl.tensor([0, 3]), minidl.full((3, 2), 2.0, dtype=minidl.float64), "prod"),
     "addmm_": (minidl.ones(3, 2), minidl.ones(2, 4)), "baddbmm_": (minidl.ones(2, 3, 2), minidl.ones(2, 2, 4)),
+    # issue 44's elementwise math
+    "erfinv_": (), "lgamma_": (), "digamma_": (), "i0_": (), "logit_": (), "sgn_": (), "sinc_": (), "mvlgamma_": (1,),
+    "fmod_": (0.7,), "hypot_": (_w,), "copysign_": (-_w,), "xlogy_": (_w,), "nextafter_": (_w,), "igamma_": (_w,),
+    "igammac_": (_w,), "float_power_": (2,), "ldexp_": (minidl.tensor([1, -2, 0, 3]),),
+    "heaviside_": (minidl.tensor([0.5], dtype=minidl.float64),),
 }
 SHAPES = {"baddbmm_": (2, 3, 4)}
-POSITIVE = ("rsqrt_", "log1p_", "log_", "sqrt_", "log2_", "log10_")
+POSITIVE = ("rsqrt_", "log1p_", "log_", "sqrt_", "log2_", "log10_", "mvlgamma_")
 DOMAINS = {"asin_": np.tanh, "acos_": np.tanh, "atanh_": np.tanh, "acosh_": lambda a: np.abs(a) + 1.1}
 
 
 INTEGER_INPLACE = {  # the integer-only twins (self: 3x4 int64)
     "bitwise_and_": (6,), "bitwise_or_": (6,), "bitwise_xor_": (6,), "bitwise_left_shift_": (2,),
-    "bitwise_right_shift_": (1,), "bitwise_not_": (),
+    "bitwise_right_shift_": (1,), "bitwise_not_": (), "gcd_": (6,), "lcm_": (6,),
 }
 
 

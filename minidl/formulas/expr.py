@@ -28,14 +28,17 @@ MATH = {
     "exp": 1, "log": 1, "log1p": 1, "expm1": 1, "sqrt": 1, "sin": 1, "cos": 1, "tan": 1, "tanh": 1, "erf": 1,
     "floor": 1, "ceil": 1, "rint": 1, "trunc": 1, "abs": 1, "bool": 1,
     "atan": 1, "asin": 1, "acos": 1, "sinh": 1, "cosh": 1, "asinh": 1, "acosh": 1, "atanh": 1, "erfc": 1,
-    "log2": 1, "log10": 1,
-    "copysign": 2, "floordiv": 2, "remainder": 2, "pow": 2, "atan2": 2,
+    "log2": 1, "log10": 1, "lgamma": 1, "digamma": 1, "erfinv": 1,
+    "i0": 1, "i1": 1, "i0e": 1, "i1e": 1, "erfcx": 1,
+    "copysign": 2, "floordiv": 2, "remainder": 2, "pow": 2, "atan2": 2, "fmod": 2, "hypot": 2, "zeta": 2, "nextafter": 2, "gcd": 2, "igamma": 2, "igammac": 2,
     "bitand": 2, "bitor": 2, "bitxor": 2, "shl": 2, "shr": 2,
 }
 CONSTANTS = {"inf": math.inf, "nan": math.nan, "pi": math.pi}
 # what only floats have: a formula that integers reach must not use these
 FLOAT_MATH = {"exp", "log", "log1p", "expm1", "sqrt", "sin", "cos", "tan", "tanh", "erf", "copysign", "atan2",
-              "atan", "asin", "acos", "sinh", "cosh", "asinh", "acosh", "atanh", "erfc", "log2", "log10"}
+              "atan", "asin", "acos", "sinh", "cosh", "asinh", "acosh", "atanh", "erfc", "log2", "log10",
+              "lgamma", "digamma", "erfinv", "hypot", "zeta", "i0", "i1", "i0e", "i1e",
+              "erfcx", "nextafter", "igamma", "igammac"}
 
 _BINARY = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/"}
 _COMPARE = {ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">=", ast.Eq: "==", ast.NotEq: "!="}

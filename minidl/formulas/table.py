@@ -118,6 +118,17 @@ UNARY = (
     unary("exp2", "exp(x * 0.6931471805599453)", "g * y * 0.6931471805599453", doc="2 ** x"),
     unary("deg2rad", "x * 0.017453292519943295", "g * 0.017453292519943295"),
     unary("rad2deg", "x * 57.29577951308232", "g * 57.29577951308232"),
+    # special functions (their methods: minidl/kernels/cpu/jit/scalar_math.py)
+    unary("erfinv", "erfinv(x)", "g * exp(y * y) * 0.886226925452758",
+          doc="the inverse of erf; d/dx: sqrt(pi)/2 e^(y^2)"),
+    unary("lgamma", "lgamma(x)", "g * digamma(x)", doc="log |Gamma(x)|"),
+    unary("digamma", "digamma(x)", "g * zeta(2, x)",
+          doc="d/dx log Gamma(x); its derivative, trigamma, is zeta(2, x)"),
+    unary("i0", "i0(x)", "g * i1(x)", doc="the modified Bessel function of order 0"),
+    unary("i0e", "i0e(x)", "g * (i1e(x) - sign(x) * y)", doc="i0(x) exp(-|x|)"),
+    unary("i1", "i1(x)", "g * (0.5 if x == 0 else i0(x) - y / x)", doc="the modified Bessel function of order 1"),
+    unary("i1e", "i1e(x)", "g * (0.5 if x == 0 else i0e(x) - y * (sign(x) + 1 / x))", doc="i1(x) exp(-|x|)"),
+    unary("erfcx", "erfcx(x)", "g * (x * y * 2 - 1.1283791670955126)", doc="exp(x^2) erfc(x)"),
 )
 
 BINARY = (
@@ -145,6 +156,20 @@ BINARY = (
     binary("bitwise_left_shift", "shl(x, y)", int_only=True, doc="0 for a shift below 0 or beyond 63, as in PyTorch"),
     binary("bitwise_right_shift", "shr(x, y)", int_only=True,
            doc="arithmetic; a shift below 0 or beyond 63 leaves the sign (0 or -1), as in PyTorch"),
+    binary("fmod", "fmod(x, y)", doc="C's remainder: the sign of x"),
+    binary("hypot", "hypot(x, y)", float_only=True),
+    binary("copysign", "copysign(x, y)", float_only=True),
+    binary("xlogy", "nan if y != y else (0.0 if x == 0 else x * (log(y) if y > 0 else (-inf if y == 0 else nan)))",
+           float_only=True, doc="x log y, 0 where x == 0 unless y is NaN"),
+    binary("xlog1py",
+           "nan if y != y else (0.0 if x == 0 else x * (log1p(y) if y > -1 else (-inf if y == -1 else nan)))",
+           float_only=True, doc="x log(1 + y), 0 where x == 0 unless y is NaN"),
+    binary("zeta", "zeta(x, y)", float_only=True, doc="Hurwitz's zeta of x (the exponent) at y"),
+    binary("nextafter", "nextafter(x, y)", float_only=True, doc="the next float after x toward y"),
+    binary("gcd", "gcd(x, y)", int_only=True),
+    binary("lcm", "abs(floordiv(x, gcd(x, y)) * y) if gcd(x, y) != 0 else 0", int_only=True),
+    binary("igamma", "igamma(x, y)", float_only=True, doc="the regularized lower incomplete gamma function P(x, y)"),
+    binary("igammac", "igammac(x, y)", float_only=True, doc="the regularized upper one, Q(x, y) = 1 - P(x, y)"),
 )
 
 COMPARE = (  # bool results

@@ -220,6 +220,134 @@ def _identity(L, x, *args, **kwargs):
     return L.op("Identity", L.value(x))
 
 
+# ------------------------------------------------------------- elementwise math (where ONNX can say it)
+attach_rule("sgn", "onnx", _unary("Sign"))
+attach_rule("positive", "onnx", _unary("Identity"))
+
+
+def _operands_of(L, *xs):
+    dtype = _np(L.out)
+    return dtype, [_operand(L, x, dtype) for x in xs]
+
+
+@lowers("fmod")
+def _fmod(L, a, b):
+    _, (x, y) = _operands_of(L, a, b)
+    return L.op("Mod", x, y, fmod=1)   # (C's remainder: the dividend's sign)
+
+
+@lowers("hypot")
+def _hypot(L, a, b):
+    _, (x, y) = _operands_of(L, a, b)
+    return L.op("Sqrt", L.op("Add", L.op("Mul", x, x), L.op("Mul", y, y)))
+
+
+def _sign_bit(L, v, dtype):
+    """v < 0, or -0.0 (1 / -0.0 is -inf); a negative NaN is not seen."""
+    return L.op("Or", L.op("Less", v, L.constant(0, dtype)),
+                L.op("Less", L.op("Div", L.constant(1, dtype), v), L.constant(0, dtype)))
+
+
+@lowers("copysign")
+def _copysign(L, a, b):
+    dtype, (x, y) = _operands_of(L, a, b)
+    magnitude = L.op("Abs", x)
+    return L.op("Where", _sign_bit(L, y, dtype), L.op("Neg", magnitude), magnitude)
+
+
+@lowers("signbit")
+def _signbit(L, x):
+    if not x.dtype.is_floating_point:
+        return L.op("Less", L.value(x), L.constant(0, _np(x)))
+    return _sign_bit(L, L.value(x), _np(x))
+
+
+def _x_times_log(L, a, b, log_of):
+    """x log_of(y), 0 where x == 0, NaN where y is (xlogy, xlog1py)."""
+    dtype, (x, y) = _operands_of(L, a, b)
+    product = L.op("Where", L.op("Equal", x, L.constant(0, dtype)), L.constant(0, dtype), L.op("Mul", x, log_of(y)))
+    return L.op("Where", L.op("IsNaN", y), y, product)
+
+
+attach_rule("xlogy", "onnx", lambda L, a, b: _x_times_log(L, a, b, lambda y: L.op("Log", y)))
+attach_rule("xlog1py", "onnx", lambda L, a, b: _x_times_log(
+    L, a, b, lambda y: L.op("Log", L.op("Add", y, L.constant(1, _np(L.out))))))
+
+
+@lowers("logit")
+def _logit(L, x, eps=None):
+    dtype, (v,) = _operands_of(L, x)
+    if eps is not None:
+        v = L.op("Clip", v, L.constant(eps, dtype), L.constant(1 - eps, dtype))
+    return L.op("Log", L.op("Div", v, L.op("Sub", L.constant(1, dtype), v)))
+
+
+@lowers("float_power")
+def _float_power(L, a, b):
+    _, (x, y) = _operands_of(L, a, b)
+    return L.op("Pow", x, y)
+
+
+@lowers("ldexp")
+def _ldexp(L, x, other):
+    dtype, (v, e) = _operands_of(L, x, other)
+    return L.op("Mul", v, L.op("Pow", L.constant(2, dtype), e))
+
+
+@lowers("heaviside")
+def _heaviside(L, x, values):
+    dtype, (v, at_zero) = _operands_of(L, x, values)
+    zero = L.constant(0, dtype)
+    return L.op("Where", L.op("Equal", v, zero), at_zero, L.op("Cast", L.op("Greater", v, zero), to=code(dtype)))
+
+
+@lowers("sinc")
+def _sinc(L, x):
+    dtype, (v,) = _operands_of(L, x)
+    zero, one = L.op("Equal", v, L.constant(0, dtype)), L.constant(1, dtype)
+    angle = L.op("Mul", L.op("Where", zero, one, v), L.constant(np.pi, dtype))
+    return L.op("Where", zero, one, L.op("Div", L.op("Sin", angle), angle))
+
+
+def _infinity_test(positive):
+    def rule(L, x):
+        if not x.dtype.is_floating_point:
+            return L.op("Not", L.op("Equal", L.value(x), L.value(x)))
+        return L.op("IsInf", L.value(x), detect_negative=int(not positive), detect_positive=int(positive))
+    return rule
+
+
+attach_rule("isposinf", "onnx", _infinity_test(True))
+attach_rule("isneginf", "onnx", _infinity_test(False))
+attach_rule("isreal", "onnx", lambda L, x: L.op("Or", L.op("Equal", L.value(x), L.value(x)),
+                                                L.op("Not", L.op("Equal", L.value(x), L.value(x)))))
+
+
+@lowers("rsub")
+def _rsub(L, x, other, alpha=1):
+    _, (v, w) = _operands_of(L, x, other)
+    return L.op("Sub", w, v if alpha == 1 else L.op("Mul", v, L.constant(alpha, _np(L.out))))
+
+
+attach_rule("__rdiv__", "onnx", lambda L, x, other: L.op("Div", *_operands_of(L, other, x)[1]))
+
+
+@lowers("ndtr")
+def _ndtr(L, x):
+    dtype, (v,) = _operands_of(L, x)
+    half = L.constant(0.5, dtype)
+    erf = L.op("Erf", L.op("Mul", v, L.constant(np.sqrt(0.5), dtype)))
+    return L.op("Mul", half, L.op("Add", L.constant(1, dtype), erf))
+
+
+@lowers("entr")
+def _entr(L, x):
+    dtype, (v,) = _operands_of(L, x)
+    zero = L.constant(0, dtype)
+    below = L.op("Where", L.op("Equal", v, zero), zero, L.constant(-np.inf, dtype))
+    return L.op("Where", L.op("Greater", v, zero), L.op("Neg", L.op("Mul", v, L.op("Log", v))), below)
+
+
 # ------------------------------------------------------------------------------------ shapes
 @lowers("reshape", "view")
 def _reshape(L, x, *shape):

@@ -13,6 +13,7 @@ Reading order, bottom-up (a module imports only those listed before it):
 - ``creation``: factories and numpy interop
 - ``autocast_mode``: autocast's state and the wrapper that applies its policies
 - ``elementwise``: unary, binary, compare, where, clamp and their composites
+- ``math_ops``: elementwise math composed of those (logit, float_power, sinc, polygamma, torch.special's entr, ...)
 - ``shape_ops``: cat, stack, split, repeat, flip, roll, pad, ...
 - ``stacking``: numpy's stacking and splitting (hstack, atleast_2d, tensor_split, hsplit, ...)
 - ``view_copies``: torch's ``*_copy`` ops, a view then a copy
@@ -38,9 +39,9 @@ Reading order, bottom-up (a module imports only those listed before it):
 """
 # every module, in the reading order (each declares its ops as it is imported)
 from . import (registry, core, random, conversion, take_put, views, inplace, creation,  # noqa: F401,I001
-               autocast_mode, elementwise, shape_ops, stacking, view_copies, indexing, reduction, reduction_more,
-               linalg, arranging, sorting, search, scatter_reductions, conv, norm_rows, normalization, attention,
-               embeddings, fused, dropout, batchnorm, rnn, cross_entropy, activations)
+               autocast_mode, elementwise, math_ops, shape_ops, stacking, view_copies, indexing, reduction,
+               reduction_more, linalg, arranging, sorting, search, scatter_reductions, conv, norm_rows, normalization,
+               attention, embeddings, fused, dropout, batchnorm, rnn, cross_entropy, activations)
 
 globals().update(registry.functions())
 globals().update(registry.functions("nn.functional"))  # (for minidl.nn.functional)

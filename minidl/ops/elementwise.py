@@ -181,7 +181,8 @@ _SAMPLE_VALUES = {"abs": ("nonzero",), "sign": ("nonzero",), "reciprocal": ("non
                   "trunc": ("frac",), "asin": ("uniform", -0.9, 0.9), "acos": ("uniform", -0.9, 0.9),
                   "atanh": ("uniform", -0.9, 0.9), "acosh": ("uniform", 1.1, 3), "log2": ("pos",),
                   "log10": ("pos",), "relu6": ("uniform", -2, 8), "hardswish": ("uniform", -5, 5),
-                  "hardsigmoid": ("uniform", -5, 5), "selu": ("nonzero",)}
+                  "hardsigmoid": ("uniform", -5, 5), "selu": ("nonzero",), "erfinv": ("uniform", -0.9, 0.9),
+                  "lgamma": ("pos",), "digamma": ("pos",)}
 
 
 def _unary_samples(t, name, fn=None):
@@ -223,9 +224,13 @@ _ALIASES = {"neg": ("negative",), "abs": ("absolute",)}
 # (declared below and in activations.py: torch has them in nn.functional, or without Tensor methods)
 _ACTIVATIONS = ("silu", "gelu", "gelu_tanh", "relu6", "hardswish", "hardsigmoid", "mish", "selu", "softsign",
                 "tanhshrink")
+_SPECIAL_ONLY = ("i0e", "i1", "i1e", "erfcx")  # (torch has these in torch.special only)
 for _formula in formulas.UNARY:  # neg, abs, exp, ..., relu, ...: one op per table entry, which defines it
     globals()[_formula.name] = _unary(_formula)
-    if _formula.name not in ("round", *_ACTIVATIONS):  # (round is declared below, with decimals)
+    if _formula.name in _SPECIAL_ONLY:
+        op(_formula.name, method=False, namespace="special",
+           samples=lambda t, name=_formula.name: _unary_samples(t, name))(globals()[_formula.name])
+    elif _formula.name not in ("round", *_ACTIVATIONS):  # (round is declared below, with decimals)
         op(_formula.name, aliases=_ALIASES.get(_formula.name, ()), inplace=rebased,
            samples=lambda t, name=_formula.name: _unary_samples(t, name))(globals()[_formula.name])
 _round = round  # noqa: F821 (made just above; the public round below adds decimals)
@@ -487,6 +492,135 @@ atan2 = op(aliases=("arctan2",), inplace=binary_inplace(Atan2), samples=lambda t
     t.S("atan2-noncontig-scalar", lambda y: atan2(y, -0.5), t.NC(t.rn(3, 2), "F")),
     t.S("atan2", atan2, t.rn(3), t.nonzero(3), second_order=True),
 ])(autocast_op("atan2")(_binary_entry(Atan2)))
+
+
+# ----------------------------------------------------------------------------- binary math of the table's end
+def _copysign_grad_a(a, b, y, g):
+    return g * (y / a).masked_fill(a == 0, 0)  # +-1: whether the sign flipped (0 at a == 0, as torch)
+
+
+def _xlogy_grad_a(a, b, y, g):
+    return Xlogy.apply(g, b).masked_fill((a == 0) & (b <= 0), 0)
+
+
+Fmod = _binary("Fmod", "fmod", lambda a, b, y, g: g, lambda a, b, y, g: -g * div(a, b, rounding_mode="trunc"),
+               reads=("", "ab"))
+Hypot = _binary("Hypot", "hypot", lambda a, b, y, g: g * a / y, lambda a, b, y, g: g * b / y, true_division=True,
+                saves_output=True)
+Copysign = _binary("Copysign", "copysign", _copysign_grad_a, lambda a, b, y, g: g * 0, true_division=True,
+                   saves_output=True, reads=("a", ""))
+Xlogy = _binary("Xlogy", "xlogy", _xlogy_grad_a, lambda a, b, y, g: g * a / b, true_division=True)
+Xlog1py = _binary("Xlog1py", "xlog1py", lambda a, b, y, g: Xlog1py.apply(g, b).masked_fill((a == 0) & (b <= -1), 0),
+                  lambda a, b, y, g: g * a / (b + 1), true_division=True)
+# d/dq zeta(s, q) = -s zeta(s + 1, q); torch has no gradient in s
+Zeta = _binary("Zeta", "zeta", None, lambda a, b, y, g: -g * a * Zeta.apply(a + 1, b), true_division=True,
+               reads=("", "ab"))
+
+
+def _integer_fmod_check(a, b):
+    """torch raises for an integer fmod by zero (the CUDA kernel would give 0)."""
+    if not _promote(a, b).is_floating_point and bool((b == 0).any()):
+        raise RuntimeError(f"fmod: ZeroDivisionError (an integer divisor is 0; {a.dtype.name} by {b.dtype.name})")
+
+
+def _fmod_entry(a, b):
+    a, b = _operands(a, b)
+    _integer_fmod_check(a, b)
+    return Fmod.apply(a, b)
+
+
+def _fmod_inplace(fn, name):
+    dense = binary_inplace(Fmod)(fn, name)
+
+    def fmod_(self, other):
+        _integer_fmod_check(self, as_operand(other, self))
+        return dense(self, other)
+    fmod_.__name__ = name
+    return fmod_
+
+
+fmod = op("fmod", inplace=_fmod_inplace, samples=lambda t: [
+    t.S("fmod", fmod, (d := t.nonzero(3, 4)) * t.frac(3, 4), d),
+    t.S("fmod-scalar", lambda a: a.fmod(-0.7), t.NC(t.frac(3, 2) * -0.7, "F"))
+    ])(_fmod_entry)
+hypot = op(inplace=binary_inplace(Hypot), samples=lambda t: [
+    t.S("hypot", hypot, t.rn(3, 4), t.nonzero(4)),
+    t.S("hypot-noncontig", lambda a, b: a.hypot(b), t.NC(t.nonzero(3, 3), "F"), t.rn(3, 3))])(_binary_entry(Hypot))
+copysign = op(inplace=binary_inplace(Copysign), samples=lambda t: [
+    t.S("copysign", copysign, t.nonzero(3, 4), t.nonzero(4)),
+    t.S("copysign-scalar", lambda a: a.copysign(-1.0), t.NC(t.nonzero(3, 2), "F"))])(_binary_entry(Copysign))
+xlogy = op(inplace=binary_inplace(Xlogy), samples=lambda t: [
+    t.S("xlogy", xlogy, t.rn(3, 4), t.pos(4)),
+    t.S("xlogy-scalar-first", lambda b: xlogy(2.0, b), t.NC(t.pos(3, 2), "F"))])(_binary_entry(Xlogy))
+xlog1py = op(method=False, namespace="special", samples=lambda t: [
+    t.S("xlog1py", xlog1py, t.rn(3, 4), t.uniform(-0.5, 2, 4))])(_binary_entry(Xlog1py))
+
+
+def _igamma_samples(name):
+    def samples(t):
+        a = t.uniform(0.5, 3, 3, 4)  # (a constant: torch has no gradient in a)
+        return [t.S(name, lambda x: OPS[name].function(t.const(a), x), t.uniform(0.3, 4, 3, 4))]
+    return samples
+
+
+def _no_input_derivative(name):
+    def grad(a, b, y, g):
+        raise RuntimeError(f"the derivative for '{name}: input' is not implemented (as in torch)")
+    return grad
+
+
+def _incomplete_gamma_slope(a, b, sign):
+    """d/dx P(a, x) = x^(a-1) e^-x / Gamma(a) (Q's: its negative)."""
+    return (Xlogy.apply(a - 1, b) - b - lgamma(a)).exp() * sign  # noqa: F821 (made from the table above)
+
+
+Igamma = _binary("Igamma", "igamma", _no_input_derivative("igamma"),
+                 lambda a, b, y, g: g * _incomplete_gamma_slope(a, b, 1), true_division=True, reads=("", "ab"))
+Igammac = _binary("Igammac", "igammac", _no_input_derivative("igammac"),
+                  lambda a, b, y, g: g * _incomplete_gamma_slope(a, b, -1), true_division=True, reads=("", "ab"))
+igamma = op(inplace=binary_inplace(Igamma), samples=_igamma_samples("igamma"))(_binary_entry(Igamma))
+igammac = op(inplace=binary_inplace(Igammac), samples=_igamma_samples("igammac"))(_binary_entry(Igammac))
+
+
+def _integer_binary(name):
+    """``name(a, b)`` of integer tensors (numbers promote as in arithmetic); floats and bools are refused,
+    as torch's."""
+    def fn(a, b):
+        a, b = _operands(a, b)
+        result = _promote(a, b)
+        if result.is_floating_point or result is dt.bool_:
+            raise RuntimeError(f"{name}: expected integer tensors, got {a.dtype.name} and {b.dtype.name}")
+        return binary_raw("binary", name, a, b, dt.ARITHMETIC[result], result)
+    fn.__name__ = name
+    return fn
+
+
+gcd = op(inplace=rebased)(_integer_binary("gcd"))
+lcm = op(inplace=rebased)(_integer_binary("lcm"))
+
+
+# torch's gradient: the identity in a (the step is taken as constant), zero in b
+NextAfter = _binary("NextAfter", "nextafter", lambda a, b, y, g: g, lambda a, b, y, g: g * 0, reads=("", ""))
+
+
+@op(inplace=rebased, samples=lambda t: [t.S("nextafter", nextafter, t.rn(3, 4), t.rn(4))])
+def nextafter(a, b):
+    """The next float after a toward b."""
+    a, b = _operands(a, b)
+    if not _promote(a, b).is_floating_point:
+        raise RuntimeError(f"nextafter: expected floating point tensors, got {a.dtype.name} and {b.dtype.name}")
+    return NextAfter.apply(a, b)
+
+
+
+
+def _zeta_samples(t):
+    s = t.uniform(1.5, 4, 3, 4)  # (a constant: torch has no gradient in s)
+    return [t.S("zeta", lambda q: zeta(t.const(s), q), t.uniform(0.5, 3, 3, 4)),
+            t.S("zeta-negative-q", lambda q: zeta(3.0, q), t.uniform(-2.9, -2.1, 4))]
+
+
+zeta = op(method=False, namespace="special", samples=_zeta_samples)(_binary_entry(Zeta))
 
 
 def _add_inplace(fn, name):

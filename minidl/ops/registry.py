@@ -16,7 +16,7 @@ from typing import Callable
 
 from .. import _tracing
 
-NAMESPACES = ("minidl", "nn.functional", None)
+NAMESPACES = ("minidl", "nn.functional", "special", None)
 RULE_KINDS = ("sharding", "sparse_grad", "sparse_input", "onnx")
 
 
@@ -46,8 +46,8 @@ def op(name: str | None = None, *, method=True, inplace=None, aliases=(), sample
     itself when it takes its arguments otherwise. inplace: a maker ``(fn, name) -> method`` of the
     in-place twin ``name_`` (``inplace.rebased``, or ``elementwise.binary_inplace(Add)`` for a
     binary op's). namespace: "minidl" for ``minidl.name``, "nn.functional" for an op PyTorch has
-    only there, None for one reached only through Tensor (``x[i]``). samples: built by the test
-    sweep (tests/opinfo.py), see ``OpDef``."""
+    only there, "special" for one it has only in torch.special (``minidl.special``), None for one
+    reached only through Tensor (``x[i]``). samples: built by the test sweep (tests/opinfo.py), see ``OpDef``."""
     if callable(name):
         raise TypeError("op is a decorator factory: write @op() or @op(name, ...)")
     if namespace not in NAMESPACES:
@@ -62,8 +62,8 @@ def op(name: str | None = None, *, method=True, inplace=None, aliases=(), sample
         public = _watched(key, fn, in_place=False)
         if isinstance(getattr(fn, "__self__", None), type):   # (a Function's apply: named as the op, to pickle)
             public.__qualname__ = public.__name__ = key
-            public.__module__ = {"minidl": "minidl", "nn.functional": "minidl.nn.functional"}.get(namespace,
-                                                                                               public.__module__)
+            public.__module__ = {"minidl": "minidl", "nn.functional": "minidl.nn.functional",
+                                 "special": "minidl.special"}.get(namespace, public.__module__)
         as_method = _delegate(key, public) if method is True else (method or None)
         twins = ({n + "_": _watched(key, inplace(fn, n + "_"), in_place=True) for n in (key,) + tuple(aliases)}
                  if inplace else {})

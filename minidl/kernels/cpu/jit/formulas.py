@@ -13,11 +13,14 @@ from .op_codes import (UNARY_NEG, UNARY_ABS, UNARY_SIGN, UNARY_EXP, UNARY_LOG, U
     UNARY_GELU, UNARY_GELU_TANH, UNARY_RELU6, UNARY_HARDSWISH, UNARY_HARDSIGMOID, UNARY_MISH, UNARY_SELU,
     UNARY_SOFTSIGN, UNARY_TANHSHRINK, UNARY_ATAN, UNARY_ASIN, UNARY_ACOS, UNARY_SINH, UNARY_COSH, UNARY_ASINH,
     UNARY_ACOSH, UNARY_ATANH, UNARY_ERFC, UNARY_LOG2, UNARY_LOG10, UNARY_EXP2, UNARY_DEG2RAD, UNARY_RAD2DEG,
+    UNARY_ERFINV, UNARY_LGAMMA, UNARY_DIGAMMA, UNARY_I0, UNARY_I0E, UNARY_I1, UNARY_I1E, UNARY_ERFCX,
     BINARY_ADD, BINARY_SUB, BINARY_MUL, BINARY_DIV, BINARY_FLOORDIV, BINARY_REMAINDER, BINARY_POW,
     BINARY_MAXIMUM, BINARY_MINIMUM, BINARY_GATE, BINARY_ATAN2, BINARY_SILU_BACKWARD, BINARY_GELU_BACKWARD,
     BINARY_GELU_TANH_BACKWARD, BINARY_BITWISE_AND, BINARY_BITWISE_OR, BINARY_BITWISE_XOR,
-    BINARY_BITWISE_LEFT_SHIFT, BINARY_BITWISE_RIGHT_SHIFT, COMPARE_EQ, COMPARE_NE, COMPARE_LT, COMPARE_LE,
-    COMPARE_GT, COMPARE_GE, COMPARE_LOGICAL_AND, COMPARE_LOGICAL_OR, COMPARE_LOGICAL_XOR)
+    BINARY_BITWISE_LEFT_SHIFT, BINARY_BITWISE_RIGHT_SHIFT, BINARY_FMOD, BINARY_HYPOT, BINARY_COPYSIGN,
+    BINARY_XLOGY, BINARY_XLOG1PY, BINARY_ZETA, BINARY_NEXTAFTER, BINARY_GCD, BINARY_LCM, BINARY_IGAMMA,
+    BINARY_IGAMMAC, COMPARE_EQ, COMPARE_NE, COMPARE_LT, COMPARE_LE, COMPARE_GT, COMPARE_GE,
+    COMPARE_LOGICAL_AND, COMPARE_LOGICAL_OR, COMPARE_LOGICAL_XOR)
 from .vector_math import exp_run
 from .vector_activations import (gelu_backward_run, gelu_run, gelu_tanh_backward_run, gelu_tanh_run,
     silu_backward_run, silu_run)
@@ -121,7 +124,8 @@ def apply_unary(op, x):
                 UNARY_GELU_TANH, UNARY_HARDSWISH, UNARY_HARDSIGMOID, UNARY_MISH, UNARY_SELU, UNARY_SOFTSIGN,
                 UNARY_TANHSHRINK, UNARY_ATAN, UNARY_ASIN, UNARY_ACOS, UNARY_SINH, UNARY_COSH, UNARY_ASINH,
                 UNARY_ACOSH, UNARY_ATANH, UNARY_ERFC, UNARY_LOG2, UNARY_LOG10, UNARY_EXP2, UNARY_DEG2RAD,
-                UNARY_RAD2DEG,), unknown_unary_code)
+                UNARY_RAD2DEG, UNARY_ERFINV, UNARY_LGAMMA, UNARY_DIGAMMA, UNARY_I0, UNARY_I0E, UNARY_I1,
+                UNARY_I1E, UNARY_ERFCX,), unknown_unary_code)
 def float_unary(op, x):
     """The float-only unary ops."""
     if op == UNARY_EXP:
@@ -196,6 +200,22 @@ def float_unary(op, x):
         return (x * 0.017453292519943295)
     elif op == UNARY_RAD2DEG:
         return (x * 57.29577951308232)
+    elif op == UNARY_ERFINV:
+        return sm.erfinv(x)
+    elif op == UNARY_LGAMMA:
+        return sm.lgamma(x)
+    elif op == UNARY_DIGAMMA:
+        return sm.digamma(x)
+    elif op == UNARY_I0:
+        return sm.i0(x)
+    elif op == UNARY_I0E:
+        return sm.i0e(x)
+    elif op == UNARY_I1:
+        return sm.i1(x)
+    elif op == UNARY_I1E:
+        return sm.i1e(x)
+    elif op == UNARY_ERFCX:
+        return sm.erfcx(x)
     else:
         return unknown_unary_code(op, x)
 
@@ -231,12 +251,19 @@ def apply_binary(op, x, y):
         return sm.shl(x, y)
     elif op == BINARY_BITWISE_RIGHT_SHIFT:
         return sm.shr(x, y)
+    elif op == BINARY_FMOD:
+        return sm.fmod(x, y)
+    elif op == BINARY_GCD:
+        return sm.gcd(x, y)
+    elif op == BINARY_LCM:
+        return (sm.abs((sm.floordiv(x, sm.gcd(x, y)) * y)) if (sm.gcd(x, y) != 0) else 0)
     else:
         return float_binary(op, x, y)
 
 
 @sm.float_only((BINARY_DIV, BINARY_ATAN2, BINARY_SILU_BACKWARD, BINARY_GELU_BACKWARD,
-                BINARY_GELU_TANH_BACKWARD,), unknown_binary_code)
+                BINARY_GELU_TANH_BACKWARD, BINARY_HYPOT, BINARY_COPYSIGN, BINARY_XLOGY, BINARY_XLOG1PY,
+                BINARY_ZETA, BINARY_NEXTAFTER, BINARY_IGAMMA, BINARY_IGAMMAC,), unknown_binary_code)
 def float_binary(op, x, y):
     """The float-only binary ops."""
     if op == BINARY_DIV:
@@ -249,6 +276,22 @@ def float_binary(op, x, y):
         return (x * (((1 + sm.erf((y * 0.7071067811865476))) * 0.5) + (y * (sm.exp(((y * y) * (-0.5))) * 0.3989422804014327))))
     elif op == BINARY_GELU_TANH_BACKWARD:
         return (x * helper_gelu_tanh_slope(y, sm.tanh(((y + (((y * y) * y) * 0.044715)) * 0.7978845608028654))))
+    elif op == BINARY_HYPOT:
+        return sm.hypot(x, y)
+    elif op == BINARY_COPYSIGN:
+        return sm.copysign(x, y)
+    elif op == BINARY_XLOGY:
+        return (math.nan if (y != y) else (0.0 if (x == 0) else (x * (sm.log(y) if (y > 0) else ((-math.inf) if (y == 0) else math.nan)))))
+    elif op == BINARY_XLOG1PY:
+        return (math.nan if (y != y) else (0.0 if (x == 0) else (x * (sm.log1p(y) if (y > (-1)) else ((-math.inf) if (y == (-1)) else math.nan)))))
+    elif op == BINARY_ZETA:
+        return sm.zeta(x, y)
+    elif op == BINARY_NEXTAFTER:
+        return sm.nextafter(x, y)
+    elif op == BINARY_IGAMMA:
+        return sm.igamma(x, y)
+    elif op == BINARY_IGAMMAC:
+        return sm.igammac(x, y)
     else:
         return unknown_binary_code(op, x)
 

@@ -267,6 +267,54 @@ template <class T> __device__ __forceinline__ T unary_rad2deg(T x) {
 }
 __device__ __forceinline__ long long unary_rad2deg(long long x) { return x; }
 
+// erfinv: the inverse of erf; d/dx: sqrt(pi)/2 e^(y^2)
+template <class T> __device__ __forceinline__ T unary_erfinv(T x) {
+    return (T)(m_erfinv(x));
+}
+__device__ __forceinline__ long long unary_erfinv(long long x) { return x; }
+
+// lgamma: log |Gamma(x)|
+template <class T> __device__ __forceinline__ T unary_lgamma(T x) {
+    return (T)(m_lgamma(x));
+}
+__device__ __forceinline__ long long unary_lgamma(long long x) { return x; }
+
+// digamma: d/dx log Gamma(x); its derivative, trigamma, is zeta(2, x)
+template <class T> __device__ __forceinline__ T unary_digamma(T x) {
+    return (T)(m_digamma(x));
+}
+__device__ __forceinline__ long long unary_digamma(long long x) { return x; }
+
+// i0: the modified Bessel function of order 0
+template <class T> __device__ __forceinline__ T unary_i0(T x) {
+    return (T)(m_i0(x));
+}
+__device__ __forceinline__ long long unary_i0(long long x) { return x; }
+
+// i0e: i0(x) exp(-|x|)
+template <class T> __device__ __forceinline__ T unary_i0e(T x) {
+    return (T)(m_i0e(x));
+}
+__device__ __forceinline__ long long unary_i0e(long long x) { return x; }
+
+// i1: the modified Bessel function of order 1
+template <class T> __device__ __forceinline__ T unary_i1(T x) {
+    return (T)(m_i1(x));
+}
+__device__ __forceinline__ long long unary_i1(long long x) { return x; }
+
+// i1e: i1(x) exp(-|x|)
+template <class T> __device__ __forceinline__ T unary_i1e(T x) {
+    return (T)(m_i1e(x));
+}
+__device__ __forceinline__ long long unary_i1e(long long x) { return x; }
+
+// erfcx: exp(x^2) erfc(x)
+template <class T> __device__ __forceinline__ T unary_erfcx(T x) {
+    return (T)(m_erfcx(x));
+}
+__device__ __forceinline__ long long unary_erfcx(long long x) { return x; }
+
 template <class T> __device__ __forceinline__ T binary_add(T x, T y) {
     return (T)((x + y));
 }
@@ -343,6 +391,65 @@ template <class T> __device__ __forceinline__ T binary_bitwise_left_shift(T x, T
 template <class T> __device__ __forceinline__ T binary_bitwise_right_shift(T x, T y) {
     return (T)(m_shr(x, y));
 }
+
+// fmod: C's remainder: the sign of x
+template <class T> __device__ __forceinline__ T binary_fmod(T x, T y) {
+    return (T)(m_fmod(x, y));
+}
+
+template <class T> __device__ __forceinline__ T binary_hypot(T x, T y) {
+    return (T)(m_hypot(x, y));
+}
+__device__ __forceinline__ long long binary_hypot(long long x, long long y) { return x; }
+
+template <class T> __device__ __forceinline__ T binary_copysign(T x, T y) {
+    return (T)(m_copysign(x, y));
+}
+__device__ __forceinline__ long long binary_copysign(long long x, long long y) { return x; }
+
+// xlogy: x log y, 0 where x == 0 unless y is NaN
+template <class T> __device__ __forceinline__ T binary_xlogy(T x, T y) {
+    return (T)(((y != y) ? nan_of<T>() : ((x == (T)0) ? (T)0.0 : (x * ((y > (T)0) ? m_log(y) : ((y == (T)0) ? (-inf_of<T>()) : nan_of<T>()))))));
+}
+__device__ __forceinline__ long long binary_xlogy(long long x, long long y) { return x; }
+
+// xlog1py: x log(1 + y), 0 where x == 0 unless y is NaN
+template <class T> __device__ __forceinline__ T binary_xlog1py(T x, T y) {
+    return (T)(((y != y) ? nan_of<T>() : ((x == (T)0) ? (T)0.0 : (x * ((y > (-(T)1)) ? m_log1p(y) : ((y == (-(T)1)) ? (-inf_of<T>()) : nan_of<T>()))))));
+}
+__device__ __forceinline__ long long binary_xlog1py(long long x, long long y) { return x; }
+
+// zeta: Hurwitz's zeta of x (the exponent) at y
+template <class T> __device__ __forceinline__ T binary_zeta(T x, T y) {
+    return (T)(m_zeta(x, y));
+}
+__device__ __forceinline__ long long binary_zeta(long long x, long long y) { return x; }
+
+// nextafter: the next float after x toward y
+template <class T> __device__ __forceinline__ T binary_nextafter(T x, T y) {
+    return (T)(m_nextafter(x, y));
+}
+__device__ __forceinline__ long long binary_nextafter(long long x, long long y) { return x; }
+
+template <class T> __device__ __forceinline__ T binary_gcd(T x, T y) {
+    return (T)(m_gcd(x, y));
+}
+
+template <class T> __device__ __forceinline__ T binary_lcm(T x, T y) {
+    return (T)(((m_gcd(x, y) != (T)0) ? m_abs((m_floordiv(x, m_gcd(x, y)) * y)) : (T)0));
+}
+
+// igamma: the regularized lower incomplete gamma function P(x, y)
+template <class T> __device__ __forceinline__ T binary_igamma(T x, T y) {
+    return (T)(m_igamma(x, y));
+}
+__device__ __forceinline__ long long binary_igamma(long long x, long long y) { return x; }
+
+// igammac: the regularized upper one, Q(x, y) = 1 - P(x, y)
+template <class T> __device__ __forceinline__ T binary_igammac(T x, T y) {
+    return (T)(m_igammac(x, y));
+}
+__device__ __forceinline__ long long binary_igammac(long long x, long long y) { return x; }
 
 template <class T> __device__ __forceinline__ bool compare_eq(T x, T y) {
     return (bool)((x == y));
@@ -428,6 +535,14 @@ template <class T> __device__ __forceinline__ T apply_unary(int op, T x) {
         case UNARY_EXP2: return unary_exp2(x);
         case UNARY_DEG2RAD: return unary_deg2rad(x);
         case UNARY_RAD2DEG: return unary_rad2deg(x);
+        case UNARY_ERFINV: return unary_erfinv(x);
+        case UNARY_LGAMMA: return unary_lgamma(x);
+        case UNARY_DIGAMMA: return unary_digamma(x);
+        case UNARY_I0: return unary_i0(x);
+        case UNARY_I0E: return unary_i0e(x);
+        case UNARY_I1: return unary_i1(x);
+        case UNARY_I1E: return unary_i1e(x);
+        case UNARY_ERFCX: return unary_erfcx(x);
         default: __trap(); return {};  // an unknown code is a bug: stop the kernel
     }
 }
@@ -453,6 +568,17 @@ template <class T> __device__ __forceinline__ T apply_binary(int op, T x, T y) {
         case BINARY_BITWISE_XOR: return binary_bitwise_xor(x, y);
         case BINARY_BITWISE_LEFT_SHIFT: return binary_bitwise_left_shift(x, y);
         case BINARY_BITWISE_RIGHT_SHIFT: return binary_bitwise_right_shift(x, y);
+        case BINARY_FMOD: return binary_fmod(x, y);
+        case BINARY_HYPOT: return binary_hypot(x, y);
+        case BINARY_COPYSIGN: return binary_copysign(x, y);
+        case BINARY_XLOGY: return binary_xlogy(x, y);
+        case BINARY_XLOG1PY: return binary_xlog1py(x, y);
+        case BINARY_ZETA: return binary_zeta(x, y);
+        case BINARY_NEXTAFTER: return binary_nextafter(x, y);
+        case BINARY_GCD: return binary_gcd(x, y);
+        case BINARY_LCM: return binary_lcm(x, y);
+        case BINARY_IGAMMA: return binary_igamma(x, y);
+        case BINARY_IGAMMAC: return binary_igammac(x, y);
         default: __trap(); return {};  // an unknown code is a bug: stop the kernel
     }
 }

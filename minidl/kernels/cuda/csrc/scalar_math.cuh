@@ -131,3 +131,185 @@ __device__ __forceinline__ long long m_remainder(long long x, long long y) {
     long long r = x % y;
     return (r != 0 && ((r < 0) != (y < 0))) ? r + y : r;
 }
+
+// C's fmod (the sign of x); integers: 0 for y == 0 (the CPU raises)
+__device__ __forceinline__ long long m_fmod(long long x, long long y) { return y == 0 ? 0 : x % y; }
+__device__ __forceinline__ float m_hypot(float x, float y) { return hypotf(x, y); }
+__device__ __forceinline__ double m_hypot(double x, double y) { return hypot(x, y); }
+
+// The special functions, in double for both float types, as the CPU's (minidl/kernels/cpu/jit/scalar_math.py,
+// whose docstrings give the method of each).
+__device__ __forceinline__ double special_lgamma(double x) {
+    if (x <= 0 && x == floor(x)) return inf_of<double>();  // the poles
+    return lgamma(x);
+}
+
+__device__ inline double special_zeta(double s, double q) {  // Hurwitz's zeta: direct sum, Euler-Maclaurin tail
+    const double bernoulli_over_factorial[12] = {
+        1.0 / 6 / 2, -1.0 / 30 / 24, 1.0 / 42 / 720, -1.0 / 30 / 40320, 5.0 / 66 / 3628800,
+        -691.0 / 2730 / 479001600, 7.0 / 6 / 87178291200.0, -3617.0 / 510 / 20922789888000.0,
+        43867.0 / 798 / 6402373705728000.0, -174611.0 / 330 / 2432902008176640000.0,
+        854513.0 / 138 / 1.1240007277776077e21, -236364091.0 / 2730 / 6.204484017332394e23};
+    if (s == 1) return inf_of<double>();
+    if (s < 1) return nan_of<double>();
+    if (q <= 0) {
+        if (q == floor(q)) return inf_of<double>();
+        if (s != floor(s)) return nan_of<double>();
+    }
+    if (s != s || q != q || isinf(q)) return nan_of<double>();
+    if (isinf(s)) return q < 1 ? inf_of<double>() : (q == 1 ? 1.0 : nan_of<double>());  // (torch's values)
+    double total = 0, a = q;
+    for (int n = 0; n < 9 || a < 9; ++n) {
+        total += pow(a, -s);
+        a += 1;
+    }
+    total += pow(a, 1 - s) / (s - 1) + 0.5 * pow(a, -s);
+    double rising = s * pow(a, -s - 1);
+    for (int k = 0; k < 12; ++k) {
+        double term = bernoulli_over_factorial[k] * rising;
+        total += term;
+        if (fabs(term) <= 1e-17 * fabs(total)) break;
+        rising *= (s + 2 * k + 1) * (s + 2 * k + 2) / (a * a);
+    }
+    return total;
+}
+
+__device__ inline double special_digamma(double x) {  // reflection, recurrence to x >= 10, asymptotic series
+    const double pi = 3.141592653589793;
+    if (x == 0) return copysign(inf_of<double>(), -x);
+    double shift = 0;
+    if (x < 0) {
+        if (x == floor(x)) return nan_of<double>();
+        shift = -pi / tan(pi * (x - trunc(x)));
+        x = 1 - x;
+    }
+    while (x < 10) {
+        shift -= 1 / x;
+        x += 1;
+    }
+    double z = 1 / (x * x);
+    double series = z * (1.0 / 12 - z * (1.0 / 120 - z * (1.0 / 252 - z * (1.0 / 240 - z * (1.0 / 132
+                    - z * (691.0 / 32760 - z / 12))))));
+    return shift + log(x) - 0.5 / x - series;
+}
+
+__device__ inline double special_erfinv(double x) {  // a first guess, then three Halley steps
+    double a = fabs(x), y;
+    if (!(a < 1)) return a == 1 ? copysign(inf_of<double>(), x) : nan_of<double>();
+    if (a < 0.25) {
+        y = 0.886226925452758 * a * (1 + 0.2617993877991494 * a * a);
+    } else {
+        double w = log((1 - a) * (1 + a)), c = 4.330746750799873 + 0.5 * w;
+        y = sqrt(sqrt(c * c - w / 0.147) - c);
+    }
+    for (int i = 0; i < 3; ++i) {
+        double r = a <= 0.5 ? erf(y) - a : (1 - a) - erfc(y);
+        double d = r / (1.1283791670955126 * exp(-y * y));
+        y -= d / (1 + y * d);
+    }
+    return copysign(y, x);
+}
+
+template <class T> __device__ __forceinline__ T m_lgamma(T x) { return (T)special_lgamma((double)x); }
+template <class T> __device__ __forceinline__ T m_digamma(T x) { return (T)special_digamma((double)x); }
+template <class T> __device__ __forceinline__ T m_erfinv(T x) { return (T)special_erfinv((double)x); }
+template <class T> __device__ __forceinline__ T m_zeta(T s, T q) { return (T)special_zeta((double)s, (double)q); }
+
+__device__ inline double special_bessel_i(int order, double x, bool scaled) {  // series, or asymptotic above 30
+    double a = fabs(x), value;
+    if (a != a) return a;
+    if (a <= 30) {
+        double half = 0.5 * a, total = 0, term = order == 1 ? half : 1.0;
+        for (int k = 1;; ++k) {
+            total += term;
+            term *= half * half / (k * (k + order));
+            if (term <= 1e-17 * total) break;
+        }
+        value = scaled ? total * exp(-a) : total;
+    } else if (isinf(a)) {
+        value = scaled ? 0.0 : nan_of<double>();  // (NaN: torch's value)
+    } else {
+        double mu = 4.0 * order * order, total = 1, term = 1;
+        for (int k = 1; k < 60; ++k) {
+            term *= -(mu - (double)(2 * k - 1) * (2 * k - 1)) / (k * 8.0 * a);
+            total += term;
+            if (fabs(term) <= 1e-17 * fabs(total)) break;
+        }
+        double series = total / sqrt(2 * 3.141592653589793 * a);
+        value = scaled ? series : exp(0.5 * a) * (exp(0.5 * a) * series);
+    }
+    return order == 1 && x < 0 ? -value : value;
+}
+
+__device__ inline double special_erfcx(double x) {  // exp(x^2) erfc(x); an asymptotic series above 26
+    if (x < 26) return x > -27 ? exp(x * x) * erfc(x) : inf_of<double>();
+    if (isinf(x)) return 0.0;
+    double z = 0.5 / (x * x), total = 1, term = 1;
+    for (int k = 1; k < 12; ++k) {
+        term *= -(2 * k - 1) * z;
+        total += term;
+    }
+    return total / (x * 1.7724538509055159);
+}
+
+template <class T> __device__ __forceinline__ T m_i0(T x) { return (T)special_bessel_i(0, (double)x, false); }
+template <class T> __device__ __forceinline__ T m_i1(T x) { return (T)special_bessel_i(1, (double)x, false); }
+template <class T> __device__ __forceinline__ T m_i0e(T x) { return (T)special_bessel_i(0, (double)x, true); }
+template <class T> __device__ __forceinline__ T m_i1e(T x) { return (T)special_bessel_i(1, (double)x, true); }
+template <class T> __device__ __forceinline__ T m_erfcx(T x) { return (T)special_erfcx((double)x); }
+__device__ __forceinline__ float m_nextafter(float x, float y) { return nextafterf(x, y); }
+__device__ __forceinline__ double m_nextafter(double x, double y) { return nextafter(x, y); }
+// Euclid's greatest common divisor (integers only; floats get x back, as the bitwise functions)
+__device__ __forceinline__ long long m_gcd(long long x, long long y) {
+    x = x < 0 ? -x : x;
+    y = y < 0 ? -y : y;
+    while (y != 0) {
+        long long r = x % y;
+        x = y;
+        y = r;
+    }
+    return x;
+}
+template <typename T> __device__ __forceinline__ T m_gcd(T x, T) { return x; }
+
+// the regularized incomplete gamma function P(a, x) (Q = 1 - P when upper): P's series below x = a + 1, Q's
+// continued fraction above, as the CPU's
+__device__ inline double special_incomplete_gamma(double a, double x, bool upper) {
+    if (a < 0 || x < 0) return nan_of<double>();  // (NaNs only after the other edges, as torch)
+    if (a == 0) return x > 0 ? (upper ? 0.0 : 1.0) : nan_of<double>();
+    if (x == 0) return upper ? 1.0 : 0.0;
+    if (isinf(a)) return isinf(x) ? nan_of<double>() : (upper ? 1.0 : 0.0);
+    if (isinf(x)) return upper ? 0.0 : 1.0;
+    if (a != a || x != x) return nan_of<double>();
+    double prefix = exp(a * log(x) - x - lgamma(a));
+    if (x < a + 1) {
+        double term = 1 / a, total = term, n = a;
+        for (int i = 0; i < 100000; ++i) {
+            n += 1;
+            term *= x / n;
+            total += term;
+            if (term < total * 1e-17) break;
+        }
+        return upper ? fmax(1 - prefix * total, 0.0) : prefix * total;  // (1 - P: absolute accuracy only)
+    }
+    const double tiny = 1e-300;
+    double b = x + 1 - a, c = 1 / tiny, d = 1 / b, h = d;
+    for (int i = 1; i < 100000; ++i) {
+        double an = -i * (i - a);
+        b += 2;
+        d = an * d + b;
+        if (fabs(d) < tiny) d = tiny;
+        c = b + an / c;
+        if (fabs(c) < tiny) c = tiny;
+        d = 1 / d;
+        h *= d * c;
+        if (fabs(d * c - 1) < 1e-16) break;
+    }
+    return upper ? prefix * h : fmax(1 - prefix * h, 0.0);
+}
+template <class T> __device__ __forceinline__ T m_igamma(T a, T x) {
+    return (T)special_incomplete_gamma((double)a, (double)x, false);
+}
+template <class T> __device__ __forceinline__ T m_igammac(T a, T x) {
+    return (T)special_incomplete_gamma((double)a, (double)x, true);
+}
