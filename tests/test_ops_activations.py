@@ -208,3 +208,12 @@ def test_torch_level_names_and_methods():
     assert minidl.equal(x.hardshrink(0.3), minidl.hardshrink(x, 0.3)) and minidl.equal(x.prelu(w), F.prelu(x, w))
     for name in ("selu", "celu", "threshold", "rrelu"):
         assert callable(getattr(minidl, name)) and not hasattr(minidl.Tensor, name)
+
+
+@pytest.mark.parametrize("dim", [-3, 2])
+def test_glu_dim_out_of_range_raises_as_torch(dim):
+    """A dim outside [-ndim, ndim) is torch's IndexError, naming glu, never a quiet wrap to another dim."""
+    with pytest.raises(IndexError, match="out of range"):
+        TF.glu(torch.randn(4, 6), dim)
+    with pytest.raises(IndexError, match=r"glu: dimension out of range .*\[-2, 1\].* got " + str(dim)):
+        F.glu(minidl.randn(4, 6), dim)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import layout as L
 from ..autograd import Function
 from . import elementwise as ew
 from .elementwise import _unary_samples, sigmoid, where  # noqa: F401 (sigmoid: made from the table)
@@ -145,7 +146,7 @@ def glu(input, dim=-1):
     """a * sigmoid(b), a and b the two halves of input along dim."""
     if input.ndim == 0:
         raise RuntimeError("glu does not support scalars because halving size must be even")
-    d = dim + input.ndim if dim < 0 else dim
+    d = L.normalize_dim(dim, input.ndim, "glu")
     if input.shape[d] % 2:
         raise RuntimeError(f"Halving dimension must be even, but dimension {d} is size {input.shape[d]} "
                            f"(glu of shape {list(input.shape)})")
