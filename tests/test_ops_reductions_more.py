@@ -150,6 +150,19 @@ def test_isin_with_scalars_nan_and_invert():
     same(minidl.isin(ours(ints), ours(np.array([2.0, 3.5]))), torch.isin(theirs(ints), theirs(np.array([2.0, 3.5]))))
 
 
+@pytest.mark.parametrize("elements, pool", [
+    ([1.0, 3.0], [3.0, np.nan]),
+    ([np.nan, 1.0, np.inf, -np.inf, 2.0], [np.nan, np.inf, 1.0, np.nan, np.nan]),
+    ([np.inf, 7.0], [np.nan, np.nan]),
+    ([0.0, np.nan, 4.0, np.nan], None)])      # None: the elements themselves
+def test_isin_finds_matches_past_nans_in_the_pool(elements, pool):
+    """The NaNs the sort puts last must not hide the other test elements; NaN itself matches nothing."""
+    a = np.array(elements)
+    b = a if pool is None else np.array(pool)
+    for invert in (False, True):
+        same(minidl.isin(ours(a), ours(b), invert=invert), torch.isin(theirs(a), theirs(b), invert=invert))
+
+
 def test_unique_consecutive_argwhere_and_nonzero_static():
     a = np.array([[1, 1, 2], [1, 1, 2], [3, 1, 2], [3, 1, 2], [1, 1, 2]])
     for dim in (None, 0, 1):

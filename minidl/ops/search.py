@@ -435,7 +435,7 @@ def bucketize(input, boundaries, *, out_int32=False, right=False):
 @op(method=False, samples=None)
 def isin(elements, test_elements, *, assume_unique=False, invert=False):
     """Whether each of ``elements`` is among ``test_elements`` (either may be a number): a search of the
-    sorted test elements."""
+    sorted test elements. NaN, as in torch, is among nothing."""
     if not hasattr(elements, "_layout") and not hasattr(test_elements, "_layout"):
         raise TypeError("isin(): expected elements or test_elements to be a tensor")
     like = elements if hasattr(elements, "_layout") else test_elements
@@ -450,7 +450,10 @@ def isin(elements, test_elements, *, assume_unique=False, invert=False):
     if pool.numel() == 0:
         found = e.new_zeros(e.shape, dtype=dt.bool_)
     else:
-        at = _count_below(pool.reshape((1, -1)), e.reshape((1, -1)), False).reshape(e.shape)
+        # NaNs sort last and would break the search's order: search them as +inf, and since the match is
+        # checked on the pool itself, a NaN still equals nothing.
+        ordered = where(pool.isnan(), math.inf, pool) if common.is_floating_point else pool
+        at = _count_below(ordered.reshape((1, -1)), e.reshape((1, -1)), False).reshape(e.shape)
         found = (at < pool.numel()) & (pool.gather(0, at.clamp(max=pool.numel() - 1).reshape((-1,)))
                                        .reshape(e.shape) == e)
     return ~found if invert else found
