@@ -95,6 +95,41 @@ def test_as_strided_scatter_input_gradient_is_the_rest_of_the_input():
     np.testing.assert_array_equal(gs.numpy(), [[2.0, 4.0], [3.0, 5.0]])
 
 
+@pytest.mark.parametrize("view, size, stride, offset", [
+    (lambda x: x.t(), (2, 2), (1, 2), None),            # the region read through x's transposed layout
+    (lambda x: x[:, 1:], (2, 2), (1, 2), None),         # x's own storage offset, and storage x does not view
+    (lambda x: x[1:], (2, 3), (4, 1), 0),               # storage before x: written, then dropped
+    (lambda x: x.t()[1:], (3,), (4,), 2)])
+def test_as_strided_scatter_on_views_addresses_the_storage_as_torch(view, size, stride, offset):
+    """torch reads the region through x's own layout, so x.as_strided_scatter(x.as_strided(...), ...) is x."""
+    base = torch.arange(12.0).reshape(3, 4)
+    x, ours = view(base), view(md(base))
+    src = -1.0 - torch.arange(float(np.prod(size))).reshape(size)
+    want = torch.as_strided_scatter(x, src, size, stride, offset)
+    np.testing.assert_array_equal(minidl.as_strided_scatter(ours, md(src), size, stride, offset).numpy(),
+                                  want.numpy())
+    back = ours.as_strided_scatter(ours.as_strided(size, stride, offset), size, stride, offset)
+    np.testing.assert_array_equal(back.numpy(), x.numpy())
+
+
+def test_as_strided_scatter_gradients_on_a_transposed_view():
+    """Closed form through the storage: x's places under the region get nothing, src gets g where x views it."""
+    x = minidl.randn(3, 4, dtype=minidl.float64).requires_grad_(True)
+    src = minidl.randn(2, 2, dtype=minidl.float64).requires_grad_(True)
+    g = np.arange(1.0, 13.0).reshape(4, 3)
+    gx, gs = minidl.autograd.grad(x.t().as_strided_scatter(src, (2, 2), (1, 2)), (x, src), minidl.tensor(g))
+    storage = g.T.ravel()                               # g laid out as x.t() lays x out: x's storage order
+    np.testing.assert_array_equal(gs.numpy(), storage[[[0, 2], [1, 3]]])
+    np.testing.assert_array_equal(gx.numpy().ravel(), np.where(np.arange(12) < 4, 0.0, storage))
+
+
+def test_as_strided_scatter_refuses_negative_strides_as_torch():
+    with pytest.raises(RuntimeError, match="Negative strides are not supported"):
+        torch.as_strided_scatter(torch.zeros(3, 4), torch.zeros(2, 2), (2, 2), (-1, 2), 3)
+    with pytest.raises(RuntimeError, match=r"as_strided_scatter: Negative strides are not supported .*\[-1, 2\]"):
+        minidl.as_strided_scatter(minidl.zeros(3, 4), minidl.zeros(2, 2), (2, 2), (-1, 2), 3)
+
+
 @pytest.mark.filterwarnings(r"ignore:index_reduce\(\) is in beta")
 def test_in_place_twins_write_as_torch():
     x, src = torch.randn(3, 4), torch.randn(3, 2)

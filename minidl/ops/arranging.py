@@ -40,6 +40,9 @@ def _diagonal_region(shape, offset=0, dim1=0, dim2=1):
 
 
 def _as_strided_region(shape, size, stride, storage_offset=None):
+    if any(s < 0 for s in stride):
+        raise RuntimeError(f"as_strided_scatter: Negative strides are not supported at the moment, got strides: "
+                           f"{list(stride)}")
     rel = L.Layout(tuple(size), tuple(stride), 0 if storage_offset is None else storage_offset)
     lo, hi = rel.span()
     if rel.numel and (lo < 0 or hi >= math.prod(shape)):
@@ -90,10 +93,25 @@ def diagonal_scatter(x, src, offset=0, dim1=0, dim2=1):
 
 
 @op(samples=lambda t: [
-    t.S("as_strided_scatter", lambda x, s: x.as_strided_scatter(s, (2, 2), (1, 3), 1), t.rn(3, 4), t.rn(2, 2))])
+    # (the region addresses x's storage, so x's layout changes the answer)
+    t.S("as_strided_scatter", lambda x, s: x.as_strided_scatter(s, (2, 2), (1, 3), 1), t.rn(3, 4), t.rn(2, 2),
+        any_layout=False)])
 def as_strided_scatter(x, src, size, stride, storage_offset=None):
-    """A copy of x (packed) with ``as_strided(size, stride, storage_offset)`` of it replaced by src."""
-    return _embedded("as_strided_scatter", x, src, size, stride, storage_offset)
+    """A copy of x with the part of x's storage that ``x.as_strided(size, stride, storage_offset)`` views
+    replaced by src: as torch's, the region is read through x's own layout (offset: x's by default), and
+    whatever of it x does not view is dropped."""
+    check_devices("as_strided_scatter", x, src)
+    offset = x.storage_offset() if storage_offset is None else storage_offset
+    held = (x.untyped_storage().nbytes() // x.dtype.itemsize,)
+    rel = _as_strided_region(held, size, stride, offset)
+    if tuple(src.shape) != tuple(rel.shape):
+        raise RuntimeError(f"as_strided_scatter(): expected src to have a size equal to the slice of self. src "
+                           f"size = {list(src.shape)}, slice size = {list(rel.shape)}")
+    own = L.Layout(tuple(x.shape), tuple(x.stride()), x.storage_offset())
+    storage = views.StridedScatter.apply(x, held, own)
+    region = views.StridedScatter.apply(ones(src.shape, dtype=dt.bool_, device=x.device), held, rel)
+    storage = where(region, views.StridedScatter.apply(src.to(x.dtype), held, rel), storage)
+    return storage.as_strided(own.shape, own.strides, own.offset).contiguous()
 
 
 # ----------------------------------------------------------------------------- diagonals and blocks
