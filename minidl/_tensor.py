@@ -475,6 +475,7 @@ class Tensor(TensorBase):
         return self.fill_(0)
 
     def index_put_(self, indices, values, accumulate=False):
+        ops.indexing.check_put_dtypes("index_put_", self, values)
         view, advanced = ops.indexing.plan(self, tuple(indices))
         if advanced and not (grad_enabled() and (self._requires_grad or getattr(values, "_requires_grad", False))) \
                 and dt.compute_dtype(view.dtype) is view.dtype:

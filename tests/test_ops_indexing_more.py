@@ -123,6 +123,19 @@ def test_as_strided_scatter_gradients_on_a_transposed_view():
     np.testing.assert_array_equal(gx.numpy().ravel(), np.where(np.arange(12) < 4, 0.0, storage))
 
 
+@pytest.mark.parametrize("dest, source", [("int64", "float32"), ("float32", "int64"), ("float32", "float64")])
+def test_index_put_in_place_refuses_another_dtype_as_torch(dest, source):
+    """index_put_ casts nothing (unlike x[i] = v): torch refuses values of another dtype, so must we."""
+    x, values = torch.zeros(3, dtype=getattr(torch, dest)), torch.ones(1, dtype=getattr(torch, source))
+    with pytest.raises(RuntimeError, match="Index put requires the source and destination dtypes match"):
+        x.index_put_((torch.tensor([0]),), values)
+    ours = minidl.zeros(3, dtype=getattr(minidl, dest))
+    with pytest.raises(RuntimeError, match=r"index_put_\(\): Index put requires the source and destination dtypes "
+                                           r"match, got minidl\." + dest):
+        ours.index_put_((minidl.tensor([0]),), minidl.ones(1, dtype=getattr(minidl, source)))
+    np.testing.assert_array_equal(ours.numpy(), np.zeros(3))
+
+
 def test_as_strided_scatter_refuses_negative_strides_as_torch():
     with pytest.raises(RuntimeError, match="Negative strides are not supported"):
         torch.as_strided_scatter(torch.zeros(3, 4), torch.zeros(2, 2), (2, 2), (-1, 2), 3)

@@ -227,6 +227,21 @@ def test_bad_arguments_name_the_op(call, message):
         call()
 
 
+@pytest.mark.parametrize("call, message", [
+    (lambda m: m.searchsorted(m.tensor(1.0), m.tensor([1.0])), r"searchsorted\(\): boundaries tensor should have "
+                                                              r"positive dimension, but got 0 dimension"),
+    (lambda m: m.histogram(m.zeros(5), 3, weight=m.ones(4)), r"histogram.*weight.*same shape.*\[5\].*\[4\]"),
+    (lambda m: m.quantile(m.zeros(0, 4), 0.5, dim=-1), r"quantile\(\) input tensor must be non-empty"),
+    (lambda m: m.nanquantile(m.zeros(0, 4), 0.5, dim=0), r"nanquantile\(\) input tensor must be non-empty"),
+])
+def test_refused_as_torch_refuses_naming_the_op(call, message):
+    """torch raises on each of these; minidl must too, with the op's name, not a bare error from inside."""
+    with pytest.raises(RuntimeError):
+        call(torch)
+    with pytest.raises(RuntimeError, match=message):
+        call(minidl)
+
+
 def test_the_ops_without_gradient_samples_agree_on_cuda(cuda):  # noqa: F811
     """searchsorted, isin, histogram, unique_consecutive and kthvalue's replayed ties on 'cuda' as on the CPU."""
     seq, values, a = np.sort(RNG.standard_normal(9)), RNG.standard_normal((3, 4)), ties(4, 6, nan=True)

@@ -564,6 +564,13 @@ def take_along_dim(x, indices, dim=None):
                   indices.expand([indices.shape[d] if d == dim else n for d, n in enumerate(others)]))
 
 
+def check_put_dtypes(name, x, values):
+    """index_put and index_put_ write no cast (unlike ``x[i] = v``): torch refuses values of another dtype."""
+    if getattr(values, "dtype", x.dtype) is not x.dtype:
+        raise RuntimeError(f"{name}(): Index put requires the source and destination dtypes match, got "
+                           f"{x.dtype} for the destination and {values.dtype} for the source")
+
+
 @op(samples=lambda t: [
     t.S("index_put", lambda x, v: x.index_put((t.const([0, 2]),), v), t.rn(3, 4), t.rn(4)),
     t.S("index_put-accumulate", lambda x, v: index_put(x, (t.const([0, 0]), t.const([1, 1])), v, True),
@@ -571,7 +578,5 @@ def take_along_dim(x, indices, dim=None):
     t.S("index_put-none", lambda x, v: index_put(x, (None, t.const([3, 1])), v), t.rn(2, 4), t.rn(2, 2))])
 def index_put(x, indices, values, accumulate=False):
     """A copy of x with ``x[indices] = values`` (or ``+=`` when ``accumulate``); a None index takes a whole dim."""
-    if values.dtype is not x.dtype:
-        raise RuntimeError(f"index_put(): Index put requires the source and destination dtypes match, got "
-                           f"{x.dtype} for the destination and {values.dtype} for the source")
+    check_put_dtypes("index_put", x, values)
     return x.clone().index_put_(tuple(slice(None) if i is None else i for i in indices), values, accumulate)

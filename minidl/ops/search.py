@@ -324,6 +324,8 @@ def _ranks(rows, q, interpolation, ignore_nan):
 
 def _quantile(name, x, q, dim, keepdim, interpolation, ignore_nan):
     q = _quantile_checks(name, x, q, interpolation)
+    if x.numel() == 0:       # (torch refuses any empty input, whichever dim is empty)
+        raise RuntimeError(f"{name}() input tensor must be non-empty")
     if dim is None:
         rows, kept = x.reshape((1, -1)), ((1,) * x.ndim if keepdim else ())
     else:
@@ -331,8 +333,6 @@ def _quantile(name, x, q, dim, keepdim, interpolation, ignore_nan):
         moved = x.movedim(dim, -1) if x.ndim else x.reshape((1,))
         rows = moved.reshape((-1, moved.shape[-1]))
         kept = tuple(1 if d == dim and keepdim else s for d, s in enumerate(x.shape) if d != dim or keepdim)
-    if rows.shape[1] == 0:
-        raise RuntimeError(f"{name}() input tensor must be non-empty")
     ordered = rows.gather(1, argsort_raw(rows.detach(), 1, False))
     ranks = _ranks(ordered.detach(), q.reshape((1, -1)), interpolation, ignore_nan)
     below = ranks.long()
@@ -389,6 +389,8 @@ def _search(name, sequence, values, right, out_int32):
     scalar = not hasattr(values, "_layout")
     if scalar:
         values = tensor(values, device=sequence.device)
+    if sequence.ndim == 0:
+        raise RuntimeError(f"{name}(): boundaries tensor should have positive dimension, but got 0 dimension")
     common = dt.result_type(sequence, values)
     seq, vals = sequence.detach().to(common), values.detach().to(common)
     if seq.ndim == 1:
@@ -510,6 +512,10 @@ def histogram(input, bins=100, *, range=None, weight=None, density=False):
     out. ``density`` divides by the total and the bins' widths."""
     if not input.dtype.is_floating_point:
         raise RuntimeError(f"histogram: expected a floating point input, got {input.dtype.name}")
+    if weight is not None and tuple(weight.shape) != tuple(input.shape):
+        raise RuntimeError(f"histogram: if weight tensor is provided it should have the same shape as the input "
+                           f"tensor, but got input with shape {list(input.shape)} and weight with shape "
+                           f"{list(weight.shape)}")
     if isinstance(bins, numbers.Integral):
         edges = _even_edges(input, int(bins), range)
     else:
