@@ -242,6 +242,27 @@ def test_refused_as_torch_refuses_naming_the_op(call, message):
         call(minidl)
 
 
+def test_renorm_in_place_writes_and_differentiates_as_torch():
+    """Tensor.renorm_ (torch has it): the result lands in x itself, and the gradient flows through it."""
+    a, g = RNG.standard_normal((3, 4)), RNG.standard_normal((3, 4))
+    results = []
+    for m in (minidl, torch):
+        leaf = m.tensor(a).requires_grad_(True)
+        x = leaf * 2.0
+        assert x.renorm_(2, 1, 1.5) is x
+        (x * m.tensor(g)).sum().backward()
+        results.append((x.detach(), leaf.grad))
+    same(results[0], results[1])
+
+
+@pytest.mark.parametrize("shape", [(3,), ()])
+def test_renorm_refuses_fewer_than_two_dims_as_torch(shape):
+    with pytest.raises(RuntimeError, match="renorm: input needs at least 2 dimensions"):
+        torch.renorm(torch.ones(shape), 2, 0, 1.0)
+    with pytest.raises(RuntimeError, match=f"renorm: input needs at least 2 dimensions, got {len(shape)} dimensions"):
+        minidl.renorm(minidl.ones(shape), 2, 0, 1.0)
+
+
 def test_the_ops_without_gradient_samples_agree_on_cuda(cuda):  # noqa: F811
     """searchsorted, isin, histogram, unique_consecutive and kthvalue's replayed ties on 'cuda' as on the CPU."""
     seq, values, a = np.sort(RNG.standard_normal(9)), RNG.standard_normal((3, 4)), ties(4, 6, nan=True)

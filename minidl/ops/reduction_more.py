@@ -14,6 +14,7 @@ from .. import _dtype as dt
 from ..layout import normalize_dim
 from .creation import arange, eye
 from .elementwise import logaddexp, maximum, minimum, where
+from .inplace import rebased
 from .reduction import amax, amin, norm, sum
 from .registry import op
 from .shape_ops import cat
@@ -238,7 +239,7 @@ def corrcoef(input):
 
 
 # ----------------------------------------------------------------------------- norms
-@op(samples=lambda t: [
+@op(inplace=rebased, samples=lambda t: [
     t.S("renorm", lambda x: renorm(x, 2, 0, 1.0), t.rn(3, 4)),
     t.S("renorm-p1-dim1", lambda x: x.renorm(1, 1, 2.5), t.rn(3, 4))])
 def renorm(input, p, dim, maxnorm):
@@ -250,9 +251,10 @@ def renorm(input, p, dim, maxnorm):
         raise RuntimeError(f"renorm: non-positive-norm not supported (p = {p})")
     if maxnorm < 0:
         raise RuntimeError(f"renorm: expected maxnorm to be >= 0 but got {maxnorm}")
+    if input.ndim < 2:
+        raise RuntimeError(f"renorm: input needs at least 2 dimensions, got {input.ndim} dimensions")
     dim = normalize_dim(dim, input.ndim, "renorm")
-    others = tuple(d for d in range(input.ndim) if d != dim)
-    size = norm(input, p, others, keepdim=True) if others else input.abs()   # (a slice of one element)
+    size = norm(input, p, tuple(d for d in range(input.ndim) if d != dim), keepdim=True)
     factor = where(size > maxnorm, maxnorm / (size + 1e-7), 1.0)
     return input * factor
 
