@@ -48,7 +48,7 @@ def _stable_at(x, dim, position):
     return argsort_raw(x.detach(), dim, False).gather(dim, position)
 
 
-def _along_dim(name, x, dim, keepdim, choose):
+def _picked_along(name, x, dim, keepdim, choose):
     """``name``'s (values, indices) along ``dim``; ``choose(x, dim)`` gives each row's index (keepdim)."""
     dim = normalize_dim(dim, x.ndim, name)
     if x.ndim == 0:
@@ -83,7 +83,7 @@ def _median(name, x, dim, keepdim, ignore_nan):
         if x.numel() == 0:
             return full((), math.nan, dtype=x.dtype, device=x.device)
         return MedianAll.apply(x, ignore_nan)
-    return _along_dim(name, x, dim, keepdim, lambda rows, d: _stable_at(rows, d, _position(rows, d, ignore_nan)))
+    return _picked_along(name, x, dim, keepdim, lambda rows, d: _stable_at(rows, d, _position(rows, d, ignore_nan)))
 
 
 @op(samples=lambda t: [
@@ -113,7 +113,7 @@ def kthvalue(x, k, dim=-1, keepdim=False):
     n = x.shape[normalize_dim(dim, x.ndim, "kthvalue")] if x.ndim else 1
     if not 1 <= k <= n:
         raise RuntimeError(f"kthvalue(): selected number k out of range for dimension {dim} (k = {k}, size {n})")
-    return _along_dim("kthvalue", x, dim, keepdim, lambda rows, d: _quickselect(
+    return _picked_along("kthvalue", x, dim, keepdim, lambda rows, d: _quickselect(
         rows, d, k - 1, _stable_at(rows, d, rows.new_full(_one_along(rows, d), k - 1, dtype=dt.int64))))
 
 
@@ -277,7 +277,7 @@ def _linear_insert(a, last):
     t.S("mode-dim0", lambda x: x.mode(0)[0], t.distinct(4, 3))])
 def mode(x, dim=-1, keepdim=False):
     """The most frequent value along ``dim`` (the smallest of several) and the index torch reports for it."""
-    return _along_dim("mode", x, dim, keepdim, _mode_indices)
+    return _picked_along("mode", x, dim, keepdim, _mode_indices)
 
 
 # ----------------------------------------------------------------------------- quantiles
