@@ -129,11 +129,14 @@ def test_searchsorted_and_bucketize_options():
         same(minidl.bucketize(ours(values), ours(seq[1]), right=right),
              torch.bucketize(theirs(values), theirs(seq[1]), right=right))
     same(minidl.bucketize(2, ours(seq[1])), torch.bucketize(2, theirs(seq[1])))
-    unsorted = np.array([3.0, np.nan, 1.0, 2.0, np.nan, 0.0])     # (where torch's binary search ends all the same)
     probes = np.array([np.nan, -1.0, 0.5, 2.0, 9.0])
-    for right in (False, True):
-        same(minidl.searchsorted(ours(unsorted), ours(probes), right=right),
-             torch.searchsorted(theirs(unsorted), theirs(probes), right=right))
+    for boundaries in ([3.0, np.nan, 1.0, 2.0, np.nan, 0.0],    # (where torch's binary search ends all the same)
+                       [1.0, 2.0, np.nan], [np.nan, 1.0, 2.0]):  # (NaN sorted last, as torch.sort puts it)
+        for right in (False, True):
+            same(minidl.searchsorted(ours(np.array(boundaries)), ours(probes), right=right),
+                 torch.searchsorted(theirs(np.array(boundaries)), theirs(probes), right=right))
+            same(minidl.bucketize(ours(probes), ours(np.array(boundaries)), right=right),
+                 torch.bucketize(theirs(probes), theirs(np.array(boundaries)), right=right))
 
 
 def test_isin_with_scalars_nan_and_invert():
