@@ -11,7 +11,7 @@ import numpy as np
 from ..ops import arranging
 from ..ops.indexing import identity_of
 from ..ops.registry import attach_rule
-from .lowerings import INT64_MAX, _dim, _np, _operand, _pad, _sizes, lowers
+from .lowerings import INT64_MAX, _dim, _np, _operand, _pad, _sizes, _warn_fixed_sizes, lowers
 
 INT64 = np.dtype(np.int64)
 _ONNX_REDUCTIONS = {"sum": "add", "prod": "mul", "amax": "max", "amin": "min"}
@@ -77,15 +77,18 @@ def _take_along_dim(L, x, indices, dim=None):
 
 @lowers("index_put")
 def _index_put(L, x, indices, values, accumulate=False):
-    """ScatterND at the stacked (broadcast) index tensors of the leading dims; negatives wrapped."""
+    """ScatterND at the stacked (broadcast) index tensors of the leading dims; negatives wrapped. The
+    broadcast shape and the wrap come from the graph's sizes, so they follow the input."""
     if any(i is None or not hasattr(i, "dtype") or i.dtype.name == "bool" for i in indices):
         raise NotImplementedError("minidl.onnx.export: index_put with None or boolean indices is not lowered")
-    shape = np.broadcast_shapes(*(tuple(i.shape) for i in indices))
-    columns = [L.op("Unsqueeze", L.op("Expand", L.op("Mod", _operand(L, i, INT64), L.constant(n, INT64)),
-                                      L.ints(shape)), L.ints([-1]))
-               for i, n in zip(indices, x.shape)]
+    wrapped = [L.op("Mod", _operand(L, i, INT64), L.scalar(n)) for i, n in zip(indices, _sizes(L, x))]
+    grid = wrapped[0]
+    for w in wrapped[1:]:   # (a broadcast of all the indices: its shape is the one they share)
+        grid = L.op("Add", grid, w)
+    columns = [L.op("Unsqueeze", L.op("Expand", w, L.op("Shape", grid)), L.ints([-1])) for w in wrapped]
     stacked = L.op("Concat", *columns, axis=-1)
-    updates = L.op("Expand", _operand(L, values, _np(x)), L.ints(tuple(shape) + tuple(x.shape[len(indices):])))
+    target = L.op("Concat", L.op("Shape", grid), L.op("Shape", L.value(x), start=len(indices)), axis=0)
+    updates = L.op("Expand", _operand(L, values, _np(x)), target)
     return L.op("ScatterND", L.value(x), stacked, updates, reduction="add" if accumulate else "none")
 
 
@@ -107,6 +110,7 @@ def _written(L, data, shape, rel, src):
 
 def _region_rule(name):
     def rule(L, x, src, *args, **kwargs):
+        _warn_fixed_sizes(L, name, x, src)
         rel = arranging.REGIONS[name](tuple(x.shape), *args, **kwargs)
         return _written(L, L.value(x), x.shape, rel, _operand(L, src, _np(x)))
     return rule
@@ -127,12 +131,14 @@ def _embed_diagonal(L, value, x_shape, dtype, offset, dim1, dim2):
 
 @lowers("diag_embed")
 def _diag_embed(L, x, offset=0, dim1=-2, dim2=-1):
+    _warn_fixed_sizes(L, "diag_embed", x)
     return _embed_diagonal(L, L.value(x), tuple(x.shape), _np(x), offset, dim1, dim2)
 
 
 @lowers("diagflat")
 def _diagflat(L, x, offset=0):
     """diag_embed of the flattened x."""
+    _warn_fixed_sizes(L, "diagflat", x)
     return _embed_diagonal(L, L.op("Reshape", L.value(x), L.ints([-1])), (x.numel(),), _np(x), offset, 0, 1)
 
 
@@ -155,6 +161,7 @@ def _diff(L, x, n=1, dim=-1, prepend=None, append=None):
 
 @lowers("block_diag")
 def _block_diag(L, *tensors):
+    _warn_fixed_sizes(L, "block_diag", *tensors)
     dtype = _np(L.out)
     shapes = [(1,) * (2 - t.ndim) + tuple(t.shape) for t in tensors]
     width, before, rows = sum(s[1] for s in shapes), 0, []
