@@ -59,12 +59,23 @@ def test_index_put_broadcasts_indices_of_the_size_run_at():
     _follows(fn, lambda n: minidl.randn(n, 3), index)
 
 
+@pytest.mark.parametrize("fn", [
+    lambda x: minidl.select_scatter(x, minidl.zeros(x.shape[0]), 1, -1),
+    lambda x: minidl.select_scatter(x, minidl.zeros(3), 0, -2),
+    lambda x: minidl.slice_scatter(x, minidl.zeros(x.shape[0], 1), 1, 1, 2),
+    lambda x: minidl.slice_scatter(x, minidl.zeros(2, 3), 0, -3, -1),
+    lambda x: minidl.slice_scatter(x, minidl.zeros((x.shape[0] + 1) // 2, 3), 0, None, None, 2),
+    lambda x: minidl.slice_scatter(x, minidl.zeros(x.shape[0], 2), 1, -2)],
+    ids=["select-dim1", "select-dim0-negative", "slice-dim1", "slice-negative", "slice-step", "slice-to-end"])
+def test_select_and_slice_scatter_write_where_the_size_run_at_puts_them(fn):
+    _follows(fn, _rows)
+
+
 @pytest.mark.parametrize("name, fn", [
     ("diag_embed", lambda x: minidl.diag_embed(x)),
     ("diagflat", lambda x: minidl.diagflat(x)),
     ("block_diag", lambda x: minidl.block_diag(x, minidl.ones(2, 2))),
-    ("select_scatter", lambda x: minidl.select_scatter(x, minidl.zeros(x.shape[0]), 1, 0)),
-    ("slice_scatter", lambda x: minidl.slice_scatter(x, minidl.zeros(x.shape[0], 1), 1, 0, 1)),
+    ("slice_scatter", lambda x: minidl.slice_scatter(x, minidl.zeros(x.shape[0], 1), 1, -9, 1)),   # (start clamped)
     ("diagonal_scatter", lambda x: minidl.diagonal_scatter(x, minidl.zeros(3))),
 ])
 def test_a_lowering_that_fixes_the_traced_sizes_warns_naming_the_op(name, fn):

@@ -1,7 +1,7 @@
 """ONNX lowerings of the indexing and arranging ops: reducing scatters (ScatterElements with its
 reductions), gathers along a dim (GatherElements), index_put (ScatterND), writes over a region and
-diagonals (ScatterElements at the region's flat positions, known when exporting), differences,
-blocks, products and combinations of sets. See ``lowerings``."""
+diagonals (ScatterElements along the dim, or at the region's flat positions known when exporting),
+differences, blocks, products and combinations of sets. See ``lowerings``."""
 from __future__ import annotations
 
 import math
@@ -116,7 +116,37 @@ def _region_rule(name):
     return rule
 
 
-for _name in arranging.REGIONS:
+def _scatter_along(L, x, d, where, updates):
+    """x's value with ``updates`` written along dim d at the positions ``where`` (int64, along d only)."""
+    shaped = L.op("Reshape", where, L.ints([-1 if k == d else 1 for k in range(x.ndim)]))
+    return L.op("ScatterElements", L.value(x), L.op("Expand", shaped, L.op("Shape", updates)), updates, axis=d)
+
+
+@lowers("select_scatter")
+def _select_scatter(L, x, src, dim, index):
+    """src, given dim back, written at ``index`` along it (a negative one counts from the end in ONNX too),
+    its other sizes src's own: no size is fixed."""
+    d = _dim(dim, x.ndim)
+    updates = L.op("Unsqueeze", _operand(L, src, _np(x)), L.ints([d]))
+    return _scatter_along(L, x, d, L.ints([index]), updates)
+
+
+@lowers("slice_scatter")
+def _slice_scatter(L, x, src, dim=0, start=None, end=None, step=1):
+    """src written at start, start + step, ... along dim, as many as src has there. A negative start stays
+    negative (counted from the end, as in ONNX); one clamped to 0 while tracing keeps the traced sizes."""
+    d = _dim(dim, x.ndim)
+    start = 0 if start is None else start
+    if start < 0 and start + x.shape[d] < 0:
+        return _region_rule("slice_scatter")(L, x, src, dim, start, end, step)
+    updates = _operand(L, src, _np(x))
+    count = L.op("Shape", updates, start=d, end=d + 1)
+    steps = L.op("Range", L.scalar(0), L.op("Squeeze", count, L.ints([0])), L.scalar(1))
+    where = L.op("Add", L.op("Mul", steps, L.scalar(step)), L.ints([start]))
+    return _scatter_along(L, x, d, where, updates)
+
+
+for _name in ("diagonal_scatter", "as_strided_scatter"):
     attach_rule(_name, "onnx", _region_rule(_name))
 
 
