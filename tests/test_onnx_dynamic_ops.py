@@ -60,6 +60,14 @@ def test_index_put_broadcasts_indices_of_the_size_run_at():
 
 
 @pytest.mark.parametrize("fn", [
+    lambda x: minidl.diag_embed(x), lambda x: minidl.diag_embed(x.t(), 1), lambda x: minidl.diag_embed(x, -2, 0, 2),
+    lambda x: minidl.diag_embed(x.t(), 1, 2, 0), lambda x: minidl.diagflat(x), lambda x: minidl.diagflat(x, -1)],
+    ids=["last-dims", "offset", "negative-offset-outer-dims", "dims-reversed", "diagflat", "diagflat-offset"])
+def test_diag_embed_and_diagflat_make_matrices_of_the_size_run_at(fn):
+    _follows(fn, _rows)
+
+
+@pytest.mark.parametrize("fn", [
     lambda x: minidl.select_scatter(x, minidl.zeros(x.shape[0]), 1, -1),
     lambda x: minidl.select_scatter(x, minidl.zeros(3), 0, -2),
     lambda x: minidl.slice_scatter(x, minidl.zeros(x.shape[0], 1), 1, 1, 2),
@@ -72,8 +80,6 @@ def test_select_and_slice_scatter_write_where_the_size_run_at_puts_them(fn):
 
 
 @pytest.mark.parametrize("name, fn", [
-    ("diag_embed", lambda x: minidl.diag_embed(x)),
-    ("diagflat", lambda x: minidl.diagflat(x)),
     ("block_diag", lambda x: minidl.block_diag(x, minidl.ones(2, 2))),
     ("slice_scatter", lambda x: minidl.slice_scatter(x, minidl.zeros(x.shape[0], 1), 1, -9, 1)),   # (start clamped)
     ("diagonal_scatter", lambda x: minidl.diagonal_scatter(x, minidl.zeros(3))),
@@ -86,10 +92,10 @@ def test_a_lowering_that_fixes_the_traced_sizes_warns_naming_the_op(name, fn):
 
 
 def test_the_same_ops_on_constants_do_not_warn():
-    fixed = minidl.randn(3)
+    fixed = minidl.randn(3, 3)
 
     def fn(x):
-        return x + minidl.diag_embed(fixed).sum()
+        return x + minidl.diagonal_scatter(fixed, minidl.ones(3)).sum()
     with warnings.catch_warnings():
         warnings.simplefilter("error", TracerWarning)
         program = minidl.onnx.export(fn, (_rows(TRACED),), input_names=["x"], dynamic_axes={"x": {0: "b"}})

@@ -154,22 +154,35 @@ def _zeros(L, shape, dtype):
     return L.op("ConstantOfShape", L.ints(shape), value=np.array([0], dtype))
 
 
-def _embed_diagonal(L, value, x_shape, dtype, offset, dim1, dim2):
-    shape, rel = arranging.diag_embed_geometry(x_shape, offset, dim1, dim2)
-    return _written(L, _zeros(L, shape, dtype), shape, rel, value)
+def _embed_diagonal(L, value, n, offset, dim1, dim2):
+    """``value`` (n: its last size, maybe traced) along the ``offset``-th diagonal of dims dim1, dim2 of zeros:
+    a Where over an EyeLike of the traced size, x padded to it and broadcast along the other of the two dims,
+    so the sizes follow the input."""
+    ndim = len(L.out.shape) - 1
+    m, pad = n + abs(offset), abs(offset)
+    padded = L.op("Pad", value, L.ints([0] * (2 * ndim - 1) + [pad]))
+    along = L.op("Unsqueeze", padded, L.ints([ndim if offset >= 0 else ndim - 1]))   # (by row, or by column)
+    eye = L.op("EyeLike", L.op("ConstantOfShape", L.ints([m, m]), value=np.array([0], np.int64)), k=offset)
+    square = L.op("Where", L.op("Cast", eye, to=L.type_code(np.dtype(np.bool_))), along,
+                  L.constant(0, _np(L.out)))
+    d1, d2 = (_dim(d, ndim + 1) for d in (dim1, dim2))
+    others = iter(range(ndim - 1))
+    perm = [ndim - 1 if k == d1 else ndim if k == d2 else next(others) for k in range(ndim + 1)]
+    return L.op("Transpose", square, perm=perm)
 
 
 @lowers("diag_embed")
 def _diag_embed(L, x, offset=0, dim1=-2, dim2=-1):
-    _warn_fixed_sizes(L, "diag_embed", x)
-    return _embed_diagonal(L, L.value(x), tuple(x.shape), _np(x), offset, dim1, dim2)
+    if x.ndim == 0:
+        return _embed_diagonal(L, L.op("Reshape", L.value(x), L.ints([1])), 1, offset, dim1, dim2)
+    return _embed_diagonal(L, L.value(x), _sizes(L, x)[-1], offset, dim1, dim2)
 
 
 @lowers("diagflat")
 def _diagflat(L, x, offset=0):
     """diag_embed of the flattened x."""
-    _warn_fixed_sizes(L, "diagflat", x)
-    return _embed_diagonal(L, L.op("Reshape", L.value(x), L.ints([-1])), (x.numel(),), _np(x), offset, 0, 1)
+    numel = L.tracer.traced_numel(x) if L.tracer.traced(x) else x.numel()
+    return _embed_diagonal(L, L.op("Reshape", L.value(x), L.ints([-1])), numel, offset, 0, 1)
 
 
 # ----------------------------------------------------------------------------- differences, blocks, sets
