@@ -19,7 +19,7 @@ def _follows(fn, *inputs):
     with warnings.catch_warnings():
         warnings.simplefilter("error", TracerWarning)
         program = minidl.onnx.export(fn, tuple(make(TRACED) for make in inputs), input_names=names,
-                                     dynamic_axes={n: {0: "b"} for n in names})
+                                     dynamic_axes={n: {0: f"{n}_rows"} for n in names})
     for n in LATER:
         args = [make(n) for make in inputs]
         got, want = program(*args)[0], fn(*args).numpy()
@@ -67,6 +67,11 @@ def test_diag_embed_and_diagflat_make_matrices_of_the_size_run_at(fn):
     _follows(fn, _rows)
 
 
+def test_block_diag_places_blocks_by_the_sizes_run_at():
+    _follows(lambda x: minidl.block_diag(minidl.ones(2, 2), x, x[:, 0], minidl.tensor(5.0), x.t()), _rows)
+    _follows(lambda x, y: minidl.block_diag(y, x), _rows, lambda n: minidl.randn(n - 1))
+
+
 @pytest.mark.parametrize("fn", [
     lambda x: minidl.select_scatter(x, minidl.zeros(x.shape[0]), 1, -1),
     lambda x: minidl.select_scatter(x, minidl.zeros(3), 0, -2),
@@ -80,7 +85,6 @@ def test_select_and_slice_scatter_write_where_the_size_run_at_puts_them(fn):
 
 
 @pytest.mark.parametrize("name, fn", [
-    ("block_diag", lambda x: minidl.block_diag(x, minidl.ones(2, 2))),
     ("slice_scatter", lambda x: minidl.slice_scatter(x, minidl.zeros(x.shape[0], 1), 1, -9, 1)),   # (start clamped)
     ("diagonal_scatter", lambda x: minidl.diagonal_scatter(x, minidl.zeros(3))),
 ])

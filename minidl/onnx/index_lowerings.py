@@ -1,7 +1,8 @@
 """ONNX lowerings of the indexing and arranging ops: reducing scatters (ScatterElements with its
-reductions), gathers along a dim (GatherElements), index_put (ScatterND), writes over a region and
-diagonals (ScatterElements along the dim, or at the region's flat positions known when exporting),
-differences, blocks, products and combinations of sets. See ``lowerings``."""
+reductions), gathers along a dim (GatherElements), index_put (ScatterND), writes over a region
+(ScatterElements along the dim, or at the region's flat positions known when exporting, with a warning),
+diagonals (Where over an EyeLike), differences, blocks, products and combinations of sets. Sizes come
+from the graph where they can, so a dynamic axis follows them. See ``lowerings``."""
 from __future__ import annotations
 
 import math
@@ -204,9 +205,10 @@ def _diff(L, x, n=1, dim=-1, prepend=None, append=None):
 
 @lowers("block_diag")
 def _block_diag(L, *tensors):
-    _warn_fixed_sizes(L, "block_diag", *tensors)
+    """Each block padded left by the widths before it and right by those after: widths from the traced
+    sizes, so they follow the input."""
     dtype = _np(L.out)
-    shapes = [(1,) * (2 - t.ndim) + tuple(t.shape) for t in tensors]
+    shapes = [[1] * (2 - t.ndim) + _sizes(L, t) for t in tensors]
     width, before, rows = sum(s[1] for s in shapes), 0, []
     for t, shape in zip(tensors, shapes):
         block = L.op("Reshape", _operand(L, t, dtype), L.ints(shape))
