@@ -78,15 +78,20 @@ def test_block_diag_places_blocks_by_the_sizes_run_at():
     lambda x: minidl.slice_scatter(x, minidl.zeros(x.shape[0], 1), 1, 1, 2),
     lambda x: minidl.slice_scatter(x, minidl.zeros(2, 3), 0, -3, -1),
     lambda x: minidl.slice_scatter(x, minidl.zeros((x.shape[0] + 1) // 2, 3), 0, None, None, 2),
-    lambda x: minidl.slice_scatter(x, minidl.zeros(x.shape[0], 2), 1, -2)],
-    ids=["select-dim1", "select-dim0-negative", "slice-dim1", "slice-negative", "slice-step", "slice-to-end"])
-def test_select_and_slice_scatter_write_where_the_size_run_at_puts_them(fn):
+    lambda x: minidl.slice_scatter(x, minidl.zeros(x.shape[0], 2), 1, -2),
+    lambda x: minidl.diagonal_scatter(x, minidl.zeros(3)),
+    lambda x: minidl.diagonal_scatter(x, minidl.zeros(3), -1),
+    lambda x: minidl.diagonal_scatter(x.t(), minidl.ones(2), -1),
+    lambda x: minidl.diagonal_scatter(minidl.stack([x, x * 2]), minidl.ones(x.shape[0], 1), 1, 2, 0)],
+    ids=["select-dim1", "select-dim0-negative", "slice-dim1", "slice-negative", "slice-step", "slice-to-end",
+         "diagonal", "diagonal-below", "diagonal-of-wide", "diagonal-dims-reversed"])
+def test_region_scatters_write_where_the_size_run_at_puts_them(fn):
     _follows(fn, _rows)
 
 
 @pytest.mark.parametrize("name, fn", [
     ("slice_scatter", lambda x: minidl.slice_scatter(x, minidl.zeros(x.shape[0], 1), 1, -9, 1)),   # (start clamped)
-    ("diagonal_scatter", lambda x: minidl.diagonal_scatter(x, minidl.zeros(3))),
+    ("as_strided_scatter", lambda x: minidl.as_strided_scatter(x, minidl.zeros(2), (2,), (1,))),
 ])
 def test_a_lowering_that_fixes_the_traced_sizes_warns_naming_the_op(name, fn):
     with pytest.warns(TracerWarning, match=f"{name} of a traced tensor .* will not follow other sizes"):

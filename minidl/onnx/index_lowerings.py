@@ -147,29 +147,49 @@ def _slice_scatter(L, x, src, dim=0, start=None, end=None, step=1):
     return _scatter_along(L, x, d, where, updates)
 
 
-for _name in ("diagonal_scatter", "as_strided_scatter"):
-    attach_rule(_name, "onnx", _region_rule(_name))
+attach_rule("as_strided_scatter", "onnx", _region_rule("as_strided_scatter"))
 
 
 def _zeros(L, shape, dtype):
     return L.op("ConstantOfShape", L.ints(shape), value=np.array([0], dtype))
 
 
+def _on_diagonal(L, value, length, rows, cols, offset, base):
+    """``base`` (..., rows, cols) with ``value`` (..., length) along its ``offset``-th diagonal: a Where over an
+    EyeLike of those (maybe traced) sizes, value padded to them and broadcast along the other of the two dims."""
+    ndim = L.out.ndim
+    padded = L.op("Pad", value, L.ints([0] * (2 * ndim - 3) + [(rows if offset >= 0 else cols) - length]))
+    along = L.op("Unsqueeze", padded, L.ints([ndim - 1 if offset >= 0 else ndim - 2]))   # (by row, or by column)
+    eye = L.op("EyeLike", L.op("ConstantOfShape", L.ints([rows, cols]), value=np.array([0], np.int64)), k=offset)
+    return L.op("Where", L.op("Cast", eye, to=L.type_code(np.dtype(np.bool_))), along, base)
+
+
+def _last_two_to(ndim, dim1, dim2):
+    """The Transpose perm that moves the last two of ``ndim`` dims to dim1 and dim2, the others in order."""
+    d1, d2 = _dim(dim1, ndim), _dim(dim2, ndim)
+    others = iter(range(ndim - 2))
+    return [ndim - 2 if k == d1 else ndim - 1 if k == d2 else next(others) for k in range(ndim)]
+
+
 def _embed_diagonal(L, value, n, offset, dim1, dim2):
-    """``value`` (n: its last size, maybe traced) along the ``offset``-th diagonal of dims dim1, dim2 of zeros:
-    a Where over an EyeLike of the traced size, x padded to it and broadcast along the other of the two dims,
-    so the sizes follow the input."""
-    ndim = len(L.out.shape) - 1
-    m, pad = n + abs(offset), abs(offset)
-    padded = L.op("Pad", value, L.ints([0] * (2 * ndim - 1) + [pad]))
-    along = L.op("Unsqueeze", padded, L.ints([ndim if offset >= 0 else ndim - 1]))   # (by row, or by column)
-    eye = L.op("EyeLike", L.op("ConstantOfShape", L.ints([m, m]), value=np.array([0], np.int64)), k=offset)
-    square = L.op("Where", L.op("Cast", eye, to=L.type_code(np.dtype(np.bool_))), along,
-                  L.constant(0, _np(L.out)))
-    d1, d2 = (_dim(d, ndim + 1) for d in (dim1, dim2))
-    others = iter(range(ndim - 1))
-    perm = [ndim - 1 if k == d1 else ndim if k == d2 else next(others) for k in range(ndim + 1)]
-    return L.op("Transpose", square, perm=perm)
+    """``value`` (n: its last size, maybe traced) along the ``offset``-th diagonal of dims dim1, dim2 of zeros,
+    sizes from the graph's."""
+    m = n + abs(offset)
+    square = _on_diagonal(L, value, n, m, m, offset, L.constant(0, _np(L.out)))
+    return L.op("Transpose", square, perm=_last_two_to(L.out.ndim, dim1, dim2))
+
+
+@lowers("diagonal_scatter")
+def _diagonal_scatter(L, x, src, offset=0, dim1=0, dim2=1):
+    """x with dims dim1, dim2 moved last, src laid on their diagonal (its dims in that order, as torch's
+    diagonal gives them), moved back: sizes from the graph's."""
+    perm = _last_two_to(x.ndim, dim1, dim2)
+    into = [int(k) for k in np.argsort(perm)]
+    sizes = _sizes(L, x)
+    moved = L.op("Transpose", L.value(x), perm=into)
+    written = _on_diagonal(L, _operand(L, src, _np(x)), _sizes(L, src)[-1], sizes[into[-2]], sizes[into[-1]],
+                           offset, moved)
+    return L.op("Transpose", written, perm=perm)
 
 
 @lowers("diag_embed")
