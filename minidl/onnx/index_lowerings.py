@@ -12,7 +12,7 @@ import numpy as np
 from ..ops import arranging
 from ..ops.indexing import identity_of
 from ..ops.registry import attach_rule
-from .lowerings import INT64_MAX, _dim, _np, _operand, _pad, _sizes, _warn_fixed_sizes, lowers
+from .lowerings import INT64_MAX, _dim, _np, _numel, _operand, _pad, _sizes, _warn_fixed_sizes, lowers
 
 INT64 = np.dtype(np.int64)
 _ONNX_REDUCTIONS = {"sum": "add", "prod": "mul", "amax": "max", "amin": "min"}
@@ -202,8 +202,7 @@ def _diag_embed(L, x, offset=0, dim1=-2, dim2=-1):
 @lowers("diagflat")
 def _diagflat(L, x, offset=0):
     """diag_embed of the flattened x."""
-    numel = L.tracer.traced_numel(x) if L.tracer.traced(x) else x.numel()
-    return _embed_diagonal(L, L.op("Reshape", L.value(x), L.ints([-1])), numel, offset, 0, 1)
+    return _embed_diagonal(L, L.op("Reshape", L.value(x), L.ints([-1])), _numel(L, x), offset, 0, 1)
 
 
 # ----------------------------------------------------------------------------- differences, blocks, sets

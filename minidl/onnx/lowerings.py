@@ -56,6 +56,11 @@ def _sizes(L, x):
     return list(x.shape)
 
 
+def _numel(L, x):
+    """x's element count, the product of its traced sizes when x is traced."""
+    return L.tracer.traced_numel(x) if L.tracer.traced(x) else x.numel()
+
+
 def _warn_fixed_sizes(L, name, *tensors):
     """Warn when ``name``'s lowering builds its graph from traced tensors' sizes as constants: the
     export then does not follow those sizes (a dynamic axis would fail or be wrong at another size)."""

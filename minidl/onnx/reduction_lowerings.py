@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .lowerings import INT64_MAX, _dim, _np, _operand, _sizes, lowers
+from .lowerings import INT64_MAX, _dim, _np, _numel, _operand, _sizes, lowers
 from .nn_lowerings import _axes, _reduce
 
 
@@ -79,8 +79,7 @@ def _median(L, x, dim=None, keepdim=False):
         return value if dim is None else (value, L.constant(0, np.int64))
     if dim is None:
         flat = L.op("Reshape", L.value(x), L.ints([-1]))
-        numel = L.tracer.traced_numel(x) if L.tracer.traced(x) else x.numel()
-        return L.op("Squeeze", _kth(L, flat, 0, (numel - 1) // 2 + 1, True)[0], L.ints([0]))
+        return L.op("Squeeze", _kth(L, flat, 0, (_numel(L, x) - 1) // 2 + 1, True)[0], L.ints([0]))
     axis = _dim(dim, x.ndim)
     return _kth(L, L.value(x), axis, (_sizes(L, x)[axis] - 1) // 2 + 1, keepdim)
 
