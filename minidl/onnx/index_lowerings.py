@@ -1,7 +1,8 @@
 """ONNX lowerings of the indexing and arranging ops: reducing scatters (ScatterElements with its
-reductions), gathers along a dim (GatherElements), index_put (ScatterND), writes over a region and
-diagonals (ScatterElements at the region's flat positions, known when exporting), differences,
-blocks, products and combinations of sets. See ``lowerings``."""
+reductions), gathers along a dim (GatherElements), index_put (ScatterND), writes over a region
+(ScatterElements along the dim, or at the region's flat positions known when exporting, with a warning),
+diagonals (Where over an EyeLike), differences, blocks, products and combinations of sets. Sizes come
+from the graph where they can, so a dynamic axis follows them. See ``lowerings``."""
 from __future__ import annotations
 
 import math
@@ -11,7 +12,7 @@ import numpy as np
 from ..ops import arranging
 from ..ops.indexing import identity_of
 from ..ops.registry import attach_rule
-from .lowerings import INT64_MAX, _dim, _np, _operand, _pad, _sizes, lowers
+from .lowerings import INT64_MAX, _dim, _np, _numel, _operand, _pad, _sizes, _warn_fixed_sizes, lowers
 
 INT64 = np.dtype(np.int64)
 _ONNX_REDUCTIONS = {"sum": "add", "prod": "mul", "amax": "max", "amin": "min"}
@@ -77,15 +78,18 @@ def _take_along_dim(L, x, indices, dim=None):
 
 @lowers("index_put")
 def _index_put(L, x, indices, values, accumulate=False):
-    """ScatterND at the stacked (broadcast) index tensors of the leading dims; negatives wrapped."""
+    """ScatterND at the stacked (broadcast) index tensors of the leading dims; negatives wrapped. The
+    broadcast shape and the wrap come from the graph's sizes, so they follow the input."""
     if any(i is None or not hasattr(i, "dtype") or i.dtype.name == "bool" for i in indices):
         raise NotImplementedError("minidl.onnx.export: index_put with None or boolean indices is not lowered")
-    shape = np.broadcast_shapes(*(tuple(i.shape) for i in indices))
-    columns = [L.op("Unsqueeze", L.op("Expand", L.op("Mod", _operand(L, i, INT64), L.constant(n, INT64)),
-                                      L.ints(shape)), L.ints([-1]))
-               for i, n in zip(indices, x.shape)]
+    wrapped = [L.op("Mod", _operand(L, i, INT64), L.scalar(n)) for i, n in zip(indices, _sizes(L, x))]
+    grid = wrapped[0]
+    for w in wrapped[1:]:   # (a broadcast of all the indices: its shape is the one they share)
+        grid = L.op("Add", grid, w)
+    columns = [L.op("Unsqueeze", L.op("Expand", w, L.op("Shape", grid)), L.ints([-1])) for w in wrapped]
     stacked = L.op("Concat", *columns, axis=-1)
-    updates = L.op("Expand", _operand(L, values, _np(x)), L.ints(tuple(shape) + tuple(x.shape[len(indices):])))
+    target = L.op("Concat", L.op("Shape", grid), L.op("Shape", L.value(x), start=len(indices)), axis=0)
+    updates = L.op("Expand", _operand(L, values, _np(x)), target)
     return L.op("ScatterND", L.value(x), stacked, updates, reduction="add" if accumulate else "none")
 
 
@@ -107,33 +111,98 @@ def _written(L, data, shape, rel, src):
 
 def _region_rule(name):
     def rule(L, x, src, *args, **kwargs):
+        _warn_fixed_sizes(L, name, x, src)
         rel = arranging.REGIONS[name](tuple(x.shape), *args, **kwargs)
         return _written(L, L.value(x), x.shape, rel, _operand(L, src, _np(x)))
     return rule
 
 
-for _name in arranging.REGIONS:
-    attach_rule(_name, "onnx", _region_rule(_name))
+def _scatter_along(L, x, d, where, updates):
+    """x's value with ``updates`` written along dim d at the positions ``where`` (int64, along d only)."""
+    shaped = L.op("Reshape", where, L.ints([-1 if k == d else 1 for k in range(x.ndim)]))
+    return L.op("ScatterElements", L.value(x), L.op("Expand", shaped, L.op("Shape", updates)), updates, axis=d)
+
+
+@lowers("select_scatter")
+def _select_scatter(L, x, src, dim, index):
+    """src, given dim back, written at ``index`` along it (a negative one counts from the end in ONNX too),
+    its other sizes src's own: no size is fixed."""
+    d = _dim(dim, x.ndim)
+    updates = L.op("Unsqueeze", _operand(L, src, _np(x)), L.ints([d]))
+    return _scatter_along(L, x, d, L.ints([index]), updates)
+
+
+@lowers("slice_scatter")
+def _slice_scatter(L, x, src, dim=0, start=None, end=None, step=1):
+    """src written at start, start + step, ... along dim, as many as src has there. A negative start stays
+    negative (counted from the end, as in ONNX); one clamped to 0 while tracing keeps the traced sizes."""
+    d = _dim(dim, x.ndim)
+    start = 0 if start is None else start
+    if start < 0 and start + x.shape[d] < 0:
+        return _region_rule("slice_scatter")(L, x, src, dim, start, end, step)
+    updates = _operand(L, src, _np(x))
+    count = L.op("Shape", updates, start=d, end=d + 1)
+    steps = L.op("Range", L.scalar(0), L.op("Squeeze", count, L.ints([0])), L.scalar(1))
+    where = L.op("Add", L.op("Mul", steps, L.scalar(step)), L.ints([start]))
+    return _scatter_along(L, x, d, where, updates)
+
+
+attach_rule("as_strided_scatter", "onnx", _region_rule("as_strided_scatter"))
 
 
 def _zeros(L, shape, dtype):
     return L.op("ConstantOfShape", L.ints(shape), value=np.array([0], dtype))
 
 
-def _embed_diagonal(L, value, x_shape, dtype, offset, dim1, dim2):
-    shape, rel = arranging.diag_embed_geometry(x_shape, offset, dim1, dim2)
-    return _written(L, _zeros(L, shape, dtype), shape, rel, value)
+def _on_diagonal(L, value, length, rows, cols, offset, base):
+    """``base`` (..., rows, cols) with ``value`` (..., length) along its ``offset``-th diagonal: a Where over an
+    EyeLike of those (maybe traced) sizes, value padded to them and broadcast along the other of the two dims."""
+    ndim = L.out.ndim
+    padded = L.op("Pad", value, L.ints([0] * (2 * ndim - 3) + [(rows if offset >= 0 else cols) - length]))
+    along = L.op("Unsqueeze", padded, L.ints([ndim - 1 if offset >= 0 else ndim - 2]))   # (by row, or by column)
+    eye = L.op("EyeLike", L.op("ConstantOfShape", L.ints([rows, cols]), value=np.array([0], np.int64)), k=offset)
+    return L.op("Where", L.op("Cast", eye, to=L.type_code(np.dtype(np.bool_))), along, base)
+
+
+def _last_two_to(ndim, dim1, dim2):
+    """The Transpose perm that moves the last two of ``ndim`` dims to dim1 and dim2, the others in order."""
+    d1, d2 = _dim(dim1, ndim), _dim(dim2, ndim)
+    others = iter(range(ndim - 2))
+    return [ndim - 2 if k == d1 else ndim - 1 if k == d2 else next(others) for k in range(ndim)]
+
+
+def _embed_diagonal(L, value, n, offset, dim1, dim2):
+    """``value`` (n: its last size, maybe traced) along the ``offset``-th diagonal of dims dim1, dim2 of zeros,
+    sizes from the graph's."""
+    m = n + abs(offset)
+    square = _on_diagonal(L, value, n, m, m, offset, L.constant(0, _np(L.out)))
+    return L.op("Transpose", square, perm=_last_two_to(L.out.ndim, dim1, dim2))
+
+
+@lowers("diagonal_scatter")
+def _diagonal_scatter(L, x, src, offset=0, dim1=0, dim2=1):
+    """x with dims dim1, dim2 moved last, src laid on their diagonal (its dims in that order, as torch's
+    diagonal gives them), moved back: sizes from the graph's."""
+    perm = _last_two_to(x.ndim, dim1, dim2)
+    into = [int(k) for k in np.argsort(perm)]
+    sizes = _sizes(L, x)
+    moved = L.op("Transpose", L.value(x), perm=into)
+    written = _on_diagonal(L, _operand(L, src, _np(x)), _sizes(L, src)[-1], sizes[into[-2]], sizes[into[-1]],
+                           offset, moved)
+    return L.op("Transpose", written, perm=perm)
 
 
 @lowers("diag_embed")
 def _diag_embed(L, x, offset=0, dim1=-2, dim2=-1):
-    return _embed_diagonal(L, L.value(x), tuple(x.shape), _np(x), offset, dim1, dim2)
+    if x.ndim == 0:
+        return _embed_diagonal(L, L.op("Reshape", L.value(x), L.ints([1])), 1, offset, dim1, dim2)
+    return _embed_diagonal(L, L.value(x), _sizes(L, x)[-1], offset, dim1, dim2)
 
 
 @lowers("diagflat")
 def _diagflat(L, x, offset=0):
     """diag_embed of the flattened x."""
-    return _embed_diagonal(L, L.op("Reshape", L.value(x), L.ints([-1])), (x.numel(),), _np(x), offset, 0, 1)
+    return _embed_diagonal(L, L.op("Reshape", L.value(x), L.ints([-1])), _numel(L, x), offset, 0, 1)
 
 
 # ----------------------------------------------------------------------------- differences, blocks, sets
@@ -155,8 +224,10 @@ def _diff(L, x, n=1, dim=-1, prepend=None, append=None):
 
 @lowers("block_diag")
 def _block_diag(L, *tensors):
+    """Each block padded left by the widths before it and right by those after: widths from the traced
+    sizes, so they follow the input."""
     dtype = _np(L.out)
-    shapes = [(1,) * (2 - t.ndim) + tuple(t.shape) for t in tensors]
+    shapes = [[1] * (2 - t.ndim) + _sizes(L, t) for t in tensors]
     width, before, rows = sum(s[1] for s in shapes), 0, []
     for t, shape in zip(tensors, shapes):
         block = L.op("Reshape", _operand(L, t, dtype), L.ints(shape))

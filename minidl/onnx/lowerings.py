@@ -56,6 +56,19 @@ def _sizes(L, x):
     return list(x.shape)
 
 
+def _numel(L, x):
+    """x's element count, the product of its traced sizes when x is traced."""
+    return L.tracer.traced_numel(x) if L.tracer.traced(x) else x.numel()
+
+
+def _warn_fixed_sizes(L, name, *tensors):
+    """Warn when ``name``'s lowering builds its graph from traced tensors' sizes as constants: the
+    export then does not follow those sizes (a dynamic axis would fail or be wrong at another size)."""
+    if any(L.tracer.traced(t) for t in tensors):
+        warn(f"minidl.onnx.export: {name} of a traced tensor is lowered with the sizes it had while tracing; "
+             f"the exported graph will not follow other sizes")
+
+
 def _varargs(shape):
     """A shape given as ``f(x, 2, 3)`` or ``f(x, (2, 3))``."""
     return tuple(shape[0]) if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else tuple(shape)

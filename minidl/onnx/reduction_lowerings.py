@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .lowerings import INT64_MAX, _dim, _np, _operand, lowers
+from .lowerings import INT64_MAX, _dim, _np, _numel, _operand, _sizes, lowers
 from .nn_lowerings import _axes, _reduce
 
 
@@ -72,15 +72,16 @@ def _kthvalue(L, x, k, dim=-1, keepdim=False):
 
 @lowers("median")
 def _median(L, x, dim=None, keepdim=False):
-    """The lower median by TopK (no NaN handling: ONNX leaves TopK's order of NaNs open)."""
+    """The lower median by TopK (no NaN handling: ONNX leaves TopK's order of NaNs open); its k from the
+    traced sizes, so it follows the input."""
     if x.ndim == 0:
         value = L.op("Identity", L.value(x))
         return value if dim is None else (value, L.constant(0, np.int64))
     if dim is None:
         flat = L.op("Reshape", L.value(x), L.ints([-1]))
-        return L.op("Squeeze", _kth(L, flat, 0, (x.numel() - 1) // 2 + 1, True)[0], L.ints([0]))
+        return L.op("Squeeze", _kth(L, flat, 0, (_numel(L, x) - 1) // 2 + 1, True)[0], L.ints([0]))
     axis = _dim(dim, x.ndim)
-    return _kth(L, L.value(x), axis, (x.shape[axis] - 1) // 2 + 1, keepdim)
+    return _kth(L, L.value(x), axis, (_sizes(L, x)[axis] - 1) // 2 + 1, keepdim)
 
 
 def _dtype_of(v):

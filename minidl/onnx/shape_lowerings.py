@@ -30,13 +30,15 @@ def _ravel(L, x):
 @lowers("_unfold")
 def _unfold(L, x, dimension, size, step):
     """A Gather of every window's indices along the dim ((windows, size) in its place), the size
-    moved last."""
+    moved last; the window count from the dim's traced size, so it follows the input."""
     if x.ndim == 0:
         return L.op("Reshape", L.value(x), L.ints([size]))
     d = _dim(dimension, x.ndim)
-    windows = L.out.shape[d]
-    index = np.arange(windows)[:, None] * step + np.arange(size)[None, :]
-    gathered = L.op("Gather", L.value(x), L.constant(index, np.int64), axis=d)
+    windows = (_sizes(L, x)[d] - size) // step + 1
+    starts = L.op("Range", L.scalar(0), L.scalar(windows), L.scalar(1))
+    index = L.op("Add", L.op("Unsqueeze", L.op("Mul", starts, L.scalar(step)), L.ints([1])),
+                 L.constant(np.arange(size, dtype=np.int64)[None, :]))
+    gathered = L.op("Gather", L.value(x), index, axis=d)
     perm = list(range(d + 1)) + list(range(d + 2, x.ndim + 1)) + [d + 1]
     return L.op("Transpose", gathered, perm=perm)
 
