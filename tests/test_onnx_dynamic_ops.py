@@ -110,3 +110,12 @@ def test_the_same_ops_on_constants_do_not_warn():
         program = minidl.onnx.export(fn, (_rows(TRACED),), input_names=["x"], dynamic_axes={"x": {0: "b"}})
     x = _rows(LATER[0])
     assert np.allclose(program(x)[0], fn(x).numpy(), atol=1e-6)
+
+
+def test_as_strided_scatter_of_a_view_is_refused_naming_the_op():
+    """Its region addresses the input's storage, which ONNX does not have: a transposed input is refused."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", TracerWarning)
+        with pytest.raises(minidl.onnx.OnnxExporterError, match="as_strided_scatter of a view"):
+            minidl.onnx.export(lambda x: minidl.as_strided_scatter(x.t(), minidl.zeros(2, 2), (2, 2), (1, 2)),
+                               (minidl.randn(4, 3),))

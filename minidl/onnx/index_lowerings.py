@@ -147,7 +147,15 @@ def _slice_scatter(L, x, src, dim=0, start=None, end=None, step=1):
     return _scatter_along(L, x, d, where, updates)
 
 
-attach_rule("as_strided_scatter", "onnx", _region_rule("as_strided_scatter"))
+@lowers("as_strided_scatter")
+def _as_strided_scatter(L, x, src, size, stride, storage_offset=None):
+    """The region rule, whose layout is relative to a packed x: ONNX has no storage, so an x that is a view into
+    more (or other) memory than its own values is refused."""
+    whole = x.untyped_storage().nbytes() == x.numel() * x.element_size()
+    if not (x.is_contiguous() and x.storage_offset() == 0 and whole):
+        raise NotImplementedError("as_strided_scatter of a view (an input that is not its whole storage, packed) "
+                                  "is not lowered: ONNX has no storage to address")
+    return _region_rule("as_strided_scatter")(L, x, src, size, stride, storage_offset)
 
 
 def _zeros(L, shape, dtype):
