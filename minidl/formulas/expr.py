@@ -30,7 +30,8 @@ MATH = {
     "atan": 1, "asin": 1, "acos": 1, "sinh": 1, "cosh": 1, "asinh": 1, "acosh": 1, "atanh": 1, "erfc": 1,
     "log2": 1, "log10": 1, "lgamma": 1, "digamma": 1, "erfinv": 1,
     "i0": 1, "i1": 1, "i0e": 1, "i1e": 1, "erfcx": 1,
-    "copysign": 2, "floordiv": 2, "remainder": 2, "pow": 2, "atan2": 2, "fmod": 2, "hypot": 2, "zeta": 2, "nextafter": 2, "gcd": 2, "igamma": 2, "igammac": 2,
+    "copysign": 2, "floordiv": 2, "remainder": 2, "pow": 2, "atan2": 2, "fmod": 2, "hypot": 2, "zeta": 2,
+    "nextafter": 2, "gcd": 2, "igamma": 2, "igammac": 2,
     "bitand": 2, "bitor": 2, "bitxor": 2, "shl": 2, "shr": 2,
 }
 CONSTANTS = {"inf": math.inf, "nan": math.nan, "pi": math.pi}

@@ -69,17 +69,15 @@ def gelu(input, approximate: str = "none"):
     raise RuntimeError(f"approximate argument must be either none or tanh, got {approximate!r}")
 
 
-def silu(input, inplace: bool = False):
-    # in place, the gradient reads the input as it was: like torch, keep a copy of it
-    x = input.clone() if inplace and input.requires_grad and minidl.is_grad_enabled() else input
-    return _inplace_result(input, _silu(x), inplace)
-
-
 def _in_place(op, input, inplace, *args):
     """op(input, *args), written into input when ``inplace``. The gradient still reads the input as it
     was (as torch's in-place activations): a copy of it is kept when a graph is recorded."""
     x = input.clone() if inplace and input.requires_grad and minidl.is_grad_enabled() else input
     return _inplace_result(input, op(x, *args), inplace)
+
+
+def silu(input, inplace: bool = False):
+    return _in_place(_silu, input, inplace)
 
 
 def hardtanh(input, min_val: float = -1.0, max_val: float = 1.0, inplace: bool = False):
