@@ -286,6 +286,7 @@ class Binary(Function):
     true_division = False
     saves_output = False
     reads = ("ab", "ab")
+    checks_divisor = False   # whether an integer divisor of 0 is refused (see _integer_division_check)
 
     @classmethod
     def apply(cls, a, b):
@@ -309,6 +310,8 @@ class Binary(Function):
 
     @classmethod
     def forward(cls, ctx, a, b):
+        if cls.checks_divisor:
+            _integer_division_check(a, b, cls.op)
         result = _promote(a, b)
         if cls.true_division and not result.is_floating_point:
             result = dt.get_default_dtype()
@@ -361,10 +364,12 @@ def _share(a, b, sign=1):
     return 1 - (a * sign < b * sign) - (a == b) * 0.5
 
 
-def _binary(name, code, grad_a, grad_b, true_division=False, saves_output=False, reads=("ab", "ab")):
+def _binary(name, code, grad_a, grad_b, true_division=False, saves_output=False, reads=("ab", "ab"),
+            checks_divisor=False):
     return type(name, (Binary,), {"op": code, "grad_a": staticmethod(grad_a),
                                   "grad_b": None if grad_b is None else staticmethod(grad_b),
-                                  "true_division": true_division, "saves_output": saves_output, "reads": reads})
+                                  "true_division": true_division, "saves_output": saves_output, "reads": reads,
+                                  "checks_divisor": checks_divisor})
 
 
 Add = _binary("Add", "add", lambda a, b, y, g: g, lambda a, b, y, g: g, reads=("", ""))
@@ -405,19 +410,9 @@ def _gelu_tanh_curvature(x):
 
 
 FloorDivide = _binary("FloorDivide", "floordiv", lambda a, b, y, g: g * 0, lambda a, b, y, g: g * 0, reads=("", ""))
-
-
-class Remainder(_binary("Remainder", "remainder", lambda a, b, y, g: g, lambda a, b, y, g: -g * (a / b).floor(),
-                        reads=("", "ab"))):
-    """Checked in forward, which every integer call reaches (``%`` included): torch raises for an integer
-    divisor of 0."""
-
-    @classmethod
-    def forward(cls, ctx, a, b):
-        _integer_division_check(a, b, "remainder")
-        return super().forward(ctx, a, b)
-
-
+# (checked in forward, which every integer call reaches, ``%`` included: torch refuses an integer divisor of 0)
+Remainder = _binary("Remainder", "remainder", lambda a, b, y, g: g, lambda a, b, y, g: -g * (a / b).floor(),
+                    reads=("", "ab"), checks_divisor=True)
 Atan2 = _binary("Atan2", "atan2", lambda a, b, y, g: g * b / (a * a + b * b),
                 lambda a, b, y, g: -g * a / (a * a + b * b), true_division=True)
 
