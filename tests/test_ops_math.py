@@ -110,8 +110,6 @@ def test_dtypes_and_refusals_of_the_composites():
         minidl.heaviside(minidl.tensor([1.0]), minidl.tensor([1]))
     with pytest.raises(RuntimeError, match="polygamma: n must be a non-negative integer, got -1"):
         minidl.polygamma(-1, minidl.tensor([1.0]))
-    with pytest.raises(RuntimeError, match=r"mvlgamma: all elements must be greater than \(p-1\)/2 = 1.0"):
-        minidl.mvlgamma(minidl.tensor([0.9, 2.0]), 3)
     values = [-0.0, 0.0, -1.0, np.inf, -np.inf, np.nan]
     assert minidl.signbit(minidl.tensor(values)).tolist() == torch.signbit(torch.tensor(values)).tolist()
     assert minidl.isposinf(minidl.tensor(values)).tolist() == torch.isposinf(torch.tensor(values)).tolist()
@@ -138,6 +136,74 @@ def test_logit_eps_and_its_gradient_as_torch():
         y[:3].sum().backward()
         ty[:3].sum().backward()
         np.testing.assert_allclose(x.grad.numpy(), tx.grad.numpy(), rtol=1e-14)
+
+
+def test_float32_erfcx_and_log_ndtr_in_the_range_where_exp_x2_overflows_float32():
+    erfcx_points, log_ndtr_points = [9.0, 9.5, 10.25, 17.0, 25.9, 26.1], [-12.0, -13.5, -20.0, -36.0, -37.5]
+    for ours, theirs, points in ((minidl.special.erfcx, torch.special.erfcx, erfcx_points),
+                                 (minidl.special.log_ndtr, torch.special.log_ndtr, log_ndtr_points)):
+        got = ours(minidl.tensor(points)).numpy()
+        np.testing.assert_allclose(got, theirs(torch.tensor(points)).numpy(), rtol=1e-6)
+
+
+def test_float32_ndtri_keeps_its_relative_accuracy_near_one_half():
+    p = torch.tensor([0.5000021, 0.5 + 2 ** -23, 0.5 - 2 ** -24, 0.4999, 0.50001, 0.3, 0.76])
+    got = minidl.special.ndtri(minidl.tensor(p.numpy())).numpy()
+    np.testing.assert_allclose(got, torch.special.ndtri(p.double()).numpy(), rtol=2e-6)
+
+
+def test_mvlgamma_at_and_below_its_domain_as_torch():
+    values = [1.0, 0.9, 0.5, 0.0, -0.5, -3.5, -1.25, 1.2]
+    got = minidl.mvlgamma(minidl.tensor(values, dtype=minidl.float64), 3).numpy()
+    np.testing.assert_allclose(got, torch.mvlgamma(torch.tensor(values, dtype=torch.float64), 3).numpy(),
+                               rtol=1e-13)
+
+
+@pytest.mark.parametrize("ours, theirs, points", [
+    (minidl.logit, torch.logit, [-1.0, 0.0, 0.5, 1.0, 2.0, np.nan]),
+    (minidl.special.entr, torch.special.entr, [-1.0, 0.0, 0.5, np.inf, np.nan])])
+def test_gradients_at_the_edges_of_the_domain_as_torch(ours, theirs, points):
+    x = minidl.tensor(points, dtype=minidl.float64, requires_grad=True)
+    tx = torch.tensor(points, dtype=torch.float64, requires_grad=True)
+    ours(x).sum().backward()
+    theirs(tx).sum().backward()
+    np.testing.assert_array_equal(x.grad.numpy(), tx.grad.numpy())
+
+
+def test_polygamma_in_place_takes_the_order_after_the_tensor():
+    x = minidl.tensor([1.0, 2.5])
+    assert x.polygamma_(1) is x
+    np.testing.assert_allclose(x.numpy(), torch.tensor([1.0, 2.5]).polygamma_(1).numpy(), rtol=1e-6)
+
+
+def test_integer_remainder_by_zero_and_rsub_of_bools_refused_as_torch():
+    a, b = minidl.tensor([7, -7]), minidl.tensor([3, 0])
+    for call in (lambda: minidl.remainder(a, b), lambda: a % b, lambda: a.clone().remainder_(b),
+                 lambda: minidl.remainder(a, 0)):
+        with pytest.raises(RuntimeError, match=r"remainder: ZeroDivisionError .*int64 by int64"):
+            call()
+    assert minidl.remainder(a, minidl.tensor([3, -3])).tolist() == [1, -1]
+    flags = minidl.tensor([True, False])
+    with pytest.raises(RuntimeError, match="rsub: subtraction, the `-` operator, with two bool tensors"):
+        minidl.rsub(flags, flags)
+    with pytest.raises(RuntimeError, match="Subtraction, the `-` operator, with two bool tensors"):
+        torch.rsub(torch.tensor([True]), torch.tensor([False]))
+
+
+def test_sgn_exported_to_onnx_gives_0_for_nan_as_torch():
+    import io
+    import onnxruntime
+
+    class Sgn(minidl.nn.Module):
+        def forward(self, x):
+            return minidl.sgn(x)
+
+    values = [np.nan, -2.0, 0.0, -0.0, 3.0, np.inf]
+    buffer = io.BytesIO()
+    minidl.onnx.export(Sgn(), (minidl.tensor(values),), buffer, input_names=["x"])
+    session = onnxruntime.InferenceSession(buffer.getvalue(), providers=["CPUExecutionProvider"])
+    (got,) = session.run(None, {"x": np.array(values, np.float32)})
+    np.testing.assert_array_equal(got, torch.sgn(torch.tensor(values)).numpy())
 
 
 def test_special_namespace_names_torchs_functions():

@@ -234,7 +234,15 @@ def _identity(L, x, *args, **kwargs):
 
 
 # ------------------------------------------------------------- elementwise math (where ONNX can say it)
-attach_rule("sgn", "onnx", _unary("Sign"))
+@lowers("sgn")
+def _sgn(L, x):
+    """Sign, but 0 for NaN as torch.sgn (ONNX's Sign keeps NaN)."""
+    sign = L.op("Sign", L.value(x))
+    if not x.dtype.is_floating_point:
+        return sign
+    return L.op("Where", L.op("IsNaN", L.value(x)), L.constant(0, _np(x)), sign)
+
+
 attach_rule("positive", "onnx", _unary("Identity"))
 
 

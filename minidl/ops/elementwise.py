@@ -286,6 +286,7 @@ class Binary(Function):
     true_division = False
     saves_output = False
     reads = ("ab", "ab")
+    checks_divisor = False   # whether an integer divisor of 0 is refused (see _integer_division_check)
 
     @classmethod
     def apply(cls, a, b):
@@ -309,6 +310,8 @@ class Binary(Function):
 
     @classmethod
     def forward(cls, ctx, a, b):
+        if cls.checks_divisor:
+            _integer_division_check(a, b, cls.op)
         result = _promote(a, b)
         if cls.true_division and not result.is_floating_point:
             result = dt.get_default_dtype()
@@ -361,10 +364,12 @@ def _share(a, b, sign=1):
     return 1 - (a * sign < b * sign) - (a == b) * 0.5
 
 
-def _binary(name, code, grad_a, grad_b, true_division=False, saves_output=False, reads=("ab", "ab")):
+def _binary(name, code, grad_a, grad_b, true_division=False, saves_output=False, reads=("ab", "ab"),
+            checks_divisor=False):
     return type(name, (Binary,), {"op": code, "grad_a": staticmethod(grad_a),
                                   "grad_b": None if grad_b is None else staticmethod(grad_b),
-                                  "true_division": true_division, "saves_output": saves_output, "reads": reads})
+                                  "true_division": true_division, "saves_output": saves_output, "reads": reads,
+                                  "checks_divisor": checks_divisor})
 
 
 Add = _binary("Add", "add", lambda a, b, y, g: g, lambda a, b, y, g: g, reads=("", ""))
@@ -405,8 +410,9 @@ def _gelu_tanh_curvature(x):
 
 
 FloorDivide = _binary("FloorDivide", "floordiv", lambda a, b, y, g: g * 0, lambda a, b, y, g: g * 0, reads=("", ""))
+# (checked in forward, which every integer call reaches, ``%`` included: torch refuses an integer divisor of 0)
 Remainder = _binary("Remainder", "remainder", lambda a, b, y, g: g, lambda a, b, y, g: -g * (a / b).floor(),
-                    reads=("", "ab"))
+                    reads=("", "ab"), checks_divisor=True)
 Atan2 = _binary("Atan2", "atan2", lambda a, b, y, g: g * b / (a * a + b * b),
                 lambda a, b, y, g: -g * a / (a * a + b * b), true_division=True)
 
@@ -440,6 +446,25 @@ def binary_inplace(op_cls):
                 self._bump_version()
                 return self
             return assign(self, lambda t: op_cls.apply(t, other), name)
+        method.__name__ = name
+        return method
+    return make
+
+
+def _integer_division_check(a, b, name):
+    """torch raises for an integer fmod or remainder by zero (the CUDA kernel would give 0)."""
+    if not _promote(a, b).is_floating_point and bool((b == 0).any()):
+        raise RuntimeError(f"{name}: ZeroDivisionError (an integer divisor is 0; {a.dtype.name} by {b.dtype.name})")
+
+
+def _divisor_checked_inplace(op_cls):
+    """binary_inplace(op_cls), refusing an integer divisor of 0 before anything is written."""
+    def make(fn, name):
+        dense = binary_inplace(op_cls)(fn, name)
+
+        def method(self, other):
+            _integer_division_check(self, as_operand(other, self), op_cls.op)
+            return dense(self, other)
         method.__name__ = name
         return method
     return make
@@ -479,7 +504,7 @@ mul = op(aliases=("multiply",), inplace=binary_inplace(Mul), samples=lambda t: [
     t.S("mul", lambda a, b: a * b, t.rn(3, 4), t.rn(4), second_order=True)])(_binary_entry(Mul))
 maximum = op(samples=lambda t: _maximum_samples(t, "maximum", maximum))(_binary_entry(Maximum))
 minimum = op(samples=lambda t: _maximum_samples(t, "minimum", minimum))(_binary_entry(Minimum))
-remainder = op(inplace=binary_inplace(Remainder), samples=lambda t: [
+remainder = op(inplace=_divisor_checked_inplace(Remainder), samples=lambda t: [
     t.S("remainder", lambda a, b: a % b, (d := t.pos(3, 4)) * t.frac(3, 4), d),
     t.S("remainder-scalar", lambda a: remainder(a, 1.0), t.frac(5))])(_binary_entry(Remainder))
 _add = _binary_entry(Add)
@@ -517,29 +542,13 @@ Zeta = _binary("Zeta", "zeta", None, lambda a, b, y, g: -g * a * Zeta.apply(a + 
                reads=("", "ab"))
 
 
-def _integer_fmod_check(a, b):
-    """torch raises for an integer fmod by zero (the CUDA kernel would give 0)."""
-    if not _promote(a, b).is_floating_point and bool((b == 0).any()):
-        raise RuntimeError(f"fmod: ZeroDivisionError (an integer divisor is 0; {a.dtype.name} by {b.dtype.name})")
-
-
 def _fmod_entry(a, b):
     a, b = _operands(a, b)
-    _integer_fmod_check(a, b)
+    _integer_division_check(a, b, "fmod")
     return Fmod.apply(a, b)
 
 
-def _fmod_inplace(fn, name):
-    dense = binary_inplace(Fmod)(fn, name)
-
-    def fmod_(self, other):
-        _integer_fmod_check(self, as_operand(other, self))
-        return dense(self, other)
-    fmod_.__name__ = name
-    return fmod_
-
-
-fmod = op("fmod", inplace=_fmod_inplace, samples=lambda t: [
+fmod = op("fmod", inplace=_divisor_checked_inplace(Fmod), samples=lambda t: [
     t.S("fmod", fmod, (d := t.nonzero(3, 4)) * t.frac(3, 4), d),
     t.S("fmod-scalar", lambda a: a.fmod(-0.7), t.NC(t.frac(3, 2) * -0.7, "F"))
     ])(_fmod_entry)

@@ -7,7 +7,7 @@ import math
 from .. import _dtype as dt
 from ..autograd import Function
 from .core import as_operand
-from .elementwise import (Zeta, _operands, _promote, clamp, copysign, digamma, erfc, erfcx, i0, i1, isinf, isnan,
+from .elementwise import (Zeta, _operands, _promote, clamp, copysign, digamma, erf, erfc, erfcx, i0, i1, isinf, isnan,
                           lgamma, log, log1p, logaddexp, sign, sin, where, xlogy)
 from .inplace import rebased
 from .registry import op
@@ -26,7 +26,22 @@ def logit(x, eps=None):
     x = _as_float(x)
     if eps is not None:
         x = clamp(x, eps, 1 - eps)
-    return log(x / (1 - x))
+    return Logit.apply(x)
+
+
+class Logit(Function):
+    """log(x / (1 - x)) with torch's derivative 1 / (x (1 - x)): +inf at 0 and 1 (the chain rule through the
+    quotient gives NaN at 1), NaN outside [0, 1]."""
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return log(x / (1 - x))
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        return where((x < 0) | (x > 1), math.nan, g / (x * (1 - x)))
 
 
 def _float_power_inplace(fn, name):
@@ -114,7 +129,10 @@ def positive(x):
 
 @op(samples=lambda t: [t.S("rsub", lambda a, b: rsub(a, b, alpha=2), t.rn(3, 4), t.rn(4))])
 def rsub(x, other, alpha=1):
-    """other - alpha * x."""
+    """other - alpha * x; two bools refused, as torch's ``-``."""
+    if x.dtype is dt.bool_ and getattr(other, "dtype", None) is dt.bool_:
+        raise RuntimeError("rsub: subtraction, the `-` operator, with two bool tensors is not supported; "
+                           "use the `^` or logical_xor() operator instead")
     return as_operand(other, x) - (x * alpha if alpha != 1 else x)
 
 
@@ -166,7 +184,12 @@ def _polygamma_method(self, n):
 _polygamma_method.__name__ = _polygamma_method.__qualname__ = "polygamma"
 
 
-@op(method=_polygamma_method, samples=lambda t: [
+def _polygamma_inplace(fn, name):
+    """x.polygamma_(n): the tensor comes first, as in the method."""
+    return rebased(lambda x, n: fn(n, x), name)
+
+
+@op(method=_polygamma_method, inplace=_polygamma_inplace, samples=lambda t: [
     t.S("polygamma", lambda x: polygamma(2, x) + x.polygamma(0), t.pos(3, 4))])
 def polygamma(n, x):
     """The n-th derivative of digamma: (-1)^(n+1) n! zeta(n + 1, x) for n >= 1."""
@@ -180,12 +203,11 @@ def polygamma(n, x):
 
 @op(inplace=rebased, samples=lambda t: [t.S("mvlgamma", lambda x: mvlgamma(x, 3), t.uniform(1.2, 3, 3, 4))])
 def mvlgamma(x, p):
-    """The multivariate log-gamma of dimension p: sum over j < p of lgamma(x - j/2), plus p(p-1)/4 log(pi)."""
+    """The multivariate log-gamma of dimension p: sum over j < p of lgamma(x - j/2), plus p(p-1)/4 log(pi).
+    Like torch 2.13, no check of x > (p-1)/2: below, the sum of lgamma's (inf at its poles) comes back."""
     x = _as_float(x)
     if p < 1:
         raise RuntimeError(f"mvlgamma: p has to be greater than or equal to 1, got {p}")
-    if bool((x <= (p - 1) / 2).any()):
-        raise RuntimeError(f"mvlgamma: all elements must be greater than (p-1)/2 = {(p - 1) / 2}")
     total = lgamma(x)
     for j in range(1, p):
         total = total + lgamma(x - j / 2)
@@ -196,8 +218,21 @@ def mvlgamma(x, p):
 @op(method=False, namespace="special", samples=lambda t: [t.S("entr", entr, t.pos(3, 4))])
 def entr(x):
     """-x log x for x > 0, 0 at 0, -inf below (NaN stays)."""
-    x = _as_float(x)
-    return where(x > 0, -xlogy(x, where(x > 0, x, 1.0)), where(x == 0, 0.0, where(x < 0, -math.inf, x)))
+    return Entr.apply(_as_float(x))
+
+
+class Entr(Function):
+    """entr with torch's derivative -(1 + log x) everywhere: +inf at 0, NaN below (the value is a constant there)."""
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return where(x > 0, -xlogy(x, where(x > 0, x, 1.0)), where(x == 0, 0.0, where(x < 0, -math.inf, x)))
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        return g * -(log(x) + 1)
 
 
 @op(method=False, namespace="special", samples=lambda t: [t.S("ndtr", ndtr, t.rn(3, 4) * 2)])
@@ -241,19 +276,25 @@ def modified_bessel_i1(x):
 
 class Ndtri(Function):
     """The inverse of the normal CDF: Abramowitz and Stegun's rational guess (26.2.23, within 4.5e-4) in the
-    nearer tail, then Newton steps on log_ndtr(x) = log(q), which keep full relative accuracy however small q is;
-    the upper half by symmetry, ndtri(p) = -ndtri(1 - p) (1 - p is exact there). Its derivative is 1 / pdf(y)."""
+    nearer tail, then Newton steps. In the tails (p or 1 - p below 1/4) on log_ndtr(x) = log(q), which keep full
+    relative accuracy however small q is, the upper half by symmetry, ndtri(p) = -ndtri(1 - p) (1 - p is exact
+    there); in the centre on erf(x / sqrt 2) / 2 = p - 1/2 (exact there), which keeps the relative accuracy of a
+    y near 0. Its derivative is 1 / pdf(y)."""
 
     @staticmethod
     def forward(ctx, p):
         q = where(p < 0.5, p, 1 - p)
         t = (where(q > 0, q, 0.5).log() * -2).sqrt()
-        x = -(t - (2.515517 + t * (0.802853 + t * 0.010328)) / (1 + t * (1.432788 + t * (0.189269 + t * 0.001308))))
-        target = where(q > 0, q, 0.5).log()
+        guess = -(t - (2.515517 + t * (0.802853 + t * 0.010328)) / (1 + t * (1.432788 + t * (0.189269 + t * 0.001308))))
+        x, target = guess, where(q > 0, q, 0.5).log()
         for _ in range(4):
             lower = log_ndtr(x)   # Newton: x -= (log Phi(x) - log q) / (pdf(x) / Phi(x))
             x = x - (lower - target) * (x * x * 0.5 + lower).exp() * math.sqrt(2 * math.pi)
-        y = where(p < 0.5, x, -x)
+        centre, offset = where(p < 0.5, guess, -guess), p - 0.5
+        for _ in range(3):   # Newton: x -= (Phi(x) - p) / pdf(x), with Phi(x) - 1/2 = erf(x / sqrt 2) / 2
+            step = (erf(centre * math.sqrt(0.5)) * 0.5 - offset) * (centre * centre * 0.5).exp()
+            centre = centre - step * math.sqrt(2 * math.pi)
+        y = where(q >= 0.25, centre, where(p < 0.5, x, -x))
         y = where(q == 0, where(p < 0.5, -math.inf, math.inf), y)
         y = where((p < 0) | (p > 1) | isnan(p), math.nan, y)
         ctx.save_for_backward(y)

@@ -329,7 +329,9 @@ def _bessel_i(order, x, scaled):
 
 def _erfcx(x):
     """exp(x^2) erfc(x): as written below x = 26 (erfc keeps its relative accuracy there); above, where erfc
-    underflows, the asymptotic series 1 / (x sqrt(pi)) sum (-1)^k (2k-1)!! / (2x^2)^k."""
+    underflows, the asymptotic series 1 / (x sqrt(pi)) sum (-1)^k (2k-1)!! / (2x^2)^k. In float64 whatever x's
+    dtype: exp(x^2) overflows float32 from x = 9.4, long before erfc underflows."""
+    x = np.float64(x)
     if x < 26:
         return math.exp(x * x) * math.erfc(x) if x > -27 else math.inf
     if x == math.inf:
