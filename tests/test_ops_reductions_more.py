@@ -208,7 +208,7 @@ def test_covariance_weights_trapezoid_integers_and_nan_reductions():
     same(minidl.nansum(ours(n)), torch.nansum(theirs(n)))
     same(minidl.aminmax(ours(n[0]), dim=0, keepdim=True), torch.aminmax(theirs(n[0]), dim=0, keepdim=True))
     same(minidl.renorm(ours(x), float("inf"), 1, 0.5), torch.renorm(theirs(x), float("inf"), 1, 0.5))
-    same(minidl.dist(ours(x), ours(x[0]), 0), torch.dist(theirs(x), theirs(x[0]), 0))
+    same(ours(x).dist(ours(x[0]), 0), torch.dist(theirs(x), theirs(x[0]), 0))
 
 
 @pytest.mark.parametrize("call, message", [

@@ -407,9 +407,10 @@ INPLACE = {  # name: arguments after self (self: 3x4, or the shape in SHAPES)
     "fmod_": (0.7,), "hypot_": (_w,), "copysign_": (-_w,), "xlogy_": (_w,), "nextafter_": (_w,), "igamma_": (_w,),
     "igammac_": (_w,), "float_power_": (2,), "ldexp_": (minidl.tensor([1, -2, 0, 3]),),
     "heaviside_": (minidl.tensor([0.5], dtype=minidl.float64),),
+    "polygamma_": (1,), "renorm_": (2, 0, 0.5),
 }
 SHAPES = {"baddbmm_": (2, 3, 4)}
-POSITIVE = ("rsqrt_", "log1p_", "log_", "sqrt_", "log2_", "log10_", "mvlgamma_")
+POSITIVE = ("rsqrt_", "log1p_", "log_", "sqrt_", "log2_", "log10_", "mvlgamma_", "polygamma_")
 DOMAINS = {"asin_": np.tanh, "acos_": np.tanh, "atanh_": np.tanh, "acosh_": lambda a: np.abs(a) + 1.1}
 
 

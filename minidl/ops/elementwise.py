@@ -286,7 +286,6 @@ class Binary(Function):
     true_division = False
     saves_output = False
     reads = ("ab", "ab")
-    checks_divisor = False   # whether an integer divisor of 0 is refused (see _integer_division_check)
 
     @classmethod
     def apply(cls, a, b):
@@ -310,8 +309,6 @@ class Binary(Function):
 
     @classmethod
     def forward(cls, ctx, a, b):
-        if cls.checks_divisor:
-            _integer_division_check(a, b, cls.op)
         result = _promote(a, b)
         if cls.true_division and not result.is_floating_point:
             result = dt.get_default_dtype()
@@ -364,12 +361,10 @@ def _share(a, b, sign=1):
     return 1 - (a * sign < b * sign) - (a == b) * 0.5
 
 
-def _binary(name, code, grad_a, grad_b, true_division=False, saves_output=False, reads=("ab", "ab"),
-            checks_divisor=False):
+def _binary(name, code, grad_a, grad_b, true_division=False, saves_output=False, reads=("ab", "ab")):
     return type(name, (Binary,), {"op": code, "grad_a": staticmethod(grad_a),
                                   "grad_b": None if grad_b is None else staticmethod(grad_b),
-                                  "true_division": true_division, "saves_output": saves_output, "reads": reads,
-                                  "checks_divisor": checks_divisor})
+                                  "true_division": true_division, "saves_output": saves_output, "reads": reads})
 
 
 Add = _binary("Add", "add", lambda a, b, y, g: g, lambda a, b, y, g: g, reads=("", ""))
@@ -410,9 +405,8 @@ def _gelu_tanh_curvature(x):
 
 
 FloorDivide = _binary("FloorDivide", "floordiv", lambda a, b, y, g: g * 0, lambda a, b, y, g: g * 0, reads=("", ""))
-# (checked in forward, which every integer call reaches, ``%`` included: torch refuses an integer divisor of 0)
 Remainder = _binary("Remainder", "remainder", lambda a, b, y, g: g, lambda a, b, y, g: -g * (a / b).floor(),
-                    reads=("", "ab"), checks_divisor=True)
+                    reads=("", "ab"))
 Atan2 = _binary("Atan2", "atan2", lambda a, b, y, g: g * b / (a * a + b * b),
                 lambda a, b, y, g: -g * a / (a * a + b * b), true_division=True)
 
@@ -452,7 +446,7 @@ def binary_inplace(op_cls):
 
 
 def _integer_division_check(a, b, name):
-    """torch raises for an integer fmod or remainder by zero (the CUDA kernel would give 0)."""
+    """torch raises for an integer fmod by zero (the CUDA kernel would give 0)."""
     if not _promote(a, b).is_floating_point and bool((b == 0).any()):
         raise RuntimeError(f"{name}: ZeroDivisionError (an integer divisor is 0; {a.dtype.name} by {b.dtype.name})")
 
@@ -504,7 +498,7 @@ mul = op(aliases=("multiply",), inplace=binary_inplace(Mul), samples=lambda t: [
     t.S("mul", lambda a, b: a * b, t.rn(3, 4), t.rn(4), second_order=True)])(_binary_entry(Mul))
 maximum = op(samples=lambda t: _maximum_samples(t, "maximum", maximum))(_binary_entry(Maximum))
 minimum = op(samples=lambda t: _maximum_samples(t, "minimum", minimum))(_binary_entry(Minimum))
-remainder = op(inplace=_divisor_checked_inplace(Remainder), samples=lambda t: [
+remainder = op(inplace=binary_inplace(Remainder), samples=lambda t: [
     t.S("remainder", lambda a, b: a % b, (d := t.pos(3, 4)) * t.frac(3, 4), d),
     t.S("remainder-scalar", lambda a: remainder(a, 1.0), t.frac(5))])(_binary_entry(Remainder))
 _add = _binary_entry(Add)

@@ -259,9 +259,10 @@ def renorm(input, p, dim, maxnorm):
     return input * factor
 
 
-@op(samples=lambda t: [
+@op(namespace=None, samples=lambda t: [
     t.S("dist", lambda a, b: dist(a, b), t.rn(3, 4), t.rn(4)),
     t.S("dist-p3", lambda a, b: a.dist(b, 3), t.rn(2, 3), t.rn(2, 3))])
 def dist(input, other, p=2):
-    """The p-norm of input - other (broadcast)."""
+    """The p-norm of input - other (broadcast). torch's ``torch.dist(a, b)`` is ``a.dist(b)`` here: the
+    name ``minidl.dist`` is the distributed package (torch's ``torch.distributed``)."""
     return norm(input - other, p)
