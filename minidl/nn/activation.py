@@ -98,28 +98,27 @@ class Softplus(Module):
         return f"beta={self.beta}, threshold={self.threshold}"
 
 
-class Softmax(Module):
+class _AlongDim(Module):
+    """An activation along one dim, its only option (``fn``: its functional form)."""
+    fn = None
+
     def __init__(self, dim=None):
         super().__init__()
         self.dim = dim
 
     def forward(self, input):
-        return F.softmax(input, self.dim)
+        return type(self).fn(input, self.dim)
 
     def extra_repr(self):
         return f"dim={self.dim}"
 
 
-class LogSoftmax(Module):
-    def __init__(self, dim=None):
-        super().__init__()
-        self.dim = dim
+class Softmax(_AlongDim):
+    fn = staticmethod(F.softmax)
 
-    def forward(self, input):
-        return F.log_softmax(input, self.dim)
 
-    def extra_repr(self):
-        return f"dim={self.dim}"
+class LogSoftmax(_AlongDim):
+    fn = staticmethod(F.log_softmax)
 
 
 class _InPlace(Module):
@@ -220,28 +219,15 @@ class RReLU(Module):
         return f"lower={self.lower}, upper={self.upper}" + (", inplace=True" if self.inplace else "")
 
 
-class GLU(Module):
+class GLU(_AlongDim):
+    fn = staticmethod(F.glu)
+
     def __init__(self, dim: int = -1):
-        super().__init__()
-        self.dim = dim
-
-    def forward(self, input):
-        return F.glu(input, self.dim)
-
-    def extra_repr(self):
-        return f"dim={self.dim}"
+        super().__init__(dim)
 
 
-class Softmin(Module):
-    def __init__(self, dim=None):
-        super().__init__()
-        self.dim = dim
-
-    def forward(self, input):
-        return F.softmin(input, self.dim)
-
-    def extra_repr(self):
-        return f"dim={self.dim}"
+class Softmin(_AlongDim):
+    fn = staticmethod(F.softmin)
 
 
 class _Shrink(Module):
