@@ -1,6 +1,6 @@
 """Ops whose ONNX lowering needs a size: exported with a dynamic axis at one size, run in ONNX Runtime at
 another, they give minidl's eager values and shapes; where a lowering cannot follow the size, the export
-warns naming the op."""
+warns naming the op, and what ONNX cannot compute (random draws, traced split points) is refused naming it."""
 import warnings
 
 import numpy as np
@@ -119,3 +119,14 @@ def test_as_strided_scatter_of_a_view_is_refused_naming_the_op():
         with pytest.raises(minidl.onnx.OnnxExporterError, match="as_strided_scatter of a view"):
             minidl.onnx.export(lambda x: minidl.as_strided_scatter(x.t(), minidl.zeros(2, 2), (2, 2), (1, 2)),
                                (minidl.randn(4, 3),))
+
+
+@pytest.mark.parametrize("fn, message", [
+    (lambda x: minidl.nn.functional.rrelu(x, training=True), "rrelu in training draws a random slope"),
+    (lambda x: minidl.tensor_split(x, (x[:, 0] > 9).long().cumsum(0)[:1] + 1)[0], "tensor_split at traced indices"),
+])
+def test_what_onnx_cannot_compute_is_refused_naming_the_op(fn, message):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", TracerWarning)
+        with pytest.raises(minidl.onnx.OnnxExporterError, match=message):
+            minidl.onnx.export(fn, (_rows(TRACED),))
