@@ -4,6 +4,9 @@ op's own arguments after it has run eagerly; ``L`` (``tracer.Lowering``) gives t
 tensors and sizes (``L.value``, ``L.ints``), the node maker ``L.op`` and the eager result
 ``L.out``. It returns the output's value name (a tuple for several outputs).
 
+An op written over other registry ops may instead be declared ``composite``: the ops it calls are recorded
+with their own lowerings, and together they are its graph.
+
 ``FUNCTION_OPS`` names the op whose rule stands for a Function that operators apply directly
 (``x + y`` is ``Add.apply``, the ``add`` op's Function).
 """
@@ -18,7 +21,7 @@ from ..ops import elementwise as ew
 from ..ops.registry import OPS, attach_rule
 from .._dtype import result_type
 from .dtypes import code, numpy_dtype
-from .tracer import TracedInt, warn
+from .tracer import COMPOSITE, TracedInt, warn
 
 INT64_MAX, INT64_MIN = np.iinfo(np.int64).max, np.iinfo(np.int64).min
 
@@ -29,6 +32,12 @@ def lowers(*names):
             attach_rule(name, "onnx", rule)
         return rule
     return declare
+
+
+def composite(*names):
+    """Lower each of these ops through the ops it is written with: their own lowerings make its graph."""
+    for name in names:
+        attach_rule(name, "onnx", COMPOSITE)
 
 
 def _dim(d, ndim):
@@ -710,6 +719,7 @@ def _function_ops() -> dict:
 
 
 FUNCTION_OPS = _function_ops()
+composite("cov")
 
 from . import (nn_lowerings, reduction_lowerings, index_lowerings, shape_lowerings,  # noqa: E402,F401
                activation_lowerings)

@@ -35,6 +35,11 @@ from ..ops.registry import OPS
 from .graph import Graph
 
 
+# The ``onnx`` rule of a composite op: an op written over other registry ops, whose graph is the nodes those
+# ops' own lowerings emit (``lowerings.composite``). The tracer records the calls inside it instead of it.
+COMPOSITE = "composite"
+
+
 class OnnxExporterError(RuntimeError):
     """The model cannot be exported (an op without a lowering, a value that cannot be traced)."""
 
@@ -277,7 +282,7 @@ class Tracer:
     def call(self, key, fn, args, kwargs, in_place):
         """A registry op's call (``in_place``: its in-place twin ``key_``, whose result, the
         tensor it wrote, is bound to the op's lowering)."""
-        if self.depth:
+        if self.depth or OPS[key].rules.get("onnx") is COMPOSITE:
             return fn(*args, **kwargs)
         written = [(t, t._version) for t in args if isinstance(t, self.TensorBase)]
         out = self.run_inside(fn, *args, **kwargs)
