@@ -16,7 +16,7 @@ from typing import Callable
 
 from .. import _tracing
 
-NAMESPACES = ("minidl", "nn.functional", "special", None)
+NAMESPACES = ("minidl", "nn.functional", "special", "linalg", None)
 RULE_KINDS = ("sharding", "sparse_grad", "sparse_input", "onnx")
 
 
@@ -46,8 +46,9 @@ def op(name: str | None = None, *, method=True, inplace=None, aliases=(), sample
     itself when it takes its arguments otherwise. inplace: a maker ``(fn, name) -> method`` of the
     in-place twin ``name_`` (``inplace.rebased``, or ``elementwise.binary_inplace(Add)`` for a
     binary op's). namespace: "minidl" for ``minidl.name``, "nn.functional" for an op PyTorch has
-    only there, "special" for one it has only in torch.special (``minidl.special``), None for one
-    reached only through Tensor (``x[i]``). samples: built by the test sweep (tests/opinfo.py), see ``OpDef``."""
+    only there, "special" for one it has only in torch.special (``minidl.special``), "linalg" for one of
+    torch.linalg (``minidl.linalg``; declared under aten's name ``linalg_<name>``, unique beside torch.norm
+    or torch.cross), None for one reached only through Tensor (``x[i]``). samples: built by the test sweep (tests/opinfo.py), see ``OpDef``."""
     if callable(name):
         raise TypeError("op is a decorator factory: write @op() or @op(name, ...)")
     if namespace not in NAMESPACES:
@@ -61,9 +62,9 @@ def op(name: str | None = None, *, method=True, inplace=None, aliases=(), sample
                 raise ValueError(f"op {new!r} is declared twice")
         public = _watched(key, fn, in_place=False)
         if isinstance(getattr(fn, "__self__", None), type):   # (a Function's apply: named as the op, to pickle)
-            public.__qualname__ = public.__name__ = key
+            public.__qualname__ = public.__name__ = _public_name(key, namespace)
             public.__module__ = {"minidl": "minidl", "nn.functional": "minidl.nn.functional",
-                                 "special": "minidl.special"}.get(namespace, public.__module__)
+                                 "special": "minidl.special", "linalg": "minidl.linalg"}.get(namespace, public.__module__)
         as_method = _delegate(key, public) if method is True else (method or None)
         twins = ({n + "_": _watched(key, inplace(fn, n + "_"), in_place=True) for n in (key,) + tuple(aliases)}
                  if inplace else {})
@@ -102,9 +103,15 @@ def _delegate(name, fn):
     return method
 
 
+def _public_name(name, namespace):
+    """The name an op has in its namespace: a linalg op's without aten's ``linalg_`` prefix."""
+    return name.removeprefix("linalg_") if namespace == "linalg" else name
+
+
 def functions(namespace="minidl") -> dict:
     """public name -> function in ``namespace``, aliases included."""
-    return {name: d.function for d in OPS.values() if d.namespace == namespace for name in d.names}
+    return {_public_name(name, namespace): d.function for d in OPS.values() if d.namespace == namespace
+            for name in d.names}
 
 
 def methods() -> dict:
