@@ -132,15 +132,16 @@ def _check_bag_arguments(input, weight, mode, per_sample_weights, scale_grad_by_
 
 
 def _embedding_bag_samples(t):
-    bags = t.const([2, 0, 1, 2, 3, 1])
+    def bags():   # (made inside each callable: test_cuda_ops puts it on its device)
+        return t.const([2, 0, 1, 2, 3, 1])
     return [
-        t.S("embedding_bag-sum-offsets", lambda w: embedding_bag(bags, w, t.const([0, 2, 2]), mode="sum"),
+        t.S("embedding_bag-sum-offsets", lambda w: embedding_bag(bags(), w, t.const([0, 2, 2]), mode="sum"),
             t.rn(4, 3)),
-        t.S("embedding_bag-mean-2d", lambda w: embedding_bag(bags.reshape(2, 3), w), t.rn(4, 3)),
-        t.S("embedding_bag-max-last-offset", lambda w: embedding_bag(bags, w, t.const([0, 1, 4, 5]), mode="max",
+        t.S("embedding_bag-mean-2d", lambda w: embedding_bag(bags().reshape(2, 3), w), t.rn(4, 3)),
+        t.S("embedding_bag-max-last-offset", lambda w: embedding_bag(bags(), w, t.const([0, 1, 4, 5]), mode="max",
                                                                       include_last_offset=True), t.distinct(4, 3)),
         t.S("embedding_bag-weighted-padding", lambda w, p: embedding_bag(
-            bags, w, t.const([0, 3]), mode="sum", per_sample_weights=p, padding_idx=1), t.rn(4, 3), t.rn(6)),
+            bags(), w, t.const([0, 3]), mode="sum", per_sample_weights=p, padding_idx=1), t.rn(4, 3), t.rn(6)),
     ]
 
 
