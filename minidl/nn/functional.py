@@ -500,6 +500,8 @@ def dropout3d(input, p: float = 0.5, training: bool = True, inplace: bool = Fals
 
 # ----------------------------------------------------------------------------- attention
 __all__ += ["scaled_dot_product_attention"]
+__all__ += ["instance_norm", "local_response_norm", "embedding_bag", "cosine_similarity", "pairwise_distance",
+            "pdist", "bilinear"]
 
 
 def _attention(query, key, value, mask, dropout_p: float, scale: float):
