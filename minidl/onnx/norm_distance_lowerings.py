@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from .dtypes import code
-from .lowerings import INT64_MIN, _dim, _np, _operand, composite, lowers
+from .lowerings import _dim, _np, _operand, composite, lowers
 
 composite("bilinear")
 

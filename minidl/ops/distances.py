@@ -13,8 +13,9 @@ from .views import broadcast_tensors
 def _float_inputs(name, *tensors):
     for x in tensors:
         if not x.dtype.is_floating_point:
-            raise RuntimeError(f"{name}: expected floating point inputs, got {', '.join(t.dtype.name for t in tensors)}"
-                               f" (shapes {', '.join(str(list(t.shape)) for t in tensors)})")
+            raise RuntimeError(f"{name}: expected floating point inputs, got "
+                               f"{', '.join(t.dtype.name for t in tensors)} "
+                               f"(shapes {', '.join(str(list(t.shape)) for t in tensors)})")
 
 
 def _clamped_norm(x, dim, eps):
@@ -28,8 +29,9 @@ def _clamped_norm(x, dim, eps):
 
 @op(method=False, samples=lambda t: [
     t.S("cosine_similarity", lambda a, b: cosine_similarity(a, b), t.rn(3, 4), t.rn(3, 4)),
+    # (norms above eps: where eps bites, torch's gradient is not the derivative; tests/test_ops_norm_distance.py)
     t.S("cosine_similarity-broadcast", lambda a, b: cosine_similarity(a, b, -1, eps=0.05), t.pos(2, 1, 3),
-        t.rn(4, 3))])  # (norms above eps: torch's gradient where eps bites is not the derivative, test_ops_norm_distance)
+        t.rn(4, 3))])
 def cosine_similarity(x1, x2, dim: int = 1, eps: float = 1e-8):
     """sum(x1 * x2) / (max(|x1|, eps) * max(|x2|, eps)) along ``dim`` after broadcasting; each vector is divided by
     its norm before the product (no overflow of |x1| * |x2|)."""

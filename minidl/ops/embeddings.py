@@ -171,5 +171,6 @@ def embedding_bag(input, weight, offsets=None, max_norm=None, norm_type=2, scale
     out = out.index_add(0, bag, rows)
     if mode == "sum":
         return out
-    sizes = zeros((count,), dtype=weight.dtype, device=weight.device).index_add(0, bag, ones_like(bag, dtype=weight.dtype))
+    sizes = zeros((count,), dtype=weight.dtype, device=weight.device)
+    sizes = sizes.index_add(0, bag, ones_like(bag, dtype=weight.dtype))
     return out / sizes.clamp_min(1).unsqueeze(1)
