@@ -104,9 +104,14 @@ def _bags(input, offsets, include_last_offset):
         raise ValueError("embedding_bag: offsets has to be a 1D Tensor but got "
                          + ("None" if offsets is None else f"shape {list(offsets.shape)}"))
     offsets = offsets.long()
-    if offsets.numel() and (int(offsets[0]) != 0 or int(offsets[-1]) > input.numel()):
-        raise ValueError(f"embedding_bag: offsets must start at 0 and not pass the input's length "
-                         f"{input.numel()}, got offsets from {int(offsets[0])} to {int(offsets[-1])}")
+    if offsets.numel():
+        first, last, length = offsets[0], offsets[-1], input.numel()
+
+        def check():   # (a replay checks again: minidl.compile)
+            if int(first) != 0 or int(last) > length:
+                raise ValueError(f"embedding_bag: offsets must start at 0 and not pass the input's length {length}, "
+                                 f"got offsets from {int(first)} to {int(last)}")
+        _tracing.host_check(check)
     count = offsets.numel() - 1 if include_last_offset else offsets.numel()
     bag = searchsorted(offsets, arange(input.numel(), device=input.device), right=True) - 1
     return input, where(bag < max(count, 0), bag, -1), max(count, 0)
