@@ -166,13 +166,15 @@ def embedding_bag(input, weight, offsets=None, max_norm=None, norm_type=2, scale
         per_sample_weights = per_sample_weights.reshape(-1)
     input, bag, count = _bags(input, offsets, include_last_offset)
     rows = embedding(input, weight, None, max_norm, norm_type, scale_grad_by_freq, sparse)
-    keep = bag >= 0 if padding_idx is None else (bag >= 0) & (input != padding_idx)
-    rows, bag = rows[keep], bag[keep]
+    keep = None
+    if include_last_offset or padding_idx is not None:   # (else every index is in a bag: no mask, no host sync)
+        keep = bag >= 0 if padding_idx is None else (bag >= 0) & (input != padding_idx)
+        rows, bag = rows[keep], bag[keep]
     out = zeros((count, weight.shape[1]), dtype=weight.dtype, device=weight.device)
     if mode == "max":
         return out.scatter_reduce(0, bag.unsqueeze(1).expand(-1, weight.shape[1]), rows, "amax", include_self=False)
     if per_sample_weights is not None:
-        rows = rows * per_sample_weights[keep].unsqueeze(1)
+        rows = rows * (per_sample_weights if keep is None else per_sample_weights[keep]).unsqueeze(1)
     out = out.index_add(0, bag, rows)
     if mode == "sum":
         return out
