@@ -163,6 +163,8 @@ def _instance_norm_samples(t):
                                                             momentum=0.3), t.rn(2, 2, 2, 3)),
         t.S("instance_norm-eval", lambda x, w: instance_norm(x, t.const([0.5, -1.0]), t.const([2.0, 0.5]), w,
                                                             use_input_stats=False), t.rn(3, 2, 4), t.rn(2)),
+        t.S("instance_norm-affine", lambda x, w: instance_norm(x, weight=w) ** 2, t.rn(2, 2, 3), t.rn(2),
+            second_order=True),
     ]
 
 

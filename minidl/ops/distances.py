@@ -31,7 +31,8 @@ def _clamped_norm(x, dim, eps):
     t.S("cosine_similarity", lambda a, b: cosine_similarity(a, b), t.rn(3, 4), t.rn(3, 4)),
     # (norms above eps: where eps bites, torch's gradient is not the derivative; tests/test_ops_norm_distance.py)
     t.S("cosine_similarity-broadcast", lambda a, b: cosine_similarity(a, b, -1, eps=0.05), t.pos(2, 1, 3),
-        t.rn(4, 3))])
+        t.rn(4, 3)),
+    t.S("cosine_similarity", lambda a, b: cosine_similarity(a, b), t.rn(2, 3), t.rn(2, 3), second_order=True)])
 def cosine_similarity(x1, x2, dim: int = 1, eps: float = 1e-8):
     """sum(x1 * x2) / (max(|x1|, eps) * max(|x2|, eps)) along ``dim`` after broadcasting; each vector is divided by
     its norm before the product (no overflow of |x1| * |x2|)."""
