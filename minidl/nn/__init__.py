@@ -7,18 +7,20 @@ from .activation import ELU, GELU, LeakyReLU, LogSigmoid, LogSoftmax, ReLU, Sigm
 from .activation import (CELU, GLU, SELU, Hardshrink, Hardsigmoid, Hardswish, Hardtanh, Mish, PReLU, ReLU6, RReLU,
                          Softmin, Softshrink, Softsign, Tanhshrink, Threshold)
 from .batchnorm import BatchNorm1d, BatchNorm2d, BatchNorm3d, GroupNorm
+from .distance import CosineSimilarity, PairwiseDistance
+from .instancenorm import InstanceNorm1d, InstanceNorm2d, InstanceNorm3d
 from .container import Flatten, Identity, ModuleDict, ModuleList, Sequential, Unflatten
 from .conv import Conv1d, Conv2d, ConvTranspose2d
 from .dropout import Dropout, Dropout1d, Dropout2d, Dropout3d
-from .linear import Linear
+from .linear import Bilinear, Linear
 from .loss import (BCELoss, BCEWithLogitsLoss, CrossEntropyLoss, HuberLoss, KLDivLoss, L1Loss, MSELoss, NLLLoss,
                    SmoothL1Loss)
 from .module import Module
-from .normalization import LayerNorm, RMSNorm
+from .normalization import LayerNorm, LocalResponseNorm, RMSNorm
 from .pooling import AdaptiveAvgPool2d, AvgPool2d, MaxPool2d
 from .parameter import Parameter
 from .rnn import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNBase, RNNCell, RNNCellBase
-from .sparse import Embedding
+from .sparse import Embedding, EmbeddingBag
 from .transformer import MultiheadAttention, TransformerDecoder, TransformerDecoderLayer, TransformerEncoder
 from .transformer import Transformer, TransformerEncoderLayer
 from . import modules  # torch's submodule layout over the classes above
@@ -36,3 +38,5 @@ __all__ += ["MultiheadAttention", "Transformer", "TransformerEncoderLayer", "Tra
             "TransformerDecoderLayer", "TransformerDecoder", "modules", "RMSNorm", "BatchNorm3d"]
 __all__ += ["Hardtanh", "ReLU6", "Hardswish", "Hardsigmoid", "Mish", "SELU", "CELU", "GLU", "PReLU", "Softsign",
             "Threshold", "Softmin", "Hardshrink", "Softshrink", "Tanhshrink", "RReLU"]
+__all__ += ["InstanceNorm1d", "InstanceNorm2d", "InstanceNorm3d", "LocalResponseNorm", "EmbeddingBag",
+            "CosineSimilarity", "PairwiseDistance", "Bilinear"]

@@ -13,6 +13,8 @@ from minidl.ops import (_cross_entropy_rows, _fused_attention, _fused_dropout, _
 from minidl.ops import (_hardsigmoid, _hardswish, _hardtanh, _mish, _relu6, celu as _celu, glu,  # noqa: F401
                         hardshrink, prelu, rrelu as _rrelu, selu as _selu, softmin, softshrink, softsign, tanhshrink,
                         threshold as _threshold)
+from minidl.ops import (bilinear, cosine_similarity, embedding_bag, instance_norm, local_response_norm,  # noqa: F401
+                        pairwise_distance, pdist)
 
 __all__ = [
     "linear", "relu", "relu_", "gelu", "silu", "leaky_relu", "elu", "softplus", "sigmoid", "tanh", "logsigmoid",
@@ -498,6 +500,8 @@ def dropout3d(input, p: float = 0.5, training: bool = True, inplace: bool = Fals
 
 # ----------------------------------------------------------------------------- attention
 __all__ += ["scaled_dot_product_attention"]
+__all__ += ["instance_norm", "local_response_norm", "embedding_bag", "cosine_similarity", "pairwise_distance",
+            "pdist", "bilinear"]
 
 
 def _attention(query, key, value, mask, dropout_p: float, scale: float):

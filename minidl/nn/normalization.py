@@ -1,4 +1,4 @@
-"""LayerNorm and RMSNorm."""
+"""LayerNorm, RMSNorm and LocalResponseNorm."""
 from __future__ import annotations
 
 import minidl
@@ -65,3 +65,17 @@ class RMSNorm(Module):
 
     def extra_repr(self) -> str:
         return f"{self.normalized_shape}, eps={self.eps}, elementwise_affine={self.elementwise_affine}"
+
+
+class LocalResponseNorm(Module):
+    """Each element divided by (k + alpha * the mean square over its ``size`` neighbouring channels) ** beta."""
+
+    def __init__(self, size: int, alpha: float = 1e-4, beta: float = 0.75, k: float = 1.0):
+        super().__init__()
+        self.size, self.alpha, self.beta, self.k = size, alpha, beta, k
+
+    def forward(self, input):
+        return F.local_response_norm(input, self.size, self.alpha, self.beta, self.k)
+
+    def extra_repr(self) -> str:
+        return f"{self.size}, alpha={self.alpha}, beta={self.beta}, k={self.k}"

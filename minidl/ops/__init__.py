@@ -27,21 +27,23 @@ Reading order, bottom-up (a module imports only those listed before it):
 - ``scatter_reductions``: scatter_reduce and index_reduce, folding elements into places
 - ``conv``: convolution and pooling
 - ``norm_rows``: layer, RMS and group norm's graph node on the norm_rows primitives, and ``rms_norm``
-- ``normalization``: layer, batch and group norm
+- ``normalization``: layer, batch and group norm, local response norm
 - ``attention``: the split of a projection into heads
-- ``embeddings``: the table lookup, its gradient dense or (by a rule attached later) sparse
+- ``embeddings``: the table lookup, its gradient dense or (by a rule attached later) sparse; embedding_bag
 - ``fused``: the fused optimizer steps
 - ``dropout``: dropout in one kernel each way
-- ``batchnorm``: batch norm as one kernel each way
+- ``batchnorm``: batch norm as one kernel each way; instance norm on it
 - ``rnn``: the recurrent part of an RNN/LSTM/GRU layer over a whole sequence, one node
 - ``cross_entropy``: cross-entropy and the negative log-likelihood over rows of classes
 - ``activations``: nn.functional's activations beyond relu, gelu and silu (hardtanh, selu, glu, prelu, ...)
+- ``distances``: cosine similarity, pairwise and pdist distances, the bilinear form
 """
 # every module, in the reading order (each declares its ops as it is imported)
 from . import (registry, core, random, conversion, take_put, views, inplace, creation,  # noqa: F401,I001
                autocast_mode, elementwise, math_ops, shape_ops, stacking, view_copies, indexing, reduction,
                reduction_more, linalg, arranging, sorting, search, scatter_reductions, conv, norm_rows, normalization,
-               attention, embeddings, fused, dropout, batchnorm, rnn, cross_entropy, activations)
+               attention, embeddings, fused, dropout, batchnorm, rnn, cross_entropy, activations,
+               distances)
 
 globals().update(registry.functions())
 globals().update(registry.functions("nn.functional"))  # (for minidl.nn.functional)

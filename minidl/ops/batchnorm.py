@@ -7,7 +7,7 @@ import math
 
 from .. import _dtype as dt
 from .._layouts import channels_last, channels_last_3d
-from ..autograd import Function
+from ..autograd import Function, no_grad
 from .autocast_mode import autocast_op
 from .core import buf, grad_enabled, kernel, new_like_shape, packed_buffer
 from .norm_rows import _norm_of_mixed_dtypes
@@ -154,3 +154,42 @@ def batch_norm(input, running_mean, running_var, weight=None, bias=None, trainin
             if mine is not None and theirs is not None and mine is not theirs:
                 theirs.detach().copy_(mine)
     return out.to(input.dtype)
+
+
+def _instance_norm_samples(t):
+    return [
+        t.S("instance_norm", lambda x, w, b: instance_norm(x, weight=w, bias=b), t.rn(2, 3, 4), t.rn(3), t.rn(3)),
+        t.S("instance_norm-running", lambda x: instance_norm(x, t.const([0.5, -1.0]), t.const([2.0, 0.5]),
+                                                            momentum=0.3), t.rn(2, 2, 2, 3)),
+        t.S("instance_norm-eval", lambda x, w: instance_norm(x, t.const([0.5, -1.0]), t.const([2.0, 0.5]), w,
+                                                            use_input_stats=False), t.rn(3, 2, 4), t.rn(2)),
+        t.S("instance_norm-affine", lambda x, w: instance_norm(x, weight=w) ** 2, t.rn(2, 2, 3), t.rn(2),
+            second_order=True),
+    ]
+
+
+@op(method=False, namespace="nn.functional", samples=_instance_norm_samples)
+def instance_norm(input, running_mean=None, running_var=None, weight=None, bias=None, use_input_stats: bool = True,
+                  momentum: float = 0.1, eps: float = 1e-5):
+    """Normalise each (sample, channel) plane over its spatial dims: batch norm of the input viewed as
+    (1, N*C, *spatial), as torch computes it, so that the batch-norm kernel gives the statistics, the update of
+    the running ones (one per (sample, channel), averaged over the samples afterwards) and the eval form."""
+    if input.ndim < 2:
+        raise ValueError(f"instance_norm: expected at least 2D input (N, C, *spatial), got shape {list(input.shape)}")
+    if use_input_stats and math.prod(input.shape[2:]) == 1:
+        raise ValueError(f"Expected more than 1 spatial element when training, got input size {list(input.shape)}")
+    if not use_input_stats and (running_mean is None or running_var is None):
+        raise RuntimeError("instance_norm: expected running_mean and running_var to be defined when use_input_stats "
+                           "is false")
+    _check_channels(input, running_mean=running_mean, running_var=running_var, weight=weight, bias=bias)
+    N, C = input.shape[0], input.shape[1]
+    per_plane = [None if t is None else t.repeat(N) for t in (running_mean, running_var, weight, bias)]
+    with no_grad():
+        per_plane[:2] = [None if s is None else s.to(dt.compute_dtype(input.dtype)) for s in per_plane[:2]]
+    out = batch_norm(input.reshape((1, N * C) + tuple(input.shape[2:])), *per_plane, training=use_input_stats,
+                     momentum=momentum, eps=eps)
+    with no_grad():
+        for given, mine in zip((running_mean, running_var), per_plane):
+            if given is not None:
+                given.copy_(mine.reshape(N, C).mean(0))
+    return out.reshape(input.shape)

@@ -1,4 +1,5 @@
-"""The embedding lookup: rows of a table by index, and the gradient that lands on those rows only.
+"""The embedding lookup: rows of a table by index, and the gradient that lands on those rows only; and the
+bags of embedding_bag, folded from those rows by bag id.
 
 With ``sparse=True`` the table's gradient is a sparse COO tensor of the looked-up rows, built by
 the op's ``sparse_grad`` rule, which the sparse tensor's module (``minidl.sparse``, above the ops)
@@ -9,8 +10,10 @@ from __future__ import annotations
 from .. import _dtype as dt
 from .. import _tracing
 from ..autograd import Function, no_grad
-from .creation import zeros
+from .creation import arange, ones_like, zeros
+from .elementwise import where
 from .registry import OPS, op
+from .search import searchsorted
 from .sorting import bincount
 
 
@@ -81,3 +84,100 @@ def _renorm_(weight, input, max_norm, norm_type):
         big = norms > max_norm
         rows, norms = rows[big], norms[big]
         weight.index_put_((rows,), weight[rows] * (max_norm / (norms + 1e-7)).unsqueeze(1))
+
+
+_BAG_MODES = ("sum", "mean", "max")
+
+
+def _bags(input, offsets, include_last_offset):
+    """The flat indices, the bag of each (-1: after the last bag) and the bag count, from a 2-D input of
+    equal bags or a 1-D input cut at ``offsets``."""
+    if input.ndim == 2:
+        if offsets is not None:
+            raise ValueError(f"embedding_bag: if input is 2D, then offsets has to be None, as input is treated as a "
+                             f"mini-batch of fixed length sequences; got offsets of shape {list(offsets.shape)}")
+        count, length = input.shape
+        return input.reshape(-1), arange(input.numel(), device=input.device) // max(length, 1), count
+    if input.ndim != 1:
+        raise ValueError(f"embedding_bag: input has to be 1D or 2D Tensor, but got Tensor of dimension {input.ndim}")
+    if offsets is None or offsets.ndim != 1:
+        raise ValueError("embedding_bag: offsets has to be a 1D Tensor but got "
+                         + ("None" if offsets is None else f"shape {list(offsets.shape)}"))
+    offsets = offsets.long()
+    if offsets.numel():
+        first, last, length = offsets[0], offsets[-1], input.numel()
+
+        def check():   # (a replay checks again: minidl.compile)
+            if int(first) != 0 or int(last) > length:
+                raise ValueError(f"embedding_bag: offsets must start at 0 and not pass the input's length {length}, "
+                                 f"got offsets from {int(first)} to {int(last)}")
+        _tracing.host_check(check)
+    count = offsets.numel() - 1 if include_last_offset else offsets.numel()
+    bag = searchsorted(offsets, arange(input.numel(), device=input.device), right=True) - 1
+    return input, where(bag < max(count, 0), bag, -1), max(count, 0)
+
+
+def _check_bag_arguments(input, weight, mode, per_sample_weights, scale_grad_by_freq, sparse):
+    if weight.ndim != 2:
+        raise ValueError(f"embedding_bag: weight has to be a 2D Tensor, but got Tensor of dimension {weight.ndim}")
+    if input.dtype not in (dt.int64, dt.int32):
+        raise RuntimeError(f"embedding_bag: expected the indices to be int64 or int32, got {input.dtype.name}")
+    if mode not in _BAG_MODES:
+        raise ValueError(f"embedding_bag: mode has to be one of sum, mean or max, got {mode!r}")
+    if mode == "max" and (scale_grad_by_freq or sparse):
+        raise ValueError("embedding_bag: max mode does not support " + ("scaling the gradient by the frequency"
+                         if scale_grad_by_freq else "sparse weights"))
+    if per_sample_weights is not None:
+        if tuple(per_sample_weights.shape) != tuple(input.shape):
+            raise ValueError(f"embedding_bag: If per_sample_weights ({list(per_sample_weights.shape)}) is not None, "
+                             f"then it must have the same shape as the input ({list(input.shape)})")
+        if mode != "sum":
+            raise NotImplementedError(f"embedding_bag: per_sample_weights was not None. per_sample_weights is only "
+                                      f"supported for mode='sum' (got mode='{mode}')")
+
+
+def _embedding_bag_samples(t):
+    def bags():   # (made inside each callable: test_cuda_ops puts it on its device)
+        return t.const([2, 0, 1, 2, 3, 1])
+    return [
+        t.S("embedding_bag-sum-offsets", lambda w: embedding_bag(bags(), w, t.const([0, 2, 2]), mode="sum"),
+            t.rn(4, 3)),
+        t.S("embedding_bag-mean-2d", lambda w: embedding_bag(bags().reshape(2, 3), w), t.rn(4, 3)),
+        t.S("embedding_bag-max-last-offset", lambda w: embedding_bag(bags(), w, t.const([0, 1, 4, 5]), mode="max",
+                                                                      include_last_offset=True), t.distinct(4, 3)),
+        t.S("embedding_bag-weighted-padding", lambda w, p: embedding_bag(
+            bags(), w, t.const([0, 3]), mode="sum", per_sample_weights=p, padding_idx=1), t.rn(4, 3), t.rn(6)),
+    ]
+
+
+@op(method=False, namespace="nn.functional", samples=_embedding_bag_samples)
+def embedding_bag(input, weight, offsets=None, max_norm=None, norm_type=2, scale_grad_by_freq=False, mode="mean",
+                  sparse=False, per_sample_weights=None, include_last_offset=False, padding_idx=None):
+    """``torch.nn.functional.embedding_bag``: the sum, mean or max of the looked-up rows of each bag, without
+    the padding_idx rows (an empty bag gives zeros). The rows are looked up by ``embedding`` (its gradient, renorm
+    and frequency scaling), then folded by bag id in one index_add (sum, mean) or scatter_reduce amax (max)."""
+    _check_bag_arguments(input, weight, mode, per_sample_weights, scale_grad_by_freq, sparse)
+    if padding_idx is not None:
+        if not -weight.shape[0] <= padding_idx < weight.shape[0]:
+            raise AssertionError(f"embedding_bag: padding_idx must be within num_embeddings (got {padding_idx} "
+                                 f"for {weight.shape[0]} rows)")
+        padding_idx %= weight.shape[0]
+    if per_sample_weights is not None:
+        per_sample_weights = per_sample_weights.reshape(-1)
+    input, bag, count = _bags(input, offsets, include_last_offset)
+    rows = embedding(input, weight, None, max_norm, norm_type, scale_grad_by_freq, sparse)
+    keep = None
+    if include_last_offset or padding_idx is not None:   # (else every index is in a bag: no mask, no host sync)
+        keep = bag >= 0 if padding_idx is None else (bag >= 0) & (input != padding_idx)
+        rows, bag = rows[keep], bag[keep]
+    out = zeros((count, weight.shape[1]), dtype=weight.dtype, device=weight.device)
+    if mode == "max":
+        return out.scatter_reduce(0, bag.unsqueeze(1).expand(-1, weight.shape[1]), rows, "amax", include_self=False)
+    if per_sample_weights is not None:
+        rows = rows * (per_sample_weights if keep is None else per_sample_weights[keep]).unsqueeze(1)
+    out = out.index_add(0, bag, rows)
+    if mode == "sum":
+        return out
+    sizes = zeros((count,), dtype=weight.dtype, device=weight.device)
+    sizes = sizes.index_add(0, bag, ones_like(bag, dtype=weight.dtype))
+    return out / sizes.clamp_min(1).unsqueeze(1)

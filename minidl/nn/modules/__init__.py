@@ -8,6 +8,7 @@ import sys
 import types
 
 from .. import activation, batchnorm, container, conv, dropout, linear, loss, module, normalization, pooling
+from .. import distance, instancenorm
 from .. import rnn, sparse, transformer
 
 _LAYOUT = {
@@ -24,13 +25,16 @@ _LAYOUT = {
     "conv": [conv.Conv1d, conv.Conv2d, conv.ConvTranspose2d],
     "dropout": [dropout.Dropout, dropout.Dropout1d, dropout.Dropout2d, dropout.Dropout3d],
     "flatten": [container.Flatten, container.Unflatten],
-    "linear": [container.Identity, linear.Linear, linear.NonDynamicallyQuantizableLinear],
+    "linear": [container.Identity, linear.Linear, linear.NonDynamicallyQuantizableLinear, linear.Bilinear],
     "loss": [loss.BCELoss, loss.BCEWithLogitsLoss, loss.CrossEntropyLoss, loss.HuberLoss, loss.KLDivLoss,
              loss.L1Loss, loss.MSELoss, loss.NLLLoss, loss.SmoothL1Loss],
-    "normalization": [batchnorm.GroupNorm, normalization.LayerNorm, normalization.RMSNorm],
+    "normalization": [batchnorm.GroupNorm, normalization.LayerNorm, normalization.RMSNorm,
+                      normalization.LocalResponseNorm],
+    "instancenorm": [instancenorm.InstanceNorm1d, instancenorm.InstanceNorm2d, instancenorm.InstanceNorm3d],
+    "distance": [distance.CosineSimilarity, distance.PairwiseDistance],
     "pooling": [pooling.AdaptiveAvgPool2d, pooling.AvgPool2d, pooling.MaxPool2d],
     "rnn": [rnn.GRU, rnn.GRUCell, rnn.LSTM, rnn.LSTMCell, rnn.RNN, rnn.RNNBase, rnn.RNNCell, rnn.RNNCellBase],
-    "sparse": [sparse.Embedding],
+    "sparse": [sparse.Embedding, sparse.EmbeddingBag],
     "transformer": [transformer.Transformer, transformer.TransformerDecoder, transformer.TransformerDecoderLayer,
                     transformer.TransformerEncoder, transformer.TransformerEncoderLayer],
 }
