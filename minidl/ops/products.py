@@ -6,6 +6,7 @@ import math
 import warnings
 
 from .. import _dtype as dt
+from .._tensor_base import TensorBase
 from ..layout import broadcast_shapes, normalize_dim
 from .core import computed_in_float32
 from .creation import eye, ones_like, zeros_like
@@ -32,7 +33,7 @@ def mv(input, vec):
 
 def _tensordot_dims(a, b, dims):
     """tensordot's ``dims`` (a count, a pair of dim lists or ints, or a tensor of either) as two lists."""
-    if hasattr(dims, "tolist"):
+    if isinstance(dims, TensorBase):
         dims = int(dims.item()) if dims.numel() == 1 else dims.tolist()
     if isinstance(dims, (tuple, list)):
         if len(dims) != 2:
