@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .lowerings import _dim, _np, _operand, composite, lowers
+from .lowerings import _dim, _np, _operand, _warn_fixed_sizes, composite, lowers
 from .nn_lowerings import _axes
 from .reduction_lowerings import _p_norm
 
@@ -36,7 +36,9 @@ def _norm(L, x, p="fro", dim=None, keepdim=False, dtype=None):
 
 @lowers("linalg_diagonal")
 def _linalg_diagonal(L, A, *, offset=0, dim1=-2, dim2=-1):
-    """The matrices moved last and flattened (batch sizes kept by Reshape's 0), then the diagonal's places taken."""
+    """The matrices moved last and flattened (batch sizes kept by Reshape's 0), then the diagonal's places taken
+    (fixed by the matrices' sizes while tracing)."""
+    _warn_fixed_sizes(L, "linalg.diagonal", A)
     first, second = _dim(dim1, A.ndim), _dim(dim2, A.ndim)
     rest = [d for d in range(A.ndim) if d not in (first, second)]
     rows, cols = A.shape[first], A.shape[second]
