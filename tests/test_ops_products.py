@@ -1,7 +1,7 @@
 """The products and norms (minidl/ops/products.py, norms.py) against PyTorch where the corpus and the registry
 sweeps do not look: torch.cross's deprecated default dim, tensordot's forms of ``dims``, multi_dot's order,
 matrix_power's 0th power, the norms' gradients at zero and their dtype rules, the errors that name the op,
-and the norms' lowerings in ONNX Runtime."""
+the norms' lowerings in ONNX Runtime, and autocast's policies (torch's CPU autocast and its CUDA lists)."""
 from __future__ import annotations
 
 import io
@@ -16,6 +16,9 @@ import minidl
 from minidl.onnx import TracerWarning
 from minidl.ops.products import _chain_order
 from minidl.ops.registry import OPS
+
+from cuda_support import cuda  # noqa: F401  (the fixture)
+from test_amp import LOW, _run_case, close, f, h, name_of
 
 torch = pytest.importorskip("torch")
 RNG = np.random.default_rng(45)
@@ -215,3 +218,39 @@ def test_norm_and_diagonal_lowerings_run_in_onnx_runtime(fn):
     got, want = session.run(None, {"x": x.numpy()})[0], fn(x).numpy()
     assert got.dtype == want.dtype and got.shape == want.shape
     np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
+# (name, fn(lib, F, *inputs), inputs, dtype on 'cuda': torch's CUDA lists in its autocast_mode.h), as test_amp's CASES
+AUTOCAST = [
+    ("mv", lambda t, F, a, b: t.mv(a, b), [f(3, 4), f(4)], "float16"),
+    ("addmv", lambda t, F, x, a, b: t.addmv(x, a, b, beta=0.5), [f(3), f(3, 4), f(4)], "float16"),
+    ("addr", lambda t, F, x, a, b: x.addr(a, b, alpha=2), [f(3, 4), f(3), f(4)], "float16"),
+    ("addbmm", lambda t, F, x, a, b: t.addbmm(x, a, b), [f(3, 2), f(2, 3, 4), f(2, 4, 2)], "float16"),
+    ("vecdot", lambda t, F, a, b: t.linalg.vecdot(a, b), [f(3, 4), f(3, 4)], "float16"),
+    ("multi_dot", lambda t, F, a, b, c: t.linalg.multi_dot([a, b, c]), [f(3, 4), f(4, 2), f(2, 2)], "float16"),
+    ("tensordot", lambda t, F, a, b: t.tensordot(a, b, 1), [f(3, 4), f(4, 2)], "float32"),
+    ("inner", lambda t, F, a, b: t.inner(a, b), [f(3, 4), f(2, 4)], "float32"),
+    ("vdot", lambda t, F, a, b: t.vdot(a, b), [f(4), f(4)], "float32"),
+    ("cross", lambda t, F, a, b: t.cross(a, b, dim=1), [h(4, 3), h(4, 3)], "float16"),
+    ("vector_norm", lambda t, F, x: t.linalg.vector_norm(x, 3, dim=1), [h(3, 4)], "float32"),
+    ("matrix_norm", lambda t, F, x: t.linalg.matrix_norm(x, 1), [h(3, 4)], "float32"),
+    ("linalg_norm", lambda t, F, x: t.linalg.norm(x), [h(3, 4)], "float32"),
+    ("matrix_power", lambda t, F, x: t.linalg.matrix_power(x, 2), [f(3, 3)], "float16"),
+]
+
+
+@pytest.mark.parametrize("low", list(LOW))
+@pytest.mark.parametrize("name, fn, specs, cuda_dtype", AUTOCAST, ids=[c[0] for c in AUTOCAST])
+def test_cpu_autocast_runs_each_product_in_torchs_dtype(name, fn, specs, cuda_dtype, low):
+    (out, ours), (ref, theirs) = _run_case(fn, specs, low)
+    assert name_of(out.dtype) == name_of(ref.dtype)
+    close(out, ref, low, scale=2)
+    for mine, its in zip(ours, theirs):
+        close(mine.grad, its.grad, low, scale=2)
+
+
+@pytest.mark.parametrize("name, fn, specs, cuda_dtype", AUTOCAST, ids=[c[0] for c in AUTOCAST])
+def test_cuda_autocast_follows_torchs_cuda_lists(cuda, name, fn, specs, cuda_dtype):
+    (out, ours), (ref, theirs) = _run_case(fn, specs, "float16", device="cuda")
+    assert out.device.type == "cuda" and name_of(out.dtype) == cuda_dtype
+    close(out, ref, "float16", scale=2)

@@ -8,6 +8,7 @@ import numbers
 
 from .. import _dtype as dt
 from ..layout import normalize_dim, normalize_dims
+from .autocast_mode import autocast_op
 from .reduction import _nuclear_norm, amax, amin, norm
 from .registry import OPS, op
 
@@ -33,6 +34,7 @@ def _float_input(name, x, dtype):
     t.S("vector-norm-inf", lambda x: linalg_vector_norm(x, -math.inf, dim=0), t.distinct(3, 4) + 0.01),
     t.S("vector-norm-neg", lambda x: linalg_vector_norm(x, -1.5, dim=-1), t.nonzero(2, 3)),
     t.S("vector-norm-grad2", lambda x: linalg_vector_norm(x, 3, dim=1), t.nonzero(2, 3), second_order=True)])
+@autocast_op("linalg_vector_norm")
 def linalg_vector_norm(x, ord=2, dim=None, keepdim=False, *, dtype=None):
     """The ord-norm of x's elements over ``dim`` (all dims when None); ord 0 counts the nonzeros. Where the norm
     is not differentiable (at zero) its gradient is 0, as torch's."""
@@ -78,6 +80,7 @@ def _singular_value_norm(A, ord, rows, cols, keepdim):
     t.S("matrix-norm-inf", lambda a: linalg_matrix_norm(a, math.inf, dim=(2, 0), keepdim=True), t.distinct(3, 2, 4)),
     t.S("matrix-norm-neg", lambda a: linalg_matrix_norm(a, -1, dim=(0, 1)), t.distinct(3, 4)),
     t.S("matrix-norm-nuc", lambda a: linalg_matrix_norm(a, "nuc"), t.rn(3, 4))])
+@autocast_op("linalg_matrix_norm")
 def linalg_matrix_norm(A, ord="fro", dim=(-2, -1), keepdim=False, *, dtype=None):
     """A matrix norm over the two dims ``dim``: 'fro', 'nuc', the largest (inf, 1) or smallest (-inf, -1) row or
     column sum of magnitudes, or the largest or smallest singular value (2, -2)."""

@@ -8,6 +8,7 @@ import warnings
 from .. import _dtype as dt
 from .._tensor_base import TensorBase
 from ..layout import broadcast_shapes, normalize_dim
+from .autocast_mode import autocast_op
 from .core import computed_in_float32
 from .creation import eye, ones_like, zeros_like
 from .elementwise import where
@@ -24,6 +25,7 @@ def _same_dtype(name, a, b):
 
 
 @op(samples=lambda t: [t.S("mv", mv, t.rn(3, 4), t.rn(4)), t.S("mv-F", mv, t.NC(t.rn(2, 3), "F"), t.rn(3))])
+@autocast_op("mv")
 def mv(input, vec):
     """A matrix (n, m) times a vector (m)."""
     if input.ndim != 2 or vec.ndim != 1:
@@ -51,6 +53,7 @@ def _tensordot_dims(a, b, dims):
     t.S("tensordot-lists", lambda a, b: tensordot(a, b, ([2, 0], [0, 1])), t.rn(2, 3, 4), t.rn(4, 2)),
     t.S("tensordot-size1", lambda a, b: tensordot(a, b, ([1], [0])), t.rn(2, 1), t.rn(3, 2)),
     t.S("tensordot-0", lambda a, b: tensordot(a, b, 0), t.rn(2), t.rn(3))])
+@autocast_op("tensordot")
 def tensordot(a, b, dims=2, out=None):
     """Sum of products over the dims ``dims`` pairs: a's free dims, then b's. A contracted dim of size 1 on one
     side is summed out of the other (as torch's)."""
@@ -94,6 +97,7 @@ def inner(input, other):
 
 
 @op(samples=lambda t: [t.S("vdot", vdot, t.rn(4), t.rn(4))])
+@autocast_op("vdot")
 def vdot(input, other):
     """dot of two vectors (the first conjugated: the same for real ones)."""
     if input.ndim != 1 or other.ndim != 1 or input.shape != other.shape:
@@ -111,6 +115,7 @@ def _rotate(x, dim):
 @op("linalg_cross", method=False, namespace="linalg", samples=lambda t: [
     t.S("linalg-cross", lambda a, b: linalg_cross(a, b), t.rn(2, 3), t.rn(1, 3)),
     t.S("linalg-cross-dim", lambda a, b: linalg_cross(a, b, dim=0), t.rn(3, 2), t.rn(3, 2))])
+@autocast_op("linalg_cross")
 def linalg_cross(input, other, *, dim=-1):
     """The cross product of 3-vectors along ``dim``, the other dims broadcast."""
     if input.ndim != other.ndim:
@@ -130,6 +135,7 @@ def linalg_cross(input, other, *, dim=-1):
 @op(samples=lambda t: [
     t.S("cross-dim-1", lambda a, b: cross(a, b, 1), t.rn(2, 3, 3), t.rn(2, 3, 3)),
     t.S("cross-dim", lambda a, b: a.cross(b, dim=0), t.rn(3, 2), t.rn(3, 2))])
+@autocast_op("cross")
 def cross(input, other, dim=None):
     """torch.cross: linalg.cross along ``dim``, by default (deprecated) the first dim of input of size 3."""
     if dim is None:
@@ -159,6 +165,7 @@ def kron(input, other):
 @op(inplace=rebased, samples=lambda t: [
     t.S("addmv", lambda x, m, v: addmv(x, m, v, beta=0.5, alpha=2), t.rn(3), t.rn(3, 4), t.rn(4)),
     t.S("addmv-broadcast", addmv, t.rn(1), t.rn(2, 3), t.rn(3))])
+@autocast_op("addmv")
 @computed_in_float32
 def addmv(input, mat, vec, *, beta=1, alpha=1):
     """beta * input + alpha * (mat @ vec)."""
@@ -175,6 +182,7 @@ def _outer_product(name, vec1, vec2):
 @op(inplace=rebased, samples=lambda t: [
     t.S("addr", lambda x, a, b: addr(x, a, b, beta=2, alpha=-1), t.rn(3, 2), t.rn(3), t.rn(2)),
     t.S("addr-broadcast", addr, t.rn(2), t.rn(3), t.rn(2))])
+@autocast_op("addr")
 @computed_in_float32
 def addr(input, vec1, vec2, *, beta=1, alpha=1):
     """beta * input + alpha * outer(vec1, vec2); for bool tensors, (beta and input) or (alpha and outer)."""
@@ -188,6 +196,7 @@ def addr(input, vec1, vec2, *, beta=1, alpha=1):
 @op(inplace=rebased, samples=lambda t: [
     t.S("addbmm", lambda x, a, b: addbmm(x, a, b, beta=0.5, alpha=2), t.rn(2, 3), t.rn(4, 2, 3), t.rn(4, 3, 3)),
     t.S("addbmm-broadcast", addbmm, t.rn(1), t.NC(t.rn(2, 2, 3), "gap"), t.rn(2, 3, 2))])
+@autocast_op("addbmm")
 @computed_in_float32
 def addbmm(input, batch1, batch2, *, beta=1, alpha=1):
     """beta * input + alpha * the sum over the batch of batch1[i] @ batch2[i], as one matrix product."""
@@ -205,6 +214,7 @@ def addbmm(input, batch1, batch2, *, beta=1, alpha=1):
 @op("linalg_vecdot", method=False, namespace="linalg", samples=lambda t: [
     t.S("vecdot", lambda x, y: linalg_vecdot(x, y), t.rn(2, 3), t.rn(3)),
     t.S("vecdot-dim", lambda x, y: linalg_vecdot(x, y, dim=0), t.rn(4, 2), t.rn(4, 1))])
+@autocast_op("linalg_vecdot")
 def linalg_vecdot(x, y, *, dim=-1):
     """Sum of products along ``dim``, the other dims broadcast."""
     _same_dtype("linalg.vecdot", x, y)
@@ -265,6 +275,7 @@ def _multi_dot(name, tensors):
 @op("linalg_multi_dot", method=False, namespace="linalg", samples=lambda t: [
     t.S("multi-dot", lambda a, b, c, d: linalg_multi_dot([a, b, c, d]), t.rn(4), t.rn(4, 2), t.rn(2, 5), t.rn(5, 3)),
     t.S("multi-dot-two", lambda a, b: linalg_multi_dot((a, b)), t.rn(3, 2), t.rn(2))])
+@autocast_op("linalg_multi_dot")
 def linalg_multi_dot(tensors):
     """A chain of matrix products in the order of fewest multiplications."""
     return _multi_dot("multi_dot()", tensors)
@@ -272,6 +283,7 @@ def linalg_multi_dot(tensors):
 
 @op(method=False, samples=lambda t: [
     t.S("chain-matmul", lambda a, b, c: chain_matmul(a, b, c), t.rn(2, 3), t.rn(3, 4), t.rn(4, 2))])
+@autocast_op("chain_matmul")
 def chain_matmul(*matrices, out=None):
     """torch's deprecated chain of 2-D matrix products (linalg.multi_dot's older form)."""
     if out is not None:
