@@ -204,7 +204,7 @@ def addbmm(input, batch1, batch2, *, beta=1, alpha=1):
         raise RuntimeError(f"addbmm: expected 3-D batch1 and batch2, got shapes {list(batch1.shape)} and "
                            f"{list(batch2.shape)}")
     if batch1.shape[0] != batch2.shape[0]:
-        raise RuntimeError(f"batch1 and batch2 must have same number of batches, got {batch1.shape[0]} and "
+        raise RuntimeError(f"addbmm: batch1 and batch2 must have same number of batches, got {batch1.shape[0]} and "
                            f"{batch2.shape[0]}")
     count, n, m = batch1.shape
     rows = batch1.permute(1, 0, 2).reshape(n, count * m)
@@ -253,8 +253,8 @@ def _multi_dot(name, tensors):
     last = len(tensors) - 1
     for i, x in enumerate(tensors):
         if x.ndim != 2 and not (i in (0, last) and x.ndim == 1):
-            where_ = {0: "the first tensor", last: "the last tensor"}.get(i, f"tensor {i}")
-            raise RuntimeError(f"{name}: {where_} must be {'1D or 2D' if i in (0, last) else '2D'} but got "
+            which = {0: "the first tensor", last: "the last tensor"}.get(i, f"tensor {i}")
+            raise RuntimeError(f"{name}: {which} must be {'1D or 2D' if i in (0, last) else '2D'} but got "
                                f"{x.ndim}D")
         if x.dtype is not tensors[0].dtype:
             raise RuntimeError(f"{name}: all tensors must have the same dtype but tensor 0 is {tensors[0].dtype.name} "
