@@ -1,5 +1,5 @@
 """ONNX lowerings of the products and norms (minidl/ops/products.py, norms.py): torch.norm through ONNX's
-ReduceL1/ReduceL2/ReduceMax/ReduceMin, linalg.diagonal as a Gather of the flattened matrices, and the rest
+ReduceL2/ReduceSum/ReduceMax/ReduceMin, linalg.diagonal as a Gather of the flattened matrices, and the rest
 composite (written over matmul, reshapes and elementwise ops, which lower themselves). See ``lowerings``."""
 from __future__ import annotations
 
