@@ -270,6 +270,7 @@ REFUSED = {
     "adaptive_avg_pool2d": "an output size other than 1", "adaptive_avg_pool2d-unbatched": "the same",
     "batch_norm-training": "batch statistics (training mode)", "batch_norm-training-2d-weight": "the same",
     "index_put-none": "index_put with a None index (a whole dim) among the index tensors",
+    "norm-nuc": "singular values (ONNX has no SVD)", "matrix-norm-nuc": "the same",
 }
 
 

@@ -408,8 +408,10 @@ INPLACE = {  # name: arguments after self (self: 3x4, or the shape in SHAPES)
     "igammac_": (_w,), "float_power_": (2,), "ldexp_": (minidl.tensor([1, -2, 0, 3]),),
     "heaviside_": (minidl.tensor([0.5], dtype=minidl.float64),),
     "polygamma_": (1,), "renorm_": (2, 0, 0.5),
+    "addmv_": (minidl.ones(5, 2), minidl.ones(2)), "addr_": (minidl.ones(3), minidl.ones(4)),
+    "addbmm_": (minidl.ones(2, 3, 2), minidl.ones(2, 2, 4)),
 }
-SHAPES = {"baddbmm_": (2, 3, 4)}
+SHAPES = {"baddbmm_": (2, 3, 4), "addmv_": (5,)}
 POSITIVE = ("rsqrt_", "log1p_", "log_", "sqrt_", "log2_", "log10_", "mvlgamma_", "polygamma_")
 DOMAINS = {"asin_": np.tanh, "acos_": np.tanh, "atanh_": np.tanh, "acosh_": lambda a: np.abs(a) + 1.1}
 

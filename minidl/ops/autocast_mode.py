@@ -57,7 +57,8 @@ DEFAULT_DTYPES = {"cpu": dt.bfloat16, "cuda": dt.float16}
 POLICIES = {
     "cpu": {
         "lower_precision": ("conv1d", "conv2d", "conv_transpose2d", "bmm", "mm", "baddbmm", "addmm", "linear",
-                            "matmul", "scaled_dot_product_attention"),
+                            "matmul", "scaled_dot_product_attention",
+                            "addbmm", "linalg_vecdot"),
         "fp32": ("prod", "cdist", "trace", "reflection_pad1d", "reflection_pad2d", "replication_pad1d",
                  "replication_pad2d", "replication_pad3d", "mse_loss", "nll_loss", "smooth_l1_loss", "cross_entropy",
                  "l1_loss", "huber_loss", "kl_div", "binary_cross_entropy", "binary_cross_entropy_with_logits"),
@@ -65,17 +66,21 @@ POLICIES = {
     },
     "cuda": {
         "lower_precision": ("conv1d", "conv2d", "conv_transpose2d", "addmm", "matmul", "einsum", "mm", "linear",
-                            "baddbmm", "bmm", "scaled_dot_product_attention"),
+                            "baddbmm", "bmm", "scaled_dot_product_attention",
+                            "mv", "addmv", "addr", "addbmm", "linalg_vecdot", "chain_matmul", "linalg_multi_dot"),
         "fp32": ("exp", "expm1", "log", "log1p", "reciprocal", "rsqrt", "tan", "pow", "softplus", "layer_norm",
                  "group_norm", "nll_loss", "kl_div", "l1_loss", "smooth_l1_loss", "huber_loss", "mse_loss",
                  "binary_cross_entropy_with_logits", "cdist", "logsumexp"),
-        "fp32_set_opt_dtype": ("prod", "softmax", "log_softmax", "cumprod", "cumsum", "sum", "norm"),
-        "promote": ("addcdiv", "addcmul", "atan2", "dot", "scatter_add"),
+        "fp32_set_opt_dtype": ("prod", "softmax", "log_softmax", "cumprod", "cumsum", "sum", "norm",
+                               "linalg_vector_norm", "linalg_matrix_norm"),
+        "promote": ("addcdiv", "addcmul", "atan2", "dot", "scatter_add",
+                    "cross", "vdot", "tensordot"),
         "banned": ("binary_cross_entropy",),
     },
 }
 NATIVE = ("adaptive_avg_pool2d", "avg_pool2d", "batch_norm", "dot", "elu", "logaddexp", "logsigmoid", "std",
-          "std_mean", "trace", "var", "var_mean")
+          "std_mean", "trace", "var", "var_mean",
+          "mv", "addmv", "addr", "linalg_cross")
 
 BANNED_MESSAGE = (
     "minidl.nn.functional.binary_cross_entropy and minidl.nn.BCELoss are unsafe to autocast.\n"

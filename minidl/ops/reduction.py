@@ -325,7 +325,16 @@ def norm(x, p="fro", dim=None, keepdim=False, dtype=None):
         return sum((x != 0).to(x.dtype) + x.sign() * 0, dims, keepdim)
     if p == 1:
         return sum(x.abs(), dims, keepdim)
+    if p < 0:
+        return _negative_norm(x, p, dims, keepdim)
     return _safe_pow(sum(_safe_pow(x.abs(), p), dims, keepdim), 1.0 / p)
+
+
+def _negative_norm(x, p, dims, keepdim):
+    """The p-norm for p < 0: 0 where a reduced element is 0, with a zero gradient there (torch's), not NaN."""
+    zero = x == 0
+    size = where(zero, 1.0, x.abs())
+    return where(any(zero, dims, keepdim), 0.0, sum(size ** p, dims, keepdim) ** (1.0 / p))
 
 
 def _nuclear_norm(x, dim, keepdim):
