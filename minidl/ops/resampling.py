@@ -243,12 +243,34 @@ def interpolate(input, size=None, scale_factor=None, mode="nearest", align_corne
     if mode in INTERPOLATING and align_corners is None:
         align_corners = False
     sizes, scales = output_geometry(input, size, scale_factor, mode, recompute_scale_factor)
-    exact_ints = input.dtype is dt.uint8 and mode not in ("nearest", "nearest-exact")
-    x = input.to(dt.float32) if exact_ints else input
+    if input.dtype is dt.uint8 and mode not in ("nearest", "nearest-exact"):
+        return _resample_uint8(input, sizes, scales, mode, align_corners, antialias)
+    x = input
     for axis, (n_out, scale) in enumerate(zip(sizes, scales)):
         x = _resample_axis(x, axis + 2, n_out, scale, mode, align_corners, antialias)
-    if exact_ints:   # (torch rounds its uint8 results, saturating)
-        x = x.round().clamp(0, 255).to(dt.uint8)
+    return x
+
+
+def _fixed_point(m):
+    """Weights as aten's uint8 kernels hold them: int16 with as many fraction bits (up to 22) as fit."""
+    bits = 0
+    while bits < 22 and int(0.5 + np.abs(m).max() * (1 << (bits + 1))) < (1 << 15):
+        bits += 1
+    return np.trunc(m * (1 << bits) + np.where(m < 0, -0.5, 0.5)), bits
+
+
+def _resample_uint8(input, sizes, scales, mode, align_corners, antialias):
+    """uint8 bilinear/bicubic as aten computes it: integer weights, the last axis first, each pass rounded
+    back to uint8 (sums of products stay exact in float64)."""
+    x = input
+    for axis in reversed(range(len(sizes))):
+        n_in = x.shape[axis + 2]
+        if n_in == sizes[axis]:
+            continue
+        m, bits = _fixed_point(_axis_matrix(mode, n_in, sizes[axis], align_corners, scales[axis], antialias))
+        weights = tensor(m.T.copy(), dtype=dt.float64, device=x.device)
+        acc = x.to(dt.float64).movedim(axis + 2, -1) @ weights + (1 << (bits - 1))
+        x = (acc / (1 << bits)).floor().clamp(0, 255).to(dt.uint8).movedim(-1, axis + 2)
     return x
 
 
