@@ -110,6 +110,8 @@ def _aa_filter(mode):
 def _antialiased_matrix(n_in, n_out, align_corners, scale, mode):
     """Each output's weights over the input positions its widened filter covers (aten's
     _compute_indices_min_size_weights_aa): a low-pass of the source when downsampling."""
+    if n_in == n_out:            # (aten leaves an axis of unchanged size alone)
+        return np.eye(n_in)
     support, kernel = _aa_filter(mode)
     step = _scale(n_in, n_out, align_corners, scale)
     if step >= 1.0:
