@@ -38,4 +38,5 @@ __all__ += ["MultiheadAttention", "Transformer", "TransformerEncoderLayer", "Tra
             "TransformerDecoderLayer", "TransformerDecoder", "modules", "RMSNorm", "BatchNorm3d"]
 __all__ += ["Hardtanh", "ReLU6", "Hardswish", "Hardsigmoid", "Mish", "SELU", "CELU", "GLU", "PReLU", "Softsign",
             "Threshold", "Softmin", "Hardshrink", "Softshrink", "Tanhshrink", "RReLU"]
-__all__ += ["Upsample", "UpsamplingNearest2d", "UpsamplingBilinear2d", "PixelShuffle", "PixelUnshuffle", "ChannelShuffle"]
+__all__ += ["Upsample", "UpsamplingNearest2d", "UpsamplingBilinear2d", "PixelShuffle", "PixelUnshuffle",
+            "ChannelShuffle"]

@@ -13,8 +13,8 @@ from minidl.ops import (_cross_entropy_rows, _fused_attention, _fused_dropout, _
 from minidl.ops import (_hardsigmoid, _hardswish, _hardtanh, _mish, _relu6, celu as _celu, glu,  # noqa: F401
                         hardshrink, prelu, rrelu as _rrelu, selu as _selu, softmin, softshrink, softsign, tanhshrink,
                         threshold as _threshold)
-from minidl.ops.resampling import (affine_grid, channel_shuffle, grid_sample, interpolate, pixel_shuffle,  # noqa: F401,E501
-                                   pixel_unshuffle, upsample, upsample_bilinear, upsample_nearest)
+from minidl.ops.resampling import (affine_grid, channel_shuffle, grid_sample, interpolate,  # noqa: F401
+                                   pixel_shuffle, pixel_unshuffle, upsample, upsample_bilinear, upsample_nearest)
 
 __all__ = [
     "linear", "relu", "relu_", "gelu", "silu", "leaky_relu", "elu", "softplus", "sigmoid", "tanh", "logsigmoid",

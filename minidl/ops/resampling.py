@@ -144,7 +144,7 @@ def _spatial_list(value, dim, what, input):
     if not isinstance(value, (list, tuple)):
         return [value] * dim
     if len(value) != dim:
-        shown = "output size" if what == "size" else "scale_factor of shape"
+        shown = "output size of" if what == "size" else "scale_factor of shape"
         fmt = "output size in (o1, o2, ...,oK)" if what == "size" else "scale_factor in (s1, s2, ...,sK)"
         raise ValueError(f"Input and {'output' if what == 'size' else 'scale_factor'} must have the same number of "
                          f"spatial dimensions, but got input with spatial dimensions of {list(input.shape[2:])} "
@@ -454,6 +454,10 @@ def affine_grid(theta, size, align_corners=None):
     if min(size[2:]) <= 0:
         raise ValueError(f"Expected non-zero, positive output size. Got {size}")
     spatial = size[2:]
+    if align_corners and min(spatial) == 1:
+        warnings.warn("Since version 1.3.0, affine_grid behavior has changed for unit-size grids when "
+                      "align_corners=True. This is not an intended use case of affine_grid. See the documentation "
+                      "of affine_grid for details.", stacklevel=2)
     # the base grid (*spatial, rank + 1): x (the last axis) first, then y, z, then 1
     columns = []
     for a in reversed(range(rank)):
