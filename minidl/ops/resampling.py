@@ -1,4 +1,5 @@
-"""Resampling: interpolate (nearest, nearest-exact, linear, bilinear, bicubic, trilinear, area, antialiased),
+"""Resampling: interpolate (nearest, nearest-exact, linear, bilinear, bicubic, trilinear, area, antialiased,
+lanczos),
 grid_sample / affine_grid, pixel (un)shuffle and channel shuffle, each with PyTorch's index rules.
 
 interpolate is separable: along each spatial axis the output is a fixed matrix of weights (built here from
@@ -24,10 +25,12 @@ from .indexing import gather, index_select
 from .registry import op
 from .shape_ops import cat
 
-INTERPOLATING = ("linear", "bilinear", "bicubic", "trilinear")
-MODE_RANK = {"linear": 1, "bilinear": 2, "bicubic": 2, "trilinear": 3}   # spatial dims each of these needs
+INTERPOLATING = ("linear", "bilinear", "bicubic", "trilinear", "lanczos")
+MODE_RANK = {"linear": 1, "bilinear": 2, "bicubic": 2, "trilinear": 3, "lanczos": 2}   # spatial dims each of these needs
 CUBIC_A = -0.75          # the cubic convolution's parameter of upsample_bicubic2d and grid_sample
 AA_CUBIC_A = -0.5        # ... and of the antialiased bicubic (PIL's)
+LANCZOS_A = 3            # the lobes of torch's lanczos window
+MODES_LISTED = "nearest | linear | bilinear | bicubic | trilinear | lanczos | area | nearest-exact"
 
 
 # ----------------------------------------------------------------------------- per-axis weights
@@ -98,6 +101,8 @@ def _cubic_matrix(n_in, n_out, align_corners, scale):
 def _aa_filter(mode):
     if mode == "bilinear":
         return 1.0, lambda x: np.maximum(0.0, 1.0 - np.abs(x))
+    if mode == "lanczos":
+        return LANCZOS_A, lambda x: np.where(np.abs(x) < LANCZOS_A, np.sinc(x) * np.sinc(x / LANCZOS_A), 0.0)
     a = AA_CUBIC_A
 
     def cubic(x):
@@ -158,25 +163,25 @@ def _check_mode(input, mode, align_corners, antialias):
         if align_corners is not None:
             raise ValueError("align_corners option can only be set with the interpolating modes: "
                              "linear | bilinear | bicubic | trilinear")
-    elif mode not in INTERPOLATING:
-        raise NotImplementedError(f"Input Error: Only 3D, 4D and 5D input Tensors supported (got {input.ndim}D) "
-                                  f"for the modes: nearest | linear | bilinear | bicubic | trilinear | area | "
-                                  f"nearest-exact (got {mode})")
-    if antialias and not (mode in ("bilinear", "bicubic") and input.ndim == 4):
-        raise ValueError("Anti-alias option is restricted to bilinear and bicubic modes and requires a 4-D tensor "
-                         "as input")
-    if input.ndim not in (3, 4, 5):
-        raise NotImplementedError(f"Input Error: Only 3D, 4D and 5D input Tensors supported (got {input.ndim}D) "
-                                  f"for the modes: nearest | linear | bilinear | bicubic | trilinear | area | "
-                                  f"nearest-exact (got {mode})")
+    if antialias and not (mode in ("bilinear", "bicubic", "lanczos") and input.ndim == 4):
+        raise ValueError("Anti-alias option is restricted to bilinear, bicubic, and lanczos modes and requires a "
+                         "4-D tensor as input")
     need = MODE_RANK.get(mode)
+    if input.ndim not in (3, 4, 5) or mode not in INTERPOLATING + ("nearest", "area", "nearest-exact") or (
+            mode == "lanczos" and input.ndim != 4):
+        raise NotImplementedError(f"Input Error: Only 3D, 4D and 5D input Tensors supported (got {input.ndim}D) "
+                                  f"for the modes: {MODES_LISTED} (got {mode})")
     if need is not None and need != input.ndim - 2:
         raise NotImplementedError(f"Got {input.ndim}D input, but {mode} mode needs {need + 2}D input")
+    if mode == "lanczos" and align_corners:
+        raise ValueError("Lanczos mode does not support align_corners=True")
+    if mode == "lanczos" and not antialias:
+        raise ValueError("Lanczos mode requires antialias=True")
 
 
 def _check_dtype(input, mode):
     ok = input.dtype.is_floating_point or (input.dtype is dt.uint8 and mode in
-                                           ("nearest", "nearest-exact", "bilinear", "bicubic"))
+                                           ("nearest", "nearest-exact", "bilinear", "bicubic", "lanczos"))
     if not ok:
         raise NotImplementedError(f"interpolate(mode={mode!r}): not implemented for {input.dtype.name} input "
                                   f"(as in PyTorch)")
@@ -232,6 +237,7 @@ def _interpolate_samples(t):
               t.rn(1, 1, 5, 7)),
             s("bilinear-aa", lambda x: interpolate(x, scale_factor=0.5, mode="bilinear", antialias=True),
               t.rn(1, 1, 6, 5)),
+            s("lanczos", lambda x: interpolate(x, size=(2, 4), mode="lanczos", antialias=True), t.rn(1, 2, 7, 3)),
             s("trilinear", lambda x: interpolate(x, size=(3, 2, 4), mode="trilinear"), t.rn(1, 1, 2, 3, 3)),
             s("area", lambda x: interpolate(x, size=(3, 2), mode="area"), t.rn(1, 2, 5, 4))]
 
@@ -359,10 +365,10 @@ def _taps(coords, sizes, mode, padding_mode, align_corners):
             for i in range(4) for j in range(4)]
 
 
-def _sample(input, taps, sizes):
+def _sample(input, taps, sizes, points):
     """sum over taps of weight * input at the tap (zero outside the input): (N, C, points)."""
     n, c = input.shape[:2]
-    flat = input.reshape(n, c, -1)
+    flat = input.reshape(n, c, math.prod(sizes))
     indices, weights = [], []
     for idx, w in taps:
         inside, offset = None, None
@@ -370,10 +376,9 @@ def _sample(input, taps, sizes):
             ok = (coord >= 0) & (coord <= size - 1)
             inside = ok if inside is None else inside & ok
             offset = coord if offset is None else offset * size + coord
-        indices.append(where(inside, offset, 0).to(dt.int64).reshape(n, 1, -1))
+        indices.append(where(inside, offset, 0).to(dt.int64).reshape(n, 1, points))
         keep = inside.to(input.dtype)
-        weights.append((keep if w is None else w * keep).reshape(n, 1, -1))
-    points = indices[0].shape[-1]
+        weights.append((keep if w is None else w * keep).reshape(n, 1, points))
     index = cat(indices, 2).expand(n, c, len(taps) * points)
     values = gather(flat, 2, index).reshape(n, c, len(taps), points)
     return (values * cat(weights, 2).reshape(n, 1, len(taps), points)).sum(2)
@@ -412,7 +417,7 @@ def grid_sample(input, grid, mode="bilinear", padding_mode="zeros", align_corner
     rank = len(sizes)
     # grid's last dim lists x (width) first: reverse it to the input's axis order
     coords = [_unnormalize(grid[..., rank - 1 - a], sizes[a], align_corners) for a in range(rank)]
-    out = _sample(input, _taps(coords, sizes, mode, padding_mode, align_corners), sizes)
+    out = _sample(input, _taps(coords, sizes, mode, padding_mode, align_corners), sizes, math.prod(grid.shape[1:-1]))
     return out.reshape(tuple(input.shape[:2]) + tuple(grid.shape[1:-1]))
 
 
