@@ -159,10 +159,7 @@ def _spatial_list(value, dim, what, input):
 
 
 def _check_mode(input, mode, align_corners, antialias):
-    if mode in ("nearest", "area", "nearest-exact"):
-        if align_corners is not None:
-            raise ValueError("align_corners option can only be set with the interpolating modes: "
-                             "linear | bilinear | bicubic | trilinear")
+    """torch's refusals of a mode, in its order (after align_corners' and the sizes')."""
     if antialias and not (mode in ("bilinear", "bicubic", "lanczos") and input.ndim == 4):
         raise ValueError("Anti-alias option is restricted to bilinear, bicubic, and lanczos modes and requires a "
                          "4-D tensor as input")
@@ -207,9 +204,6 @@ def output_geometry(input, size, scale_factor, mode, recompute_scale_factor):
             scales = [None] * dim
     else:
         raise ValueError("either size or scale_factor should be defined")
-    if min(sizes, default=1) <= 0 or min(input.shape[2:], default=1) <= 0:
-        raise RuntimeError(f"interpolate: input and output sizes should be greater than 0, but got input "
-                           f"{list(input.shape[2:])} and output {sizes}")
     return sizes, scales
 
 
@@ -246,11 +240,17 @@ def _interpolate_samples(t):
 def interpolate(input, size=None, scale_factor=None, mode="nearest", align_corners=None, recompute_scale_factor=None,
                 antialias=False):
     """Resize the spatial dims of (N, C, d1[, d2[, d3]]) by one of torch's modes, axis by axis."""
+    if mode in ("nearest", "area", "nearest-exact") and align_corners is not None:
+        raise ValueError("align_corners option can only be set with the interpolating modes: "
+                         "linear | bilinear | bicubic | trilinear")
+    sizes, scales = output_geometry(input, size, scale_factor, mode, recompute_scale_factor)
     _check_mode(input, mode, align_corners, antialias)
     _check_dtype(input, mode)
+    if min(sizes) <= 0 or min(input.shape[2:]) <= 0:
+        raise RuntimeError(f"interpolate: input and output sizes should be greater than 0, but got input "
+                           f"{list(input.shape[2:])} and output {sizes}")
     if mode in INTERPOLATING and align_corners is None:
         align_corners = False
-    sizes, scales = output_geometry(input, size, scale_factor, mode, recompute_scale_factor)
     if input.dtype is dt.uint8 and mode not in ("nearest", "nearest-exact"):
         return _resample_uint8(input, sizes, scales, mode, align_corners, antialias)
     x = input
