@@ -271,6 +271,7 @@ def _onnx_matches(fn, *inputs, opset=None):
 
 
 @pytest.mark.parametrize("kwargs", [dict(scale_factor=1.1, mode="bicubic"), dict(scale_factor=(0.6, 1.7)),
+                                    dict(scale_factor=1.1, mode="nearest-exact"),
                                     dict(scale_factor=0.6, mode="nearest-exact"), dict(size=(1, 1), mode="bilinear"),
                                     dict(size=(4, 2), mode="bicubic", antialias=True),
                                     dict(size=(4, 2), mode="lanczos", antialias=True)], ids=str)
@@ -288,3 +289,21 @@ def test_affine_grid_before_opset_20_is_a_matmul_and_5d_grid_sample_is_refused()
     grid = minidl.zeros(1, 1, 1, 1, 3)
     with pytest.raises(Exception, match="opset 20"):
         minidl.onnx.export(lambda x, g: F.grid_sample(x, g, align_corners=True), (volume, grid), opset_version=18)
+
+
+def test_interpolate_by_a_scale_follows_dynamic_sizes_and_fixed_weights_warn():
+    """Resize by torch's scale follows other input sizes; area's and antialiasing's weight matrices cannot."""
+    ort = pytest.importorskip("onnxruntime")
+    x = minidl.tensor(IMAGE.astype(np.float32))
+    for mode in ("nearest", "bilinear", "bicubic"):
+        def fn(v):
+            return F.interpolate(v, scale_factor=(0.6, 1.7), mode=mode)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            program = minidl.onnx.export(fn, (x,), input_names=["x"], output_names=["out"],
+                                         dynamic_axes={"x": {0: "b", 2: "h", 3: "w"}})
+        session = ort.InferenceSession(program.model_proto.SerializeToString(), providers=["CPUExecutionProvider"])
+        other = np.random.default_rng(3).standard_normal((3, 3, 11, 6)).astype(np.float32)
+        np.testing.assert_allclose(session.run(None, {"x": other})[0], fn(minidl.tensor(other)).numpy(), atol=1e-5)
+    with pytest.warns(UserWarning, match="interpolate of a traced tensor"):
+        minidl.onnx.export(lambda v: F.interpolate(v, size=3, mode="area"), (x,))

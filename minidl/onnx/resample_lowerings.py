@@ -15,7 +15,7 @@ NEAREST = {"nearest": dict(coordinate_transformation_mode="asymmetric", nearest_
            "nearest-exact": dict(coordinate_transformation_mode="half_pixel", nearest_mode="round_prefer_ceil")}
 
 
-def _resize_axis(L, v, axis, n_in, n_out, scale, mode, align_corners):
+def _resize_axis(L, v, axis, n_out, scale, mode, align_corners):
     """One Resize of axis ``axis`` (by the given scale as torch's index rule uses it, else to the size)."""
     if mode in NEAREST:
         attributes = dict(mode="nearest", **NEAREST[mode])
@@ -40,24 +40,29 @@ def _matmul_axis(L, v, axis, ndim, matrix, dtype):
 def _interpolate(L, input, size=None, scale_factor=None, mode="nearest", align_corners=None,
                  recompute_scale_factor=None, antialias=False):
     sizes, scales = output_geometry(input, size, scale_factor, mode, recompute_scale_factor)
-    weighted = mode == "area" or antialias
     if input.dtype is dt.uint8 and mode not in NEAREST:
         raise NotImplementedError(f"minidl.onnx.export: interpolate(mode={mode!r}) of uint8 (aten's fixed-point "
                                   f"arithmetic) is not lowered")
+    fixed = scale_factor is not None and None in scales     # (sizes recomputed from the input's)
     v = L.value(input)
     for a, (n_out, scale) in enumerate(zip(sizes, scales)):
         axis, n_in = a + 2, input.shape[a + 2]
         if mode in NEAREST:
-            identity = np.array_equal(_nearest_index(n_in, n_out, scale, mode == "nearest-exact"), np.arange(n_in))
+            plan = _nearest_index(n_in, n_out, scale, mode == "nearest-exact")
+            moved = n_in == n_out and not np.array_equal(plan, np.arange(n_in))
         else:
-            matrix = _axis_matrix(mode, n_in, n_out, bool(align_corners), scale, antialias)
-            identity = n_in == n_out and np.array_equal(matrix, np.eye(n_in))
-        if identity:
-            continue    # (eager's axis is a copy)
-        if weighted or n_in == n_out:   # (ONNX Runtime leaves an axis of unchanged size alone)
-            v = _matmul_axis(L, v, axis, input.ndim, matrix, _np(input))
+            plan = _axis_matrix(mode, n_in, n_out, bool(align_corners), scale, antialias)
+            moved = n_in == n_out and not np.array_equal(plan, np.eye(n_in))
+        if mode == "area" or antialias or moved:   # (no such Resize; ONNX Runtime copies an axis of unchanged size)
+            fixed = True
+            if n_in == n_out and not moved:
+                continue
+            v = (L.op("Gather", v, L.constant(plan), axis=axis) if mode in NEAREST
+                 else _matmul_axis(L, v, axis, input.ndim, plan, _np(input)))
         else:
-            v = _resize_axis(L, v, axis, n_in, n_out, scale, mode, bool(align_corners))
+            v = _resize_axis(L, v, axis, n_out, scale, mode, bool(align_corners))
+    if fixed:
+        _warn_fixed_sizes(L, "interpolate", input)
     return v if v != L.value(input) else L.op("Identity", v)
 
 
