@@ -13,6 +13,8 @@ import minidl
 import minidl.nn as nn
 import minidl.nn.functional as F
 
+from cuda_support import cuda_device
+
 torch = pytest.importorskip("torch")
 TF = torch.nn.functional
 
@@ -84,6 +86,17 @@ def test_uint8_interpolation_is_exactly_torchs(kwargs):
     want = TF.interpolate(torch.tensor(values), **kwargs)
     assert got.dtype is minidl.uint8
     np.testing.assert_array_equal(got.numpy(), want.numpy())
+
+
+def test_uint8_interpolation_on_cuda_is_the_cpus():
+    """The fixed-point passes and nearest's gather of bytes on device 'cuda' (registry samples are float)."""
+    cuda_device()
+    values = np.random.default_rng(4).integers(0, 256, (1, 2, 6, 5)).astype(np.uint8)
+    for kwargs in (dict(size=(4, 7), mode="bicubic"), dict(size=(3, 2), mode="bilinear", antialias=True),
+                   dict(scale_factor=1.5, mode="nearest-exact")):
+        got = F.interpolate(minidl.tensor(values, device="cuda"), **kwargs)
+        assert got.device.type == "cuda" and got.dtype is minidl.uint8
+        np.testing.assert_array_equal(got.cpu().numpy(), TF.interpolate(torch.tensor(values), **kwargs).numpy())
 
 
 @pytest.mark.parametrize("kwargs", [dict(scale_factor=1.1, mode="bilinear"), dict(scale_factor=1.24, mode="nearest"),

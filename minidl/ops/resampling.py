@@ -1,6 +1,5 @@
 """Resampling: interpolate (nearest, nearest-exact, linear, bilinear, bicubic, trilinear, area, antialiased,
-lanczos),
-grid_sample / affine_grid, pixel (un)shuffle and channel shuffle, each with PyTorch's index rules.
+lanczos), grid_sample / affine_grid, pixel (un)shuffle and channel shuffle, each with PyTorch's index rules.
 
 interpolate is separable: along each spatial axis the output is a fixed matrix of weights (built here from
 the sizes alone, on the host) times the input, applied with matmul, or for the nearest modes a gather of
@@ -26,7 +25,7 @@ from .registry import op
 from .shape_ops import cat
 
 INTERPOLATING = ("linear", "bilinear", "bicubic", "trilinear", "lanczos")
-MODE_RANK = {"linear": 1, "bilinear": 2, "bicubic": 2, "trilinear": 3, "lanczos": 2}   # spatial dims each of these needs
+MODE_RANK = {"linear": 1, "bilinear": 2, "bicubic": 2, "trilinear": 3, "lanczos": 2}   # the spatial dims each needs
 CUBIC_A = -0.75          # the cubic convolution's parameter of upsample_bicubic2d and grid_sample
 AA_CUBIC_A = -0.5        # ... and of the antialiased bicubic (PIL's)
 LANCZOS_A = 3            # the lobes of torch's lanczos window
@@ -394,7 +393,7 @@ def _align_corners_default(align_corners):
 
 
 def _grid_sample_samples(t):
-    def grid(*shape):     # points away from pixel centres and cell edges, some outside the image
+    def grid(*shape):     # uniform points, some outside the image (the kinks are a null set)
         return t.uniform(-1.3, 1.3, *shape)
     s, out = t.S, []
     for mode in GRID_MODES:
