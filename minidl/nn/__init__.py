@@ -19,10 +19,12 @@ from .module import Module
 from .normalization import LayerNorm, LocalResponseNorm, RMSNorm
 from .pooling import AdaptiveAvgPool2d, AvgPool2d, MaxPool2d
 from .parameter import Parameter
+from .pixelshuffle import ChannelShuffle, PixelShuffle, PixelUnshuffle
 from .rnn import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNBase, RNNCell, RNNCellBase
 from .sparse import Embedding, EmbeddingBag
 from .transformer import MultiheadAttention, TransformerDecoder, TransformerDecoderLayer, TransformerEncoder
 from .transformer import Transformer, TransformerEncoderLayer
+from .upsampling import Upsample, UpsamplingBilinear2d, UpsamplingNearest2d
 from . import modules  # torch's submodule layout over the classes above
 
 __all__ = [
@@ -40,3 +42,5 @@ __all__ += ["Hardtanh", "ReLU6", "Hardswish", "Hardsigmoid", "Mish", "SELU", "CE
             "Threshold", "Softmin", "Hardshrink", "Softshrink", "Tanhshrink", "RReLU"]
 __all__ += ["InstanceNorm1d", "InstanceNorm2d", "InstanceNorm3d", "LocalResponseNorm", "EmbeddingBag",
             "CosineSimilarity", "PairwiseDistance", "Bilinear"]
+__all__ += ["Upsample", "UpsamplingNearest2d", "UpsamplingBilinear2d", "PixelShuffle", "PixelUnshuffle",
+            "ChannelShuffle"]

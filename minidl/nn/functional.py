@@ -15,6 +15,8 @@ from minidl.ops import (_hardsigmoid, _hardswish, _hardtanh, _mish, _relu6, celu
                         threshold as _threshold)
 from minidl.ops import (bilinear, cosine_similarity, embedding_bag, instance_norm, local_response_norm,  # noqa: F401
                         pairwise_distance, pdist)
+from minidl.ops.resampling import (affine_grid, channel_shuffle, grid_sample, interpolate,  # noqa: F401
+                                   pixel_shuffle, pixel_unshuffle, upsample, upsample_bilinear, upsample_nearest)
 
 __all__ = [
     "linear", "relu", "relu_", "gelu", "silu", "leaky_relu", "elu", "softplus", "sigmoid", "tanh", "logsigmoid",

@@ -10,6 +10,7 @@ import types
 from .. import activation, batchnorm, container, conv, dropout, linear, loss, module, normalization, pooling
 from .. import distance, instancenorm
 from .. import rnn, sparse, transformer
+from .. import pixelshuffle, upsampling
 
 _LAYOUT = {
     "module": [module.Module],
@@ -35,6 +36,9 @@ _LAYOUT = {
     "pooling": [pooling.AdaptiveAvgPool2d, pooling.AvgPool2d, pooling.MaxPool2d],
     "rnn": [rnn.GRU, rnn.GRUCell, rnn.LSTM, rnn.LSTMCell, rnn.RNN, rnn.RNNBase, rnn.RNNCell, rnn.RNNCellBase],
     "sparse": [sparse.Embedding, sparse.EmbeddingBag],
+    "upsampling": [upsampling.Upsample, upsampling.UpsamplingBilinear2d, upsampling.UpsamplingNearest2d],
+    "pixelshuffle": [pixelshuffle.PixelShuffle, pixelshuffle.PixelUnshuffle],
+    "channelshuffle": [pixelshuffle.ChannelShuffle],
     "transformer": [transformer.Transformer, transformer.TransformerDecoder, transformer.TransformerDecoderLayer,
                     transformer.TransformerEncoder, transformer.TransformerEncoderLayer],
 }
