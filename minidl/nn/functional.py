@@ -13,6 +13,10 @@ from minidl.ops import (_cross_entropy_rows, _fused_attention, _fused_dropout, _
 from minidl.ops import (_hardsigmoid, _hardswish, _hardtanh, _mish, _relu6, celu as _celu, glu,  # noqa: F401
                         hardshrink, prelu, rrelu as _rrelu, selu as _selu, softmin, softshrink, softsign, tanhshrink,
                         threshold as _threshold)
+from minidl.ops.losses import (_legacy_reduction, _reduce, cosine_embedding_loss, ctc_loss,  # noqa: F401
+                               gaussian_nll_loss, hinge_embedding_loss, margin_ranking_loss, multi_margin_loss,
+                               multilabel_margin_loss, multilabel_soft_margin_loss, poisson_nll_loss,
+                               soft_margin_loss, triplet_margin_loss, triplet_margin_with_distance_loss)
 
 __all__ = [
     "linear", "relu", "relu_", "gelu", "silu", "leaky_relu", "elu", "softplus", "sigmoid", "tanh", "logsigmoid",
@@ -21,28 +25,10 @@ __all__ = [
     "binary_cross_entropy_with_logits", "kl_div", "rms_norm",
     "hardtanh", "hardtanh_", "relu6", "hardswish", "hardsigmoid", "mish", "selu", "selu_", "celu", "celu_", "glu",
     "prelu", "softsign", "threshold", "threshold_", "softmin", "hardshrink", "softshrink", "tanhshrink", "rrelu",
-    "rrelu_",
+    "rrelu_", "margin_ranking_loss", "hinge_embedding_loss", "soft_margin_loss", "multilabel_soft_margin_loss",
+    "triplet_margin_loss", "triplet_margin_with_distance_loss", "cosine_embedding_loss", "multi_margin_loss",
+    "multilabel_margin_loss", "gaussian_nll_loss", "poisson_nll_loss", "ctc_loss",
 ]
-
-
-def _reduce(loss, reduction):
-    if reduction == "mean":
-        return loss.mean()
-    if reduction == "sum":
-        return loss.sum()
-    if reduction == "none":
-        return loss
-    raise ValueError(f"{reduction} is not a valid value for reduction")
-
-
-def _legacy_reduction(size_average, reduce, reduction):
-    if size_average is None and reduce is None:
-        return reduction
-    size_average = True if size_average is None else size_average
-    reduce = True if reduce is None else reduce
-    if not reduce:
-        return "none"
-    return "mean" if size_average else "sum"
 
 
 # -- layers ------------------------------------------------------------------------------------
