@@ -147,6 +147,8 @@ def to_minidl(value):
         return getattr(minidl, name)
     if isinstance(value, complex):
         raise NotApplicable("complex scalar")
+    if isinstance(value, torch.nn.Module):
+        return _minidl_module(value)
     if isinstance(value, (list, tuple)):
         return type(value)(to_minidl(v) for v in value)
     if isinstance(value, dict):
@@ -154,6 +156,20 @@ def to_minidl(value):
             raise NotApplicable("out=")
         return {k: to_minidl(v) for k, v in value.items()}
     return value
+
+
+def _minidl_module(module):
+    """A torch module given as an argument (a distance function, ...) as minidl.nn's module of its name, with
+    its plain settings; not applicable where minidl.nn has none or it holds parameters."""
+    import minidl
+    cls = getattr(minidl.nn, type(module).__name__, None)
+    if cls is None or next(module.parameters(), None) is not None:
+        raise NotApplicable(f"torch.nn.{type(module).__name__} argument")
+    out = cls()
+    for name, setting in vars(module).items():
+        if not name.startswith("_") and isinstance(setting, (bool, int, float, str)) and hasattr(out, name):
+            setattr(out, name, setting)
+    return out
 
 
 def _leaves(value):
