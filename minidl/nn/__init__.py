@@ -13,6 +13,9 @@ from .dropout import Dropout, Dropout1d, Dropout2d, Dropout3d
 from .linear import Linear
 from .loss import (BCELoss, BCEWithLogitsLoss, CrossEntropyLoss, HuberLoss, KLDivLoss, L1Loss, MSELoss, NLLLoss,
                    SmoothL1Loss)
+from .loss import (CosineEmbeddingLoss, CTCLoss, GaussianNLLLoss, HingeEmbeddingLoss, MarginRankingLoss,
+                   MultiLabelMarginLoss, MultiLabelSoftMarginLoss, MultiMarginLoss, PoissonNLLLoss, SoftMarginLoss,
+                   TripletMarginLoss, TripletMarginWithDistanceLoss)
 from .module import Module
 from .normalization import LayerNorm, RMSNorm
 from .pooling import AdaptiveAvgPool2d, AvgPool2d, MaxPool2d
@@ -36,3 +39,6 @@ __all__ += ["MultiheadAttention", "Transformer", "TransformerEncoderLayer", "Tra
             "TransformerDecoderLayer", "TransformerDecoder", "modules", "RMSNorm", "BatchNorm3d"]
 __all__ += ["Hardtanh", "ReLU6", "Hardswish", "Hardsigmoid", "Mish", "SELU", "CELU", "GLU", "PReLU", "Softsign",
             "Threshold", "Softmin", "Hardshrink", "Softshrink", "Tanhshrink", "RReLU"]
+__all__ += ["MarginRankingLoss", "TripletMarginLoss", "TripletMarginWithDistanceLoss", "CosineEmbeddingLoss",
+            "HingeEmbeddingLoss", "MultiMarginLoss", "MultiLabelMarginLoss", "MultiLabelSoftMarginLoss",
+            "SoftMarginLoss", "GaussianNLLLoss", "PoissonNLLLoss", "CTCLoss"]

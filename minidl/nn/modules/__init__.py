@@ -26,7 +26,11 @@ _LAYOUT = {
     "flatten": [container.Flatten, container.Unflatten],
     "linear": [container.Identity, linear.Linear, linear.NonDynamicallyQuantizableLinear],
     "loss": [loss.BCELoss, loss.BCEWithLogitsLoss, loss.CrossEntropyLoss, loss.HuberLoss, loss.KLDivLoss,
-             loss.L1Loss, loss.MSELoss, loss.NLLLoss, loss.SmoothL1Loss],
+             loss.L1Loss, loss.MSELoss, loss.NLLLoss, loss.SmoothL1Loss]
+    + [getattr(loss, name) for name in ("MarginRankingLoss", "TripletMarginLoss", "TripletMarginWithDistanceLoss",
+                                        "CosineEmbeddingLoss", "HingeEmbeddingLoss", "MultiMarginLoss",
+                                        "MultiLabelMarginLoss", "MultiLabelSoftMarginLoss", "SoftMarginLoss",
+                                        "GaussianNLLLoss", "PoissonNLLLoss", "CTCLoss")],
     "normalization": [batchnorm.GroupNorm, normalization.LayerNorm, normalization.RMSNorm],
     "pooling": [pooling.AdaptiveAvgPool2d, pooling.AvgPool2d, pooling.MaxPool2d],
     "rnn": [rnn.GRU, rnn.GRUCell, rnn.LSTM, rnn.LSTMCell, rnn.RNN, rnn.RNNBase, rnn.RNNCell, rnn.RNNCellBase],
