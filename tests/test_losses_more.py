@@ -226,3 +226,10 @@ def test_legacy_size_average_and_reduce():
     np.testing.assert_allclose(F.hinge_embedding_loss(x, y.sign(), size_average=False).item(),
                                F.hinge_embedding_loss(x, y.sign(), reduction="sum").item(), rtol=1e-6)
     assert nn.PoissonNLLLoss(size_average=False).reduction == "sum"
+
+
+def test_ctc_refuses_a_double_backward_rather_than_a_wrong_one():
+    lp = minidl.tensor(log_softmaxed(4, 1, 3)).requires_grad_()
+    loss = F.ctc_loss(lp, minidl.tensor(np.array([[1, 2]])), (4,), (2,))
+    with pytest.raises(NotImplementedError, match="ctc_loss: the derivative of its backward"):
+        minidl.autograd.grad(loss, lp, create_graph=True)

@@ -49,8 +49,8 @@ def _legacy_reduction(size_average, reduce, reduction):
     return "mean" if size_average else "sum"
 
 
-def _positive(x, z):
-    """z where z > 0, else 0 (also at NaN, as torch's margin kernels skip it), in x's dtype."""
+def _positive(z):
+    """z where z > 0, else 0 (also at NaN, as torch's margin kernels skip it)."""
     return where(z > 0, z, zeros_like(z))
 
 
@@ -276,7 +276,7 @@ def multi_margin_loss(input, target, p=1, margin=1.0, weight=None, size_average=
     if _out_of_range("multi_margin_loss", y, 0, classes):
         raise RuntimeError(f"multi_margin_loss: target out of range (classes: {classes})")
     z = margin - x.gather(1, y) + x
-    h = where(arange(classes, device=x.device) == y, zeros_like(z), _positive(x, z))
+    h = where(arange(classes, device=x.device) == y, zeros_like(z), _positive(z))
     if p == 2:
         h = h * h
     if weight is not None:
@@ -315,7 +315,7 @@ def multilabel_margin_loss(input, target, size_average=None, reduce=None, reduct
     hits = (y.unsqueeze(2) == arange(classes, device=x.device)).logical_and(listed.unsqueeze(2))  # [frame, slot, c]
     count = hits.to(x.dtype).sum(1)                                                # times each class is listed
     z = 1 - x.unsqueeze(2) + x.unsqueeze(1)                                        # [j, k]: 1 - x[j] + x[k]
-    h = where((count == 0).unsqueeze(1), _positive(x, z), zeros_like(z))
+    h = where((count == 0).unsqueeze(1), _positive(z), zeros_like(z))
     loss = (h * count.unsqueeze(2)).sum((1, 2)) / classes
     return _reduce(loss if batched else loss.reshape(()), reduction)
 
@@ -397,11 +397,11 @@ def _logsumexp(*terms):
     return total.log() + shift
 
 
-def _shift(a, k, forward):
-    """a (N, S) moved k places along S, towards higher s (``forward``) or lower, filled with -inf."""
+def _shift(a, k, forward, value=NEG_INF):
+    """a (N, S) moved k places along S, towards higher s (``forward``) or lower, filled with ``value``."""
     size = a.shape[1]
     k = min(k, size)
-    fill = full((a.shape[0], k), NEG_INF, dtype=a.dtype, device=a.device)
+    fill = full((a.shape[0], k), value, dtype=a.dtype, device=a.device)
     return cat([fill, a[:, :size - k]], 1) if forward else cat([a[:, k:], fill], 1)
 
 
@@ -430,6 +430,8 @@ class CtcLoss(Function):
 
     @staticmethod
     def backward(ctx, g):
+        if grad_enabled():   # (torch has no double backward of ctc_loss either)
+            raise NotImplementedError("ctc_loss: the derivative of its backward (double backward) is not implemented")
         lp, = ctx.saved_tensors
         ext, skip, ends, steps, zero_infinity, nll = ctx.meta
         lpe, last_step = ctx.lpe, steps.sum(0).unsqueeze(1) - 1         # (N, 1): each row's last step
@@ -525,7 +527,7 @@ def ctc_loss(log_probs, targets, input_lengths, target_lengths, blank=0, reducti
                full((batch, 1), blank, dtype=rows.dtype, device=device)], 1)
     places = arange(ext.shape[1], device=device)
     twice = 2 * tensor(tg_lengths, device=device).unsqueeze(1)
-    skip = (places >= 2) & (ext != blank) & (ext != _shift_labels(ext, blank))
+    skip = (places >= 2) & (ext != blank) & (ext != _shift(ext, 2, True, blank))
     ends = (places == twice) | ((places == twice - 1) & (twice > 0))
     steps = arange(steps_total, device=device).unsqueeze(1) < tensor(in_lengths, device=device)
     nll = CtcLoss.apply(lp, ext, skip, places <= twice, ends, steps, bool(zero_infinity))
@@ -537,7 +539,3 @@ def ctc_loss(log_probs, targets, input_lengths, target_lengths, blank=0, reducti
         return nll.sum()
     return nll if log_probs.ndim == 3 else nll.squeeze(0)
 
-
-def _shift_labels(ext, blank):
-    """ext's labels two places back (blank before the start)."""
-    return cat([full((ext.shape[0], 2), blank, dtype=ext.dtype, device=ext.device), ext[:, :-2]], 1)[:, :ext.shape[1]]
