@@ -233,3 +233,17 @@ def test_ctc_refuses_a_double_backward_rather_than_a_wrong_one():
     loss = F.ctc_loss(lp, minidl.tensor(np.array([[1, 2]])), (4,), (2,))
     with pytest.raises(NotImplementedError, match="ctc_loss: the derivative of its backward"):
         minidl.autograd.grad(loss, lp, create_graph=True)
+
+
+def test_the_corpus_passes_a_torch_module_argument_as_minidls_of_that_name():
+    """op_db's triplet_margin_with_distance_loss samples pass distance_function=torch.nn.PairwiseDistance()."""
+    import op_corpus
+    converted = op_corpus.to_minidl(torch.nn.Hardtanh(-0.5, 0.25))
+    assert type(converted) is nn.Hardtanh and (converted.min_val, converted.max_val) == (-0.5, 0.25)
+    with pytest.raises(op_corpus.NotApplicable, match="torch.nn.Linear argument"):
+        op_corpus.to_minidl(torch.nn.Linear(2, 2))   # (parameters: not a setting to copy)
+
+    class Unknown(torch.nn.Module):
+        pass
+    with pytest.raises(op_corpus.NotApplicable, match="torch.nn.Unknown argument"):
+        op_corpus.to_minidl(Unknown())
