@@ -4,8 +4,9 @@ Each op_db entry (a name, and a variant where it has one) whose name minidl has 
 ``minidl.nn.functional.<name>`` for ``nn.functional.*``, or a Tensor method or attribute -- is judged
 on torch's CPU samples for float64, float32 and the integer dtypes both the entry and minidl support
 (int64, int32, int16, uint8; minidl has no int8). Each sample is converted to minidl (tensors,
-nested lists of them, dtypes, devices, sizes, parameter-free torch modules) and run by both; the outputs (tensors, tuples, named
-tuples, lists, Python scalars) must agree in structure, shape, dtype and values. For float64 samples
+nested lists of them, dtypes, devices, sizes, parameter-free torch modules) and run by both; the
+outputs (tensors, tuples, named tuples, lists, Python scalars) must agree in structure, shape, dtype
+and values. For float64 samples
 of differentiable entries, the gradients of every input torch marks as requiring grad must agree
 too (the backward of one fixed random cotangent per float output, the same for both).
 
