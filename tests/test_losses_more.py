@@ -247,3 +247,33 @@ def test_the_corpus_passes_a_torch_module_argument_as_minidls_of_that_name():
         pass
     with pytest.raises(op_corpus.NotApplicable, match="torch.nn.Unknown argument"):
         op_corpus.to_minidl(Unknown())
+
+
+AUTOCAST_CASES = {   # name -> (inputs as float32 arrays (made bfloat16), extra constant arguments)
+    "margin_ranking_loss": ([(3,), (3,)], [np.array([1.0, -1.0, 1.0])]),
+    "hinge_embedding_loss": ([(3,)], [np.array([1.0, -1.0, 1.0])]),
+    "soft_margin_loss": ([(3,), (3,)], []),
+    "multilabel_soft_margin_loss": ([(2, 3), (2, 3)], []),
+    "triplet_margin_loss": ([(2, 3), (2, 3), (2, 3)], []),
+    "triplet_margin_with_distance_loss": ([(2, 3), (2, 3), (2, 3)], []),
+    "cosine_embedding_loss": ([(2, 3), (2, 3)], [np.array([1.0, -1.0])]),
+    "multi_margin_loss": ([(2, 3)], [np.array([0, 2])]),
+    "multilabel_margin_loss": ([(2, 3)], [np.array([[0, -1, 0], [1, 2, -1]])]),
+    "poisson_nll_loss": ([(2, 3), (2, 3)], []),
+    "ctc_loss": ([(4, 1, 3)], [np.array([[1, 2]]), np.array([4]), np.array([2])]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(AUTOCAST_CASES))
+def test_cpu_autocast_runs_each_loss_in_torchs_dtype(name):
+    """torch's CPU autocast is the oracle: its one-op losses run in float32, its compositions in bfloat16."""
+    shapes, constants = AUTOCAST_CASES[name]
+    values = [rng.uniform(0.1, 1.0, shape).astype(np.float32) for shape in shapes]
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        want = getattr(torch.nn.functional, name)(*[torch.tensor(v).bfloat16() for v in values],
+                                                  *[torch.tensor(c) for c in constants])
+    with minidl.autocast("cpu", dtype=minidl.bfloat16):
+        got = getattr(F, name)(*[minidl.tensor(v).to(minidl.bfloat16) for v in values],
+                               *[minidl.tensor(c) for c in constants])
+    assert got.dtype.name == str(want.dtype).split(".")[-1]
+    np.testing.assert_allclose(got.float().numpy(), want.float().numpy(), rtol=2e-2, atol=2e-2)

@@ -14,6 +14,7 @@ import numpy as np
 
 from .. import _dtype as dt
 from ..autograd import Function
+from .autocast_mode import autocast_op
 from .core import grad_enabled
 from .cross_entropy import REDUCTIONS
 from .creation import arange, full, ones_like, tensor, zeros_like
@@ -64,6 +65,7 @@ def _margin_ranking_samples(t):
 
 
 @op(method=False, namespace="nn.functional", samples=_margin_ranking_samples)
+@autocast_op("margin_ranking_loss")
 def margin_ranking_loss(input1, input2, target, margin=0.0, size_average=None, reduce=None, reduction="mean"):
     """max(0, -target * (input1 - input2) + margin), reduced; the three broadcast but share one ndim."""
     reduction = _legacy_reduction(size_average, reduce, reduction)
@@ -83,6 +85,7 @@ def _hinge_samples(t):
 
 
 @op(method=False, namespace="nn.functional", samples=_hinge_samples)
+@autocast_op("hinge_embedding_loss")
 def hinge_embedding_loss(input, target, margin=1.0, size_average=None, reduce=None, reduction="mean"):
     """input where target is 1, max(0, margin - input) where it is -1 (both terms for other targets)."""
     reduction = _legacy_reduction(size_average, reduce, reduction)
@@ -96,6 +99,7 @@ def hinge_embedding_loss(input, target, margin=1.0, size_average=None, reduce=No
     t.S("soft_margin_loss", lambda x, y: soft_margin_loss(x, y), t.rn(3, 4), t.rn(3, 4)),
     t.S("soft_margin_loss-none", lambda x: soft_margin_loss(x, t.const([1.0, -1.0, 1.0]), reduction="none"),
         t.rn(2, 3))])
+@autocast_op("soft_margin_loss")
 def soft_margin_loss(input, target, size_average=None, reduce=None, reduction="mean"):
     """log(1 + exp(-target * input)), reduced."""
     reduction = _legacy_reduction(size_average, reduce, reduction)
@@ -165,6 +169,7 @@ def _triplet(dist_pos, dist_neg, dist_swap, margin, reduction):
         t.rn(3, 4), t.rn(3, 4), t.rn(3, 4)),
     t.S("triplet_margin_loss-p3-unbatched", lambda a, p, n: triplet_margin_loss(a, p, n, margin=3.0, p=3),
         t.rn(4), t.rn(4), t.rn(4))])
+@autocast_op("triplet_margin_loss")
 def triplet_margin_loss(anchor, positive, negative, margin=1.0, p=2.0, eps=1e-6, swap=False, size_average=None,
                         reduce=None, reduction="mean"):
     """max(0, margin + d(anchor, positive) - d(anchor, negative)), d the pairwise p-distance (with
@@ -207,6 +212,7 @@ def _cosine_samples(t):
 
 
 @op(method=False, namespace="nn.functional", samples=_cosine_samples)
+@autocast_op("cosine_embedding_loss")
 def cosine_embedding_loss(input1, input2, target, margin=0.0, size_average=None, reduce=None, reduction="mean"):
     """1 - cos(input1, input2) where target is 1, max(0, cos - margin) where it is -1 (0 elsewhere); cos over
     the last dim, with 1e-12 added to each squared magnitude as torch's."""
@@ -254,6 +260,7 @@ def _multi_margin_samples(t):
 
 
 @op(method=False, namespace="nn.functional", samples=_multi_margin_samples)
+@autocast_op("multi_margin_loss")
 def multi_margin_loss(input, target, p=1, margin=1.0, weight=None, size_average=None, reduce=None,
                       reduction="mean"):
     """sum over the classes j other than the target y of max(0, margin - x[y] + x[j])^p (times weight[y]),
@@ -296,6 +303,7 @@ def _multilabel_samples(t):
 
 
 @op(method=False, namespace="nn.functional", samples=_multilabel_samples)
+@autocast_op("multilabel_margin_loss")
 def multilabel_margin_loss(input, target, size_average=None, reduce=None, reduction="mean"):
     """sum over the target classes j and the other classes k of max(0, 1 - (x[j] - x[k])), divided by the
     number of classes; each row of int64 ``target`` lists its classes up to the first -1 (a class listed
@@ -371,6 +379,7 @@ def gaussian_nll_loss(input, target, var, full=False, eps=1e-6, reduction="mean"
     t.S("poisson_nll_loss-full", lambda x, y: poisson_nll_loss(x, y, log_input=False, full=True, eps=1e-3,
                                                                reduction="none"),
         t.pos(3, 4), t.uniform(0.2, 3, 3, 4))])
+@autocast_op("poisson_nll_loss")
 def poisson_nll_loss(input, target, log_input=True, full=False, size_average=None, eps=1e-8, reduce=None,
                      reduction="mean"):
     """exp(input) - target * input (log_input), else input - target * log(input + eps); ``full`` adds
@@ -505,6 +514,7 @@ def _ctc_samples(t):
 
 
 @op(method=False, namespace="nn.functional", samples=_ctc_samples)
+@autocast_op("ctc_loss")
 def ctc_loss(log_probs, targets, input_lengths, target_lengths, blank=0, reduction="mean", zero_infinity=False):
     """The Connectionist Temporal Classification loss of (T, N, C) (or unbatched (T, C)) log-probabilities
     against padded (N, S) or concatenated targets; 'mean' divides each row's loss by its target length."""
