@@ -277,3 +277,19 @@ def test_cpu_autocast_runs_each_loss_in_torchs_dtype(name):
                                *[minidl.tensor(c) for c in constants])
     assert got.dtype.name == str(want.dtype).split(".")[-1]
     np.testing.assert_allclose(got.float().numpy(), want.float().numpy(), rtol=2e-2, atol=2e-2)
+
+
+def test_ctc_on_cuda_takes_targets_and_lengths_from_the_cpu():
+    from cuda_support import cuda_device
+    cuda_device()
+    values = log_softmaxed(5, 2, 4)
+    lp = minidl.tensor(values, device="cuda").requires_grad_()
+    lp_t = torch.tensor(values).requires_grad_()
+    targets, lengths = np.array([[1, 2, 2], [3, 3, 0]]), np.array([3, 2])
+    got = F.ctc_loss(lp, minidl.tensor(targets), minidl.tensor(np.array([5, 4])), minidl.tensor(lengths))
+    want = torch.nn.functional.ctc_loss(lp_t, torch.tensor(targets), torch.tensor([5, 4]), torch.tensor(lengths))
+    assert got.device.type == "cuda"
+    got.backward()
+    want.backward()
+    np.testing.assert_allclose(got.item(), want.item(), rtol=1e-9)
+    np.testing.assert_allclose(lp.grad.cpu().numpy(), lp_t.grad.numpy(), rtol=1e-9, atol=1e-12)

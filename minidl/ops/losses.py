@@ -472,10 +472,12 @@ def _host_lengths(name, lengths, batch):
 
 
 def _padded_targets(targets, target_lengths, batch, blank, device):
-    """(N, S) int64 targets, blank past each row's length, from padded (N, S') or concatenated 1-D ones."""
+    """(N, S) int64 targets on ``device``, blank past each row's length, from padded (N, S') or concatenated
+    1-D ones (on any device, as torch's)."""
     longest = max(target_lengths, default=0)
     if targets.dtype.is_floating_point or targets.dtype.name == "bool":
         raise RuntimeError(f"ctc_loss: targets must be integral, got {targets.dtype.name}")
+    targets = targets.to(device)
     if targets.ndim == 1:
         if targets.shape[0] != sum(target_lengths):
             raise RuntimeError(f"ctc_loss: expected concatenated targets of size {sum(target_lengths)} (the sum "
