@@ -120,9 +120,9 @@ def test_ctc_concatenated_targets_short_inputs_and_repeats(reduction):
     same(got, want, [leaf])
 
 
-def test_ctc_padded_targets_with_junk_padding_blank_last_and_empty_target():
+def test_ctc_padded_targets_with_junk_padding_blank_last_and_an_empty_input_and_target():
     targets = np.array([[1, 0, -7, 99], [2, 2, 0, 1], [0, 5, 5, 5]])   # (padding past the lengths is never read)
-    got, want, leaf = ctc_both(log_softmaxed(6, 3, 6), targets, (6, 6, 4), (2, 4, 0), blank=5, reduction="mean")
+    got, want, leaf = ctc_both(log_softmaxed(6, 3, 6), targets, (6, 6, 0), (2, 4, 0), blank=5, reduction="mean")
     same(got, want, [leaf])
 
 
@@ -293,3 +293,20 @@ def test_ctc_on_cuda_takes_targets_and_lengths_from_the_cpu():
     want.backward()
     np.testing.assert_allclose(got.item(), want.item(), rtol=1e-9)
     np.testing.assert_allclose(lp.grad.cpu().numpy(), lp_t.grad.numpy(), rtol=1e-9, atol=1e-12)
+
+
+def test_refused_gradients_as_torch():
+    x, target = minidl.randn(3), minidl.randn(3).requires_grad_()
+    with pytest.raises(RuntimeError, match="'soft_margin_loss' is not differentiable with respect to argument"):
+        F.soft_margin_loss(x, target)
+    with pytest.raises(RuntimeError, match="'multi_margin_loss' is not differentiable with respect to argument"):
+        F.multi_margin_loss(minidl.randn(2, 3), minidl.tensor([0, 1]), weight=minidl.ones(3).requires_grad_())
+    with minidl.no_grad():
+        F.soft_margin_loss(x, target)
+
+
+def test_triplet_margin_with_p_0_counts_nonzeros():
+    a, p, n = (rng.standard_normal((3, 4)) for _ in range(3))
+    p[0] = a[0] - 1e-6   # (a zero difference once eps is added)
+    same(F.triplet_margin_loss(*map(minidl.tensor, (a, p, n)), p=0, margin=2.0, reduction="none"),
+         torch.nn.functional.triplet_margin_loss(*map(torch.tensor, (a, p, n)), p=0, margin=2.0, reduction="none"))

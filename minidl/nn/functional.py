@@ -13,10 +13,11 @@ from minidl.ops import (_cross_entropy_rows, _fused_attention, _fused_dropout, _
 from minidl.ops import (_hardsigmoid, _hardswish, _hardtanh, _mish, _relu6, celu as _celu, glu,  # noqa: F401
                         hardshrink, prelu, rrelu as _rrelu, selu as _selu, softmin, softshrink, softsign, tanhshrink,
                         threshold as _threshold)
-from minidl.ops.losses import (_legacy_reduction, _reduce, cosine_embedding_loss, ctc_loss,  # noqa: F401
-                               gaussian_nll_loss, hinge_embedding_loss, margin_ranking_loss, multi_margin_loss,
-                               multilabel_margin_loss, multilabel_soft_margin_loss, poisson_nll_loss,
-                               soft_margin_loss, triplet_margin_loss, triplet_margin_with_distance_loss)
+from minidl.ops.losses import (_legacy_reduction, _no_grad_through, _reduce, cosine_embedding_loss,  # noqa: F401
+                               ctc_loss, gaussian_nll_loss, hinge_embedding_loss, margin_ranking_loss,
+                               multi_margin_loss, multilabel_margin_loss, multilabel_soft_margin_loss,
+                               poisson_nll_loss, soft_margin_loss, triplet_margin_loss,
+                               triplet_margin_with_distance_loss)
 
 __all__ = [
     "linear", "relu", "relu_", "gelu", "silu", "leaky_relu", "elu", "softplus", "sigmoid", "tanh", "logsigmoid",
@@ -279,9 +280,7 @@ def _class_rows(name, input, target, weight):
     if weight is not None and tuple(weight.shape) != (n_classes,):
         raise RuntimeError(f"weight tensor should be defined either for all {n_classes} classes or no classes but "
                            f"got weight tensor of shape: {list(weight.shape)}")
-    if weight is not None and weight.requires_grad and minidl.is_grad_enabled():
-        raise RuntimeError(f"The function '{name}' is not differentiable with respect to argument 'weight'. "
-                           f"This input cannot have requires_grad True.")
+    _no_grad_through(name, "weight", weight)
     if input.ndim == 1:
         if target.ndim > 1 or target.numel() != 1:
             raise ValueError(f"For 1D input, 1D target must have size 1, but got target size: {target.numel()}")

@@ -50,6 +50,13 @@ def _legacy_reduction(size_average, reduce, reduction):
     return "mean" if size_average else "sum"
 
 
+def _no_grad_through(name, argument, x):
+    """Refuse, as torch, an argument that requires grad where the op has no gradient for it."""
+    if x is not None and x.requires_grad and grad_enabled():
+        raise RuntimeError(f"The function '{name}' is not differentiable with respect to argument '{argument}'. "
+                           f"This input cannot have requires_grad True.")
+
+
 def _positive(z):
     """z where z > 0, else 0 (also at NaN, as torch's margin kernels skip it)."""
     return where(z > 0, z, zeros_like(z))
@@ -104,6 +111,7 @@ def soft_margin_loss(input, target, size_average=None, reduce=None, reduction="m
     """log(1 + exp(-target * input)), reduced."""
     reduction = _legacy_reduction(size_average, reduce, reduction)
     _check_reduction(reduction)
+    _no_grad_through("soft_margin_loss", "target", target)
     return _reduce((-input * target).exp().log1p(), reduction)
 
 
@@ -132,7 +140,7 @@ def multilabel_soft_margin_loss(input, target, weight=None, size_average=None, r
 def _pnorm(x, p, dim):
     """The p-norm of x along dim, torch.norm's values for p in {0, 1, 2, inf, -inf} and any other p."""
     if p == 0:
-        return (x != 0).sum(dim).to(x.dtype)
+        return x.sign().abs().sum(dim)   # (the count of nonzeros, with torch's zero gradient)
     if p == 1:
         return x.abs().sum(dim)
     if p == 2:
@@ -271,6 +279,7 @@ def multi_margin_loss(input, target, p=1, margin=1.0, weight=None, size_average=
         raise ValueError("only p == 1 and p == 2 supported")
     if weight is not None and weight.ndim != 1:
         raise ValueError("weight must be one-dimensional")
+    _no_grad_through("multi_margin_loss", "weight", weight)
     x = _class_frames("multi_margin_loss", input, target)
     frames, classes = x.shape
     if target.ndim > 1 or target.numel() != frames:
@@ -543,6 +552,8 @@ def ctc_loss(log_probs, targets, input_lengths, target_lengths, blank=0, reducti
     ends = (places == twice) | ((places == twice - 1) & (twice > 0))
     steps = arange(steps_total, device=device).unsqueeze(1) < tensor(in_lengths, device=device)
     nll = CtcLoss.apply(lp, ext, skip, places <= twice, ends, steps, bool(zero_infinity))
+    if any(n == 0 and m == 0 for n, m in zip(in_lengths, tg_lengths)):   # (no steps, no target: certain)
+        nll = where((tensor(in_lengths, device=device) == 0) & (twice.squeeze(1) == 0), zeros_like(nll), nll)
     if zero_infinity:
         nll = where(nll == float("inf"), zeros_like(nll), nll)
     if reduction == "mean":
