@@ -102,10 +102,14 @@ def hinge_embedding_loss(input, target, margin=1.0, size_average=None, reduce=No
     return _reduce(loss, reduction)
 
 
-@op(method=False, namespace="nn.functional", samples=lambda t: [
-    t.S("soft_margin_loss", lambda x, y: soft_margin_loss(x, y), t.rn(3, 4), t.rn(3, 4)),
-    t.S("soft_margin_loss-none", lambda x: soft_margin_loss(x, t.const([1.0, -1.0, 1.0]), reduction="none"),
-        t.rn(2, 3))])
+def _soft_margin_samples(t):
+    y = t.rn(3, 4)
+    return [t.S("soft_margin_loss", lambda x: soft_margin_loss(x, t.const(y)), t.rn(3, 4)),
+            t.S("soft_margin_loss-none", lambda x: soft_margin_loss(x, t.const([1.0, -1.0, 1.0]), reduction="none"),
+                t.rn(2, 3))]
+
+
+@op(method=False, namespace="nn.functional", samples=_soft_margin_samples)
 @autocast_op("soft_margin_loss")
 def soft_margin_loss(input, target, size_average=None, reduce=None, reduction="mean"):
     """log(1 + exp(-target * input)), reduced."""
