@@ -310,3 +310,11 @@ def test_triplet_margin_with_p_0_counts_nonzeros():
     p[0] = a[0] - 1e-6   # (a zero difference once eps is added)
     same(F.triplet_margin_loss(*map(minidl.tensor, (a, p, n)), p=0, margin=2.0, reduction="none"),
          torch.nn.functional.triplet_margin_loss(*map(torch.tensor, (a, p, n)), p=0, margin=2.0, reduction="none"))
+
+
+def test_onnx_export_of_ctc_loss_names_the_op_it_cannot_lower():
+    """ONNX has no CTC loss: an export needing one is refused with the op's name (the others lower)."""
+    from minidl.onnx import OnnxExporterError
+    targets = minidl.tensor(np.array([[1, 2]]))
+    with pytest.raises(OnnxExporterError, match="op 'ctc_loss'"):
+        minidl.onnx.export(lambda lp: F.ctc_loss(lp, targets, (4,), (2,)), (minidl.tensor(log_softmaxed(4, 1, 3)),))
