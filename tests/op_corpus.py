@@ -4,8 +4,9 @@ Each op_db entry (a name, and a variant where it has one) whose name minidl has 
 ``minidl.nn.functional.<name>`` for ``nn.functional.*``, or a Tensor method or attribute -- is judged
 on torch's CPU samples for float64, float32 and the integer dtypes both the entry and minidl support
 (int64, int32, int16, uint8; minidl has no int8). Each sample is converted to minidl (tensors,
-nested lists of them, dtypes, devices, sizes) and run by both; the outputs (tensors, tuples, named
-tuples, lists, Python scalars) must agree in structure, shape, dtype and values. For float64 samples
+nested lists of them, dtypes, devices, sizes, parameter-free torch modules) and run by both; the
+outputs (tensors, tuples, named tuples, lists, Python scalars) must agree in structure, shape, dtype
+and values. For float64 samples
 of differentiable entries, the gradients of every input torch marks as requiring grad must agree
 too (the backward of one fixed random cotangent per float output, the same for both).
 
@@ -147,6 +148,8 @@ def to_minidl(value):
         return getattr(minidl, name)
     if isinstance(value, complex):
         raise NotApplicable("complex scalar")
+    if isinstance(value, torch.nn.Module):
+        return _minidl_module(value)
     if isinstance(value, (list, tuple)):
         return type(value)(to_minidl(v) for v in value)
     if isinstance(value, dict):
@@ -154,6 +157,20 @@ def to_minidl(value):
             raise NotApplicable("out=")
         return {k: to_minidl(v) for k, v in value.items()}
     return value
+
+
+def _minidl_module(module):
+    """A torch module given as an argument (a distance function, ...) as minidl.nn's module of its name, with
+    its plain settings; not applicable where minidl.nn has none or it holds parameters."""
+    import minidl
+    cls = getattr(minidl.nn, type(module).__name__, None)
+    if cls is None or next(module.parameters(), None) is not None:
+        raise NotApplicable(f"torch.nn.{type(module).__name__} argument")
+    out = cls()
+    for name, setting in vars(module).items():
+        if not name.startswith("_") and isinstance(setting, (bool, int, float, str)) and hasattr(out, name):
+            setattr(out, name, setting)
+    return out
 
 
 def _leaves(value):

@@ -15,6 +15,9 @@ from .dropout import Dropout, Dropout1d, Dropout2d, Dropout3d
 from .linear import Bilinear, Linear
 from .loss import (BCELoss, BCEWithLogitsLoss, CrossEntropyLoss, HuberLoss, KLDivLoss, L1Loss, MSELoss, NLLLoss,
                    SmoothL1Loss)
+from .loss import (CosineEmbeddingLoss, CTCLoss, GaussianNLLLoss, HingeEmbeddingLoss, MarginRankingLoss,
+                   MultiLabelMarginLoss, MultiLabelSoftMarginLoss, MultiMarginLoss, PoissonNLLLoss, SoftMarginLoss,
+                   TripletMarginLoss, TripletMarginWithDistanceLoss)
 from .module import Module
 from .normalization import LayerNorm, LocalResponseNorm, RMSNorm
 from .pooling import AdaptiveAvgPool2d, AvgPool2d, MaxPool2d
@@ -44,3 +47,6 @@ __all__ += ["InstanceNorm1d", "InstanceNorm2d", "InstanceNorm3d", "LocalResponse
             "CosineSimilarity", "PairwiseDistance", "Bilinear"]
 __all__ += ["Upsample", "UpsamplingNearest2d", "UpsamplingBilinear2d", "PixelShuffle", "PixelUnshuffle",
             "ChannelShuffle"]
+__all__ += ["MarginRankingLoss", "TripletMarginLoss", "TripletMarginWithDistanceLoss", "CosineEmbeddingLoss",
+            "HingeEmbeddingLoss", "MultiMarginLoss", "MultiLabelMarginLoss", "MultiLabelSoftMarginLoss",
+            "SoftMarginLoss", "GaussianNLLLoss", "PoissonNLLLoss", "CTCLoss"]

@@ -17,6 +17,11 @@ from minidl.ops import (bilinear, cosine_similarity, embedding_bag, instance_nor
                         pairwise_distance, pdist)
 from minidl.ops.resampling import (affine_grid, channel_shuffle, grid_sample, interpolate,  # noqa: F401
                                    pixel_shuffle, pixel_unshuffle, upsample, upsample_bilinear, upsample_nearest)
+from minidl.ops.losses import (_legacy_reduction, _no_grad_through, _reduce, cosine_embedding_loss,  # noqa: F401
+                               ctc_loss, gaussian_nll_loss, hinge_embedding_loss, margin_ranking_loss,
+                               multi_margin_loss, multilabel_margin_loss, multilabel_soft_margin_loss,
+                               poisson_nll_loss, soft_margin_loss, triplet_margin_loss,
+                               triplet_margin_with_distance_loss)
 
 __all__ = [
     "linear", "relu", "relu_", "gelu", "silu", "leaky_relu", "elu", "softplus", "sigmoid", "tanh", "logsigmoid",
@@ -25,28 +30,10 @@ __all__ = [
     "binary_cross_entropy_with_logits", "kl_div", "rms_norm",
     "hardtanh", "hardtanh_", "relu6", "hardswish", "hardsigmoid", "mish", "selu", "selu_", "celu", "celu_", "glu",
     "prelu", "softsign", "threshold", "threshold_", "softmin", "hardshrink", "softshrink", "tanhshrink", "rrelu",
-    "rrelu_",
+    "rrelu_", "margin_ranking_loss", "hinge_embedding_loss", "soft_margin_loss", "multilabel_soft_margin_loss",
+    "triplet_margin_loss", "triplet_margin_with_distance_loss", "cosine_embedding_loss", "multi_margin_loss",
+    "multilabel_margin_loss", "gaussian_nll_loss", "poisson_nll_loss", "ctc_loss",
 ]
-
-
-def _reduce(loss, reduction):
-    if reduction == "mean":
-        return loss.mean()
-    if reduction == "sum":
-        return loss.sum()
-    if reduction == "none":
-        return loss
-    raise ValueError(f"{reduction} is not a valid value for reduction")
-
-
-def _legacy_reduction(size_average, reduce, reduction):
-    if size_average is None and reduce is None:
-        return reduction
-    size_average = True if size_average is None else size_average
-    reduce = True if reduce is None else reduce
-    if not reduce:
-        return "none"
-    return "mean" if size_average else "sum"
 
 
 # -- layers ------------------------------------------------------------------------------------
@@ -297,9 +284,7 @@ def _class_rows(name, input, target, weight):
     if weight is not None and tuple(weight.shape) != (n_classes,):
         raise RuntimeError(f"weight tensor should be defined either for all {n_classes} classes or no classes but "
                            f"got weight tensor of shape: {list(weight.shape)}")
-    if weight is not None and weight.requires_grad and minidl.is_grad_enabled():
-        raise RuntimeError(f"The function '{name}' is not differentiable with respect to argument 'weight'. "
-                           f"This input cannot have requires_grad True.")
+    _no_grad_through(name, "weight", weight)
     if input.ndim == 1:
         if target.ndim > 1 or target.numel() != 1:
             raise ValueError(f"For 1D input, 1D target must have size 1, but got target size: {target.numel()}")

@@ -720,6 +720,9 @@ def _function_ops() -> dict:
 
 FUNCTION_OPS = _function_ops()
 composite("cov")
+composite("margin_ranking_loss", "hinge_embedding_loss", "soft_margin_loss", "multilabel_soft_margin_loss",
+          "triplet_margin_loss", "triplet_margin_with_distance_loss", "cosine_embedding_loss", "multi_margin_loss",
+          "multilabel_margin_loss", "gaussian_nll_loss", "poisson_nll_loss")
 
 from . import (nn_lowerings, reduction_lowerings, index_lowerings, shape_lowerings,  # noqa: E402,F401
                activation_lowerings, norm_distance_lowerings, product_lowerings, resample_lowerings)

@@ -39,13 +39,14 @@ Reading order, bottom-up (a module imports only those listed before it):
 - ``distances``: cosine similarity, pairwise and pdist distances, the bilinear form
 - ``products``, ``norms``: mv, tensordot, cross, kron, addmv, multi_dot, ...; linalg's vector, matrix and norm
 - ``resampling``: interpolate, grid_sample, affine_grid, pixel and channel shuffles
+- ``losses``: nn.functional's margin, embedding, Gaussian/Poisson likelihood and CTC losses
 """
 # every module, in the reading order (each declares its ops as it is imported)
 from . import (registry, core, random, conversion, take_put, views, inplace, creation,  # noqa: F401,I001
                autocast_mode, elementwise, math_ops, shape_ops, stacking, view_copies, indexing, reduction,
                reduction_more, linalg, arranging, sorting, search, scatter_reductions, conv, norm_rows, normalization,
                attention, embeddings, fused, dropout, batchnorm, rnn, cross_entropy, activations,
-               distances, products, norms, resampling)
+               distances, products, norms, resampling, losses)
 
 globals().update(registry.functions())
 globals().update(registry.functions("nn.functional"))  # (for minidl.nn.functional)

@@ -78,6 +78,11 @@ POLICIES = {
         "banned": ("binary_cross_entropy",),
     },
 }
+# the margin and likelihood losses of ops/losses.py that torch runs as one op (the others are compositions)
+_LOSSES = ("margin_ranking_loss", "hinge_embedding_loss", "soft_margin_loss", "triplet_margin_loss",
+           "cosine_embedding_loss", "multi_margin_loss", "multilabel_margin_loss", "poisson_nll_loss")
+POLICIES["cpu"]["fp32"] += _LOSSES + ("ctc_loss",)
+POLICIES["cuda"]["fp32"] += _LOSSES
 NATIVE = ("adaptive_avg_pool2d", "avg_pool2d", "batch_norm", "dot", "elu", "logaddexp", "logsigmoid", "std",
           "std_mean", "trace", "var", "var_mean",
           "mv", "addmv", "addr", "linalg_cross")

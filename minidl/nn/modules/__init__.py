@@ -28,7 +28,11 @@ _LAYOUT = {
     "flatten": [container.Flatten, container.Unflatten],
     "linear": [container.Identity, linear.Linear, linear.NonDynamicallyQuantizableLinear, linear.Bilinear],
     "loss": [loss.BCELoss, loss.BCEWithLogitsLoss, loss.CrossEntropyLoss, loss.HuberLoss, loss.KLDivLoss,
-             loss.L1Loss, loss.MSELoss, loss.NLLLoss, loss.SmoothL1Loss],
+             loss.L1Loss, loss.MSELoss, loss.NLLLoss, loss.SmoothL1Loss]
+    + [getattr(loss, name) for name in ("MarginRankingLoss", "TripletMarginLoss", "TripletMarginWithDistanceLoss",
+                                        "CosineEmbeddingLoss", "HingeEmbeddingLoss", "MultiMarginLoss",
+                                        "MultiLabelMarginLoss", "MultiLabelSoftMarginLoss", "SoftMarginLoss",
+                                        "GaussianNLLLoss", "PoissonNLLLoss", "CTCLoss")],
     "normalization": [batchnorm.GroupNorm, normalization.LayerNorm, normalization.RMSNorm,
                       normalization.LocalResponseNorm],
     "instancenorm": [instancenorm.InstanceNorm1d, instancenorm.InstanceNorm2d, instancenorm.InstanceNorm3d],
