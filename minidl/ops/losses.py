@@ -18,6 +18,7 @@ from .autocast_mode import autocast_op
 from .core import grad_enabled
 from .cross_entropy import REDUCTIONS
 from .creation import arange, full, ones_like, tensor, zeros_like
+from .distances import pairwise_distance
 from .elementwise import maximum, minimum, where
 from .shape_ops import cat, stack
 from .registry import op
@@ -140,25 +141,7 @@ def multilabel_soft_margin_loss(input, target, weight=None, size_average=None, r
     return _reduce(loss.sum(class_dim) / input.shape[class_dim], reduction)
 
 
-# ----------------------------------------------------------------------------- distances
-def _pnorm(x, p, dim):
-    """The p-norm of x along dim, torch.norm's values for p in {0, 1, 2, inf, -inf} and any other p."""
-    if p == 0:
-        return x.sign().abs().sum(dim)   # (the count of nonzeros, with torch's zero gradient)
-    if p == 1:
-        return x.abs().sum(dim)
-    if p == 2:
-        return (x * x).sum(dim).sqrt()
-    if math.isinf(p):
-        return x.abs().amax(dim) if p > 0 else x.abs().amin(dim)
-    return x.abs().pow(p).sum(dim).pow(1.0 / p)
-
-
-def _pairwise_distance(x1, x2, p=2.0, eps=1e-6):
-    """torch.pairwise_distance: the p-norm of x1 - x2 + eps along the last dim of the broadcast pair."""
-    return _pnorm(x1 - x2 + eps, p, max(x1.ndim, x2.ndim) - 1)
-
-
+# ----------------------------------------------------------------------------- triplets
 def _check_triplet(anchor, positive, negative, margin):
     if margin <= 0:
         raise ValueError(f"margin must be greater than 0, got {margin}")
@@ -189,8 +172,8 @@ def triplet_margin_loss(anchor, positive, negative, margin=1.0, p=2.0, eps=1e-6,
     reduction = _legacy_reduction(size_average, reduce, reduction)
     _check_reduction(reduction)
     _check_triplet(anchor, positive, negative, margin)
-    swapped = _pairwise_distance(positive, negative, p, eps) if swap else None
-    return _triplet(_pairwise_distance(anchor, positive, p, eps), _pairwise_distance(anchor, negative, p, eps),
+    swapped = pairwise_distance(positive, negative, p, eps) if swap else None
+    return _triplet(pairwise_distance(anchor, positive, p, eps), pairwise_distance(anchor, negative, p, eps),
                     swapped, margin, reduction)
 
 
@@ -209,7 +192,7 @@ def triplet_margin_with_distance_loss(anchor, positive, negative, *, distance_fu
     """triplet_margin_loss with any distance ``(x, y) -> tensor`` (default: the pairwise 2-distance)."""
     _check_reduction(reduction)
     _check_triplet(anchor, positive, negative, margin)
-    distance = distance_function if distance_function is not None else _pairwise_distance
+    distance = distance_function if distance_function is not None else pairwise_distance
     swapped = distance(positive, negative) if swap else None
     return _triplet(distance(anchor, positive), distance(anchor, negative), swapped, margin, reduction)
 
