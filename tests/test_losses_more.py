@@ -86,6 +86,7 @@ def test_ctc_loss_module_and_triplet_with_a_distance_function():
     same(got, want, [a, p, n])
     same(nn.TripletMarginWithDistanceLoss()(a[0], p[0], n[0]), torch.nn.TripletMarginWithDistanceLoss()(
         a[1], p[1], n[1]))
+    assert repr(nn.TripletMarginWithDistanceLoss()) == repr(torch.nn.TripletMarginWithDistanceLoss())
 
 
 def test_module_arguments_are_checked_as_torch():

@@ -15,9 +15,9 @@ from minidl.ops import (_hardsigmoid, _hardswish, _hardtanh, _mish, _relu6, celu
                         threshold as _threshold)
 from minidl.ops import (bilinear, cosine_similarity, embedding_bag, instance_norm, local_response_norm,  # noqa: F401
                         pairwise_distance, pdist)
-from minidl.ops.resampling import (affine_grid, channel_shuffle, grid_sample, interpolate,  # noqa: F401
-                                   pixel_shuffle, pixel_unshuffle, upsample, upsample_bilinear, upsample_nearest)
-from minidl.ops.losses import (_legacy_reduction, _no_grad_through, _reduce, cosine_embedding_loss,  # noqa: F401
+from minidl.ops import (affine_grid, channel_shuffle, grid_sample, interpolate, pixel_shuffle,  # noqa: F401
+                        pixel_unshuffle)
+from minidl.ops import (_legacy_reduction, _no_grad_through, _reduce, cosine_embedding_loss,  # noqa: F401
                                ctc_loss, gaussian_nll_loss, hinge_embedding_loss, margin_ranking_loss,
                                multi_margin_loss, multilabel_margin_loss, multilabel_soft_margin_loss,
                                poisson_nll_loss, soft_margin_loss, triplet_margin_loss,
@@ -603,3 +603,26 @@ def _repeat_kv_heads(x, heads: int):
         return x
     lead, (h, s, e) = tuple(x.shape[:-3]), tuple(x.shape[-3:])
     return x.unsqueeze(-3).expand(lead + (h, groups, s, e)).reshape(lead + (heads, s, e))
+
+
+# ----------------------------------------------------------------------------- interpolate's deprecated names
+def _deprecated(name):
+    warnings.warn(f"`nn.functional.{name}` is deprecated. Use `nn.functional.interpolate` instead.", stacklevel=3)
+
+
+def upsample(input, size=None, scale_factor=None, mode="nearest", align_corners=None, recompute_scale_factor=None):
+    """interpolate's old name (deprecated, as in torch)."""
+    _deprecated("upsample")
+    return interpolate(input, size, scale_factor, mode, align_corners, recompute_scale_factor)
+
+
+def upsample_nearest(input, size=None, scale_factor=None):
+    """interpolate(mode='nearest') (deprecated)."""
+    _deprecated("upsample_nearest")
+    return interpolate(input, size, scale_factor, mode="nearest")
+
+
+def upsample_bilinear(input, size=None, scale_factor=None):
+    """interpolate(mode='bilinear', align_corners=True) (deprecated)."""
+    _deprecated("upsample_bilinear")
+    return interpolate(input, size, scale_factor, mode="bilinear", align_corners=True)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from . import functional as F
+from .distance import PairwiseDistance
 from .module import Module
 
 
@@ -120,12 +121,13 @@ class TripletMarginLoss(_Loss):
 
 
 class TripletMarginWithDistanceLoss(_Loss):
-    """distance_function None stands for the pairwise 2-distance (nn.functional's default)."""
+    """distance_function None stands for a PairwiseDistance() submodule (the pairwise 2-distance), as torch's."""
 
     def __init__(self, *, distance_function=None, margin: float = 1.0, swap: bool = False, reduction: str = "mean"):
         super().__init__(reduction=reduction)
         _check_margin("TripletMarginWithDistanceLoss", margin)
-        self.distance_function, self.margin, self.swap = distance_function, margin, swap
+        self.distance_function = distance_function if distance_function is not None else PairwiseDistance()
+        self.margin, self.swap = margin, swap
 
     def forward(self, anchor, positive, negative):
         return F.triplet_margin_with_distance_loss(anchor, positive, negative, distance_function=self.distance_function,

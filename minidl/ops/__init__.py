@@ -37,7 +37,8 @@ Reading order, bottom-up (a module imports only those listed before it):
 - ``cross_entropy``: cross-entropy and the negative log-likelihood over rows of classes
 - ``activations``: nn.functional's activations beyond relu, gelu and silu (hardtanh, selu, glu, prelu, ...)
 - ``distances``: cosine similarity, pairwise and pdist distances, the bilinear form
-- ``products``, ``norms``: mv, tensordot, cross, kron, addmv, multi_dot, ...; linalg's vector, matrix and norm
+- ``products``: mv, tensordot, cross, kron, addmv, multi_dot, ... (and linalg's cross, vecdot, matrix_power)
+- ``norms``: linalg's vector_norm, matrix_norm and norm
 - ``resampling``: interpolate, grid_sample, affine_grid, pixel and channel shuffles
 - ``losses``: nn.functional's margin, embedding, Gaussian/Poisson likelihood and CTC losses
 """
@@ -48,6 +49,8 @@ from . import (registry, core, random, conversion, take_put, views, inplace, cre
                attention, embeddings, fused, dropout, batchnorm, rnn, cross_entropy, activations,
                distances, products, norms, resampling, losses)
 
+# (the reduction helpers of the losses, for nn.functional's older losses too)
+_legacy_reduction, _no_grad_through, _reduce = losses._legacy_reduction, losses._no_grad_through, losses._reduce
 globals().update(registry.functions())
 globals().update(registry.functions("nn.functional"))  # (for minidl.nn.functional)
 __all__ = sorted(registry.functions()) + ["random"]  # (minidl.random is torch.random's counterpart)
