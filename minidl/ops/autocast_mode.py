@@ -57,7 +57,7 @@ DEFAULT_DTYPES = {"cpu": dt.bfloat16, "cuda": dt.float16}
 POLICIES = {
     "cpu": {
         "lower_precision": ("conv1d", "conv2d", "conv_transpose2d", "bmm", "mm", "baddbmm", "addmm", "linear",
-                            "matmul", "scaled_dot_product_attention"),
+                            "matmul", "scaled_dot_product_attention", "conv3d", "conv_transpose1d", "conv_transpose3d"),
         "fp32": ("prod", "cdist", "trace", "reflection_pad1d", "reflection_pad2d", "replication_pad1d",
                  "replication_pad2d", "replication_pad3d", "mse_loss", "nll_loss", "smooth_l1_loss", "cross_entropy",
                  "l1_loss", "huber_loss", "kl_div", "binary_cross_entropy", "binary_cross_entropy_with_logits"),
@@ -65,7 +65,8 @@ POLICIES = {
     },
     "cuda": {
         "lower_precision": ("conv1d", "conv2d", "conv_transpose2d", "addmm", "matmul", "einsum", "mm", "linear",
-                            "baddbmm", "bmm", "scaled_dot_product_attention"),
+                            "baddbmm", "bmm", "scaled_dot_product_attention", "conv3d", "conv_transpose1d",
+                            "conv_transpose3d"),
         "fp32": ("exp", "expm1", "log", "log1p", "reciprocal", "rsqrt", "tan", "pow", "softplus", "layer_norm",
                  "group_norm", "nll_loss", "kl_div", "l1_loss", "smooth_l1_loss", "huber_loss", "mse_loss",
                  "binary_cross_entropy_with_logits", "cdist", "logsumexp"),
@@ -75,7 +76,8 @@ POLICIES = {
     },
 }
 NATIVE = ("adaptive_avg_pool2d", "avg_pool2d", "batch_norm", "dot", "elu", "logaddexp", "logsigmoid", "std",
-          "std_mean", "trace", "var", "var_mean")
+          "std_mean", "trace", "var", "var_mean", "avg_pool1d", "avg_pool3d", "adaptive_avg_pool1d",
+          "adaptive_avg_pool3d")
 
 BANNED_MESSAGE = (
     "minidl.nn.functional.binary_cross_entropy and minidl.nn.BCELoss are unsafe to autocast.\n"
