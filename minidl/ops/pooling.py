@@ -93,7 +93,7 @@ def _max_pool_samples(name, spatial, fn):
         return [
             t.S(name, lambda x: fn(x, 2, stride=1, padding=1), t.distinct(*shape)),
             t.S(f"{name}-ceil-dilation-unbatched", lambda x: fn(x, 2, stride=2, dilation=2, ceil_mode=True),
-                t.NC(t.distinct(*((3, 6) if spatial == 1 else (2, 3, 3, 2))), "F")),
+                t.NC(t.distinct(*((3, 6) if spatial == 1 else (2, 3, 3, 4))), "F")),
             t.S(f"{name}-backward", first_backward, t.rn(*shape[:2], *(n - 1 for n in shape[2:]))),
             t.S(name, lambda x: fn(x, 2, stride=1) ** 2, t.distinct(*shape), second_order=True),
         ]
@@ -335,14 +335,13 @@ def _max_unpool(name, input, indices, spatial, kernel_size, stride, padding, out
 
 
 def _max_unpool_samples(name, spatial, fn):
-    def samples(t):
-        x = tensor(t.distinct(*(2, 2) + (3,) * spatial))
-        idx = _POOLS[spatial][0](x, 2, stride=1, return_indices=True)[1].numpy()   # distinct maxima's places
+    def samples(t):  # indices of non-overlapping windows: no place written twice
+        x = tensor(t.distinct(*(2, 2) + (4,) * spatial))
+        idx = _POOLS[spatial][0](x, 2, return_indices=True)[1].numpy()
         pooled = (2, 2) + (2,) * spatial
         return [
-            t.S(name, lambda v: fn(v, t.const(idx), 2, stride=1), t.rn(*pooled)),
-            t.S(f"{name}-output-size-unbatched", lambda v: fn(v, t.const(idx[0]), 2, stride=1,
-                                                               output_size=(4,) * spatial),
+            t.S(name, lambda v: fn(v, t.const(idx), 2), t.rn(*pooled)),
+            t.S(f"{name}-output-size-unbatched", lambda v: fn(v, t.const(idx[0]), 2, output_size=(5,) * spatial),
                 t.NC(t.rn(*pooled[1:]), "F")),
         ]
     return samples
