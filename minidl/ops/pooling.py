@@ -161,9 +161,9 @@ def avg_pool3d(input, kernel_size, stride=None, padding=0, ceil_mode=False, coun
 
 
 # ----------------------------------------------------------------------------- adaptive pooling
-def _adaptive_sizes(name, x, spatial, output_size):
-    """The output sizes (None: the input's), checked."""
-    sizes = tuple(x.shape[2:])
+def _adaptive_sizes(name, sizes, output_size):
+    """The output sizes for spatial input ``sizes`` (None: the input's), checked."""
+    spatial = len(sizes)
     if isinstance(output_size, (list, tuple)):
         if len(output_size) != spatial:
             raise RuntimeError(f"{name}: output_size must have {spatial} elements, got {list(output_size)}")
@@ -171,7 +171,7 @@ def _adaptive_sizes(name, x, spatial, output_size):
     else:
         out = (int(output_size),) * spatial
     if min(out) < 0 or 0 in sizes:
-        raise RuntimeError(f"{name}: invalid output size {out} for an input of shape {list(x.shape)}")
+        raise RuntimeError(f"{name}: invalid output size {out} for an input of spatial size {sizes}")
     return out
 
 
@@ -179,7 +179,7 @@ def _adaptive_avg(name, input, spatial, output_size):
     x, unbatched = _batched(name, input, spatial)
     if not x.dtype.is_floating_point:
         raise NotImplementedError(f"{name}: not implemented for {x.dtype.name} input (as in PyTorch)")
-    for i, o in reversed(list(enumerate(_adaptive_sizes(name, x, spatial, output_size)))):
+    for i, o in reversed(list(enumerate(_adaptive_sizes(name, tuple(x.shape[2:]), output_size)))):
         planes = _planes(x, 2 + i)                             # (B, n, A): the windows' means are M @ planes
         m = tensor(_adaptive_matrix(planes.shape[1], o), dtype=x.dtype, device=x.device)
         x = (m @ planes).reshape(tuple(x.shape[:2 + i]) + (o,) + tuple(x.shape[3 + i:]))
@@ -215,7 +215,7 @@ def _adaptive_max(name, input, spatial, output_size, return_indices):
     x, unbatched = _batched(name, input, spatial)
     if not x.dtype.is_floating_point:
         raise NotImplementedError(f"{name}: not implemented for {x.dtype.name} input (as in PyTorch)")
-    o = _adaptive_sizes(name, x, spatial, output_size)
+    o = _adaptive_sizes(name, tuple(x.shape[2:]), output_size)
 
     def along(planes, i):
         b, n, a = planes.shape
