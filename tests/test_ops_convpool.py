@@ -223,3 +223,39 @@ def test_onnx_export_of_conv_modules():
                                                                                      output_padding=1, dilation=2))
     _onnx(model, minidl.randn(2, 2, 3, 4, 3))
     _onnx(nn.ConvTranspose1d(2, 3, 3, stride=2, padding=1, groups=1), minidl.randn(2, 5))
+
+
+@pytest.mark.parametrize("n, shape, kernel, kwargs", [
+    (2, (2, 3, 9, 10), (3, 2), dict(output_size=(4, 5))),
+    (2, (3, 16, 16), 1, dict(output_ratio=(0.5, 0.5))),
+    (3, (2, 2, 7, 8, 9), 2, dict(output_size=(3, 4, 5))),
+    (3, (2, 7, 8, 9), (2, 3, 2), dict(output_ratio=0.5)),
+])
+def test_fractional_max_pool_with_given_draws_is_torchs(n, shape, kernel, kwargs):
+    """The same draws place the same windows (torch's float32 arithmetic included); ties go to the first."""
+    for dtype in (np.float64, np.float32):
+        x = RNG.integers(0, 4, shape).astype(dtype)
+        draws = RNG.uniform(0, 1, (shape[0] if len(shape) == n + 2 else 1, shape[-n - 1], n)).astype(dtype)
+        name = f"fractional_max_pool{n}d"
+        _both(lambda t: getattr(F, name)(t, kernel, return_indices=True, _random_samples=minidl.tensor(draws),
+                                         **kwargs),
+              lambda t: getattr(TF, name)(t, kernel, return_indices=True, _random_samples=torch.tensor(draws),
+                                          **kwargs), x, grad=dtype is np.float64)
+
+
+def test_fractional_max_pool_modules_and_errors():
+    draws = RNG.uniform(0, 1, (2, 3, 2))
+    ours = nn.FractionalMaxPool2d(3, output_ratio=0.5, _random_samples=minidl.tensor(draws))
+    theirs = torch.nn.FractionalMaxPool2d(3, output_ratio=0.5, _random_samples=torch.tensor(draws))
+    assert repr(ours) == repr(theirs) and list(ours.state_dict()) == list(theirs.state_dict())
+    x = RNG.standard_normal((2, 3, 9, 10))
+    np.testing.assert_array_equal(ours(minidl.tensor(x)).numpy(), theirs(torch.tensor(x)).numpy())
+    assert tuple(nn.FractionalMaxPool3d(2, output_size=3)(minidl.randn(2, 5, 5, 5)).shape) == (2, 3, 3, 3)
+    with pytest.raises(ValueError, match="output_ratio must be between 0 and 1"):
+        nn.FractionalMaxPool3d(2, output_ratio=1.5)
+    with pytest.raises(RuntimeError, match=r"fractional_max_pool2d\(\): pool height 3 too large relative to input "
+                                           r"height 4"):
+        F.fractional_max_pool2d(minidl.randn(1, 1, 4, 4), 3, output_size=3)
+    with pytest.raises(ValueError, match="fractional_max_pool3d requires specifying either an output_size or an "
+                                         "output_ratio"):
+        F.fractional_max_pool3d(minidl.randn(1, 1, 4, 4, 4), 2)

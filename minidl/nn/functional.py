@@ -16,7 +16,8 @@ from minidl.ops import (_hardsigmoid, _hardswish, _hardtanh, _mish, _relu6, celu
 from minidl.ops.conv_nd import conv3d, conv_transpose1d, conv_transpose3d  # noqa: F401
 from minidl.ops.pooling import (adaptive_avg_pool1d, adaptive_avg_pool3d, adaptive_max_pool1d,  # noqa: F401
                                 adaptive_max_pool2d, adaptive_max_pool3d, avg_pool1d, avg_pool3d, lp_pool1d, lp_pool2d,
-                                lp_pool3d, max_pool1d, max_pool3d, max_unpool1d, max_unpool2d, max_unpool3d)
+                                lp_pool3d, max_pool1d, max_pool3d, max_unpool1d, max_unpool2d, max_unpool3d,
+                                fractional_max_pool2d, fractional_max_pool3d)
 
 __all__ = [
     "linear", "relu", "relu_", "gelu", "silu", "leaky_relu", "elu", "softplus", "sigmoid", "tanh", "logsigmoid",

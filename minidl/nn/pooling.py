@@ -179,3 +179,36 @@ class MaxUnpool2d(_MaxUnpoolNd):
 
 class MaxUnpool3d(_MaxUnpoolNd):
     _function, _n = F.max_unpool3d, 3
+
+
+class _FractionalMaxPoolNd(Module):
+    _function, _n = None, 0
+
+    def __init__(self, kernel_size, output_size=None, output_ratio=None, return_indices: bool = False,
+                 _random_samples=None):
+        super().__init__()
+        name, n = type(self).__name__, self._n
+        if min(_single(kernel_size, n)) <= 0:
+            raise ValueError(f"kernel_size must be greater than 0, but got {kernel_size}")
+        self.kernel_size, self.return_indices = _single(kernel_size, n), return_indices
+        self.register_buffer("_random_samples", _random_samples)
+        self.output_size = _single(output_size, n) if output_size is not None else None
+        self.output_ratio = _single(output_ratio, n) if output_ratio is not None else None
+        if output_size is None and output_ratio is None:
+            raise ValueError(f"{name} requires specifying either an output size, or a pooling ratio")
+        if output_size is not None and output_ratio is not None:
+            raise ValueError("only one of output_size and output_ratio may be specified")
+        if self.output_ratio is not None and not all(0 < r < 1 for r in self.output_ratio):
+            raise ValueError(f"output_ratio must be between 0 and 1 (got {output_ratio})")
+
+    def forward(self, input):
+        return type(self)._function(input, self.kernel_size, self.output_size, self.output_ratio,
+                                    self.return_indices, _random_samples=self._random_samples)
+
+
+class FractionalMaxPool2d(_FractionalMaxPoolNd):
+    _function, _n = F.fractional_max_pool2d, 2
+
+
+class FractionalMaxPool3d(_FractionalMaxPoolNd):
+    _function, _n = F.fractional_max_pool3d, 3

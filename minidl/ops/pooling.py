@@ -19,9 +19,10 @@ from .autocast_mode import autocast_op
 from .conv import Im2Col, MaxPool2d, _adaptive_matrix, _batched, _window_counts, avg_pool2d, max_pool2d, \
     output_sizes
 from .conv_nd import ntuple
-from .creation import tensor, zeros
+from .creation import arange, full, rand, tensor, zeros
 from .elementwise import div
 from .registry import op
+from .shape_ops import cat
 
 
 def _pool_args(name, n, kernel_size, stride, padding, dilation=1):
@@ -363,3 +364,90 @@ def max_unpool2d(input, indices, kernel_size, stride=None, padding=0, output_siz
     "max_unpool3d", 3, lambda *a, **k: max_unpool3d(*a, **k)))
 def max_unpool3d(input, indices, kernel_size, stride=None, padding=0, output_size=None):
     return _max_unpool("max_unpool3d", input, indices, 3, kernel_size, stride, padding, output_size)
+
+
+# ----------------------------------------------------------------------------- fractional max pooling
+def _fractional_starts(u, n, k, o):
+    """torch's generate_intervals for samples ``u`` (N, C): each plane's window starts (N, C, o),
+    int((i + u) * alpha) - int(u * alpha) with alpha = (n - k) / (o - 1), the last window at n - k, in u's
+    dtype as torch computes them."""
+    last = full(tuple(u.shape) + (1,), n - k, dtype=dt.int64, device=u.device)
+    if o == 1:
+        return last
+    alpha = float(np.array(n - k, u.dtype.np) / np.array(o - 1, u.dtype.np))
+    i = arange(o - 1, dtype=u.dtype, device=u.device)
+    starts = ((i + u.unsqueeze(-1)) * alpha).to(dt.int64) - (u * alpha).to(dt.int64).unsqueeze(-1)
+    return cat([starts, last], -1)
+
+
+def _fractional_max(name, input, spatial, kernel_size, output_size, output_ratio, return_indices, samples):
+    x, unbatched = _batched(name, input, spatial)
+    if not x.dtype.is_floating_point:
+        raise NotImplementedError(f"{name}: not implemented for {x.dtype.name} input (as in PyTorch)")
+    k, sizes = ntuple(kernel_size, spatial, "kernel_size"), tuple(x.shape[2:])
+    if output_size is None:
+        if output_ratio is None:
+            raise ValueError(f"{name} requires specifying either an output_size or an output_ratio")
+        ratio = tuple(output_ratio) if isinstance(output_ratio, (list, tuple)) else (output_ratio,) * spatial
+        if len(ratio) != spatial:
+            raise ValueError(f"{name} requires output_ratio to either be a single Int or tuple of Ints.")
+        output_size = [int(n * r) for n, r in zip(sizes, ratio)]
+    o = ntuple(output_size, spatial, "output_size")
+    for n, kk, oo, what in zip(sizes, k, o, ("time", "height", "width")[3 - spatial:]):
+        if oo + kk - 1 > n:
+            raise RuntimeError(f"{name}(): pool {what} {kk} too large relative to input {what} {n}")
+    n_batch, c = x.shape[0], x.shape[1]
+    if samples is None:
+        samples = rand(n_batch, c, spatial, dtype=x.dtype, device=x.device)
+    if tuple(samples.shape) != (n_batch, c, spatial):
+        raise RuntimeError(f"{name}: expected _random_samples of shape {[n_batch, c, spatial]}, got "
+                           f"{list(samples.shape)}")
+    # torch's samples run (W, H) in 2-D but (T, H, W) in 3-D
+    order = (1, 0) if spatial == 2 else (0, 1, 2)
+
+    def along(planes, i):
+        b, n, a = planes.shape
+        starts = _fractional_starts(samples[:, :, order[i]], n, k[i], o[i])          # (N, C, o)
+        before = math.prod(sizes[:i])                                  # the (not yet pooled) spatial dims before i
+        starts = starts.reshape(n_batch, c, 1, o[i]).expand(n_batch, c, before, o[i]).reshape(b, o[i], 1)
+        taps = (starts + arange(k[i], device=x.device)).reshape(b, o[i] * k[i], 1).expand(b, o[i] * k[i], a)
+        values, arg = planes.gather(1, taps).reshape(b, o[i], k[i], a).max(2)
+        return values, arg + starts
+
+    out, idx = _separable_max(x, along)
+    if unbatched:
+        out, idx = out.squeeze(0), idx.squeeze(0)
+    return (out, idx) if return_indices else out
+
+
+
+def _fractional_samples(name, shape, size, fn):
+    def samples(t):
+        spatial = len(shape) - 2
+        u = t.uniform(0.0, 1.0, shape[0], shape[1], spatial)
+        return [
+            t.S(name, lambda x: fn(x, 2, output_size=size, _random_samples=t.const(u)), t.distinct(*shape)),
+            t.S(f"{name}-ratio-indices-unbatched",
+                lambda x: fn(x, (2, 1, 2)[:spatial], output_ratio=0.5, return_indices=True,
+                             _random_samples=t.const(u[:1]))[0], t.NC(t.distinct(*shape[1:]), "F")),
+        ]
+    return samples
+
+
+@op(method=False, namespace="nn.functional", samples=_fractional_samples(
+    "fractional_max_pool2d", (2, 2, 6, 5), (3, 2), lambda *a, **k: fractional_max_pool2d(*a, **k)))
+def fractional_max_pool2d(input, kernel_size, output_size=None, output_ratio=None, return_indices=False,
+                          _random_samples=None):
+    """Max over windows of ``kernel_size`` placed at pseudo-random fractional strides (Graham, 2014): one
+    draw in [0, 1) per plane and spatial dim (``_random_samples``, (N, C, 2), else drawn) fixes the starts."""
+    return _fractional_max("fractional_max_pool2d", input, 2, kernel_size, output_size, output_ratio,
+                           return_indices, _random_samples)
+
+
+@op(method=False, namespace="nn.functional", samples=_fractional_samples(
+    "fractional_max_pool3d", (1, 2, 4, 5, 6), (2, 3, 2), lambda *a, **k: fractional_max_pool3d(*a, **k)))
+def fractional_max_pool3d(input, kernel_size, output_size=None, output_ratio=None, return_indices=False,
+                          _random_samples=None):
+    """fractional_max_pool2d in three spatial dims (``_random_samples`` (N, C, 3), in (T, H, W) order)."""
+    return _fractional_max("fractional_max_pool3d", input, 3, kernel_size, output_size, output_ratio,
+                           return_indices, _random_samples)

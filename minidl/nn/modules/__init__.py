@@ -32,7 +32,7 @@ _LAYOUT = {
                 pooling.AdaptiveAvgPool3d, pooling.AdaptiveMaxPool1d, pooling.AdaptiveMaxPool2d,
                 pooling.AdaptiveMaxPool3d, pooling.AvgPool1d, pooling.AvgPool3d, pooling.LPPool1d, pooling.LPPool2d,
                 pooling.LPPool3d, pooling.MaxPool1d, pooling.MaxPool3d, pooling.MaxUnpool1d, pooling.MaxUnpool2d,
-                pooling.MaxUnpool3d],
+                pooling.MaxUnpool3d, pooling.FractionalMaxPool2d, pooling.FractionalMaxPool3d],
     "rnn": [rnn.GRU, rnn.GRUCell, rnn.LSTM, rnn.LSTMCell, rnn.RNN, rnn.RNNBase, rnn.RNNCell, rnn.RNNCellBase],
     "sparse": [sparse.Embedding],
     "transformer": [transformer.Transformer, transformer.TransformerDecoder, transformer.TransformerDecoderLayer,
