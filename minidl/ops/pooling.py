@@ -6,7 +6,8 @@ that (n, after) plane (``MaxPool2d`` for maxima, ``Im2Col`` then a sum for avera
 of a maximum along one dim gathers the positions found in the dims pooled before it, so the
 indices come out flat over the input's spatial dims, ties to the first in row-major order, as
 PyTorch's loops pick them. Adaptive windows vary in size: their means are one averaging matrix per
-dim; their maxima gather each window (padded by repeating its last element) and reduce it.
+dim; their maxima gather each window (padded by repeating its last element) and reduce it, as do
+fractional max pooling's windows, placed per plane by torch's formula from one draw per dim.
 """
 from __future__ import annotations
 
@@ -48,21 +49,22 @@ def _planes(x, dim):
     return x.reshape(math.prod(x.shape[:dim]), x.shape[dim], math.prod(x.shape[dim + 1:]))
 
 
-def _separable_max(x, reduce_along):
+def _separable_max(x, reduce_along, indices):
     """Max over boxes of x (N, C, *spatial), one spatial dim at a time, last first.
 
     ``reduce_along(planes, i)``: planes (B, n, A) -> (values, positions) (B, o, A), the windows of
-    spatial dim ``i``. Returns the maxima and their int64 indices flat over the spatial dims."""
+    spatial dim ``i``. Returns the maxima and (with ``indices``, else None) their int64 indices flat over
+    the spatial dims."""
     sizes = tuple(x.shape[2:])
     flat = None
     for i in reversed(range(len(sizes))):
         dim = 2 + i
         values, pos = reduce_along(_planes(x, dim), i)
         shape = tuple(x.shape[:dim]) + (values.shape[1],) + tuple(x.shape[dim + 1:])
-        values, pos = values.reshape(shape), pos.reshape(shape)
-        stride = math.prod(sizes[i + 1:])
-        flat = pos * stride if flat is None else pos * stride + flat.gather(dim, pos)
-        x = values
+        if indices:
+            pos, stride = pos.reshape(shape), math.prod(sizes[i + 1:])
+            flat = pos * stride if flat is None else pos * stride + flat.gather(dim, pos)
+        x = values.reshape(shape)
     return x, flat
 
 
@@ -76,10 +78,10 @@ def _max_pool(name, input, spatial, kernel_size, stride, padding, dilation, ceil
         values, idx = MaxPool2d.apply(planes.reshape(b, 1, n, a), (k[i], 1, s[i], 1, p[i], 0, d[i], 1, o[i], a))
         return values.reshape(b, o[i], a), idx.reshape(b, o[i], a) // a   # idx: a position in the (n, a) plane
 
-    out, idx = _separable_max(x, along)
-    if unbatched:
-        out, idx = out.squeeze(0), idx.squeeze(0)
-    return (out, idx) if return_indices else out
+    out, idx = _separable_max(x, along, return_indices)
+    if not return_indices:
+        return out.squeeze(0) if unbatched else out
+    return (out.squeeze(0), idx.squeeze(0)) if unbatched else (out, idx)
 
 
 def _max_pool_samples(name, spatial, fn):
@@ -225,10 +227,10 @@ def _adaptive_max(name, input, spatial, output_size, return_indices):
         values, arg = windows.reshape(b, o[i], positions.shape[1], a).max(2)
         return values, arg + tensor(start.reshape(o[i], 1), device=x.device)
 
-    out, idx = _separable_max(x, along)
-    if unbatched:
-        out, idx = out.squeeze(0), idx.squeeze(0)
-    return (out, idx) if return_indices else out
+    out, idx = _separable_max(x, along, return_indices)
+    if not return_indices:
+        return out.squeeze(0) if unbatched else out
+    return (out.squeeze(0), idx.squeeze(0)) if unbatched else (out, idx)
 
 
 def _adaptive_max_samples(name, shape, size, fn):
@@ -414,10 +416,10 @@ def _fractional_max(name, input, spatial, kernel_size, output_size, output_ratio
         values, arg = planes.gather(1, taps).reshape(b, o[i], k[i], a).max(2)
         return values, arg + starts
 
-    out, idx = _separable_max(x, along)
-    if unbatched:
-        out, idx = out.squeeze(0), idx.squeeze(0)
-    return (out, idx) if return_indices else out
+    out, idx = _separable_max(x, along, return_indices)
+    if not return_indices:
+        return out.squeeze(0) if unbatched else out
+    return (out.squeeze(0), idx.squeeze(0)) if unbatched else (out, idx)
 
 
 
