@@ -116,6 +116,8 @@ def test_max_unpool_inverts_max_pool_and_checks_its_indices():
      r"Expected 4D \(unbatched\) or 5D \(batched\) input to conv3d, but got input of size: \[2, 3, 4\]"),
     (lambda: F.conv3d(minidl.randn(1, 3, 4, 4, 4), minidl.randn(2, 2, 1, 1, 1)), RuntimeError,
      r"conv3d: weight of shape \[2, 2, 1, 1, 1\] with groups=1 does not fit an input with 3 channels"),
+    (lambda: F.conv_transpose1d(minidl.randn(4, 4, 4), minidl.randn(2, 3, 2)), RuntimeError,
+     r"conv_transpose1d: weight of shape \[2, 3, 2\] with groups=1 does not fit an input with 4 channels"),
     (lambda: F.conv3d(minidl.randn(1, 2, 4, 4, 4), minidl.randn(2, 2, 1, 1, 1), stride=2, padding="same"),
      RuntimeError, r"padding='same' is not supported for strided convolutions"),
     (lambda: F.conv_transpose3d(minidl.randn(1, 2, 2, 2, 2), minidl.randn(2, 2, 1, 1, 1), stride=2,

@@ -106,6 +106,15 @@ def _transpose_sizes(name, sizes, kernel, s, p, op_, d):
     return out
 
 
+def _transpose_groups(name, channels, weight, groups):
+    """groups, checked against a transposed convolution's weight (C_in, C_out/groups, *kernel)."""
+    groups = int(groups)
+    if groups < 1 or weight.shape[0] != channels or channels % groups:
+        raise RuntimeError(f"{name}: weight of shape {list(weight.shape)} with groups={groups} does not fit an "
+                           f"input with {channels} channels")
+    return groups
+
+
 @op(method=False, samples=lambda t: [
     t.S("conv_transpose1d", lambda x, w, b: conv_transpose1d(x, w, b, stride=2, padding=1, output_padding=1),
         t.rn(2, 2, 3), t.rn(2, 3, 3), t.rn(3)),
@@ -114,6 +123,7 @@ def _transpose_sizes(name, sizes, kernel, s, p, op_, d):
 @autocast_op("conv_transpose1d")
 def conv_transpose1d(input, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1, dilation=1):
     x, unbatched = _inputs("conv_transpose1d", input, weight, bias, 1)
+    groups = _transpose_groups("conv_transpose1d", x.shape[1], weight, groups)
     one = [ntuple(v, 1, nm)[0] for v, nm in ((stride, "stride"), (padding, "padding"),
                                              (output_padding, "output_padding"), (dilation, "dilation"))]
     out = conv_transpose2d(x.unsqueeze(2), weight.unsqueeze(2), bias, (1, one[0]), (0, one[1]), (0, one[2]),
@@ -140,10 +150,7 @@ def conv_transpose3d(input, weight, bias=None, stride=1, padding=0, output_paddi
     x, unbatched = _inputs("conv_transpose3d", input, weight, bias, 3)
     n, c, depth, h, w = x.shape
     ci, og, kd, kh, kw = weight.shape
-    groups = int(groups)
-    if groups < 1 or ci != c or c % groups:
-        raise RuntimeError(f"conv_transpose3d: weight of shape {list(weight.shape)} with groups={groups} does not "
-                           f"fit an input with {c} channels")
+    groups = _transpose_groups("conv_transpose3d", c, weight, groups)
     s, p, op_, d = (ntuple(v, 3, nm) for v, nm in ((stride, "stride"), (padding, "padding"),
                                                    (output_padding, "output_padding"), (dilation, "dilation")))
     o = og * groups
