@@ -126,6 +126,8 @@ def test_max_unpool_inverts_max_pool_and_checks_its_indices():
      RuntimeError, r"conv3d: input \(float32\), weight \(float64\)"),
     (lambda: F.max_pool3d(minidl.randn(1, 2, 4, 4, 4), 2, padding=2), RuntimeError,
      r"max_pool3d: pad should be at most half of effective kernel size"),
+    (lambda: F.max_pool3d(minidl.randn(1, 2, 4, 4, 4), (2, 2)), RuntimeError,
+     r"max_pool3d: kernel_size must either be a single int, or a tuple of 3 ints, got \[2, 2\]"),
     (lambda: F.max_pool1d(minidl.randn(1, 2, 4), 2, stride=0), RuntimeError,
      r"max_pool1d: stride must be greater than zero"),
     (lambda: F.avg_pool3d(minidl.randn(1, 2, 1, 4, 4), 2), RuntimeError,

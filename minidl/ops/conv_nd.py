@@ -16,12 +16,12 @@ from .shape_ops import pad
 
 
 def ntuple(v, n, name):
-    """``v`` (an int, or a sequence of 1 or n ints) as a tuple of n ints."""
+    """``v`` (an int, or a sequence of 1 or n ints) as a tuple of n ints; ``name`` names it in the error."""
     if isinstance(v, (list, tuple)):
         if len(v) == 1:
             v = tuple(v) * n
         if len(v) != n:
-            raise ValueError(f"{name} must be an int or a tuple of {n} ints, got {v}")
+            raise RuntimeError(f"{name} must either be a single int, or a tuple of {n} ints, got {list(v)}")
         return tuple(int(i) for i in v)
     return (int(v),) * n
 
@@ -75,13 +75,13 @@ def conv3d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     if groups < 1 or o % groups or cg * groups != c:
         raise RuntimeError(f"conv3d: weight of shape {list(weight.shape)} with groups={groups} does not fit an "
                            f"input with {c} channels")
-    s, d = ntuple(stride, 3, "stride"), ntuple(dilation, 3, "dilation")
+    s, d = ntuple(stride, 3, "conv3d: stride"), ntuple(dilation, 3, "conv3d: dilation")
     if isinstance(padding, str):
         if padding not in ("valid", "same"):
             raise RuntimeError(f"Invalid padding string: '{padding}'")
         x, p = _same_padding("conv3d", x, (kd, kh, kw), s, d) if padding == "same" else (x, (0, 0, 0))
     else:
-        p = ntuple(padding, 3, "padding")
+        p = ntuple(padding, 3, "conv3d: padding")
     n, _, depth, h, w = x.shape
     od, oh, ow = output_sizes("conv3d", (depth, h, w), (kd, kh, kw), s, p, d)
     taps = Im2Col.apply(x.reshape(n, c, depth, h * w), (kd, 1, s[0], 1, p[0], 0, d[0], 1, od, h * w))
@@ -124,8 +124,8 @@ def _transpose_groups(name, channels, weight, groups):
 def conv_transpose1d(input, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1, dilation=1):
     x, unbatched = _inputs("conv_transpose1d", input, weight, bias, 1)
     groups = _transpose_groups("conv_transpose1d", x.shape[1], weight, groups)
-    one = [ntuple(v, 1, nm)[0] for v, nm in ((stride, "stride"), (padding, "padding"),
-                                             (output_padding, "output_padding"), (dilation, "dilation"))]
+    named = (("stride", stride), ("padding", padding), ("output_padding", output_padding), ("dilation", dilation))
+    one = [ntuple(v, 1, f"conv_transpose1d: {nm}")[0] for nm, v in named]
     out = conv_transpose2d(x.unsqueeze(2), weight.unsqueeze(2), bias, (1, one[0]), (0, one[1]), (0, one[2]),
                            groups, (1, one[3])).squeeze(2)
     return out.squeeze(0) if unbatched else out
@@ -151,8 +151,8 @@ def conv_transpose3d(input, weight, bias=None, stride=1, padding=0, output_paddi
     n, c, depth, h, w = x.shape
     ci, og, kd, kh, kw = weight.shape
     groups = _transpose_groups("conv_transpose3d", c, weight, groups)
-    s, p, op_, d = (ntuple(v, 3, nm) for v, nm in ((stride, "stride"), (padding, "padding"),
-                                                   (output_padding, "output_padding"), (dilation, "dilation")))
+    named = (("stride", stride), ("padding", padding), ("output_padding", output_padding), ("dilation", dilation))
+    s, p, op_, d = (ntuple(v, 3, f"conv_transpose3d: {nm}") for nm, v in named)
     o = og * groups
     if bias is not None and tuple(bias.shape) != (o,):
         raise RuntimeError(f"conv_transpose3d: bias must have shape ({o},), got {list(bias.shape)}")

@@ -28,10 +28,10 @@ from .shape_ops import cat
 
 def _pool_args(name, n, kernel_size, stride, padding, dilation=1):
     """Checked (kernel, stride, padding, dilation) tuples of ``n`` ints; stride defaults to the kernel."""
-    k = ntuple(kernel_size, n, "kernel_size")
+    k = ntuple(kernel_size, n, f"{name}: kernel_size")
     no_stride = stride is None or (isinstance(stride, (list, tuple)) and len(stride) == 0)
-    s = k if no_stride else ntuple(stride, n, "stride")
-    p, d = ntuple(padding, n, "padding"), ntuple(dilation, n, "dilation")
+    s = k if no_stride else ntuple(stride, n, f"{name}: stride")
+    p, d = ntuple(padding, n, f"{name}: padding"), ntuple(dilation, n, f"{name}: dilation")
     if min(k) < 1:
         raise RuntimeError(f"{name}: kernel_size must be greater than zero, but got {k}")
     if min(s) < 1:
@@ -269,7 +269,7 @@ def _lp_pool(name, input, spatial, norm_type, kernel_size, stride, ceil_mode):
     if norm_type == -math.inf:
         return -max_pool(-input.abs(), kernel_size, stride, 0, 1, ceil_mode)
     out = avg_pool(input.pow(norm_type), kernel_size, stride, 0, ceil_mode)
-    k = ntuple(kernel_size, spatial, "kernel_size")
+    k = ntuple(kernel_size, spatial, f"{name}: kernel_size")
     return (out.sign() * out.abs().relu() * math.prod(k)).pow(1.0 / norm_type)
 
 
@@ -300,8 +300,8 @@ _POOLS = {1: (max_pool1d, avg_pool1d), 2: (max_pool2d, avg_pool2d), 3: (max_pool
 # ----------------------------------------------------------------------------- max unpooling
 def _unpool_size(name, x, spatial, kernel_size, stride, padding, output_size):
     """torch's _unpool_output_size: the default (n-1)*s + k - 2p per dim, or output_size checked."""
-    k, s, p = ntuple(kernel_size, spatial, "kernel_size"), None, ntuple(padding, spatial, "padding")
-    s = k if stride is None else ntuple(stride, spatial, "stride")
+    k, p = ntuple(kernel_size, spatial, f"{name}: kernel_size"), ntuple(padding, spatial, f"{name}: padding")
+    s = k if stride is None else ntuple(stride, spatial, f"{name}: stride")
     sizes = tuple(x.shape[-spatial:])
     default = [(n - 1) * ss + kk - 2 * pp for n, kk, ss, pp in zip(sizes, k, s, p)]
     if output_size is None:
@@ -386,7 +386,7 @@ def _fractional_max(name, input, spatial, kernel_size, output_size, output_ratio
     x, unbatched = _batched(name, input, spatial)
     if not x.dtype.is_floating_point:
         raise NotImplementedError(f"{name}: not implemented for {x.dtype.name} input (as in PyTorch)")
-    k, sizes = ntuple(kernel_size, spatial, "kernel_size"), tuple(x.shape[2:])
+    k, sizes = ntuple(kernel_size, spatial, f"{name}: kernel_size"), tuple(x.shape[2:])
     if output_size is None:
         if output_ratio is None:
             raise ValueError(f"{name} requires specifying either an output_size or an output_ratio")
@@ -394,7 +394,7 @@ def _fractional_max(name, input, spatial, kernel_size, output_size, output_ratio
         if len(ratio) != spatial:
             raise ValueError(f"{name} requires output_ratio to either be a single Int or tuple of Ints.")
         output_size = [int(n * r) for n, r in zip(sizes, ratio)]
-    o = ntuple(output_size, spatial, "output_size")
+    o = ntuple(output_size, spatial, f"{name}: output_size")
     for n, kk, oo, what in zip(sizes, k, o, ("time", "height", "width")[3 - spatial:]):
         if oo + kk - 1 > n:
             raise RuntimeError(f"{name}(): pool {what} {kk} too large relative to input {what} {n}")
