@@ -13,11 +13,10 @@ from minidl.ops import (_cross_entropy_rows, _fused_attention, _fused_dropout, _
 from minidl.ops import (_hardsigmoid, _hardswish, _hardtanh, _mish, _relu6, celu as _celu, glu,  # noqa: F401
                         hardshrink, prelu, rrelu as _rrelu, selu as _selu, softmin, softshrink, softsign, tanhshrink,
                         threshold as _threshold)
-from minidl.ops.conv_nd import conv3d, conv_transpose1d, conv_transpose3d  # noqa: F401
-from minidl.ops.pooling import (adaptive_avg_pool1d, adaptive_avg_pool3d, adaptive_max_pool1d,  # noqa: F401
-                                adaptive_max_pool2d, adaptive_max_pool3d, avg_pool1d, avg_pool3d, lp_pool1d, lp_pool2d,
-                                lp_pool3d, max_pool1d, max_pool3d, max_unpool1d, max_unpool2d, max_unpool3d,
-                                fractional_max_pool2d, fractional_max_pool3d)
+from minidl.ops import (adaptive_avg_pool1d, adaptive_avg_pool3d, adaptive_max_pool1d,  # noqa: F401
+                        adaptive_max_pool2d, adaptive_max_pool3d, avg_pool1d, avg_pool3d, conv3d, conv_transpose1d,
+                        conv_transpose3d, fractional_max_pool2d, fractional_max_pool3d, lp_pool1d, lp_pool2d,
+                        lp_pool3d, max_pool1d, max_pool3d, max_unpool1d, max_unpool2d, max_unpool3d)
 
 __all__ = [
     "linear", "relu", "relu_", "gelu", "silu", "leaky_relu", "elu", "softplus", "sigmoid", "tanh", "logsigmoid",

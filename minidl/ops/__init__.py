@@ -36,7 +36,8 @@ Reading order, bottom-up (a module imports only those listed before it):
 - ``rnn``: the recurrent part of an RNN/LSTM/GRU layer over a whole sequence, one node
 - ``cross_entropy``: cross-entropy and the negative log-likelihood over rows of classes
 - ``activations``: nn.functional's activations beyond relu, gelu and silu (hardtanh, selu, glu, prelu, ...)
-- ``conv_nd``, ``pooling``: convolution and pooling in 1 and 3 spatial dims (and adaptive, Lp, unpooling), on 2-D work
+- ``conv_nd``: conv3d and the 1-D/3-D transposed convolutions, as 2-D work on the 2-D primitives
+- ``pooling``: pooling in 1 to 3 spatial dims beyond conv's (max, average, adaptive, Lp, fractional, unpooling)
 """
 # every module, in the reading order (each declares its ops as it is imported)
 from . import (registry, core, random, conversion, take_put, views, inplace, creation,  # noqa: F401,I001
