@@ -153,9 +153,10 @@ def test_an_op_without_a_lowering_is_named_with_its_module_and_the_opset():
     with pytest.raises(OnnxExporterError, match=r"op 'cumprod' in module '1' \(Cumulative\) has no ONNX lowering "
                                                 r"\(opset 18\)"):
         minidl.onnx.export(model, (minidl.randn(2, 3),), opset_version=18)
-    pool = nn.MaxPool2d(2, return_indices=True)
-    with pytest.raises(OnnxExporterError, match=r"max_pool2d\(return_indices=True\) is not lowered \(op "
-                                                r"'max_pool2d' in module 'the model itself' \(MaxPool2d\), opset 20\)"):
+    pool = nn.AvgPool2d(2, ceil_mode=True, divisor_override=3)
+    with pytest.raises(OnnxExporterError, match=r"avg_pool2d\(divisor_override=..., ceil_mode=True\) is not "
+                                                r"lowered \(op 'avg_pool2d' in module 'the model itself' "
+                                                r"\(AvgPool2d\), opset 20\)"):
         minidl.onnx.export(pool, (minidl.randn(1, 1, 4, 4),))
 
 
@@ -267,14 +268,14 @@ REFUSED = {
     "inplace-twins-nonleaf": "atan2 has no lowering",
     "getitem-bool-mask": "a boolean mask's result size depends on the data", "getitem-mask-row-slice": "the same",
     "getitem-nonadjacent": "several index tensors", "getitem-negative-index-tensor": "the same",
-    "adaptive_avg_pool2d": "an output size other than 1", "adaptive_avg_pool2d-unbatched": "the same",
     "batch_norm-training": "batch statistics (training mode)", "batch_norm-training-2d-weight": "the same",
     "index_put-none": "index_put with a None index (a whole dim) among the index tensors",
     "norm-nuc": "singular values (ONNX has no SVD)", "matrix-norm-nuc": "the same",
 }
 
 
-DIFFERENTIATING = {"conv2d-input-only", "max_pool2d-backward"}   # (samples that run a backward themselves)
+# (samples that run a backward themselves)
+DIFFERENTIATING = {"conv2d-input-only", "max_pool2d-backward", "max_pool1d-backward", "max_pool3d-backward"}
 
 
 def _registry_samples():

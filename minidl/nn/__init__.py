@@ -11,6 +11,7 @@ from .distance import CosineSimilarity, PairwiseDistance
 from .instancenorm import InstanceNorm1d, InstanceNorm2d, InstanceNorm3d
 from .container import Flatten, Identity, ModuleDict, ModuleList, Sequential, Unflatten
 from .conv import Conv1d, Conv2d, ConvTranspose2d
+from .conv import Conv3d, ConvTranspose1d, ConvTranspose3d
 from .dropout import Dropout, Dropout1d, Dropout2d, Dropout3d
 from .linear import Bilinear, Linear
 from .loss import (BCELoss, BCEWithLogitsLoss, CrossEntropyLoss, HuberLoss, KLDivLoss, L1Loss, MSELoss, NLLLoss,
@@ -21,6 +22,9 @@ from .loss import (CosineEmbeddingLoss, CTCLoss, GaussianNLLLoss, HingeEmbedding
 from .module import Module
 from .normalization import LayerNorm, LocalResponseNorm, RMSNorm
 from .pooling import AdaptiveAvgPool2d, AvgPool2d, MaxPool2d
+from .pooling import (AdaptiveAvgPool1d, AdaptiveAvgPool3d, AdaptiveMaxPool1d, AdaptiveMaxPool2d, AdaptiveMaxPool3d,
+                      AvgPool1d, AvgPool3d, LPPool1d, LPPool2d, LPPool3d, MaxPool1d, MaxPool3d, MaxUnpool1d,
+                      MaxUnpool2d, MaxUnpool3d, FractionalMaxPool2d, FractionalMaxPool3d)
 from .parameter import Parameter
 from .pixelshuffle import ChannelShuffle, PixelShuffle, PixelUnshuffle
 from .rnn import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNBase, RNNCell, RNNCellBase
@@ -50,3 +54,7 @@ __all__ += ["Upsample", "UpsamplingNearest2d", "UpsamplingBilinear2d", "PixelShu
 __all__ += ["MarginRankingLoss", "TripletMarginLoss", "TripletMarginWithDistanceLoss", "CosineEmbeddingLoss",
             "HingeEmbeddingLoss", "MultiMarginLoss", "MultiLabelMarginLoss", "MultiLabelSoftMarginLoss",
             "SoftMarginLoss", "GaussianNLLLoss", "PoissonNLLLoss", "CTCLoss"]
+__all__ += ["Conv3d", "ConvTranspose1d", "ConvTranspose3d", "MaxPool1d", "MaxPool3d", "AvgPool1d", "AvgPool3d",
+            "AdaptiveAvgPool1d", "AdaptiveAvgPool3d", "AdaptiveMaxPool1d", "AdaptiveMaxPool2d", "AdaptiveMaxPool3d",
+            "LPPool1d", "LPPool2d", "LPPool3d", "MaxUnpool1d", "MaxUnpool2d", "MaxUnpool3d", "FractionalMaxPool2d",
+            "FractionalMaxPool3d"]

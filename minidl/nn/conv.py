@@ -1,4 +1,4 @@
-"""Conv1d, Conv2d, ConvTranspose2d with PyTorch's default initialisation and parameter names."""
+"""Conv1d/2d/3d and ConvTranspose1d/2d/3d with PyTorch's default initialisation and parameter names."""
 from __future__ import annotations
 
 
@@ -86,10 +86,10 @@ class _ConvNd(Module):
             s += f", output_padding={self.output_padding}"
         if self.groups != 1:
             s += f", groups={self.groups}"
-        if self.padding_mode != "zeros":
-            s += f", padding_mode={self.padding_mode}"
         if self.bias is None:
             s += ", bias=False"
+        if self.padding_mode != "zeros":
+            s += f", padding_mode={self.padding_mode}"
         return s
 
 
@@ -109,19 +109,57 @@ class Conv2d(_ConvNd):
         return F.conv2d(input, self.weight, self.bias, self.stride, padding, self.dilation, self.groups)
 
 
-class ConvTranspose2d(_ConvNd):
-    _n = 2
+class Conv3d(_ConvNd):
+    _n = 3
+
+    def forward(self, input):
+        input, padding = self._padded(input)
+        return F.conv3d(input, self.weight, self.bias, self.stride, padding, self.dilation, self.groups)
+
+
+class _ConvTransposeNd(_ConvNd):
     _transposed = True
+    _function = None
 
     def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0, output_padding=0, groups=1,
                  bias=True, dilation=1, padding_mode="zeros", device=None, dtype=None):
         if isinstance(padding, str):
-            raise ValueError("ConvTranspose2d does not support string padding")
+            raise ValueError(f"{type(self).__name__} does not support string padding")
         super().__init__(in_channels, out_channels, kernel_size, stride, padding, dilation, groups, bias,
                          padding_mode, device, dtype, output_padding)
 
+    def _output_padding(self, input, output_size):
+        """The output_padding that makes the output ``output_size`` (spatial, or with the leading dims), as torch
+        picks it; raises when no output padding below the stride reaches it."""
+        if output_size is None:
+            return self.output_padding
+        n, lead = self._n, input.ndim - self._n
+        output_size = [int(v) for v in output_size]
+        if len(output_size) == lead + n:
+            output_size = output_size[lead:]
+        if len(output_size) != n:
+            raise ValueError(f"ConvTranspose{n}D: for {input.ndim}D input, output_size must have {n} or {lead + n} "
+                             f"elements (got {len(output_size)})")
+        low = [(input.shape[lead + d] - 1) * self.stride[d] - 2 * self.padding[d]
+               + self.dilation[d] * (self.kernel_size[d] - 1) + 1 for d in range(n)]
+        high = [lo + s - 1 for lo, s in zip(low, self.stride)]
+        if any(not lo <= v <= hi for v, lo, hi in zip(output_size, low, high)):
+            raise ValueError(f"requested an output size of {output_size}, but valid sizes range from {low} to {high} "
+                             f"(for an input of {list(input.shape[lead:])})")
+        return tuple(v - lo for v, lo in zip(output_size, low))
+
     def forward(self, input, output_size=None):
-        if output_size is not None:
-            raise NotImplementedError("ConvTranspose2d: output_size is not supported; use output_padding")
-        return F.conv_transpose2d(input, self.weight, self.bias, self.stride, self.padding, self.output_padding,
-                                  self.groups, self.dilation)
+        return type(self)._function(input, self.weight, self.bias, self.stride, self.padding,
+                                    self._output_padding(input, output_size), self.groups, self.dilation)
+
+
+class ConvTranspose1d(_ConvTransposeNd):
+    _n, _function = 1, F.conv_transpose1d
+
+
+class ConvTranspose2d(_ConvTransposeNd):
+    _n, _function = 2, F.conv_transpose2d
+
+
+class ConvTranspose3d(_ConvTransposeNd):
+    _n, _function = 3, F.conv_transpose3d

@@ -22,6 +22,10 @@ from minidl.ops import (_legacy_reduction, _no_grad_through, _reduce, cosine_emb
                                multi_margin_loss, multilabel_margin_loss, multilabel_soft_margin_loss,
                                poisson_nll_loss, soft_margin_loss, triplet_margin_loss,
                                triplet_margin_with_distance_loss)
+from minidl.ops import (adaptive_avg_pool1d, adaptive_avg_pool3d, adaptive_max_pool1d,  # noqa: F401
+                        adaptive_max_pool2d, adaptive_max_pool3d, avg_pool1d, avg_pool3d, conv3d, conv_transpose1d,
+                        conv_transpose3d, fractional_max_pool2d, fractional_max_pool3d, lp_pool1d, lp_pool2d,
+                        lp_pool3d, max_pool1d, max_pool3d, max_unpool1d, max_unpool2d, max_unpool3d)
 
 __all__ = [
     "linear", "relu", "relu_", "gelu", "silu", "leaky_relu", "elu", "softplus", "sigmoid", "tanh", "logsigmoid",

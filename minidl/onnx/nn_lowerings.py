@@ -156,7 +156,7 @@ def _pair(v, n=2):
     return list(v) if isinstance(v, (tuple, list)) else [v] * n
 
 
-@lowers("conv2d", "conv1d")
+@lowers("conv2d", "conv1d")  # (conv3d too: pool_lowerings)
 def _conv(L, input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     n = weight.ndim - 2
     attributes = dict(strides=_pair(stride, n), dilations=_pair(dilation, n), group=groups)
@@ -169,37 +169,6 @@ def _conv(L, input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1
     x = L.op("Unsqueeze", L.value(input), L.ints([0])) if unbatched else L.value(input)
     out = L.op("Conv", x, L.value(weight), None if bias is None else L.value(bias), **attributes)
     return L.op("Squeeze", out, L.ints([0])) if unbatched else out
-
-
-def _window(kernel_size, stride, padding):
-    """A pooling window's ONNX attributes (torch's stride defaults to the kernel size)."""
-    pads = _pair(padding)
-    strides = _pair(kernel_size if stride is None or stride == [] else stride)
-    return dict(kernel_shape=_pair(kernel_size), strides=strides, pads=pads + pads)
-
-
-@lowers("max_pool2d")
-def _max_pool2d(L, input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, return_indices=False):
-    if return_indices:
-        raise NotImplementedError("minidl.onnx.export: max_pool2d(return_indices=True) is not lowered")
-    return L.op("MaxPool", L.value(input), dilations=_pair(dilation), ceil_mode=int(ceil_mode),
-                **_window(kernel_size, stride, padding))
-
-
-@lowers("avg_pool2d")
-def _avg_pool2d(L, input, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True,
-                divisor_override=None):
-    if divisor_override is not None:
-        raise NotImplementedError("minidl.onnx.export: avg_pool2d(divisor_override=...) is not lowered")
-    return L.op("AveragePool", L.value(input), ceil_mode=int(ceil_mode), count_include_pad=int(count_include_pad),
-                **_window(kernel_size, stride, padding))
-
-
-@lowers("adaptive_avg_pool2d")
-def _adaptive_avg_pool2d(L, input, output_size):
-    if _pair(output_size) != [1, 1]:
-        raise NotImplementedError("minidl.onnx.export: adaptive_avg_pool2d to a size other than 1 is not lowered")
-    return L.op("GlobalAveragePool", L.value(input))
 
 
 def _arg(op_type):

@@ -57,7 +57,7 @@ DEFAULT_DTYPES = {"cpu": dt.bfloat16, "cuda": dt.float16}
 POLICIES = {
     "cpu": {
         "lower_precision": ("conv1d", "conv2d", "conv_transpose2d", "bmm", "mm", "baddbmm", "addmm", "linear",
-                            "matmul", "scaled_dot_product_attention",
+                            "matmul", "scaled_dot_product_attention", "conv3d", "conv_transpose1d", "conv_transpose3d",
                             "addbmm", "linalg_vecdot"),
         "fp32": ("prod", "cdist", "trace", "reflection_pad1d", "reflection_pad2d", "replication_pad1d",
                  "replication_pad2d", "replication_pad3d", "mse_loss", "nll_loss", "smooth_l1_loss", "cross_entropy",
@@ -66,7 +66,8 @@ POLICIES = {
     },
     "cuda": {
         "lower_precision": ("conv1d", "conv2d", "conv_transpose2d", "addmm", "matmul", "einsum", "mm", "linear",
-                            "baddbmm", "bmm", "scaled_dot_product_attention",
+                            "baddbmm", "bmm", "scaled_dot_product_attention", "conv3d", "conv_transpose1d",
+                            "conv_transpose3d",
                             "mv", "addmv", "addr", "addbmm", "linalg_vecdot", "chain_matmul", "linalg_multi_dot"),
         "fp32": ("exp", "expm1", "log", "log1p", "reciprocal", "rsqrt", "tan", "pow", "softplus", "layer_norm",
                  "group_norm", "nll_loss", "kl_div", "l1_loss", "smooth_l1_loss", "huber_loss", "mse_loss",
@@ -84,7 +85,8 @@ _LOSSES = ("margin_ranking_loss", "hinge_embedding_loss", "soft_margin_loss", "t
 POLICIES["cpu"]["fp32"] += _LOSSES + ("ctc_loss",)
 POLICIES["cuda"]["fp32"] += _LOSSES
 NATIVE = ("adaptive_avg_pool2d", "avg_pool2d", "batch_norm", "dot", "elu", "logaddexp", "logsigmoid", "std",
-          "std_mean", "trace", "var", "var_mean",
+          "std_mean", "trace", "var", "var_mean", "avg_pool1d", "avg_pool3d", "adaptive_avg_pool1d",
+          "adaptive_avg_pool3d",
           "mv", "addmv", "addr", "linalg_cross")
 
 BANNED_MESSAGE = (

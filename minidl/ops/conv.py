@@ -38,11 +38,17 @@ def _compute(op, x):
 
 def _geometry(op, h, w, k, s, p, d, ceil_mode=False):
     """Output size of a sliding window over (h, w); raises on bad arguments."""
+    return output_sizes(op, (h, w), k, s, p, d, ceil_mode)
+
+
+def output_sizes(op, sizes, k, s, p, d, ceil_mode=False):
+    """Output sizes of a sliding window over the spatial ``sizes`` (one entry of k, s, p, d per size), as
+    torch's pooling_output_shape; raises on bad arguments."""
     for name, v, lo in (("kernel_size", k, 1), ("stride", s, 1), ("dilation", d, 1), ("padding", p, 0)):
         if min(v) < lo:
             raise RuntimeError(f"{op}: {name} must be >= {lo}, got {v}")
     out = []
-    for n, kk, ss, pp, dd in zip((h, w), k, s, p, d):
+    for n, kk, ss, pp, dd in zip(sizes, k, s, p, d):
         span = n + 2 * pp - dd * (kk - 1) - 1
         if ceil_mode:
             o = -(-span // ss) + 1 if span >= 0 else 0
@@ -51,7 +57,8 @@ def _geometry(op, h, w, k, s, p, d, ceil_mode=False):
         else:
             o = span // ss + 1 if span >= 0 else 0
         if o <= 0:
-            raise RuntimeError(f"{op}: input size ({h}x{w}) with padding {p} is too small for kernel {k} "
+            shown = "x".join(str(v) for v in sizes)
+            raise RuntimeError(f"{op}: input size ({shown}) with padding {p} is too small for kernel {k} "
                                f"with dilation {d}: output size would be {o}")
         out.append(o)
     return tuple(out)
