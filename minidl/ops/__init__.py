@@ -36,12 +36,14 @@ Reading order, bottom-up (a module imports only those listed before it):
 - ``rnn``: the recurrent part of an RNN/LSTM/GRU layer over a whole sequence, one node
 - ``cross_entropy``: cross-entropy and the negative log-likelihood over rows of classes
 - ``activations``: nn.functional's activations beyond relu, gelu and silu (hardtanh, selu, glu, prelu, ...)
+- ``decompositions``: torch.linalg's factorisations (LU, Cholesky, QR, eigh, SVD) and the solvers made of them
 """
 # every module, in the reading order (each declares its ops as it is imported)
 from . import (registry, core, random, conversion, take_put, views, inplace, creation,  # noqa: F401,I001
                autocast_mode, elementwise, math_ops, shape_ops, stacking, view_copies, indexing, reduction,
                reduction_more, linalg, arranging, sorting, search, scatter_reductions, conv, norm_rows, normalization,
-               attention, embeddings, fused, dropout, batchnorm, rnn, cross_entropy, activations)
+               attention, embeddings, fused, dropout, batchnorm, rnn, cross_entropy, activations,
+               decompositions)
 
 globals().update(registry.functions())
 globals().update(registry.functions("nn.functional"))  # (for minidl.nn.functional)

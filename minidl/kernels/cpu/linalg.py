@@ -2,6 +2,7 @@
 import numpy as np
 
 from ... import kernels, threads
+from .. import lapack
 from .memory import numpy_view
 
 
@@ -13,3 +14,16 @@ def matmul(a, al, b, bl, out, ol):
     multiply-adds decide the threads (``minidl/threads.py``)."""
     threads.use_blas_threads(al.shape[-2] * al.shape[-1] * bl.shape[-1])
     np.matmul(numpy_view(a, al), numpy_view(b, bl), out=numpy_view(out, ol))
+
+
+@kernels.register("linalg")
+def linalg(op, ins, outs, options=()):
+    """The decomposition ``op`` (``minidl.kernels.lapack``) of the batched matrices ``ins`` ((buf, layout)
+    pairs, any strides), each result written packed into its buffer of ``outs`` (None: not wanted). LAPACK
+    through numpy, so its threads follow the matrix size as matmul's do."""
+    first = ins[0][1]
+    threads.use_blas_threads(first.shape[-2] * first.shape[-1] * max(first.shape[-2:]))
+    results = lapack.run(np, op, [numpy_view(b, layout) for b, layout in ins], options)
+    for out, result in zip(outs, results):
+        if out is not None:
+            out[:result.size] = result.reshape(-1)

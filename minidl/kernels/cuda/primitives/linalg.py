@@ -2,6 +2,7 @@
 the simulator, so both run this same code). Layouts become strided views of the buffers; an
 operand cuBLAS cannot read in place is packed first."""
 from .... import kernels
+from ... import lapack
 from .. import runtime
 
 
@@ -49,3 +50,19 @@ def gemm(xp, av, bv, ov, a_ready, b_ready, out_ready):
         xp.matmul(av, bv, out=ov)
     else:
         ov[...] = xp.matmul(av, bv)
+
+
+@kernels.register("linalg", "cuda")
+def linalg(op, ins, outs, options=()):
+    """The decomposition ``op`` (``minidl.kernels.lapack``) through the array module's linalg: cuSOLVER by
+    CuPy on a GPU, numpy's LAPACK in the simulator; one piece of device work, as gemm."""
+    xp = runtime.get().xp
+    views = [_view(xp, buf, layout, "linalg") for buf, layout in ins]
+    runtime.enqueue(decompose, xp, op, views, outs, options)
+
+
+def decompose(xp, op, views, outs, options):
+    """The device work of linalg: the decomposition, its results written packed into ``outs``."""
+    for out, result in zip(outs, lapack.run(xp, op, views, options)):
+        if out is not None:
+            out[:result.size] = result.reshape(-1)

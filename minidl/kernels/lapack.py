@@ -1,0 +1,112 @@
+"""The ``linalg`` primitive's work, written once over an array module ``xp`` (numpy on the CPU and in the
+CUDA simulator, CuPy on a GPU): LAPACK's (numpy's) or cuSOLVER's (CuPy's) routines where the module has one
+(cholesky, qr, eigh, svd), and a loop over columns, vectorised over the batch, for what numpy lacks (the LU
+factorisation with its pivots, triangular solves). Inputs are (batch, m, n) arrays, outputs too; each op
+returns its results in the contract's order (see ``minidl.kernels``).
+"""
+from __future__ import annotations
+
+
+def cholesky(xp, a):
+    """(L, info): the lower Cholesky factor of each matrix and 0, or the order of its first leading minor that
+    is not positive-definite (then L is what the factorisation reached, zeros beyond)."""
+    info = xp.zeros(a.shape[0], xp.int32)
+    try:
+        low = xp.linalg.cholesky(a)
+        if bool(xp.isfinite(low).all()):
+            return low, info
+    except Exception:  # noqa: BLE001 (numpy's LinAlgError; CuPy fills NaN instead): find the minor below
+        pass
+    low = xp.zeros_like(a)
+    for j in range(a.shape[-1]):
+        row = low[:, j, :j]
+        pivot = a[:, j, j] - (row * row).sum(-1)
+        bad = ~(pivot > 0)
+        info = xp.where((info == 0) & bad, j + 1, info).astype(xp.int32)
+        root = xp.sqrt(xp.where(info == 0, pivot, 1.0))
+        low[:, j, j] = xp.where(info == 0, root, 0)
+        below = (a[:, j + 1:, j] - (low[:, j + 1:, :j] * row[:, None, :]).sum(-1)) / root[:, None]
+        low[:, j + 1:, j] = xp.where((info == 0)[:, None], below, 0)
+    return low, info
+
+
+def lu_factor(xp, a):
+    """(LU, pivots, info) of partial pivoting as LAPACK's getrf: pivots 1-based (int32), info the 1-based
+    column of the first exactly zero pivot (0: none)."""
+    lu = a.copy()
+    batch, m, n = a.shape
+    k = min(m, n)
+    pivots = xp.zeros((batch, k), xp.int32)
+    info = xp.zeros(batch, xp.int32)
+    rows = xp.arange(batch)
+    for j in range(k):
+        p = j + xp.argmax(xp.abs(lu[:, j:, j]), axis=1)
+        pivots[:, j] = p + 1
+        top = lu[rows, j].copy()
+        lu[rows, j] = lu[rows, p]
+        lu[rows, p] = top
+        pivot = lu[:, j, j]
+        zero = pivot == 0
+        info = xp.where((info == 0) & zero, j + 1, info).astype(xp.int32)
+        lu[:, j + 1:, j] /= xp.where(zero, 1, pivot)[:, None]
+        lu[:, j + 1:, j + 1:] -= lu[:, j + 1:, j, None] * lu[:, j, None, j + 1:]
+    return lu, pivots, info
+
+
+def permutation(xp, pivots, m):
+    """The row order ``perm`` (int64, (batch, m)) the 1-based swaps ``pivots`` make: the factored matrix is
+    ``A[perm]``, so ``P[perm[i], i] = 1`` in ``A = P L U``."""
+    pivots = pivots[:, 0, :]   # (passed as (batch, 1, k) matrices)
+    batch = pivots.shape[0]
+    perm = xp.broadcast_to(xp.arange(m), (batch, m)).copy()
+    rows = xp.arange(batch)
+    for j in range(pivots.shape[1]):
+        p = pivots[:, j].astype(xp.int64) - 1
+        top = perm[:, j].copy()
+        perm[:, j] = perm[rows, p]
+        perm[rows, p] = top
+    return (perm,)
+
+
+def triangular_solve(xp, a, b, upper, unitriangular):
+    """X with A X = B for triangular A (its other triangle unread), by substitution row by row: a zero on the
+    diagonal gives inf or NaN, as LAPACK's trsm."""
+    x = xp.zeros(b.shape, xp.result_type(a, b))
+    n = a.shape[-1]
+    for i in (range(n - 1, -1, -1) if upper else range(n)):
+        done = slice(i + 1, n) if upper else slice(0, i)
+        row = b[:, i, :] - xp.matmul(a[:, i:i + 1, done], x[:, done, :])[:, 0, :]
+        x[:, i, :] = row if unitriangular else row / a[:, i, i][:, None]
+    return (x,)
+
+
+def qr(xp, a, mode):
+    """(Q, R) as LAPACK's geqrf and orgqr give them (numpy and CuPy call those); mode 'r' leaves Q empty."""
+    if mode == "r":
+        return None, xp.linalg.qr(a, mode="r")
+    return xp.linalg.qr(a, mode=mode)
+
+
+def eigh(xp, a, lower):
+    """(eigenvalues ascending, eigenvectors as columns) of the symmetric matrices given by one triangle."""
+    return xp.linalg.eigh(a, UPLO="L" if lower else "U")
+
+
+def svd(xp, a, full_matrices, compute_uv):
+    """(U, S, Vh) (gesdd, as torch's CPU default), or (None, S, None) for the singular values only."""
+    if not compute_uv:
+        return None, xp.linalg.svd(a, compute_uv=False), None
+    return xp.linalg.svd(a, full_matrices=full_matrices)
+
+
+OPS = {"cholesky": cholesky, "lu_factor": lu_factor, "permutation": permutation,
+       "triangular_solve": triangular_solve, "qr": qr, "eigh": eigh, "svd": svd}
+
+
+def run(xp, op, arrays, options):
+    """The results of ``op`` on (batch, m, n) ``arrays`` with keyword ``options`` (see OPS)."""
+    try:
+        fn = OPS[op]
+    except KeyError:
+        raise ValueError(f"linalg: unknown op {op!r}; the linalg ops are {', '.join(OPS)}") from None
+    return fn(xp, *(x.reshape((-1,) + x.shape[-2:]) for x in arrays), **dict(options))
