@@ -191,7 +191,7 @@ positive-definite), lu_factor (A (m, n) -> LU, int32 1-based pivots (min(m, n)),
 first zero pivot, LAPACK getrf's partial pivoting), permutation (int32 pivots as (..., 1, k), option m -> int64
 perm (m): ``A = P L U`` with ``P[perm[i], i] = 1``), triangular_solve (A (n, n), B (n, k), options upper,
 unitriangular -> X with A X = B, reading one triangle), qr (A (m, n), option mode "reduced", "complete" or "r"
--> Q (None for "r"), R), eigh (A (n, n), option lower -> ascending eigenvalues (n), eigenvectors as columns),
+-> Q (None for "r"), R; mode "raw" -> geqrf's reflectors-and-R (m, n) and tau (min(m, n))), eigh (A (n, n), option lower -> ascending eigenvalues (n), eigenvectors as columns),
 svd (A (m, n), options full_matrices, compute_uv -> U, S (min(m, n)), Vh; S only without compute_uv).
 
 ``fused`` is how ``minidl.compile`` runs a chain of elementwise launches as one kernel: each device writes the

@@ -81,7 +81,11 @@ def triangular_solve(xp, a, b, upper, unitriangular):
 
 
 def qr(xp, a, mode):
-    """(Q, R) as LAPACK's geqrf and orgqr give them (numpy and CuPy call those); mode 'r' leaves Q empty."""
+    """(Q, R) as LAPACK's geqrf and orgqr give them (numpy and CuPy call those); mode 'r' leaves Q empty;
+    mode 'raw' gives geqrf's own (the reflectors below R, tau)."""
+    if mode == "raw":
+        h, tau = xp.linalg.qr(a, mode="raw")
+        return h.swapaxes(-1, -2), tau
     if mode == "r":
         return None, xp.linalg.qr(a, mode="r")
     return xp.linalg.qr(a, mode=mode)

@@ -722,4 +722,4 @@ FUNCTION_OPS = _function_ops()
 composite("cov")
 
 from . import (nn_lowerings, reduction_lowerings, index_lowerings, shape_lowerings,  # noqa: E402,F401
-               activation_lowerings)
+               activation_lowerings, linalg_lowerings)

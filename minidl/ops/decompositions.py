@@ -27,7 +27,7 @@ return_types = {name: namedtuple(name, fields.split()) for name, fields in (
     ("linalg_svd", "U S Vh"), ("svd", "U S V"), ("linalg_eigh", "eigenvalues eigenvectors"),
     ("linalg_lstsq", "solution residuals rank singular_values"), ("linalg_lu_factor", "LU pivots"),
     ("linalg_lu_factor_ex", "LU pivots info"), ("linalg_lu", "P L U"), ("lu_unpack", "P L U"),
-    ("triangular_solve", "solution cloned_coefficient"))}
+    ("triangular_solve", "solution cloned_coefficient"), ("geqrf", "a tau"))}
 
 
 class LinAlgError(RuntimeError):
@@ -959,3 +959,62 @@ def householder_product(A, tau):
         v = low[..., :, i:i + 1]
         q = q - (tau[..., i:i + 1].unsqueeze(-1) * v) @ (v.mT @ q)
     return q
+
+
+@op("geqrf")
+def geqrf(input):
+    """LAPACK's geqrf: R on and above the diagonal, the Householder vectors below it, and their tau (no
+    gradient, as torch's)."""
+    _check("geqrf", input, square=False)
+    m, n = input.shape[-2:]
+    a, tau = _launch("qr", [input], [(input.shape, input.dtype), (tuple(input.shape[:-2]) + (min(m, n),),
+                                                                   input.dtype)], mode="raw")
+    return return_types["geqrf"](a, tau)
+
+
+@op("ormqr", samples=lambda t: [
+    t.S("left", lambda a, tau, c: ormqr(a, tau, c), t.rn(4, 3), t.rn(3), t.rn(4, 2)),
+    t.S("right-transpose", lambda a, tau, c: ormqr(a, tau, c, left=False, transpose=True), t.rn(2, 3, 2),
+        t.rn(2, 2), t.rn(2, 2, 3))])
+def ormqr(input, input2, input3, left=True, transpose=False):
+    """op(Q) C or C op(Q), Q = H_1 ... H_k the full (m, m) product of geqrf's reflectors."""
+    _check("ormqr", input, input3, square=False)
+    m, k = input.shape[-2], input2.shape[-1]
+    reflectors = input[..., :, :k]
+    padded = cat([reflectors, zeros(tuple(input.shape[:-1]) + (m - k,), dtype=input.dtype, device=input.device)], -1)
+    taus = cat([input2, zeros(tuple(input2.shape[:-1]) + (m - k,), dtype=input2.dtype, device=input2.device)], -1)
+    q = householder_product(padded, taus)
+    q = q.mT if transpose else q
+    return q @ input3 if left else input3 @ q
+
+
+_TAYLOR_DEGREE = 18   # terms of exp's series at a norm <= 1/2: the error, 2^-19/19!, is below float64's eps
+
+
+@op("matrix_exp", samples=lambda t: [
+    t.S("small", lambda a: a.matrix_exp(), t.rn(3, 3) * 0.2), t.S("scaled-batched", matrix_exp, t.rn(2, 3, 3) * 2),
+    t.S("small", matrix_exp, t.rn(2, 2) * 0.3, second_order=True)])
+def matrix_exp(A):
+    """e^A by scaling and squaring: A / 2^s (1-norm <= 1/2) through the Taylor series, squared s times; the
+    gradient is the algorithm's own derivative, as accurate as its values."""
+    _check("matrix_exp", A)
+    if not A.numel():
+        return A + 0
+    norm = float(A.detach().abs().sum(-2).amax(-1).amax())
+    steps = max(0, int(np.ceil(np.log2(norm / 0.5)))) if norm > 0.5 else 0
+    if not np.isfinite(norm):
+        steps = 0
+    x = A / (2 ** steps)
+    identity = _eye_like(A)
+    out = identity + x / _TAYLOR_DEGREE
+    for i in range(_TAYLOR_DEGREE - 1, 0, -1):
+        out = identity + (x @ out) / i
+    for _ in range(steps):
+        out = out @ out
+    return out
+
+
+@op("linalg_matrix_exp", method=False, namespace="linalg", samples=lambda t: [
+    t.S("matrix_exp", lambda a: matrix_exp_linalg(a), t.rn(3, 3) * 0.5)])
+def matrix_exp_linalg(A):
+    return matrix_exp(A)
