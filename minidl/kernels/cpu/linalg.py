@@ -1,4 +1,5 @@
-"""Matrix multiply on the CPU: BLAS through numpy, which reads transposed operands in place."""
+"""Matrix multiply and the decompositions on the CPU: BLAS and LAPACK through numpy, which reads transposed
+operands in place."""
 import numpy as np
 
 from ... import kernels, threads

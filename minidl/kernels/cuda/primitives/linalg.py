@@ -1,6 +1,10 @@
-"""Matrix multiply on the GPU: cuBLAS through the array module's matmul (CuPy on a GPU, numpy in
-the simulator, so both run this same code). Layouts become strided views of the buffers; an
+"""Matrix multiply and the decompositions on the GPU: cuBLAS and cuSOLVER through the array module (CuPy on a
+GPU, numpy in the simulator, so both run this same code). Layouts become strided views of the buffers; an
 operand cuBLAS cannot read in place is packed first."""
+import contextlib
+
+import numpy as np
+
 from .... import kernels
 from ... import lapack
 from .. import runtime
@@ -63,6 +67,17 @@ def linalg(op, ins, outs, options=()):
 
 def decompose(xp, op, views, outs, options):
     """The device work of linalg: the decomposition, its results written packed into ``outs``."""
-    for out, result in zip(outs, lapack.run(xp, op, views, options)):
+    with _raising(xp):
+        results = lapack.run(xp, op, views, options)
+    for out, result in zip(outs, results):
         if out is not None:
             out[:result.size] = result.reshape(-1)
+
+
+def _raising(xp):
+    """CuPy reports a failed factorisation (a Cholesky of a matrix that is not positive-definite) only under
+    errstate(linalg="raise"), numpy always: then lapack finds the failing minor itself."""
+    if xp is np:
+        return contextlib.nullcontext()
+    import cupyx
+    return cupyx.errstate(linalg="raise")
