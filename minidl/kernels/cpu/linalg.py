@@ -24,7 +24,8 @@ def linalg(op, ins, outs, options=()):
     through numpy, so its threads follow the matrix size as matmul's do."""
     first = ins[0][1]
     threads.use_blas_threads(first.shape[-2] * first.shape[-1] * max(first.shape[-2:]))
-    results = lapack.run(np, op, [numpy_view(b, layout) for b, layout in ins], options)
+    with np.errstate(divide="ignore", invalid="ignore"):   # (a zero pivot gives inf or NaN, as LAPACK's)
+        results = lapack.run(np, op, [numpy_view(b, layout) for b, layout in ins], options)
     for out, result in zip(outs, results):
         if out is not None:
             out[:result.size] = result.reshape(-1)
