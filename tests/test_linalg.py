@@ -58,9 +58,26 @@ def test_cholesky_names_the_leading_minor_that_is_not_positive_definite():
     np.testing.assert_array_equal(minidl.linalg.cholesky_ex(m).info.numpy(), torch.linalg.cholesky_ex(t).info.numpy())
 
 
-def test_solve_of_a_singular_matrix_is_a_linalg_error():
-    with pytest.raises(LinAlgError, match="solve"):
-        minidl.linalg.solve(minidl.zeros(2, 2, dtype=minidl.float64), minidl.ones(2, dtype=minidl.float64))
+@pytest.mark.parametrize("call, error", [
+    (lambda lib, a: lib.linalg.solve(a, a[..., :1]), "LinAlgError"),
+    (lambda lib, a: lib.linalg.solve_ex(a[0], a[0, :, 0], check_errors=True), "LinAlgError"),
+    (lambda lib, a: lib.linalg.lu_factor(a), "RuntimeError"),
+    (lambda lib, a: lib.linalg.lu_factor_ex(a, check_errors=True), "RuntimeError")])
+def test_solvers_on_singular_matrices_raise_as_torch(call, error):
+    m, t = both(singular_batch()[1:])
+    with pytest.raises(RuntimeError) as want:
+        call(torch, t)
+    with pytest.raises(RuntimeError) as got:
+        call(minidl, m)
+    assert str(got.value) == str(want.value)
+    assert isinstance(got.value, LinAlgError) == (error == "LinAlgError") == isinstance(want.value,
+                                                                                        torch.linalg.LinAlgError)
+
+
+def test_cond_of_a_singular_matrix_is_infinite_as_torch():
+    m, t = both(singular_batch())
+    for p in ("fro", 1, -float("inf")):
+        np.testing.assert_allclose(minidl.linalg.cond(m, p).numpy(), torch.linalg.cond(t, p).numpy(), rtol=1e-10)
 
 
 def test_lu_factor_ex_info_and_pivots_match_torch():

@@ -72,20 +72,31 @@ def _launch(name, inputs, outs, **options):
     return made
 
 
-def _raise_info(name, info, message):
-    """LinAlgError naming the first failing batch element, when ``info`` (int32, one per matrix) says so."""
+def _raise_info(name, info, message, error=None):
+    """LinAlgError (or ``error``) naming the first failing batch element, when ``info`` (int32, one per matrix)
+    says so; ``message(code)`` says what failed."""
     bad = (info != 0).nonzero()
     if not bad.shape[0]:
         return
     where = tuple(int(i) for i in bad[0])
     code = int(info[where]) if where else int(info)
     element = f"(Batch element {', '.join(map(str, where))}): " if info.ndim else ""
-    raise LinAlgError(f"{name}: {element}{message(code)}")
+    raise (error or LinAlgError)(f"{name}: {element}{message(code)}")
 
 
 def _singular(code):
     return (f"The diagonal element {code} is zero, the inversion could not be completed because the input "
             f"matrix is singular.")
+
+
+def _solver_singular(code):
+    return "The solver failed because the input matrix is singular."
+
+
+def _zero_pivot(code):
+    return (f"U[{code},{code}] is zero and using it on lu_solve would result in a division by zero. If you still "
+            f"want to perform the factorization, consider calling linalg.lu(A, pivot) or linalg.lu_factor_ex(A, "
+            f"pivot)")
 
 
 def _not_pd(code):
@@ -222,13 +233,13 @@ class TriangularSolve(Function):
 
 class Solve(Function):
     """X = A^{-1} B through A's LU factors (B (..., n, k), batch dims already equal); info not raised unless
-    ``check`` names the op to raise for."""
+    ``check`` is (the op's name, its message maker)."""
 
     @staticmethod
     def forward(ctx, a, b, check):
         lu, pivots, info = _lu_raw(a)
         if check:
-            _raise_info(check, info, _singular)
+            _raise_info(check[0], info, check[1])
         x = _lu_solve_raw(lu, pivots, b)
         ctx.save_for_backward(a, x)
         ctx.mark_non_differentiable(info)
@@ -550,13 +561,14 @@ def _solve(A, B, left, check, name):
     t.S("matrix", solve, _square(2, t.rn), t.rn(2, 2), second_order=True)])
 def solve(A, B, *, left=True):
     """X with A X = B (X A = B when not left); a singular A is a LinAlgError."""
-    return _solve(A, B, left, "torch.linalg.solve", "linalg.solve")[0]
+    return _solve(A, B, left, ("torch.linalg.solve", _solver_singular), "linalg.solve")[0]
 
 
 @op("linalg_solve_ex", method=False, namespace="linalg", samples=lambda t: [
     t.S("solve_ex", lambda a, b: solve_ex(a, b).result, _square(3, t.rn), t.rn(3, 1))])
 def solve_ex(A, B, *, left=True, check_errors=False):
-    x, info = _solve(A, B, left, "torch.linalg.solve_ex" if check_errors else None, "linalg.solve_ex")
+    x, info = _solve(A, B, left, ("torch.linalg.solve_ex", _solver_singular) if check_errors else None,
+                     "linalg.solve_ex")
     return return_types["linalg_solve_ex"](x, info)
 
 
@@ -570,13 +582,14 @@ def _inv(A, check, name):
     t.S("inv", inv, _square(2, t.rn), second_order=True)])
 def inv(A):
     """A^{-1}; a singular A is a LinAlgError naming the batch element."""
-    return _inv(A, "linalg.inv", "linalg.inv")[0]
+    return _inv(A, ("linalg.inv", _singular), "linalg.inv")[0]
 
 
 @op("linalg_inv_ex", method=False, namespace="linalg", samples=lambda t: [
     t.S("inv_ex", lambda a: inv_ex(a).inverse, _square(3, t.rn))])
 def inv_ex(A, *, check_errors=False):
-    return return_types["linalg_inv_ex"](*_inv(A, "linalg.inv_ex" if check_errors else None, "linalg.inv_ex"))
+    check = ("linalg.inv_ex", _singular) if check_errors else None
+    return return_types["linalg_inv_ex"](*_inv(A, check, "linalg.inv_ex"))
 
 
 @op("inverse", samples=lambda t: [t.S("inverse", lambda a: a.inverse(), _square(3, t.rn))])
@@ -776,8 +789,8 @@ def lstsq(A, B, rcond=None, *, driver=None):
         raise RuntimeError(f"torch.linalg.lstsq: input.size(-2) should match other.size(-2), got {A.shape[-2]} and "
                            f"{b.shape[-2]}")
     m, n = A.shape[-2:]
-    x = pinv(A, rtol=rcond) @ b if rcond is not None else pinv(A) @ b
-    rank = matrix_rank(A) if driver != "gels" else empty((0,), dtype=dt.int64, device=A.device)
+    x = pinv(A, rtol=rcond) @ b
+    rank = matrix_rank(A, rtol=rcond) if driver != "gels" else empty((0,), dtype=dt.int64, device=A.device)
     nothing = A.reshape(-1)[:0]   # (empty, yet a function of A, as torch's)
     values = _svdvals_raw(A) if driver in ("gelsd", "gelss") else nothing
     residuals = nothing
@@ -810,7 +823,8 @@ def cond(A, p=None):
         s = svdvals(A)
         big, small = s[..., 0], s[..., -1]
         return big / small if p != -2 else small / big
-    return _matrix_norm(A, p) * _matrix_norm(_inv(A, None, "linalg.cond")[0], p)
+    inverse, info = _inv(A, None, "linalg.cond")
+    return where(info > 0, float("inf"), _matrix_norm(A, p) * _matrix_norm(inverse, p))   # (singular: inf)
 
 
 @op("linalg_tensorinv", method=False, namespace="linalg", samples=lambda t: [
@@ -857,9 +871,7 @@ def lu_factor(A, *, pivot=True):
     """A = P L U packed as LU (L's unit diagonal left out) with LAPACK's 1-based int32 pivots; a singular A
     raises, as torch's."""
     lu, pivots, info = _lu_factor(A, pivot, "linalg.lu_factor")
-    _raise_info("linalg.lu_factor", info, lambda code: f"U[{code},{code}] is zero and using it on lu_solve "
-                f"would result in a division by zero. If you still want to perform the factorization, consider "
-                f"calling linalg.lu(A, pivot) or linalg.lu_factor_ex(A, pivot)")
+    _raise_info("torch.linalg.lu_factor", info, _zero_pivot, RuntimeError)
     return return_types["linalg_lu_factor"](lu, pivots)
 
 
@@ -868,7 +880,7 @@ def lu_factor(A, *, pivot=True):
 def lu_factor_ex(A, *, pivot=True, check_errors=False):
     lu, pivots, info = _lu_factor(A, pivot, "linalg.lu_factor_ex")
     if check_errors:
-        _raise_info("linalg.lu_factor_ex", info, _singular)
+        _raise_info("torch.linalg.lu_factor_ex", info, _zero_pivot, RuntimeError)
     return return_types["linalg_lu_factor_ex"](lu, pivots, info)
 
 
@@ -939,7 +951,7 @@ def triangular_solve(b, A, upper=True, transpose=False, unitriangular=False):
     return return_types["triangular_solve"](x, A.clone())
 
 
-@op("linalg_householder_product", method=False, namespace="linalg", aliases=("orgqr",), samples=lambda t: [
+@op("linalg_householder_product", method=False, namespace="linalg", samples=lambda t: [
     t.S("tall", householder_product, t.rn(4, 3), t.rn(2)), t.S("batched", householder_product, t.rn(2, 3, 3),
                                                                   t.rn(2, 3))])
 def householder_product(A, tau):
@@ -1018,3 +1030,9 @@ def matrix_exp(A):
     t.S("matrix_exp", lambda a: matrix_exp_linalg(a), t.rn(3, 3) * 0.5)])
 def matrix_exp_linalg(A):
     return matrix_exp(A)
+
+
+@op("orgqr", samples=lambda t: [t.S("orgqr", lambda a, tau: a.orgqr(tau), t.rn(3, 2), t.rn(2))])
+def orgqr(input, input2):
+    """torch.orgqr: householder_product under LAPACK's name."""
+    return householder_product(input, input2)
