@@ -95,7 +95,8 @@ def test_lu_factor_ex_info_and_pivots_match_torch():
     (lambda: minidl.linalg.det(minidl.ones(2, 3)), r"linalg\.det: A must be batches of square matrices, but they "
                                                    r"are 2 by 3"),
     (lambda: minidl.linalg.cholesky(minidl.ones(3)), r"linalg\.cholesky: .*at least 2 dimensions.*\[3\]"),
-    (lambda: minidl.linalg.solve(minidl.eye(3), minidl.ones(2, 1)), r"linalg\.solve: Incompatible shapes .*3x3 and 2x1"),
+    (lambda: minidl.linalg.solve(minidl.eye(3), minidl.ones(2, 1)),
+     r"linalg\.solve: Incompatible shapes .*3x3 and 2x1"),
     (lambda: minidl.linalg.solve(minidl.eye(2), minidl.ones(2, dtype=minidl.float64)), r"same dtype.*float32.*float64"),
     (lambda: minidl.linalg.qr(minidl.eye(2), mode="full"), r"unrecognized mode 'full'"),
     (lambda: minidl.linalg.eigh(minidl.eye(2), UPLO="X"), r"linalg\.eigh: .*UPLO.*X"),

@@ -1,10 +1,10 @@
 """torch.linalg's decompositions and the solvers made of them, on the ``linalg`` primitive (LAPACK through
 numpy on the CPU, cuSOLVER through CuPy on CUDA; see ``minidl/kernels/lapack.py``).
 
-Five graph nodes carry the gradients, each with torch's adjoint formula: the LU factorisation, the
-triangular solve, the general solve (inv is a solve of the identity), Cholesky, QR, eigh, SVD and pinv, and
-det/slogdet. The rest (lu, lu_solve, lstsq, cholesky_solve, householder_product, tensorinv, ...) are
-compositions of those and of plain ops, so their gradients follow.
+One graph node per factorisation carries its gradient, each with torch's adjoint formula: the LU
+factorisation, the triangular solve, the general solve (inv is a solve of the identity), Cholesky, QR, eigh,
+SVD, pinv, det and slogdet. The rest (lu, lu_solve, lstsq, cholesky_solve, householder_product, tensorinv,
+matrix_exp, ...) are compositions of those and of plain ops, so their gradients follow.
 """
 from __future__ import annotations
 
@@ -113,10 +113,6 @@ def _batched(a, b):
 def _eye_like(a, n=None):
     n = a.shape[-1] if n is None else n
     return eye(n, dtype=a.dtype, device=a.device)
-
-
-def _sym(x):
-    return x + x.mT
 
 
 # ----------------------------------------------------------------------------- raw factorisations
@@ -367,7 +363,6 @@ class Eigh(Function):
 
     @staticmethod
     def forward(ctx, a, lower):
-        n = a.shape[-1]
         w, v = _launch("eigh", [a], [(tuple(a.shape[:-1]), a.dtype), (a.shape, a.dtype)], lower=lower)
         ctx.save_for_backward(w, v)
         ctx.set_materialize_grads(False)
@@ -851,8 +846,9 @@ def tensorsolve(A, B, dims=None):
     rest = tuple(A.shape[B.ndim:])
     n = int(np.prod(rest))
     if int(np.prod(B.shape)) != n or int(np.prod(A.shape[:B.ndim])) != n:
-        raise RuntimeError(f"linalg.tensorsolve: Expected self to satisfy the requirement prod(self.shape[other.ndim:]) "
-                           f"== prod(self.shape[:other.ndim]), got shapes {list(A.shape)} and {list(B.shape)}")
+        raise RuntimeError(f"linalg.tensorsolve: Expected self to satisfy the requirement "
+                           f"prod(self.shape[other.ndim:]) == prod(self.shape[:other.ndim]), got shapes "
+                           f"{list(A.shape)} and {list(B.shape)}")
     return solve(A.reshape(n, n), B.reshape(n)).reshape(rest)
 
 
