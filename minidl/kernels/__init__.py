@@ -186,13 +186,19 @@ differences from x - m: as torch's log_softmax, precise for logits of any magnit
 dims, float32 or float64 unless said) and writes each result into its buffer of ``outs``, packed from element 0
 in the shape given (None: not wanted); ``options`` are the op's keyword pairs. The ops (``kernels/lapack.py``,
 written once over the array module: numpy's LAPACK on the CPU and in the simulator, CuPy's cuSOLVER on a GPU):
-cholesky (A (n, n) -> the lower factor L, int32 info: 0, or the order of the first leading minor that is not
-positive-definite), lu_factor (A (m, n) -> LU, int32 1-based pivots (min(m, n)), int32 info: the column of the
-first zero pivot, LAPACK getrf's partial pivoting), permutation (int32 pivots as (..., 1, k), option m -> int64
-perm (m): ``A = P L U`` with ``P[perm[i], i] = 1``), triangular_solve (A (n, n), B (n, k), options upper,
-unitriangular -> X with A X = B, reading one triangle), qr (A (m, n), option mode "reduced", "complete" or "r"
--> Q (None for "r"), R; mode "raw" -> geqrf's reflectors-and-R (m, n) and tau (min(m, n))), eigh (A (n, n), option lower -> ascending eigenvalues (n), eigenvectors as columns),
-svd (A (m, n), options full_matrices, compute_uv -> U, S (min(m, n)), Vh; S only without compute_uv).
+
+- cholesky: A (n, n) -> the lower factor L, int32 info (0, or the order of the first leading minor that is not
+  positive-definite);
+- lu_factor: A (m, n) -> LU, int32 1-based pivots (min(m, n)), int32 info (the column of the first zero pivot),
+  LAPACK getrf's partial pivoting;
+- permutation: int32 pivots as (..., 1, k), option m -> int64 perm (m): ``A = P L U`` with ``P[perm[i], i] = 1``;
+- triangular_solve: A (n, n), B (n, k), options upper, unitriangular -> X with A X = B, reading one triangle;
+- solve: A (n, n), B (n, k) -> X with A X = B, int32 info as lu_factor's;
+- slogdet: A (n, n) -> sign, log|det A| (one each);
+- qr: A (m, n), option mode "reduced", "complete" or "r" -> Q (None for "r"), R; mode "raw" -> geqrf's
+  reflectors-and-R (m, n) and tau (min(m, n));
+- eigh: A (n, n), option lower -> ascending eigenvalues (n), eigenvectors as columns;
+- svd: A (m, n), options full_matrices, compute_uv -> U, S (min(m, n)), Vh; S only without compute_uv.
 
 ``fused`` is how ``minidl.compile`` runs a chain of elementwise launches as one kernel: each device writes the
 program from the ops' formulas (CPU: Numba source, GPU: CUDA C), caches it on disk by the program's key
@@ -267,7 +273,7 @@ PRIMITIVES = ("alloc", "from_host", "to_host", "share_memory", "open_shared", "c
               "rnn_cell", "rnn_cell_backward", "cross_entropy",
               "cross_entropy_backward", "fused")
 
-LINALG_OPS = ("cholesky", "lu_factor", "permutation", "triangular_solve", "qr", "eigh", "svd")
+LINALG_OPS = ("cholesky", "lu_factor", "permutation", "triangular_solve", "solve", "slogdet", "qr", "eigh", "svd")
 
 # What each primitive writes, by the contract's argument names (a list argument: every buffer in it); the
 # kernels that return a buffer (alloc, from_host, nonzero, share_memory, open_shared) write none of their

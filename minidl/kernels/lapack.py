@@ -80,6 +80,25 @@ def triangular_solve(xp, a, b, upper, unitriangular):
     return (x,)
 
 
+def solve(xp, a, b):
+    """(X, info) with A X = B: LAPACK's gesv (getrf and getrs) where every matrix is invertible, else the LU
+    above for all, which gives the info of each and inf or NaN where a pivot is zero, as LAPACK's getrs."""
+    try:
+        return xp.linalg.solve(a, b), xp.zeros(a.shape[0], xp.int32)
+    except Exception:  # noqa: BLE001 (numpy's LinAlgError, CuPy's under errstate: an exactly zero pivot)
+        pass
+    lu, pivots, info = lu_factor(xp, a)
+    perm, = permutation(xp, pivots[:, None, :], a.shape[-1])
+    y, = triangular_solve(xp, lu, b[xp.arange(a.shape[0])[:, None], perm], False, True)
+    x, = triangular_solve(xp, lu, y, True, False)
+    return x, info
+
+
+def slogdet(xp, a):
+    """(sign, log|det|) from LAPACK's LU (sign 0 and -inf for a singular matrix)."""
+    return xp.linalg.slogdet(a)
+
+
 def qr(xp, a, mode):
     """(Q, R) as LAPACK's geqrf and orgqr give them (numpy and CuPy call those); mode 'r' leaves Q empty;
     mode 'raw' gives geqrf's own (the reflectors below R, tau)."""
@@ -104,7 +123,7 @@ def svd(xp, a, full_matrices, compute_uv):
 
 
 OPS = {"cholesky": cholesky, "lu_factor": lu_factor, "permutation": permutation,
-       "triangular_solve": triangular_solve, "qr": qr, "eigh": eigh, "svd": svd}
+       "triangular_solve": triangular_solve, "solve": solve, "slogdet": slogdet, "qr": qr, "eigh": eigh, "svd": svd}
 
 
 def run(xp, op, arrays, options):

@@ -16,7 +16,7 @@ from .. import _dtype as dt
 from ..autograd import Function
 from ..layout import broadcast_shapes
 from .core import buf, kernel, sum_to
-from .creation import arange, empty, eye, full, zeros
+from .creation import arange, empty, eye, full, ones, zeros
 from .elementwise import maximum, where
 from .registry import op
 from .shape_ops import cat
@@ -137,15 +137,6 @@ def _tri_raw(a, b, upper, unitriangular=False):
     return _launch("triangular_solve", [a, b], [(b.shape, b.dtype)], upper=upper, unitriangular=unitriangular)[0]
 
 
-def _lu_solve_raw(lu, pivots, b):
-    """A^{-1} b from A's LU factors, no autograd."""
-    perm = _permutation(pivots, lu.shape[-1])
-    lu, b = _batched(lu, b)
-    perm = perm.expand(tuple(lu.shape[:-1]))
-    y = _tri_raw(lu, _rows(b, perm), upper=False, unitriangular=True)
-    return _tri_raw(lu, y, upper=True)
-
-
 # ----------------------------------------------------------------------------- LU
 class LUFactor(Function):
     """A = P L U with partial pivoting; the gradient of LU (L's strict lower and U's upper part) as torch's."""
@@ -233,10 +224,9 @@ class Solve(Function):
 
     @staticmethod
     def forward(ctx, a, b, check):
-        lu, pivots, info = _lu_raw(a)
+        x, info = _launch("solve", [a, b], [(b.shape, b.dtype), (tuple(a.shape[:-2]), dt.int32)])
         if check:
             _raise_info(check[0], info, check[1])
-        x = _lu_solve_raw(lu, pivots, b)
         ctx.save_for_backward(a, x)
         ctx.mark_non_differentiable(info)
         return x, info
@@ -249,12 +239,12 @@ class Solve(Function):
 
 
 # ----------------------------------------------------------------------------- determinants
-def _lu_det_parts(a):
-    """(sign of the row swaps, U's diagonal) of A's LU factors."""
-    lu, pivots, _ = _lu_raw(a)
-    n = a.shape[-1]
-    swaps = (pivots != arange(1, n + 1, dtype=dt.int32, device=a.device)).sum(-1)
-    return 1 - 2 * (swaps % 2).to(a.dtype), lu.diagonal(0, -2, -1)
+def _slogdet_raw(a):
+    """(sign, log|det|); a 0x0 matrix's determinant is the empty product, 1."""
+    batch = tuple(a.shape[:-2])
+    if not a.shape[-1]:
+        return ones(batch, dtype=a.dtype, device=a.device), zeros(batch, dtype=a.dtype, device=a.device)
+    return _launch("slogdet", [a], [(batch, a.dtype), (batch, a.dtype)])
 
 
 class Det(Function):
@@ -262,8 +252,8 @@ class Det(Function):
 
     @staticmethod
     def forward(ctx, a):
-        sign, diag = _lu_det_parts(a)
-        det = sign * diag.prod(-1)
+        sign, logabs = _slogdet_raw(a)
+        det = sign * logabs.exp()
         ctx.save_for_backward(a, det)
         return det
 
@@ -278,10 +268,8 @@ class SlogDet(Function):
 
     @staticmethod
     def forward(ctx, a):
-        sign, diag = _lu_det_parts(a)
-        sign = sign * diag.sign().prod(-1)
         ctx.save_for_backward(a)
-        return sign, diag.abs().log().sum(-1)   # (sign stays differentiable, as torch's: its gradient is 0)
+        return tuple(_slogdet_raw(a))   # (sign stays differentiable, as torch's: its gradient is 0)
 
     @staticmethod
     def backward(ctx, _sign, g):
