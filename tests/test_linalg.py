@@ -149,6 +149,18 @@ def test_factorisations_reconstruct_their_input():
     np.testing.assert_allclose((v.numpy() * w.numpy()[..., None, :]) @ v.numpy().swapaxes(-1, -2), sym, atol=1e-12)
 
 
+@pytest.mark.parametrize("upper, left", [(True, True), (False, False)])
+def test_triangular_solve_across_blocks_of_rows_as_torch(upper, left):
+    """Past kernels/lapack.py's BLOCK rows the solve substitutes block by block; the op corpus's matrices are
+    smaller than one block."""
+    n = lapack.BLOCK * 2 + 5
+    a = rng.standard_normal((2, n, n)) + n * np.eye(n)
+    b = rng.standard_normal((2, n, 3) if left else (2, 3, n))
+    got = minidl.linalg.solve_triangular(minidl.tensor(a), minidl.tensor(b), upper=upper, left=left)
+    want = torch.linalg.solve_triangular(torch.tensor(a), torch.tensor(b), upper=upper, left=left)
+    np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-12, atol=1e-14)
+
+
 def test_cholesky_solve_gradient_of_the_factor_is_torchs_dense_one():
     x = rng.standard_normal((3, 3))
     low = np.linalg.cholesky(x @ x.T + np.eye(3))

@@ -42,7 +42,7 @@ check_index          (index, size, stride, wrap, out)                 out = stri
                                                                       so the take or put that follows skips it)
 nonzero              (x, x_layout) -> int64 buffer                    flat indices of nonzero elements
 matmul               (a, al, b, bl, out, ol)                          (...,m,k) @ (...,k,n), batch dims equal
-linalg               (op, ins, outs, options)                         the decomposition op (LINALG_OPS) of the
+linalg               (op, ins, layouts, outs, options)                the decomposition op (LINALG_OPS) of the
                                                                       batched matrices ins, results packed into
                                                                       outs (see below)
 im2col               (x, cols, geom, channels=0)                      cols = every window of x (N,C,h,w), see below
@@ -182,10 +182,11 @@ raised at once on cpu, at the next synchronisation on cuda (then the row is left
 ``logits``) holds two per row, the max m and log(sum(exp(x - m))), and lse is taken as their sum only in
 differences from x - m: as torch's log_softmax, precise for logits of any magnitude in float32 too.
 
-``linalg`` takes ``ins`` as (buf, layout) pairs of batched matrices (..., r, c) (any strides, the same batch
-dims, float32 or float64 unless said) and writes each result into its buffer of ``outs``, packed from element 0
-in the shape given (None: not wanted); ``options`` are the op's keyword pairs. The ops (``kernels/lapack.py``,
-written once over the array module: numpy's LAPACK on the CPU and in the simulator, CuPy's cuSOLVER on a GPU):
+``linalg`` takes ``ins``, a list of buffers of batched matrices (..., r, c) with their ``layouts`` (any
+strides, the same batch dims, float32 or float64 unless said), and writes each result into its buffer of
+``outs``, packed from element 0 in the shape given (None: not wanted); ``options`` are the op's keyword pairs.
+The ops (``kernels/lapack.py``, written once over the array module: numpy's LAPACK on the CPU and in the
+simulator, CuPy's cuSOLVER on a GPU):
 
 - cholesky: A (n, n) -> the lower factor L, int32 info (0, or the order of the first leading minor that is not
   positive-definite);

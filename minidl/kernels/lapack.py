@@ -68,15 +68,24 @@ def permutation(xp, pivots, m):
     return (perm,)
 
 
+BLOCK = 64  # rows a triangular solve substitutes one by one before one GEMM updates all the rows after them
+
+
 def triangular_solve(xp, a, b, upper, unitriangular):
-    """X with A X = B for triangular A (its other triangle unread), by substitution row by row: a zero on the
-    diagonal gives inf or NaN, as LAPACK's trsm."""
-    x = xp.zeros(b.shape, xp.result_type(a, b))
+    """X with A X = B for triangular A (its other triangle unread), blocked as LAPACK's trsm: substitution row
+    by row inside a block of rows, then one GEMM for the rows still to solve. A zero on the diagonal gives inf
+    or NaN, as trsm's."""
+    x = b.astype(xp.result_type(a, b), copy=True)
     n = a.shape[-1]
-    for i in (range(n - 1, -1, -1) if upper else range(n)):
-        done = slice(i + 1, n) if upper else slice(0, i)
-        row = b[:, i, :] - xp.matmul(a[:, i:i + 1, done], x[:, done, :])[:, 0, :]
-        x[:, i, :] = row if unitriangular else row / a[:, i, i][:, None]
+    starts = range(0, n, BLOCK)
+    for lo in (reversed(starts) if upper else starts):
+        hi = min(lo + BLOCK, n)
+        for i in (range(hi - 1, lo - 1, -1) if upper else range(lo, hi)):
+            done = slice(i + 1, hi) if upper else slice(lo, i)
+            row = x[:, i, :] - xp.matmul(a[:, i:i + 1, done], x[:, done, :])[:, 0, :]
+            x[:, i, :] = row if unitriangular else row / a[:, i, i][:, None]
+        rest = slice(0, lo) if upper else slice(hi, n)
+        x[:, rest, :] -= xp.matmul(a[:, rest, lo:hi], x[:, lo:hi, :])
     return (x,)
 
 

@@ -63,7 +63,7 @@ def _launch(name, inputs, outs, **options):
     like = inputs[0]
     made = [None if o is None else empty(tuple(o[0]), dtype=o[1], device=like.device) for o in outs]
     if all(x.numel() for x in inputs):
-        kernel("linalg", like)(name, [(buf(x), x._layout) for x in inputs],
+        kernel("linalg", like)(name, [buf(x) for x in inputs], [x._layout for x in inputs],
                                [None if t is None else buf(t) for t in made], tuple(options.items()))
     else:
         for t in made:

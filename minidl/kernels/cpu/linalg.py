@@ -18,14 +18,14 @@ def matmul(a, al, b, bl, out, ol):
 
 
 @kernels.register("linalg")
-def linalg(op, ins, outs, options=()):
-    """The decomposition ``op`` (``minidl.kernels.lapack``) of the batched matrices ``ins`` ((buf, layout)
-    pairs, any strides), each result written packed into its buffer of ``outs`` (None: not wanted). LAPACK
-    through numpy, so its threads follow the matrix size as matmul's do."""
-    first = ins[0][1]
+def linalg(op, ins, layouts, outs, options=()):
+    """The decomposition ``op`` (``minidl.kernels.lapack``) of the batched matrices in the buffers ``ins`` (any
+    strides, their ``layouts``), each result written packed into its buffer of ``outs`` (None: not wanted).
+    LAPACK through numpy, so its threads follow the matrix size as matmul's do."""
+    first = layouts[0]
     threads.use_blas_threads(first.shape[-2] * first.shape[-1] * max(first.shape[-2:]))
     with np.errstate(divide="ignore", invalid="ignore"):   # (a zero pivot gives inf or NaN, as LAPACK's)
-        results = lapack.run(np, op, [numpy_view(b, layout) for b, layout in ins], options)
+        results = lapack.run(np, op, [numpy_view(b, layout) for b, layout in zip(ins, layouts)], options)
     for out, result in zip(outs, results):
         if out is not None:
             out[:result.size] = result.reshape(-1)

@@ -55,11 +55,11 @@ def gemm(xp, av, bv, ov, a_ready, b_ready, out_ready):
 
 
 @kernels.register("linalg", "cuda")
-def linalg(op, ins, outs, options=()):
+def linalg(op, ins, layouts, outs, options=()):
     """The decomposition ``op`` (``minidl.kernels.lapack``) through the array module's linalg: cuSOLVER by
     CuPy on a GPU, numpy's LAPACK in the simulator; one piece of device work, as gemm."""
     xp = runtime.get().xp
-    views = [_view(xp, buf, layout, "linalg") for buf, layout in ins]
+    views = [_view(xp, buf, layout, "linalg") for buf, layout in zip(ins, layouts)]
     runtime.enqueue(decompose, xp, op, views, outs, options)
 
 
