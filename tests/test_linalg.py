@@ -81,7 +81,13 @@ def test_cond_of_a_singular_matrix_is_infinite_as_torch():
 
 
 def test_lu_factor_ex_info_and_pivots_match_torch():
-    for a in (singular_batch(), rng.standard_normal((2, 4, 3)), rng.standard_normal((3, 5))):
+    """Past kernels/lapack.py's BLOCK columns too (the corpus's matrices fit in one block), with a zero pivot
+    in the second block."""
+    n = lapack.BLOCK + 20
+    late_zero = np.stack([np.eye(n), np.eye(n)])
+    late_zero[1, :, n - 10] = 0.0
+    for a in (singular_batch(), rng.standard_normal((2, 4, 3)), rng.standard_normal((3, 5)),
+              rng.standard_normal((2, n + 7, n)), late_zero):
         m, t = both(a)
         got, want = minidl.linalg.lu_factor_ex(m), torch.linalg.lu_factor_ex(t)
         assert got.pivots.dtype is minidl.int32

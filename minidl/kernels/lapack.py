@@ -6,6 +6,8 @@ returns its results in the contract's order (see ``minidl.kernels``).
 """
 from __future__ import annotations
 
+BLOCK = 64  # the rows (columns) an LU or a triangular solve takes one by one before one GEMM updates the rest
+
 
 def cholesky(xp, a):
     """(L, info): the lower Cholesky factor of each matrix and 0, or the order of its first leading minor that
@@ -31,25 +33,32 @@ def cholesky(xp, a):
 
 
 def lu_factor(xp, a):
-    """(LU, pivots, info) of partial pivoting as LAPACK's getrf: pivots 1-based (int32), info the 1-based
-    column of the first exactly zero pivot (0: none)."""
+    """(LU, pivots, info) of partial pivoting as LAPACK's getrf, blocked as it is: each panel of BLOCK columns
+    column by column (pivot, swap whole rows, scale, update the panel), then U's rows right of the panel by a
+    triangular solve and the rest by one GEMM. pivots are 1-based (int32), info the 1-based column of the first
+    exactly zero pivot (0: none)."""
     lu = a.copy()
     batch, m, n = a.shape
     k = min(m, n)
     pivots = xp.zeros((batch, k), xp.int32)
     info = xp.zeros(batch, xp.int32)
     rows = xp.arange(batch)
-    for j in range(k):
-        p = j + xp.argmax(xp.abs(lu[:, j:, j]), axis=1)
-        pivots[:, j] = p + 1
-        top = lu[rows, j].copy()
-        lu[rows, j] = lu[rows, p]
-        lu[rows, p] = top
-        pivot = lu[:, j, j]
-        zero = pivot == 0
-        info = xp.where((info == 0) & zero, j + 1, info).astype(xp.int32)
-        lu[:, j + 1:, j] /= xp.where(zero, 1, pivot)[:, None]
-        lu[:, j + 1:, j + 1:] -= lu[:, j + 1:, j, None] * lu[:, j, None, j + 1:]
+    for lo in range(0, k, BLOCK):
+        hi = min(lo + BLOCK, k)
+        for j in range(lo, hi):
+            p = j + xp.argmax(xp.abs(lu[:, j:, j]), axis=1)
+            pivots[:, j] = p + 1
+            top = lu[rows, j].copy()
+            lu[rows, j] = lu[rows, p]
+            lu[rows, p] = top
+            pivot = lu[:, j, j]
+            zero = pivot == 0
+            info = xp.where((info == 0) & zero, j + 1, info).astype(xp.int32)
+            lu[:, j + 1:, j] /= xp.where(zero, 1, pivot)[:, None]
+            lu[:, j + 1:, j + 1:hi] -= lu[:, j + 1:, j, None] * lu[:, j, None, j + 1:hi]
+        if hi < n:
+            lu[:, lo:hi, hi:], = triangular_solve(xp, lu[:, lo:hi, lo:hi], lu[:, lo:hi, hi:], False, True)
+            lu[:, hi:, hi:] -= xp.matmul(lu[:, hi:, lo:hi], lu[:, lo:hi, hi:])
     return lu, pivots, info
 
 
@@ -66,9 +75,6 @@ def permutation(xp, pivots, m):
         perm[:, j] = perm[rows, p]
         perm[rows, p] = top
     return (perm,)
-
-
-BLOCK = 64  # rows a triangular solve substitutes one by one before one GEMM updates all the rows after them
 
 
 def triangular_solve(xp, a, b, upper, unitriangular):
