@@ -143,6 +143,15 @@ def test_torch_svd_returns_v_and_zeros_without_compute_uv():
     np.testing.assert_allclose((u.numpy() * s.numpy()) @ v.numpy().T, a, atol=1e-12)
 
 
+@pytest.mark.parametrize("upper", [False, True])
+def test_cholesky_reads_only_the_triangle_it_is_asked_for(upper):
+    x = rng.standard_normal((3, 3))
+    a = x @ x.T + np.eye(3)
+    a[(2, 0) if upper else (0, 2)] += 50.0   # (the other triangle: ignored; read, it would not be definite)
+    got = minidl.linalg.cholesky(minidl.tensor(a), upper=upper)
+    np.testing.assert_allclose(got.numpy(), torch.linalg.cholesky(torch.tensor(a), upper=upper).numpy(), atol=1e-12)
+
+
 def test_factorisations_reconstruct_their_input():
     a = rng.standard_normal((2, 4, 3))
     m = minidl.tensor(a)

@@ -283,7 +283,8 @@ class Cholesky(Function):
 
     @staticmethod
     def forward(ctx, a, upper):
-        low, info = _launch("cholesky", [a], [(a.shape, a.dtype), (tuple(a.shape[:-2]), dt.int32)])
+        source = a.mT if upper else a   # (upper reads A's upper triangle: the lower one of A^T)
+        low, info = _launch("cholesky", [source], [(a.shape, a.dtype), (tuple(a.shape[:-2]), dt.int32)])
         ctx.save_for_backward(low)
         ctx.upper = upper
         ctx.mark_non_differentiable(info)
