@@ -152,6 +152,19 @@ def test_cholesky_reads_only_the_triangle_it_is_asked_for(upper):
     np.testing.assert_allclose(got.numpy(), torch.linalg.cholesky(torch.tensor(a), upper=upper).numpy(), atol=1e-12)
 
 
+def test_det_gradient_at_a_singular_matrix_is_its_cofactor_matrix():
+    """There A has no inverse for det A^{-T}; the cofactors (signed minors, computed here by numpy) are the
+    derivative. (torch 2.13 gives zeros there, from its LU's division by the zero pivot.)"""
+    a = rng.standard_normal((2, 3, 3))
+    a[0, :, 2] = 0.0
+    a[1] = np.diag([1.0, 2.0, 0.0])
+    m = minidl.tensor(a, requires_grad=True)
+    minidl.linalg.det(m).sum().backward()
+    minor = [[[np.linalg.det(np.delete(np.delete(x, i, 0), j, 1)) * (-1) ** (i + j) for j in range(3)]
+              for i in range(3)] for x in a]
+    np.testing.assert_allclose(m.grad.numpy(), np.array(minor), atol=1e-12)
+
+
 def test_factorisations_reconstruct_their_input():
     a = rng.standard_normal((2, 4, 3))
     m = minidl.tensor(a)

@@ -248,7 +248,8 @@ def _slogdet_raw(a):
 
 
 class Det(Function):
-    """det A from its LU factors; gradient g det A^{-T} (A invertible)."""
+    """det A from its LU factors; gradient g times the cofactors: det A^{-T}, or where det A = 0 (no inverse)
+    det(U) det(V) U diag(prod of the other singular values) V^T from A's SVD, continuous there, as torch's."""
 
     @staticmethod
     def forward(ctx, a):
@@ -260,7 +261,21 @@ class Det(Function):
     @staticmethod
     def backward(ctx, g):
         a, det = ctx.saved_tensors
-        return (g * det).unsqueeze(-1).unsqueeze(-1) * inv(a).mT
+        cofactors = det.unsqueeze(-1).unsqueeze(-1) * _inv(a, None, "linalg.det")[0].mT
+        singular = det == 0
+        if bool(singular.any()):
+            cofactors = where(singular.unsqueeze(-1).unsqueeze(-1), _svd_cofactors(a), cofactors)
+        return g.unsqueeze(-1).unsqueeze(-1) * cofactors
+
+
+def _svd_cofactors(a):
+    """A's cofactor matrix from its SVD, defined for singular A too."""
+    u, s, vh = svd(a)
+    n = s.shape[-1]
+    others = s.unsqueeze(-2).expand(tuple(s.shape[:-1]) + (n, n)).masked_fill(eye(n, dtype=dt.bool_,
+                                                                                    device=a.device), 1)
+    signs = (_slogdet_raw(u)[0] * _slogdet_raw(vh)[0]).unsqueeze(-1).unsqueeze(-1)
+    return signs * (u * others.prod(-1).unsqueeze(-2)) @ vh
 
 
 class SlogDet(Function):
