@@ -300,15 +300,16 @@ class Cholesky(Function):
     def forward(ctx, a, upper):
         source = a.mT if upper else a   # (upper reads A's upper triangle: the lower one of A^T)
         low, info = _launch("cholesky", [source], [(a.shape, a.dtype), (tuple(a.shape[:-2]), dt.int32)])
-        ctx.save_for_backward(low)
+        out = low.mT.contiguous() if upper else low
+        ctx.save_for_backward(out)   # (the output itself: a second backward differentiates through it)
         ctx.upper = upper
         ctx.mark_non_differentiable(info)
-        return (low.mT.contiguous() if upper else low), info
+        return out, info
 
     @staticmethod
     def backward(ctx, g, _info):
         low, = ctx.saved_tensors
-        g = g.mT if ctx.upper else g
+        low, g = (low.mT, g.mT) if ctx.upper else (low, g)
         ga = (low.mT @ g).tril()
         ga = 0.5 * (ga + ga.tril(-1).mT)
         ga = solve_triangular(low.mT, ga, upper=True)
@@ -639,6 +640,7 @@ def _cholesky(A, upper, check, name):
 @op("linalg_cholesky", method=False, namespace="linalg", samples=lambda t: [
     t.S("lower", lambda a: cholesky(_pd(a)), t.rn(3, 3)),
     t.S("upper-batched", lambda a: cholesky(_pd(a), upper=True), t.rn(2, 3, 3)),
+    t.S("upper", lambda a: cholesky(_pd(a), upper=True), t.rn(2, 2), second_order=True),
     t.S("lower", lambda a: cholesky(_pd(a)), t.rn(2, 2), second_order=True)])
 def cholesky(A, *, upper=False):
     """The Cholesky factor of positive-definite A (from its lower triangle); LinAlgError names the minor."""
@@ -676,7 +678,8 @@ def cholesky_inverse(input, upper=False):
 @op("linalg_qr", method=False, namespace="linalg", samples=lambda t: [
     t.S("reduced-tall", lambda a: qr(a).Q * qr(a).R.diagonal().sign().unsqueeze(-2) + qr(a).R.sum(), t.rn(4, 3)),
     t.S("reduced-wide-batched", lambda a: (lambda q, r: q.sum() + r)(*qr(a)), t.rn(2, 2, 3)),
-    t.S("complete-square", lambda a: (lambda q, r: q + r)(*qr(a, "complete")), t.rn(3, 3))])
+    t.S("complete-square", lambda a: (lambda q, r: q + r)(*qr(a, "complete")), t.rn(3, 3)),
+    t.S("reduced-tall", lambda a: (lambda q, r: q.sum(-1) + r.sum())(*qr(a)), t.rn(3, 2), second_order=True)])
 def qr(A, mode="reduced"):
     """A = Q R by Householder reflections: mode 'reduced' (Q (m, k)), 'complete' (Q (m, m)) or 'r' (R only,
     Q empty)."""
@@ -701,7 +704,9 @@ def _eigh(A, UPLO, name):
 
 @op("linalg_eigh", method=False, namespace="linalg", samples=lambda t: [
     t.S("gauge-free", lambda a: (lambda w, v: w.unsqueeze(-1) + v * v)(*eigh(a + a.mT)), t.distinct(3, 3) * 0.3),
-    t.S("upper-batched", lambda a: (lambda w, v: v.abs().sum() + w)(*eigh(a + a.mT, "U")), t.rn(2, 3, 3))])
+    t.S("upper-batched", lambda a: (lambda w, v: v.abs().sum() + w)(*eigh(a + a.mT, "U")), t.rn(2, 3, 3)),
+    t.S("gauge-free", lambda a: (lambda w, v: w.unsqueeze(-1) + v * v)(*eigh(a + a.mT)), t.distinct(3, 3) * 0.3,
+        second_order=True)])
 def eigh(A, UPLO="L"):
     """Eigenvalues (ascending) and eigenvectors of symmetric A, read from its UPLO triangle."""
     return return_types["linalg_eigh"](*_eigh(A, UPLO, "linalg.eigh"))
@@ -716,7 +721,8 @@ def eigvalsh(A, UPLO="L"):
 @op("linalg_svd", method=False, namespace="linalg", samples=lambda t: [
     t.S("reduced-tall", lambda a: (lambda u, s, vh: u[..., :1] * vh[..., :1, :] + s.sum())(*svd(a, False)), t.rn(4, 3)),
     t.S("full-wide", lambda a: (lambda u, s, vh: (u[..., :2] @ vh[..., :2, :]) * s.sum())(*svd(a)), t.rn(2, 2, 3)),
-    t.S("square", lambda a: (lambda u, s, vh: u @ vh + s.sum())(*svd(a, False)), t.rn(3, 3))])
+    t.S("square", lambda a: (lambda u, s, vh: u @ vh + s.sum())(*svd(a, False)), t.rn(3, 3)),
+    t.S("tall", lambda a: (lambda u, s, vh: u @ vh + s.sum())(*svd(a, False)), t.rn(3, 2), second_order=True)])
 def svd(A, full_matrices=True, *, driver=None):
     """A = U diag(S) Vh, S descending (LAPACK's gesdd, as torch's CPU default)."""
     _check("linalg.svd", A, square=False)
@@ -747,7 +753,8 @@ def svd_(input, some=True, compute_uv=True):
 
 @op("linalg_pinv", method=False, namespace="linalg", samples=lambda t: [
     t.S("tall", pinv, t.rn(4, 3)), t.S("wide-batched", pinv, t.rn(2, 2, 3)),
-    t.S("hermitian", lambda a: pinv(a + a.mT, hermitian=True), _square(3, t.rn))])
+    t.S("hermitian", lambda a: pinv(a + a.mT, hermitian=True), _square(3, t.rn)),
+    t.S("tall", pinv, t.rn(3, 2), second_order=True)])
 def pinv(A, *, atol=None, rtol=None, hermitian=False):
     """The Moore-Penrose pseudo-inverse: singular values at or below max(atol, rtol * largest) count as 0."""
     _check("linalg.pinv", A, square=hermitian)
@@ -866,7 +873,8 @@ def _lu_factor(A, pivot, name):
 
 @op("linalg_lu_factor", method=False, namespace="linalg", samples=lambda t: [
     t.S("square", lambda a: lu_factor(a).LU, t.rn(3, 3)), t.S("wide", lambda a: lu_factor(a).LU, t.rn(2, 3, 4)),
-    t.S("tall", lambda a: lu_factor(a).LU, t.rn(4, 2))])
+    t.S("tall", lambda a: lu_factor(a).LU, t.rn(4, 2)),
+    t.S("square", lambda a: lu_factor(a).LU, t.rn(3, 3), second_order=True)])
 def lu_factor(A, *, pivot=True):
     """A = P L U packed as LU (L's unit diagonal left out) with LAPACK's 1-based int32 pivots; a singular A
     raises, as torch's."""
