@@ -1,8 +1,9 @@
 """The ``linalg`` primitive's work, written once over an array module ``xp`` (numpy on the CPU and in the
 CUDA simulator, CuPy on a GPU): LAPACK's (numpy's) or cuSOLVER's (CuPy's) routines where the module has one
-(cholesky, qr, eigh, svd), and a loop over columns, vectorised over the batch, for what numpy lacks (the LU
-factorisation with its pivots, triangular solves). Inputs are (batch, m, n) arrays, outputs too; each op
-returns its results in the contract's order (see ``minidl.kernels``).
+(cholesky, solve, slogdet, qr, eigh, svd), and for what numpy lacks (the LU factorisation with its pivots,
+triangular solves, the failing minor of a Cholesky) a loop over columns vectorised over the batch, blocked as
+LAPACK's so that GEMMs do most of the work. Inputs are (batch, m, n) arrays, outputs too; each op returns its
+results in the contract's order (see ``minidl.kernels``).
 """
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ def cholesky(xp, a):
         low = xp.linalg.cholesky(a)
         if bool(xp.isfinite(low).all()):
             return low, info
-    except Exception:  # noqa: BLE001 (numpy's LinAlgError; CuPy fills NaN instead): find the minor below
+    except Exception:  # noqa: BLE001 (numpy's LinAlgError, CuPy's under errstate): find the minor below
         pass
     low = xp.zeros_like(a)
     for j in range(a.shape[-1]):
