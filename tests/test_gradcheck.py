@@ -123,6 +123,7 @@ NEEDS_NO_SAMPLE = {
     "argmax", "argmin", "argsort", "nonzero", "count_nonzero", "bitwise_and", "bitwise_or", "bitwise_xor",
     "bitwise_not", "bitwise_left_shift", "bitwise_right_shift", "searchsorted", "bucketize", "isin", "argwhere",
     "nonzero_static", "unique_consecutive", "unravel_index", "gcd", "lcm",
+    "linalg_matrix_rank", "geqrf",   # (no gradient in torch either)
     # float results with no gradient (of detached values, as in PyTorch)
     "histc", "unique", "histogram", "heaviside", "spherical_bessel_j0", "modified_bessel_i0", "modified_bessel_i1",
     *(f"{shift}chebyshev_polynomial_{kind}" for shift in ("", "shifted_") for kind in "tuvw"),

@@ -42,6 +42,9 @@ check_index          (index, size, stride, wrap, out)                 out = stri
                                                                       so the take or put that follows skips it)
 nonzero              (x, x_layout) -> int64 buffer                    flat indices of nonzero elements
 matmul               (a, al, b, bl, out, ol)                          (...,m,k) @ (...,k,n), batch dims equal
+linalg               (op, ins, layouts, outs, options)                the decomposition op (LINALG_OPS) of the
+                                                                      batched matrices ins, results packed into
+                                                                      outs (see below)
 im2col               (x, cols, geom, channels=0)                      cols = every window of x (N,C,h,w), see below
 col2im               (cols, x, geom, channels=0)                      x = the adjoint of im2col (overwrites x)
 max_pool2d           (x, out, index, geom)                            out = window max; int64 index in the h*w plane
@@ -179,6 +182,25 @@ raised at once on cpu, at the next synchronisation on cuda (then the row is left
 ``logits``) holds two per row, the max m and log(sum(exp(x - m))), and lse is taken as their sum only in
 differences from x - m: as torch's log_softmax, precise for logits of any magnitude in float32 too.
 
+``linalg`` takes ``ins``, a list of buffers of batched matrices (..., r, c) with their ``layouts`` (any
+strides, the same batch dims, float32 or float64 unless said), and writes each result into its buffer of
+``outs``, packed from element 0 in the shape given (None: not wanted); ``options`` are the op's keyword pairs.
+The ops (``kernels/lapack.py``, written once over the array module: numpy's LAPACK on the CPU and in the
+simulator, CuPy's cuSOLVER on a GPU):
+
+- cholesky: A (n, n) -> the lower factor L, int32 info (0, or the order of the first leading minor that is not
+  positive-definite);
+- lu_factor: A (m, n) -> LU, int32 1-based pivots (min(m, n)), int32 info (the column of the first zero pivot),
+  LAPACK getrf's partial pivoting;
+- permutation: int32 pivots as (..., 1, k), option m -> int64 perm (m): ``A = P L U`` with ``P[perm[i], i] = 1``;
+- triangular_solve: A (n, n), B (n, k), options upper, unitriangular -> X with A X = B, reading one triangle;
+- solve: A (n, n), B (n, k) -> X with A X = B, int32 info as lu_factor's;
+- slogdet: A (n, n) -> sign, log|det A| (one each);
+- qr: A (m, n), option mode "reduced", "complete" or "r" -> Q (None for "r"), R; mode "raw" -> geqrf's
+  reflectors-and-R (m, n) and tau (min(m, n));
+- eigh: A (n, n), option lower -> ascending eigenvalues (n), eigenvectors as columns;
+- svd: A (m, n), options full_matrices, compute_uv -> U, S (min(m, n)), Vh; S only without compute_uv.
+
 ``fused`` is how ``minidl.compile`` runs a chain of elementwise launches as one kernel: each device writes the
 program from the ops' formulas (CPU: Numba source, GPU: CUDA C), caches it on disk by the program's key
 (``kernels/fused_cache.py``), and compiles it before returning, so a kernel that does not compile raises here.
@@ -244,12 +266,15 @@ OP_CODES = {family: _Codes(family, names) for family, names in formulas.CODED.it
 
 PRIMITIVES = ("alloc", "from_host", "to_host", "share_memory", "open_shared", "copy", "unary", "binary",
               "compare", "where", "reduce", "arg_reduce", "scan", "argsort", "take", "put", "check_index",
-              "nonzero", "matmul", "im2col", "col2im", "max_pool2d", "max_pool2d_backward", "sgd_step", "adam_step",
+              "nonzero", "matmul", "linalg", "im2col", "col2im", "max_pool2d", "max_pool2d_backward", "sgd_step",
+              "adam_step",
               "sgd_steps", "adam_steps", "adagrad_steps", "norms", "scale",
               "softmax", "softmax_backward", "random", "attention", "attention_backward", "dropout",
               "norm_rows", "norm_rows_backward", "batch_norm", "batch_norm_backward",
               "rnn_cell", "rnn_cell_backward", "cross_entropy",
               "cross_entropy_backward", "fused")
+
+LINALG_OPS = ("cholesky", "lu_factor", "permutation", "triangular_solve", "solve", "slogdet", "qr", "eigh", "svd")
 
 # What each primitive writes, by the contract's argument names (a list argument: every buffer in it); the
 # kernels that return a buffer (alloc, from_host, nonzero, share_memory, open_shared) write none of their
@@ -257,7 +282,8 @@ PRIMITIVES = ("alloc", "from_host", "to_host", "share_memory", "open_shared", "c
 WRITES = {
     "copy": ("dst",), "unary": ("out",), "binary": ("out",), "compare": ("out",), "where": ("out",),
     "reduce": ("out",), "arg_reduce": ("out",), "scan": ("out",), "argsort": ("out",), "take": ("out",),
-    "put": ("dst",), "check_index": ("out",), "matmul": ("out",), "im2col": ("out",), "col2im": ("out",),
+    "put": ("dst",), "check_index": ("out",), "matmul": ("out",), "linalg": ("outs",), "im2col": ("out",),
+    "col2im": ("out",),
     "max_pool2d": ("out", "index"), "max_pool2d_backward": ("grad_in",),
     "sgd_step": ("param", "momentum_buffer"), "adam_step": ("param", "exp_avg", "exp_avg_sq", "max_exp_avg_sq"),
     "sgd_steps": ("params", "momentum_buffers"), "adam_steps": ("params", "exp_avgs", "exp_avg_sqs", "max_exp_avg_sqs"),

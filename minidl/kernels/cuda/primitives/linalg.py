@@ -1,7 +1,10 @@
-"""Matrix multiply on the GPU: cuBLAS through the array module's matmul (CuPy on a GPU, numpy in
-the simulator, so both run this same code). Layouts become strided views of the buffers; an
+"""Matrix multiply and the decompositions on the GPU: cuBLAS and cuSOLVER through the array module (CuPy on a
+GPU, numpy in the simulator, so both run this same code). Layouts become strided views of the buffers; an
 operand cuBLAS cannot read in place is packed first."""
+import numpy as np
+
 from .... import kernels
+from ... import lapack
 from .. import runtime
 
 
@@ -49,3 +52,30 @@ def gemm(xp, av, bv, ov, a_ready, b_ready, out_ready):
         xp.matmul(av, bv, out=ov)
     else:
         ov[...] = xp.matmul(av, bv)
+
+
+@kernels.register("linalg", "cuda")
+def linalg(op, ins, layouts, outs, options=()):
+    """The decomposition ``op`` (``minidl.kernels.lapack``) through the array module's linalg: cuSOLVER by
+    CuPy on a GPU, numpy's LAPACK in the simulator; one piece of device work, as gemm."""
+    xp = runtime.get().xp
+    views = [_view(xp, buf, layout, "linalg") for buf, layout in zip(ins, layouts)]
+    runtime.enqueue(decompose, xp, op, views, outs, options)
+
+
+def decompose(xp, op, views, outs, options):
+    """The device work of linalg: the decomposition, its results written packed into ``outs``."""
+    with _raising(xp):
+        results = lapack.run(xp, op, views, options)
+    for out, result in zip(outs, results):
+        if out is not None:
+            out[:result.size] = result.reshape(-1)
+
+
+def _raising(xp):
+    """CuPy reports a failed factorisation (a Cholesky of a matrix that is not positive-definite) only under
+    errstate(linalg="raise"), numpy always: then lapack finds the failing minor itself."""
+    if xp is np:
+        return np.errstate(divide="ignore", invalid="ignore")   # (the simulator: inf or NaN, as on a GPU)
+    import cupyx
+    return cupyx.errstate(linalg="raise")
