@@ -725,4 +725,5 @@ composite("margin_ranking_loss", "hinge_embedding_loss", "soft_margin_loss", "mu
           "multilabel_margin_loss", "gaussian_nll_loss", "poisson_nll_loss")
 
 from . import (nn_lowerings, reduction_lowerings, index_lowerings, shape_lowerings,  # noqa: E402,F401
-               activation_lowerings, norm_distance_lowerings, product_lowerings, resample_lowerings, pool_lowerings, linalg_lowerings)
+               activation_lowerings, norm_distance_lowerings, product_lowerings, resample_lowerings, pool_lowerings,
+               linalg_lowerings)
