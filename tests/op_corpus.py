@@ -17,7 +17,8 @@ memory formats minidl does not name (features it does not model; a memory format
 compare; a minidl that computes there is not judged). Entries whose values are random (draws,
 dropout, ``dropout_p > 0``) or undefined (``empty``) are compared by shape and dtype only;
 ``as_strided`` of a view into a larger storage is not applicable (minidl gets a copy of the view's
-values, not the storage).
+values, not the storage). Eigen- and singular vectors, unique only up to sign, are compared in a
+canonical form both sides compute the same way (``SIGN_FREE``).
 
 op_db's entries call torch through lambdas (``lambda x, shape: x.view(shape)``, ``torch.einsum(eq,
 tensors)``); those lambdas run again with their global ``torch`` bound to minidl, so the two sides
@@ -65,6 +66,14 @@ UNDEFINED_VALUES = {"bernoulli", "multinomial", "normal", "rand_like", "randn", 
 # open): judged by the values their indices pick, which must not repeat. The value is the position of ``dim``
 # among the positional arguments.
 TIE_ORDER_FREE = {"sort": 0, "argsort": 0, "topk": 1}
+
+# entries whose vectors are unique only up to sign (and, beyond the first min(m, n), up to a rotation of the
+# subspace they span): LAPACK builds choose differently (torch's MKL, numpy's OpenBLAS). Both sides' outputs are
+# judged in one canonical form, made by the same differentiable ops: each vector turned so that its largest
+# element is positive (U's decides for the pair of singular vectors), and the full_matrices' extra vectors
+# replaced by the projector onto their span. The value says where the vectors are: "eigh" (eigenvectors, the
+# second output), "svd" (U and torch.svd's V, in columns) or "linalg.svd" (U in columns, Vh in rows).
+SIGN_FREE = {"linalg.eigh": "eigh", "svd": "svd", "linalg.svd": "linalg.svd"}
 
 
 class NotApplicable(Exception):
@@ -301,6 +310,8 @@ def judge(op, fn, sample, dtype, rng) -> tuple:
         if isinstance(picked, str):
             return _verdict(picked)
         expected, got = picked
+    if op.name in SIGN_FREE and sample.kwargs.get("compute_uv", True):
+        expected, got = (_canonical_vectors(SIGN_FREE[op.name], out) for out in (expected, got))
     reason = compare(expected, got)
     if reason or not t_inputs:
         return _verdict(reason)
@@ -325,6 +336,29 @@ def _picked(op, sample, expected, got):
     if op.name == "argsort":
         return e_picked, g_picked
     return (expected[0], e_picked), (got[0], g_picked)
+
+
+def _canonical_vectors(kind, out):
+    """A SIGN_FREE entry's output in canonical form (see SIGN_FREE), by the ops of its own library."""
+    if kind == "eigh":
+        values, vectors = out
+        return values, vectors * _column_signs(vectors)
+    u, s, v = out
+    v = v.mT if kind == "linalg.svd" else v   # (as columns)
+    k = s.shape[-1]
+    signs = _column_signs(u[..., :k])
+    canonical = [u[..., :k] * signs, s, v[..., :k] * signs]
+    for extra in (u[..., k:], v[..., k:]):   # (full_matrices: their span only)
+        canonical.append(extra @ extra.mT)
+    return tuple(canonical)
+
+
+def _column_signs(vectors):
+    """The sign of each column's largest element (by magnitude), as a constant (..., 1, n) factor."""
+    vectors = vectors.detach()
+    if vectors.numel() == 0:
+        return 1
+    return vectors.gather(-2, vectors.abs().argmax(-2, keepdim=True)).sign()
 
 
 def _partial_view(t):

@@ -61,6 +61,19 @@ def test_argsort_indices_are_judged_by_the_values_they_pick(indices, verdict):
     assert op_corpus.judge(op, got, sample, "int64", np.random.default_rng(0))[0] == verdict
 
 
+@pytest.mark.parametrize("column_factors, verdict", [([1, -1, 1], "pass"), ([-1, -1, -1], "pass"),
+                                                      ([1, 2, 1], "fail")])
+def test_eigenvectors_are_judged_up_to_sign(column_factors, verdict):
+    from torch.testing._internal.common_methods_invocations import op_db
+    from torch.testing._internal.opinfo.core import SampleInput
+    op = next(o for o in op_db if o.name == "linalg.eigh" and not o.variant_test_name)
+    a = torch.tensor([[2.0, 1.0, 0.0], [1.0, 3.0, 1.0], [0.0, 1.0, 4.0]], dtype=torch.float64)
+    values, vectors = torch.linalg.eigh(a)
+    flipped = (minidl.tensor(values.numpy()), minidl.tensor((vectors * torch.tensor(column_factors)).numpy()))
+    got = lambda x: flipped   # (the same eigenvectors turned, or one of them stretched: no longer a unit vector)
+    assert op_corpus.judge(op, got, SampleInput(a), "float64", np.random.default_rng(0))[0] == verdict
+
+
 def test_a_hung_worker_fails_its_entry_and_the_run_goes_on(monkeypatch):
     monkeypatch.setattr(op_corpus, "SAMPLE_TIMEOUT_S", 0.0)  # every worker counts as hung at the first check
     records, present, _ = op_corpus.run(only=["add", "mul"], workers=1)
