@@ -12,6 +12,7 @@ import pytest
 import minidl
 import minidl.nn as nn
 import minidl.nn.functional as F
+from cuda_support import cuda  # noqa: F401
 
 torch = pytest.importorskip("torch")
 TF = torch.nn.functional
@@ -268,6 +269,26 @@ def test_embedding_bag_sparse_gradient_and_max_norm_as_torch():
 def test_embedding_bag_errors(call, error, message):
     with pytest.raises(error, match=message):
         call(minidl.randn(4, 2))
+
+
+@pytest.mark.parametrize("mode", ["sum", "mean", "max"])
+def test_embedding_bag_padding_makes_the_host_wait_no_more_than_the_lookup(cuda, monkeypatch, mode):
+    """Padding indices fold into a bag that is dropped, not out through a mask: on 'cuda' the bags read back to
+    the host only what the lookup's own index check reads (a mask's size would be one more read)."""
+    from minidl.kernels.cuda import runtime
+    reads = []
+
+    def count(what, *args):
+        if "to the host" in what or "nonzero" in what:
+            reads.append(what)
+    monkeypatch.setattr(runtime, "refuse_during_capture", count)
+    indices, table = [[3, 1, 3], [0, 3, 2]], rng.standard_normal((4, 2))
+    w = minidl.tensor(table, device="cuda")
+    F.embedding(minidl.tensor(indices, device="cuda"), w)
+    lookup, reads[:] = list(reads), []
+    out = F.embedding_bag(minidl.tensor(indices, device="cuda"), w, mode=mode, padding_idx=3)
+    assert reads == lookup
+    check(out.cpu(), TF.embedding_bag(torch.tensor(indices), torch.tensor(table), mode=mode, padding_idx=3))
 
 
 def test_embedding_bag_module_as_torch():

@@ -90,8 +90,8 @@ _BAG_MODES = ("sum", "mean", "max")
 
 
 def _bags(input, offsets, include_last_offset):
-    """The flat indices, the bag of each (-1: after the last bag) and the bag count, from a 2-D input of
-    equal bags or a 1-D input cut at ``offsets``."""
+    """The flat indices, the bag of each (``count``, one past the last bag, for an index after it) and the bag
+    count, from a 2-D input of equal bags or a 1-D input cut at ``offsets``."""
     if input.ndim == 2:
         if offsets is not None:
             raise ValueError(f"embedding_bag: if input is 2D, then offsets has to be None, as input is treated as a "
@@ -114,7 +114,8 @@ def _bags(input, offsets, include_last_offset):
         _tracing.host_check(check)
     count = offsets.numel() - 1 if include_last_offset else offsets.numel()
     bag = searchsorted(offsets, arange(input.numel(), device=input.device), right=True) - 1
-    return input, where(bag < max(count, 0), bag, -1), max(count, 0)
+    count = max(count, 0)
+    return input, where(bag < count, bag, count), count
 
 
 def _check_bag_arguments(input, weight, mode, per_sample_weights, scale_grad_by_freq, sparse):
@@ -166,18 +167,19 @@ def embedding_bag(input, weight, offsets=None, max_norm=None, norm_type=2, scale
         per_sample_weights = per_sample_weights.reshape(-1)
     input, bag, count = _bags(input, offsets, include_last_offset)
     rows = embedding(input, weight, None, max_norm, norm_type, scale_grad_by_freq, sparse)
-    keep = None
-    if include_last_offset or padding_idx is not None:   # (else every index is in a bag: no mask, no host sync)
-        keep = bag >= 0 if padding_idx is None else (bag >= 0) & (input != padding_idx)
-        rows, bag = rows[keep], bag[keep]
-    out = zeros((count, weight.shape[1]), dtype=weight.dtype, device=weight.device)
+    if padding_idx is not None:
+        bag = where(input == padding_idx, count, bag)
+    # indices in no bag (padding, after include_last_offset's last offset) fold into an extra bag, dropped at
+    # the end: no mask, whose data-dependent size would make the host wait for the device
+    out = zeros((count + 1, weight.shape[1]), dtype=weight.dtype, device=weight.device)
     if mode == "max":
-        return out.scatter_reduce(0, bag.unsqueeze(1).expand(-1, weight.shape[1]), rows, "amax", include_self=False)
+        out = out.scatter_reduce(0, bag.unsqueeze(1).expand(-1, weight.shape[1]), rows, "amax", include_self=False)
+        return out[:count]
     if per_sample_weights is not None:
-        rows = rows * (per_sample_weights if keep is None else per_sample_weights[keep]).unsqueeze(1)
-    out = out.index_add(0, bag, rows)
+        rows = rows * per_sample_weights.unsqueeze(1)
+    out = out.index_add(0, bag, rows)[:count]
     if mode == "sum":
         return out
-    sizes = zeros((count,), dtype=weight.dtype, device=weight.device)
-    sizes = sizes.index_add(0, bag, ones_like(bag, dtype=weight.dtype))
+    sizes = zeros((count + 1,), dtype=weight.dtype, device=weight.device)
+    sizes = sizes.index_add(0, bag, ones_like(bag, dtype=weight.dtype))[:count]
     return out / sizes.clamp_min(1).unsqueeze(1)
