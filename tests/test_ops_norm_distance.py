@@ -90,6 +90,9 @@ def test_pairwise_distance_broadcasts_and_takes_integers():
      r"bilinear: .*got \[2, 3\], \[2, 4\] and \[5, 3, 3\]"),
     (lambda: F.bilinear(minidl.randn(2, 3), minidl.randn(2, 4), minidl.randn(5, 3, 4), minidl.randn(4)),
      r"bilinear: expected bias of shape \[5\], got \[4\]"),
+    (lambda: F.bilinear(minidl.randn(2, 3), minidl.randn(2, 4), minidl.randn(5, 3, 4), minidl.randn(5).double()),
+     "bilinear: All tensors must have the same dtype, got input1: float32, input2: float32, weight: float32, "
+     "bias: float64"),
 ])
 def test_errors_name_the_op_and_the_shapes(call, message):
     with pytest.raises(RuntimeError, match=message):
@@ -265,6 +268,9 @@ def test_embedding_bag_sparse_gradient_and_max_norm_as_torch():
     (lambda w: F.embedding_bag(minidl.tensor([0, 7]), w, minidl.tensor([0])), IndexError, "index out of range"),
     (lambda w: F.embedding_bag(minidl.tensor([0.0]), w, minidl.tensor([0])), RuntimeError,
      "expected the indices to be int64 or int32, got float32"),
+    (lambda w: F.embedding_bag(minidl.tensor([0, 1]), w, minidl.tensor([0]), mode="sum",
+                               per_sample_weights=minidl.ones(2, dtype=minidl.float64)), RuntimeError,
+     r"per_sample_weights \(float64\) must have the weight's dtype \(float32\)"),
 ])
 def test_embedding_bag_errors(call, error, message):
     with pytest.raises(error, match=message):

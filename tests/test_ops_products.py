@@ -128,6 +128,10 @@ def test_vander_dtypes(dtype):
          torch.linalg.vander(torch.tensor(x, dtype=getattr(torch, dtype)), N=4))
     with pytest.raises(RuntimeError, match="N must be greater than 1"):
         minidl.linalg.vander(minidl.ones(3), N=1)
+    with pytest.raises(RuntimeError, match="integer tensors, but got Bool"):   # (torch refuses bool too)
+        torch.linalg.vander(torch.ones(3, dtype=torch.bool))
+    with pytest.raises(RuntimeError, match="integer tensors, but got bool"):
+        minidl.linalg.vander(minidl.ones(3, dtype=minidl.bool))
 
 
 @pytest.mark.parametrize("ord", [0, 0.5, 1, 2, 3, math.inf, -math.inf, -1, -2.5])

@@ -80,6 +80,10 @@ def bilinear(input1, input2, weight, bias=None):
         raise RuntimeError(f"bilinear: expected input1 (..., in1), input2 (..., in2) with the same leading dims and "
                            f"weight (out, in1, in2), got {list(input1.shape)}, {list(input2.shape)} and "
                            f"{list(weight.shape)}")
+    given = {"input1": input1, "input2": input2, "weight": weight, "bias": bias}
+    if len({t.dtype for t in given.values() if t is not None}) > 1:
+        raise RuntimeError("bilinear: All tensors must have the same dtype, got "
+                           + ", ".join(f"{k}: {t.dtype.name}" for k, t in given.items() if t is not None))
     if bias is not None and tuple(bias.shape) != (weight.shape[0],):
         raise RuntimeError(f"bilinear: expected bias of shape [{weight.shape[0]}], got {list(bias.shape)}")
     out = einsum("...i,oij,...j->...o", input1, weight, input2)

@@ -132,6 +132,9 @@ def _check_bag_arguments(input, weight, mode, per_sample_weights, scale_grad_by_
         if tuple(per_sample_weights.shape) != tuple(input.shape):
             raise ValueError(f"embedding_bag: If per_sample_weights ({list(per_sample_weights.shape)}) is not None, "
                              f"then it must have the same shape as the input ({list(input.shape)})")
+        if per_sample_weights.dtype is not weight.dtype:
+            raise RuntimeError(f"embedding_bag: per_sample_weights ({per_sample_weights.dtype.name}) must have the "
+                               f"weight's dtype ({weight.dtype.name})")
         if mode != "sum":
             raise NotImplementedError(f"embedding_bag: per_sample_weights was not None. per_sample_weights is only "
                                       f"supported for mode='sum' (got mode='{mode}')")

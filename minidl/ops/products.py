@@ -350,6 +350,8 @@ def linalg_vander(x, *, N=None):
     n = x.shape[-1] if N is None else N
     if n <= 1:
         raise RuntimeError(f"linalg.vander: N must be greater than 1, got {n}")
+    if x.dtype is dt.bool_:
+        raise RuntimeError("linalg.vander supports floating point, complex, and integer tensors, but got bool")
     if not x.dtype.is_floating_point:
         x = x.to(dt.int64)
     powers = [ones_like(x), x]
