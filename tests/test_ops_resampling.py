@@ -168,6 +168,18 @@ def test_grid_sample_5d_gradients_match_torch(mode, padding_mode):
                                lambda x, g: TF.grid_sample(x, g, mode, padding_mode, align), volume, grid)
 
 
+@pytest.mark.parametrize("padding_mode", ["border", "reflection"])
+@pytest.mark.parametrize("mode", ["bilinear", "bicubic"])
+def test_grid_sample_points_on_the_edge_have_torchs_grid_gradient(mode, padding_mode):
+    """The grid of an identity affine_grid with align_corners (its corner points exactly on the edges, where
+    torch's clipping gives the grid no gradient), and points just inside and outside them."""
+    identity = np.array([[[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]]])
+    grid = TF.affine_grid(torch.tensor(identity), (1, 1, 3, 4), align_corners=True).numpy()
+    grid = np.concatenate([grid, grid * 1.01, grid * 0.99], axis=2)
+    _check_value_and_grads(lambda x, g: F.grid_sample(x, g, mode, padding_mode, True),
+                           lambda x, g: TF.grid_sample(x, g, mode, padding_mode, True), IMAGE[:1, :2, :3, :4], grid)
+
+
 def test_grid_sample_and_affine_grid_warn_without_align_corners():
     theta, _ = _pair(RNG.standard_normal((1, 2, 3)), grad=False)
     with pytest.warns(UserWarning, match="align_corners=False since 1.3.0"):

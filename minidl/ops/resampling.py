@@ -303,13 +303,20 @@ def _reflect(coord, twice_low, twice_high):
     return where(flips.fmod(2) == 0, extra + low, span - extra + low)
 
 
+def _clip(coord, size):
+    """coord clamped into [0, size - 1], with no gradient at a bound or beyond it (aten's
+    clip_coordinates_set_grad: a grid point exactly on the edge, as affine_grid's with align_corners, included)."""
+    inside = (coord > 0) & (coord < size - 1)
+    return where(inside, coord, coord.detach().clamp(0, size - 1))
+
+
 def _pad_coordinate(coord, size, padding_mode, align_corners):
     """The coordinate a padding mode reads instead (zeros: unchanged; outside taps then read zero)."""
     if padding_mode == "border":
-        return coord.clamp(0, size - 1)
+        return _clip(coord, size)
     if padding_mode == "reflection":
         twice = (0, 2 * (size - 1)) if align_corners else (-1, 2 * size - 1)
-        return _reflect(coord, *twice).clamp(0, size - 1)
+        return _clip(_reflect(coord, *twice), size)
     return coord
 
 
