@@ -17,6 +17,7 @@ import warnings
 import numpy as np
 
 from .. import _dtype as dt
+from .autocast_mode import autocast_op
 from .conv import _adaptive_matrix
 from .creation import linspace, ones, tensor
 from .elementwise import where
@@ -236,6 +237,7 @@ def _interpolate_samples(t):
 
 
 @op(method=False, namespace="nn.functional", samples=_interpolate_samples)
+@autocast_op("interpolate")
 def interpolate(input, size=None, scale_factor=None, mode="nearest", align_corners=None, recompute_scale_factor=None,
                 antialias=False):
     """Resize the spatial dims of (N, C, d1[, d2[, d3]]) by one of torch's modes, axis by axis."""
@@ -415,6 +417,7 @@ def _grid_sample_samples(t):
 
 
 @op(method=False, namespace="nn.functional", samples=_grid_sample_samples)
+@autocast_op("grid_sample")
 def grid_sample(input, grid, mode="bilinear", padding_mode="zeros", align_corners=None):
     """input (N, C, [D,] H, W) read at the normalized points of grid (N, [Do,] Ho, Wo, 2 or 3: x, y[, z])."""
     _check_grid_sample(input, grid, mode, padding_mode)
