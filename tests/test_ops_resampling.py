@@ -332,3 +332,26 @@ def test_interpolate_by_a_scale_follows_dynamic_sizes_and_fixed_weights_warn():
         np.testing.assert_allclose(session.run(None, {"x": other})[0], fn(minidl.tensor(other)).numpy(), atol=1e-5)
     with pytest.warns(UserWarning, match="interpolate of a traced tensor"):
         minidl.onnx.export(lambda v: F.interpolate(v, size=3, mode="area"), (x,))
+
+
+SHUFFLES = {   # name: (fn(F, x), traced shape, another shape)
+    "pixel_shuffle": (lambda F, x: F.pixel_shuffle(x, 2), (8, 2, 3), (8, 5, 3)),
+    "pixel_shuffle-4d": (lambda F, x: F.pixel_shuffle(x, 2), (2, 8, 2, 3), (5, 8, 4, 1)),
+    "pixel_unshuffle": (lambda F, x: F.pixel_unshuffle(x, 2), (2, 2, 3, 4, 6), (1, 2, 3, 2, 8)),
+    "channel_shuffle": (lambda F, x: F.channel_shuffle(x, 3), (2, 6, 3), (4, 6, 5)),
+}
+
+
+@pytest.mark.parametrize("name", list(SHUFFLES))
+def test_shuffles_export_for_other_sizes(name):
+    """The shuffles' graphs follow the sizes of another input (of the same channels), as torch computes it."""
+    ort = pytest.importorskip("onnxruntime")
+    fn, shape, other = SHUFFLES[name]
+    axes = {d: f"d{d}" for d in range(len(shape)) if shape[d] != other[d]}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")   # (the divisibility checks read the traced sizes: fixed, as expected)
+        program = minidl.onnx.export(lambda x: fn(F, x), (minidl.randn(*shape),), input_names=["x"],
+                                     output_names=["out"], dynamic_axes={"x": axes, "out": {}})
+    session = ort.InferenceSession(program.model_proto.SerializeToString(), providers=["CPUExecutionProvider"])
+    values = RNG.standard_normal(other).astype(np.float32)
+    np.testing.assert_array_equal(session.run(None, {"x": values})[0], fn(TF, torch.tensor(values)).numpy())
