@@ -118,11 +118,14 @@ def _bags(input, offsets, include_last_offset):
     return input, where(bag < count, bag, count), count
 
 
-def _check_bag_arguments(input, weight, mode, per_sample_weights, scale_grad_by_freq, sparse):
+def _check_bag_arguments(input, weight, offsets, mode, per_sample_weights, scale_grad_by_freq, sparse):
     if weight.ndim != 2:
         raise ValueError(f"embedding_bag: weight has to be a 2D Tensor, but got Tensor of dimension {weight.ndim}")
-    if input.dtype not in (dt.int64, dt.int32):
-        raise RuntimeError(f"embedding_bag: expected the indices to be int64 or int32, got {input.dtype.name}")
+    if input.dtype not in (dt.int64, dt.int32) or (offsets is not None and offsets.dtype not in (dt.int64, dt.int32)):
+        raise RuntimeError(f"embedding_bag: expected the indices and offsets to be int64 or int32, got "
+                           f"{input.dtype.name}" + ("" if offsets is None else f" and {offsets.dtype.name}"))
+    if not weight.dtype.is_floating_point:
+        raise RuntimeError(f"embedding_bag: expected a floating point weight, got {weight.dtype.name}")
     if mode not in _BAG_MODES:
         raise ValueError(f"embedding_bag: mode has to be one of sum, mean or max, got {mode!r}")
     if mode == "max" and (scale_grad_by_freq or sparse):
@@ -160,7 +163,7 @@ def embedding_bag(input, weight, offsets=None, max_norm=None, norm_type=2, scale
     """``torch.nn.functional.embedding_bag``: the sum, mean or max of the looked-up rows of each bag, without
     the padding_idx rows (an empty bag gives zeros). The rows are looked up by ``embedding`` (its gradient, renorm
     and frequency scaling), then folded by bag id in one index_add (sum, mean) or scatter_reduce amax (max)."""
-    _check_bag_arguments(input, weight, mode, per_sample_weights, scale_grad_by_freq, sparse)
+    _check_bag_arguments(input, weight, offsets, mode, per_sample_weights, scale_grad_by_freq, sparse)
     if padding_idx is not None:
         if not -weight.shape[0] <= padding_idx < weight.shape[0]:
             raise AssertionError(f"embedding_bag: padding_idx must be within num_embeddings (got {padding_idx} "
