@@ -157,6 +157,14 @@ def test_deprecated_aliases_warn_and_interpolate():
         np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-12, atol=1e-12)
 
 
+def test_star_import_of_nn_functional_has_the_resampling_functions():
+    names = {}
+    exec("from minidl.nn.functional import *", names)   # (torch's functional module exports them all)
+    for name in ("interpolate", "grid_sample", "affine_grid", "pixel_shuffle", "pixel_unshuffle", "channel_shuffle",
+                 "upsample", "upsample_nearest", "upsample_bilinear"):
+        assert names[name] is getattr(F, name) and callable(getattr(TF, name))
+
+
 @pytest.mark.parametrize("mode", ["bilinear", "nearest"])
 @pytest.mark.parametrize("padding_mode", ["zeros", "border", "reflection"])
 def test_grid_sample_5d_gradients_match_torch(mode, padding_mode):

@@ -15,8 +15,8 @@ from minidl.ops import (_hardsigmoid, _hardswish, _hardtanh, _mish, _relu6, celu
                         threshold as _threshold)
 from minidl.ops import (bilinear, cosine_similarity, embedding_bag, instance_norm, local_response_norm,  # noqa: F401
                         pairwise_distance, pdist)
-from minidl.ops.resampling import (affine_grid, channel_shuffle, grid_sample, interpolate,  # noqa: F401
-                                   pixel_shuffle, pixel_unshuffle, upsample, upsample_bilinear, upsample_nearest)
+from minidl.ops import (affine_grid, channel_shuffle, grid_sample, interpolate, pixel_shuffle,  # noqa: F401
+                        pixel_unshuffle)
 
 __all__ = [
     "linear", "relu", "relu_", "gelu", "silu", "leaky_relu", "elu", "softplus", "sigmoid", "tanh", "logsigmoid",
@@ -504,6 +504,8 @@ def dropout3d(input, p: float = 0.5, training: bool = True, inplace: bool = Fals
 __all__ += ["scaled_dot_product_attention"]
 __all__ += ["instance_norm", "local_response_norm", "embedding_bag", "cosine_similarity", "pairwise_distance",
             "pdist", "bilinear"]
+__all__ += ["interpolate", "grid_sample", "affine_grid", "pixel_shuffle", "pixel_unshuffle", "channel_shuffle",
+            "upsample", "upsample_nearest", "upsample_bilinear"]
 
 
 def _attention(query, key, value, mask, dropout_p: float, scale: float):
@@ -618,3 +620,26 @@ def _repeat_kv_heads(x, heads: int):
         return x
     lead, (h, s, e) = tuple(x.shape[:-3]), tuple(x.shape[-3:])
     return x.unsqueeze(-3).expand(lead + (h, groups, s, e)).reshape(lead + (heads, s, e))
+
+
+# ----------------------------------------------------------------------------- interpolate's deprecated aliases
+def _deprecated(name):
+    warnings.warn(f"`nn.functional.{name}` is deprecated. Use `nn.functional.interpolate` instead.", stacklevel=3)
+
+
+def upsample(input, size=None, scale_factor=None, mode="nearest", align_corners=None, recompute_scale_factor=None):
+    """interpolate's old name (deprecated, as in torch)."""
+    _deprecated("upsample")
+    return interpolate(input, size, scale_factor, mode, align_corners, recompute_scale_factor)
+
+
+def upsample_nearest(input, size=None, scale_factor=None):
+    """interpolate(mode='nearest') (deprecated)."""
+    _deprecated("upsample_nearest")
+    return interpolate(input, size, scale_factor, mode="nearest")
+
+
+def upsample_bilinear(input, size=None, scale_factor=None):
+    """interpolate(mode='bilinear', align_corners=True) (deprecated)."""
+    _deprecated("upsample_bilinear")
+    return interpolate(input, size, scale_factor, mode="bilinear", align_corners=True)

@@ -542,26 +542,3 @@ def channel_shuffle(input, groups):
     if c % g:
         raise RuntimeError(f"Number of channels must be divisible by groups. Got {c} channels and {g} groups.")
     return input.reshape(n, g, c // g, *rest).transpose(1, 2).reshape(n, c, *rest)
-
-
-# ----------------------------------------------------------------------------- deprecated aliases
-def _deprecated(name):
-    warnings.warn(f"`nn.functional.{name}` is deprecated. Use `nn.functional.interpolate` instead.", stacklevel=3)
-
-
-def upsample(input, size=None, scale_factor=None, mode="nearest", align_corners=None, recompute_scale_factor=None):
-    """interpolate's old name (deprecated, as in torch)."""
-    _deprecated("upsample")
-    return interpolate(input, size, scale_factor, mode, align_corners, recompute_scale_factor)
-
-
-def upsample_nearest(input, size=None, scale_factor=None):
-    """interpolate(mode='nearest') (deprecated)."""
-    _deprecated("upsample_nearest")
-    return interpolate(input, size, scale_factor, mode="nearest")
-
-
-def upsample_bilinear(input, size=None, scale_factor=None):
-    """interpolate(mode='bilinear', align_corners=True) (deprecated)."""
-    _deprecated("upsample_bilinear")
-    return interpolate(input, size, scale_factor, mode="bilinear", align_corners=True)
