@@ -350,3 +350,11 @@ def test_instance_norm_and_lrn_onnx_follow_other_sizes():
     got = _onnx_run(model, (minidl.randn(2, 3, 4, 5),), (other,), [{0: "n", 2: "h", 3: "w"}])
     with minidl.no_grad():
         np.testing.assert_allclose(got, model(other).numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_pdist_onnx_warns_that_its_pairs_are_fixed():
+    """pdist's pairs are the traced row count's: an export with a dynamic row axis is told it is not followed."""
+    x = minidl.randn(4, 3)
+    with pytest.warns(UserWarning, match="pdist of a traced tensor is lowered with the sizes it had while tracing"):
+        minidl.onnx.export(lambda v: F.pdist(v), (x,), input_names=["x"], output_names=["out"],
+                           dynamic_axes={"x": {0: "n"}})

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from .dtypes import code
-from .lowerings import _dim, _np, _operand, composite, lowers
+from .lowerings import _dim, _np, _operand, _warn_fixed_sizes, composite, lowers
 from .reduction_lowerings import _p_norm
 
 composite("bilinear", "pairwise_distance")
@@ -31,6 +31,7 @@ def _cosine_similarity(L, x1, x2, dim=1, eps=1e-8):
 @lowers("pdist")
 def _pdist(L, input, p=2.0):
     """The rows of each pair i < j gathered (the pairs fixed by the row count seen while tracing)."""
+    _warn_fixed_sizes(L, "pdist", input)
     dtype, rows = _np(L.out), input.shape[0]
     first, second = np.triu_indices(rows, 1)
     x = _operand(L, input, dtype)
