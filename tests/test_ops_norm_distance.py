@@ -342,6 +342,17 @@ def test_embedding_bag_onnx_follows_other_bag_counts():
         np.testing.assert_allclose(got, fn(*other).numpy(), rtol=1e-6, atol=1e-6)
 
 
+def test_embedding_bag_onnx_of_2d_input_follows_other_bag_lengths():
+    table = rng.standard_normal((6, 3)).astype(np.float32)
+    for mode in ("sum", "mean", "max"):
+        def fn(ints, mode=mode):
+            return F.embedding_bag(ints, minidl.tensor(table), mode=mode, padding_idx=2)
+        other = np.array([[5, 2, 1, 3, 0], [4, 4, 2, 2, 1]])
+        got = _onnx_run(fn, (minidl.tensor([[0, 1, 2], [3, 2, 5]]),), (minidl.tensor(other),), [{0: "n", 1: "length"}])
+        want = TF.embedding_bag(torch.tensor(other), torch.tensor(table), mode=mode, padding_idx=2)
+        np.testing.assert_allclose(got, want.numpy(), rtol=1e-6, atol=1e-6)
+
+
 def test_instance_norm_and_lrn_onnx_follow_other_sizes():
     model = nn.Sequential(nn.InstanceNorm2d(3, affine=True), nn.LocalResponseNorm(2, alpha=0.5),
                           nn.LocalResponseNorm(3, alpha=0.5))

@@ -91,9 +91,10 @@ def _embedding_bag(L, input, weight, offsets=None, max_norm=None, norm_type=2, s
     flat = L.op("Reshape", _operand(L, input, i64), L.ints([-1]))
     positions = L.op("Range", L.constant(0, i64), L.op("Squeeze", L.op("Shape", flat), L.ints([0])),
                      L.constant(1, i64))
-    if input.ndim == 2:
+    if input.ndim == 2:   # (bags of the input's row length, read in the graph: at least 1, for empty rows)
+        length = L.op("Gather", L.op("Shape", L.value(input)), L.constant(1, i64), axis=0)
         starts = L.op("Range", L.constant(0, i64), L.op("Squeeze", L.op("Shape", flat), L.ints([0])),
-                      L.constant(max(input.shape[1], 1), i64))
+                      L.op("Max", length, L.constant(1, i64)))
     else:
         starts = _operand(L, offsets, i64)
     count = L.op("Shape", starts)
