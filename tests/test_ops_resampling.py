@@ -241,6 +241,9 @@ BAD_GRID = [
     (lambda: F.channel_shuffle(minidl.ones(1, 3, 2), 2), RuntimeError, "Got 3 channels and 2 groups"),
     (lambda: F.channel_shuffle(minidl.ones(1, 4, 2), 0), RuntimeError, "must be positive"),
     (lambda: F.channel_shuffle(minidl.ones(1, 4), 2), RuntimeError, r"> 2 dims.*\[1, 4\]"),
+    (lambda: F.pixel_shuffle(minidl.ones(1, 4, 2, 2), 2.0), TypeError, "'upscale_factor' must be int, not float"),
+    (lambda: F.pixel_unshuffle(minidl.ones(1, 1, 4, 4), True), TypeError, "'downscale_factor' must be int, not bool"),
+    (lambda: F.channel_shuffle(minidl.ones(1, 4, 2), 2.5), TypeError, "argument 'groups' must be int, not float"),
 ]
 
 

@@ -484,6 +484,13 @@ def affine_grid(theta, size, align_corners=None):
 
 
 # ----------------------------------------------------------------------------- shuffles
+def _integer(name, what, value):
+    """value as an int; a float or bool refused, as torch's argument parser does (int() would truncate 2.5)."""
+    if isinstance(value, (bool, float)):
+        raise TypeError(f"{name}(): argument '{what}' must be int, not {type(value).__name__}")
+    return int(value)
+
+
 def _check_factor(name, what, factor, x):
     if x.ndim < 3:
         raise RuntimeError(f"{name} expects input to have at least 3 dimensions, but got input with {x.ndim} "
@@ -497,7 +504,7 @@ def _check_factor(name, what, factor, x):
     t.S("pixel_shuffle-batchless", lambda x: pixel_shuffle(x, 3), t.rn(9, 1, 2))])
 def pixel_shuffle(input, upscale_factor):
     """(*, C r^2, H, W) -> (*, C, H r, W r): each channel block of r^2 becomes an r x r tile."""
-    r = int(upscale_factor)
+    r = _integer("pixel_shuffle", "upscale_factor", upscale_factor)
     _check_factor("pixel_shuffle", "upscale_factor", r, input)
     *lead, c, h, w = input.shape
     if c % (r * r):
@@ -514,7 +521,7 @@ def pixel_shuffle(input, upscale_factor):
     t.S("pixel_unshuffle-batchless", lambda x: pixel_unshuffle(x, 3), t.NC(t.rn(1, 3, 3), "gap"))])
 def pixel_unshuffle(input, downscale_factor):
     """pixel_shuffle's inverse: (*, C, H r, W r) -> (*, C r^2, H, W)."""
-    r = int(downscale_factor)
+    r = _integer("pixel_unshuffle", "downscale_factor", downscale_factor)
     _check_factor("pixel_unshuffle", "downscale_factor", r, input)
     *lead, c, h, w = input.shape
     for what, n, d in (("height", h, -2), ("width", w, -1)):
@@ -535,7 +542,7 @@ def channel_shuffle(input, groups):
     if input.ndim <= 2:
         raise RuntimeError(f"channel_shuffle expects input with > 2 dims, but got input with sizes "
                            f"{list(input.shape)}")
-    g = int(groups)
+    g = _integer("channel_shuffle", "groups", groups)
     if g <= 0:
         raise RuntimeError(f"Number of groups to divide channels in must be positive. Value of groups:{g}")
     n, c, *rest = input.shape
