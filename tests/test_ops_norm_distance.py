@@ -284,7 +284,8 @@ def test_embedding_bag_errors(call, error, message):
 @pytest.mark.parametrize("mode", ["sum", "mean", "max"])
 def test_embedding_bag_padding_makes_the_host_wait_no_more_than_the_lookup(cuda, monkeypatch, mode):
     """Padding indices fold into a bag that is dropped, not out through a mask: on 'cuda' the bags read back to
-    the host only what the lookup's own index check reads (a mask's size would be one more read)."""
+    the host only what the lookup's own index check reads (a mask's size would be one more read), and offsets
+    one flag more (not each bound)."""
     from minidl.kernels.cuda import runtime
     reads = []
 
@@ -299,6 +300,12 @@ def test_embedding_bag_padding_makes_the_host_wait_no_more_than_the_lookup(cuda,
     out = F.embedding_bag(minidl.tensor(indices, device="cuda"), w, mode=mode, padding_idx=3)
     assert reads == lookup
     check(out.cpu(), TF.embedding_bag(torch.tensor(indices), torch.tensor(table), mode=mode, padding_idx=3))
+    reads[:] = []   # (offsets: one more read, of whether they are in bounds)
+    flat, offsets = minidl.tensor(indices, device="cuda").flatten(), minidl.tensor([0, 2, 6], device="cuda")
+    out = F.embedding_bag(flat, w, offsets, mode=mode, padding_idx=3, include_last_offset=True)
+    assert len(reads) == len(lookup) + 1
+    check(out.cpu(), TF.embedding_bag(torch.tensor(indices).flatten(), torch.tensor(table), torch.tensor([0, 2, 6]),
+                                      mode=mode, padding_idx=3, include_last_offset=True))
 
 
 def test_embedding_bag_module_as_torch():

@@ -106,9 +106,10 @@ def _bags(input, offsets, include_last_offset):
     offsets = offsets.long()
     if offsets.numel():
         first, last, length = offsets[0], offsets[-1], input.numel()
+        bad = (first != 0) | (last > length)
 
-        def check():   # (a replay checks again: minidl.compile)
-            if int(first) != 0 or int(last) > length:
+        def check():   # (one read from the device, the bounds' only when they are wrong; a replay checks again)
+            if bool(bad):
                 raise ValueError(f"embedding_bag: offsets must start at 0 and not pass the input's length {length}, "
                                  f"got offsets from {int(first)} to {int(last)}")
         _tracing.host_check(check)
