@@ -83,6 +83,16 @@ CASES = [
     ("pad-replicate", lambda t, F, x: F.pad(x, (1, 1, 2, 0), mode="replicate"), [h(1, 2, 3, 3)], "float16"),
     ("pad-circular", lambda t, F, x: F.pad(x, (1, 1), mode="circular"), [h(1, 2, 3)], "float16"),
     # float32 on 'cuda' only
+    ("interpolate", lambda t, F, x: F.interpolate(x, size=(5, 6), mode="bilinear"), [f(1, 2, 3, 4)], "float32"),
+    ("interpolate-half", lambda t, F, x: F.interpolate(x, scale_factor=1.5, mode="bicubic"), [h(1, 2, 3, 4)],
+     "float32"),
+    ("cosine_similarity", lambda t, F, a, b: F.cosine_similarity(a, b), [h(3, 4), h(3, 4)], "float32"),
+    # float32 on the CPU, promoted on 'cuda'
+    ("grid_sample", lambda t, F, x, g: F.grid_sample(x, g.tanh(), align_corners=False), [h(1, 2, 3, 4), h(1, 2, 2, 2)],
+     "float16"),
+    # promoted on 'cuda', unchanged on the CPU (minidl's einsum, whose matmul would cast, runs uncast)
+    ("bilinear", lambda t, F, a, b, w: F.bilinear(a, b, w), [f(2, 3), f(2, 4), f(5, 3, 4)], "float32"),
+    ("bilinear-half", lambda t, F, a, b, w: F.bilinear(a, b, w), [h(2, 3), h(2, 4), h(5, 3, 4)], "float16"),
     ("softmax", lambda t, F, x: F.softmax(x, 1), [h(3, 4)], "float32"),
     ("log_softmax", lambda t, F, x: x.log_softmax(1), [h(3, 4)], "float32"),
     ("sum", lambda t, F, x: x.sum(1), [h(3, 4)], "float32"),

@@ -439,3 +439,26 @@ def test_modes_names_and_pickling_after_export():
         minidl.onnx.export(model, (minidl.randn(1, 2),), dynamic_axes={"inptu": [0]})
     assert model.training and not model[1].training
     assert all(pickle.loads(pickle.dumps(f)) is f for f in (minidl.relu, minidl.tanh, minidl.add, minidl.sigmoid))
+
+
+@pytest.mark.parametrize("p", [0, 1, 2, 3.5, -1.5, math.inf, -math.inf])
+def test_every_p_norm_order_in_onnx_is_torchs(p):
+    """norm, dist, pairwise_distance and pdist share one p-norm lowering: ONNX Runtime gives torch's values for
+    every order, with zero magnitudes (a negative order's 0) and a zero row difference among them."""
+    import torch
+    import torch.nn.functional as TF
+    x = np.array([[0.0, 1.5, -2.0], [0.5, 0.0, 3.0], [0.5, 0.0, 3.0], [-1.0, 2.0, 0.25]], np.float32)
+    y = np.array([[1.0, -0.5, 0.0], [0.5, 2.0, -1.0], [0.0, 1.0, 1.0], [2.0, 0.0, 0.5]], np.float32)
+    cases = [(lambda a, b: minidl.norm(a, p, dim=1), lambda a, b: torch.norm(a, p, dim=1)),
+             (lambda a, b: a.dist(b, p), lambda a, b: torch.dist(a, b, p)),
+             (lambda a, b: minidl.linalg.vector_norm(a, p), lambda a, b: torch.linalg.vector_norm(a, p)),
+             (lambda a, b: nn.functional.pairwise_distance(a, b, p, eps=0.0),
+              lambda a, b: TF.pairwise_distance(a, b, p, eps=0.0))]
+    if p >= 0:
+        cases.append((lambda a, b: nn.functional.pdist(a, p), lambda a, b: TF.pdist(a, p)))
+    for ours, theirs in cases:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", TracerWarning)   # (vector_norm's check for an empty dim at +-inf)
+            program = minidl.onnx.export(ours, (minidl.tensor(x), minidl.tensor(y)), output_names=["out"])
+        got = run(program.model_proto.SerializeToString(), minidl.tensor(x), minidl.tensor(y))[0]
+        np.testing.assert_allclose(got, theirs(torch.tensor(x), torch.tensor(y)).numpy(), rtol=1e-5, atol=1e-6)

@@ -12,6 +12,7 @@ import pytest
 import minidl
 import minidl.nn as nn
 import minidl.nn.functional as F
+from cuda_support import cuda  # noqa: F401
 
 torch = pytest.importorskip("torch")
 TF = torch.nn.functional
@@ -89,6 +90,9 @@ def test_pairwise_distance_broadcasts_and_takes_integers():
      r"bilinear: .*got \[2, 3\], \[2, 4\] and \[5, 3, 3\]"),
     (lambda: F.bilinear(minidl.randn(2, 3), minidl.randn(2, 4), minidl.randn(5, 3, 4), minidl.randn(4)),
      r"bilinear: expected bias of shape \[5\], got \[4\]"),
+    (lambda: F.bilinear(minidl.randn(2, 3), minidl.randn(2, 4), minidl.randn(5, 3, 4), minidl.randn(5).double()),
+     "bilinear: All tensors must have the same dtype, got input1: float32, input2: float32, weight: float32, "
+     "bias: float64"),
 ])
 def test_errors_name_the_op_and_the_shapes(call, message):
     with pytest.raises(RuntimeError, match=message):
@@ -263,11 +267,45 @@ def test_embedding_bag_sparse_gradient_and_max_norm_as_torch():
      "max mode does not support sparse weights"),
     (lambda w: F.embedding_bag(minidl.tensor([0, 7]), w, minidl.tensor([0])), IndexError, "index out of range"),
     (lambda w: F.embedding_bag(minidl.tensor([0.0]), w, minidl.tensor([0])), RuntimeError,
-     "expected the indices to be int64 or int32, got float32"),
+     "expected the indices and offsets to be int64 or int32, got float32"),
+    (lambda w: F.embedding_bag(minidl.tensor([0, 1]), w, minidl.tensor([0.0])), RuntimeError,
+     "expected the indices and offsets to be int64 or int32, got int64 and float32"),
+    (lambda w: F.embedding_bag(minidl.tensor([0, 1]), w.long(), minidl.tensor([0])), RuntimeError,
+     "expected a floating point weight, got int64"),
+    (lambda w: F.embedding_bag(minidl.tensor([0, 1]), w, minidl.tensor([0]), mode="sum",
+                               per_sample_weights=minidl.ones(2, dtype=minidl.float64)), RuntimeError,
+     r"per_sample_weights \(float64\) must have the weight's dtype \(float32\)"),
 ])
 def test_embedding_bag_errors(call, error, message):
     with pytest.raises(error, match=message):
         call(minidl.randn(4, 2))
+
+
+@pytest.mark.parametrize("mode", ["sum", "mean", "max"])
+def test_embedding_bag_padding_makes_the_host_wait_no_more_than_the_lookup(cuda, monkeypatch, mode):
+    """Padding indices fold into a bag that is dropped, not out through a mask: on 'cuda' the bags read back to
+    the host only what the lookup's own index check reads (a mask's size would be one more read), and offsets
+    one flag more (not each bound)."""
+    from minidl.kernels.cuda import runtime
+    reads = []
+
+    def count(what, *args):
+        if "to the host" in what or "nonzero" in what:
+            reads.append(what)
+    monkeypatch.setattr(runtime, "refuse_during_capture", count)
+    indices, table = [[3, 1, 3], [0, 3, 2]], rng.standard_normal((4, 2))
+    w = minidl.tensor(table, device="cuda")
+    F.embedding(minidl.tensor(indices, device="cuda"), w)
+    lookup, reads[:] = list(reads), []
+    out = F.embedding_bag(minidl.tensor(indices, device="cuda"), w, mode=mode, padding_idx=3)
+    assert reads == lookup
+    check(out.cpu(), TF.embedding_bag(torch.tensor(indices), torch.tensor(table), mode=mode, padding_idx=3))
+    reads[:] = []   # (offsets: one more read, of whether they are in bounds)
+    flat, offsets = minidl.tensor(indices, device="cuda").flatten(), minidl.tensor([0, 2, 6], device="cuda")
+    out = F.embedding_bag(flat, w, offsets, mode=mode, padding_idx=3, include_last_offset=True)
+    assert len(reads) == len(lookup) + 1
+    check(out.cpu(), TF.embedding_bag(torch.tensor(indices).flatten(), torch.tensor(table), torch.tensor([0, 2, 6]),
+                                      mode=mode, padding_idx=3, include_last_offset=True))
 
 
 def test_embedding_bag_module_as_torch():
@@ -311,6 +349,17 @@ def test_embedding_bag_onnx_follows_other_bag_counts():
         np.testing.assert_allclose(got, fn(*other).numpy(), rtol=1e-6, atol=1e-6)
 
 
+def test_embedding_bag_onnx_of_2d_input_follows_other_bag_lengths():
+    table = rng.standard_normal((6, 3)).astype(np.float32)
+    for mode in ("sum", "mean", "max"):
+        def fn(ints, mode=mode):
+            return F.embedding_bag(ints, minidl.tensor(table), mode=mode, padding_idx=2)
+        other = np.array([[5, 2, 1, 3, 0], [4, 4, 2, 2, 1]])
+        got = _onnx_run(fn, (minidl.tensor([[0, 1, 2], [3, 2, 5]]),), (minidl.tensor(other),), [{0: "n", 1: "length"}])
+        want = TF.embedding_bag(torch.tensor(other), torch.tensor(table), mode=mode, padding_idx=2)
+        np.testing.assert_allclose(got, want.numpy(), rtol=1e-6, atol=1e-6)
+
+
 def test_instance_norm_and_lrn_onnx_follow_other_sizes():
     model = nn.Sequential(nn.InstanceNorm2d(3, affine=True), nn.LocalResponseNorm(2, alpha=0.5),
                           nn.LocalResponseNorm(3, alpha=0.5))
@@ -319,3 +368,11 @@ def test_instance_norm_and_lrn_onnx_follow_other_sizes():
     got = _onnx_run(model, (minidl.randn(2, 3, 4, 5),), (other,), [{0: "n", 2: "h", 3: "w"}])
     with minidl.no_grad():
         np.testing.assert_allclose(got, model(other).numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_pdist_onnx_warns_that_its_pairs_are_fixed():
+    """pdist's pairs are the traced row count's: an export with a dynamic row axis is told it is not followed."""
+    x = minidl.randn(4, 3)
+    with pytest.warns(UserWarning, match="pdist of a traced tensor is lowered with the sizes it had while tracing"):
+        minidl.onnx.export(lambda v: F.pdist(v), (x,), input_names=["x"], output_names=["out"],
+                           dynamic_axes={"x": {0: "n"}})

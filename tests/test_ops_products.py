@@ -67,6 +67,12 @@ def test_tensordot_takes_every_form_of_dims(dims):
     same(minidl.tensordot(a, b, dims), torch.tensordot(ta, tb, their_dims))
 
 
+def test_tensordot_and_inner_over_an_empty_dim_are_zeros():
+    (a, ta), (b, tb) = pair(2, 0), pair(0, 3)
+    same(minidl.tensordot(a, b, 1), torch.tensordot(ta, tb, 1))
+    same(minidl.inner(a, b.transpose(0, 1)), torch.inner(ta, tb.transpose(0, 1)))
+
+
 def test_tensordot_errors():
     a, b = minidl.ones(2, 3), minidl.ones(3, 4)
     with pytest.raises(RuntimeError, match="dims >= 0, but got dims=-1"):
@@ -128,6 +134,10 @@ def test_vander_dtypes(dtype):
          torch.linalg.vander(torch.tensor(x, dtype=getattr(torch, dtype)), N=4))
     with pytest.raises(RuntimeError, match="N must be greater than 1"):
         minidl.linalg.vander(minidl.ones(3), N=1)
+    with pytest.raises(RuntimeError, match="integer tensors, but got Bool"):   # (torch refuses bool too)
+        torch.linalg.vander(torch.ones(3, dtype=torch.bool))
+    with pytest.raises(RuntimeError, match="integer tensors, but got bool"):
+        minidl.linalg.vander(minidl.ones(3, dtype=minidl.bool))
 
 
 @pytest.mark.parametrize("ord", [0, 0.5, 1, 2, 3, math.inf, -math.inf, -1, -2.5])
@@ -183,6 +193,19 @@ def test_addr_of_bools_is_logical():
     for beta, alpha in ((1, 1), (0, 1), (True, False)):
         same(minidl.addr(minidl.tensor(x), minidl.tensor(v), minidl.tensor(w), beta=beta, alpha=alpha),
              torch.addr(torch.tensor(x), torch.tensor(v), torch.tensor(w), beta=beta, alpha=alpha))
+
+
+@pytest.mark.parametrize("dtype", ["int64", "bool"])
+def test_addr_of_integers_refuses_float_factors_as_torch(dtype):
+    x, v = np.ones((2, 2), dtype), np.ones(2, dtype)
+    for factors in (dict(beta=0.5), dict(alpha=1.0)):
+        name = next(iter(factors))
+        with pytest.raises(RuntimeError, match=f"argument {name} must not be a floating point number"):
+            torch.addr(torch.tensor(x), torch.tensor(v), torch.tensor(v), **factors)
+        with pytest.raises(RuntimeError, match=f"addr: For integral input tensors, argument {name} must not be"):
+            minidl.addr(minidl.tensor(x), minidl.tensor(v), minidl.tensor(v), **factors)
+    same(minidl.addr(minidl.tensor(x), minidl.tensor(v), minidl.tensor(v), alpha=2),
+         torch.addr(torch.tensor(x), torch.tensor(v), torch.tensor(v), alpha=2))
 
 
 def test_product_errors_name_the_op():

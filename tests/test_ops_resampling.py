@@ -157,6 +157,14 @@ def test_deprecated_aliases_warn_and_interpolate():
         np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-12, atol=1e-12)
 
 
+def test_star_import_of_nn_functional_has_the_resampling_functions():
+    names = {}
+    exec("from minidl.nn.functional import *", names)   # (torch's functional module exports them all)
+    for name in ("interpolate", "grid_sample", "affine_grid", "pixel_shuffle", "pixel_unshuffle", "channel_shuffle",
+                 "upsample", "upsample_nearest", "upsample_bilinear"):
+        assert names[name] is getattr(F, name) and callable(getattr(TF, name))
+
+
 @pytest.mark.parametrize("mode", ["bilinear", "nearest"])
 @pytest.mark.parametrize("padding_mode", ["zeros", "border", "reflection"])
 def test_grid_sample_5d_gradients_match_torch(mode, padding_mode):
@@ -166,6 +174,18 @@ def test_grid_sample_5d_gradients_match_torch(mode, padding_mode):
     for align in (False, True):
         _check_value_and_grads(lambda x, g: F.grid_sample(x, g, mode, padding_mode, align),
                                lambda x, g: TF.grid_sample(x, g, mode, padding_mode, align), volume, grid)
+
+
+@pytest.mark.parametrize("padding_mode", ["border", "reflection"])
+@pytest.mark.parametrize("mode", ["bilinear", "bicubic"])
+def test_grid_sample_points_on_the_edge_have_torchs_grid_gradient(mode, padding_mode):
+    """The grid of an identity affine_grid with align_corners (its corner points exactly on the edges, where
+    torch's clipping gives the grid no gradient), and points just inside and outside them."""
+    identity = np.array([[[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]]])
+    grid = TF.affine_grid(torch.tensor(identity), (1, 1, 3, 4), align_corners=True).numpy()
+    grid = np.concatenate([grid, grid * 1.01, grid * 0.99], axis=2)
+    _check_value_and_grads(lambda x, g: F.grid_sample(x, g, mode, padding_mode, True),
+                           lambda x, g: TF.grid_sample(x, g, mode, padding_mode, True), IMAGE[:1, :2, :3, :4], grid)
 
 
 def test_grid_sample_and_affine_grid_warn_without_align_corners():
@@ -221,6 +241,9 @@ BAD_GRID = [
     (lambda: F.channel_shuffle(minidl.ones(1, 3, 2), 2), RuntimeError, "Got 3 channels and 2 groups"),
     (lambda: F.channel_shuffle(minidl.ones(1, 4, 2), 0), RuntimeError, "must be positive"),
     (lambda: F.channel_shuffle(minidl.ones(1, 4), 2), RuntimeError, r"> 2 dims.*\[1, 4\]"),
+    (lambda: F.pixel_shuffle(minidl.ones(1, 4, 2, 2), 2.0), TypeError, "'upscale_factor' must be int, not float"),
+    (lambda: F.pixel_unshuffle(minidl.ones(1, 1, 4, 4), True), TypeError, "'downscale_factor' must be int, not bool"),
+    (lambda: F.channel_shuffle(minidl.ones(1, 4, 2), 2.5), TypeError, "argument 'groups' must be int, not float"),
 ]
 
 
@@ -320,3 +343,26 @@ def test_interpolate_by_a_scale_follows_dynamic_sizes_and_fixed_weights_warn():
         np.testing.assert_allclose(session.run(None, {"x": other})[0], fn(minidl.tensor(other)).numpy(), atol=1e-5)
     with pytest.warns(UserWarning, match="interpolate of a traced tensor"):
         minidl.onnx.export(lambda v: F.interpolate(v, size=3, mode="area"), (x,))
+
+
+SHUFFLES = {   # name: (fn(F, x), traced shape, another shape)
+    "pixel_shuffle": (lambda F, x: F.pixel_shuffle(x, 2), (8, 2, 3), (8, 5, 3)),
+    "pixel_shuffle-4d": (lambda F, x: F.pixel_shuffle(x, 2), (2, 8, 2, 3), (5, 8, 4, 1)),
+    "pixel_unshuffle": (lambda F, x: F.pixel_unshuffle(x, 2), (2, 2, 3, 4, 6), (1, 2, 3, 2, 8)),
+    "channel_shuffle": (lambda F, x: F.channel_shuffle(x, 3), (2, 6, 3), (4, 6, 5)),
+}
+
+
+@pytest.mark.parametrize("name", list(SHUFFLES))
+def test_shuffles_export_for_other_sizes(name):
+    """The shuffles' graphs follow the sizes of another input (of the same channels), as torch computes it."""
+    ort = pytest.importorskip("onnxruntime")
+    fn, shape, other = SHUFFLES[name]
+    axes = {d: f"d{d}" for d in range(len(shape)) if shape[d] != other[d]}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")   # (the divisibility checks read the traced sizes: fixed, as expected)
+        program = minidl.onnx.export(lambda x: fn(F, x), (minidl.randn(*shape),), input_names=["x"],
+                                     output_names=["out"], dynamic_axes={"x": axes, "out": {}})
+    session = ort.InferenceSession(program.model_proto.SerializeToString(), providers=["CPUExecutionProvider"])
+    values = RNG.standard_normal(other).astype(np.float32)
+    np.testing.assert_array_equal(session.run(None, {"x": values})[0], fn(TF, torch.tensor(values)).numpy())

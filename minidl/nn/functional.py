@@ -493,6 +493,8 @@ def dropout3d(input, p: float = 0.5, training: bool = True, inplace: bool = Fals
 __all__ += ["scaled_dot_product_attention"]
 __all__ += ["instance_norm", "local_response_norm", "embedding_bag", "cosine_similarity", "pairwise_distance",
             "pdist", "bilinear"]
+__all__ += ["interpolate", "grid_sample", "affine_grid", "pixel_shuffle", "pixel_unshuffle", "channel_shuffle",
+            "upsample", "upsample_nearest", "upsample_bilinear"]
 
 
 def _attention(query, key, value, mask, dropout_p: float, scale: float):
@@ -609,7 +611,7 @@ def _repeat_kv_heads(x, heads: int):
     return x.unsqueeze(-3).expand(lead + (h, groups, s, e)).reshape(lead + (heads, s, e))
 
 
-# ----------------------------------------------------------------------------- interpolate's deprecated names
+# ----------------------------------------------------------------------------- interpolate's deprecated aliases
 def _deprecated(name):
     warnings.warn(f"`nn.functional.{name}` is deprecated. Use `nn.functional.interpolate` instead.", stacklevel=3)
 

@@ -1,31 +1,16 @@
 """ONNX lowerings of instance norm, local response norm and embedding_bag (ONNX's own InstanceNormalization and
-LRN; the bags folded by ScatterElements), of the similarities and distances (ONNX's p-norm reductions) and of the
-bilinear form (through the einsum it is written with: ``composite``). See ``lowerings``."""
+LRN; the bags folded by ScatterElements) and of cosine_similarity and pdist (the p-norms of ``reduction_lowerings``);
+pairwise_distance and the bilinear form go through the norm and einsum they are written with (``composite``).
+See ``lowerings``."""
 from __future__ import annotations
 
 import numpy as np
 
 from .dtypes import code
-from .lowerings import _dim, _np, _operand, composite, lowers
+from .lowerings import _dim, _np, _operand, _warn_fixed_sizes, composite, lowers
+from .reduction_lowerings import _p_norm
 
-composite("bilinear")
-
-
-def _p_norm(L, x, p, axis, keepdims, dtype):
-    """The p-norm of x along ``axis``: ReduceL1, ReduceL2, the largest or smallest magnitude, the count of
-    nonzeros (p = 0), else (sum |x|**p) ** (1/p)."""
-    axes = L.ints([axis])
-    if p == 1:
-        return L.op("ReduceL1", x, axes, keepdims=keepdims)
-    if p == 2:
-        return L.op("ReduceL2", x, axes, keepdims=keepdims)
-    if np.isinf(p):
-        return L.op("ReduceMax" if p > 0 else "ReduceMin", L.op("Abs", x), axes, keepdims=keepdims)
-    if p == 0:
-        nonzero = L.op("Cast", L.op("Not", L.op("Equal", x, L.constant(np.array(0, dtype)))), to=code(dtype))
-        return L.op("ReduceSum", nonzero, axes, keepdims=keepdims)
-    powers = L.op("Pow", L.op("Abs", x), L.constant(np.array(p, dtype)))
-    return L.op("Pow", L.op("ReduceSum", powers, axes, keepdims=keepdims), L.constant(np.array(1 / p, dtype)))
+composite("bilinear", "pairwise_distance")
 
 
 @lowers("cosine_similarity")
@@ -37,29 +22,21 @@ def _cosine_similarity(L, x1, x2, dim=1, eps=1e-8):
     axis = _dim(dim, max(x1.ndim, x2.ndim, 1))
     if max(x1.ndim, x2.ndim) == 0:
         a, b = (L.op("Reshape", v, L.ints([1])) for v in (a, b))
-    a, b = (L.op("Div", v, L.op("Max", _p_norm(L, v, 2, axis, 1, dtype), L.constant(np.array(eps, dtype))))
-            for v in (a, b))
+    eps = L.constant(np.array(eps, dtype))
+    a, b = (L.op("Div", v, L.op("Max", _p_norm(L, v, 2, L.ints([axis]), 1, dtype), eps)) for v in (a, b))
     out = L.op("ReduceSum", L.op("Mul", a, b), L.ints([axis]), keepdims=0)
     return L.op("Reshape", out, L.ints([])) if L.out.ndim == 0 else out
-
-
-@lowers("pairwise_distance")
-def _pairwise_distance(L, x1, x2, p=2.0, eps=1e-6, keepdim=False):
-    dtype, ndim = _np(L.out), max(x1.ndim, x2.ndim)
-    diff = L.op("Add", L.op("Sub", _operand(L, x1, dtype), _operand(L, x2, dtype)), L.constant(np.array(eps, dtype)))
-    if ndim == 0:
-        return _p_norm(L, L.op("Reshape", diff, L.ints([1])), p, 0, 0, dtype)
-    return _p_norm(L, diff, p, ndim - 1, int(keepdim), dtype)
 
 
 @lowers("pdist")
 def _pdist(L, input, p=2.0):
     """The rows of each pair i < j gathered (the pairs fixed by the row count seen while tracing)."""
+    _warn_fixed_sizes(L, "pdist", input)
     dtype, rows = _np(L.out), input.shape[0]
     first, second = np.triu_indices(rows, 1)
     x = _operand(L, input, dtype)
     pairs = [L.op("Gather", x, L.constant(np.asarray(index, np.int64)), axis=0) for index in (first, second)]
-    return _p_norm(L, L.op("Sub", *pairs), p, 1, 0, dtype)
+    return _p_norm(L, L.op("Sub", *pairs), p, L.ints([1]), 0, dtype)
 
 
 def _per_channel(L, t, channels, dtype, fill):
@@ -114,9 +91,10 @@ def _embedding_bag(L, input, weight, offsets=None, max_norm=None, norm_type=2, s
     flat = L.op("Reshape", _operand(L, input, i64), L.ints([-1]))
     positions = L.op("Range", L.constant(0, i64), L.op("Squeeze", L.op("Shape", flat), L.ints([0])),
                      L.constant(1, i64))
-    if input.ndim == 2:
+    if input.ndim == 2:   # (bags of the input's row length, read in the graph: at least 1, for empty rows)
+        length = L.op("Gather", L.op("Shape", L.value(input)), L.constant(1, i64), axis=0)
         starts = L.op("Range", L.constant(0, i64), L.op("Squeeze", L.op("Shape", flat), L.ints([0])),
-                      L.constant(max(input.shape[1], 1), i64))
+                      L.op("Max", length, L.constant(1, i64)))
     else:
         starts = _operand(L, offsets, i64)
     count = L.op("Shape", starts)

@@ -22,16 +22,7 @@ def _norm(L, x, p="fro", dim=None, keepdim=False, dtype=None):
     else:
         axes = _axes(L, x, None if dim in ((), []) else dim)
     keep = int(bool(keepdim)) if x.ndim else 0
-    p = 2 if p == "fro" else p
-    if p == 0:
-        nonzero = L.op("Cast", L.op("Not", L.op("Equal", value, L.constant(0, out_dtype))), to=L.type_code(L.out.dtype))
-        return L.op("ReduceSum", nonzero, axes, keepdims=keep)
-    if p == -np.inf:
-        return L.op("ReduceMin", L.op("Abs", value), axes, keepdims=keep)
-    if p < 0:
-        powered = L.op("Pow", L.op("Abs", value), L.constant(p, out_dtype))
-        return L.op("Pow", L.op("ReduceSum", powered, axes, keepdims=keep), L.constant(1.0 / p, out_dtype))
-    return _p_norm(L, value, p, axes, keep, out_dtype)
+    return _p_norm(L, value, 2 if p == "fro" else p, axes, keep, out_dtype)
 
 
 @lowers("linalg_diagonal")

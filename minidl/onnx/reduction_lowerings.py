@@ -159,11 +159,18 @@ for _name, _reduce_kind in (("trapezoid", "sum"), ("trapz", "sum"), ("cumulative
 
 
 def _p_norm(L, value, p, axes, keepdim, dtype):
-    """The p-norm (p > 0, or inf) over ``axes`` (None: all)."""
+    """The p-norm over ``axes`` (None: all) for every p torch takes: 0 counts the nonzeros, +-inf is the largest
+    or smallest magnitude, else (sum |x|**p) ** (1/p) (a negative p: 0 where a magnitude is 0, as ONNX's Pow
+    makes it)."""
     size = L.op("Abs", value)
     args = (size,) if axes is None else (size, axes)
+    if p == 0:
+        nonzero = L.op("Cast", L.op("Not", L.op("Equal", value, L.constant(0, dtype))), to=L.type_code(dtype))
+        return L.op("ReduceSum", nonzero, *args[1:], keepdims=keepdim)
     if p == float("inf"):
         return L.op("ReduceMax", *args, keepdims=keepdim)
+    if p == float("-inf"):
+        return L.op("ReduceMin", *args, keepdims=keepdim)
     if p == 2:
         return L.op("ReduceL2", value, *args[1:], keepdims=keepdim)
     if p == 1:
@@ -177,11 +184,6 @@ def _p_norm(L, value, p, axes, keepdim, dtype):
 def _dist(L, input, other, p=2):
     dtype = _np(L.out)
     difference = L.op("Sub", _operand(L, input, dtype), _operand(L, other, dtype))
-    if p == 0:
-        nonzero = L.op("Cast", L.op("Not", L.op("Equal", difference, L.constant(0, dtype))), to=L.type_code(dtype))
-        return L.op("ReduceSum", nonzero, keepdims=0)
-    if p == float("-inf"):
-        return L.op("ReduceMin", L.op("Abs", difference), keepdims=0)
     return _p_norm(L, difference, p, None, 0, dtype)
 
 

@@ -1,6 +1,7 @@
 """ONNX lowerings of the resampling ops (``ops/resampling.py``): Resize per resized axis (its ``axes``
-input, so the batch and channel sizes stay free), GridSample, AffineGrid, DepthToSpace. Area and
-antialiased interpolation are the same per-axis weight matrices as eager, as MatMuls. See ``lowerings``."""
+input, so the batch and channel sizes stay free), GridSample, AffineGrid. Area and antialiased interpolation
+are the same per-axis weight matrices as eager, as MatMuls; the shuffles lower as the reshapes and permute
+they are written with (``composite``), whose sizes follow the input's. See ``lowerings``."""
 from __future__ import annotations
 
 import numpy as np
@@ -9,7 +10,7 @@ from .. import _dtype as dt
 from ..ops.resampling import (GRID_MODES, PADDING_MODES, _axis_matrix, _base_axis, _nearest_index,
                                output_geometry)
 from ..ops.registry import attach_rule
-from .lowerings import _np, _warn_fixed_sizes, lowers
+from .lowerings import _np, _warn_fixed_sizes, composite, lowers
 
 NEAREST = {"nearest": dict(coordinate_transformation_mode="asymmetric", nearest_mode="floor"),
            "nearest-exact": dict(coordinate_transformation_mode="half_pixel", nearest_mode="round_prefer_ceil")}
@@ -100,36 +101,4 @@ def _affine_grid(L, theta, size, align_corners=None):
     return L.op("Reshape", out, L.ints([size[0]] + spatial + [rank]))
 
 
-def _regroup(L, x, split, perm, merged):
-    """Reshape to ``split``, Transpose by ``perm``, Reshape to ``merged``: the shuffles' one pattern."""
-    _warn_fixed_sizes(L, "a pixel/channel shuffle", x)
-    moved = L.op("Transpose", L.op("Reshape", L.value(x), L.ints(split)), perm=perm)
-    return L.op("Reshape", moved, L.ints(merged))
-
-
-@lowers("pixel_shuffle")
-def _pixel_shuffle(L, input, upscale_factor):
-    r = int(upscale_factor)
-    if input.ndim == 4:
-        return L.op("DepthToSpace", L.value(input), blocksize=r, mode="CRD")
-    *lead, c, h, w = input.shape
-    k = len(lead)
-    return _regroup(L, input, lead + [c // (r * r), r, r, h, w], list(range(k)) + [k, k + 3, k + 1, k + 4, k + 2],
-                    lead + [c // (r * r), h * r, w * r])
-
-
-@lowers("pixel_unshuffle")
-def _pixel_unshuffle(L, input, downscale_factor):
-    r = int(downscale_factor)
-    *lead, c, h, w = input.shape
-    k = len(lead)
-    return _regroup(L, input, lead + [c, h // r, r, w // r, r], list(range(k)) + [k, k + 2, k + 4, k + 1, k + 3],
-                    lead + [c * r * r, h // r, w // r])
-
-
-@lowers("channel_shuffle")
-def _channel_shuffle(L, input, groups):
-    n, c, *rest = input.shape
-    g = int(groups)
-    perm = [0, 2, 1] + list(range(3, input.ndim + 1))
-    return _regroup(L, input, [n, g, c // g] + rest, perm, [n, c] + rest)
+composite("pixel_shuffle", "pixel_unshuffle", "channel_shuffle")   # (a reshape, a permute, a reshape)

@@ -61,7 +61,8 @@ POLICIES = {
                             "addbmm", "linalg_vecdot"),
         "fp32": ("prod", "cdist", "trace", "reflection_pad1d", "reflection_pad2d", "replication_pad1d",
                  "replication_pad2d", "replication_pad3d", "mse_loss", "nll_loss", "smooth_l1_loss", "cross_entropy",
-                 "l1_loss", "huber_loss", "kl_div", "binary_cross_entropy", "binary_cross_entropy_with_logits"),
+                 "l1_loss", "huber_loss", "kl_div", "binary_cross_entropy", "binary_cross_entropy_with_logits",
+                 "grid_sample"),
         "promote": ("cat", "stack", "index_copy"),
     },
     "cuda": {
@@ -69,13 +70,16 @@ POLICIES = {
                             "baddbmm", "bmm", "scaled_dot_product_attention", "conv3d", "conv_transpose1d",
                             "conv_transpose3d",
                             "mv", "addmv", "addr", "addbmm", "linalg_vecdot", "chain_matmul", "linalg_multi_dot"),
+        # (interpolate: torch's upsample_* kernels; its area mode, torch's adaptive pooling, which torch leaves in
+        # the input's dtype, is float32 here too)
         "fp32": ("exp", "expm1", "log", "log1p", "reciprocal", "rsqrt", "tan", "pow", "softplus", "layer_norm",
                  "group_norm", "nll_loss", "kl_div", "l1_loss", "smooth_l1_loss", "huber_loss", "mse_loss",
-                 "binary_cross_entropy_with_logits", "cdist", "logsumexp"),
+                 "binary_cross_entropy_with_logits", "cdist", "logsumexp",
+                 "cosine_similarity", "pdist", "interpolate"),
         "fp32_set_opt_dtype": ("prod", "softmax", "log_softmax", "cumprod", "cumsum", "sum", "norm",
                                "linalg_vector_norm", "linalg_matrix_norm"),
         "promote": ("addcdiv", "addcmul", "atan2", "dot", "scatter_add",
-                    "cross", "vdot", "tensordot"),
+                    "cross", "vdot", "tensordot", "bilinear", "grid_sample"),
         "banned": ("binary_cross_entropy",),
     },
 }
@@ -87,7 +91,7 @@ POLICIES["cuda"]["fp32"] += _LOSSES
 NATIVE = ("adaptive_avg_pool2d", "avg_pool2d", "batch_norm", "dot", "elu", "logaddexp", "logsigmoid", "std",
           "std_mean", "trace", "var", "var_mean", "avg_pool1d", "avg_pool3d", "adaptive_avg_pool1d",
           "adaptive_avg_pool3d",
-          "mv", "addmv", "addr", "linalg_cross")
+          "mv", "addmv", "addr", "linalg_cross", "interpolate")
 
 BANNED_MESSAGE = (
     "minidl.nn.functional.binary_cross_entropy and minidl.nn.BCELoss are unsafe to autocast.\n"

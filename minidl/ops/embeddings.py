@@ -90,8 +90,8 @@ _BAG_MODES = ("sum", "mean", "max")
 
 
 def _bags(input, offsets, include_last_offset):
-    """The flat indices, the bag of each (-1: after the last bag) and the bag count, from a 2-D input of
-    equal bags or a 1-D input cut at ``offsets``."""
+    """The flat indices, the bag of each (``count``, one past the last bag, for an index after it) and the bag
+    count, from a 2-D input of equal bags or a 1-D input cut at ``offsets``."""
     if input.ndim == 2:
         if offsets is not None:
             raise ValueError(f"embedding_bag: if input is 2D, then offsets has to be None, as input is treated as a "
@@ -106,22 +106,27 @@ def _bags(input, offsets, include_last_offset):
     offsets = offsets.long()
     if offsets.numel():
         first, last, length = offsets[0], offsets[-1], input.numel()
+        bad = (first != 0) | (last > length)
 
-        def check():   # (a replay checks again: minidl.compile)
-            if int(first) != 0 or int(last) > length:
+        def check():   # (one read from the device, the bounds' only when they are wrong; a replay checks again)
+            if bool(bad):
                 raise ValueError(f"embedding_bag: offsets must start at 0 and not pass the input's length {length}, "
                                  f"got offsets from {int(first)} to {int(last)}")
         _tracing.host_check(check)
     count = offsets.numel() - 1 if include_last_offset else offsets.numel()
     bag = searchsorted(offsets, arange(input.numel(), device=input.device), right=True) - 1
-    return input, where(bag < max(count, 0), bag, -1), max(count, 0)
+    count = max(count, 0)
+    return input, where(bag < count, bag, count), count
 
 
-def _check_bag_arguments(input, weight, mode, per_sample_weights, scale_grad_by_freq, sparse):
+def _check_bag_arguments(input, weight, offsets, mode, per_sample_weights, scale_grad_by_freq, sparse):
     if weight.ndim != 2:
         raise ValueError(f"embedding_bag: weight has to be a 2D Tensor, but got Tensor of dimension {weight.ndim}")
-    if input.dtype not in (dt.int64, dt.int32):
-        raise RuntimeError(f"embedding_bag: expected the indices to be int64 or int32, got {input.dtype.name}")
+    if input.dtype not in (dt.int64, dt.int32) or (offsets is not None and offsets.dtype not in (dt.int64, dt.int32)):
+        raise RuntimeError(f"embedding_bag: expected the indices and offsets to be int64 or int32, got "
+                           f"{input.dtype.name}" + ("" if offsets is None else f" and {offsets.dtype.name}"))
+    if not weight.dtype.is_floating_point:
+        raise RuntimeError(f"embedding_bag: expected a floating point weight, got {weight.dtype.name}")
     if mode not in _BAG_MODES:
         raise ValueError(f"embedding_bag: mode has to be one of sum, mean or max, got {mode!r}")
     if mode == "max" and (scale_grad_by_freq or sparse):
@@ -131,6 +136,9 @@ def _check_bag_arguments(input, weight, mode, per_sample_weights, scale_grad_by_
         if tuple(per_sample_weights.shape) != tuple(input.shape):
             raise ValueError(f"embedding_bag: If per_sample_weights ({list(per_sample_weights.shape)}) is not None, "
                              f"then it must have the same shape as the input ({list(input.shape)})")
+        if per_sample_weights.dtype is not weight.dtype:
+            raise RuntimeError(f"embedding_bag: per_sample_weights ({per_sample_weights.dtype.name}) must have the "
+                               f"weight's dtype ({weight.dtype.name})")
         if mode != "sum":
             raise NotImplementedError(f"embedding_bag: per_sample_weights was not None. per_sample_weights is only "
                                       f"supported for mode='sum' (got mode='{mode}')")
@@ -156,7 +164,7 @@ def embedding_bag(input, weight, offsets=None, max_norm=None, norm_type=2, scale
     """``torch.nn.functional.embedding_bag``: the sum, mean or max of the looked-up rows of each bag, without
     the padding_idx rows (an empty bag gives zeros). The rows are looked up by ``embedding`` (its gradient, renorm
     and frequency scaling), then folded by bag id in one index_add (sum, mean) or scatter_reduce amax (max)."""
-    _check_bag_arguments(input, weight, mode, per_sample_weights, scale_grad_by_freq, sparse)
+    _check_bag_arguments(input, weight, offsets, mode, per_sample_weights, scale_grad_by_freq, sparse)
     if padding_idx is not None:
         if not -weight.shape[0] <= padding_idx < weight.shape[0]:
             raise AssertionError(f"embedding_bag: padding_idx must be within num_embeddings (got {padding_idx} "
@@ -166,18 +174,19 @@ def embedding_bag(input, weight, offsets=None, max_norm=None, norm_type=2, scale
         per_sample_weights = per_sample_weights.reshape(-1)
     input, bag, count = _bags(input, offsets, include_last_offset)
     rows = embedding(input, weight, None, max_norm, norm_type, scale_grad_by_freq, sparse)
-    keep = None
-    if include_last_offset or padding_idx is not None:   # (else every index is in a bag: no mask, no host sync)
-        keep = bag >= 0 if padding_idx is None else (bag >= 0) & (input != padding_idx)
-        rows, bag = rows[keep], bag[keep]
-    out = zeros((count, weight.shape[1]), dtype=weight.dtype, device=weight.device)
+    if padding_idx is not None:
+        bag = where(input == padding_idx, count, bag)
+    # indices in no bag (padding, after include_last_offset's last offset) fold into an extra bag, dropped at
+    # the end: no mask, whose data-dependent size would make the host wait for the device
+    out = zeros((count + 1, weight.shape[1]), dtype=weight.dtype, device=weight.device)
     if mode == "max":
-        return out.scatter_reduce(0, bag.unsqueeze(1).expand(-1, weight.shape[1]), rows, "amax", include_self=False)
+        out = out.scatter_reduce(0, bag.unsqueeze(1).expand(-1, weight.shape[1]), rows, "amax", include_self=False)
+        return out[:count]
     if per_sample_weights is not None:
-        rows = rows * (per_sample_weights if keep is None else per_sample_weights[keep]).unsqueeze(1)
-    out = out.index_add(0, bag, rows)
+        rows = rows * per_sample_weights.unsqueeze(1)
+    out = out.index_add(0, bag, rows)[:count]
     if mode == "sum":
         return out
-    sizes = zeros((count,), dtype=weight.dtype, device=weight.device)
-    sizes = sizes.index_add(0, bag, ones_like(bag, dtype=weight.dtype))
+    sizes = zeros((count + 1,), dtype=weight.dtype, device=weight.device)
+    sizes = sizes.index_add(0, bag, ones_like(bag, dtype=weight.dtype))[:count]
     return out / sizes.clamp_min(1).unsqueeze(1)

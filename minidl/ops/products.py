@@ -77,10 +77,10 @@ def tensordot(a, b, dims=2, out=None):
     free_a = [d for d in range(a.ndim) if d not in dims_a]
     free_b = [d for d in range(b.ndim) if d not in dims_b]
     size = math.prod(a.shape[d] for d in dims_a)
-    left = a.permute(free_a + dims_a).reshape(-1, size)
-    right = b.permute(dims_b + free_b).reshape(size, -1)
-    shape = [a.shape[d] for d in free_a] + [b.shape[d] for d in free_b]
-    return matmul(left, right).reshape(shape)
+    rows, cols = [a.shape[d] for d in free_a], [b.shape[d] for d in free_b]
+    left = a.permute(free_a + dims_a).reshape(math.prod(rows), size)   # (no -1: a contraction may be empty)
+    right = b.permute(dims_b + free_b).reshape(size, math.prod(cols))
+    return matmul(left, right).reshape(rows + cols)
 
 
 @op(samples=lambda t: [
@@ -187,6 +187,10 @@ def _outer_product(name, vec1, vec2):
 def addr(input, vec1, vec2, *, beta=1, alpha=1):
     """beta * input + alpha * outer(vec1, vec2); for bool tensors, (beta and input) or (alpha and outer)."""
     product = _outer_product("addr", vec1, vec2)
+    for name, factor in (("beta", beta), ("alpha", alpha)):
+        if not product.dtype.is_floating_point and isinstance(factor, float):   # (addr's own rule, not addmm's)
+            raise RuntimeError(f"addr: For integral input tensors, argument {name} must not be a floating point "
+                               f"number (got {factor} for {product.dtype.name} vectors)")
     if product.dtype is dt.bool_:
         out = product if alpha else zeros_like(product)
         return out | input if beta else out
@@ -350,6 +354,8 @@ def linalg_vander(x, *, N=None):
     n = x.shape[-1] if N is None else N
     if n <= 1:
         raise RuntimeError(f"linalg.vander: N must be greater than 1, got {n}")
+    if x.dtype is dt.bool_:
+        raise RuntimeError("linalg.vander supports floating point, complex, and integer tensors, but got bool")
     if not x.dtype.is_floating_point:
         x = x.to(dt.int64)
     powers = [ones_like(x), x]

@@ -17,6 +17,7 @@ import warnings
 import numpy as np
 
 from .. import _dtype as dt
+from .autocast_mode import autocast_op
 from .conv import _adaptive_matrix
 from .creation import linspace, ones, tensor
 from .elementwise import where
@@ -236,6 +237,7 @@ def _interpolate_samples(t):
 
 
 @op(method=False, namespace="nn.functional", samples=_interpolate_samples)
+@autocast_op("interpolate")
 def interpolate(input, size=None, scale_factor=None, mode="nearest", align_corners=None, recompute_scale_factor=None,
                 antialias=False):
     """Resize the spatial dims of (N, C, d1[, d2[, d3]]) by one of torch's modes, axis by axis."""
@@ -303,13 +305,20 @@ def _reflect(coord, twice_low, twice_high):
     return where(flips.fmod(2) == 0, extra + low, span - extra + low)
 
 
+def _clip(coord, size):
+    """coord clamped into [0, size - 1], with no gradient at a bound or beyond it (aten's
+    clip_coordinates_set_grad: a grid point exactly on the edge, as affine_grid's with align_corners, included)."""
+    inside = (coord > 0) & (coord < size - 1)
+    return where(inside, coord, coord.detach().clamp(0, size - 1))
+
+
 def _pad_coordinate(coord, size, padding_mode, align_corners):
     """The coordinate a padding mode reads instead (zeros: unchanged; outside taps then read zero)."""
     if padding_mode == "border":
-        return coord.clamp(0, size - 1)
+        return _clip(coord, size)
     if padding_mode == "reflection":
         twice = (0, 2 * (size - 1)) if align_corners else (-1, 2 * size - 1)
-        return _reflect(coord, *twice).clamp(0, size - 1)
+        return _clip(_reflect(coord, *twice), size)
     return coord
 
 
@@ -408,6 +417,7 @@ def _grid_sample_samples(t):
 
 
 @op(method=False, namespace="nn.functional", samples=_grid_sample_samples)
+@autocast_op("grid_sample")
 def grid_sample(input, grid, mode="bilinear", padding_mode="zeros", align_corners=None):
     """input (N, C, [D,] H, W) read at the normalized points of grid (N, [Do,] Ho, Wo, 2 or 3: x, y[, z])."""
     _check_grid_sample(input, grid, mode, padding_mode)
@@ -474,6 +484,13 @@ def affine_grid(theta, size, align_corners=None):
 
 
 # ----------------------------------------------------------------------------- shuffles
+def _integer(name, what, value):
+    """value as an int; a float or bool refused, as torch's argument parser does (int() would truncate 2.5)."""
+    if isinstance(value, (bool, float)):
+        raise TypeError(f"{name}(): argument '{what}' must be int, not {type(value).__name__}")
+    return int(value)
+
+
 def _check_factor(name, what, factor, x):
     if x.ndim < 3:
         raise RuntimeError(f"{name} expects input to have at least 3 dimensions, but got input with {x.ndim} "
@@ -487,7 +504,7 @@ def _check_factor(name, what, factor, x):
     t.S("pixel_shuffle-batchless", lambda x: pixel_shuffle(x, 3), t.rn(9, 1, 2))])
 def pixel_shuffle(input, upscale_factor):
     """(*, C r^2, H, W) -> (*, C, H r, W r): each channel block of r^2 becomes an r x r tile."""
-    r = int(upscale_factor)
+    r = _integer("pixel_shuffle", "upscale_factor", upscale_factor)
     _check_factor("pixel_shuffle", "upscale_factor", r, input)
     *lead, c, h, w = input.shape
     if c % (r * r):
@@ -504,7 +521,7 @@ def pixel_shuffle(input, upscale_factor):
     t.S("pixel_unshuffle-batchless", lambda x: pixel_unshuffle(x, 3), t.NC(t.rn(1, 3, 3), "gap"))])
 def pixel_unshuffle(input, downscale_factor):
     """pixel_shuffle's inverse: (*, C, H r, W r) -> (*, C r^2, H, W)."""
-    r = int(downscale_factor)
+    r = _integer("pixel_unshuffle", "downscale_factor", downscale_factor)
     _check_factor("pixel_unshuffle", "downscale_factor", r, input)
     *lead, c, h, w = input.shape
     for what, n, d in (("height", h, -2), ("width", w, -1)):
@@ -525,11 +542,10 @@ def channel_shuffle(input, groups):
     if input.ndim <= 2:
         raise RuntimeError(f"channel_shuffle expects input with > 2 dims, but got input with sizes "
                            f"{list(input.shape)}")
-    g = int(groups)
+    g = _integer("channel_shuffle", "groups", groups)
     if g <= 0:
         raise RuntimeError(f"Number of groups to divide channels in must be positive. Value of groups:{g}")
     n, c, *rest = input.shape
     if c % g:
         raise RuntimeError(f"Number of channels must be divisible by groups. Got {c} channels and {g} groups.")
     return input.reshape(n, g, c // g, *rest).transpose(1, 2).reshape(n, c, *rest)
-
