@@ -121,7 +121,10 @@ def _lu_raw(a):
 
 
 def _permutation(pivots, m):
-    """int64 perm (..., m) of the 1-based row swaps ``pivots``: the factored rows are ``A[perm]``."""
+    """int64 perm (..., m) of the 1-based row swaps ``pivots``: the factored rows are ``A[perm]`` (no swaps: the
+    rows in order)."""
+    if not pivots.shape[-1]:
+        return arange(m, device=pivots.device).expand(tuple(pivots.shape[:-1]) + (m,))
     return _launch("permutation", [pivots.unsqueeze(-2)], [(tuple(pivots.shape[:-1]) + (m,), dt.int64)], m=m)[0]
 
 

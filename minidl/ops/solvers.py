@@ -149,15 +149,16 @@ def matrix_rank(A, tol=None, hermitian=False, *, atol=None, rtol=None):
 def lstsq(A, B, rcond=None, *, driver=None):
     """The least-squares solution pinv(A) B (rank-revealing, as gelsy's for full-rank A), the rank; residuals
     and singular values as torch fills them per driver (empty for gelsy)."""
-    _check("linalg.lstsq", A, B, square=False)
+    _check("linalg.lstsq", A, square=False)
     if driver not in (None, "gelsy", "gels", "gelsd", "gelss"):
         raise RuntimeError(f"torch.linalg.lstsq: parameter `driver` should be one of (gels, gelsy, gelsd, gelss), "
                            f"but got {driver}")
     vector = B.ndim == A.ndim - 1
     b = B.unsqueeze(-1) if vector else B
+    _check("linalg.lstsq", A, b, square=False)
     if b.shape[-2] != A.shape[-2]:
-        raise RuntimeError(f"torch.linalg.lstsq: input.size(-2) should match other.size(-2), got {A.shape[-2]} and "
-                           f"{b.shape[-2]}")
+        raise RuntimeError(f"torch.linalg.lstsq: input.size(-2) should match other.size({-1 if vector else -2}), "
+                           f"got {A.shape[-2]} and {b.shape[-2]}")
     m, n = A.shape[-2:]
     x = pinv(A, rtol=rcond) @ b
     rank = matrix_rank(A, rtol=rcond) if driver != "gels" else empty((0,), dtype=dt.int64, device=A.device)
@@ -189,6 +190,8 @@ def cond(A, p=None):
     if p not in (None, 2, -2, "fro", "nuc", 1, -1, float("inf"), -float("inf")):
         raise RuntimeError(f"linalg.cond got an invalid norm type: {p}")
     _check("linalg.cond", A, square=p not in (None, 2, -2))
+    if 0 in A.shape[-2:]:
+        return zeros(tuple(A.shape[:-2]), dtype=A.dtype, device=A.device)   # (an empty matrix's is 0, as torch's)
     if p in (None, 2, -2):
         s = svdvals(A)
         big, small = s[..., 0], s[..., -1]
@@ -319,9 +322,7 @@ def matrix_exp(A):
     if not A.numel():
         return A + 0
     norm = float(A.detach().abs().sum(-2).amax(-1).amax())
-    steps = max(0, int(np.ceil(np.log2(norm / 0.5)))) if norm > 0.5 else 0
-    if not np.isfinite(norm):
-        steps = 0
+    steps = int(np.ceil(np.log2(norm / 0.5))) if 0.5 < norm < float("inf") else 0   # (inf or NaN: NaN anyway)
     x = A / (2 ** steps)
     identity = _eye_like(A)
     out = identity + x / _TAYLOR_DEGREE
