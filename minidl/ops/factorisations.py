@@ -404,13 +404,9 @@ class SVD(Function):
 
     @staticmethod
     def forward(ctx, a, full_matrices):
-        m, n = a.shape[-2:]
-        k, batch = min(m, n), tuple(a.shape[:-2])
-        u, s, vh = _launch("svd", [a], [(batch + (m, m if full_matrices else k), a.dtype), (batch + (k,), a.dtype),
-                                         (batch + (n if full_matrices else k, n), a.dtype)],
-                           full_matrices=full_matrices, compute_uv=True)
+        u, s, vh = _svd_raw(a, full_matrices)
         if full_matrices and not a.numel():   # (no columns to take: the identity, as LAPACK completes it)
-            u, vh = u + _eye_like(a, m), vh + _eye_like(a, n)
+            u, vh = u + _eye_like(a, a.shape[-2]), vh + _eye_like(a, a.shape[-1])
         ctx.save_for_backward(u, s, vh)
         ctx.set_materialize_grads(False)
         return u, s, vh

@@ -21,7 +21,7 @@ from .conv import Im2Col, MaxPool2d, _adaptive_matrix, _batched, _window_counts,
     output_sizes
 from .conv_nd import ntuple
 from .creation import arange, full, rand, tensor, zeros
-from .elementwise import div
+from .elementwise import div, where
 from .registry import op
 from .shape_ops import cat
 
@@ -270,7 +270,8 @@ def _lp_pool(name, input, spatial, norm_type, kernel_size, stride, ceil_mode):
         return -max_pool(-input.abs(), kernel_size, stride, 0, 1, ceil_mode)
     out = avg_pool(input.pow(norm_type), kernel_size, stride, 0, ceil_mode)
     k = ntuple(kernel_size, spatial, f"{name}: kernel_size")
-    return (out.sign() * out.abs().relu() * math.prod(k)).pow(1.0 / norm_type)
+    out = where(out == 0, 0.0, out)   # (torch's sign(a) * relu(|a|) is a, yet its relu stops the root's infinite
+    return (out * math.prod(k)).pow(1.0 / norm_type)   # gradient at a = 0; so does this where)
 
 
 @op(method=False, namespace="nn.functional", samples=lambda t: [
