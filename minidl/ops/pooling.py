@@ -329,8 +329,9 @@ def _max_unpool(name, input, indices, spatial, kernel_size, stride, padding, out
     n, c = x.shape[0], x.shape[1]
     plane = math.prod(size)
     idx = indices.reshape(n * c, -1)
-    if idx.numel() and (int(idx.min()) < 0 or int(idx.max()) >= plane):
-        bad = int(idx.min()) if int(idx.min()) < 0 else int(idx.max())
+    low, high = (int(idx.min()), int(idx.max())) if idx.numel() else (0, -1)   # (one look each at the device)
+    if low < 0 or high >= plane:
+        bad = low if low < 0 else high
         raise RuntimeError(f"{name}: Found an invalid max index: {bad} (output volumes are of size "
                            f"{'x'.join(str(v) for v in size)})")
     out = zeros(n * c, plane, dtype=x.dtype, device=x.device).scatter(1, idx, x.reshape(n * c, -1))
@@ -421,7 +422,6 @@ def _fractional_max(name, input, spatial, kernel_size, output_size, output_ratio
     if not return_indices:
         return out.squeeze(0) if unbatched else out
     return (out.squeeze(0), idx.squeeze(0)) if unbatched else (out, idx)
-
 
 
 def _fractional_samples(name, shape, size, fn):
