@@ -108,6 +108,14 @@ def test_lp_pool_gradient_over_a_window_of_zeros_is_zero_as_torchs(p):
     _both(lambda t: F.lp_pool1d(t, p, 2), lambda t: TF.lp_pool1d(t, p, 2), x[:, :, 0, 0])
 
 
+@pytest.mark.parametrize("n", [1, 2, 3])
+def test_max_unpool_of_an_empty_batch_as_torchs(n):
+    shape = (0, 2) + (3,) * n
+    got = getattr(F, f"max_unpool{n}d")(minidl.zeros(*shape), minidl.zeros(*shape, dtype=minidl.int64), 2)
+    want = getattr(TF, f"max_unpool{n}d")(torch.zeros(shape), torch.zeros(shape, dtype=torch.long), 2)
+    assert tuple(got.shape) == tuple(want.shape)
+
+
 def test_max_unpool_inverts_max_pool_and_checks_its_indices():
     x = RNG.standard_normal((2, 3, 4, 6, 4))
     pooled, idx = F.max_pool3d(minidl.tensor(x), 2, return_indices=True)

@@ -328,13 +328,14 @@ def _max_unpool(name, input, indices, spatial, kernel_size, stride, padding, out
     size = _unpool_size(name, x, spatial, kernel_size, stride, padding, output_size)
     n, c = x.shape[0], x.shape[1]
     plane = math.prod(size)
-    idx = indices.reshape(n * c, -1)
+    pooled = math.prod(x.shape[2:])
+    idx = indices.reshape(n * c, pooled)
     low, high = (int(idx.min()), int(idx.max())) if idx.numel() else (0, -1)   # (one look each at the device)
     if low < 0 or high >= plane:
         bad = low if low < 0 else high
         raise RuntimeError(f"{name}: Found an invalid max index: {bad} (output volumes are of size "
                            f"{'x'.join(str(v) for v in size)})")
-    out = zeros(n * c, plane, dtype=x.dtype, device=x.device).scatter(1, idx, x.reshape(n * c, -1))
+    out = zeros(n * c, plane, dtype=x.dtype, device=x.device).scatter(1, idx, x.reshape(n * c, pooled))
     out = out.reshape((n, c) + size)
     return out.squeeze(0) if unbatched else out
 
