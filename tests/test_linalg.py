@@ -107,6 +107,10 @@ def test_lu_factor_ex_info_and_pivots_match_torch():
     (lambda: minidl.linalg.qr(minidl.eye(2), mode="full"), r"unrecognized mode 'full'"),
     (lambda: minidl.linalg.eigh(minidl.eye(2), UPLO="X"), r"linalg\.eigh: .*UPLO.*X"),
     (lambda: minidl.linalg.tensorinv(minidl.ones(2, 3), ind=1), r"linalg\.tensorinv: .*3 != 2"),
+    (lambda: minidl.ormqr(minidl.ones(2, 3), minidl.ones(3), minidl.ones(2, 4)),
+     r"torch\.ormqr: tau\.shape\[-1\] must be equal to min"),
+    (lambda: minidl.ormqr(minidl.ones(3, 2), minidl.ones(2), minidl.ones(2, 4), left=False),
+     r"torch\.ormqr: other\.shape\[-1\] must be equal to input\.shape\[-2\]"),
 ])
 def test_bad_arguments_name_the_op_and_what_is_wrong(call, match):
     with pytest.raises(RuntimeError, match=match):

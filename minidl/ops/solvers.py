@@ -301,6 +301,10 @@ def ormqr(input, input2, input3, left=True, transpose=False):
     """op(Q) C or C op(Q), Q = H_1 ... H_k the full (m, m) product of geqrf's reflectors."""
     _check("ormqr", input, input3, square=False)
     m, k = input.shape[-2], input2.shape[-1]
+    if k > min(m, input.shape[-1]):
+        raise RuntimeError("torch.ormqr: tau.shape[-1] must be equal to min(other.shape[-2], input.shape[-1])")
+    if (input3.shape[-2] if left else input3.shape[-1]) != m:
+        raise RuntimeError(f"torch.ormqr: other.shape[{-2 if left else -1}] must be equal to input.shape[-2]")
     reflectors = input[..., :, :k]
     padded = cat([reflectors, zeros(tuple(input.shape[:-1]) + (m - k,), dtype=input.dtype, device=input.device)], -1)
     taus = cat([input2, zeros(tuple(input2.shape[:-1]) + (m - k,), dtype=input2.dtype, device=input2.device)], -1)
