@@ -107,6 +107,10 @@ def test_lu_factor_ex_info_and_pivots_match_torch():
     (lambda: minidl.linalg.qr(minidl.eye(2), mode="full"), r"unrecognized mode 'full'"),
     (lambda: minidl.linalg.eigh(minidl.eye(2), UPLO="X"), r"linalg\.eigh: .*UPLO.*X"),
     (lambda: minidl.linalg.tensorinv(minidl.ones(2, 3), ind=1), r"linalg\.tensorinv: .*3 != 2"),
+    (lambda: minidl.ormqr(minidl.ones(2, 3), minidl.ones(3), minidl.ones(2, 4)),
+     r"torch\.ormqr: tau\.shape\[-1\] must be equal to min"),
+    (lambda: minidl.ormqr(minidl.ones(3, 2), minidl.ones(2), minidl.ones(2, 4), left=False),
+     r"torch\.ormqr: other\.shape\[-1\] must be equal to input\.shape\[-2\]"),
 ])
 def test_bad_arguments_name_the_op_and_what_is_wrong(call, match):
     with pytest.raises(RuntimeError, match=match):
@@ -131,6 +135,36 @@ def test_matrix_rank_tolerances_as_torch():
     m, t = both(a)
     for kwargs in ({}, {"atol": 1e-2}, {"rtol": 1e-4}, {"atol": 1e-12, "rtol": 0.0}, {"hermitian": True}):
         assert int(minidl.linalg.matrix_rank(m, **kwargs)) == int(torch.linalg.matrix_rank(t, **kwargs)), kwargs
+
+
+@pytest.mark.parametrize("shape", [(3, 0), (2, 3, 0)])
+def test_lu_of_a_matrix_without_columns_has_the_identity_permutation(shape):
+    m, t = both(np.zeros(shape))
+    for got, want in zip(minidl.linalg.lu(m), torch.linalg.lu(t)):
+        np.testing.assert_array_equal(got.numpy(), want.numpy())
+
+
+@pytest.mark.parametrize("shape, p", [((0, 0), None), ((2, 0, 0), None), ((3, 0), 2), ((2, 0, 0), "fro"),
+                                      ((0, 0), 1)])
+def test_cond_of_an_empty_matrix_is_zero_as_torch(shape, p):
+    m, t = both(np.zeros(shape))
+    np.testing.assert_array_equal(minidl.linalg.cond(m, p).numpy(), torch.linalg.cond(t, p).numpy())
+
+
+def test_lstsq_takes_a_vector_right_hand_side_as_torch():
+    a, b = rng.standard_normal((2, 5, 3)), rng.standard_normal((2, 5))
+    got = minidl.linalg.lstsq(minidl.tensor(a), minidl.tensor(b)).solution
+    want = torch.linalg.lstsq(torch.tensor(a), torch.tensor(b)).solution
+    np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-10, atol=1e-10)
+    with pytest.raises(RuntimeError, match=r"input.size\(-2\) should match other.size\(-1\)"):
+        minidl.linalg.lstsq(minidl.tensor(a[0]), minidl.tensor(b[0, :4]))
+
+
+@pytest.mark.parametrize("bad", [float("inf"), -float("inf"), float("nan")])
+def test_matrix_exp_of_a_non_finite_matrix_as_torch(bad):
+    a = np.array([[bad, 0.0], [0.0, 1.0]])
+    want = torch.linalg.matrix_exp(torch.tensor(a)).numpy()
+    np.testing.assert_array_equal(minidl.linalg.matrix_exp(minidl.tensor(a)).numpy(), want)
 
 
 def test_torch_svd_returns_v_and_zeros_without_compute_uv():

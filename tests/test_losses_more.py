@@ -221,12 +221,15 @@ def test_bad_input_is_refused_clearly(call, error, message):
         call()
 
 
-def test_legacy_size_average_and_reduce():
-    x, y = minidl.randn(3, 4), minidl.randn(3, 4)
-    assert F.soft_margin_loss(x, y, reduce=False).shape == (3, 4)
-    np.testing.assert_allclose(F.hinge_embedding_loss(x, y.sign(), size_average=False).item(),
-                               F.hinge_embedding_loss(x, y.sign(), reduction="sum").item(), rtol=1e-6)
-    assert nn.PoissonNLLLoss(size_average=False).reduction == "sum"
+@pytest.mark.parametrize("legacy", [dict(reduce=False), dict(size_average=False), dict(size_average=True),
+                                    dict(size_average=False, reduce=True)])
+@pytest.mark.filterwarnings("ignore:size_average and reduce args will be deprecated")
+def test_legacy_size_average_and_reduce(legacy):
+    x, y = rng.standard_normal((3, 4)), np.sign(rng.standard_normal((3, 4)))
+    for name in ("soft_margin_loss", "hinge_embedding_loss"):
+        same(getattr(F, name)(minidl.tensor(x), minidl.tensor(y), **legacy),
+             getattr(torch.nn.functional, name)(torch.tensor(x), torch.tensor(y), **legacy))
+    assert nn.PoissonNLLLoss(**legacy).reduction == torch.nn.PoissonNLLLoss(**legacy).reduction
 
 
 def test_ctc_refuses_a_double_backward_rather_than_a_wrong_one():

@@ -91,11 +91,29 @@ def test_conv3d_and_conv_transpose_match_torch_with_every_argument():
 
 
 def test_lp_pool_of_mixed_signs_follows_torchs_formula():
-    """Odd p over windows of negative sum: torch's sign * relu makes them 0, not an Lp norm."""
+    """Odd p over windows of negative sum: torch's sign(a) * relu(|a|) is a, so its root is negative (p = 1) or
+    NaN (p = 3), not an Lp norm."""
     x = RNG.standard_normal((2, 3, 4, 6, 6))
     for p in (1.0, 3.0, 2.0):
         _both(lambda t: F.lp_pool3d(t, p, 2), lambda t: TF.lp_pool3d(t, p, 2), x, grad=False)
         _both(lambda t: F.lp_pool1d(t, p, 3, 2), lambda t: TF.lp_pool1d(t, p, 3, 2), x[:, :, 0, 0], grad=False)
+
+
+@pytest.mark.parametrize("p", [2.0, 1.5])
+def test_lp_pool_gradient_over_a_window_of_zeros_is_zero_as_torchs(p):
+    """The root's derivative is infinite at 0; torch's relu stops it there (NaN before)."""
+    x = RNG.standard_normal((1, 2, 4, 4, 4))
+    x[0, 0, :2, :2, :2] = 0.0
+    _both(lambda t: F.lp_pool3d(t, p, 2), lambda t: TF.lp_pool3d(t, p, 2), x)
+    _both(lambda t: F.lp_pool1d(t, p, 2), lambda t: TF.lp_pool1d(t, p, 2), x[:, :, 0, 0])
+
+
+@pytest.mark.parametrize("n", [1, 2, 3])
+def test_max_unpool_of_an_empty_batch_as_torchs(n):
+    shape = (0, 2) + (3,) * n
+    got = getattr(F, f"max_unpool{n}d")(minidl.zeros(*shape), minidl.zeros(*shape, dtype=minidl.int64), 2)
+    want = getattr(TF, f"max_unpool{n}d")(torch.zeros(shape), torch.zeros(shape, dtype=torch.long), 2)
+    assert tuple(got.shape) == tuple(want.shape)
 
 
 def test_max_unpool_inverts_max_pool_and_checks_its_indices():

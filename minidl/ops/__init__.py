@@ -43,14 +43,18 @@ Reading order, bottom-up (a module imports only those listed before it):
 - ``losses``: nn.functional's margin, embedding, Gaussian/Poisson likelihood and CTC losses
 - ``conv_nd``: conv3d and the 1-D/3-D transposed convolutions, as 2-D work on the 2-D primitives
 - ``pooling``: pooling in 1 to 3 spatial dims beyond conv's (max, average, adaptive, Lp, fractional, unpooling)
-- ``decompositions``: torch.linalg's factorisations (LU, Cholesky, QR, eigh, SVD) and the solvers made of them
+- ``factorisations``: the decompositions' graph nodes (LU, triangular and general solves, det, Cholesky, QR, eigh,
+  SVD, pinv) with their adjoints, and the checks and launches of the ``linalg`` primitive they share
+- ``decompositions``: torch.linalg's factorisations as ops (det, slogdet, cholesky, qr, eigh, svd, lu, geqrf)
+- ``solvers``: solve, inv, pinv, lstsq, matrix_rank, cond, lu_solve, householder_product, matrix_exp, ...
 """
 # every module, in the reading order (each declares its ops as it is imported)
 from . import (registry, core, random, conversion, take_put, views, inplace, creation,  # noqa: F401,I001
                autocast_mode, elementwise, math_ops, shape_ops, stacking, view_copies, indexing, reduction,
                reduction_more, linalg, arranging, sorting, search, scatter_reductions, conv, norm_rows, normalization,
                attention, embeddings, fused, dropout, batchnorm, rnn, cross_entropy, activations,
-               distances, products, norms, resampling, losses, conv_nd, pooling, decompositions)
+               distances, products, norms, resampling, losses, conv_nd, pooling,
+               factorisations, decompositions, solvers)
 
 # (the reduction helpers of the losses, for nn.functional's older losses too)
 _legacy_reduction, _no_grad_through, _reduce = losses._legacy_reduction, losses._no_grad_through, losses._reduce

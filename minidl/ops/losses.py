@@ -19,7 +19,7 @@ from .core import grad_enabled
 from .cross_entropy import REDUCTIONS
 from .creation import arange, full, ones_like, tensor, zeros_like
 from .distances import pairwise_distance
-from .elementwise import maximum, minimum, where
+from .elementwise import minimum, where
 from .shape_ops import cat, stack
 from .registry import op
 
@@ -390,18 +390,6 @@ def poisson_nll_loss(input, target, log_input=True, full=False, size_average=Non
 
 
 # ----------------------------------------------------------------------------- CTC
-def _logsumexp(*terms):
-    """log(sum(exp(terms))) elementwise: -inf where every term is -inf (no NaN)."""
-    top = terms[0]
-    for term in terms[1:]:
-        top = maximum(top, term)
-    shift = where(top == NEG_INF, zeros_like(top), top)
-    total = (terms[0] - shift).exp()
-    for term in terms[1:]:
-        total = total + (term - shift).exp()
-    return total.log() + shift
-
-
 def _shift(a, k, forward, value=NEG_INF):
     """a (N, S) moved k places along S, towards higher s (``forward``) or lower, filled with ``value``."""
     size = a.shape[1]
@@ -425,7 +413,7 @@ class CtcLoss(Function):
         alpha = where(first, lpe[0], NEG_INF)
         alphas = [alpha]
         for t in range(1, lp.shape[0]):
-            moved = _logsumexp(alpha, _shift(alpha, 1, True), where(skip, _shift(alpha, 2, True), NEG_INF))
+            moved = stack([alpha, _shift(alpha, 1, True), where(skip, _shift(alpha, 2, True), NEG_INF)]).logsumexp(0)
             alpha = where(steps[t].unsqueeze(1), lpe[t] + moved, alpha)
             alphas.append(alpha)
         nll = -where(ends, alpha, NEG_INF).logsumexp(1)
@@ -442,7 +430,7 @@ class CtcLoss(Function):
         lpe, last_step = ctx.lpe, steps.sum(0).unsqueeze(1) - 1         # (N, 1): each row's last step
         beta, betas = full(tuple(ends.shape), NEG_INF, dtype=lp.dtype, device=lp.device), []
         for t in range(lp.shape[0] - 1, -1, -1):
-            moved = _logsumexp(beta, _shift(beta, 1, False), _shift(where(skip, beta, NEG_INF), 2, False))
+            moved = stack([beta, _shift(beta, 1, False), _shift(where(skip, beta, NEG_INF), 2, False)]).logsumexp(0)
             beta = where(last_step == t, where(ends, lpe[t], NEG_INF), where(last_step > t, lpe[t] + moved, NEG_INF))
             betas.append(beta)
         posterior = (ctx.alphas + stack(betas[::-1]) - lpe + nll.unsqueeze(1)).exp()

@@ -21,7 +21,7 @@ from .conv import Im2Col, MaxPool2d, _adaptive_matrix, _batched, _window_counts,
     output_sizes
 from .conv_nd import ntuple
 from .creation import arange, full, rand, tensor, zeros
-from .elementwise import div
+from .elementwise import div, where
 from .registry import op
 from .shape_ops import cat
 
@@ -270,7 +270,8 @@ def _lp_pool(name, input, spatial, norm_type, kernel_size, stride, ceil_mode):
         return -max_pool(-input.abs(), kernel_size, stride, 0, 1, ceil_mode)
     out = avg_pool(input.pow(norm_type), kernel_size, stride, 0, ceil_mode)
     k = ntuple(kernel_size, spatial, f"{name}: kernel_size")
-    return (out.sign() * out.abs().relu() * math.prod(k)).pow(1.0 / norm_type)
+    out = where(out == 0, 0.0, out)   # (torch's sign(a) * relu(|a|) is a, yet its relu stops the root's infinite
+    return (out * math.prod(k)).pow(1.0 / norm_type)   # gradient at a = 0; so does this where)
 
 
 @op(method=False, namespace="nn.functional", samples=lambda t: [
@@ -327,12 +328,14 @@ def _max_unpool(name, input, indices, spatial, kernel_size, stride, padding, out
     size = _unpool_size(name, x, spatial, kernel_size, stride, padding, output_size)
     n, c = x.shape[0], x.shape[1]
     plane = math.prod(size)
-    idx = indices.reshape(n * c, -1)
-    if idx.numel() and (int(idx.min()) < 0 or int(idx.max()) >= plane):
-        bad = int(idx.min()) if int(idx.min()) < 0 else int(idx.max())
+    pooled = math.prod(x.shape[2:])
+    idx = indices.reshape(n * c, pooled)
+    low, high = (int(idx.min()), int(idx.max())) if idx.numel() else (0, -1)   # (one look each at the device)
+    if low < 0 or high >= plane:
+        bad = low if low < 0 else high
         raise RuntimeError(f"{name}: Found an invalid max index: {bad} (output volumes are of size "
                            f"{'x'.join(str(v) for v in size)})")
-    out = zeros(n * c, plane, dtype=x.dtype, device=x.device).scatter(1, idx, x.reshape(n * c, -1))
+    out = zeros(n * c, plane, dtype=x.dtype, device=x.device).scatter(1, idx, x.reshape(n * c, pooled))
     out = out.reshape((n, c) + size)
     return out.squeeze(0) if unbatched else out
 
@@ -420,7 +423,6 @@ def _fractional_max(name, input, spatial, kernel_size, output_size, output_ratio
     if not return_indices:
         return out.squeeze(0) if unbatched else out
     return (out.squeeze(0), idx.squeeze(0)) if unbatched else (out, idx)
-
 
 
 def _fractional_samples(name, shape, size, fn):
