@@ -36,6 +36,10 @@ Reading order, bottom-up (a module imports only those listed before it):
 - ``rnn``: the recurrent part of an RNN/LSTM/GRU layer over a whole sequence, one node
 - ``cross_entropy``: cross-entropy and the negative log-likelihood over rows of classes
 - ``activations``: nn.functional's activations beyond relu, gelu and silu (hardtanh, selu, glu, prelu, ...)
+- ``factorisations``: the decompositions' graph nodes (LU, triangular and general solves, det, Cholesky, QR, eigh,
+  SVD, pinv) with their adjoints, and the checks and launches of the ``linalg`` primitive they share
+- ``decompositions``: torch.linalg's factorisations as ops (det, slogdet, cholesky, qr, eigh, svd, lu, geqrf)
+- ``solvers``: solve, inv, pinv, lstsq, matrix_rank, cond, lu_solve, householder_product, matrix_exp, ...
 - ``distances``: cosine similarity, pairwise and pdist distances, the bilinear form
 - ``products``: mv, tensordot, cross, kron, addmv, multi_dot, ... (and linalg's cross, vecdot, matrix_power)
 - ``norms``: linalg's vector_norm, matrix_norm and norm
@@ -43,18 +47,14 @@ Reading order, bottom-up (a module imports only those listed before it):
 - ``losses``: nn.functional's margin, embedding, Gaussian/Poisson likelihood and CTC losses
 - ``conv_nd``: conv3d and the 1-D/3-D transposed convolutions, as 2-D work on the 2-D primitives
 - ``pooling``: pooling in 1 to 3 spatial dims beyond conv's (max, average, adaptive, Lp, fractional, unpooling)
-- ``factorisations``: the decompositions' graph nodes (LU, triangular and general solves, det, Cholesky, QR, eigh,
-  SVD, pinv) with their adjoints, and the checks and launches of the ``linalg`` primitive they share
-- ``decompositions``: torch.linalg's factorisations as ops (det, slogdet, cholesky, qr, eigh, svd, lu, geqrf)
-- ``solvers``: solve, inv, pinv, lstsq, matrix_rank, cond, lu_solve, householder_product, matrix_exp, ...
 """
 # every module, in the reading order (each declares its ops as it is imported)
 from . import (registry, core, random, conversion, take_put, views, inplace, creation,  # noqa: F401,I001
                autocast_mode, elementwise, math_ops, shape_ops, stacking, view_copies, indexing, reduction,
                reduction_more, linalg, arranging, sorting, search, scatter_reductions, conv, norm_rows, normalization,
                attention, embeddings, fused, dropout, batchnorm, rnn, cross_entropy, activations,
-               distances, products, norms, resampling, losses, conv_nd, pooling,
-               factorisations, decompositions, solvers)
+               factorisations, decompositions, solvers, distances, products, norms, resampling, losses, conv_nd,
+               pooling)
 
 # (the reduction helpers of the losses, for nn.functional's older losses too)
 _legacy_reduction, _no_grad_through, _reduce = losses._legacy_reduction, losses._no_grad_through, losses._reduce

@@ -9,8 +9,9 @@ import numbers
 from .. import _dtype as dt
 from ..layout import normalize_dim, normalize_dims
 from .autocast_mode import autocast_op
+from .decompositions import svdvals
 from .reduction import _nuclear_norm, amax, amin, norm
-from .registry import OPS, op
+from .registry import op
 
 
 def _float_input(name, x, dtype):
@@ -63,11 +64,8 @@ def _matrix_dims(name, A, dim):
 
 
 def _singular_value_norm(A, ord, rows, cols, keepdim):
-    """The largest (ord 2) or smallest (-2) singular value, from linalg.svdvals where minidl has it."""
-    if "linalg_svdvals" not in OPS:
-        raise NotImplementedError(f"linalg.matrix_norm: ord={ord} needs the singular values (linalg.svdvals), "
-                                  f"which minidl does not have yet")
-    values = OPS["linalg_svdvals"].function(A.movedim((rows, cols), (-2, -1)))
+    """The largest (ord 2) or smallest (-2) singular value."""
+    values = svdvals(A.movedim((rows, cols), (-2, -1)))
     out = values.amax(-1) if ord == 2 else values.amin(-1)
     for d in sorted((rows, cols)) if keepdim else ():
         out = out.unsqueeze(d)

@@ -14,8 +14,9 @@ from .creation import eye, ones_like, zeros_like
 from .elementwise import where
 from .inplace import rebased
 from .linalg import _add_product, dot, matmul, mm
-from .registry import OPS, op
+from .registry import op
 from .shape_ops import cat, stack
+from .solvers import inv
 
 
 def _same_dtype(name, a, b):
@@ -313,7 +314,7 @@ def linalg_diagonal(A, *, offset=0, dim1=-2, dim2=-1):
     t.S("matrix-power-3", lambda a: linalg_matrix_power(a, 3), t.rn(2, 3, 3)),
     t.S("matrix-power-1", lambda a: linalg_matrix_power(a, 1), t.rn(3, 3))])
 def linalg_matrix_power(A, n):
-    """A (a batch of square matrices) to the integer power n, by repeated squaring; n < 0 needs linalg.inv."""
+    """A (a batch of square matrices) to the integer power n, by repeated squaring (of A's inverse for n < 0)."""
     if A.ndim < 2:
         raise RuntimeError("linalg.matrix_power: The input tensor A must have at least 2 dimensions.")
     if A.shape[-1] != A.shape[-2]:
@@ -323,10 +324,7 @@ def linalg_matrix_power(A, n):
         identity = eye(A.shape[-1], dtype=A.dtype, device=A.device)
         return where(ones_like(A, dtype=dt.bool_), identity, A)
     if n < 0:
-        if "linalg_inv" not in OPS:
-            raise NotImplementedError(f"linalg.matrix_power: a negative power ({n}) needs linalg.inv, which "
-                                      f"minidl does not have yet")
-        A, n = OPS["linalg_inv"].function(A), -n
+        A, n = inv(A), -n
     result, square = None, A
     while n:
         if n & 1:
