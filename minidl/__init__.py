@@ -28,8 +28,8 @@ from .legacy_tensors import (BFloat16Tensor, BoolTensor, ByteTensor, DoubleTenso
 from .serialization import load, save
 from ._dlpack import DLDeviceType, from_dlpack
 from .threads import get_num_threads, set_num_threads
-from . import (accelerator, amp, backends, cuda, linalg, multiprocessing, nn, optim, special,  # noqa: E402
-               utils)  # (above the Tensor layer)
+from . import (accelerator, amp, backends, cuda, library, linalg, multiprocessing, nn, optim,  # noqa: E402
+               special, utils)  # (above the Tensor layer)
 from . import onnx  # noqa: E402  (its exporter needs the onnx package only when it runs)
 from . import compiler  # noqa: E402  (above nn: it compiles modules)
 from .compiler import compile  # noqa: E402

@@ -61,3 +61,8 @@ _legacy_reduction, _no_grad_through, _reduce = losses._legacy_reduction, losses.
 globals().update(registry.functions())
 globals().update(registry.functions("nn.functional"))  # (for minidl.nn.functional)
 __all__ = sorted(registry.functions()) + ["random"]  # (minidl.random is torch.random's counterpart)
+
+
+def __getattr__(name):
+    """``minidl.ops.<namespace>``: the ops users defined in that namespace with ``minidl.library.custom_op``."""
+    return registry.user_namespace(name)

@@ -37,6 +37,32 @@ class OpDef:
 
 
 OPS: dict = {}
+# The ops users define with minidl.library, by 'namespace::name': kept apart from OPS, so that what is made
+# from the built-in declarations (functions, methods, the op sweeps) never sees them.
+USER_OPS: dict = {}
+
+
+class UserNamespace:
+    """``minidl.ops.<namespace>``: the user ops of that namespace as attributes."""
+
+    def __init__(self, name: str):
+        self._name = name
+
+    def __getattr__(self, name):
+        found = USER_OPS.get(f"{self._name}::{name}")
+        if found is None:
+            raise AttributeError(f"minidl.ops.{self._name} has no op {name!r}")
+        return found
+
+    def __dir__(self):
+        return sorted(q.partition("::")[2] for q in USER_OPS if q.startswith(self._name + "::"))
+
+
+def user_namespace(name: str) -> UserNamespace:
+    if not any(q.startswith(name + "::") for q in USER_OPS):
+        raise AttributeError(f"module 'minidl.ops' has no attribute {name!r} (and no custom op is defined in a "
+                             f"namespace of that name)")
+    return UserNamespace(name)
 
 
 def op(name: str | None = None, *, method=True, inplace=None, aliases=(), samples=None, namespace="minidl"):
