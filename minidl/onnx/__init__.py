@@ -67,8 +67,7 @@ class ONNXProgram:
 
 
 _NOT_HERE = {"dynamic_shapes": None, "custom_translation_table": None, "report": False, "verify": False,
-             "profile": False, "dump_exported_program": False, "custom_opsets": None,
-             "export_modules_as_functions": False}
+             "profile": False, "dump_exported_program": False, "export_modules_as_functions": False}
 
 
 def export(model, args=(), f=None, *, kwargs=None, verbose=None, input_names=None, output_names=None,
@@ -83,11 +82,12 @@ def export(model, args=(), f=None, *, kwargs=None, verbose=None, input_names=Non
     {input or output name: {axis: name} or [axes]}. ``export_params=False`` makes the parameters
     graph inputs instead of initializers; ``keep_initializers_as_inputs`` lists them as inputs
     too. Constant folding is what tracing does anyway (work that depends on no input is done once,
-    at export): ``do_constant_folding`` is accepted. The dynamo exporter's own options
+    at export): ``do_constant_folding`` is accepted. ``custom_opsets``: {domain: opset version} of the
+    domains user ops (``minidl.library``) export into (default 1). The dynamo exporter's own options
     (``dynamic_shapes``, ``custom_translation_table``, ``report``, ``verify``, ...) are refused."""
     given = dict(dynamic_shapes=dynamic_shapes, custom_translation_table=custom_translation_table, report=report,
                  verify=verify, profile=profile, dump_exported_program=dump_exported_program,
-                 custom_opsets=custom_opsets, export_modules_as_functions=export_modules_as_functions)
+                 export_modules_as_functions=export_modules_as_functions)
     for name, default in _NOT_HERE.items():
         if given[name] not in (default, {}, ()):
             raise NotImplementedError(f"minidl.onnx.export: {name}= is not supported: minidl has one exporter, the "
@@ -102,7 +102,7 @@ def export(model, args=(), f=None, *, kwargs=None, verbose=None, input_names=Non
                          f"{onnx.defs.onnx_opset_version()} (this onnx package's newest)")
     from .build import trace
     proto = trace(model, args, kwargs or {}, opset, input_names, output_names, dynamic_axes or {}, export_params,
-                  keep_initializers_as_inputs, TrainingMode(training))
+                  keep_initializers_as_inputs, TrainingMode(training), custom_opsets or {})
     if verbose:
         print(onnx.helper.printable_graph(proto.graph))
     if f is not None:

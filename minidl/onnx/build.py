@@ -119,11 +119,12 @@ class _Patched:
 
 
 def trace(model, args, kwargs, opset, input_names, output_names, dynamic_axes, export_params,
-          keep_initializers_as_inputs, training):
+          keep_initializers_as_inputs, training, custom_opsets):
     if _tracing.active is not None:
         raise OnnxExporterError("minidl.onnx.export: called while another export is tracing")
     args = args if isinstance(args, tuple) else (args,)
     graph = Graph(opset)
+    graph.domains = dict(custom_opsets)
     names = {}
     is_module = isinstance(model, Module)
     if is_module:

@@ -17,6 +17,8 @@ class Graph:
         self.outputs = []
         self._names = itertools.count()
         self._constants = {}      # (dtype, shape, bytes) -> initializer name: one per distinct value
+        self.value_info = []      # (name, numpy dtype, dims): types declared for values inference cannot type
+        self.domains = {}         # custom domain -> opset version (a node's op_type "domain::Type" is in it)
 
     def fresh(self, hint: str) -> str:
         return f"/{hint}_{next(self._names)}"
@@ -51,13 +53,19 @@ class Graph:
             return helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(np.dtype(dtype)), dims)
         def attribute(v):
             return numpy_helper.from_array(v) if isinstance(v, np.ndarray) else v
-        nodes = [helper.make_node(op_type, inputs, outputs, name=f"{op_type}_{i}",
-                                  **{k: attribute(v) for k, v in attributes.items() if v is not None})
-                 for i, (op_type, inputs, outputs, attributes) in enumerate(self.nodes)]
+        def node(i, op_type, inputs, outputs, attributes):
+            domain, _, op_type = op_type.rpartition("::")
+            return helper.make_node(op_type, inputs, outputs, name=f"{op_type}_{i}", domain=domain or None,
+                                    **{k: attribute(v) for k, v in attributes.items() if v is not None})
+        nodes = [node(i, *n) for i, n in enumerate(self.nodes)]
+        made = {name for n in self.nodes for name in n[2]}
         initializers = [numpy_helper.from_array(array, name) for name, array in self.initializers.items()]
         graph = helper.make_graph(nodes, "main_graph", [info(*i) for i in self.inputs],
-                                  [info(*o) for o in self.outputs], initializers)
+                                  [info(*o) for o in self.outputs], initializers,
+                                  value_info=[info(*v) for v in self.value_info if v[0] in made])
         # (the IR version that came with this opset, not the newest this onnx knows: older runtimes load it)
         model = helper.make_model_gen_version(graph, producer_name=producer, producer_version=version,
                                               opset_imports=[helper.make_opsetid("", self.opset)], doc_string=doc)
+        used = {n.domain for n in nodes if n.domain}
+        model.opset_import.extend(helper.make_opsetid(d, self.domains.get(d, 1)) for d in sorted(used))
         return model

@@ -31,7 +31,7 @@ import numpy as np
 
 from .. import _tracing
 from ..layout import Size
-from ..ops.registry import OPS
+from ..ops.registry import OPS, USER_OPS
 from .graph import Graph
 
 
@@ -282,19 +282,28 @@ class Tracer:
     def call(self, key, fn, args, kwargs, in_place):
         """A registry op's call (``in_place``: its in-place twin ``key_``, whose result, the
         tensor it wrote, is bound to the op's lowering)."""
-        if self.depth or OPS[key].rules.get("onnx") is COMPOSITE:
+        rule = self.rule(key)
+        if self.depth or rule is COMPOSITE:
             return fn(*args, **kwargs)
         written = [(t, t._version) for t in args if isinstance(t, self.TensorBase)]
         out = self.run_inside(fn, *args, **kwargs)
         if self.involved(args, kwargs):
             if in_place and id(out) in self.values:   # (its lowering reads the value from before the write)
                 self.versions[id(out)] = out._version
-            self.record(key, OPS[key].rules.get("onnx"), args, kwargs, out)
+            self.record(key, rule, args, kwargs, out)
             for t, version in written:   # (a write into an argument that is not the result: setitem, ...)
                 if t._version != version and t is not out:
                     self.bind(t, self.poison(f"minidl.onnx.export: op '{key}'{self.where()} writes into its "
                                              f"argument in place, which is not lowered"))
         return out
+
+    @staticmethod
+    def rule(key):
+        """The ONNX rule of the registry op or user op ``key`` (a user op's own, else a node of its domain)."""
+        if key in OPS:
+            return OPS[key].rules.get("onnx")
+        from .custom_lowerings import rule_for
+        return rule_for(USER_OPS[key])
 
     def function(self, cls, args):
         """A ``Function.apply`` outside any registry op (an operator such as ``x + y``)."""
