@@ -239,30 +239,59 @@ def test_onnx_export_refuses_a_custom_op_without_a_fake_by_name():
         minidl.onnx.export(lambda x: op(x) + 1.0, (minidl.randn(2),))
 
 
-def test_a_kernel_on_tensors_returning_several_outputs_and_keyword_only_arguments():
+def test_several_outputs_keyword_only_arguments_and_needs_input_grad_as_torch_passes_them():
     @custom_op(fresh("split_scale"), mutates_args=())
     def split_scale(x: minidl.Tensor, y: minidl.Tensor, *, alpha: float = 2.0) -> tuple[minidl.Tensor, minidl.Tensor]:
         return x * alpha, x * y
 
+    split_scale.register_fake(lambda x, y, *, alpha: (minidl.empty_like(x), minidl.empty_like(x)))
     seen = {}
 
-    def setup_context(ctx, inputs, output, keyword_only_inputs):
+    def setup_context(ctx, inputs, keyword_only_inputs, output):   # (torch's documented order: by keyword)
         seen.update(inputs=len(inputs), keywords=keyword_only_inputs)
         ctx.save_for_backward(*inputs)
         ctx.alpha = keyword_only_inputs["alpha"]
 
     def backward(ctx, ga, gb):
         x, y = ctx.saved_tensors
-        return ga * ctx.alpha + gb * y, gb * x
+        seen["needs"] = ctx.needs_input_grad[:2]
+        return (ga * ctx.alpha + gb * y if ctx.needs_input_grad[0] else None,
+                gb * x if ctx.needs_input_grad[1] else None)
 
     split_scale.register_autograd(backward, setup_context=setup_context)
     x = minidl.tensor([1.0, 2.0], requires_grad=True)
-    y = minidl.tensor([3.0, 4.0], requires_grad=True)
+    y = minidl.tensor([3.0, 4.0])
     a, b = split_scale(x, y, alpha=5.0)
     (a.sum() + (b * 2).sum()).backward()
-    assert seen == {"inputs": 2, "keywords": {"alpha": 5.0}}
+    assert seen == {"inputs": 2, "keywords": {"alpha": 5.0}, "needs": (True, False)}
     np.testing.assert_allclose(x.grad.numpy(), [5 + 6, 5 + 8])
-    np.testing.assert_allclose(y.grad.numpy(), [2, 4])
+
+
+def test_registration_by_name_and_a_python_kernel_on_buffers_with_an_absent_optional_tensor():
+    name = fresh("axpy")
+
+    def axpy(x: minidl.Tensor, y: "minidl.Tensor | None", alpha: float) -> minidl.Tensor:
+        return x * alpha + (0.0 if y is None else y)
+
+    assert library.infer_schema(axpy, mutates_args=()) == "(Tensor x, Tensor? y, float alpha) -> Tensor"
+    op = custom_op(name, axpy, mutates_args=())
+    seen = []
+
+    def on_buffers(x, x_layout, y, y_layout, alpha, out, out_layout, n):
+        seen.append((y, y_layout, n))
+        xs = np.lib.stride_tricks.as_strided(x[x_layout.offset:], x_layout.shape,
+                                             [s * x.itemsize for s in x_layout.strides])
+        out[out_layout.offset:out_layout.offset + n] = (xs * alpha).reshape(-1)
+
+    library.register_kernel(name, None, library.buffer_kernel(on_buffers))   # (every device)
+    library.register_fake(name)(lambda x, y, alpha: x.new_empty(x.shape))
+    library.register_autograd(name, lambda ctx, g: (g * 3.0, None, None))
+    x = minidl.arange(6.0).view(2, 3).t().requires_grad_()
+    y = minidl.ops.__getattr__(op._namespace).__getattr__(op._name)(x, None, 3.0)
+    np.testing.assert_array_equal(y.detach().numpy(), np.arange(6.0).reshape(2, 3).T * 3)
+    assert seen == [(None, None, 6)]
+    y.sum().backward()
+    np.testing.assert_array_equal(x.grad.numpy(), np.full((3, 2), 3.0))
 
 
 # -- bad input: each a clear error naming the op -------------------------------------------------------------
@@ -283,7 +312,7 @@ def test_a_kernel_for_an_unknown_device_and_a_library_without_the_symbol(softplu
     with pytest.raises(OSError, match=f"{softplus._qualname}: cannot load the shared library"):
         softplus.register_kernel("cpu", c_kernel(tmp_path / "missing.so", "softplus_f64"))
     with pytest.raises(ValueError, match="runs on cuda, not on cpu"):
-        softplus.register_kernel("cpu", cuda_kernel(CUDA_SOURCE, "softplus_f32"))
+        softplus.register_kernel(["cuda", "cpu"], cuda_kernel(CUDA_SOURCE, "softplus_f32"))   # (nothing registered)
     with pytest.raises(ValueError, match="no custom op named 'mdltest::never'"):
         library.register_kernel("mdltest::never", "cpu", lambda x: x)
     x = minidl.randn(3)
@@ -320,6 +349,14 @@ def test_calls_that_do_not_fit_the_schema_or_have_no_kernel(softplus):
         softplus(minidl.randn(2), 1.0, 2.0, 3.0)
     with pytest.raises(TypeError, match=f"{softplus._qualname}: its C library has no kernel for dtype int64"):
         softplus(minidl.arange(3))
+    mixed = custom_op(fresh("mixed"), c_kernel(softplus._kernels["cpu"].path, "softplus_f64"), mutates_args=(),
+                      schema="(Tensor x, float beta, float threshold) -> Tensor")
+    mixed.register_fake(lambda x, beta, threshold: minidl.empty_like(x, dtype=minidl.float64))
+    with pytest.raises(TypeError, match=f"{mixed._qualname}: its C library kernel takes tensors of one dtype, got "
+                                        f"float32, float64"):
+        mixed(minidl.randn(3), 1.0, 20.0)
+    with pytest.raises(ValueError, match=f"{mixed._qualname}: a kernel on buffers takes tensors of at most 8 dims"):
+        mixed(minidl.randn(*[1] * 9, dtype=minidl.float64), 1.0, 20.0)
 
 
 def test_a_device_without_a_kernel_and_tensors_on_two_devices(cuda):  # noqa: F811
@@ -340,6 +377,23 @@ def test_backward_without_an_autograd_formula_names_the_op():
     assert y.requires_grad
     with pytest.raises(RuntimeError, match=f"backward through {op._qualname} but no autograd formula"):
         y.sum().backward()
-    mutating = custom_op(fresh("mutating"), lambda x: None, mutates_args={"x"}, schema="(Tensor(a!) x) -> ()")
+    def add_one(x):
+        x.add_(1.0)
+
+    mutating = custom_op(fresh("mutating"), add_one, mutates_args={"x"}, schema="(Tensor(a!) x) -> ()")
     with pytest.raises(RuntimeError, match=f"{mutating._qualname}: cannot register an autograd formula"):
         mutating.register_autograd(lambda ctx, g: g)
+    with pytest.raises(RuntimeError, match=f"{mutating._qualname}: a leaf Variable that requires grad \\(x\\)"):
+        mutating(minidl.zeros(2, requires_grad=True))
+    writes_and_returns = custom_op(fresh("writes_and_returns"), lambda x, y: add_one(x) or y * 2.0,
+                                   mutates_args={"x"}, schema="(Tensor(a!) x, Tensor y) -> Tensor")
+    x, y = minidl.zeros(2), minidl.ones(2, requires_grad=True)
+    out = writes_and_returns(x, y)   # (the kernel writes x under no_grad; the output keeps a node)
+    np.testing.assert_array_equal(x.numpy(), [1.0, 1.0])
+    with pytest.raises(RuntimeError, match=f"backward through {writes_and_returns._qualname} but no autograd"):
+        out.sum().backward()
+    gathered = custom_op(fresh("gathered"), lambda xs: [t * 1.0 for t in xs], mutates_args=(),
+                         schema="(Tensor[] xs) -> Tensor[]")
+    with pytest.raises(NotImplementedError, match=f"{gathered._qualname}: gradients through a Tensor\\[\\] argument"):
+        gathered([minidl.ones(2, requires_grad=True)])
+    assert len(gathered([minidl.ones(2)])) == 1

@@ -68,13 +68,20 @@ class CustomOpDef:
                 if device_type is not None and kind not in DEVICE_TYPES:
                     raise ValueError(f"{self._qualname}: register_kernel for unknown device type {device_type!r}; "
                                      f"minidl's device types are {', '.join(DEVICE_TYPES)}")
-            for kind in kinds:
                 if isinstance(fn, BufferKernel):
                     fn.bind(self, kind)
-                    kernels.register(self._qualname, kind)(fn.launcher(self, kind))
-                self._kernels[kind] = fn
+            self._kernels.update((kind, fn) for kind in kinds)
+            self._register_primitives()
             return fn
         return register if fn is None else register(fn)
+
+    def _register_primitives(self):
+        """Register, as the primitive named as the op, each device's kernel on buffers (the one that device's
+        calls run): ``minidl.kernels`` launches it, and ``minidl.compile`` records it there."""
+        for device_type in DEVICE_TYPES:
+            kernel = self._kernels.get(device_type, self._kernels.get(None))
+            if isinstance(kernel, BufferKernel):
+                kernels.register(self._qualname, device_type)(kernel.launcher(self, device_type))
 
     def register_fake(self, fn, /):
         """``fn(*args)`` returns outputs of the right shapes, dtypes and device without computing them (as
@@ -102,7 +109,17 @@ class CustomOpDef:
         return self._dispatch(*values)
 
     def _dispatch(self, *values):
-        tensors = [t for t in _tensors(values)]
+        tensors = list(_tensors(values))
+        if grad_mode.state.enabled and any(isinstance(t, Variable) and t._requires_grad for t in tensors):
+            self._check_differentiable(values)
+            if self._schema.returns:
+                return self._node.apply(*values)
+        with grad_mode.no_grad():   # (a kernel runs below autograd, as torch's)
+            return self._run(values)
+
+    def _kernel(self, values):
+        """(the kernel for the tensors' device, that device's type)."""
+        tensors = list(_tensors(values))
         device = tensors[0]._storage.device if tensors else Device("cpu")
         others = {str(t.device) for t in tensors if t._storage.device != device}
         if others:
@@ -113,12 +130,25 @@ class CustomOpDef:
             has = ", ".join(k or "every device" for k in self._kernels) or "none"
             raise NotImplementedError(f"{self._qualname} has no kernel for device type '{device.type}' "
                                       f"(kernels registered for: {has})")
-        if grad_mode.state.enabled and not self._mutates() and any(
-                isinstance(t, Variable) and t._requires_grad for t in tensors):
-            return self._node.apply(kernel, device.type, *values)
-        return self._run(kernel, device.type, values)
+        return kernel, device.type
 
-    def _run(self, kernel, device_type, values):
+    def _check_differentiable(self, values):
+        """Refuse, naming the op, what would otherwise lose gradients silently: a Tensor[] argument or output,
+        an in-place write into a leaf that requires grad."""
+        for value, argument in zip(values, self._schema.arguments):
+            if argument.type in ("Tensor[]", "Tensor?[]") and any(
+                    isinstance(t, Variable) and t._requires_grad for t in value or ()):
+                raise NotImplementedError(f"{self._qualname}: gradients through a Tensor[] argument ({argument.name}) "
+                                          f"are not supported; call it under minidl.no_grad() or on detached tensors")
+            if argument.mutable and isinstance(value, Variable) and value._requires_grad and value.grad_fn is None:
+                raise RuntimeError(f"{self._qualname}: a leaf Variable that requires grad ({argument.name}) is used "
+                                   f"in an in-place operation")
+        if "Tensor[]" in self._schema.returns:
+            raise NotImplementedError(f"{self._qualname}: gradients through a Tensor[] output are not supported; call "
+                                      f"it under minidl.no_grad() or on detached tensors")
+
+    def _run(self, values):
+        kernel, device_type = self._kernel(values)
         if isinstance(kernel, BufferKernel):
             outputs = self._launch(device_type, values)
         else:
@@ -132,12 +162,17 @@ class CustomOpDef:
                 value._bump_version()
         return outputs
 
+    def _faked(self, values):
+        """The fake's outputs for these argument values (called as the kernels are)."""
+        positional, keywords = _split(self._schema, values)
+        return self._fake(*positional, **keywords)
+
     def _launch(self, device_type, values):
         """A kernel on buffers: outputs made by the fake, then one launch of the primitive named as the op."""
         if self._schema.returns and self._fake is None:
             raise RuntimeError(f"{self._qualname}: its {device_type} kernel works on buffers and writes into "
                                f"outputs the op's fake makes; register one with register_fake")
-        made = self._fake(*values) if self._schema.returns else None
+        made = self._faked(values) if self._schema.returns else None
         outs = self._as_list(made, "its fake")
         inputs = list(_tensors(values))
         for i, out in enumerate(outs):
@@ -171,7 +206,7 @@ class CustomOpDef:
                                    f"input; the outputs of a custom op must not alias its inputs (return a "
                                    f"clone)")
         if self._fake is not None and outs:
-            expected = self._as_list(self._fake(*values), "its fake")
+            expected = self._as_list(self._faked(values), "its fake")
             for i, (out, fake) in enumerate(zip(outs, expected)):
                 if tuple(out.shape) != tuple(fake.shape) or out.dtype != fake.dtype:
                     raise RuntimeError(
@@ -209,9 +244,6 @@ class CustomOpDef:
                 outs.append(value)
         return outs
 
-    def _mutates(self) -> bool:
-        return any(a.mutable for a in self._schema.arguments)
-
 
 class _Node(Function):
     """The graph node of one call of a custom op (a subclass per op, ``op`` its CustomOpDef)."""
@@ -222,13 +254,13 @@ class _Node(Function):
         return f"{cls.op._qualname}Backward"
 
     @staticmethod
-    def forward(ctx, kernel, device_type, *values):
+    def forward(ctx, *values):
         op = ctx.op
-        output = op._run(kernel, device_type, values)
+        output = op._run(values)
         if op._setup_context is not None:
             positional, keywords = _split(op._schema, values)
             extra = {"keyword_only_inputs": keywords} if keywords else {}
-            op._setup_context(ctx, positional, output, **extra)
+            op._setup_context(ctx=ctx, inputs=tuple(positional), output=output, **extra)
         return output
 
     @staticmethod
@@ -243,7 +275,7 @@ class _Node(Function):
         if len(result) > positional:
             raise RuntimeError(f"{op._qualname}: its backward returned {len(result)} gradients; the op has "
                                f"{positional} positional arguments")
-        return (None, None) + result + (None,) * (len(op._schema.arguments) - len(result))
+        return result + (None,) * (len(op._schema.arguments) - len(result))
 
 
 # -- defining ops -----------------------------------------------------------

@@ -10,6 +10,9 @@ layouts, never Tensors. One convention for all three, in the op's schema order:
 - last ``n``: the element count of the first output (of the first mutated argument when the op returns
   nothing), the loop bound of an elementwise kernel.
 
+A C or CUDA kernel is written for one element type: it is picked by the dtype of the call's buffers, which
+must all have one (a mismatch is refused rather than misread).
+
 A layout reaches C and CUDA as the ``Layout`` struct of minidl's CUDA kernels (``csrc/common.cuh``; for C,
 ``minidl_kernel.h`` beside this file, ``minidl.library.include_dir()``), passed by value; element i of a tensor
 (row-major) is at ``buffer[position(layout, i)]``. A C kernel returns an int: 0, or an error code the op
@@ -82,11 +85,14 @@ def _by_dtype(names, what: str) -> dict:
 
 
 def _pick(op, chosen: dict, operands, kinds, what: str):
-    """The kernel name for the dtype of the first tensor operand's buffer."""
-    if None in chosen:
-        return chosen[None]
-    dtype = next((o.dtype for o, kind in zip(operands, kinds) if kind == "buffer" and o is not None), None)
-    found = chosen.get(dtype)
+    """The kernel name for the dtype of the call's buffers, which must all have one (a C or CUDA kernel reads
+    them as the one element type it was written for)."""
+    dtypes = {o.dtype for o, kind in zip(operands, kinds) if kind == "buffer" and o is not None}
+    if len(dtypes) > 1:
+        raise TypeError(f"{op._qualname}: its {what} kernel takes tensors of one dtype, got "
+                        f"{', '.join(sorted(str(d) for d in dtypes))}")
+    dtype = dtypes.pop() if dtypes else None
+    found = chosen.get(None, chosen.get(dtype))
     if found is None:
         raise TypeError(f"{op._qualname}: its {what} has no kernel for dtype {dtype} (it has "
                         f"{', '.join(str(d) for d in chosen)})")
@@ -101,9 +107,12 @@ class _CLayout(ctypes.Structure):
 _EMPTY = _CLayout()
 
 
-def _c_layout(layout, op):
-    """A Layout as the C struct (packed as the CUDA kernels' one: a 0-d tensor is one element of 1-d)."""
-    return _CLayout.from_buffer_copy(runtime.layout_arg(layout.shape, layout.strides, layout.offset, op).tobytes())
+def _layout(layout, op):
+    """A Layout as the kernels' struct (packed as the CUDA kernels' one: a 0-d tensor is one element of 1-d)."""
+    if len(layout.shape) > runtime.MAX_DIMS:
+        raise ValueError(f"{op}: a kernel on buffers takes tensors of at most {runtime.MAX_DIMS} dims, got shape "
+                         f"{tuple(layout.shape)}")
+    return runtime.layout_arg(layout.shape, layout.strides, layout.offset, op)
 
 
 class CKernel(BufferKernel):
@@ -182,7 +191,7 @@ def _c_argument(value, kind, qualname):
     if kind == "buffer":
         return None if value is None else value.ctypes.data
     if kind == "layout":
-        return _EMPTY if value is None else _c_layout(value, qualname)
+        return _EMPTY if value is None else _CLayout.from_buffer_copy(_layout(value, qualname).tobytes())
     return value
 
 
@@ -190,8 +199,7 @@ def _cuda_argument(value, kind, qualname):
     if kind == "buffer":
         return runtime.NULL if value is None else value
     if kind == "layout":
-        return runtime.layout_arg((), (), 0, qualname) if value is None else \
-            runtime.layout_arg(value.shape, value.strides, value.offset, qualname)
+        return runtime.layout_arg((), (), 0, qualname) if value is None else _layout(value, qualname)
     return NUMPY_SCALARS[kind](value)
 
 

@@ -67,9 +67,6 @@ class Schema:
             ret = f"(({ret}))" if len(self.returns) == 1 else f"({ret})"
         return f"({', '.join(parts)}) -> {ret}"
 
-    def tensor_arguments(self) -> tuple:
-        return tuple(a for a in self.arguments if a.type.startswith("Tensor"))
-
     def bind(self, op_name: str, args, kwargs) -> list:
         """Every argument's value in schema order, defaults filled in and converted to its type
         (a float argument given 2 gets 2.0, a Device one given "cpu" a device), or torch's error."""

@@ -31,7 +31,7 @@ def _domain_node(op, L, *values):
             inputs.append(None if value is None else L.value(value))
         elif value is not None:
             attributes[argument.name] = _attribute(op, argument.name, value)
-    made = op._as_list(L.tracer.run_inside(op._fake, *values), "its fake")
+    made = op._as_list(L.tracer.run_inside(op._faked, values), "its fake")
     names = L.op(f"{op._namespace}::{op._name}", *inputs, outputs=len(made), **attributes)
     names = [names] if isinstance(names, str) else list(names)
     for name, t in zip(names, made):
