@@ -162,8 +162,8 @@ def test_instance_norm_modules_track_statistics_batched_and_unbatched(cls, shape
     assert repr(ours) == repr(theirs) and list(ours.state_dict()) == list(theirs.state_dict())
     x, tx = pair(rng.standard_normal(shape), False, np.float32)
     check(ours(x), theirs(tx), rtol=1e-5, atol=1e-6)
-    for name in ("running_mean", "running_var", "num_batches_tracked"):
-        check(getattr(ours, name), getattr(theirs, name), rtol=1e-6)
+    for name in ("running_mean", "running_var", "num_batches_tracked"):   # (atol: float32 sums of unit-scale
+        check(getattr(ours, name), getattr(theirs, name), rtol=1e-6, atol=1e-7)   # values, in another order)
     ours.eval(), theirs.eval()
     check(ours(x), theirs(tx), rtol=1e-5, atol=1e-6)
 
