@@ -1,6 +1,6 @@
 """The "nccl" backend. Without a GPU: the error when CuPy or a GPU is missing, the dtype and op
 tables, and the communicator's calls into NCCL checked against a stand-in for ``cupy`` that
-records them (the unique id handed over MPI, grouped sends and receives, pointers and byte
+records them (the unique id handed over the host communicator, grouped sends and receives, pointers and byte
 counts of the collectives), plus the tensor layer on CUDA tensors of the simulator. With a GPU:
 the collectives on CUDA tensors at world size 1 under ``mpiexec -n 1`` (NCCL refuses two ranks on
 one GPU), from the ``__main__`` block of this file.
@@ -10,18 +10,19 @@ import os
 import pathlib
 import subprocess
 import sys
+import threading
 import types
 
 import numpy as np
 import pytest
 
 import minidl
-from minidl.dist.communicators.base import DistError
+from minidl.dist.communicators import nccl
+from minidl.dist.communicators.base import Communicator, DistError
+from minidl.dist.communicators.sim import SimWorld, world_communicator as sim_world
 from minidl.dist import ReduceOp
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-pytest.importorskip("mpi4py")
-nccl = pytest.importorskip("minidl.dist.communicators.nccl")  # imports mpi4py.MPI
 
 
 # -- a stand-in for the cupy module -----------------------------------------------------------------
@@ -102,29 +103,38 @@ def fake_cupy(devices=1):
     return types.SimpleNamespace(cuda=cuda, empty=lambda n, dtype: FakeDeviceArray(np.empty(n, dtype)))
 
 
-class FakeMPIComm:
-    """The few MPI calls the communicator makes; ``bcast`` returns what rank 0 would send."""
+class Done:
+    kind, peer = "send", None
 
-    def __init__(self, rank, size, node_rank=0):
-        self.rank, self.size, self.node_rank, self.calls = rank, size, node_rank, []
+    def test(self):
+        return True
 
-    def Get_rank(self):
-        return self.rank
 
-    def Get_size(self):
-        return self.size
+class FakeHost(Communicator):
+    """A host communicator of one rank whose messages are scripted: sends are kept, and a receive gets rank 0's
+    unique id as share_unique_id sends it."""
+    native = frozenset({"all_reduce", "broadcast", "reduce", "all_gather", "barrier"})
 
-    def bcast(self, obj, root=0):
-        self.calls.append(("bcast", obj, root))
-        return b"id-of-rank-0"
+    def __init__(self, rank, size):
+        super().__init__()
+        self.rank, self.size, self.sent = rank, size, []
 
-    def Split_type(self, kind):
-        return types.SimpleNamespace(Get_rank=lambda: self.node_rank, Free=lambda: None)
+    def _isend(self, buf, dst, tag):
+        self.sent.append((buf, dst))
+        return Done()
+
+    def _irecv(self, buf, src, tag):
+        payload = nccl.pickle.dumps(b"id-of-rank-0")
+        buf[:8 + len(payload)] = np.frombuffer(len(payload).to_bytes(8, "little") + payload, np.uint8)
+        return Done()
+
+    def host_name(self):
+        return "node"
 
 
 def communicator(rank=1, size=4):
     cupy = fake_cupy()
-    comm = nccl.NCCLCommunicator(FakeMPIComm(rank, size), cupy, FakeDevice(0))
+    comm = nccl.NCCLCommunicator(FakeHost(rank, size), cupy, FakeDevice(0))
     cupy.cuda.nccl.calls.clear()
     return comm, cupy.cuda.nccl
 
@@ -160,15 +170,30 @@ def test_init_without_gpu_says_why(monkeypatch):
 def test_more_ranks_than_gpus_says_why(monkeypatch):
     monkeypatch.setenv("LOCAL_RANK", "1")
     with pytest.raises(RuntimeError, match=r"local rank 1 has no GPU of its own \(this node has 1\)"):
-        nccl.world_communicator(cupy=fake_cupy(devices=1))
+        nccl.world_communicator(cupy=fake_cupy(devices=1), host=(FakeHost(1, 2), None))
 
 
-def test_local_rank_from_the_launcher_else_from_mpi(monkeypatch):
+def on_sim_ranks(size, fn, hosts=None):
+    """fn(host communicator) on each rank of a sim world (threads); the results by rank."""
+    world, results = SimWorld(size, hosts), [None] * size
+
+    def rank_main(rank):
+        results[rank] = fn(sim_world(world, rank, 1 << 30))
+    threads = [threading.Thread(target=rank_main, args=(r,)) for r in range(size)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    return results
+
+
+def test_local_rank_from_the_launcher_else_from_the_host_names(monkeypatch):
     for name in nccl.LOCAL_RANK_VARIABLES:
         monkeypatch.delenv(name, raising=False)
-    assert nccl.local_rank(FakeMPIComm(5, 8, node_rank=1)) == 1
+    hosts = ["a", "b", "a", "b", "a"]
+    assert on_sim_ranks(5, nccl.local_rank, hosts) == [0, 0, 1, 1, 2]
     monkeypatch.setenv("OMPI_COMM_WORLD_LOCAL_RANK", "3")
-    assert nccl.local_rank(FakeMPIComm(5, 8, node_rank=1)) == 3
+    assert nccl.local_rank(FakeHost(5, 8)) == 3
 
 
 def test_tables():
@@ -185,14 +210,15 @@ def test_tables():
 
 
 # -- the communicator's calls, against the stand-in ---------------------------------------------------
-@pytest.mark.parametrize("rank", [0, 2])
-def test_unique_id_goes_from_rank_0_over_mpi(rank):
-    cupy, mpi_comm = fake_cupy(), FakeMPIComm(rank, 3)
-    comm = nccl.NCCLCommunicator(mpi_comm, cupy, FakeDevice(0))
-    made = [("get_unique_id",)] if rank == 0 else []
-    assert cupy.cuda.nccl.calls == made + [("NcclCommunicator", 3, b"id-of-rank-0", rank)]
-    assert mpi_comm.calls == [("bcast", b"id-of-rank-0" if rank == 0 else None, 0)]
-    assert (comm.rank, comm.size) == (rank, 3)
+def test_unique_id_goes_from_rank_0_over_the_host_communicator():
+    def make(host):
+        cupy = fake_cupy()
+        comm = nccl.NCCLCommunicator(host, cupy, FakeDevice(0))
+        return comm.rank, comm.size, cupy.cuda.nccl.calls
+    for rank, size, calls in on_sim_ranks(3, make):
+        made = [("get_unique_id",)] if rank == 0 else []
+        assert calls == made + [("NcclCommunicator", 3, b"id-of-rank-0", rank)]
+        assert size == 3
 
 
 def test_sends_and_receives_go_out_as_one_group_at_the_first_wait():
@@ -235,16 +261,15 @@ def test_receive_from_any_source_is_refused():
         comm.irecv(device(np.zeros(2)), None)
 
 
-def test_host_buffers_take_the_mpi_path():
+def test_host_buffers_take_the_host_path():
     comm, lib = communicator()
-    sent = []
-    comm.comm.Isend = lambda buf, dst, tag: sent.append((buf, dst)) or types.SimpleNamespace(Test=lambda: True)
     host = np.arange(3.0)
     assert comm.isend(host, 1).test()
-    assert sent == [(host, 1)] and lib.calls == []
+    assert comm.host.sent == [(host, 1)] and lib.calls == []
     assert isinstance(comm.scratch(4, host), np.ndarray)
     scratch = comm.scratch(4, device(np.zeros(1, np.float64)))
     assert isinstance(scratch, FakeDeviceArray) and scratch.dtype == np.float64 and scratch.size == 4
+    assert comm.native == comm.host.native and comm.host_name() == "node"
 
 
 def test_native_collectives():

@@ -1,8 +1,9 @@
 """The NCCL backend: CUDA tensors' device buffers move through NCCL (CuPy's ``cupy.cuda.nccl``),
-one process and one GPU per rank, started by ``mpiexec``. MPI does what NCCL can't: it
-hands rank 0's NCCL unique id to the others, tells each rank its local rank (which picks its
-GPU), and carries host buffers (the control messages minidl.dist sends: host names, pickled
-objects, flags), so the communicator is the MPI one with device buffers rerouted.
+one process and one GPU per rank. A host communicator does what NCCL can't: MPI's under ``mpiexec``, the
+socket one (rendezvoused through the store) otherwise. It hands rank 0's NCCL unique id to the others,
+tells each rank its local rank (which picks its GPU) where the launcher did not, and carries host buffers
+(the control messages minidl.dist sends: host names, pickled objects, flags): the communicator is the host
+one with device buffers rerouted.
 
 NCCL sends and receives are stream operations, not requests: a send holds its stream until the
 peer posts the matching receive, so two ranks that each send and then receive would deadlock
@@ -20,19 +21,21 @@ communication thread included) before it allocates or issues anything.
 """
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import os
+import pickle
+import time
 
 import numpy as np
-from mpi4py import MPI
 
 from ...cuda import set_device
 from ...kernels.cuda import runtime
-from . import mpi
-from .base import DEFAULT_CHUNK, Communicator, DistError, Request
+from .base import DEFAULT_CHUNK, Communicator, DistError, Request, wait_all
 
 ONE_RANK_PER_PROCESS = True
-abort_on_uncaught_exception = mpi.abort_on_uncaught_exception
+ID_BYTES = 4096   # the most a pickled NCCL unique id takes (NCCL's is 128 bytes)
+_host_module = None   # the backend module of the world's host communicator: its abort ends the job
 
 # The NCCL datatype of each dtype a reduction can run on (names of cupy.cuda.nccl's constants).
 # Bools travel as bytes, reduced with max (or) and min (and), as numpy's ufuncs treat them.
@@ -41,7 +44,7 @@ DTYPES = {np.dtype(np.float16): "NCCL_FLOAT16", np.dtype(np.float32): "NCCL_FLOA
           np.dtype(np.int32): "NCCL_INT32", np.dtype(np.int64): "NCCL_INT64", np.dtype(np.bool_): "NCCL_UINT8"}
 OPS = {"sum": "NCCL_SUM", "product": "NCCL_PROD", "max": "NCCL_MAX", "min": "NCCL_MIN"}
 BOOL_OPS = {"sum": "NCCL_MAX", "product": "NCCL_MIN", "max": "NCCL_MAX", "min": "NCCL_MIN"}
-# Where launchers put the local rank; MPI's shared-memory split is the fallback.
+# Where launchers put the local rank; the ranks' host names are the fallback.
 LOCAL_RANK_VARIABLES = ("LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "MV2_COMM_WORLD_LOCAL_RANK")
 
 
@@ -78,16 +81,16 @@ class _Issued(Request):
         return self.event.done
 
 
-class NCCLCommunicator(mpi.MPICommunicator):
-    """The ranks of MPI communicator ``comm`` with an NCCL communicator over the same ranks on
-    ``device`` (made here: collective over ``comm``). ``cupy``: the cupy module (tests pass a
-    stand-in that records calls)."""
+class NCCLCommunicator(Communicator):
+    """The ranks of host communicator ``host`` with an NCCL communicator over the same ranks on ``device``
+    (made here: collective over ``host``). ``cupy``: the cupy module (tests pass a stand-in that records
+    calls). Host buffers, and the collectives the host runs natively, go to the host."""
 
-    def __init__(self, comm, cupy, device, chunk_elements=DEFAULT_CHUNK, spin=0.0):
-        super().__init__(comm, chunk_elements, spin)
+    def __init__(self, host, cupy, device):
+        super().__init__(host.chunk_elements)
+        self.host, self.rank, self.size, self.spin, self.native = host, host.rank, host.size, host.spin, host.native
         self.cupy, self.lib, self.device = cupy, cupy.cuda.nccl, device
-        unique_id = self.lib.get_unique_id() if self.rank == 0 else None
-        unique_id = comm.bcast(unique_id, root=0)
+        unique_id = share_unique_id(host, self.lib)
         device.use()
         self.nccl = self.lib.NcclCommunicator(self.size, unique_id, self.rank)
         self.stream = cupy.cuda.Stream.null.ptr
@@ -97,27 +100,27 @@ class NCCLCommunicator(mpi.MPICommunicator):
     # -- point-to-point ---------------------------------------------------------------------------
     def _isend(self, buf, dst, tag):
         if not on_device(buf):
-            return super()._isend(buf, dst, tag)
+            return self.host._isend(buf, dst, tag)
         return self._queue("send", dst, _pointer(buf), buf.nbytes, self.lib.NCCL_UINT8, dst)
 
     def _irecv(self, buf, src, tag):
         if not on_device(buf):
-            return super()._irecv(buf, src, tag)
+            return self.host._irecv(buf, src, tag)
         if src is None:
             raise DistError("nccl: a receive from any source is impossible (NCCL messages name their peer); "
                             "pass src")
         return self._queue("recv", src, _pointer(buf), buf.nbytes, self.lib.NCCL_UINT8, src)
 
     def exchange(self, send_buf, dst, recv_buf, src, tag=0):
-        """Device buffers as a queued send and receive (MPI's one-call exchange is for host memory)."""
+        """Device buffers as a queued send and receive (the host's one-call exchange is for host memory)."""
         if on_device(send_buf) or on_device(recv_buf):
-            return Communicator.exchange(self, send_buf, dst, recv_buf, src, tag)
-        return super().exchange(send_buf, dst, recv_buf, src, tag)
+            return super().exchange(send_buf, dst, recv_buf, src, tag)
+        return self.host.exchange(send_buf, dst, recv_buf, src, tag)
 
     def exchange_whole(self, send_buf, dst, recv_buf, src, tag=0):
         if on_device(send_buf) or on_device(recv_buf):
-            return Communicator.exchange_whole(self, send_buf, dst, recv_buf, src, tag)
-        return super().exchange_whole(send_buf, dst, recv_buf, src, tag)
+            return super().exchange_whole(send_buf, dst, recv_buf, src, tag)
+        return self.host.exchange_whole(send_buf, dst, recv_buf, src, tag)
 
     def _queue(self, kind, peer, *args):
         request = _Grouped(self, peer, kind)
@@ -151,7 +154,7 @@ class NCCLCommunicator(mpi.MPICommunicator):
 
     def scratch(self, numel, like):
         if not on_device(like):
-            return super().scratch(numel, like)
+            return self.host.scratch(numel, like)
         nbytes = numel * like.dtype.itemsize
         if self.device_scratch is None or self.device_scratch.size < nbytes:
             self.device.use()
@@ -175,41 +178,87 @@ class NCCLCommunicator(mpi.MPICommunicator):
 
     def all_reduce(self, buf, op):
         if not on_device(buf):
-            return super().all_reduce(buf, op)
+            return self.host.all_reduce(buf, op)
         p = _pointer(buf)
         return self._collective("allReduce", p, p, buf.size, *self._reduction(buf, op))
 
     def broadcast(self, buf, root):
         if not on_device(buf):
-            return super().broadcast(buf, root)
+            return self.host.broadcast(buf, root)
         return self._collective("bcast", _pointer(buf), buf.nbytes, self.lib.NCCL_UINT8, root)
 
     def reduce(self, buf, op, root):
         if not on_device(buf):
-            return super().reduce(buf, op, root)
+            return self.host.reduce(buf, op, root)
         p = _pointer(buf)  # in place: the root's buffer receives, the others' are only read
         return self._collective("reduce", p, p, buf.size, *self._reduction(buf, op), root)
 
     def all_gather(self, blocks):
         """In place: NCCL reads this rank's row where its result goes (row ``rank``)."""
         if not on_device(blocks):
-            return super().all_gather(blocks)
+            return self.host.all_gather(blocks)
         row = blocks[0].nbytes
         p = _pointer(blocks)
         return self._collective("allGather", p + self.rank * row, p, row, self.lib.NCCL_UINT8)
 
     # -- the rest ---------------------------------------------------------------------------------
     def split(self, color, key):
-        sub = self.comm.Split(MPI.UNDEFINED if color is None else color, key)
-        if sub == MPI.COMM_NULL:
-            return None
-        return NCCLCommunicator(sub, self.cupy, self.device, self.chunk_elements, self.spin)
+        sub = self.host.split(color, key)
+        return None if sub is None else NCCLCommunicator(sub, self.cupy, self.device)
+
+    def host_name(self):
+        return self.host.host_name()
 
     def close(self):
         self.flush()
         self.device.synchronize()  # NCCL work still queued on the stream must finish first
         self.nccl.destroy()
-        super().close()
+        self.host.close()
+
+
+def share_unique_id(host, lib, timeout: float = 300.0):
+    """Rank 0's new NCCL unique id, on every rank of ``host`` (collective; the host communicator is new, so its
+    messages are the only ones on it): one message to each other rank, its length first."""
+    deadline = time.monotonic() + timeout
+
+    def wait(requests):
+        wait_all(requests, deadline, lambda pending: DistError(
+            f"init_process_group('nccl'): rank {host.rank} waited {timeout:.0f} s for rank 0's NCCL unique id"))
+    if host.rank == 0:
+        unique_id = lib.get_unique_id()
+        payload = pickle.dumps(unique_id)
+        message = np.frombuffer(len(payload).to_bytes(8, "little") + payload, np.uint8)
+        wait([host.isend_whole(message, r) for r in range(1, host.size)])
+        return unique_id
+    message = np.zeros(ID_BYTES, np.uint8)
+    wait([host.irecv_whole(message, 0)])
+    length = int.from_bytes(message[:8].tobytes(), "little")
+    return pickle.loads(message[8:8 + length].tobytes())
+
+
+def local_rank(host, timeout: float = 300.0) -> int:
+    """This process's rank among those on its node (collective over ``host``): the launcher's variable where
+    it sets one, else its place among the ranks of its host name (every rank sends every other its name)."""
+    for name in LOCAL_RANK_VARIABLES:
+        if os.environ.get(name, "").isdigit():
+            return int(os.environ[name])
+    mine = np.zeros(256, np.uint8)
+    encoded = host.host_name().encode()[:256]
+    mine[:len(encoded)] = np.frombuffer(encoded, np.uint8)
+    names = {host.rank: mine}
+    requests = []
+    for r in range(host.size):
+        if r != host.rank:
+            names[r] = np.zeros(256, np.uint8)
+            requests += host.exchange_whole(mine, r, names[r], r)
+    wait_all(requests, time.monotonic() + timeout, lambda pending: DistError(
+        f"init_process_group('nccl'): rank {host.rank} waited {timeout:.0f} s for the other ranks' host names"))
+    return sum(1 for r in range(host.rank) if np.array_equal(names[r], mine))
+
+
+def abort_on_uncaught_exception() -> None:
+    """The host's: an uncaught exception on one rank ends the job."""
+    _host_module.abort_on_uncaught_exception()
 
 
 def import_cupy():
@@ -233,23 +282,16 @@ def import_cupy():
     return cupy
 
 
-def local_rank(comm) -> int:
-    """This process's rank among those on its node (collective over ``comm``): the launcher's
-    variable where it sets one, else MPI's shared-memory split."""
-    node = comm.Split_type(MPI.COMM_TYPE_SHARED)
-    rank = node.Get_rank()
-    node.Free()
-    for name in LOCAL_RANK_VARIABLES:
-        if os.environ.get(name, "").isdigit():
-            return int(os.environ[name])
-    return rank
-
-
-def world_communicator(chunk_elements=DEFAULT_CHUNK, cupy=None, **_):
-    """``cupy``: for tests, a stand-in for the cupy module."""
+def world_communicator(chunk_elements=DEFAULT_CHUNK, cupy=None, host=None, **_):
+    """``host``: the world's host communicator and its backend module, (communicator, module); default MPI's.
+    ``cupy``: for tests, a stand-in for the cupy module."""
+    global _host_module
     cupy = cupy or import_cupy()
-    base = mpi.world_communicator(chunk_elements)
-    local, count = local_rank(base.comm), cupy.cuda.runtime.getDeviceCount()
+    if host is None:
+        module = importlib.import_module("minidl.dist.communicators.mpi")
+        host = (module.world_communicator(chunk_elements), module)
+    base, _host_module = host
+    local, count = local_rank(base), cupy.cuda.runtime.getDeviceCount()
     if local >= count:
         raise RuntimeError(f"init_process_group('nccl'): local rank {local} has no GPU of its own (this node has "
                            f"{count}); NCCL needs one GPU per rank: start at most {count} ranks per node")
@@ -257,4 +299,4 @@ def world_communicator(chunk_elements=DEFAULT_CHUNK, cupy=None, **_):
     device.use()
     if runtime.available():  # (not with a stand-in cupy in tests)
         set_device(local)  # so current_device(), the generators and the error records agree
-    return NCCLCommunicator(base.comm, cupy, device, base.chunk_elements, base.spin)
+    return NCCLCommunicator(base, cupy, device)
