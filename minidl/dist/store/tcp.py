@@ -100,7 +100,10 @@ def _what(request):
     op, args = request[0], request[1:]
     if op == "wait_get":
         op = "get" if args[2] else "wait"
-    return f"{op}({args[0]!r})" if args and op != "hello" else op
+    if not args or op == "hello":
+        return op
+    key = args[0][0] if isinstance(args[0], list) and len(args[0]) == 1 else args[0]
+    return f"{op}({key!r})"
 
 
 def _connect(host, port, seconds):
