@@ -24,7 +24,8 @@ SHORT = timedelta(seconds=0.3)
 # ---- the same operations on torch's stores and ours -------------------------------------------------
 
 STEPS = [  # (name, operation, skipped on: torch's FileStore counts and lists an internal key, deletes
-           # report True for absent keys, and its TCPStore drops the connection on a bad add)
+           # report True for absent keys, it polls a timeout once a second (one timeout is checked), and its
+           # TCPStore drops the connection on a bad add)
     ("set str", lambda s: s.set("a", "1"), ()),
     ("set bytes", lambda s: s.set("b", b"\x00\xff"), ()),
     ("get", lambda s: (s.get("a"), s.get("b")), ()),
@@ -47,12 +48,12 @@ STEPS = [  # (name, operation, skipped on: torch's FileStore counts and lists an
     ("delete absent", lambda s: s.delete_key("a"), ("file",)),
     ("set empty", lambda s: (s.set("e", ""), s.get("e")), ()),
     ("timeout", lambda s: s.timeout, ()),
-    ("set_timeout", lambda s: (s.set_timeout(SHORT), s.timeout), ()),
+    ("set_timeout", lambda s: (s.set_timeout(timedelta(seconds=0.05)), s.timeout), ()),
     ("get absent", lambda s: s.get("missing"), ()),
-    ("wait absent", lambda s: s.wait(["missing", "c"]), ()),
-    ("wait absent, own timeout", lambda s: s.wait(["missing"], timedelta(seconds=0.1)), ()),
+    ("wait absent", lambda s: s.wait(["missing", "c"]), ("file",)),
+    ("wait absent, own timeout", lambda s: s.wait(["missing"], timedelta(seconds=0.02)), ("file",)),
     ("wait present", lambda s: s.wait(["c", "b"]), ()),
-    ("multi_get absent", lambda s: s.multi_get(["c", "missing"]), ()),
+    ("multi_get absent", lambda s: s.multi_get(["c", "missing"]), ("file",)),
     ("int key", lambda s: s.set(3, "x"), ()),
     ("float amount", lambda s: s.add("c", 1.5), ()),
     ("set_timeout seconds", lambda s: s.set_timeout(5), ()),

@@ -70,10 +70,6 @@ class FileStore(Store):
             os.write(self._fd, _record(_OPENED))
         weakref.finalize(self, _close, self._fd, self._path, world_size)
 
-    @property
-    def path(self) -> str:
-        return self._path
-
     @contextlib.contextmanager
     def _locked(self, how):
         with self._lock:

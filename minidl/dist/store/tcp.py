@@ -20,6 +20,12 @@ _ERRORS = {"DistStoreError": DistStoreError, "ValueError": ValueError, "TypeErro
 
 
 class TCPStore(Store):
+    """A client of the store served at ``host_name:port``; with ``is_master`` this process also runs
+    the server (``port=0`` picks a free port: read ``store.port``), and with ``wait_for_workers`` and a
+    ``world_size`` the master waits until that many stores (itself included) have connected.
+    ``master_listen_fd`` hands the server an already listening socket; ``use_libuv`` is accepted for
+    torch's signature (the server here is plain sockets and threads)."""
+
     def __init__(self, host_name: str, port: int, world_size: int | None = None, is_master: bool = False,
                  timeout: timedelta = timedelta(seconds=300), wait_for_workers: bool = True,
                  multi_tenant: bool = False, master_listen_fd: int | None = None, use_libuv: bool = True):
