@@ -5,6 +5,9 @@
     dist.all_reduce(t, op=dist.ReduceOp.SUM)  # in place on a minidl tensor
     dist.sim.run(4, fn)                       # or: N ranks as threads, no mpiexec
 
+Stores (`store/`: HashStore, FileStore, TCPStore, PrefixStore) and `rendezvous(url)` are the control plane
+ranks meet through before a communicator exists.
+
 Layers: communicators (mpi, nccl, sim; the ``backend`` of init_process_group) -> algorithms (collectives on point-to-point
 messages) -> process groups -> this API. mpi4py is imported only when the mpi backend starts.
 """
@@ -18,6 +21,8 @@ from .group import ProcessGroup
 from .objects import all_gather_object, broadcast_object_list
 from .p2p import irecv, isend, recv, send
 from .reduce_op import ReduceOp
+from .rendezvous import register_rendezvous_handler, rendezvous
+from .store import DistNetworkError, DistStoreError, FileStore, HashStore, PrefixStore, Store, TCPStore
 from .state import (GroupMember, destroy_process_group, get_backend, get_rank, get_world_size, init_process_group,
                     is_available, is_initialized, new_group)
 from .work import Work
