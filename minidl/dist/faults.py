@@ -10,8 +10,9 @@ itself at a chosen point, driven by the environment so the code under test runs 
   (half of it written); ``idle:<seconds>``: that many seconds after the communicator started,
   whatever the rank is doing.
 - ``do``: what. ``kill`` (SIGKILL itself), ``stop`` (SIGSTOP itself: a frozen rank), ``raise``
-  (raise InjectedFault there; from ``idle`` it is raised in the main thread), ``partition`` (close
-  the socket backend's connection to rank ``peer``, default the next rank).
+  (raise InjectedFault at a collective; from ``idle``, a KeyboardInterrupt in the main thread; not
+  meant for ``send``, which runs on a sending thread), ``partition`` (close the socket backend's
+  connection to rank ``peer``, default the next rank, without a goodbye).
 - ``peer``: for ``partition``.
 """
 from __future__ import annotations
