@@ -13,7 +13,7 @@ import os
 import numpy as np
 
 from .. import _tracing
-from . import algorithms, debug
+from . import algorithms, debug, faults
 from .algorithms.agree import agree
 from .algorithms.channel import Channel
 from .communicators.base import DEFAULT_CHUNK, DistError
@@ -103,6 +103,7 @@ class ProcessGroup:
         break of minidl.compile (a replay would not talk to the other ranks)."""
         _tracing.graph_break(f"{what}: a collective or message of minidl.dist")
         self.check_usable(what)
+        faults.collective(what, self.ranks[self.rank], self.size)
         self.seq += 1
         seq = self.seq
         fp = debug.fingerprint(what, seq, **(fingerprint or {})) if self.config.debug else None

@@ -81,7 +81,8 @@ def init_process_group(backend=None, init_method=None, timeout=None, world_size=
     config = config_from(name, algorithm, timeout, chunk_elements, small_message_bytes, segment_bytes,
                          stall_seconds)
     module = communicators.load(name)
-    comm = module.world_communicator(chunk_elements=config.chunk_elements, world=store, rank=rank)
+    comm = module.world_communicator(chunk_elements=config.chunk_elements, world=store, store=store, rank=rank,
+                                     world_size=world_size)
     for given, actual, what in ((world_size, comm.size, "world_size"), (rank, comm.rank, "rank")):
         if given not in (-1, None) and given != actual:
             raise ValueError(f"init_process_group: {what}={given} but the {name} launch says {actual}")

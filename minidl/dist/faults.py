@@ -1,0 +1,115 @@
+"""Fault injection for the tests of failure handling: one process of a job kills, stops or breaks
+itself at a chosen point, driven by the environment so the code under test runs unchanged.
+
+``MINIDL_FAULT="rank=1 at=all_reduce:3 do=kill"`` -- space-separated ``name=value`` fields:
+
+- ``rank``: the global rank that misbehaves (the others only count).
+- ``at``: when. ``<collective>:<n>``: at the start of this rank's n-th call (from 1) of that
+  collective (the name ProcessGroup.submit is given: all_reduce, broadcast, barrier ...);
+  ``send``: in the middle of this rank's first message of at least 64 KiB on the socket backend
+  (half of it written); ``idle:<seconds>``: that many seconds after the communicator started,
+  whatever the rank is doing.
+- ``do``: what. ``kill`` (SIGKILL itself), ``stop`` (SIGSTOP itself: a frozen rank), ``raise``
+  (raise InjectedFault at a collective; from ``idle``, a KeyboardInterrupt in the main thread; not
+  meant for ``send``, which runs on a sending thread), ``partition`` (close the socket backend's
+  connection to rank ``peer``, default the next rank, without a goodbye).
+- ``peer``: for ``partition``.
+"""
+from __future__ import annotations
+
+import _thread
+import os
+import signal
+import threading
+
+SEND_BYTES = 64 * 1024   # a "send" fault waits for a message at least this long (one written in pieces)
+_ACTIONS = ("kill", "stop", "raise", "partition")
+
+
+class InjectedFault(RuntimeError):
+    """Raised where MINIDL_FAULT says ``do=raise``."""
+
+
+class Fault:
+    def __init__(self, text: str):
+        fields = dict(part.split("=", 1) for part in text.split() if "=" in part)
+        bad = [p for p in text.split() if "=" not in p] + sorted(set(fields) - {"rank", "at", "do", "peer"})
+        if bad or not {"rank", "at", "do"} <= set(fields):
+            raise ValueError(f"MINIDL_FAULT={text!r}: expected 'rank=R at=WHEN do=WHAT [peer=P]' "
+                             f"(see minidl.dist.faults); bad or missing: {bad or sorted({'rank', 'at', 'do'} - set(fields))}")
+        if fields["do"] not in _ACTIONS:
+            raise ValueError(f"MINIDL_FAULT={text!r}: do must be one of {_ACTIONS}, got {fields['do']!r}")
+        self.rank, self.do = int(fields["rank"]), fields["do"]
+        self.peer = int(fields["peer"]) if "peer" in fields else None
+        where, _, count = fields["at"].partition(":")
+        if where != "send" and not count:
+            raise ValueError(f"MINIDL_FAULT={text!r}: at must be NAME:N, send or idle:SECONDS")
+        self.where, self.count = where, float(count) if where == "idle" else int(count or 1)
+        self.calls = 0
+        self.done = False
+
+
+_plan = {}   # the environment's text -> its Fault (parsed once)
+_partitioners = []   # callables (rank, peer) -> None, from socket communicators
+
+
+def current():
+    text = os.environ.get("MINIDL_FAULT", "").strip()
+    if not text:
+        return None
+    if text not in _plan:
+        _plan[text] = Fault(text)
+    return _plan[text]
+
+
+def on_partition(fn) -> None:
+    """A socket communicator's way to cut a connection: ``fn(rank, peer)``."""
+    _partitioners.append(fn)
+
+
+def fire(fault: Fault, rank: int, size: int) -> None:
+    fault.done = True
+    if fault.do == "kill":
+        os.kill(os.getpid(), signal.SIGKILL)
+    elif fault.do == "stop":
+        os.kill(os.getpid(), signal.SIGSTOP)
+    elif fault.do == "partition":
+        peer = (rank + 1) % size if fault.peer is None else fault.peer
+        for fn in _partitioners:
+            fn(rank, peer)
+    else:
+        raise InjectedFault(f"MINIDL_FAULT: rank {rank} fails on purpose at {fault.where}")
+
+
+def collective(what: str, rank: int, size: int) -> None:
+    """Hook at the start of a collective (ProcessGroup.submit)."""
+    fault = current()
+    if fault is None or fault.done or fault.rank != rank or fault.where != what:
+        return
+    fault.calls += 1
+    if fault.calls == fault.count:
+        fire(fault, rank, size)
+
+
+def wants_send(rank: int, nbytes: int) -> bool:
+    """Whether this message should be cut in the middle (the caller writes half, then calls fire)."""
+    fault = current()
+    return (fault is not None and not fault.done and fault.rank == rank and fault.where == "send"
+            and nbytes >= SEND_BYTES)
+
+
+def start_idle(rank: int, size: int) -> None:
+    """Arm an ``idle:<seconds>`` fault (when a communicator starts)."""
+    fault = current()
+    if fault is None or fault.done or fault.rank != rank or fault.where != "idle":
+        return
+
+    def later():
+        if fault.do == "raise":
+            fault.done = True
+            _thread.interrupt_main()   # (KeyboardInterrupt in the main thread: the nearest to a raise there)
+        else:
+            fire(fault, rank, size)
+    timer = threading.Timer(fault.count, later)
+    timer.daemon = True
+    timer.start()
