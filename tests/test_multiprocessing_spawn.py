@@ -4,6 +4,7 @@ when its test does. Two processes a job: each start costs about a second."""
 import json
 import os
 import signal
+import subprocess
 import sys
 import tempfile
 import threading
@@ -129,6 +130,28 @@ def test_an_interrupted_join_ends_every_child(folder, monkeypatch):
     with pytest.raises(KeyboardInterrupt):
         minidl.multiprocessing.spawn(spawn_cases.hold, args=(str(folder),), nprocs=2)
     assert not os.listdir(folder / "tmp")  # (and the fixture checks that both children ended)
+
+
+def test_children_of_a_killed_parent_end(folder):
+    """A parent SIGKILLed cannot end its children: Linux sends each SIGINT (PR_SET_PDEATHSIG), which
+    ends even the one that ignores SIGTERM."""
+    if not sys.platform.startswith("linux"):
+        pytest.skip("PR_SET_PDEATHSIG is Linux's")
+    paths = [os.path.dirname(os.path.dirname(minidl.__file__)), os.path.dirname(spawn_cases.__file__)]
+    code = "import sys, minidl.multiprocessing as mp, spawn_cases; mp.spawn(spawn_cases.hold, (sys.argv[1],), 2)"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(paths), "TMPDIR": str(folder / "tmp")}
+    parent = subprocess.Popen([sys.executable, "-c", code, str(folder)], env=env)
+    try:
+        deadline = time.monotonic() + 120
+        while len(list(folder.glob("pid-*"))) < 2:
+            assert parent.poll() is None and time.monotonic() < deadline, "the children never started"
+            time.sleep(0.02)
+    finally:
+        parent.kill()
+        parent.wait()
+    deadline = time.monotonic() + 30
+    while any(_running(_pid(folder, i)) for i in range(2)) and time.monotonic() < deadline:
+        time.sleep(0.02)
 
 
 def test_bad_arguments_are_named():
