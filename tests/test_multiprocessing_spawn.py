@@ -1,8 +1,10 @@
 """minidl.multiprocessing.spawn against torch.multiprocessing.spawn: the same jobs (tests/spawn_cases.py)
 run by both, compared by exception type, attributes and message; every child a job starts has ended
 when its test does. Two processes a job: each start costs about a second."""
+import inspect
 import json
 import os
+import pickle
 import signal
 import subprocess
 import sys
@@ -152,6 +154,30 @@ def test_children_of_a_killed_parent_end(folder):
     deadline = time.monotonic() + 30
     while any(_running(_pid(folder, i)) for i in range(2)) and time.monotonic() < deadline:
         time.sleep(0.02)
+
+
+def _parameters(module, dotted):
+    """Names and defaults of a function's parameters (not torch's annotations)."""
+    owner, _, name = dotted.rpartition(".")
+    function = getattr(getattr(module, owner) if owner else module, name)
+    return [(p.name, p.default) for p in inspect.signature(function).parameters.values()]
+
+
+def test_the_api_is_torchs():
+    torch_mp = pytest.importorskip("torch.multiprocessing")
+    mine = minidl.multiprocessing
+    for name in ("spawn", "start_processes", "ProcessContext.join", "ProcessContext.pids"):
+        ours, theirs = (_parameters(module, name) for module in (mine, torch_mp))
+        assert ours == theirs, name
+    assert set(SPAWN.__all__) <= set(sys.modules["torch.multiprocessing.spawn"].__all__)
+
+
+@pytest.mark.parametrize("name, args", [("ProcessRaisedException", ("trace", 1, 42)),
+                                        ("ProcessExitedException", ("exited", 0, 7, -9, "SIGKILL"))])
+def test_exceptions_pickle_with_their_attributes(mp, name, args):
+    error = pickle.loads(pickle.dumps(_exception(mp, name)(*args)))
+    attributes = ("msg", "error_index", "error_pid", "exit_code", "signal_name")
+    assert type(error).__name__ == name and tuple(getattr(error, a) for a in attributes[:len(args)]) == args
 
 
 def test_bad_arguments_are_named():
