@@ -1,7 +1,7 @@
 """Run by tests/test_dist_socket.py as one process per rank of the "gloo" backend (RANK, WORLD_SIZE,
-MINIDL_TEST_STORE: the FileStore's directory; MINIDL_DIST_HOSTNAME fakes a node). MODE:
+MINIDL_TEST_STORE: the FileStore's file; MINIDL_DIST_HOSTNAME fakes a node). MODE:
 
-suites (comma-joined: cases, ddp, mismatches, bench) as tests/dist_mpi_script.py runs them, printing
+suites (comma-joined: cases, ddp, mismatches, pipelining, ps, bench) as tests/dist_mpi_script.py runs them, printing
 "FAIL ..." and "DONE suite rank r: k failures"; bench prints rank 0's loopback round trips.
 fault: MINIDL_FAULT makes rank 1 misbehave; ranks 0 and 1 all-reduce in a group of their own, rank
 2 waits on a receive from rank 0 (it never exchanges with rank 1); each survivor prints
@@ -18,11 +18,11 @@ import numpy as np  # noqa: E402
 import minidl  # noqa: E402
 import minidl.dist as dist  # noqa: E402
 from dist_cases import run_all  # noqa: E402
-from file_store import FileStore  # noqa: E402
+
 
 mode = sys.argv[1]
 rank, size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-store = FileStore(os.environ["MINIDL_TEST_STORE"])
+store = dist.FileStore(os.environ["MINIDL_TEST_STORE"])
 
 
 def init(**options):
@@ -63,6 +63,16 @@ def ddp():
 def mismatches():
     import dist_mismatch_cases
     return suite(dist_mismatch_cases.run_all)
+
+
+def pipelining():
+    import pipeline_cases
+    return suite(pipeline_cases.run_all)
+
+
+def ps():
+    import ps_cases
+    return suite(ps_cases.run_all)
 
 
 def bench():
@@ -112,7 +122,7 @@ def fault():
         print("NEXT CAUGHT", str(e).replace("\n", " | "), flush=True)
 
 
-SUITES = {"cases": cases, "ddp": ddp, "mismatches": mismatches, "bench": bench}
+SUITES = {"cases": cases, "ddp": ddp, "mismatches": mismatches, "pipelining": pipelining, "ps": ps, "bench": bench}
 if mode == "fault":
     fault()
 else:

@@ -1,6 +1,6 @@
 """The "gloo" backend (minidl.dist.communicators.socket) and fault injection (minidl.dist.faults):
 the communicator with ranks as threads over real loopback sockets, then processes, each rank one,
-meeting through a file store (tests/file_store.py): the collective suites, two faked nodes, and
+meeting through minidl's FileStore: the collective suites, two faked nodes, and
 ranks killed, frozen or failing mid-collective, mid-send and idle."""
 import os
 import signal
@@ -12,12 +12,9 @@ import time
 import numpy as np
 import pytest
 
-from minidl.dist import faults
+from minidl.dist import HashStore, faults
 from minidl.dist.communicators import socket as gloo
 from minidl.dist.communicators.base import DistError, wait_all
-
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from file_store import FileStore  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT = os.path.join(ROOT, "tests", "dist_socket_script.py")
@@ -47,8 +44,8 @@ def on_threads(n, fn):
 
 
 @pytest.fixture
-def world(tmp_path):
-    store = FileStore(tmp_path / "store")
+def world():
+    store = HashStore()
     made = []
 
     def make(n):
@@ -110,8 +107,8 @@ def test_a_cut_connection_fails_every_rank_and_a_closed_peer_is_named(world, mon
         wait([d._irecv(np.zeros(1), 1, 0)])
 
 
-def test_bad_arguments_are_named(tmp_path, monkeypatch):
-    store = FileStore(tmp_path)
+def test_bad_arguments_are_named(monkeypatch):
+    store = HashStore()
     with pytest.raises(ValueError, match="pass store="):
         gloo.world_communicator(store=None, rank=0, world_size=1)
     with pytest.raises(ValueError, match="rank 2 and world_size 2"):
@@ -161,21 +158,21 @@ def read(outs):
 
 
 def test_every_case_on_two_ranks_with_loopback_timings(tmp_path):
-    outs, _ = launch(tmp_path, 2, "bench,cases,mismatches")
+    outs, _ = launch(tmp_path, 2, "bench,cases,mismatches,pipelining", timeout=180)
     text = "\n".join(outs)
     assert "FAIL" not in text and "Traceback" not in text, text
-    for suite in ("bench", "cases", "mismatches"):
+    for suite in ("bench", "cases", "mismatches", "pipelining"):
         assert all(f"DONE {suite} rank {r}: 0 failures" in text for r in range(2)), text
     print(*[line for line in text.splitlines() if line.startswith("BENCH")], sep="\n")
 
 
 def test_every_case_on_two_nodes_of_two_ranks(tmp_path):
     """Hosts node0 and node1 (MINIDL_DIST_HOSTNAME): the hierarchical all-reduce really runs in two
-    levels (cases runs it on every collective)."""
-    outs, _ = launch(tmp_path, 4, "cases,ddp", nodes=2)
+    levels (cases runs it on every collective); DDP and the parameter server on the same ranks."""
+    outs, _ = launch(tmp_path, 4, "cases,ddp,ps", nodes=2, timeout=240)
     text = "\n".join(outs)
     assert "FAIL" not in text and "Traceback" not in text, text
-    for suite in ("cases", "ddp"):
+    for suite in ("cases", "ddp", "ps"):
         assert all(f"DONE {suite} rank {r}: 0 failures" in text for r in range(4)), text
 
 

@@ -69,10 +69,12 @@ def _rank_and_size(scheme, query):
 
 
 def _c10d_store(host, port, rank, world_size, timeout):
-    """Rank 0 hosts the TCPStore (multi-tenant: one server per port in a process); the others connect."""
+    """Rank 0 hosts the TCPStore (multi-tenant: one server per port in a process); the others connect. The
+    master does not wait for the workers to connect: ``join`` waits for them, naming the ranks missing."""
     if not 0 <= port < 2**16:
         raise ValueError(f"port must have value from 0 to 65535 but was {port}.")
-    return TCPStore(host, port, world_size, is_master=rank == 0, timeout=timeout, multi_tenant=True)
+    return TCPStore(host, port, world_size, is_master=rank == 0, timeout=timeout, multi_tenant=True,
+                    wait_for_workers=False)
 
 
 def _file_handler(url, **kwargs):

@@ -8,7 +8,9 @@ on that thread).
 from __future__ import annotations
 
 import dataclasses
+import os
 import threading
+from datetime import timedelta
 
 from . import communicators
 from .group import ProcessGroup, config_from
@@ -60,39 +62,80 @@ def init_process_group(backend=None, init_method=None, timeout=None, world_size=
                        small_message_bytes=None, segment_bytes=None, stall_seconds=None):
     """Start this rank's default process group.
 
-    backend: "mpi" (or "gloo", the same here) for processes started by mpiexec; "sim" for ranks
-    as threads (store= the SimWorld; minidl.dist.sim.run does this); None: "mpi" when launched
-    by mpiexec. timeout: seconds or a timedelta (env MINIDL_DIST_TIMEOUT; default 30 min).
+    backend: "gloo" (minidl's socket transport) for processes started by anything, meeting through a store:
+    ``init_method`` "env://" (MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE; the default), "tcp://host:port" or
+    "file:///path", or ``store=`` with rank and world_size; under mpiexec with no MASTER_ADDR it takes rank and
+    size from MPI and meets over it. "mpi" for processes started by mpiexec; "nccl" for CUDA tensors (its host
+    messages over MPI under mpiexec, else over gloo's sockets); "sim" for ranks as threads (store= the SimWorld;
+    minidl.dist.sim.run does this). None: "mpi" under mpiexec, else "gloo".
+    timeout: seconds or a timedelta (env MINIDL_DIST_TIMEOUT; default 30 min).
     stall_seconds: after that long, a waiting rank logs once what it waits on and which ranks have
     not arrived, and keeps waiting (env MINIDL_DIST_STALL_SECONDS; default 60 s).
     algorithm / chunk_elements / small_message_bytes / segment_bytes: see minidl.dist.algorithms.
     """
     if is_initialized():
         raise RuntimeError("init_process_group: trying to initialize the default process group twice")
-    if init_method not in (None, "env://"):
-        raise ValueError(f"init_process_group: init_method {init_method!r} is not supported; the MPI launch "
-                         f"provides the rendezvous (use None or 'env://')")
-    if backend is None:
-        if not launched_by_mpi():
-            raise RuntimeError("init_process_group: no backend given and no MPI launch detected; start the script "
-                               "with `mpiexec -n N python script.py`, or pass backend='mpi' (or 'sim')")
-        backend = "mpi"
-    name = communicators.canonical(backend)
+    over_mpi = launched_by_mpi() and init_method is None and store is None and "MASTER_ADDR" not in os.environ
+    name = communicators.canonical(backend if backend is not None else "mpi" if over_mpi else "gloo")
     config = config_from(name, algorithm, timeout, chunk_elements, small_message_bytes, segment_bytes,
                          stall_seconds)
     module = communicators.load(name)
-    comm = module.world_communicator(chunk_elements=config.chunk_elements, world=store, store=store, rank=rank,
-                                     world_size=world_size)
+    kept = None   # the store a gloo world met through (a master's server lives as long as its object)
+    if name in ("sim", "mpi"):
+        if name == "mpi" and init_method not in (None, "env://"):
+            raise ValueError(f"init_process_group: init_method {init_method!r} is not for the mpi backend, whose "
+                             f"ranks meet through mpiexec; use backend='gloo' for tcp:// and file://")
+        comm = module.world_communicator(chunk_elements=config.chunk_elements, world=store, rank=rank)
+    else:
+        host, kept = _host_world(over_mpi, init_method, store, rank, world_size, config)
+        comm = host[0] if name == "gloo" else module.world_communicator(chunk_elements=config.chunk_elements,
+                                                                        host=host)
     for given, actual, what in ((world_size, comm.size, "world_size"), (rank, comm.rank, "rank")):
         if given not in (-1, None) and given != actual:
             raise ValueError(f"init_process_group: {what}={given} but the {name} launch says {actual}")
     group = ProcessGroup(comm, range(comm.size), config)
     state = _process if module.ONE_RANK_PER_PROCESS else _thread.__dict__
-    state.update(default=group, subgroups=[])
+    state.update(default=group, subgroups=[], store=kept)
     if module.ONE_RANK_PER_PROCESS:
         module.abort_on_uncaught_exception()
         hosts = group.hierarchy.hosts
         fit_threads_to_cores(hosts.count(hosts[group.rank]))
+
+
+def _host_world(over_mpi, init_method, store, rank, world_size, config):
+    """((the socket communicator over every rank, its module), the store the ranks met through): through
+    ``store=``, the init method's store (env:// by default), or, under mpiexec, one rank 0 serves."""
+    from .communicators import socket
+    from .rendezvous import join, rendezvous
+    if over_mpi:
+        store, rank, world_size = _store_over_mpi(config.timeout)
+    elif store is None:
+        store, rank, world_size = next(rendezvous(init_method or "env://", rank, world_size,
+                                                  timeout=timedelta(seconds=config.timeout)))
+    elif rank in (-1, None) or world_size in (-1, None):
+        raise ValueError(f"init_process_group: store= needs rank= and world_size= too (got rank={rank}, "
+                         f"world_size={world_size})")
+    join(store, rank, world_size, config.timeout, "init_process_group")
+    comm = socket.world_communicator(config.chunk_elements, store=store, rank=rank, world_size=world_size,
+                                     timeout=config.timeout)
+    return (comm, socket), store
+
+
+def _store_over_mpi(timeout):
+    """(a TCPStore rank 0 serves, rank, size) with the rank and size mpiexec gave: its address goes out by MPI."""
+    from mpi4py import MPI
+
+    from .communicators.socket import address
+    from .store import TCPStore
+    comm = MPI.COMM_WORLD
+    rank, size = comm.Get_rank(), comm.Get_size()
+    if rank == 0:
+        store = TCPStore(address(), 0, size, is_master=True, timeout=timedelta(seconds=timeout),
+                         wait_for_workers=False)
+        comm.bcast((store.host, store.port), root=0)
+        return store, rank, size
+    host, port = comm.bcast(None, root=0)
+    return TCPStore(host, port, size, is_master=False, timeout=timedelta(seconds=timeout)), rank, size
 
 
 def new_group(ranks=None, timeout=None, backend=None, pg_options=None, use_local_synchronization=False,
@@ -133,6 +176,7 @@ def destroy_process_group(group=None) -> None:
     default = state.pop("default", None)
     if default is not None and default is not group:
         default.close()
+    state.pop("store", None)
 
 
 def get_rank(group=None) -> int:

@@ -414,7 +414,7 @@ class SocketCommunicator(Communicator):
             self.mesh.close()
 
 
-def _address() -> str:
+def address() -> str:
     """The address other ranks reach this one at: MINIDL_DIST_ADDR, else this host name's."""
     if os.environ.get("MINIDL_DIST_ADDR"):
         return os.environ["MINIDL_DIST_ADDR"]
@@ -437,7 +437,7 @@ def _heartbeat() -> float:
 
 def _connect(rank, size, store, prefix, timeout):
     """The mesh's sockets, peer -> socket: rank r connects to every lower rank and accepts the higher."""
-    addr = _address()
+    addr = address()
     listener = socket.create_server((addr, 0), backlog=max(size, 8))
     generation = int(prefix.rsplit("/", 2)[-2])
     socks = {}
