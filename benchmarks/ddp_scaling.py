@@ -10,6 +10,7 @@ framework gets from the same ranks and cores.
     python benchmarks/ddp_scaling.py --batch 128 --steps 60
     python benchmarks/ddp_scaling.py --threads default --global-batch 32 --steps 200
     python benchmarks/ddp_scaling.py --threads default --global-batch 32 --steps 200 --framework torch
+    python benchmarks/ddp_scaling.py --backend gloo  # minidl's socket transport instead of MPI's messages
 
 Method: each world size is a fresh ``mpiexec`` launch; every rank builds the model (in
 DistributedDataParallel, default buckets), takes ``--warmup`` steps (kernels load, buffers settle),
@@ -43,7 +44,7 @@ def start(args):
     else:
         import minidl as fw
         import minidl.dist as dist
-        dist.init_process_group()
+        dist.init_process_group(args.backend)   # (gloo under mpiexec: our sockets, meeting over MPI)
         if args.threads == "one":
             fw.set_num_threads(1)
     world = dist.get_world_size()
@@ -91,7 +92,7 @@ def launch(n, args):
     cmd = [find_mpiexec() or "mpiexec", "-n", str(n), sys.executable, os.path.abspath(__file__), "--worker",
            "--batch", str(args.batch), "--steps", str(args.steps), "--warmup", str(args.warmup),
            "--repeats", str(args.repeats), "--threads", args.threads, "--framework", args.framework,
-           "--global-batch", str(args.global_batch or 0)]
+           "--global-batch", str(args.global_batch or 0)] + (["--backend", args.backend] if args.backend else [])
     with tempfile.TemporaryDirectory() as tmp:  # torch's gloo rendezvous file
         out = subprocess.run(cmd + ["--rendezvous", os.path.join(tmp, "rendezvous")], capture_output=True,
                              env=dict(os.environ, PYTHONPATH=ROOT), text=True, timeout=600)
@@ -117,6 +118,7 @@ def main():
     parser.add_argument("--global-batch", type=int, default=0,
                         help="strong scaling: this batch split over the ranks (0: weak scaling, --batch per rank)")
     parser.add_argument("--framework", choices=("minidl", "torch"), default="minidl")
+    parser.add_argument("--backend", choices=("mpi", "gloo"), help="minidl's transport (default: MPI's)")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--rendezvous", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -127,8 +129,8 @@ def main():
     threads = "1 thread per rank" if args.threads == "one" else f"default threads ({minidl_threads(1)} at n=1)"
     split = (f"a global batch of {args.global_batch} split over the ranks" if args.global_batch
              else f"{args.batch} samples per rank per step")
-    print(f"DDP {'strong' if args.global_batch else 'weak'} scaling, {args.framework}, digits CNN, {split}, "
-          f"{threads}\n")
+    print(f"DDP {'strong' if args.global_batch else 'weak'} scaling, {args.framework} ({args.backend or 'mpi'}), "
+          f"digits CNN, {split}, {threads}\n")
     print("| ranks | ms per step | samples/s | speed-up | efficiency |")
     print("|---|---|---|---|---|")
     for n, r in results.items():

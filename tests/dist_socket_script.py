@@ -1,5 +1,5 @@
 """Run by tests/test_dist_socket.py as one process per rank of the "gloo" backend (RANK, WORLD_SIZE,
-MINIDL_TEST_STORE: the FileStore's file; MINIDL_DIST_HOSTNAME fakes a node). MODE:
+MINIDL_TEST_STORE: a TCPStore's host:port or a FileStore's file; MINIDL_DIST_HOSTNAME fakes a node). MODE:
 
 suites (comma-joined: cases, ddp, mismatches, pipelining, ps, bench) as tests/dist_mpi_script.py runs them, printing
 "FAIL ..." and "DONE suite rank r: k failures"; bench prints rank 0's loopback round trips.
@@ -22,7 +22,11 @@ from dist_cases import run_all  # noqa: E402
 
 mode = sys.argv[1]
 rank, size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-store = dist.FileStore(os.environ["MINIDL_TEST_STORE"])
+where = os.environ["MINIDL_TEST_STORE"]   # a TCPStore's host:port, or a FileStore's file
+if ":" in where:
+    store = dist.TCPStore(where.rsplit(":", 1)[0], int(where.rsplit(":", 1)[1]))
+else:
+    store = dist.FileStore(where)
 
 
 def init(**options):

@@ -12,7 +12,7 @@ import time
 import numpy as np
 import pytest
 
-from minidl.dist import HashStore, faults
+from minidl.dist import HashStore, TCPStore, faults
 from minidl.dist.communicators import socket as gloo
 from minidl.dist.communicators.base import DistError, wait_all
 
@@ -122,11 +122,12 @@ def test_bad_arguments_are_named(monkeypatch):
             faults.Fault(text)
 
 
-def launch(tmp_path, n, mode, env=None, timeout=90, victim=None, nodes=1):
+def launch(tmp_path, n, mode, env=None, timeout=90, victim=None, nodes=1, store=None):
     """Start n ranks of dist_socket_script.py (``nodes`` faked hosts of n // nodes ranks each, with
-    their own LOCAL_RANK); wait for all but ``victim`` to end: (outputs by rank, the victim's exit
-    time). Every process is killed at the end, whatever happened."""
-    store = tmp_path / f"store-{mode}"
+    their own LOCAL_RANK), meeting through ``store`` (a TCPStore's "host:port", else a FileStore in
+    tmp_path); wait for all but ``victim`` to end: (outputs by rank, the victim's exit time). Every
+    process is killed at the end, whatever happened."""
+    store = store or tmp_path / f"store-{mode}"
     procs, outs = [], []
     try:
         for r in range(n):
@@ -167,9 +168,11 @@ def test_every_case_on_two_ranks_with_loopback_timings(tmp_path):
 
 
 def test_every_case_on_two_nodes_of_two_ranks(tmp_path):
-    """Hosts node0 and node1 (MINIDL_DIST_HOSTNAME): the hierarchical all-reduce really runs in two
-    levels (cases runs it on every collective); DDP and the parameter server on the same ranks."""
-    outs, _ = launch(tmp_path, 4, "cases,ddp,ps", nodes=2, timeout=240)
+    """Hosts node0 and node1 (MINIDL_DIST_HOSTNAME), joined through one TCPStore on 127.0.0.1 that this
+    process serves: the hierarchical all-reduce really runs in two levels (cases runs it on every
+    collective); DDP and the parameter server on the same ranks."""
+    served = TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)   # (the launcher's: it outlives them)
+    outs, _ = launch(tmp_path, 4, "cases,ddp,ps", nodes=2, timeout=240, store=f"{served.host}:{served.port}")
     text = "\n".join(outs)
     assert "FAIL" not in text and "Traceback" not in text, text
     for suite in ("cases", "ddp", "ps"):

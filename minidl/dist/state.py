@@ -87,9 +87,10 @@ def init_process_group(backend=None, init_method=None, timeout=None, world_size=
                              f"ranks meet through mpiexec; use backend='gloo' for tcp:// and file://")
         comm = module.world_communicator(chunk_elements=config.chunk_elements, world=store, rank=rank)
     else:
+        cupy = module.import_cupy() if name == "nccl" else None   # (a missing library before any rendezvous)
         host, kept = _host_world(over_mpi, init_method, store, rank, world_size, config)
         comm = host[0] if name == "gloo" else module.world_communicator(chunk_elements=config.chunk_elements,
-                                                                        host=host)
+                                                                        cupy=cupy, host=host)
     for given, actual, what in ((world_size, comm.size, "world_size"), (rank, comm.rank, "rank")):
         if given not in (-1, None) and given != actual:
             raise ValueError(f"init_process_group: {what}={given} but the {name} launch says {actual}")

@@ -335,13 +335,16 @@ class _Mesh:
         self.closed.set()
 
     def close(self):
-        """Say goodbye to every peer after what was sent (and stop watching them)."""
+        """Say goodbye to every peer after what was sent (and stop watching them). A world that failed
+        passes its failure on instead: a peer still waiting on this rank learns the cause (the rank that
+        died), not only that this one left."""
         if self.closed.is_set():
             return
         self.closed.set()
+        kind, text = (_BYE, b"") if self.failed is None else (_ABORT, self.failed.encode())
         for peer, sender in self.senders.items():
             if peer not in self.exited:
-                sender.send(_BYE, 0, 0, b"", last=True)
+                sender.send(kind, 0, 0, text, last=True)
 
 
 class SocketCommunicator(Communicator):
