@@ -10,7 +10,7 @@ Transports, each launched as its users launch it:
 - ``torch gloo``: the same launch, ``torch.distributed.init_process_group("gloo")``: PyTorch 2.13's gloo.
 
 The same worker code runs all three (``dist`` is minidl.dist or torch.distributed): float32 all-reduces of
-4 KiB to 16 MiB, each size warmed up and checked against the exact sum, then timed run by run after a barrier,
+4 KiB to 16 MiB, each size warmed up and checked against the exact sum, then timed run by run (refilled, then a barrier),
 each run's time the slowest rank's; the median is reported. busbw = bytes / time * 2(n-1)/n (nccl-tests'
 convention). The 4 KiB time is the latency figure. Target (issue 47): the socket communicator's busbw >= torch
 gloo's from 1 MiB up. The load average is printed before and after: other work on the machine moves these.
@@ -69,6 +69,7 @@ def worker(transport, quick):
         assert np.allclose(t.numpy(), expected), (transport, nbytes)
         times = []
         for _ in range(max(runs, min(100, (4 << 20) // nbytes))):
+            t.fill_(1.0)   # (the sums stay finite)
             dist.barrier()
             start = time.perf_counter()
             dist.all_reduce(t)
