@@ -93,3 +93,13 @@ def run_all(rank, size, dtypes=DTYPES, sizes=SIZES):
                 expect(f"all_to_all {label} [{r}]", outs[r].numpy(), mine(r, rank + 1))
     dist.barrier()
     return failures
+
+
+def any_source_failures(rank, size) -> list:
+    """Every rank but 0 sends to rank 0, which receives from any source: each sender once."""
+    out = minidl.zeros(11)
+    if rank != 0:
+        dist.send(minidl.full((11,), float(rank)), 0)
+        return []
+    found = sorted(dist.recv(out) for _ in range(size - 1))
+    return [] if found == list(range(1, size)) else [f"recv from any source: {found}"]
