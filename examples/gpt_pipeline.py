@@ -38,7 +38,7 @@ from minidl.nn.parallel import DistributedDataParallel  # noqa: E402
 from minidl.optim import AdamW  # noqa: E402
 from char_gpt import DATA, GPT, batches  # noqa: E402
 from cli import non_negative_float, positive_float, positive_int  # noqa: E402
-from cli.mpi import parse_on_every_rank, require_mpi  # noqa: E402
+from cli.mpi import parse_on_every_rank, require_launch  # noqa: E402
 
 # --schedule: (the schedule, stages per rank)
 SCHEDULES = {"gpipe": (pipelining.ScheduleGPipe, 1), "1f1b": (pipelining.Schedule1F1B, 1),
@@ -221,7 +221,7 @@ def main(argv=None):
     parser.add_argument("--check", action="store_true", help="also train in one process and compare the losses")
     parser.add_argument("--seed", type=int, default=0)
     args = parse_on_every_rank(parser, argv)
-    require_mpi("gpt_pipeline.py runs one pipeline rank per process",
+    require_launch("gpt_pipeline.py runs one pipeline rank per process",
                 "mpiexec -n 4 python examples/gpt_pipeline.py --schedule 1f1b")
 
     dist.init_process_group()

@@ -5,6 +5,11 @@ shard of every epoch, gradients averaged by DistributedDataParallel.
     mpiexec -n 8 python examples/train_digits_ddp.py          # fine oversubscribed (1 thread a rank)
     mpiexec -n 2 python examples/train_digits_ddp.py --epochs 1 --limit-batches 5   # smoke run
 
+or without MPI, one process per rank as torch's launchers start them (minidl's gloo transport):
+
+    for r in 0 1; do RANK=$r WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=29500 \
+        python examples/train_digits_ddp.py & done; wait
+
 --batch-size is the global batch (split evenly over the ranks), so the optimisation, lr and
 epochs are those of the single-process run whatever the world size. Every rank seeds alike; rank
 0 alone prints, evaluates and writes the checkpoint (ddp.module's state_dict, without the
@@ -25,7 +30,7 @@ from minidl.optim.lr_scheduler import CosineAnnealingLR  # noqa: E402
 from minidl.utils.data import DataLoader, DistributedSampler  # noqa: E402
 from minidl.vision.datasets import Digits  # noqa: E402
 from cli import positive_float, positive_int  # noqa: E402
-from cli.mpi import parse_on_every_rank, require_mpi  # noqa: E402
+from cli.mpi import parse_on_every_rank, require_launch  # noqa: E402
 from train_digits import evaluate, make_model, train_epoch  # noqa: E402
 
 
@@ -39,7 +44,7 @@ def main(argv=None):
     parser.add_argument("--checkpoint", default="digits-cnn-ddp.safetensors")
     parser.add_argument("--seed", type=int, default=0)
     args = parse_on_every_rank(parser, argv)
-    require_mpi("train_digits_ddp.py runs one rank per process", "mpiexec -n 2 python examples/train_digits_ddp.py")
+    require_launch("train_digits_ddp.py runs one rank per process", "mpiexec -n 2 python examples/train_digits_ddp.py")
 
     dist.init_process_group()
     rank, world = dist.get_rank(), dist.get_world_size()

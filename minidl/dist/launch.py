@@ -1,4 +1,5 @@
-"""How a process finds out it was started by mpiexec, and how many threads each rank may use."""
+"""How a process finds out it was started by mpiexec (or as torch's launchers start ranks), and how many threads
+each rank may use."""
 from __future__ import annotations
 
 import os
@@ -21,12 +22,17 @@ _RANK_VARS = ("PMI_RANK", "PMIX_RANK", "OMPI_COMM_WORLD_RANK", "MV2_COMM_WORLD_R
 
 
 def launch_rank() -> int:
-    """This process's rank as the launcher set it (0 when not launched by mpiexec), readable before
-    ``init_process_group``: so that only rank 0 reports a bad command line."""
-    for name in _RANK_VARS:
+    """This process's rank as the launcher set it (mpiexec's, else torch's RANK; 0 when neither), readable
+    before ``init_process_group``: so that only rank 0 reports a bad command line."""
+    for name in _RANK_VARS + ("RANK",):
         if name in os.environ:
             return int(os.environ[name])
     return 0
+
+
+def launched_by_env() -> bool:
+    """Started as torch's launchers start ranks: RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT set (env://)."""
+    return all(os.environ.get(v) for v in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"))
 
 
 def launched_by_mpi() -> bool:
