@@ -52,3 +52,44 @@ def disagreeing_world_size(rank, file_path):
     """Rank 1 is told another world size: both ranks fail naming both sizes."""
     import minidl.dist as dist
     dist.init_process_group("gloo", init_method=f"file://{file_path}", rank=rank, world_size=2 + rank, timeout=20)
+
+
+def survivor(rank, out_dir, what):
+    """env:// gloo; rank 0 (the store's host) freezes by MINIDL_FAULT, or rank 1 raises (``what``). The other
+    ranks all-reduce small tensors until their operation fails, and write its error to a file."""
+    import time
+
+    import minidl
+    import minidl.dist as dist
+    os.environ["RANK"] = str(rank)
+    dist.init_process_group("gloo", timeout=60)
+    start = time.monotonic()
+    try:
+        if what == "raise" and rank == 1:
+            time.sleep(1.0)   # (rank 0 is waiting by then)
+            raise KeyError("rank 1 fails on purpose")
+        if what == "raise":
+            dist.recv(minidl.zeros(3), 1)
+        else:
+            for _ in range(100000):
+                dist.all_reduce(minidl.ones(4))
+    except dist.DistError as e:
+        with open(os.path.join(out_dir, f"rank{rank}.txt"), "w") as f:
+            f.write(f"{time.monotonic() - start:.1f} {e}")
+
+
+def waits_on_its_store(rank, port):
+    """Rank 1 waits on the job's own store for a key never set, longer than the heartbeat: no rank may take that
+    for a frozen peer. Then both run a barrier."""
+    from datetime import timedelta
+
+    import minidl.dist as dist
+    store = dist.TCPStore("127.0.0.1", port, 2, is_master=rank == 0, timeout=timedelta(seconds=30))
+    dist.init_process_group("gloo", store=store, rank=rank, world_size=2)
+    if rank == 1:
+        try:
+            store.wait(["never"], timedelta(seconds=3))
+        except dist.DistStoreError:
+            pass
+    dist.barrier()
+    dist.destroy_process_group()

@@ -3,9 +3,11 @@ environment (env://), gives torch's parameters with torch replaced by minidl; tc
 mpiexec, "gloo" meets over MPI and backend=None stays MPI. Bad input (a missing variable, a port in use, ranks that
 never arrive, a rank out of range, world sizes that disagree) is an error naming it."""
 import os
+import signal
 import socket
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -104,3 +106,47 @@ def test_world_sizes_that_disagree_fail_on_every_rank(environment, tmp_path):
         minidl.multiprocessing.spawn(dist_init_cases.disagreeing_world_size, args=(str(tmp_path / "store"),),
                                      nprocs=2)
     assert "world_size=3" in str(raised.value) and "world_size=2" in str(raised.value)
+
+
+def test_a_frozen_store_host_is_named_by_every_survivor_within_the_heartbeat(environment, tmp_path):
+    """Rank 0 serves the store (env://) and freezes (SIGSTOP) mid-run while the others send it small messages:
+    they fail naming it after the heartbeat, not after the store's timeout."""
+    for name, value in (("MASTER_ADDR", "127.0.0.1"), ("MASTER_PORT", str(free_port())), ("WORLD_SIZE", "3"),
+                        ("MINIDL_DIST_HEARTBEAT", "1.5"), ("MINIDL_FAULT", "rank=0 at=all_reduce:30 do=stop")):
+        environment.setenv(name, value)
+    context = minidl.multiprocessing.start_processes(dist_init_cases.survivor, args=(str(tmp_path), "stop"),
+                                                     nprocs=3, join=False)
+    try:
+        deadline = time.monotonic() + 60
+        while not all((tmp_path / f"rank{r}.txt").exists() for r in (1, 2)):
+            assert time.monotonic() < deadline, "the survivors did not fail within 60 s"
+            time.sleep(0.1)
+        for r in (1, 2):
+            seconds, message = (tmp_path / f"rank{r}.txt").read_text().split(" ", 1)
+            assert "rank 0" in message and float(seconds) < 20, message
+    finally:
+        for p in context.processes:
+            os.kill(p.pid, signal.SIGKILL)
+            p.join()
+
+
+def test_a_rank_that_raises_under_spawn_is_named_as_failed(environment, tmp_path):
+    for name, value in (("MASTER_ADDR", "127.0.0.1"), ("MASTER_PORT", str(free_port())), ("WORLD_SIZE", "2")):
+        environment.setenv(name, value)
+    context = minidl.multiprocessing.start_processes(dist_init_cases.survivor, args=(str(tmp_path), "raise"),
+                                                     nprocs=2, join=False)
+    with pytest.raises(minidl.multiprocessing.ProcessRaisedException, match="rank 1 fails on purpose"):
+        while not context.join(grace_period=20):
+            pass
+    message = (tmp_path / "rank0.txt").read_text()
+    assert "rank 1 failed with an uncaught exception: KeyError" in message, message
+
+
+def test_waiting_on_the_jobs_own_store_is_no_sign_of_a_frozen_rank(environment):
+    environment.setenv("MINIDL_DIST_HEARTBEAT", "1")
+    minidl.multiprocessing.spawn(dist_init_cases.waits_on_its_store, args=(free_port(),), nprocs=2)
+
+
+def test_init_method_and_store_together_are_refused():
+    with pytest.raises(ValueError, match="Cannot specify both init_method and store"):
+        dist.init_process_group("gloo", init_method="env://", store=dist.HashStore(), rank=0, world_size=1)

@@ -21,6 +21,7 @@ import _thread
 import os
 import signal
 import threading
+import weakref
 
 SEND_BYTES = 64 * 1024   # a "send" fault waits for a message at least this long (one written in pieces)
 _ACTIONS = ("kill", "stop", "raise", "partition")
@@ -50,7 +51,7 @@ class Fault:
 
 
 _plan = {}   # the environment's text -> its Fault (parsed once)
-_partitioners = []   # callables (rank, peer) -> None, from socket communicators
+_partitioners = []   # weak methods (rank, peer) -> None of socket communicators' meshes (not kept alive here)
 
 
 def current():
@@ -63,8 +64,9 @@ def current():
 
 
 def on_partition(fn) -> None:
-    """A socket communicator's way to cut a connection: ``fn(rank, peer)``."""
-    _partitioners.append(fn)
+    """A socket communicator's way to cut a connection: ``fn(rank, peer)``, a bound method held weakly."""
+    _partitioners[:] = [ref for ref in _partitioners if ref() is not None]
+    _partitioners.append(weakref.WeakMethod(fn))
 
 
 def fire(fault: Fault, rank: int, size: int) -> None:
@@ -75,8 +77,10 @@ def fire(fault: Fault, rank: int, size: int) -> None:
         os.kill(os.getpid(), signal.SIGSTOP)
     elif fault.do == "partition":
         peer = (rank + 1) % size if fault.peer is None else fault.peer
-        for fn in _partitioners:
-            fn(rank, peer)
+        for ref in _partitioners:
+            fn = ref()
+            if fn is not None:
+                fn(rank, peer)
     else:
         raise InjectedFault(f"MINIDL_FAULT: rank {rank} fails on purpose at {fault.where}")
 

@@ -68,13 +68,19 @@ def _rank_and_size(scheme, query):
     return int(query["rank"]), int(query["world_size"])
 
 
+_masters = {}   # (host, port) -> the first master TCPStore this process served there, kept for the process's life
+
+
 def _c10d_store(host, port, rank, world_size, timeout):
     """Rank 0 hosts the TCPStore (multi-tenant: one server per port in a process); the others connect. The
     master does not wait for the workers to connect: ``join`` waits for them, naming the ranks missing."""
     if not 0 <= port < 2**16:
         raise ValueError(f"port must have value from 0 to 65535 but was {port}.")
-    return TCPStore(host, port, world_size, is_master=rank == 0, timeout=timeout, multi_tenant=True,
-                    wait_for_workers=False)
+    store = TCPStore(host, port, world_size, is_master=rank == 0, timeout=timeout, multi_tenant=True,
+                     wait_for_workers=False)
+    if rank == 0:   # (its server outlives the group: a later init on the port finds the rounds it counted)
+        _masters.setdefault((host, port), store)
+    return store
 
 
 def _file_handler(url, **kwargs):

@@ -75,6 +75,8 @@ def init_process_group(backend=None, init_method=None, timeout=None, world_size=
     """
     if is_initialized():
         raise RuntimeError("init_process_group: trying to initialize the default process group twice")
+    if init_method is not None and store is not None:
+        raise ValueError("init_process_group: Cannot specify both init_method and store.")
     over_mpi = launched_by_mpi() and init_method is None and store is None and "MASTER_ADDR" not in os.environ
     name = communicators.canonical(backend if backend is not None else "mpi" if over_mpi else "gloo")
     config = config_from(name, algorithm, timeout, chunk_elements, small_message_bytes, segment_bytes,

@@ -71,6 +71,8 @@ def _run(fn, index, args, error_file):
     except Exception:
         with open(error_file, "w", encoding="utf-8", errors="backslashreplace") as f:
             f.write(traceback.format_exc())
+        if sys.excepthook is not sys.__excepthook__:   # (a library's hook: minidl.dist's tells the other ranks)
+            sys.excepthook(*sys.exc_info())
         sys.exit(1)
 
 

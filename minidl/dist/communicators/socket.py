@@ -18,6 +18,7 @@ import atexit
 import collections
 import hashlib
 import os
+import select
 import socket
 import struct
 import sys
@@ -119,10 +120,22 @@ class _Sender:
 
     def __init__(self, mesh, peer, sock):
         self.mesh, self.peer, self.sock = mesh, peer, sock
+        self.poller = select.poll()
+        self.poller.register(sock, select.POLLOUT)
         self.cond = threading.Condition()
         self.queue = collections.deque()
         self.busy = False
         self.thread = None
+
+    def beat(self):
+        """A heartbeat, unless a write is under way (its bytes are the sign of life then): never waits."""
+        if not self.cond.acquire(blocking=False):
+            return
+        try:
+            if not self.queue and not self.busy:
+                self._write(_HEADER.pack(_BEAT, 0, 0, 0), b"")
+        finally:
+            self.cond.release()
 
     def send(self, kind, context, tag, payload, request=None, last=False):
         head = _HEADER.pack(kind, context, tag, len(payload))
@@ -139,18 +152,38 @@ class _Sender:
                 self.thread.start()
             self.cond.notify()
 
-    def _write(self, head, payload):
+    def _write(self, head, payload, last=False):
+        """Write one message. A last one (goodbye, abort) goes out even from a failed world, for at most a
+        heartbeat's time; the others stop once the world failed."""
+        deadline = time.monotonic() + self.mesh.heartbeat
+        give_up = (lambda: time.monotonic() > deadline) if last else (lambda: self.mesh.failed is not None)
         try:
             if len(payload) <= INLINE_BYTES:
-                self.sock.sendall(head + bytes(payload))
+                self._send_all(head + bytes(payload), give_up)
             else:
-                self.sock.sendall(head)
+                self._send_all(head, give_up)
                 if faults.wants_send(self.mesh.rank, len(payload)):
-                    self.sock.sendall(payload[:len(payload) // 2])
+                    self._send_all(memoryview(payload)[:len(payload) // 2], give_up)
                     faults.fire(faults.current(), self.mesh.rank, self.mesh.size)
-                self.sock.sendall(payload)
+                self._send_all(payload, give_up)
         except OSError as e:
             self.mesh.lost(self.peer, f"its connection broke while rank {self.mesh.rank} sent to it ({e})")
+
+    def _send_all(self, data, give_up):
+        """sendall that stops when ``give_up()``: a peer that stopped reading (frozen) fills the socket's
+        buffer, and a plain sendall would then wait for ever, holding this stream."""
+        view, sent = memoryview(data).cast("B"), 0
+        while sent < len(view):
+            if give_up():
+                return
+            events = self.poller.poll(self.mesh.heartbeat / 5 * 1000)   # (poll: any descriptor number)
+            if any(flags & select.POLLNVAL for _, flags in events):   # (the receive side closed the socket)
+                raise ConnectionResetError("the connection is closed")
+            if events:
+                try:
+                    sent += self.sock.send(view[sent:], socket.MSG_DONTWAIT)
+                except BlockingIOError:
+                    pass
 
     def _run(self):
         while True:
@@ -159,7 +192,7 @@ class _Sender:
                     self.cond.wait()
                 head, payload, request, last = self.queue[0]
                 self.busy = True
-            self._write(head, payload)
+            self._write(head, payload, last)
             if last:
                 try:
                     self.sock.shutdown(socket.SHUT_WR)
@@ -198,8 +231,9 @@ class _Mesh:
             if self.failed is not None or self.closed.is_set():
                 return
             self.failed = message
-        if post:
-            self.store_call("set", self.prefix + "abort", f"{message} (reported by rank {self.rank})".encode())
+        if post:   # (on a thread of its own: the store's server may be the rank that failed)
+            text = f"{message} (reported by rank {self.rank})".encode()
+            threading.Thread(target=self.store_call, args=("set", self.prefix + "abort", text), daemon=True).start()
 
     def lost(self, peer, how):
         if peer not in self.exited:
@@ -287,6 +321,8 @@ class _Mesh:
 
     # -- heartbeats and the store's abort key ----------------------------------------------------
     def _watch(self):
+        """Heartbeats out and silent peers found: never waits on anything (a store call could: its server
+        may be the frozen rank, or a user's call may hold the store's connection)."""
         interval = self.heartbeat / 5
         last = time.monotonic()
         while not self.closed.wait(interval):
@@ -297,12 +333,16 @@ class _Mesh:
             last = now
             for peer, sender in self.senders.items():
                 if peer not in self.exited:
-                    sender.send(_BEAT, 0, 0, b"")
+                    sender.beat()
             for peer, seen in list(self.seen.items()):
                 if peer not in self.exited and now - seen > self.heartbeat:
                     self.fail(f"rank {peer} sent nothing, not even a heartbeat, for {now - seen:.1f} s "
                               f"(frozen or cut off; MINIDL_DIST_HEARTBEAT={self.heartbeat:g})")
-            if self.failed is None and self.store_call("check", [self.prefix + "abort"]):
+
+    def _poll_abort(self):
+        """The store's abort key, read every heartbeat interval (a failure another rank saw first)."""
+        while not self.closed.wait(self.heartbeat / 5) and self.failed is None:
+            if self.store_call("check", [self.prefix + "abort"]):
                 found = self.store_call("get", self.prefix + "abort")
                 if found:
                     self.fail(found.decode(errors="replace"), post=False)
@@ -316,6 +356,7 @@ class _Mesh:
             threading.Thread(target=self._receive, args=(peer, sock), daemon=True,
                              name=f"minidl gloo rank {self.rank} from {peer}").start()
         threading.Thread(target=self._watch, daemon=True, name=f"minidl gloo rank {self.rank} heartbeat").start()
+        threading.Thread(target=self._poll_abort, daemon=True, name=f"minidl gloo rank {self.rank} abort key").start()
         _meshes.add(self)
 
     def partition(self, rank, peer):
@@ -331,7 +372,10 @@ class _Mesh:
         for peer, sender in self.senders.items():
             if peer not in self.exited:
                 sender.send(_ABORT, 0, 0, message.encode(), last=True)
-        self.store_call("set", self.prefix + "abort", message.encode())
+        posting = threading.Thread(target=self.store_call, args=("set", self.prefix + "abort", message.encode()),
+                                   daemon=True)   # (the store's server may be frozen: wait a little only)
+        posting.start()
+        posting.join(timeout=1)
         self.closed.set()
 
     def close(self):
@@ -515,14 +559,19 @@ def abort_on_uncaught_exception() -> None:
     """An uncaught exception on this rank is printed, then every other rank's pending and next
     operation fails naming this rank (an abort message to each and a key in the store), and this
     process ends; the others are not killed, and the launcher decides what follows."""
+    if getattr(sys.excepthook, "minidl_gloo", False):   # (once per process, however many groups)
+        return
     previous = sys.excepthook
 
     def hook(kind, value, tb):
         previous(kind, value, tb)
         sys.stderr.flush()
         for mesh in list(_meshes):
+            if mesh.closed.is_set():
+                continue
             mesh.abort(f"rank {mesh.rank} failed with an uncaught exception: {kind.__name__}: {value}")
             for sender in mesh.senders.values():
                 if sender.thread is not None:
                     sender.thread.join(timeout=2)
+    hook.minidl_gloo = True
     sys.excepthook = hook
