@@ -13,7 +13,6 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import numpy as np  # noqa: E402
 
 import minidl  # noqa: E402
 import minidl.dist as dist  # noqa: E402

@@ -3,7 +3,6 @@ the communicator with ranks as threads over real loopback sockets, then processe
 meeting through minidl's FileStore: the collective suites, two faked nodes, and
 ranks killed, frozen or failing mid-collective, mid-send and idle."""
 import os
-import signal
 import subprocess
 import sys
 import threading
