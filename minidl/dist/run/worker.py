@@ -21,6 +21,10 @@ def write_error_file(kind, value, tb) -> None:
         json.dump(record, f)
 
 
+def _ours(filename: str) -> bool:
+    return filename == __file__ or "runpy" in filename
+
+
 def main(argv) -> None:
     as_module, target, args = argv[0] == "-m", argv[1], argv[2:]
     sys.argv = [target] + args
@@ -34,6 +38,8 @@ def main(argv) -> None:
         raise
     except BaseException:
         kind, value, tb = sys.exc_info()
+        while tb is not None and _ours(tb.tb_frame.f_code.co_filename):   # (the script's frames only)
+            tb = tb.tb_next
         write_error_file(kind, value, tb)
         sys.excepthook(kind, value, tb)   # (minidl.dist's hook, once a group is up, tells the peers)
         sys.exit(1)
