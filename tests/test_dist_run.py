@@ -73,19 +73,25 @@ def test_a_raising_worker_is_summarized_with_its_traceback_and_restarts_run_out(
     script = _script(tmp_path, "boom.py", f"""
         import os
         open(f"{tmp_path}/attempt{{os.environ['TORCHELASTIC_RESTART_COUNT']}}.{{os.environ['RANK']}}", "w").close()
+        print(f"hello from rank {{os.environ['RANK']}}")
         if os.environ["RANK"] == "1":
             raise ValueError("boom in the training step")
         """)
-    r = _launch([*FAST, "--max-restarts", "1", "--log-dir", str(tmp_path / "logs"), script])
+    r = _launch([*FAST, "--max-restarts", "1", "--log-dir", str(tmp_path / "logs"), "-r", "0:1", "--tee", "1:3",
+                 script])
     assert r.returncode == 1
     assert "restarting the group (restart 1 of 1)" in r.stderr
     assert "the job failed (restarts used: 1 of 1)" in r.stderr
     assert "local_rank 1 (rank 1) exited with code 1: ValueError: boom in the training step" in r.stderr
-    assert 'boom.py", line 5, in <module>' in r.stderr and "worker.py" not in r.stderr.split("job failed")[1]
+    assert 'boom.py", line 6, in <module>' in r.stderr and "worker.py" not in r.stderr.split("job failed")[1]
     assert sorted(p.name for p in tmp_path.glob("attempt*")) == ["attempt0.0", "attempt0.1", "attempt1.0",
                                                                  "attempt1.1"]
     files = list((tmp_path / "logs").glob("*/attempt_1/1/error.json"))
     assert len(files) == 1 and "ValueError" in json.load(open(files[0]))["message"]["message"]
+    logs = files[0].parent.parent   # (rank 0's stdout only in its file; rank 1's streams teed)
+    assert (logs / "0" / "stdout.log").read_text() == "hello from rank 0\n" and "rank 0" not in r.stdout
+    assert (logs / "1" / "stdout.log").read_text() == "hello from rank 1\n" and "hello from rank 1" in r.stdout
+    assert "ValueError: boom" in (logs / "1" / "stderr.log").read_text()
 
 
 def test_a_worker_killed_mid_collective_is_restarted_and_a_late_restarted_worker_still_meets(tmp_path):

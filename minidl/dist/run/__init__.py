@@ -52,7 +52,7 @@ def main(argv=None) -> None:
     store = _store(plan)
     log_root = (tempfile.mkdtemp(prefix="minidl_run_") if plan.log_dir is None
                 else tempfile.mkdtemp(prefix=f"{plan.run_id}_", dir=_made(plan.log_dir)))
-    previous = {s: signal.signal(s, _raise) for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
+    previous = {s: signal.signal(s, _raise) for s in _SIGNALS}
     try:
         _run(plan, store, log_root)
     except _Signaled as e:
@@ -70,7 +70,12 @@ def _made(path):
     return path
 
 
+_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+
 def _raise(signum, frame):
+    for s in _SIGNALS:   # (a second Ctrl-C must not cut short the stopping of the workers)
+        signal.signal(s, signal.SIG_IGN)
     raise _Signaled(signum)
 
 
