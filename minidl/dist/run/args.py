@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import sys
 import uuid
 from dataclasses import dataclass, field
 
@@ -216,7 +217,6 @@ def plan_of(args, error) -> Plan:
 
 
 def _command(args, error) -> list:
-    import sys
     script, rest = args.training_script, list(args.training_script_args)
     if args.module and args.no_python:
         error("--no-python and -m cannot be used together")
