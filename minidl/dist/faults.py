@@ -14,6 +14,8 @@ itself at a chosen point, driven by the environment so the code under test runs 
   meant for ``send``, which runs on a sending thread), ``partition`` (close the socket backend's
   connection to rank ``peer``, default the next rank, without a goodbye).
 - ``peer``: for ``partition``.
+- ``restart``: only in this attempt of a launched job (``TORCHELASTIC_RESTART_COUNT``, 0 for the first), so
+  a job that ``minidl.dist.run`` restarts does not fail again the same way.
 """
 from __future__ import annotations
 
@@ -34,14 +36,15 @@ class InjectedFault(RuntimeError):
 class Fault:
     def __init__(self, text: str):
         fields = dict(part.split("=", 1) for part in text.split() if "=" in part)
-        bad = [p for p in text.split() if "=" not in p] + sorted(set(fields) - {"rank", "at", "do", "peer"})
+        bad = [p for p in text.split() if "=" not in p] + sorted(set(fields) - {"rank", "at", "do", "peer", "restart"})
         if bad or not {"rank", "at", "do"} <= set(fields):
-            raise ValueError(f"MINIDL_FAULT={text!r}: expected 'rank=R at=WHEN do=WHAT [peer=P]' "
+            raise ValueError(f"MINIDL_FAULT={text!r}: expected 'rank=R at=WHEN do=WHAT [peer=P] [restart=N]' "
                              f"(see minidl.dist.faults); bad or missing: {bad or sorted({'rank', 'at', 'do'} - set(fields))}")
         if fields["do"] not in _ACTIONS:
             raise ValueError(f"MINIDL_FAULT={text!r}: do must be one of {_ACTIONS}, got {fields['do']!r}")
         self.rank, self.do = int(fields["rank"]), fields["do"]
         self.peer = int(fields["peer"]) if "peer" in fields else None
+        self.restart = int(fields["restart"]) if "restart" in fields else None
         where, _, count = fields["at"].partition(":")
         if where != "send" and not count:
             raise ValueError(f"MINIDL_FAULT={text!r}: at must be NAME:N, send or idle:SECONDS")
@@ -60,7 +63,10 @@ def current():
         return None
     if text not in _plan:
         _plan[text] = Fault(text)
-    return _plan[text]
+    fault = _plan[text]
+    if fault.restart is not None and fault.restart != int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")):
+        return None
+    return fault
 
 
 def on_partition(fn) -> None:

@@ -15,7 +15,7 @@ import time
 from datetime import timedelta
 from urllib.parse import urlparse, urlunparse
 
-from .store import DistStoreError, FileStore, TCPStore
+from .store import DistStoreError, FileStore, PrefixStore, TCPStore
 
 DEFAULT_TIMEOUT = timedelta(minutes=30)
 _handlers: dict = {}
@@ -83,6 +83,22 @@ def _c10d_store(host, port, rank, world_size, timeout):
     return store
 
 
+def agent_prefix(run_id: str, restart_count) -> str:
+    """The key space of one attempt of a launched job: a restarted group never meets keys (rounds, socket
+    addresses, abort notes) its dead predecessor left on the launcher's store."""
+    return f"torchelastic/{run_id}/attempt{restart_count}/"
+
+
+def _agent_store(host, port, world_size, timeout):
+    """A client of the launcher's store, seen through this attempt's prefix."""
+    if not 0 <= port < 2**16:
+        raise ValueError(f"port must have value from 0 to 65535 but was {port}.")
+    client = TCPStore(host, port, world_size, is_master=False, timeout=timeout)
+    prefix = agent_prefix(os.environ.get("TORCHELASTIC_RUN_ID", "none"),
+                          os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+    return PrefixStore(prefix, client)
+
+
 def _file_handler(url, **kwargs):
     parts = urlparse(url)
     if not parts.path:
@@ -111,12 +127,17 @@ def _env(name):
 
 
 def _env_handler(url, timeout: timedelta = DEFAULT_TIMEOUT, **kwargs):
-    """MASTER_ADDR, MASTER_PORT, and RANK and WORLD_SIZE unless the url's query gives them."""
+    """MASTER_ADDR, MASTER_PORT, and RANK and WORLD_SIZE unless the url's query gives them. Under a launcher
+    that serves the store itself (``TORCHELASTIC_USE_AGENT_STORE=True``, as ``minidl.dist.run`` and torchrun
+    set) every rank is a client, and each attempt of the job gets a key space of its own."""
     query = _query(urlparse(url).query)
     rank = int(query["rank"]) if "rank" in query else int(_env("RANK"))
     world_size = int(query["world_size"]) if "world_size" in query else int(_env("WORLD_SIZE"))
     host, port = _env("MASTER_ADDR"), int(_env("MASTER_PORT"))
-    yield _c10d_store(host, port, rank, world_size, timeout), rank, world_size
+    if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True":
+        yield _agent_store(host, port, world_size, timeout), rank, world_size
+    else:
+        yield _c10d_store(host, port, rank, world_size, timeout), rank, world_size
     raise RuntimeError("Unable to perform re-rendezvous using env:// method")
 
 

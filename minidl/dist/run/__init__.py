@@ -1,0 +1,147 @@
+"""``python -m minidl.dist.run``: torchrun's launcher for minidl scripts (torch 2.13's flags and the worker
+environment torchrun gives: RANK, LOCAL_RANK, WORLD_SIZE, ..., TORCHELASTIC_RESTART_COUNT), on one node.
+
+- **The store lives here**, in the launcher, so it outlives the workers. Workers reach it as MASTER_ADDR:
+  MASTER_PORT and, told by ``TORCHELASTIC_USE_AGENT_STORE=True`` (torchrun's variable), connect as clients.
+- **Restarts**: when a worker fails the others are stopped (SIGTERM, then SIGKILL) and, while --max-restarts
+  allows, the group starts again with TORCHELASTIC_RESTART_COUNT one higher. Each attempt meets under a key
+  prefix of its own on the same store (``rendezvous.agent_prefix``), rather than on a fresh store on a new
+  port: the port the user chose stays the job's, no new port can be taken by someone else between attempts,
+  and nothing a dead attempt left (round counters, socket addresses, abort notes) is visible to the next, so
+  workers that start seconds apart still meet in a clean round.
+- **Failures**: each worker runs under a small bootstrap (``worker.py``) that writes an uncaught exception's
+  traceback to TORCHELASTIC_ERROR_FILE (scripts need no ``@record``); the summary names the failed local and
+  global ranks, the exit code or signal and the traceback's first lines, and the launcher exits 1.
+- **OMP_NUM_THREADS**, where unset, is each worker's share of the cores (cores // nproc, at least 1), not
+  torchrun's 1: minidl measured that share best (``launch.fit_threads_to_cores``: 1 thread each wastes cores
+  when there are fewer workers than cores, a machine-wide pool each is 8x slower), and setting it before the
+  worker starts also reaches the BLAS library, which reads it once at load.
+- Multi-node (--nnodes above 1) and elastic membership are not built yet: they are refused clearly.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import time
+
+from .args import parser, plan_of
+from .group import WorkerGroup
+
+__all__ = ["main", "ChildFailedError"]
+
+
+class ChildFailedError(Exception):
+    """The job failed: a worker failed and no restart was left (torch's name); the message is the summary."""
+
+
+class _Signaled(Exception):
+    def __init__(self, signum):
+        super().__init__(signum)
+        self.signum = signum
+
+
+def main(argv=None) -> None:
+    """Launch the job ``argv`` describes (``sys.argv[1:]`` by default) and wait for it. Raises
+    ChildFailedError when it fails, SystemExit for a bad command line or rendezvous."""
+    p = parser()
+    args = p.parse_args(argv)
+    plan = plan_of(args, p.error)
+    store = _store(plan)
+    log_root = (tempfile.mkdtemp(prefix="minidl_run_") if plan.log_dir is None
+                else tempfile.mkdtemp(prefix=f"{plan.run_id}_", dir=_made(plan.log_dir)))
+    previous = {s: signal.signal(s, _raise) for s in _SIGNALS}
+    try:
+        _run(plan, store, log_root)
+    except _Signaled as e:
+        sys.stderr.write(f"minidl.dist.run: got {signal.Signals(e.signum).name}: stopped every worker\n")
+        raise SystemExit(128 + e.signum)
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+        if plan.log_dir is None:
+            shutil.rmtree(log_root, ignore_errors=True)
+
+
+def _made(path):
+    os.makedirs(path, exist_ok=True)
+    return path
+
+
+_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+
+def _raise(signum, frame):
+    for s in _SIGNALS:   # (a second Ctrl-C must not cut short the stopping of the workers)
+        signal.signal(s, signal.SIG_IGN)
+    raise _Signaled(signum)
+
+
+def _store(plan):
+    """The job's store: served here (a free port for port 0), or reached at the endpoint within join_timeout."""
+    from datetime import timedelta
+
+    from ..store import TCPStore
+    try:
+        store = TCPStore(plan.host, plan.port, None, is_master=plan.serve, wait_for_workers=False,
+                         timeout=timedelta(seconds=plan.join_timeout))
+    except Exception as e:   # (a port in use, nobody listening at the endpoint: a clear message, no worker)
+        what = "serve the store at" if plan.serve else "reach the rendezvous endpoint"
+        raise SystemExit(f"minidl.dist.run: error: could not {what} {plan.host}:{plan.port} within "
+                         f"{plan.join_timeout:g} s: {e}") from None
+    plan.port = store.port if plan.serve else plan.port
+    return store
+
+
+def _run(plan, store, log_root):
+    restarts = 0
+    while True:
+        group = WorkerGroup(plan.cmd, _envs(plan, restarts, log_root),
+                            [os.path.join(log_root, f"attempt_{restarts}", str(i)) for i in range(plan.nproc)],
+                            plan.redirects, plan.tee)
+        try:
+            failures = _watch(group, plan.monitor_interval)
+        finally:
+            group.stop()
+        if not failures:
+            return
+        failures.sort(key=lambda f: (f.exitcode >= 0, f.record() is None, f.seen))
+        if restarts < plan.max_restarts:
+            restarts += 1
+            sys.stderr.write(f"minidl.dist.run: {failures[0].describe().splitlines()[0]}; restarting the group "
+                             f"(restart {restarts} of {plan.max_restarts})\n")
+            continue
+        summary = "\n".join([f"minidl.dist.run: the job failed (restarts used: {restarts} of {plan.max_restarts})"]
+                            + [f.describe() for f in failures])
+        sys.stderr.write(summary + "\n")
+        raise ChildFailedError(summary)
+
+
+def _watch(group, interval) -> list:
+    """Poll every ``interval`` seconds until every worker succeeded ([]) or one failed (the failures)."""
+    while True:
+        failures = group.failures()
+        if failures:
+            return failures
+        if group.done():
+            return []
+        time.sleep(interval)
+
+
+def _envs(plan, restart_count, log_root) -> list:
+    base = dict(os.environ)
+    if "OMP_NUM_THREADS" not in base:
+        base["OMP_NUM_THREADS"] = str(max(1, len(os.sched_getaffinity(0)) // plan.nproc))
+    envs = []
+    for i in range(plan.nproc):
+        env = dict(base, RANK=str(i), LOCAL_RANK=str(i), WORLD_SIZE=str(plan.nproc),
+                   LOCAL_WORLD_SIZE=str(plan.nproc), GROUP_RANK="0", GROUP_WORLD_SIZE="1", ROLE_NAME="default",
+                   ROLE_RANK=str(i), ROLE_WORLD_SIZE=str(plan.nproc), MASTER_ADDR=plan.host,
+                   MASTER_PORT=str(plan.port), TORCHELASTIC_RESTART_COUNT=str(restart_count),
+                   TORCHELASTIC_MAX_RESTARTS=str(plan.max_restarts), TORCHELASTIC_RUN_ID=plan.run_id,
+                   TORCHELASTIC_USE_AGENT_STORE="True",
+                   TORCHELASTIC_ERROR_FILE=os.path.join(log_root, f"attempt_{restart_count}", str(i), "error.json"))
+        envs.append(env)
+    return envs
