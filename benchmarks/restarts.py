@@ -9,7 +9,8 @@ worker written with torch: only the import differs): a data-parallel step loop (
 DistributedDataParallel, on the gloo transport) that prints each step's wall-clock time. Once the first attempt
 has taken 20 steps, this script SIGKILLs rank 1 (its pid, printed by the worker) and notes the time. In the
 restarted attempt rank 1 sleeps 2 s before ``init_process_group`` (the staggered start PyTorch 2.13's own launcher
-failed on here). A run succeeds when the launcher exits 0 after the restarted group's 30 steps. Reported: the
+failed on here). A run succeeds when the launcher exits 0 after the restarted group's 30 steps; one still going
+after 90 s is a hang, killed and counted as a failure. Reported: the
 successes, and the time from the SIGKILL to the restarted group's first step (median and range).
 """
 import argparse
@@ -18,9 +19,11 @@ import signal
 import statistics
 import subprocess
 import sys
+import threading
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+HANG_SECONDS = 90   # a run still going after this long is a hang: killed, and counted as a failed restart
 
 
 def say(line):
@@ -64,6 +67,8 @@ def run_once(framework):
     launcher = subprocess.Popen(command, env=dict(os.environ, PYTHONPATH=ROOT), stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, text=True, start_new_session=True)
     pids, killed, first, steps = {}, None, None, 0
+    watchdog = threading.Timer(HANG_SECONDS, os.killpg, (launcher.pid, signal.SIGKILL))   # (a hang: a failure)
+    watchdog.start()
     try:
         for line in launcher.stdout:
             words = line.split()
@@ -78,6 +83,7 @@ def run_once(framework):
                 first = float(words[1])
         launcher.wait(timeout=120)
     finally:
+        watchdog.cancel()
         if launcher.poll() is None:
             os.killpg(launcher.pid, signal.SIGKILL)
             launcher.wait()
