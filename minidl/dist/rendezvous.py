@@ -94,8 +94,8 @@ def _agent_store(host, port, world_size, timeout):
     if not 0 <= port < 2**16:
         raise ValueError(f"port must have value from 0 to 65535 but was {port}.")
     client = TCPStore(host, port, world_size, is_master=False, timeout=timeout)
-    prefix = agent_prefix(os.environ.get("TORCHELASTIC_RUN_ID", "none"),
-                          os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+    attempt = os.environ.get("MINIDL_RUN_ATTEMPT") or os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    prefix = agent_prefix(os.environ.get("TORCHELASTIC_RUN_ID", "none"), attempt)
     return PrefixStore(prefix, client)
 
 
