@@ -295,12 +295,18 @@ def _listening(port, timeout=15):
 
 
 def _ended(launchers, timeout=30):
+    """(exit code, stderr) of each launcher once it ended; any still running after ``timeout`` is killed."""
     try:
         return [(p.wait(timeout=timeout), p.stderr.read()) for p in launchers]
     finally:
-        for p in launchers:
-            p.kill()
-            p.wait()
+        _kill(launchers)
+
+
+def _kill(launchers):
+    """SIGKILL (their workers die with them: PR_SET_PDEATHSIG) and reap."""
+    for p in launchers:
+        p.kill()
+        p.wait()
 
 
 def test_two_launchers_form_one_two_worker_job_through_c10d_rendezvous(tmp_path):
@@ -346,7 +352,7 @@ def test_a_sigkilled_launcher_takes_its_workers_along_and_the_other_goes_on_at_w
         alone = _seen(tmp_path, 3, launchers[:1])[2]
         code, err = _ended(launchers[:1])[0]
     finally:
-        _ended(launchers)
+        _kill(launchers)
     assert code == 0, err
     assert (alone["RANK"], alone["WORLD_SIZE"], alone["total"]) == ("0", "1", 1.0)
     assert "stopped answering" in err or "restarting the group" in err
@@ -361,3 +367,20 @@ def test_static_rendezvous_ranks_two_nodes_by_their_node_rank(tmp_path):
     seen = sorted(_seen(tmp_path, 2, []), key=lambda s: s["RANK"])
     assert [(s["RANK"], s["GROUP_RANK"], s["WORLD_SIZE"], s["total"]) for s in seen] == [
         ("0", "0", "2", 2.0), ("1", "1", "2", 2.0)]
+
+
+def test_a_node_arriving_at_a_full_job_waits_then_is_refused_clearly(tmp_path):
+    port = _free_port()
+    launchers = [_node(tmp_path, "2", port, 99) for _ in range(2)]   # (their workers wait for the end)
+    try:
+        _seen(tmp_path, 2, launchers)
+        start = time.monotonic()
+        with pytest.raises(SystemExit) as e:
+            main(["--nnodes", "1:2", "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id",
+                  "job", "--rdzv-conf", "join_timeout=1", _script(tmp_path, "late.py", "raise SystemExit(3)")])
+        assert time.monotonic() - start < 10
+        assert "rendezvous at 127.0.0.1:" in str(e.value.code) and "the job is full (2 node(s)" in str(e.value.code)
+        assert all(p.poll() is None for p in launchers)   # (the running job did not restart for it)
+        assert len(_seen(tmp_path, 2, launchers)) == 2
+    finally:
+        _kill(launchers)
