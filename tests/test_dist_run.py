@@ -250,6 +250,8 @@ NODE = """
     import json, os, sys, time
     import minidl, minidl.dist as dist
     out, final_world = sys.argv[1], int(sys.argv[2])
+    if os.environ.get("FAIL_FIRST") and os.environ["TORCHELASTIC_RESTART_COUNT"] == "0":
+        raise RuntimeError("this node's first attempt fails")
     dist.init_process_group("gloo")
     t = minidl.tensor([1.0])
     dist.all_reduce(t)
@@ -264,14 +266,14 @@ NODE = """
 CONF = "keep_alive_interval=0.5,keep_alive_max_attempt=3,join_timeout=30,last_call_timeout="
 
 
-def _node(tmp_path, nnodes, port, final_world, *extra, last_call=0.5):
+def _node(tmp_path, nnodes, port, final_world, *extra, last_call=0.5, **env):
     args = [sys.executable, "-m", "minidl.dist.run", "--nproc-per-node", "1", "--monitor-interval", "0.05",
             "--nnodes", nnodes, *extra, _script(tmp_path, "node.py", NODE), str(tmp_path / "seen.jsonl"),
             str(final_world)]
     if "static" not in extra:
         args[3:3] = ["--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", "job",
                      "--rdzv-conf", f"{CONF}{last_call}"]
-    return subprocess.Popen(args, env=_env(), cwd=ROOT, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(args, env=_env(**env), cwd=ROOT, stderr=subprocess.PIPE, text=True)
 
 
 def _seen(tmp_path, count, launchers, timeout=30):
@@ -317,6 +319,19 @@ def test_two_launchers_form_one_two_worker_job_through_c10d_rendezvous(tmp_path)
     seen = sorted(_seen(tmp_path, 2, []), key=lambda s: s["RANK"])
     assert [(s["RANK"], s["GROUP_RANK"]) for s in seen] == [("0", "0"), ("1", "1")]
     assert all((s["WORLD_SIZE"], s["GROUP_WORLD_SIZE"], s["total"]) == ("2", "2", 2.0) for s in seen)
+
+
+def test_a_worker_failure_on_one_node_uses_its_restart_and_every_node_meets_again(tmp_path):
+    port = _free_port()
+    launchers = [_node(tmp_path, "2", port, 2, "--max-restarts", "1"),
+                 _node(tmp_path, "2", port, 2, "--max-restarts", "1", FAIL_FIRST="1")]
+    ended = _ended(launchers)
+    assert [code for code, _ in ended] == [0, 0], ended
+    seen = _seen(tmp_path, 2, [])
+    assert len(seen) == 2 and {s["WORLD_SIZE"] for s in seen} == {"2"}
+    assert sorted(s["TORCHELASTIC_RESTART_COUNT"] for s in seen) == ["0", "1"]   # (the other node's was no failure)
+    assert "this node's first attempt fails" in ended[1][1] and "restart 1 of 1" in ended[1][1]
+    assert "another node began a new rendezvous round" in ended[0][1]
 
 
 def test_a_node_joining_a_running_elastic_job_restarts_it_at_world_size_two(tmp_path):

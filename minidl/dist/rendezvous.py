@@ -90,7 +90,8 @@ def agent_prefix(run_id: str, restart_count) -> str:
 
 
 def _agent_store(host, port, world_size, timeout):
-    """A client of the launcher's store, seen through this attempt's prefix."""
+    """A client of the launcher's store, seen through this attempt's prefix: the launchers' rendezvous round
+    (MINIDL_RUN_ATTEMPT, the same on every node) when there are several nodes, else the restart count."""
     if not 0 <= port < 2**16:
         raise ValueError(f"port must have value from 0 to 65535 but was {port}.")
     client = TCPStore(host, port, world_size, is_master=False, timeout=timeout)

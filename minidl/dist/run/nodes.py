@@ -12,16 +12,25 @@ import os
 import sys
 import time
 
+from ..store import DistStoreError
 from .group import WorkerGroup
 from .rounds import Rendezvous
 
 
 def run_nodes(plan, store, log_root, envs_of, failed) -> None:
     """Run rounds until this node's workers succeed (and the others' did) or fail with no restart left
-    (``failed(failures, restarts)`` raises)."""
+    (``failed(failures, max_restarts, restarts)`` raises). The job's store going away (its host's launcher
+    ended) is a clear SystemExit."""
     rdzv = Rendezvous(store, plan.run_id, plan.nproc, plan.min_nodes, plan.max_nodes,
                       node_rank=plan.node_rank, last_call=plan.last_call, join_timeout=plan.join_timeout,
                       keep_alive=plan.keep_alive, endpoint=f"{plan.host}:{plan.port}")
+    try:
+        _rounds(plan, rdzv, log_root, envs_of, failed)
+    except DistStoreError as e:
+        raise SystemExit(f"minidl.dist.run: error: the job's store is gone, so this node stops: {e}") from None
+
+
+def _rounds(plan, rdzv, log_root, envs_of, failed) -> None:
     restarts = 0
     while True:
         rnd = rdzv.join()
