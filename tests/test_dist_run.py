@@ -1,5 +1,7 @@
 """python -m minidl.dist.run (torchrun's launcher): the workers' environment, failure summaries, restarts that
-meet after a kill mid-collective and a staggered start, snapshot resume, signals, and bad input."""
+meet after a kill mid-collective and a staggered start, snapshot resume, signals, and bad input; several
+launchers on this machine standing for nodes: c10d and static rendezvous, a node joining a running job and one
+SIGKILLed out of it (its workers die with it)."""
 import json
 import os
 import signal
@@ -223,7 +225,9 @@ def _free_port():
     (["--nproc-per-node", "0", __file__], "--nproc-per-node must be at least 1, got 0"),
     (["--nproc-per-node", "lots", __file__], "Unsupported nproc_per_node value: lots"),
     (["--nnodes", "3:2", __file__], "min_nodes must be > 0 and <= max_nodes, got min_nodes=3, max_nodes=2"),
-    (["--nnodes", "1:2", __file__], "more than one node is not built yet"),
+    (["--nnodes", "1:2", __file__], "the static rendezvous backend needs a fixed number of nodes"),
+    (["--nnodes", "2", "--node-rank", "2", __file__], "--node-rank 2: expected 0..1 for --nnodes 2"),
+    (["--rdzv-conf", "last_call_timeout=soon", __file__], "last_call_timeout='soon': expected seconds"),
     (["--rdzv-backend", "etcd", __file__], "supported are c10d and static"),
 ])
 def test_bad_command_lines_are_clear_errors_before_any_worker(argv, words, capsys):
@@ -240,3 +244,158 @@ def test_a_rendezvous_endpoint_nobody_listens_on_times_out_naming_it(tmp_path):
               "--rdzv-conf", "is_host=false,join_timeout=1", _script(tmp_path, "never.py", "raise SystemExit(3)")])
     assert f"could not reach the rendezvous endpoint 127.0.0.1:{port} within 1 s" in str(e.value.code)
     assert time.monotonic() - start < 10
+
+
+NODE = """
+    import json, os, sys, time
+    import minidl, minidl.dist as dist
+    out, final_world = sys.argv[1], int(sys.argv[2])
+    if os.environ.get("FAIL_FIRST") and os.environ["TORCHELASTIC_RESTART_COUNT"] == "0":
+        raise RuntimeError("this node's first attempt fails")
+    dist.init_process_group("gloo")
+    t = minidl.tensor([1.0])
+    dist.all_reduce(t)
+    seen = {k: os.environ[k] for k in ("RANK", "WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE",
+                                       "TORCHELASTIC_RESTART_COUNT")}
+    with open(out, "a") as f:
+        f.write(json.dumps(dict(seen, total=t.item(), pid=os.getpid())) + "\\n")
+    if dist.get_world_size() != final_world:
+        time.sleep(60)   # until the launchers restart this worker at another world size
+    dist.destroy_process_group()
+    """
+CONF = "keep_alive_interval=0.5,keep_alive_max_attempt=3,join_timeout=30,last_call_timeout="
+
+
+def _node(tmp_path, nnodes, port, final_world, *extra, last_call=0.5, **env):
+    args = [sys.executable, "-m", "minidl.dist.run", "--nproc-per-node", "1", "--monitor-interval", "0.05",
+            "--nnodes", nnodes, *extra, _script(tmp_path, "node.py", NODE), str(tmp_path / "seen.jsonl"),
+            str(final_world)]
+    if "static" not in extra:
+        args[3:3] = ["--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", "job",
+                     "--rdzv-conf", f"{CONF}{last_call}"]
+    return subprocess.Popen(args, env=_env(**env), cwd=ROOT, stderr=subprocess.PIPE, text=True)
+
+
+def _seen(tmp_path, count, launchers, timeout=30):
+    """The workers' records once there are ``count`` of them (while every launcher still runs)."""
+    path, deadline = tmp_path / "seen.jsonl", time.monotonic() + timeout
+    while not path.exists() or len(path.read_text().splitlines()) < count:
+        assert time.monotonic() < deadline, [p.stderr.read() for p in launchers if p.poll() is not None]
+        time.sleep(0.05)
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def _listening(port, timeout=15):
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+
+
+def _ended(launchers, timeout=30):
+    """(exit code, stderr) of each launcher once it ended; any still running after ``timeout`` is killed."""
+    try:
+        return [(p.wait(timeout=timeout), p.stderr.read()) for p in launchers]
+    finally:
+        _kill(launchers)
+
+
+def _kill(launchers):
+    """SIGKILL (their workers die with them: PR_SET_PDEATHSIG) and reap."""
+    for p in launchers:
+        p.kill()
+        p.wait()
+
+
+def test_two_launchers_form_one_two_worker_job_through_c10d_rendezvous(tmp_path):
+    port = _free_port()
+    launchers = [_node(tmp_path, "2", port, 2) for _ in range(2)]
+    ended = _ended(launchers)
+    assert [code for code, _ in ended] == [0, 0], ended
+    seen = sorted(_seen(tmp_path, 2, []), key=lambda s: s["RANK"])
+    assert [(s["RANK"], s["GROUP_RANK"]) for s in seen] == [("0", "0"), ("1", "1")]
+    assert all((s["WORLD_SIZE"], s["GROUP_WORLD_SIZE"], s["total"]) == ("2", "2", 2.0) for s in seen)
+
+
+def test_a_worker_failure_on_one_node_uses_its_restart_and_every_node_meets_again(tmp_path):
+    port = _free_port()
+    launchers = [_node(tmp_path, "2", port, 2, "--max-restarts", "1"),
+                 _node(tmp_path, "2", port, 2, "--max-restarts", "1", FAIL_FIRST="1")]
+    ended = _ended(launchers)
+    assert [code for code, _ in ended] == [0, 0], ended
+    seen = _seen(tmp_path, 2, [])
+    assert len(seen) == 2 and {s["WORLD_SIZE"] for s in seen} == {"2"}
+    assert sorted(s["TORCHELASTIC_RESTART_COUNT"] for s in seen) == ["0", "1"]   # (the other node's was no failure)
+    assert "this node's first attempt fails" in ended[1][1] and "restart 1 of 1" in ended[1][1]
+    assert "another node began a new rendezvous round" in ended[0][1]
+
+
+def test_a_node_joining_a_running_elastic_job_restarts_it_at_world_size_two(tmp_path):
+    port = _free_port()
+    launchers = [_node(tmp_path, "1:2", port, 2)]
+    try:
+        first = _seen(tmp_path, 1, launchers)
+        launchers.append(_node(tmp_path, "1:2", port, 2))
+        seen = _seen(tmp_path, 3, launchers)
+    finally:
+        ended = _ended(launchers)
+    assert [code for code, _ in ended] == [0, 0], ended
+    assert [(s["WORLD_SIZE"], s["total"]) for s in first] == [("1", 1.0)]
+    assert sorted((s["RANK"], s["WORLD_SIZE"], s["total"]) for s in seen[1:]) == [("0", "2", 2.0), ("1", "2", 2.0)]
+    assert {s["TORCHELASTIC_RESTART_COUNT"] for s in seen} == {"0"}   # (torch: a membership change is no failure)
+    assert "a new node is waiting to join" in ended[0][1]
+
+
+def test_a_sigkilled_launcher_takes_its_workers_along_and_the_other_goes_on_at_world_size_one(tmp_path):
+    port = _free_port()
+    launchers = [_node(tmp_path, "1:2", port, 1, last_call=3)]   # (time for the second to join round 0)
+    try:
+        _listening(port)   # (the first launcher hosts the store; the one killed is a client)
+        launchers.append(_node(tmp_path, "1:2", port, 1, last_call=3))
+        pairs = _seen(tmp_path, 2, launchers)
+        assert [s["WORLD_SIZE"] for s in pairs] == ["2", "2"]
+        victim = next(s["pid"] for s in pairs if s["GROUP_RANK"] == "1")
+        launchers[1].kill()
+        deadline = time.monotonic() + 10
+        while _alive(victim):   # (PR_SET_PDEATHSIG: the worker dies with its launcher)
+            assert time.monotonic() < deadline, "a worker outlived its SIGKILLed launcher"
+            time.sleep(0.05)
+        alone = _seen(tmp_path, 3, launchers[:1])[2]
+        code, err = _ended(launchers[:1])[0]
+    finally:
+        _kill(launchers)
+    assert code == 0, err
+    assert (alone["RANK"], alone["WORLD_SIZE"], alone["total"]) == ("0", "1", 1.0)
+    assert "node 1 stopped answering (no beat for 1.5 s)" in err
+
+
+def test_static_rendezvous_ranks_two_nodes_by_their_node_rank(tmp_path):
+    port = _free_port()
+    launchers = [_node(tmp_path, "2", port, 2, "--rdzv-backend", "static", "--node-rank", str(r),
+                       "--master-addr", "127.0.0.1", "--master-port", str(port)) for r in (1, 0)]
+    ended = _ended(launchers)
+    assert [code for code, _ in ended] == [0, 0], ended
+    seen = sorted(_seen(tmp_path, 2, []), key=lambda s: s["RANK"])
+    assert [(s["RANK"], s["GROUP_RANK"], s["WORLD_SIZE"], s["total"]) for s in seen] == [
+        ("0", "0", "2", 2.0), ("1", "1", "2", 2.0)]
+
+
+def test_a_node_arriving_at_a_full_job_waits_then_is_refused_clearly(tmp_path):
+    port = _free_port()
+    launchers = [_node(tmp_path, "2", port, 99) for _ in range(2)]   # (their workers wait for the end)
+    try:
+        _seen(tmp_path, 2, launchers)
+        start = time.monotonic()
+        with pytest.raises(SystemExit) as e:
+            main(["--nnodes", "1:2", "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id",
+                  "job", "--rdzv-conf", "join_timeout=1", _script(tmp_path, "late.py", "raise SystemExit(3)")])
+        assert time.monotonic() - start < 10
+        assert "rendezvous at 127.0.0.1:" in str(e.value.code) and "the job is full (2 node(s)" in str(e.value.code)
+        assert all(p.poll() is None for p in launchers)   # (the running job did not restart for it)
+        assert len(_seen(tmp_path, 2, launchers)) == 2
+    finally:
+        _kill(launchers)

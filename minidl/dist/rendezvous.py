@@ -90,12 +90,13 @@ def agent_prefix(run_id: str, restart_count) -> str:
 
 
 def _agent_store(host, port, world_size, timeout):
-    """A client of the launcher's store, seen through this attempt's prefix."""
+    """A client of the launcher's store, seen through this attempt's prefix: the launchers' rendezvous round
+    (MINIDL_RUN_ATTEMPT, the same on every node) when there are several nodes, else the restart count."""
     if not 0 <= port < 2**16:
         raise ValueError(f"port must have value from 0 to 65535 but was {port}.")
     client = TCPStore(host, port, world_size, is_master=False, timeout=timeout)
-    prefix = agent_prefix(os.environ.get("TORCHELASTIC_RUN_ID", "none"),
-                          os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+    attempt = os.environ.get("MINIDL_RUN_ATTEMPT") or os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    prefix = agent_prefix(os.environ.get("TORCHELASTIC_RUN_ID", "none"), attempt)
     return PrefixStore(prefix, client)
 
 

@@ -16,7 +16,9 @@ environment torchrun gives: RANK, LOCAL_RANK, WORLD_SIZE, ..., TORCHELASTIC_REST
   torchrun's 1: minidl measured that share best (``launch.fit_threads_to_cores``: 1 thread each wastes cores
   when there are fewer workers than cores, a machine-wide pool each is 8x slower), and setting it before the
   worker starts also reaches the BLAS library, which reads it once at load.
-- Multi-node (--nnodes above 1) and elastic membership are not built yet: they are refused clearly.
+- **Several nodes** (--nnodes N or MIN:MAX): the launchers meet in rounds on the job's store (``rounds.py``,
+  served by the launcher whose endpoint is local, or the first to bind it) and restart their workers at the
+  new world size when a node joins or leaves (``nodes.py``).
 """
 from __future__ import annotations
 
@@ -29,6 +31,7 @@ import time
 
 from .args import parser, plan_of
 from .group import WorkerGroup
+from .nodes import run_nodes
 
 __all__ = ["main", "ChildFailedError"]
 
@@ -54,7 +57,10 @@ def main(argv=None) -> None:
                 else tempfile.mkdtemp(prefix=f"{plan.run_id}_", dir=_made(plan.log_dir)))
     previous = {s: signal.signal(s, _raise) for s in _SIGNALS}
     try:
-        _run(plan, store, log_root)
+        if plan.max_nodes > 1:
+            run_nodes(plan, store, log_root, _envs, _failed)
+        else:
+            _run(plan, store, log_root)
     except _Signaled as e:
         sys.stderr.write(f"minidl.dist.run: got {signal.Signals(e.signum).name}: stopped every worker\n")
         raise SystemExit(128 + e.signum)
@@ -83,10 +89,17 @@ def _store(plan):
     """The job's store: served here (a free port for port 0), or reached at the endpoint within join_timeout."""
     from datetime import timedelta
 
-    from ..store import TCPStore
+    from ..store import DistNetworkError, TCPStore
+    timeout = timedelta(seconds=plan.join_timeout)
     try:
-        store = TCPStore(plan.host, plan.port, None, is_master=plan.serve, wait_for_workers=False,
-                         timeout=timedelta(seconds=plan.join_timeout))
+        try:
+            store = TCPStore(plan.host, plan.port, None, is_master=plan.serve, wait_for_workers=False,
+                             timeout=timeout)
+        except DistNetworkError:   # (c10d: another launcher on this host serves it already: be a client)
+            if not (plan.serve and plan.backend == "c10d" and plan.port):
+                raise
+            plan.serve = False
+            store = TCPStore(plan.host, plan.port, None, timeout=timeout)
     except Exception as e:   # (a port in use, nobody listening at the endpoint: a clear message, no worker)
         what = "serve the store at" if plan.serve else "reach the rendezvous endpoint"
         raise SystemExit(f"minidl.dist.run: error: could not {what} {plan.host}:{plan.port} within "
@@ -98,8 +111,9 @@ def _store(plan):
 def _run(plan, store, log_root):
     restarts = 0
     while True:
-        group = WorkerGroup(plan.cmd, _envs(plan, restarts, log_root),
-                            [os.path.join(log_root, f"attempt_{restarts}", str(i)) for i in range(plan.nproc)],
+        folder = os.path.join(log_root, f"attempt_{restarts}")
+        group = WorkerGroup(plan.cmd, _envs(plan, restarts, folder),
+                            [os.path.join(folder, str(i)) for i in range(plan.nproc)],
                             plan.redirects, plan.tee)
         try:
             failures = _watch(group, plan.monitor_interval)
@@ -113,10 +127,14 @@ def _run(plan, store, log_root):
             sys.stderr.write(f"minidl.dist.run: {failures[0].describe().splitlines()[0]}; restarting the group "
                              f"(restart {restarts} of {plan.max_restarts})\n")
             continue
-        summary = "\n".join([f"minidl.dist.run: the job failed (restarts used: {restarts} of {plan.max_restarts})"]
-                            + [f.describe() for f in failures])
-        sys.stderr.write(summary + "\n")
-        raise ChildFailedError(summary)
+        _failed(failures, plan.max_restarts, restarts)
+
+
+def _failed(failures, max_restarts, restarts):
+    summary = "\n".join([f"minidl.dist.run: the job failed (restarts used: {restarts} of {max_restarts})"]
+                        + [f.describe() for f in failures])
+    sys.stderr.write(summary + "\n")
+    raise ChildFailedError(summary)
 
 
 def _watch(group, interval) -> list:
@@ -130,18 +148,24 @@ def _watch(group, interval) -> list:
         time.sleep(interval)
 
 
-def _envs(plan, restart_count, log_root) -> list:
-    base = dict(os.environ)
+def _envs(plan, restart_count, folder, rnd=None) -> list:
+    """Each local rank's environment; ``rnd`` (a closed round of several nodes) gives the node's rank, the
+    ranks' offset, the world size and the key prefix (the round's number: rounds are the job's attempts)."""
+    base = dict(os.environ, MINIDL_RUN_LAUNCHER_PID=str(os.getpid()))
     if "OMP_NUM_THREADS" not in base:
         base["OMP_NUM_THREADS"] = str(max(1, len(os.sched_getaffinity(0)) // plan.nproc))
+    offset, world, node, nodes = (0, plan.nproc, 0, 1) if rnd is None else (
+        rnd.rank_offset, rnd.world_size, rnd.group_rank, len(rnd.nodes))
+    attempt = restart_count if rnd is None else f"round{rnd.number}"
     envs = []
     for i in range(plan.nproc):
-        env = dict(base, RANK=str(i), LOCAL_RANK=str(i), WORLD_SIZE=str(plan.nproc),
-                   LOCAL_WORLD_SIZE=str(plan.nproc), GROUP_RANK="0", GROUP_WORLD_SIZE="1", ROLE_NAME="default",
-                   ROLE_RANK=str(i), ROLE_WORLD_SIZE=str(plan.nproc), MASTER_ADDR=plan.host,
-                   MASTER_PORT=str(plan.port), TORCHELASTIC_RESTART_COUNT=str(restart_count),
+        env = dict(base, RANK=str(offset + i), LOCAL_RANK=str(i), WORLD_SIZE=str(world),
+                   LOCAL_WORLD_SIZE=str(plan.nproc), GROUP_RANK=str(node), GROUP_WORLD_SIZE=str(nodes),
+                   ROLE_NAME="default", ROLE_RANK=str(offset + i), ROLE_WORLD_SIZE=str(world),
+                   MASTER_ADDR=plan.host, MASTER_PORT=str(plan.port),
+                   TORCHELASTIC_RESTART_COUNT=str(restart_count), MINIDL_RUN_ATTEMPT=str(attempt),
                    TORCHELASTIC_MAX_RESTARTS=str(plan.max_restarts), TORCHELASTIC_RUN_ID=plan.run_id,
                    TORCHELASTIC_USE_AGENT_STORE="True",
-                   TORCHELASTIC_ERROR_FILE=os.path.join(log_root, f"attempt_{restart_count}", str(i), "error.json"))
+                   TORCHELASTIC_ERROR_FILE=os.path.join(folder, str(i), "error.json"))
         envs.append(env)
     return envs

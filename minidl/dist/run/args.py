@@ -47,7 +47,8 @@ def parser() -> argparse.ArgumentParser:
     add("--rdzv-id", "--rdzv_id", action=_Env, type=str, default="none", help="User-defined group id.")
     add("--rdzv-conf", "--rdzv_conf", action=_Env, type=str, default="",
         help="Additional rendezvous configuration (<key1>=<value1>,<key2>=<value2>,...): join_timeout "
-             "(seconds, default 600) and is_host are read.")
+             "(seconds, default 600), last_call_timeout (30), keep_alive_interval (5), keep_alive_max_attempt "
+             "(3) and is_host are read.")
     add("--standalone", action=_EnvFlag,
         help="Start a local standalone rendezvous backend that is represented by a C10d TCP store on a free "
              "port. Useful when launching single-node, multi-worker job. If specified --rdzv-backend, "
@@ -97,6 +98,12 @@ class Plan:
     port: int
     serve: bool
     join_timeout: float
+    backend: str
+    min_nodes: int
+    max_nodes: int
+    node_rank: int | None   # the static backend's; c10d ranks nodes in the order they joined
+    last_call: float
+    keep_alive: float       # seconds without a beat after which a node counts as gone
     max_restarts: int
     monitor_interval: float
     log_dir: str | None
@@ -152,9 +159,6 @@ def _nnodes(text: str, error) -> tuple:
         error(f'--nnodes {text!r} is not N or in "MIN:MAX" format')
     if len(parts) > 2 or not 0 < lo <= hi:
         error(f"--nnodes {text}: min_nodes must be > 0 and <= max_nodes, got min_nodes={lo}, max_nodes={hi}")
-    if hi > 1:
-        error(f"--nnodes {text}: more than one node is not built yet (multi-node and elastic membership come "
-              f"in a later part of issue 48); this launcher runs one node (--nnodes 1)")
     return lo, hi
 
 
@@ -180,8 +184,18 @@ def _is_local(host: str) -> bool:
     return host in _LOCAL or host.startswith("127.") or host in (socket.gethostname(), socket.getfqdn())
 
 
+def _seconds(conf, key, default, error) -> float:
+    try:
+        value = float(conf.get(key, default))
+    except ValueError:
+        value = -1.0
+    if value < 0:
+        error(f"--rdzv-conf {key}={conf[key]!r}: expected seconds (a number >= 0)")
+    return value
+
+
 def plan_of(args, error) -> Plan:
-    _nnodes(args.nnodes, error)
+    lo, hi = _nnodes(args.nnodes, error)
     nproc = nproc_of(args.nproc_per_node, error)
     if args.max_restarts < 0:
         error(f"--max-restarts must be >= 0, got {args.max_restarts}")
@@ -194,23 +208,27 @@ def plan_of(args, error) -> Plan:
     if args.standalone:
         host, port, serve, run_id = "localhost", 0, True, str(uuid.uuid4())
     elif args.rdzv_backend == "static" and not args.rdzv_endpoint:
-        if args.node_rank != 0:
-            error(f"--node-rank {args.node_rank}: with one node the only node rank is 0")
+        if lo != hi:
+            error(f"--nnodes {args.nnodes}: the static rendezvous backend needs a fixed number of nodes")
+        if not 0 <= args.node_rank < hi:
+            error(f"--node-rank {args.node_rank}: expected 0..{hi - 1} for --nnodes {hi}")
         host = args.master_addr
         port = DEFAULT_MASTER_PORT if args.master_port is None else args.master_port
-        if args.master_port is None:   # (torchrun, too, picks a free port for one node given no port)
+        if args.master_port is None and hi == 1:   # (torchrun, too, picks a free port for one node)
             host, port, run_id = "localhost", 0, str(uuid.uuid4())
-        serve = True
+        serve = args.node_rank == 0
     else:
         default = DEFAULT_C10D_PORT if args.rdzv_backend == "c10d" else DEFAULT_MASTER_PORT
         host, port = _endpoint(args.rdzv_endpoint, default, error)
         serve = conf["is_host"].lower() in ("1", "true", "yes") if "is_host" in conf else _is_local(host)
-    try:
-        join_timeout = float(conf.get("join_timeout", 600))
-    except ValueError:
-        error(f"--rdzv-conf join_timeout={conf['join_timeout']!r}: expected seconds")
+    static = args.rdzv_backend == "static" and not args.standalone
+    keep_alive = (_seconds(conf, "keep_alive_interval", 5, error)
+                  * _seconds(conf, "keep_alive_max_attempt", 3, error))
     return Plan(nproc=nproc, cmd=_command(args, error), run_id=run_id, host=host, port=port, serve=serve,
-                join_timeout=join_timeout, max_restarts=args.max_restarts,
+                join_timeout=_seconds(conf, "join_timeout", 600, error), backend="static" if static else "c10d",
+                min_nodes=lo, max_nodes=hi, node_rank=args.node_rank if static else None,
+                last_call=_seconds(conf, "last_call_timeout", 30, error), keep_alive=keep_alive,
+                max_restarts=args.max_restarts,
                 monitor_interval=args.monitor_interval, log_dir=args.log_dir,
                 redirects=streams_of(args.redirects, nproc, "--redirects", error),
                 tee=streams_of(args.tee, nproc, "--tee", error))

@@ -1,12 +1,28 @@
 """What each worker process runs first (by path, so it imports nothing heavy): the training script or module
 as ``python`` would, with an uncaught exception's traceback written to ``TORCHELASTIC_ERROR_FILE`` for the
-launcher's summary. Kept outside the user's script so that scripts need no decorator (torch's ``@record``)."""
+launcher's summary. Kept outside the user's script so that scripts need no decorator (torch's ``@record``).
+It first asks Linux to SIGKILL this worker when its launcher dies: a launcher killed by SIGKILL cannot stop its
+workers, and they must not live on holding ports and cores (or hang their peers)."""
+import ctypes
 import json
 import os
 import runpy
+import signal
 import sys
 import time
 import traceback
+
+PR_SET_PDEATHSIG = 1
+
+
+def die_with_launcher() -> None:
+    """PR_SET_PDEATHSIG on Linux; exit at once when the launcher is already gone (it died before prctl)."""
+    if not sys.platform.startswith("linux"):
+        return
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    launcher = os.environ.get("MINIDL_RUN_LAUNCHER_PID")
+    if launcher and os.getppid() != int(launcher):
+        os._exit(128 + signal.SIGKILL)
 
 
 def write_error_file(kind, value, tb) -> None:
@@ -26,6 +42,7 @@ def _ours(filename: str) -> bool:
 
 
 def main(argv) -> None:
+    die_with_launcher()
     as_module, target, args = argv[0] == "-m", argv[1], argv[2:]
     sys.argv = [target] + args
     sys.path[0] = os.getcwd() if as_module else os.path.dirname(os.path.abspath(target))
