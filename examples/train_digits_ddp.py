@@ -42,6 +42,8 @@ def main(argv=None):
     parser.add_argument("--limit-batches", type=positive_int, default=None,
                         help="stop each epoch after this many batches")
     parser.add_argument("--checkpoint", default="digits-cnn-ddp.safetensors")
+    parser.add_argument("--resume", action="store_true",
+                        help="continue from --checkpoint (under minidl.dist.run, a restarted group always does)")
     parser.add_argument("--seed", type=int, default=0)
     args = parse_on_every_rank(parser, argv)
     require_launch("train_digits_ddp.py runs one rank per process", "mpiexec -n 2 python examples/train_digits_ddp.py")
@@ -63,9 +65,13 @@ def main(argv=None):
     scheduler = CosineAnnealingLR(optimizer, T_max=args.epochs)
     say = print if rank == 0 else (lambda *a, **k: None)
     say(f"{world} rank(s), {args.batch_size // world} samples per rank per step")
+    first = resume(args, model, optimizer, scheduler)
+    if first:
+        say(f"resumed from {args.checkpoint} after epoch {first}")
 
     began = time.perf_counter()
-    for epoch in range(args.epochs):
+    accuracy = evaluate(model.module, test_loader) if rank == 0 and first >= args.epochs else float("nan")
+    for epoch in range(first, args.epochs):
         sampler.set_epoch(epoch)
         loss = train_epoch(model, loader, optimizer, f"epoch {epoch + 1}/{args.epochs}", args.limit_batches,
                            show=rank == 0)
@@ -75,11 +81,31 @@ def main(argv=None):
             say(f"epoch {epoch + 1:3d}  rank-0 loss {loss:.4f}  test accuracy {accuracy:.4f}  "
                 f"({time.perf_counter() - began:.1f} s)")
             minidl.save({"model": model.module.state_dict(), "optimizer": optimizer.state_dict(),
-                         "scheduler": scheduler.state_dict(), "epoch": epoch + 1}, args.checkpoint)
+                         "scheduler": scheduler.state_dict(), "epoch": epoch + 1}, args.checkpoint + ".tmp")
+            os.replace(args.checkpoint + ".tmp", args.checkpoint)   # (a kill mid-save leaves the last one whole)
+        dist.barrier()   # (every rank's next epoch starts after the snapshot a restart would resume from)
     if rank == 0:
         say(f"final test accuracy {accuracy:.4f} ({world} ranks, {time.perf_counter() - began:.1f} s); "
             f"checkpoint: {args.checkpoint}")
     dist.destroy_process_group()
+
+
+def resume(args, model, optimizer, scheduler) -> int:
+    """The epoch to start from: the checkpoint's, with --resume (which needs one) or when the launcher restarted
+    the group (TORCHELASTIC_RESTART_COUNT > 0, torchrun's snapshot-resume pattern), else 0."""
+    restarted = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")) > 0
+    if not (args.resume or restarted and os.path.exists(args.checkpoint)):
+        return 0
+    if not os.path.exists(args.checkpoint):
+        if dist.get_rank() == 0:
+            print(f"error: --resume: no checkpoint at {args.checkpoint}", file=sys.stderr)
+        dist.destroy_process_group()
+        sys.exit(2)
+    state = minidl.load(args.checkpoint)
+    model.module.load_state_dict(state["model"])
+    optimizer.load_state_dict(state["optimizer"])
+    scheduler.load_state_dict(state["scheduler"])
+    return state["epoch"]
 
 
 if __name__ == "__main__":
