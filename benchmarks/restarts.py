@@ -87,6 +87,8 @@ def run_once(framework):
         if launcher.poll() is None:
             os.killpg(launcher.pid, signal.SIGKILL)
             launcher.wait()
+        # (workers a killed launcher left behind: torchrun's live on in process groups of their own)
+        subprocess.run(["pkill", "-9", "-f", f"{os.path.abspath(__file__)} --worker"], check=False)
     ok = launcher.returncode == 0 and first is not None
     return ok, (first - killed) if ok else None
 
