@@ -59,6 +59,15 @@ def worker(framework):
     dist.destroy_process_group()
 
 
+def end(launcher):
+    """Kill the launcher's process group and the workers it leaves behind (torchrun's live on in process groups
+    of their own, holding the output pipe open)."""
+    if launcher.poll() is None:
+        os.killpg(launcher.pid, signal.SIGKILL)
+    subprocess.run(["pkill", "-9", "-f", f"{os.path.abspath(__file__)} --worker"], check=False)
+    launcher.wait()
+
+
 def run_once(framework):
     """(succeeded, seconds from the SIGKILL to the restarted group's first step, or None)."""
     launcher = "torch.distributed.run" if framework == "torch" else "minidl.dist.run"
@@ -67,7 +76,7 @@ def run_once(framework):
     launcher = subprocess.Popen(command, env=dict(os.environ, PYTHONPATH=ROOT), stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, text=True, start_new_session=True)
     pids, killed, first, steps = {}, None, None, 0
-    watchdog = threading.Timer(HANG_SECONDS, os.killpg, (launcher.pid, signal.SIGKILL))   # (a hang: a failure)
+    watchdog = threading.Timer(HANG_SECONDS, end, (launcher,))   # (a hang: a failure)
     watchdog.start()
     try:
         for line in launcher.stdout:
@@ -84,11 +93,7 @@ def run_once(framework):
         launcher.wait(timeout=120)
     finally:
         watchdog.cancel()
-        if launcher.poll() is None:
-            os.killpg(launcher.pid, signal.SIGKILL)
-            launcher.wait()
-        # (workers a killed launcher left behind: torchrun's live on in process groups of their own)
-        subprocess.run(["pkill", "-9", "-f", f"{os.path.abspath(__file__)} --worker"], check=False)
+        end(launcher)
     ok = launcher.returncode == 0 and first is not None
     return ok, (first - killed) if ok else None
 
