@@ -30,14 +30,10 @@ import tempfile
 import time
 
 from .args import parser, plan_of
-from .group import WorkerGroup
+from .group import ChildFailedError, WorkerGroup, restart_or_fail
 from .nodes import run_nodes
 
 __all__ = ["main", "ChildFailedError"]
-
-
-class ChildFailedError(Exception):
-    """The job failed: a worker failed and no restart was left (torch's name); the message is the summary."""
 
 
 class _Signaled(Exception):
@@ -58,7 +54,7 @@ def main(argv=None) -> None:
     previous = {s: signal.signal(s, _raise) for s in _SIGNALS}
     try:
         if plan.max_nodes > 1:
-            run_nodes(plan, store, log_root, _envs, _failed)
+            run_nodes(plan, store, log_root, _envs)
         else:
             _run(plan, store, log_root)
     except _Signaled as e:
@@ -121,20 +117,7 @@ def _run(plan, store, log_root):
             group.stop()
         if not failures:
             return
-        failures.sort(key=lambda f: (f.exitcode >= 0, f.record() is None, f.seen))
-        if restarts < plan.max_restarts:
-            restarts += 1
-            sys.stderr.write(f"minidl.dist.run: {failures[0].describe().splitlines()[0]}; restarting the group "
-                             f"(restart {restarts} of {plan.max_restarts})\n")
-            continue
-        _failed(failures, plan.max_restarts, restarts)
-
-
-def _failed(failures, max_restarts, restarts):
-    summary = "\n".join([f"minidl.dist.run: the job failed (restarts used: {restarts} of {max_restarts})"]
-                        + [f.describe() for f in failures])
-    sys.stderr.write(summary + "\n")
-    raise ChildFailedError(summary)
+        restarts = restart_or_fail(failures, restarts, plan.max_restarts)
 
 
 def _watch(group, interval) -> list:

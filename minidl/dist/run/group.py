@@ -15,6 +15,24 @@ GRACE_SECONDS = 5.0
 TRACEBACK_LINES = 20   # of a failed worker's traceback, in the launcher's summary
 
 
+class ChildFailedError(Exception):
+    """The job failed: a worker failed and no restart was left (torch's name); the message is the summary."""
+
+
+def restart_or_fail(failures, restarts: int, max_restarts: int) -> int:
+    """After workers failed: the next restart count while ``max_restarts`` allows (saying so on stderr), else the
+    summary on stderr and ChildFailedError. A signal-killed worker is named first (it is the likeliest cause)."""
+    failures.sort(key=lambda f: (f.exitcode >= 0, f.record() is None, f.seen))
+    if restarts < max_restarts:
+        sys.stderr.write(f"minidl.dist.run: {failures[0].describe().splitlines()[0]}; restarting the group "
+                         f"(restart {restarts + 1} of {max_restarts})\n")
+        return restarts + 1
+    summary = "\n".join([f"minidl.dist.run: the job failed (restarts used: {restarts} of {max_restarts})"]
+                        + [f.describe() for f in failures])
+    sys.stderr.write(summary + "\n")
+    raise ChildFailedError(summary)
+
+
 @dataclass
 class Failure:
     local_rank: int

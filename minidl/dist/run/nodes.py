@@ -13,24 +13,24 @@ import sys
 import time
 
 from ..store import DistStoreError
-from .group import WorkerGroup
+from .group import WorkerGroup, restart_or_fail
 from .rounds import Rendezvous
 
 
-def run_nodes(plan, store, log_root, envs_of, failed) -> None:
+def run_nodes(plan, store, log_root, envs_of) -> None:
     """Run rounds until this node's workers succeed (and the others' did) or fail with no restart left
-    (``failed(failures, max_restarts, restarts)`` raises). The job's store going away (its host's launcher
+    (ChildFailedError). The job's store going away (its host's launcher
     ended) is a clear SystemExit."""
     rdzv = Rendezvous(store, plan.run_id, plan.nproc, plan.min_nodes, plan.max_nodes,
                       node_rank=plan.node_rank, last_call=plan.last_call, join_timeout=plan.join_timeout,
                       keep_alive=plan.keep_alive, endpoint=f"{plan.host}:{plan.port}")
     try:
-        _rounds(plan, rdzv, log_root, envs_of, failed)
+        _rounds(plan, rdzv, log_root, envs_of)
     except DistStoreError as e:
         raise SystemExit(f"minidl.dist.run: error: the job's store is gone, so this node stops: {e}") from None
 
 
-def _rounds(plan, rdzv, log_root, envs_of, failed) -> None:
+def _rounds(plan, rdzv, log_root, envs_of) -> None:
     restarts = 0
     while True:
         rnd = rdzv.join()
@@ -53,13 +53,7 @@ def _rounds(plan, rdzv, log_root, envs_of, failed) -> None:
         if isinstance(outcome, str):
             sys.stderr.write(f"minidl.dist.run: {outcome}: restarting the workers after a new rendezvous\n")
             continue
-        outcome.sort(key=lambda f: (f.exitcode >= 0, f.record() is None, f.seen))
-        if restarts < plan.max_restarts:
-            restarts += 1
-            sys.stderr.write(f"minidl.dist.run: {outcome[0].describe().splitlines()[0]}; restarting the group "
-                             f"(restart {restarts} of {plan.max_restarts})\n")
-            continue
-        failed(outcome, plan.max_restarts, restarts)
+        restarts = restart_or_fail(outcome, restarts, plan.max_restarts)
 
 
 def _watch(group, rdzv, interval):
