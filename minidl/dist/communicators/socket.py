@@ -116,7 +116,8 @@ class _Send(Request):
 
 class _Sender:
     """One peer's outgoing stream: small messages are written by the caller when nothing is
-    queued, the rest in order by a thread of its own (started at the first large send)."""
+    queued, the rest in order by a thread of its own (started at the first large send). A
+    message's payload is one buffer or a list of them, written back to back (no copy)."""
 
     def __init__(self, mesh, peer, sock):
         self.mesh, self.peer, self.sock = mesh, peer, sock
@@ -125,6 +126,7 @@ class _Sender:
         self.cond = threading.Condition()
         self.queue = collections.deque()
         self.busy = False
+        self.stopped = False
         self.thread = None
 
     def beat(self):
@@ -133,41 +135,58 @@ class _Sender:
             return
         try:
             if not self.queue and not self.busy:
-                self._write(_HEADER.pack(_BEAT, 0, 0, 0), b"")
+                self._write(_HEADER.pack(_BEAT, 0, 0, 0), [])
         finally:
             self.cond.release()
 
     def send(self, kind, context, tag, payload, request=None, last=False):
-        head = _HEADER.pack(kind, context, tag, len(payload))
+        pieces = [memoryview(p).cast("B") for p in (payload if isinstance(payload, list) else [payload])]
+        nbytes = sum(len(p) for p in pieces)
+        head = _HEADER.pack(kind, context, tag, nbytes)
         with self.cond:
-            if not self.queue and not self.busy and len(payload) <= INLINE_BYTES and not last:
-                self._write(head, payload)
+            if not self.queue and not self.busy and nbytes <= INLINE_BYTES and not last:
+                self._write(head, pieces)
                 if request is not None:
                     request.done = True
                 return
-            self.queue.append((head, payload, request, last))
+            self.queue.append((head, pieces, request, last))
             if self.thread is None:
                 self.thread = threading.Thread(target=self._run, daemon=True,
                                                name=f"minidl gloo rank {self.mesh.rank} to {self.peer}")
                 self.thread.start()
             self.cond.notify()
 
-    def _write(self, head, payload, last=False):
+    def stop(self):
+        """Let the thread end once its queue is done (its connection is over: no more sends come)."""
+        with self.cond:
+            self.stopped = True
+            self.cond.notify()
+
+    def _write(self, head, pieces, last=False):
         """Write one message. A last one (goodbye, abort) goes out even from a failed world, for at most a
         heartbeat's time; the others stop once the world failed."""
         deadline = time.monotonic() + self.mesh.heartbeat
         give_up = (lambda: time.monotonic() > deadline) if last else (lambda: self.mesh.failed is not None)
+        nbytes = sum(len(p) for p in pieces)
         try:
-            if len(payload) <= INLINE_BYTES:
-                self._send_all(head + bytes(payload), give_up)
+            if nbytes <= INLINE_BYTES:
+                self._send_all(b"".join([head, *pieces]), give_up)
             else:
                 self._send_all(head, give_up)
-                if faults.wants_send(self.mesh.rank, len(payload)):
-                    self._send_all(memoryview(payload)[:len(payload) // 2], give_up)
+                if faults.wants_send(self.mesh.rank, nbytes):
+                    self._send_first(pieces, nbytes // 2, give_up)
                     faults.fire(faults.current(), self.mesh.rank, self.mesh.size)
-                self._send_all(payload, give_up)
+                self._send_first(pieces, nbytes, give_up)
         except OSError as e:
             self.mesh.lost(self.peer, f"its connection broke while rank {self.mesh.rank} sent to it ({e})")
+
+    def _send_first(self, pieces, nbytes, give_up):
+        """The first ``nbytes`` of the pieces, back to back."""
+        for piece in pieces:
+            if nbytes <= 0:
+                return
+            self._send_all(piece[:nbytes], give_up)
+            nbytes -= len(piece)
 
     def _send_all(self, data, give_up):
         """sendall that stops when ``give_up()``: a peer that stopped reading (frozen) fills the socket's
@@ -189,10 +208,12 @@ class _Sender:
         while True:
             with self.cond:
                 while not self.queue:
+                    if self.stopped:
+                        return
                     self.cond.wait()
-                head, payload, request, last = self.queue[0]
+                head, pieces, request, last = self.queue[0]
                 self.busy = True
-            self._write(head, payload, last)
+            self._write(head, pieces, last)
             if last:
                 try:
                     self.sock.shutdown(socket.SHUT_WR)
