@@ -134,6 +134,26 @@ def test_a_connect_to_nothing_names_the_address():
         links.connect(address, 1, [], None, None, timeout=5)
 
 
+def test_a_listener_that_does_not_answer_in_time_is_named():
+    def slow(link):
+        time.sleep(2)
+        return []
+    where = links.Listener(0, slow, None, lambda link, why: None, host="127.0.0.1")
+    with pytest.raises(DistError, match=f"no answer from {where.address} within 0.5 s"):
+        links.connect(where.address, 1, [], None, None, timeout=0.5)
+    where.close()
+
+
+def test_an_on_message_that_raises_ends_its_link_saying_so(listener):
+    server, worker = Side(), Side()
+    server.on_message = lambda link, parts: 1 / 0
+    link = connect(listener(server), 6, worker)
+    link.send([b"boom"])
+    server.wait(lambda: 6 in server.ends)
+    worker.wait(lambda: 0 in worker.ends)
+    assert "on_message failed on a message from peer 6: ZeroDivisionError" in server.ends[6]
+
+
 def test_a_goodbye_is_why_none_on_both_sides_and_later_sends_raise(listener):
     server, worker = Side(), Side()
     link = connect(listener(server), 1, worker)
@@ -177,6 +197,16 @@ def test_a_partition_fault_cuts_the_named_link_only(listener, monkeypatch):
     assert not other.ends
 
 
+def test_a_long_on_message_is_not_the_peers_silence(listener):
+    server, worker = Side(), Side()
+    server.on_message = lambda link, parts: time.sleep(2.5)
+    link = links.connect(listener(server, silence=1).address, 1, [], worker.on_message, worker.on_end, silence=1)
+    link.send([b"slow"])
+    time.sleep(3)
+    assert not server.ends and not worker.ends
+    link.close()
+
+
 def test_a_part_must_be_contiguous(listener):
     link = connect(listener(Side()), 1, Side())
     with pytest.raises(ValueError, match="contiguous"):
@@ -205,6 +235,19 @@ def test_a_killed_worker_is_reported_at_once(listener):
         proc.kill()
         assert ended_within(server, 7, 2) < 2
         assert "peer 7 closed the link without a goodbye" in server.ends[7]
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_a_worker_that_exits_says_goodbye_after_its_message(listener):
+    server = Side()
+    where = listener(server)
+    proc = child(where.address, 9, "exit")
+    try:
+        assert proc.wait(10) == 0
+        server.wait(lambda: 9 in server.ends)
+        assert server.got[9] == [[b"head", bytes([7]) * (1 << 20)]] and server.ends[9] is None
     finally:
         proc.kill()
         proc.wait()

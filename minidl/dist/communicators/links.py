@@ -88,6 +88,7 @@ class Link:
         self._closing = False   # close() was called: queued messages still go, then the goodbye
         self._why = None        # why it is ending, once broken (cut, silent, a write that failed)
         self._ended = False     # on_end was called
+        self._delivering = False   # on_message runs
         self._sender = _Sender(_Owner(self), self.peer, sock)
         self._writable = select.poll()   # (the watcher's own: the sending thread polls the sender's)
         self._writable.register(sock, select.POLLOUT)
@@ -153,7 +154,10 @@ class Link:
                 if kind == _BYE:
                     break
                 if kind == _DATA:
-                    self.on_message(self, self._read(n))
+                    parts = self._read(n)
+                    self._delivering = True
+                    self.on_message(self, parts)
+                    self._delivering = False
                 elif kind != _BEAT or n:
                     raise ConnectionError(f"a frame of kind {kind} and {n} bytes, not of a link")
         except OSError as e:
@@ -192,10 +196,12 @@ class Link:
     def _tick(self, now):
         """The watcher's visit: a heartbeat out (when the socket has room: never wait on a frozen peer),
         and the end of a peer silent for too long."""
-        if self._closing or self._why is not None or self._ended:
+        if self._why is not None or self._ended:
             return
-        if self._writable.poll(0):
+        if not self._closing and self._writable.poll(0):   # (after a goodbye, nothing more may follow)
             self._sender.beat()
+        if self._delivering:   # (the peer's bytes wait unread while on_message runs: not its silence)
+            self.seen = now
         if now - self.seen > self.silence:
             self._fail(f"peer {self.peer} sent nothing, not even a heartbeat, for {now - self.seen:.1f} s "
                        f"(frozen or cut off; silence={self.silence:g} s)")
@@ -260,7 +266,7 @@ class Listener:
     """Accepts links at ``address`` ("host:port"; port 0 picks a free one). ``on_hello(link)`` (on the
     accept thread, link.peer and link.words set) returns the welcome words, or raises to refuse the
     connector with its message; ``on_message(link, parts)`` and ``on_end(link, why)`` run on each
-    link's receive thread."""
+    link's receive thread. A link is for sending once on_hello has returned (its welcome goes first)."""
 
     def __init__(self, me, on_hello, on_message, on_end, *, host=None, port=0, silence=None):
         self.me, self.on_hello, self.on_message, self.on_end = int(me), on_hello, on_message, on_end
