@@ -28,7 +28,7 @@ from .. import faults
 from .base import DistError
 from .socket import _BEAT, _BYE, _DATA, _HEADER, _Sender, _heartbeat, _recv_exact, address
 
-_SHAKE = struct.Struct("<8sqqQ")   # magic, the sender's id, refused (0 or 1), then that many int64 words (or message bytes)
+_SHAKE = struct.Struct("<8sqqQ")   # magic, sender's id, refused (0/1), count; then count int64 words (or message bytes)
 _MAGIC = b"minidlLk"
 _COUNT = struct.Struct("<Q")       # a message's part count, then as many part lengths, then the parts
 _MAX_WORDS = 1 << 16               # a hello with more words is a stranger's
@@ -47,7 +47,8 @@ def _part(part) -> memoryview:
     try:
         return memoryview(part).cast("B")
     except TypeError:
-        raise ValueError(f"links: a message part must be bytes-like and contiguous, got {type(part).__name__}") from None
+        raise ValueError(f"links: a message part must be bytes-like and contiguous, "
+                         f"got {type(part).__name__}") from None
 
 
 class _Owner:
