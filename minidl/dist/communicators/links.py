@@ -161,6 +161,8 @@ class Link:
                     self._delivering = False
                 elif kind != _BEAT or n:
                     raise ConnectionError(f"a frame of kind {kind} and {n} bytes, not of a link")
+        except ConnectionResetError as e:   # (a killed peer with our bytes unread resets instead)
+            why = f"peer {self.peer} closed the link without a goodbye (its process died? {e})"
         except OSError as e:
             why = f"the link to peer {self.peer} broke ({e})"
         except Exception as e:   # noqa: BLE001 (on_message's: the link ends, and on_end says why)
