@@ -94,6 +94,11 @@ class Link:
         self._writable = select.poll()   # (the watcher's own: the sending thread polls the sender's)
         self._writable.register(sock, select.POLLOUT)
 
+    @property
+    def over(self) -> bool:
+        """Whether the link has ended or is ending (a goodbye said or heard, a cut, a loss): sends fail."""
+        return self._closing or self._why is not None or self._ended
+
     def __repr__(self):
         return f"Link({self.me} to {self.peer}{', lost: ' + self.lost if self.lost else ''})"
 
@@ -102,7 +107,7 @@ class Link:
         or not at all, after the earlier ones. Large parts are written later from the caller's memory:
         hand over memory that does not change (bytes, or a copy)."""
         pieces = [_part(p) for p in parts]
-        if self._closing or self._why is not None or self._ended:
+        if self.over:
             raise LinkLost(f"links: the link from {self.me} to peer {self.peer} is over: "
                            f"{self._why or self.lost or 'it was closed'}")
         table = _COUNT.pack(len(pieces)) + struct.pack(f"<{len(pieces)}Q", *map(len, pieces))

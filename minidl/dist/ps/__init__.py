@@ -26,6 +26,7 @@ applied pushes.
 from __future__ import annotations
 
 import atexit
+import json
 import logging
 import threading
 
@@ -33,54 +34,101 @@ import numpy as np
 
 import minidl
 
-from .. import communicators
+from .. import communicators, faults
 from .. import state as dist_state
 from . import protocol as P
 from .optimizers import SGD, Adagrad, Adam
+from . import membership
 from .server import Server
+from .transports import GroupServerEnd, GroupWorkerEnd
 from .worker import Client, Param, Work, _Awaited
 
-__all__ = ["init", "shutdown", "worker_rank", "num_workers", "num_servers", "worker_group", "register",
+__all__ = ["init", "join", "barrier", "store_address", "shutdown", "worker_rank", "num_workers", "num_servers", "worker_group", "register",
            "register_embedding", "push", "pull", "clock", "stats", "SGD", "Adagrad", "Adam", "Work", "DistributedModel"]
 
 CONSISTENCIES = ("bsp", "ssp", "asp")
+FAILURE_POLICIES = ("raise", "shrink")
 _local = threading.local()   # this rank's client (sim ranks are threads of one process)
 
 
-def init(num_servers=1, consistency="bsp", staleness=0) -> str:
+def init(num_servers=1, consistency="bsp", staleness=0, *, on_worker_failure=None, drop_stale_after=None) -> str:
     """Make the default group's last ``num_servers`` ranks servers and the rest workers
-    (collective). A server serves until every worker has called ``shutdown()``, then returns
-    "server"; a worker returns "worker" at once."""
+    (collective). A server serves until every worker has called ``shutdown()`` or was lost, then
+    returns "server"; a worker returns "worker" at once.
+
+    ``on_worker_failure``: "raise" (BSP's default: every worker's next ``clock()`` raises naming the
+    lost worker) or "shrink" (SSP's and ASP's: the job goes on without it). ``drop_stale_after=K``:
+    a push computed more than K clocks behind the newest worker is dropped, not applied. Surviving a
+    worker's loss needs the "gloo" backend (or simulated ranks): under MPI a dead process ends the job."""
     if consistency not in CONSISTENCIES:
         raise ValueError(f"ps.init: consistency={consistency!r}; it must be one of {', '.join(CONSISTENCIES)}")
     if consistency == "ssp" and staleness < 0:
         raise ValueError(f"ps.init: staleness={staleness} must be >= 0")
-    size, rank = dist_state.get_world_size(), dist_state.get_rank()
+    if on_worker_failure not in (None,) + FAILURE_POLICIES:
+        raise ValueError(f"ps.init: on_worker_failure={on_worker_failure!r}; it must be 'raise' or 'shrink'")
+    if drop_stale_after is not None and (isinstance(drop_stale_after, bool) or not isinstance(drop_stale_after, int)
+                                         or drop_stale_after < 0):
+        raise ValueError(f"ps.init: drop_stale_after={drop_stale_after!r} must be a number of clocks >= 0 (or None)")
+    size, rank, backend = dist_state.get_world_size(), dist_state.get_rank(), dist_state.get_backend()
     if not 1 <= num_servers < size:
         raise ValueError(f"ps.init: num_servers={num_servers} on {size} ranks; there must be at least one server "
                          f"and one worker")
+    over_links = backend != "mpi"
+    if on_worker_failure == "shrink" and not over_links:
+        raise ValueError("ps.init(on_worker_failure='shrink'): under MPI one dead process ends the whole job; "
+                         "surviving a worker's loss needs the 'gloo' backend (init_process_group('gloo'), processes "
+                         "started with RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT)")
+    policy = on_worker_failure or ("raise" if consistency == "bsp" else "shrink")
     workers = size - num_servers
     worker_group = dist_state.new_group(list(range(workers)))
+    server = None
     if rank >= workers:
-        Server(None, rank - workers, num_servers, workers, consistency, staleness).serve()
+        server = Server(None, rank - workers, num_servers, workers, consistency, staleness, policy, drop_stale_after)
+        server.end = (membership.server_end(server, rank) if over_links
+                      else GroupServerEnd(None, server.silent))
+    if over_links:
+        job = membership.publish(server, rank, workers, num_servers, consistency, staleness)
+    if server is not None:
+        server.serve()
         return "server"
-    _local.client = Client(None, rank, workers, num_servers, consistency)
+    end = membership.worker_end(job, rank) if over_links else GroupWorkerEnd(None, list(range(workers, size)))
+    _local.client = Client(end, rank, workers, num_servers, consistency)
+    _local.client.job = job if over_links else None
     _local.worker_group = worker_group
-    if communicators.load(dist_state.get_backend()).ONE_RANK_PER_PROCESS:
+    if not over_links and communicators.load(backend).ONE_RANK_PER_PROCESS:
         atexit.register(_exit_without_shutdown, _local.client)
     return "worker"
 
 
+def join(init_method=None, timeout=None) -> str:
+    """Join a running parameter-server job as a new worker, from any process: ``init_method``
+    "tcp://HOST:PORT" is the job's own store (server 0 serves it; ``MINIDL_PS_PORT`` fixes its port),
+    else the job's world store at MASTER_ADDR:MASTER_PORT tells where it is. The worker then
+    registers the same parameters as the others, pulls their current values, and pushes from the
+    slowest worker's clock. Returns "worker"."""
+    if getattr(_local, "client", None) is not None and not _local.client.closed:
+        raise RuntimeError("ps.join: this process is a parameter-server worker already")
+    job, me = membership.find(init_method, timeout)
+    client = Client(membership.worker_end(job, me), me, job["workers"], len(job["servers"]), job["consistency"])
+    client.job = job
+    found = []
+    Work(client, [(0, client.request(0, P.header(P.WHERE), (),
+                                     _Awaited("join", minidl.int64, lambda v: found.append(int(v[0])))))]).wait()
+    client.clock_count = found[0]
+    Work(client, [(k, client.request(k, P.header(P.JOIN, clock=found[0]))) for k in range(client.servers)]).wait()
+    _local.client, _local.worker_group = client, None
+    return "worker"
+
+
 def _exit_without_shutdown(client) -> None:
-    """At a worker process's exit: if it never called ``shutdown()``, tell the servers, which end
-    the job naming it, rather than wait for it until the timeout."""
+    """At an MPI worker process's exit: if it never called ``shutdown()``, tell the servers, which end
+    the job naming it, rather than wait for it until the timeout (over links, the link's end says so)."""
     if client.closed:
         return
     try:
         for k in range(client.servers):
             client.request(k, P.header(P.EXITED))
-        for work in client.sends:
-            work.wait()
+        client.end.flush()
     except Exception as e:   # (the process group may be gone already: the servers' timeout names it then)
         logging.getLogger("minidl.dist.ps").warning("ps worker %d exits without shutdown() and could not tell the "
                                                     "servers: %s", client.rank, e)
@@ -110,7 +158,10 @@ def num_servers() -> int:
 
 def worker_group():
     """A process group of the workers only (for their own collectives)."""
-    _client("worker_group")
+    c = _client("worker_group")
+    if _local.worker_group is None:
+        raise RuntimeError(f"ps.worker_group: worker {c.rank} joined with ps.join() and is in no process group; "
+                           f"only the workers ps.init started share one")
     return _local.worker_group
 
 
@@ -195,6 +246,7 @@ def push(name, grad, rows=None) -> Work:
     ``wait()``. ``grad``: the parameter's shape, or (len(rows), ...) with ``rows``, or a sparse COO
     gradient of a row-sharded one."""
     c = _client(f"push({name!r})")
+    faults.collective("ps_push", c.rank, c.workers + c.servers)
     p = _param(c, name, "push")
     if getattr(grad, "is_sparse", False):
         if not p.sparse or tuple(grad.shape) != p.shape or grad.sparse_dim() != 1:
@@ -232,6 +284,7 @@ def pull(name, rows=None, async_op=False):
     """The parameter's current value from the servers (or its ``rows``, a 1-D int64 tensor, of a
     row-sharded one); with ``async_op`` a Work whose ``wait()`` returns it."""
     c = _client(f"pull({name!r})")
+    faults.collective("ps_pull", c.rank, c.workers + c.servers)
     p = _param(c, name, "pull")
     if rows is not None and not p.sparse:
         raise ValueError(f"ps.pull({p.name!r}): rows are for row-sharded parameters; {p.describe()} is dense")
@@ -257,35 +310,74 @@ def pull(name, rows=None, async_op=False):
 
 def clock() -> None:
     """End this worker's iteration. Under BSP and SSP it returns once this worker is at most
-    ``staleness`` clocks (0 for BSP) ahead of the slowest unfinished worker."""
+    ``staleness`` clocks (0 for BSP) ahead of the slowest active worker; it raises when a worker
+    was lost and ``on_worker_failure`` is "raise"."""
     c = _client("clock")
+    faults.collective("ps_clock", c.rank, c.workers + c.servers)
     c.clock_count += 1
-    replies = c.consistency != "asp"
-    awaited = [(k, c.request(k, P.header(P.CLOCK, clock=c.clock_count), (),
-                             _Awaited("clock", minidl.int64) if replies else None)) for k in range(c.servers)]
-    if replies:
+    awaited = [(k, c.request(k, P.header(P.CLOCK, clock=c.clock_count))) for k in range(c.servers)]
+    if c.consistency != "asp":
         Work(c, awaited).wait()
 
 
+def barrier() -> None:
+    """Wait until every active worker (ps.init's and joined ones, not the lost) has called it:
+    over the servers, so a lost worker does not hold it up as a process-group barrier would."""
+    c = _client("barrier")
+    Work(c, [(0, c.request(0, P.header(P.BARRIER)))]).wait()
+
+
 def stats() -> dict:
-    """The servers' counts (pushes applied, pulls served, requests rejected) and the histogram of
-    the applied pushes' staleness (how many clocks the pushing worker was ahead of the slowest
-    unfinished one), summed over the servers: a dense push counts once per server. Under BSP a
-    push is counted once applied, when every worker has ended its iteration."""
+    """The servers' counts, summed over the servers (a dense push counts once per server):
+    "pushes" applied, "pulls" served, "rejected" requests, "dropped_stale" pushes (``drop_stale_after``),
+    "duplicates" (pushes sent again after a broken link, not applied again), "discarded" (BSP: a lost
+    worker's pushes of the iteration it did not end); histograms "staleness" (applied pushes by how
+    many clocks their worker was ahead of the slowest active one) and "age" ({"applied": ...,
+    "dropped": ...} by how many clocks behind the newest); "lost" (per worker: when, at which clock,
+    how many of its pushes were applied, why), "joined", "resumed", "pushes_by" worker and each
+    worker's "clocks"."""
     c = _client("stats")
     found = [None] * c.servers
 
     def keep(k):
-        return lambda values: found.__setitem__(k, values.tolist())
-    Work(c, [(k, c.request(k, P.header(P.STATS), (), _Awaited("stats", minidl.int64, keep(k))))
+        return lambda values: found.__setitem__(k, json.loads(P.read_text(values.numpy())))
+    Work(c, [(k, c.request(k, P.header(P.STATS), (), _Awaited("stats", minidl.uint8, keep(k))))
              for k in range(c.servers)]).wait()
-    hist = {}
-    for values in found:
-        for staleness, count in enumerate(values[3:]):
-            if count:
-                hist[staleness] = hist.get(staleness, 0) + count
-    return {"pushes": sum(v[0] for v in found), "pulls": sum(v[1] for v in found),
-            "rejected": sum(v[2] for v in found), "staleness": hist}
+    total = {key: sum(f[key] for f in found) for key in ("pushes", "pulls", "rejected", "dropped_stale",
+                                                         "duplicates", "discarded")}
+
+    def summed(key):
+        hist = {}
+        for f in found:
+            for k, n in f[key].items():
+                hist[int(k)] = hist.get(int(k), 0) + n
+        return dict(sorted(hist.items()))
+    total["staleness"] = summed("staleness")
+    total["age"] = {"applied": summed("age_applied"), "dropped": summed("age_dropped")}
+    for key in ("lost", "joined", "resumed"):   # (per worker and event, as its first server saw it)
+        events = {}
+        for f in found:
+            for e in f[key]:
+                events.setdefault((e["worker"], e["clock"]), []).append(e)
+        total[key] = [dict(min(es, key=lambda e: e["at"]), **({"pushes": sum(e["pushes"] for e in es)}
+                                                             if key == "lost" else {}))
+                      for es in events.values()]
+    total["pushes_by"] = {}
+    for f in found:
+        for w, n in f["pushes_by"].items():
+            total["pushes_by"][int(w)] = total["pushes_by"].get(int(w), 0) + n
+    total["clocks"] = {int(w): c for w, c in found[0]["clocks"].items()}
+    return total
+
+
+def store_address() -> str:
+    """Where a worker joins this job: the "tcp://HOST:PORT" of the job's store, for ``ps.join``
+    (over links only: under MPI no worker can join)."""
+    c = _client("store_address")
+    if c.job is None:
+        raise RuntimeError("ps.store_address: this job runs over MPI, where no worker can join; the 'gloo' "
+                           "backend lets workers join")
+    return f"tcp://{c.job['store']}"
 
 
 def shutdown() -> None:
@@ -295,6 +387,7 @@ def shutdown() -> None:
     for k in range(c.servers):
         c.request(k, P.header(P.SHUTDOWN))
     c.drain_all()
+    c.end.close()
     c.closed = True
 
 

@@ -1,4 +1,5 @@
-"""A server: its shard of every parameter, the workers' clocks, and the loop that serves them.
+"""A server: its shard of every parameter, the workers' clocks, who the workers are, and the loop
+that serves them.
 
 The loop takes requests in arrival order from any worker and applies each push with the parameter's
 server-side optimizer: at once under SSP and ASP; under BSP at the end of the iteration, once every
@@ -6,45 +7,61 @@ worker has clocked past it, the iteration's pushes to a parameter summed and app
 optimizer step, so that a pull during iteration c sees exactly the pushes of iterations before c
 (synchronous SGD on the summed gradients, whatever the optimizer). Consistency is kept at the clock:
 a worker's ``clock()`` is answered only once it is at most ``staleness`` clocks ahead of the slowest
-unfinished worker (0 for BSP; ASP workers do not wait for an answer). A worker sends its pushes
-before its clock, and messages between two ranks keep their order, so when the answer comes every
-push made before the slowest worker's clock has been applied. Each applied push records its
-staleness: how many clocks its worker is ahead of the slowest unfinished one, i.e. how many of the
-slowest worker's iterations the parameters it computed on may lack (0 under BSP, at most
-``staleness`` under SSP).
+active worker (0 for BSP; ASP answers at once). A worker sends its pushes before its clock, and a
+link keeps their order, so when the answer comes every push made before the slowest worker's clock
+has been applied. Each applied push records its staleness (how many clocks its worker is ahead of
+the slowest active one) and its age (how many clocks it is behind the newest); with
+``drop_stale_after`` a push older than that is dropped, not applied.
+
+Membership (over links: transports.py): a worker lost (its link ended without ``ps.shutdown()``,
+or went silent) is dropped from the clock and named in the log and in ``stats()``, with its clock
+and how many of its pushes were applied; under BSP its pushes of the iteration it had not ended are
+discarded. With ``on_worker_failure="raise"`` every worker's next ``clock()`` raises naming it
+instead. A worker whose link broke comes back on a new one and is counted again from its clock;
+a worker that joins later starts at the clock the first server gives it. Every request carries a
+sequence number, so a push sent again after a broken link is applied once. Over the process group
+(MPI) a lost worker ends the job, as MPI does.
 
 A malformed request (an unknown kind or parameter, rows outside the shard, a payload of the wrong
 size) is answered with an error and logged; the shard is left as it was.
-
-Silence is named by worker, not by server: when no request came for the group's timeout, the
-server answers every worker waiting at its clock with an error naming the workers that went
-silent (neither shut down nor waiting), and raises it. A worker whose process exits without
-``ps.shutdown()`` says so on its way out (worker.py), and the server raises naming it at once.
 """
 from __future__ import annotations
 
+import json
 import logging
+import os
 import struct
+import time
 from collections import Counter
 
 import numpy as np
 
 import minidl
 
-from ..algorithms.channel import DistTimeoutError
 from ..communicators.base import DistError
-from ..p2p import irecv, isend, recv
-from ..state import resolve
 from . import protocol as P
 from .optimizers import KINDS as OPTIMIZER_KINDS
 from .optimizers import from_words
 from .sharding import bounds
 
 log = logging.getLogger("minidl.dist.ps")
+TICK = 0.5   # how often an idle server looks for stalls (seconds)
+
+
+def stall_seconds() -> float:
+    """How long workers wait at a clock for a silent one before the log names it (MINIDL_PS_STALL_LOG)."""
+    text = os.environ.get("MINIDL_PS_STALL_LOG", "60")
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = -1.0
+    if not seconds > 0:
+        raise ValueError(f"MINIDL_PS_STALL_LOG must be a positive number of seconds, got {text!r}")
+    return seconds
 
 
 class WorkerLost(DistError):
-    """A worker went silent or exited without ``ps.shutdown()``: the servers cannot serve on."""
+    """A worker went silent or exited without ``ps.shutdown()`` where the job cannot go on without it."""
 
 
 class Shard:
@@ -55,13 +72,13 @@ class Shard:
         count = shape[0] if sparse else int(np.prod(shape))
         self.lo, self.hi = bounds(count, servers)[server:server + 2]
         local = (self.hi - self.lo,) + tuple(shape[1:]) if sparse else (self.hi - self.lo,)
+        self.checksum = _checksum(value)
         if value is None:   # an embedding: rows drawn as the whole table's would be (counter-based)
             row = int(np.prod(shape[1:]))
             g = minidl.Generator().set_state(np.frombuffer(struct.pack("<QQ", seed, self.lo * row), np.uint8))
             value = minidl.empty(local, dtype=dtype).normal_(0.0, std, generator=g)
         self.param = minidl.nn.Parameter(value.reshape(local).to(dtype).clone())
         self.optimizer = optimizer.build(self.param, sparse)
-        self.inbox = None if sparse else minidl.empty(self.param.numel(), dtype=dtype)   # (every dense push's size)
 
     def apply(self, grad):
         self.param.grad = grad
@@ -70,79 +87,85 @@ class Shard:
 
 
 class Server:
-    def __init__(self, group, server, servers, workers, consistency, staleness):
-        self.group, self.server, self.servers, self.workers = group, server, servers, workers
+    def __init__(self, end, server, servers, workers, consistency, staleness, on_worker_failure="raise",
+                 drop_stale_after=None):
+        self.end, self.server, self.servers = end, server, servers
         self.bound = None if consistency == "asp" else (0 if consistency == "bsp" else staleness)
-        self.shards, self.clocks, self.finished, self.waiting = [], [0] * workers, set(), []
         self.bsp, self.deferred = consistency == "bsp", []   # (BSP's pushes of the running iteration)
-        self.stats = {"pushes": 0, "pulls": 0, "rejected": 0, "staleness": Counter()}
+        self.raise_on_loss, self.drop_after = on_worker_failure == "raise", drop_stale_after
+        self.shards = []
+        self.clocks = {w: 0 for w in range(workers)}   # every worker the job has had
+        self.finished, self.lost, self.waiting = set(), {}, {}   # waiting: worker -> when its clock came
+        self.seq, self.heard, self.pushes_by = {}, {}, Counter()
+        self.at_barrier, self.failure, self.ended = set(), None, False
+        self.store = None   # (server 0 over links: the job's store, membership.py)
+        self.started, self.stall_after, self.stalls_named = time.monotonic(), stall_seconds(), set()
+        self.stats = {"pushes": 0, "pulls": 0, "rejected": 0, "staleness": Counter(), "dropped_stale": 0,
+                      "duplicates": 0, "discarded": 0, "age_applied": Counter(), "age_dropped": Counter(),
+                      "lost": [], "joined": [], "resumed": []}
         self.handlers = {P.REGISTER: self.register, P.PUSH: self.push, P.PULL: self.pull, P.CLOCK: self.clock,
-                         P.SHUTDOWN: self.shutdown, P.STATS: self.report, P.EXITED: self.exited}
-        self.sends = []
+                         P.SHUTDOWN: self.shutdown, P.STATS: self.report, P.EXITED: self.exited,
+                         P.JOIN: self.join, P.WHERE: self.where, P.BARRIER: self.barrier}
 
     def serve(self):
-        """Answer requests until every worker has shut down."""
-        while len(self.finished) < self.workers:
-            h = minidl.empty(P.HEADER, dtype=minidl.int64)
-            work = irecv(h, group=self.group, tag=P.REQUEST)
-            work.channel.note = lambda: (f"parameter server {self.server} waits for worker rank(s) {self.silent()} "
-                                         f"(neither shut down nor waiting at a clock)")
-            try:
-                work.wait()
-            except DistTimeoutError as e:
-                timeout = resolve(self.group, "ps").config.timeout
-                raise self.lost(self.silent(), f"sent no request for {timeout:g} s") from e
-            except DistError as e:   # (a header of another size arrived: consumed, and refused)
-                if work.source() is None:
-                    raise   # (no message came: a rank is gone)
-                self.stats["rejected"] += 1
-                log.warning("parameter server %d: rejected a malformed request header: %s", self.server, e)
-                continue
-            worker, words = work.source(), h.tolist()
-            self.consumed = 0
-            try:
-                handler = self.handlers.get(words[P.KIND])
-                if handler is None:
-                    raise ValueError(f"unknown request kind {words[P.KIND]}")
-                handler(worker, words)
-            except WorkerLost:
-                raise
-            except Exception as e:   # (a malformed request: refused, the shard untouched)
-                self.stats["rejected"] += 1
-                log.warning("parameter server %d: rejected a request from worker %d: %s", self.server, worker, e)
-                self.discard_payload(worker, words[P.PARTS] - self.consumed)
-                self.reply(worker, error=str(e))
-        for work in self.sends:
-            work.wait()
+        """Answer requests until no worker is left (each shut down or lost)."""
+        try:
+            while self.active():
+                event = self.end.next(TICK if self.end.tolerant else None)
+                if event is not None:
+                    kind, worker, *rest = event
+                    if kind == "request":
+                        self.take(worker, *rest)
+                    elif kind == "lost":
+                        self.worker_gone(worker, rest[0] or "exited without calling ps.shutdown()")
+                    elif kind == "silent":
+                        raise self.fail(self.silent(), rest[0])
+                self.look_for_stalls()
+        except BaseException:
+            self.end_job(flush=False)
+            raise
+        self.end_job()
+        if self.lost and (self.failure or not self.finished):
+            raise WorkerLost(self.failure or f"parameter server {self.server}: every worker was lost: "
+                                             f"{sorted(self.lost)}")
+
+    def end_job(self, flush=True):
+        """No worker may join from now on."""
+        self.ended = True
+        if self.store is not None:
+            self.store.set("ps/ended", "1")
+        self.end.close(flush=flush)
+
+    def active(self) -> list:
+        return [w for w in self.clocks if w not in self.finished and w not in self.lost]
+
+    def take(self, worker, words, parts):
+        self.heard[worker] = time.monotonic()
+        try:
+            if words is None:
+                raise ValueError("a malformed request header")
+            kind = words[P.KIND]
+            handler = self.handlers.get(kind)
+            if handler is None:
+                raise ValueError(f"unknown request kind {kind}")
+            if worker not in self.clocks and kind not in (P.JOIN, P.WHERE):
+                raise ValueError(f"worker {worker} is not in this job: ps.join() first")
+            if worker in self.lost:
+                self.resume(worker)
+            repeat = words[P.SEQ] != 0 and words[P.SEQ] <= self.seq.get(worker, 0)
+            self.seq[worker] = max(words[P.SEQ], self.seq.get(worker, 0))
+            handler(worker, words, parts, repeat)
+        except WorkerLost:
+            raise
+        except Exception as e:   # (a malformed request: refused, the shard untouched)
+            self.stats["rejected"] += 1
+            log.warning("parameter server %d: rejected a request from worker %d: %s", self.server, worker, e)
+            self.reply(worker, error=str(e))
 
     # -- replies ------------------------------------------------------------------------------
-    def reply(self, worker, values=None, error=None) -> list:
-        """Send the reply (kept in ``sends`` until done: its buffers must outlive it); returns its sends."""
-        body = P.text(error) if error is not None else values
-        status = P.ERROR if error is not None else P.OK
-        numel = 0 if body is None else body.numel()
-        posted = [isend(minidl.tensor([status, numel, 0, 0], dtype=minidl.int64), worker,
-                        group=self.group, tag=P.REPLY)]
-        if numel:
-            posted.append(isend(body.contiguous().reshape(-1), worker, group=self.group, tag=P.REPLY_DATA))
-        self.sends = [w for w in self.sends + posted if not w.is_completed()]
-        return posted
-
-    def payload(self, worker, numel, dtype, into=None):
-        buf = into if into is not None and into.numel() == numel else minidl.empty(numel, dtype=dtype)
-        self.consumed += 1   # (taken from the stream even when its size turns out wrong)
-        recv(buf, worker, group=self.group, tag=P.PAYLOAD)
-        return buf
-
-    def discard_payload(self, worker, parts):
-        """Take a refused request's remaining payload messages off the stream, whatever their size."""
-        for _ in range(max(0, parts)):
-            try:
-                recv(minidl.empty(0), worker, group=self.group, tag=P.PAYLOAD)
-            except DistTimeoutError:
-                raise
-            except DistError:
-                pass   # (the size differed, as expected: the message is consumed all the same)
+    def reply(self, worker, values=None, error=None):
+        body = P.as_bytes(P.text(error)) if error is not None else None if values is None else P.as_bytes(values)
+        return self.end.reply(worker, P.ERROR if error is not None else P.OK, body)
 
     def shard(self, words):
         key = words[P.KEY]
@@ -150,110 +173,207 @@ class Server:
             raise ValueError(f"no parameter with key {key} (this server has {len(self.shards)})")
         return self.shards[key]
 
+    @staticmethod
+    def part(parts, i, numel, dtype, what):
+        if i >= len(parts):
+            raise ValueError(f"{what}: {len(parts)} payload part(s) where at least {i + 1} were due")
+        return P.view(parts[i], numel, dtype, what)
+
     # -- requests -----------------------------------------------------------------------------
-    def register(self, worker, words):
+    def register(self, worker, words, parts, repeat):
         if not 0 <= words[P.DTYPE] < 2 or words[P.OPTIMIZER] not in OPTIMIZER_KINDS:
             raise ValueError(f"register: dtype code {words[P.DTYPE]} or optimizer kind {words[P.OPTIMIZER]} unknown")
         dtype = P.DTYPES[words[P.DTYPE]]
-        name = P.read_text(self.payload(worker, words[P.NAME_LEN], minidl.uint8))
-        shape = tuple(self.payload(worker, words[P.NDIM], minidl.int64).tolist())
-        hyper = self.payload(worker, 4, minidl.float64).tolist()
-        value = self.payload(worker, words[P.NUMEL], dtype) if not words[P.EMBEDDING] else None
+        name = P.read_text(self.part(parts, 0, words[P.NAME_LEN], minidl.uint8, "register").numpy())
+        shape = tuple(self.part(parts, 1, words[P.NDIM], minidl.int64, "register").tolist())
+        hyper = self.part(parts, 2, 4, minidl.float64, "register").tolist()
+        value = self.part(parts, 3, words[P.NUMEL], dtype, "register") if not words[P.EMBEDDING] else None
         key = words[P.KEY]
         if key < len(self.shards):   # registered already: the same parameter, or an error
             s = self.shards[key]
             if (s.name, s.shape, s.dtype, s.sparse) != (name, shape, dtype, bool(words[P.SPARSE])):
-                raise ValueError(f"register {name!r} {list(shape)} {dtype.name}: key {key} is already "
-                                 f"{s.name!r} {list(s.shape)} {s.dtype.name}")
+                raise ValueError(f"register {name!r} {list(shape)} {dtype.name} from worker {worker}: key {key} is "
+                                 f"already {s.name!r} {list(s.shape)} {s.dtype.name}")
             if s.checksum != _checksum(value):
-                raise ValueError(f"register {name!r}: this worker's value differs from the one registered first "
-                                 f"(every worker must start from the same parameters)")
+                raise ValueError(f"register {name!r}: worker {worker}'s value differs from the one registered first "
+                                 f"(every worker, joining ones too, must start from the same parameters)")
         elif key == len(self.shards):
             self.shards.append(Shard(name, shape, dtype, bool(words[P.SPARSE]), from_words(words[P.OPTIMIZER], hyper),
                                      self.server, self.servers, value, hyper[3], words[P.SEED]))
-            self.shards[-1].checksum = _checksum(value)
         else:
             raise ValueError(f"register {name!r}: key {key} out of order (next is {len(self.shards)})")
         self.reply(worker)
 
-    def _rows(self, s, worker, words):
-        rows = self.payload(worker, words[P.ROWS], minidl.int64)
+    def _rows(self, s, parts, words):
+        rows = self.part(parts, 0, words[P.ROWS], minidl.int64, f"push to {s.name!r}")
         if rows.numel() and (int(rows.min()) < 0 or int(rows.max()) >= s.hi - s.lo):
             raise ValueError(f"{s.name!r}: rows outside this server's {s.hi - s.lo} rows")
         return rows
 
-    def push(self, worker, words):
+    def push(self, worker, words, parts, repeat):
         s = self.shard(words)
-        rows = self._rows(s, worker, words) if s.sparse else None
+        rows = self._rows(s, parts, words) if s.sparse else None
         width = int(np.prod(s.shape[1:])) if s.sparse else 1
         want = rows.numel() * width if s.sparse else s.hi - s.lo
-        values = self.payload(worker, words[P.NUMEL], s.dtype, s.inbox)
-        if values.numel() != want:
-            raise ValueError(f"push to {s.name!r}: {values.numel()} values where {want} were due")
-        if s.sparse:
-            grad = minidl.sparse_coo_tensor(rows.unsqueeze(0), values.reshape((rows.numel(),) + s.shape[1:]),
-                                            s.param.shape)
+        values = self.part(parts, 1 if s.sparse else 0, want, s.dtype, f"push to {s.name!r}")
+        clock = words[P.WORKER_CLOCK]
+        age = max(0, max((self.clocks[w] for w in self.active()), default=clock) - clock)
+        if repeat:   # (sent again after a broken link: applied the first time)
+            self.stats["duplicates"] += 1
+        elif self.drop_after is not None and age > self.drop_after:
+            self.stats["dropped_stale"] += 1
+            self.stats["age_dropped"][age] += 1
         else:
-            grad = values.reshape(s.param.shape)
-        if self.bsp:   # (applied when the iteration ends: the inbox will hold the next push by then)
-            self.deferred.append((s, grad if s.sparse else grad.clone(), words[P.WORKER_CLOCK]))
-        else:
-            self.apply(s, grad, words[P.WORKER_CLOCK])
+            if s.sparse:
+                grad = minidl.sparse_coo_tensor(rows.unsqueeze(0), values.reshape((rows.numel(),) + s.shape[1:]),
+                                                s.param.shape)
+            else:
+                grad = values.reshape(s.param.shape)
+            if self.bsp:   # (applied when the iteration ends)
+                self.deferred.append((s, grad, clock, worker, words[P.SEQ], age))
+            else:
+                s.apply(grad)
+                self.count(clock, worker, age)
         self.reply(worker)
 
-    def apply(self, s, grad, clock):
-        s.apply(grad)
-        self.count(clock)
-
-    def count(self, clock):
+    def count(self, clock, worker, age):
         self.stats["pushes"] += 1
-        self.stats["staleness"][max(0, clock - min(self.active_clocks(), default=clock))] += 1
+        self.pushes_by[worker] += 1
+        self.stats["staleness"][max(0, clock - min((self.clocks[w] for w in self.active()), default=clock))] += 1
+        self.stats["age_applied"][age] += 1
 
     def apply_summed(self, due):
         """BSP: each ended iteration's pushes to a parameter, summed, as one optimizer step."""
         steps = {}
-        for s, grad, clock in due:
+        for s, grad, clock, worker, _, age in due:
             steps.setdefault((clock, id(s)), (s, []))[1].append(grad)
-            self.count(clock)
+            self.count(clock, worker, age)
         for (clock, _), (s, grads) in sorted(steps.items(), key=lambda item: item[0][0]):
             s.apply(_sum(grads))
 
-    def pull(self, worker, words):
+    def pull(self, worker, words, parts, repeat):
         s = self.shard(words)
         self.stats["pulls"] += 1
         if s.sparse and words[P.ROWS] >= 0:
-            self.reply(worker, s.param.detach()[self._rows(s, worker, words)])
-        else:   # (a copy: under MPI the send may still read it while later pushes change the shard)
+            self.reply(worker, s.param.detach()[self._rows(s, parts, words)])
+        else:   # (a copy: the send may still read it while later pushes change the shard)
             self.reply(worker, s.param.detach().clone())
 
-    def clock(self, worker, words):
+    def clock(self, worker, words, parts, repeat):
+        if repeat:   # (answered when released, if it still waits)
+            if worker not in self.waiting:
+                self.reply(worker)
+            return
         self.clocks[worker] += 1
-        if self.bound is not None:
-            self.waiting.append(worker)
+        if self.failure:
+            self.reply(worker, error=self.failure)
+        elif self.bound is None:
+            self.reply(worker)
+        else:
+            self.waiting[worker] = time.monotonic()
             self.release()
 
-    def shutdown(self, worker, words):
+    def shutdown(self, worker, words, parts, repeat):
         self.finished.add(worker)
+        self.waiting.pop(worker, None)
+        self.reply(worker)
         self.release()
 
-    def exited(self, worker, words):
-        raise self.lost([worker], "exited without calling ps.shutdown()")
+    def exited(self, worker, words, parts, repeat):
+        self.worker_gone(worker, "exited without calling ps.shutdown()")
 
+    def join(self, worker, words, parts, repeat):
+        """A worker that was not there at the start: in the clock from the clock it asked for."""
+        if worker not in self.clocks:
+            self.clocks[worker] = words[P.WORKER_CLOCK]
+            self.stats["joined"].append({"worker": worker, "at": time.time(), "clock": words[P.WORKER_CLOCK]})
+            log.warning("parameter server %d: worker %d joined at clock %d", self.server, worker,
+                        words[P.WORKER_CLOCK])
+        self.reply(worker)
+
+    def where(self, worker, words, parts, repeat):
+        """The clock a joining worker starts at: the slowest active worker's."""
+        self.reply(worker, minidl.tensor([min((self.clocks[w] for w in self.active()), default=0)]))
+
+    def barrier(self, worker, words, parts, repeat):
+        if not repeat:
+            self.at_barrier.add(worker)
+        self.release_barrier()
+
+    def release_barrier(self):
+        active = set(self.active())
+        if self.at_barrier and active <= self.at_barrier:
+            for worker in self.at_barrier & active:
+                self.reply(worker)
+            self.at_barrier = set()
+
+    def report(self, worker, words, parts, repeat):
+        s = self.stats
+        found = {**{k: s[k] for k in ("pushes", "pulls", "rejected", "dropped_stale", "duplicates", "discarded")},
+                 **{k: dict(s[k]) for k in ("staleness", "age_applied", "age_dropped")},
+                 "lost": s["lost"], "joined": s["joined"], "resumed": s["resumed"],
+                 "pushes_by": dict(self.pushes_by), "clocks": dict(self.clocks)}
+        self.reply(worker, P.text(json.dumps(found)))
+
+    # -- membership ---------------------------------------------------------------------------
     def silent(self) -> list:
-        """The workers neither shut down nor waiting for this server's answer at their clock."""
-        return [w for w in range(self.workers) if w not in self.finished and w not in self.waiting]
+        """The active workers not waiting for this server's answer at their clock."""
+        return [w for w in self.active() if w not in self.waiting]
 
-    def lost(self, workers, how) -> WorkerLost:
+    def worker_gone(self, worker, how):
+        """A worker's link ended without ``ps.shutdown()`` (or it said it exits): dropped from the clock
+        (over links), or the job's end (over the process group)."""
+        if worker not in self.clocks or worker in self.finished or worker in self.lost:
+            return
+        if not self.end.tolerant:
+            raise self.fail([worker], how)
+        record = {"worker": worker, "at": time.time(), "clock": self.clocks[worker],
+                  "pushes": self.pushes_by[worker], "why": how}
+        self.lost[worker] = record
+        self.stats["lost"].append(record)
+        self.waiting.pop(worker, None)
+        self.at_barrier.discard(worker)
+        if self.bsp:   # (the iteration it did not end: its pushes are not part of it)
+            mine = [d for d in self.deferred if d[3] == worker and d[2] >= self.clocks[worker]]
+            self.deferred = [d for d in self.deferred if not (d[3] == worker and d[2] >= self.clocks[worker])]
+            self.stats["discarded"] += len(mine)
+            if mine:   # (sent again after a broken link, they are taken anew)
+                self.seq[worker] = min(d[4] for d in mine) - 1
+        log.error("parameter server %d: worker %d lost at clock %d, %d of its pushes applied: %s", self.server,
+                  worker, self.clocks[worker], self.pushes_by[worker], how)
+        if self.raise_on_loss:
+            self.failure = self.failure or (f"parameter server {self.server}: worker {worker} was lost at clock "
+                                            f"{self.clocks[worker]} ({how}); on_worker_failure='raise' ends the job")
+            for w in list(self.waiting):
+                self.reply(w, error=self.failure)
+            self.waiting = {}
+        self.release()
+        self.release_barrier()
+
+    def resume(self, worker):
+        """A lost worker is back (its link broke, or it was frozen): counted again from its clock."""
+        record = self.lost.pop(worker)
+        self.stats["resumed"].append({"worker": worker, "at": time.time(), "clock": self.clocks[worker]})
+        log.warning("parameter server %d: worker %d is back at clock %d (lost %.1f s before: %s)", self.server,
+                    worker, self.clocks[worker], time.time() - record["at"], record["why"])
+
+    def admit(self, worker):
+        """Whether a worker may connect (None) or why not."""
+        if self.ended:
+            return "the parameter-server job has ended"
+        if worker in self.finished:
+            return f"worker {worker} has shut down already"
+        return None
+
+    def fail(self, workers, how) -> WorkerLost:
         """The error naming ``workers``, logged, and sent to every worker waiting at its clock (they
-        would otherwise time out naming this server, which only waited for the others). Only those
-        replies are awaited: an earlier one may still be pending to the silent worker, past its deadline."""
-        clocks = ", ".join(f"worker {w} at clock {self.clocks[w]}" for w in range(self.workers)
-                           if w not in self.finished)
+        would otherwise time out naming this server, which only waited for the others)."""
+        clocks = ", ".join(f"worker {w} at clock {self.clocks[w]}" for w in self.active())
         message = (f"parameter server {self.server}: worker rank(s) {workers} {how}; the job cannot go on "
                    f"(clocks: {clocks})")
         log.error("%s", message)
         replies = [work for worker in self.waiting for work in self.reply(worker, error=message)]
-        self.waiting = []
+        self.waiting = {}
         for work in replies:
             try:
                 work.wait()
@@ -261,32 +381,38 @@ class Server:
                 pass   # (that worker is gone too: the error raised here names the job's end all the same)
         return WorkerLost(message)
 
-    def report(self, worker, words):
-        hist = self.stats["staleness"]
-        top = max(hist, default=-1)
-        counts = [hist.get(i, 0) for i in range(top + 1)]
-        self.reply(worker, minidl.tensor([self.stats["pushes"], self.stats["pulls"], self.stats["rejected"]] + counts,
-                                         dtype=minidl.int64))
+    def look_for_stalls(self):
+        """Name, once per clock, the active workers that have held others at their clock for
+        ``MINIDL_PS_STALL_LOG`` seconds (a frozen worker, or a very slow one)."""
+        if not self.waiting:
+            return
+        now = time.monotonic()
+        since = min(self.waiting.values())
+        if now - since < self.stall_after:
+            return
+        slowest = min(self.clocks[w] for w in self.active())
+        holding = [w for w in self.active() if w not in self.waiting and self.clocks[w] == slowest]
+        fresh = [w for w in holding if (w, slowest) not in self.stalls_named]
+        if fresh:
+            self.stalls_named.update((w, slowest) for w in fresh)
+            quiet = ", ".join(f"worker {w} silent for {now - self.heard.get(w, self.started):.0f} s" for w in fresh)
+            log.warning("parameter server %d: workers %s have waited %.0f s at their clock for worker(s) %s at clock "
+                        "%d (%s): frozen, or very slow?", self.server, sorted(self.waiting), now - since, fresh,
+                        slowest, quiet)
 
     # -- consistency --------------------------------------------------------------------------
-    def active_clocks(self):
-        return [c for w, c in enumerate(self.clocks) if w not in self.finished]
-
     def release(self):
-        """Answer the clocks of the workers now within ``bound`` of the slowest one."""
+        """Answer the clocks of the workers now within ``bound`` of the slowest active one."""
         if self.bound is None:
             return
-        slowest = min(self.active_clocks(), default=None)
+        slowest = min((self.clocks[w] for w in self.active()), default=None)
         due = [d for d in self.deferred if slowest is None or d[2] < slowest]
         self.deferred = [d for d in self.deferred if not (slowest is None or d[2] < slowest)]
         self.apply_summed(due)   # (BSP: the ended iterations' pushes, before anyone goes on)
-        still = []
-        for worker in self.waiting:
+        for worker in list(self.waiting):
             if slowest is None or self.clocks[worker] - slowest <= self.bound:
+                del self.waiting[worker]
                 self.reply(worker)
-            else:
-                still.append(worker)
-        self.waiting = still
 
 
 def _sum(grads):
@@ -296,7 +422,7 @@ def _sum(grads):
     if grads[0].is_sparse:
         return minidl.sparse_coo_tensor(minidl.cat([g._indices() for g in grads], 1),
                                         minidl.cat([g._values() for g in grads]), grads[0].shape).coalesce()
-    total = grads[0]   # (a copy the server made: BSP's deferred dense pushes are cloned)
+    total = grads[0].clone()
     for g in grads[1:]:
         total.add_(g)
     return total

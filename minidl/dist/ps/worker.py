@@ -3,6 +3,7 @@ requests it sends, and the replies it matches to them.
 
 Every request to a server gets one reply, in order, so a worker keeps a queue of what it awaits
 per server; waiting for one reply receives the earlier ones first (completing their Works).
+Each request carries the next sequence number for its server (the server drops a repeat).
 """
 from __future__ import annotations
 
@@ -10,9 +11,6 @@ from collections import deque
 
 import numpy as np
 
-import minidl
-
-from ..p2p import irecv, isend, recv
 from . import protocol as P
 from .sharding import bounds
 
@@ -30,8 +28,8 @@ class Param:
 
 
 class _Awaited:
-    """One reply a request awaits from one server; ``on_reply(values)`` takes its values, received
-    straight into ``into`` (a contiguous tensor of their size) when given."""
+    """One reply a request awaits from one server; ``on_reply(values)`` takes its values (a tensor
+    of ``dtype``), received straight into ``into`` (a contiguous tensor of their size) when given."""
 
     def __init__(self, what, dtype, on_reply=None, into=None):
         self.what, self.dtype, self.on_reply, self.into = what, dtype, on_reply, into
@@ -61,77 +59,54 @@ class Work:
 
 
 class Client:
-    def __init__(self, group, rank, workers, servers, consistency):
-        self.group, self.rank, self.workers, self.servers = group, rank, workers, servers
+    def __init__(self, end, rank, workers, servers, consistency):
+        self.end, self.rank, self.workers, self.servers = end, rank, workers, servers
         self.consistency, self.params, self.clock_count, self.closed = consistency, {}, 0, False
         self.queues = [deque() for _ in range(servers)]
-        self.posted = [None] * servers   # per server: the receive of its next reply's header, once posted
-        self.sends = []
-
-    def server_rank(self, k):
-        return self.workers + k
+        self.seq = [0] * servers
 
     # -- sending and receiving ----------------------------------------------------------------
     def request(self, k, header, payload=(), awaited=None):
-        """Send a request to server k; returns what its reply will fill (None: no reply)."""
-        rank = self.server_rank(k)
-        header[P.PARTS] = len(payload)
-        self.sends.append(isend(header, rank, group=self.group, tag=P.REQUEST))
-        for t in payload:
-            self.sends.append(isend(t.contiguous().reshape(-1), rank, group=self.group, tag=P.PAYLOAD))
-        self.sends = [w for w in self.sends if not w.is_completed()]
-        if awaited is not None:
-            self.queues[k].append(awaited)
+        """Send a request to server k; returns what its reply will fill (every request has one)."""
+        self.seq[k] += 1
+        header[P.SEQ] = self.seq[k]
+        self.end.send(k, P.seal(header, payload))
+        awaited = awaited if awaited is not None else _Awaited(P.KIND_NAMES.get(int(header[P.KIND]), "request"),
+                                                                None)
+        self.queues[k].append(awaited)
         return awaited
 
-    def _header(self, k):
-        """The receive of server k's next reply header. It waits twice the timeout: a server that
-        waits for other workers answers within one with an error naming those that went silent
-        (server.py), which a timeout here would blame on the server."""
-        if self.posted[k] is None:
-            h = minidl.empty(4, dtype=minidl.int64)
-            work = irecv(h, self.server_rank(k), group=self.group, tag=P.REPLY)
-            work.channel.deadline += work.channel.timeout
-            self.posted[k] = (h, work)
-        return self.posted[k]
-
-    def _take(self, k):
-        """Server k's next reply, whose header is in: its values (or error) to the request first in line."""
-        (h, _), self.posted[k] = self.posted[k], None
-        item = self.queues[k].popleft()
-        status, numel = h.tolist()[:2]
-        if status == P.ERROR:
-            body = minidl.empty(numel, dtype=minidl.uint8)
-        elif item.into is not None:
-            body = item.into if item.into.numel() == numel else minidl.empty(numel, dtype=item.dtype)
-        else:
-            body = minidl.empty(numel, dtype=item.dtype)
-        if numel:
-            recv(body, self.server_rank(k), group=self.group, tag=P.REPLY_DATA)
+    def _take(self, k, wait):
+        """Server k's next reply, to the request first in line; False if it has not come (``wait`` false)."""
+        item = self.queues[k][0]
+        into = None if item.into is None else P.as_bytes(item.into)
+        got = self.end.reply(k, wait, into)
+        if got is None:
+            return False
+        self.queues[k].popleft()
+        status, body = got
         if status == P.ERROR:
             item.error = f"ps.{item.what} (worker {self.rank}, server {k}): {P.read_text(body)}"
-        elif item.into is not None and body is not item.into:
-            item.error = (f"ps.{item.what} (worker {self.rank}, server {k}): the server sent {numel} values where "
-                          f"{item.into.numel()} were due")
+        elif into is not None and body is not into:
+            item.error = (f"ps.{item.what} (worker {self.rank}, server {k}): the server sent {body.nbytes} bytes "
+                          f"where {into.nbytes} were due")
         elif item.on_reply is not None:
-            item.on_reply(body)
+            item.on_reply(P.view(body, body.nbytes // item.dtype.itemsize, item.dtype, f"ps.{item.what}"))
         item.done = True
+        return True
 
     def poll(self, k):
         """Take server k's replies that have arrived, without waiting."""
-        while self.queues[k] and self._header(k)[1].is_completed():
-            self._take(k)
+        while self.queues[k] and self._take(k, wait=False):
+            pass
 
     def drain(self, k, until):
         """Receive server k's replies in order until ``until`` has its own."""
         while not until.done:
-            self._header(k)[1].wait()
-            self._take(k)
+            self._take(k, wait=True)
 
     def drain_all(self):
         for k in range(self.servers):
             while self.queues[k]:
                 self.drain(k, self.queues[k][-1])
-        for work in self.sends:
-            work.wait()
-        self.sends = []
+        self.end.flush()

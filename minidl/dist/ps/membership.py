@@ -1,0 +1,105 @@
+"""Who is in a parameter-server job over links: every server's address and the job's token, told to
+the ranks at ``ps.init``, and kept in a store that server 0 serves, where a worker that comes later
+(``ps.join``) finds them and takes a worker id (after the ranks'). Server 0 serves it rather than
+the world's store, whose host (rank 0, a worker) may be the process that dies.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import secrets
+from datetime import timedelta
+from urllib.parse import urlparse
+
+from .. import state as dist_state
+from ..communicators.base import DistError
+from ..communicators.socket import address
+from ..objects import all_gather_object
+from ..store import TCPStore
+from .transports import LinkServerEnd, LinkWorkerEnd
+
+log = logging.getLogger("minidl.dist.ps")
+WORLD_KEY = "minidl/ps/store"   # in the world's store (gloo): where the job's own store is
+WORKER_TIMEOUT = 120.0
+
+
+def worker_timeout() -> float:
+    """How long a worker may send nothing, not even a heartbeat, before the servers drop it as lost
+    (MINIDL_PS_WORKER_TIMEOUT; a SIGKILLed worker is found at once, by its closed connection)."""
+    text = os.environ.get("MINIDL_PS_WORKER_TIMEOUT", str(WORKER_TIMEOUT))
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = -1.0
+    if not seconds > 0:
+        raise ValueError(f"MINIDL_PS_WORKER_TIMEOUT must be a positive number of seconds, got {text!r}")
+    return seconds
+
+
+def server_end(server, rank) -> LinkServerEnd:
+    return LinkServerEnd(rank, None, server.admit, worker_timeout())
+
+
+def publish(server, rank, workers, servers, consistency, staleness) -> dict:
+    """Collective over the world: every rank learns the job (servers' addresses, token, store)."""
+    mine = {}
+    if server is not None:
+        mine["address"] = server.end.address
+        if server.server == 0:
+            port = int(os.environ.get("MINIDL_PS_PORT", "0"))
+            server.store = TCPStore(address(), port, is_master=True, wait_for_workers=False)
+            mine.update(store=f"{server.store.host}:{server.store.port}", token=secrets.randbits(62))
+    gathered = [None] * dist_state.get_world_size()
+    all_gather_object(gathered, mine)
+    first = gathered[workers]
+    job = {"servers": [g["address"] for g in gathered[workers:]], "token": first["token"], "store": first["store"],
+           "workers": workers, "consistency": consistency, "staleness": staleness}
+    if server is not None:
+        server.end.token = job["token"]
+        if server.server == 0:
+            server.store.set("ps/job", json.dumps(job))
+            server.store.add("ps/ids", len(gathered))   # (a joining worker's id follows the ranks')
+            world = dist_state._state().get("store")
+            if world is not None:
+                world.set(WORLD_KEY, job["store"])
+            log.warning("parameter server 0: workers may join this job with ps.join('tcp://%s')", job["store"])
+    return job
+
+
+def worker_end(job, me) -> LinkWorkerEnd:
+    return LinkWorkerEnd(me, job["token"], job["servers"], None)
+
+
+def find(init_method, timeout) -> tuple:
+    """(the job, a new worker id) from the job's store at ``init_method`` (tcp://HOST:PORT), or from the
+    world's store at MASTER_ADDR:MASTER_PORT."""
+    wait = timedelta(seconds=30 if timeout is None else float(timeout))
+    if init_method is None:
+        host, port = os.environ.get("MASTER_ADDR"), os.environ.get("MASTER_PORT")
+        if not host or not port:
+            raise ValueError("ps.join: give init_method='tcp://HOST:PORT' (the job's store, logged by parameter "
+                             "server 0), or set MASTER_ADDR and MASTER_PORT to the job's world store")
+        world = _open(f"tcp://{host}:{port}", "the world's store", wait)
+        if not world.check([WORLD_KEY]):
+            raise ValueError(f"ps.join: the store at {host}:{port} knows no parameter-server job (no ps.init over "
+                             f"the 'gloo' backend met there)")
+        init_method = f"tcp://{world.get(WORLD_KEY).decode()}"
+    store = _open(init_method, "the job's store", wait)
+    if not store.check(["ps/job"]):
+        raise ValueError(f"ps.join: {init_method} holds no parameter-server job")
+    if store.check(["ps/ended"]):
+        raise DistError(f"ps.join: the parameter-server job at {init_method} has ended")
+    job = json.loads(store.get("ps/job"))
+    return job, store.add("ps/ids", 1) - 1
+
+
+def _open(url, what, timeout):
+    parts = urlparse(url)
+    if parts.scheme != "tcp" or not parts.hostname or not parts.port:
+        raise ValueError(f"ps.join: {url!r} is not tcp://HOST:PORT")
+    try:
+        return TCPStore(parts.hostname, parts.port, is_master=False, timeout=timeout)
+    except (DistError, OSError, RuntimeError) as e:
+        raise DistError(f"ps.join: no parameter-server job at {url} ({what} cannot be reached: {e}); it has ended "
+                        f"or never started") from None

@@ -1,0 +1,278 @@
+"""What carries the parameter server's messages: each end takes and gives whole requests and
+replies (protocol.py), so the server and the worker never see a transport.
+
+- Over the process group (MPI): point-to-point messages between fixed ranks. A dead process ends
+  the job (MPI's rule), so nothing here survives one.
+- Over links (the "gloo" backend and simulated ranks): one TCP connection between each worker and
+  each server (communicators/links.py), made to the addresses the servers publish. A worker's loss
+  is an event the server acts on; a worker whose connection broke connects again and sends its
+  unanswered requests once more (the server drops the repeats by sequence number); a worker that
+  was not there at the start joins the same way.
+"""
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections import deque
+
+import numpy as np
+
+import minidl
+
+from ..algorithms.channel import DistTimeoutError
+from ..communicators.base import DistError
+from ..communicators.links import Listener, LinkLost, connect
+from ..communicators.socket import _heartbeat
+from ..p2p import irecv, isend, recv
+from . import protocol as P
+
+
+def _reply_parts(status, body):
+    body = np.empty(0, np.uint8) if body is None else body
+    return [np.array([status, body.nbytes], np.int64).view(np.uint8), body]
+
+
+class ServerLost(DistError):
+    """A worker can no longer reach a parameter server (recovering a server is not built yet)."""
+
+
+# -- over the process group ----------------------------------------------------------------------------
+class GroupServerEnd:
+    """A server's requests from fixed worker ranks, over the group's point-to-point messages."""
+
+    tolerant = False
+
+    def __init__(self, group, silent_workers):
+        self.group, self.silent_workers = group, silent_workers
+        self.sends = []   # (kept until done: their buffers must outlive them)
+
+    def next(self, timeout=None):
+        """("request", worker, words, parts): the next request from any worker; ("silent", None, why)
+        when none came for the group's timeout."""
+        h = minidl.empty(P.HEADER, dtype=minidl.int64)
+        work = irecv(h, group=self.group, tag=P.REQUEST)
+        work.channel.note = lambda: f"the server waits for worker rank(s) {self.silent_workers()}"
+        try:
+            work.wait()
+        except DistTimeoutError:
+            return ("silent", None, "sent no request for the group's timeout")
+        words = h.tolist()
+        worker = work.source()
+        parts = []
+        for i in range(min(max(words[P.PARTS], 0), P.MAX_PARTS)):
+            buf = minidl.empty(max(words[P.BYTES0 + i], 0), dtype=minidl.uint8)
+            recv(buf, worker, group=self.group, tag=P.PAYLOAD)
+            parts.append(buf.numpy())
+        return ("request", worker, words, parts)
+
+    def reply(self, worker, status, body=None):
+        parts = _reply_parts(status, body)
+        posted = [isend(minidl.from_numpy(parts[0].view(np.int64)), worker, group=self.group, tag=P.REPLY)]
+        if parts[1].nbytes:
+            posted.append(isend(minidl.from_numpy(parts[1]), worker, group=self.group, tag=P.REPLY_DATA))
+        self.sends = [w for w in self.sends + posted if not w.is_completed()]
+        return posted
+
+    def close(self, flush=True):
+        for work in self.sends if flush else ():
+            work.wait()
+
+
+class GroupWorkerEnd:
+    """A worker's requests to the servers (the group's last ranks) and their replies, in order."""
+
+    def __init__(self, group, server_ranks):
+        self.group, self.server_ranks = group, server_ranks
+        self.posted = [None] * len(server_ranks)   # per server: the receive of its next reply's header
+        self.sends = []
+
+    def send(self, k, parts):
+        rank = self.server_ranks[k]
+        self.sends.append(isend(minidl.from_numpy(parts[0].view(np.int64)), rank, group=self.group, tag=P.REQUEST))
+        for part in parts[1:]:
+            self.sends.append(isend(minidl.from_numpy(part), rank, group=self.group, tag=P.PAYLOAD))
+        self.sends = [w for w in self.sends if not w.is_completed()]
+
+    def _header(self, k):
+        """The receive of server k's next reply header. It waits twice the timeout: a server that
+        waits for other workers answers within one with an error naming those that went silent,
+        which a timeout here would blame on the server."""
+        if self.posted[k] is None:
+            h = minidl.empty(2, dtype=minidl.int64)
+            work = irecv(h, self.server_ranks[k], group=self.group, tag=P.REPLY)
+            work.channel.deadline += work.channel.timeout
+            self.posted[k] = (h, work)
+        return self.posted[k]
+
+    def reply(self, k, wait, into=None):
+        """Server k's next reply (status, uint8 body), received straight into ``into`` (a uint8
+        array) when the sizes agree; None if ``wait`` is false and it has not come."""
+        h, work = self._header(k)
+        if not wait and not work.is_completed():
+            return None
+        work.wait()
+        self.posted[k] = None
+        status, nbytes = h.tolist()
+        body = into if into is not None and into.nbytes == nbytes else np.empty(nbytes, np.uint8)
+        if nbytes:
+            recv(minidl.from_numpy(body), self.server_ranks[k], group=self.group, tag=P.REPLY_DATA)
+        return status, body
+
+    def flush(self):
+        for work in self.sends:
+            work.wait()
+        self.sends = []
+
+    def close(self):
+        self.flush()
+
+
+# -- over links -----------------------------------------------------------------------------------------
+class LinkServerEnd:
+    """A server's links to the workers: requests, losses and (re)connections arrive as events in one
+    queue, taken by the server's loop alone."""
+
+    tolerant = True
+
+    def __init__(self, me, token, admit, silence):
+        self.token, self.admit = token, admit
+        self.events = queue.Queue()
+        self.links = {}   # worker -> its current link (a reconnection replaces it)
+        self.lock = threading.Lock()
+        self.listener = Listener(me, self._hello, self._message, self._end, silence=silence)
+        self.address = self.listener.address
+
+    def _hello(self, link):
+        token = (list(link.words) + [None])[0]
+        if token != self.token:
+            raise DistError(f"worker {link.peer} belongs to another parameter-server job")
+        problem = self.admit(link.peer)
+        if problem:
+            raise DistError(problem)
+        with self.lock:
+            self.links[link.peer] = link
+        return [self.token]
+
+    def _message(self, link, parts):
+        words = np.frombuffer(parts[0], np.int64).tolist() if len(parts[0]) == P.HEADER * 8 else None
+        self.events.put(("request", link, words, list(parts[1:])))
+
+    def _end(self, link, why):
+        self.events.put(("end", link, why, None))
+
+    def next(self, timeout=None):
+        """The next event, or None after ``timeout`` seconds: ("request", worker, words, parts) (words None:
+        a malformed header), or ("lost", worker, why) (why None: the worker's goodbye). Events of a link a
+        reconnection replaced are dropped (None): its unanswered requests come again on the new one."""
+        try:
+            kind, link, what, parts = self.events.get(timeout=timeout)
+        except queue.Empty:
+            return None
+        with self.lock:
+            if self.links.get(link.peer) is not link:
+                return None
+            if kind == "request":
+                return ("request", link.peer, what, parts)
+            del self.links[link.peer]
+        return ("lost", link.peer, what)
+
+    def reply(self, worker, status, body=None):
+        """Answer on the worker's current link; a lost link drops it (the worker asks again)."""
+        link = self.links.get(worker)
+        if link is not None:
+            try:
+                link.send(_reply_parts(status, body))
+            except LinkLost:
+                pass
+        return []
+
+    def close(self, flush=True):
+        self.listener.close()
+        for link in list(self.links.values()):
+            link.close()
+
+
+class LinkWorkerEnd:
+    """A worker's links to every server. Each request is kept until answered: when a link breaks,
+    the worker connects again (for up to ``silence`` seconds) and sends the unanswered ones anew."""
+
+    def __init__(self, me, token, addresses, silence=None):
+        self.me, self.token, self.addresses = me, token, list(addresses)
+        self.silence = _heartbeat() if silence is None else silence
+        self.cond = threading.Condition()
+        n = len(addresses)
+        self.replies = [deque() for _ in range(n)]      # received, not yet taken
+        self.unanswered = [deque() for _ in range(n)]   # sent, reply not yet taken (in order)
+        self.links = [self._connect(k, resume=False) for k in range(n)]
+        self.reconnects = 0
+
+    def _connect(self, k, resume):
+        def on_message(link, parts):
+            status, _ = np.frombuffer(parts[0], np.int64).tolist()
+            with self.cond:
+                if self.links[k] is link:
+                    self.replies[k].append((status, np.frombuffer(parts[1], np.uint8)))
+                    self.cond.notify_all()
+
+        def on_end(link, why):
+            with self.cond:
+                self.cond.notify_all()
+        return connect(self.addresses[k], self.me, [self.token, int(resume)], on_message, on_end,
+                       silence=self.silence)
+
+    def _reconnect(self, k, why):
+        """Link k broke: connect again and send what is unanswered; a server that refuses (the job
+        ended) or stays unreachable for ``silence`` seconds is named."""
+        deadline = time.monotonic() + self.silence
+        while True:
+            try:
+                link = self._connect(k, resume=True)
+                break
+            except DistError as e:
+                if " refused " in str(e) or time.monotonic() > deadline:
+                    raise ServerLost(f"ps worker {self.me}: parameter server {k} ({self.addresses[k]}) cannot be "
+                                     f"reached: {why}; connecting again: {e}") from None
+                time.sleep(0.05)
+        with self.cond:
+            self.links[k] = link
+            self.reconnects += 1
+            resend = list(self.unanswered[k])[len(self.replies[k]):]
+        for parts in resend:
+            link.send(parts)
+
+    def send(self, k, parts):
+        self.unanswered[k].append(parts)
+        link = self.links[k]
+        try:
+            link.send(parts)
+        except LinkLost:
+            self._reconnect(k, link.lost or "its link ended")
+
+    def reply(self, k, wait, into=None):
+        with self.cond:
+            while not self.replies[k]:
+                link = self.links[k]
+                if not link.over:
+                    if not wait:
+                        return None
+                    self.cond.wait(0.5)
+                    continue
+                self.cond.release()
+                try:
+                    self._reconnect(k, link.lost or "its link ended")
+                finally:
+                    self.cond.acquire()
+            status, body = self.replies[k].popleft()
+            self.unanswered[k].popleft()
+        if into is not None and into.nbytes == body.nbytes:
+            into[...] = body
+            return status, into
+        return status, body
+
+    def flush(self):
+        pass
+
+    def close(self):
+        for link in self.links:
+            link.close()
