@@ -98,6 +98,7 @@ class Server:
         self.finished, self.lost, self.waiting = set(), {}, {}   # waiting: worker -> when its clock came
         self.seq, self.heard, self.pushes_by = {}, {}, Counter()
         self.at_barrier, self.failure, self.ended = set(), None, False
+        self.told = set()   # (on_worker_failure="raise": the workers whose clock raised)
         self.store = None   # (server 0 over links: the job's store, membership.py)
         self.started, self.stall_after, self.stalls_named = time.monotonic(), stall_seconds(), set()
         self.stats = {"pushes": 0, "pulls": 0, "rejected": 0, "staleness": Counter(), "dropped_stale": 0,
@@ -108,9 +109,10 @@ class Server:
                          P.JOIN: self.join, P.WHERE: self.where, P.BARRIER: self.barrier}
 
     def serve(self):
-        """Answer requests until no worker is left (each shut down or lost)."""
+        """Answer requests until no worker is left (each shut down or lost), or, once a lost worker
+        ends the job (``on_worker_failure="raise"``), until every other one was told so at its clock."""
         try:
-            while self.active():
+            while self.active() and not (self.failure and set(self.active()) <= self.told):
                 event = self.end.next(TICK if self.end.tolerant else None)
                 if event is not None:
                     kind, worker, *rest = event
@@ -267,6 +269,7 @@ class Server:
         self.clocks[worker] += 1
         if self.failure:
             self.reply(worker, error=self.failure)
+            self.told.add(worker)
         elif self.bound is None:
             self.reply(worker)
         else:
@@ -346,6 +349,7 @@ class Server:
                                             f"{self.clocks[worker]} ({how}); on_worker_failure='raise' ends the job")
             for w in list(self.waiting):
                 self.reply(w, error=self.failure)
+            self.told.update(self.waiting)
             self.waiting = {}
         self.release()
         self.release_barrier()
