@@ -15,6 +15,14 @@ from .communicators.sim import SimWorld
 from .state import destroy_process_group, init_process_group
 
 
+_rank = threading.local()   # (the running rank's exit hooks)
+
+
+def at_rank_exit(hook) -> None:
+    """Call ``hook()`` when this simulated rank's function ends, as ``atexit`` does for a process."""
+    _rank.hooks.append(hook)
+
+
 def run(world_size: int, fn, *args, hosts=None, **init_options):
     world = SimWorld(world_size, hosts)
     results = [None] * world_size
@@ -22,6 +30,7 @@ def run(world_size: int, fn, *args, hosts=None, **init_options):
     lock = threading.Lock()
 
     def rank_main(rank):
+        _rank.hooks = []
         try:
             init_process_group("sim", world_size=world_size, rank=rank, store=world, **init_options)
             results[rank] = fn(rank, *args)
@@ -30,6 +39,8 @@ def run(world_size: int, fn, *args, hosts=None, **init_options):
                 errors.append((rank, e))
             world.leave(rank, "failed")
         finally:
+            for hook in reversed(_rank.hooks):
+                hook()
             try:
                 destroy_process_group()  # lets pending collectives finish (or fail)
             finally:

@@ -83,6 +83,9 @@ class Link:
     def __init__(self, sock, me, peer, words, on_message, on_end, silence):
         self.sock, self.me, self.peer, self.words = sock, int(me), int(peer), list(words)
         self.on_message, self.on_end, self.silence = on_message, on_end, float(silence)
+        # heartbeats go out at least as often as the default silence asks, whatever this side's patience:
+        # the other side may have less
+        self.beat = min(self.silence, _heartbeat()) / 5
         self.lost = None
         self.seen = time.monotonic()   # when the peer's last byte came
         self._lock = threading.Lock()
@@ -216,7 +219,7 @@ class Link:
 
 
 class _Watcher:
-    """The process's one thread that sends every link's heartbeats (every silence/5) and ends silent
+    """The process's one thread that sends every link's heartbeats (every ``beat``) and ends silent
     links; it starts with the first link and ends with the last."""
 
     def __init__(self):
@@ -248,7 +251,7 @@ class _Watcher:
                 if not self.links:
                     self.thread = None
                     return
-                interval = min(link.silence for link in self.links) / 5
+                interval = min(link.beat for link in self.links)
             if self.added.wait(interval):
                 self.added.clear()
             now = time.monotonic()

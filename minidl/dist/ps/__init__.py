@@ -28,13 +28,14 @@ from __future__ import annotations
 import atexit
 import json
 import logging
+import os
 import threading
 
 import numpy as np
 
 import minidl
 
-from .. import communicators, faults
+from .. import communicators, faults, sim
 from .. import state as dist_state
 from . import protocol as P
 from .optimizers import SGD, Adagrad, Adam
@@ -73,7 +74,7 @@ def init(num_servers=1, consistency="bsp", staleness=0, *, on_worker_failure=Non
     if not 1 <= num_servers < size:
         raise ValueError(f"ps.init: num_servers={num_servers} on {size} ranks; there must be at least one server "
                          f"and one worker")
-    over_links = backend != "mpi"
+    over_links = _over_links(backend)
     if on_worker_failure == "shrink" and not over_links:
         raise ValueError("ps.init(on_worker_failure='shrink'): under MPI one dead process ends the whole job; "
                          "surviving a worker's loss needs the 'gloo' backend (init_process_group('gloo'), processes "
@@ -95,9 +96,23 @@ def init(num_servers=1, consistency="bsp", staleness=0, *, on_worker_failure=Non
     _local.client = Client(end, rank, workers, num_servers, consistency)
     _local.client.job = job if over_links else None
     _local.worker_group = worker_group
-    if not over_links and communicators.load(backend).ONE_RANK_PER_PROCESS:
+    if not communicators.load(backend).ONE_RANK_PER_PROCESS:   # (a simulated rank: a thread)
+        if over_links:
+            sim.at_rank_exit(_local.client.end.close)   # (its links end as a process's would)
+    elif not over_links:
         atexit.register(_exit_without_shutdown, _local.client)
     return "worker"
+
+
+def _over_links(backend) -> bool:
+    """Links (fault tolerant) except under MPI; MINIDL_PS_TRANSPORT="group" keeps the process group's
+    messages on any backend (how the MPI path is tested on simulated ranks), "links" asks for links."""
+    choice = os.environ.get("MINIDL_PS_TRANSPORT", "")
+    if choice not in ("", "group", "links"):
+        raise ValueError(f"MINIDL_PS_TRANSPORT={choice!r}: it must be 'group' or 'links' (or unset)")
+    if choice == "links" and backend == "mpi":
+        raise ValueError("MINIDL_PS_TRANSPORT=links: under MPI the parameter server runs over MPI's messages")
+    return choice == "links" or (choice == "" and backend != "mpi")
 
 
 def join(init_method=None, timeout=None) -> str:

@@ -38,7 +38,8 @@ def worker_timeout() -> float:
 
 
 def server_end(server, rank) -> LinkServerEnd:
-    return LinkServerEnd(rank, None, server.admit, worker_timeout())
+    server.patience = worker_timeout()
+    return LinkServerEnd(rank, None, server.admit, server.patience)
 
 
 def publish(server, rank, workers, servers, consistency, staleness) -> dict:
@@ -56,14 +57,14 @@ def publish(server, rank, workers, servers, consistency, staleness) -> dict:
     job = {"servers": [g["address"] for g in gathered[workers:]], "token": first["token"], "store": first["store"],
            "workers": workers, "consistency": consistency, "staleness": staleness}
     if server is not None:
-        server.end.token = job["token"]
+        server.end.set_token(job["token"])
         if server.server == 0:
             server.store.set("ps/job", json.dumps(job))
             server.store.add("ps/ids", len(gathered))   # (a joining worker's id follows the ranks')
             world = dist_state._state().get("store")
             if world is not None:
                 world.set(WORLD_KEY, job["store"])
-            log.warning("parameter server 0: workers may join this job with ps.join('tcp://%s')", job["store"])
+            log.info("parameter server 0: workers may join this job with ps.join('tcp://%s')", job["store"])
     return job
 
 

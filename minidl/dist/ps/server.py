@@ -97,9 +97,11 @@ class Server:
         self.clocks = {w: 0 for w in range(workers)}   # every worker the job has had
         self.finished, self.lost, self.waiting = set(), {}, {}   # waiting: worker -> when its clock came
         self.seq, self.heard, self.pushes_by = {}, {}, Counter()
+        self.released = {}   # worker -> the last clock of its that was answered
         self.at_barrier, self.failure, self.ended = set(), None, False
         self.told = set()   # (on_worker_failure="raise": the workers whose clock raised)
         self.store = None   # (server 0 over links: the job's store, membership.py)
+        self.patience = None   # (over links: how long a worker may stay silent, or never come)
         self.started, self.stall_after, self.stalls_named = time.monotonic(), stall_seconds(), set()
         self.stats = {"pushes": 0, "pulls": 0, "rejected": 0, "staleness": Counter(), "dropped_stale": 0,
                       "duplicates": 0, "discarded": 0, "age_applied": Counter(), "age_dropped": Counter(),
@@ -120,9 +122,12 @@ class Server:
                         self.take(worker, *rest)
                     elif kind == "lost":
                         self.worker_gone(worker, rest[0] or "exited without calling ps.shutdown()")
+                    elif kind == "reconnected":
+                        self.note_resumed(worker, rest[0])
                     elif kind == "silent":
                         raise self.fail(self.silent(), rest[0])
                 self.look_for_stalls()
+                self.drop_absent()
         except BaseException:
             self.end_job(flush=False)
             raise
@@ -262,19 +267,23 @@ class Server:
             self.reply(worker, s.param.detach().clone())
 
     def clock(self, worker, words, parts, repeat):
-        if repeat:   # (answered when released, if it still waits)
-            if worker not in self.waiting:
-                self.reply(worker)
+        if not repeat:
+            self.clocks[worker] += 1
+        elif worker in self.waiting:   # (asked again after a broken link: answered when released)
             return
-        self.clocks[worker] += 1
         if self.failure:
             self.reply(worker, error=self.failure)
             self.told.add(worker)
-        elif self.bound is None:
-            self.reply(worker)
-        else:
+        elif self.bound is None or self.released.get(worker, 0) >= self.clocks[worker]:
+            self.answer_clock(worker)
+        else:   # (a repeat after the answer was lost with the link waits again, as the first did)
             self.waiting[worker] = time.monotonic()
             self.release()
+
+    def answer_clock(self, worker):
+        self.waiting.pop(worker, None)
+        self.released[worker] = self.clocks[worker]
+        self.reply(worker)
 
     def shutdown(self, worker, words, parts, repeat):
         self.finished.add(worker)
@@ -357,9 +366,13 @@ class Server:
     def resume(self, worker):
         """A lost worker is back (its link broke, or it was frozen): counted again from its clock."""
         record = self.lost.pop(worker)
+        self.note_resumed(worker, f"lost {time.time() - record['at']:.1f} s before: {record['why']}")
+
+    def note_resumed(self, worker, why):
+        """A worker came back on a new link (whether or not its old one's end was seen first)."""
         self.stats["resumed"].append({"worker": worker, "at": time.time(), "clock": self.clocks[worker]})
-        log.warning("parameter server %d: worker %d is back at clock %d (lost %.1f s before: %s)", self.server,
-                    worker, self.clocks[worker], time.time() - record["at"], record["why"])
+        log.warning("parameter server %d: worker %d is back on a new link at clock %d (%s)", self.server, worker,
+                    self.clocks[worker], why)
 
     def admit(self, worker):
         """Whether a worker may connect (None) or why not."""
@@ -384,6 +397,14 @@ class Server:
             except DistError:
                 pass   # (that worker is gone too: the error raised here names the job's end all the same)
         return WorkerLost(message)
+
+    def drop_absent(self):
+        """Over links: a worker of ps.init that never connected within the patience is lost (its
+        ``ps.init`` failed), so that no clock or barrier waits for it for ever."""
+        if self.patience is None or time.monotonic() - self.started < self.patience:
+            return
+        for w in [w for w in self.active() if w not in self.heard]:
+            self.worker_gone(w, f"never connected in {self.patience:g} s (its ps.init failed?)")
 
     def look_for_stalls(self):
         """Name, once per clock, the active workers that have held others at their clock for
@@ -415,8 +436,7 @@ class Server:
         self.apply_summed(due)   # (BSP: the ended iterations' pushes, before anyone goes on)
         for worker in list(self.waiting):
             if slowest is None or self.clocks[worker] - slowest <= self.bound:
-                del self.waiting[worker]
-                self.reply(worker)
+                self.answer_clock(worker)
 
 
 def _sum(grads):

@@ -25,6 +25,7 @@ from ..communicators.base import DistError
 from ..communicators.links import Listener, LinkLost, connect
 from ..communicators.socket import _heartbeat
 from ..p2p import irecv, isend, recv
+from ..state import resolve
 from . import protocol as P
 
 
@@ -56,7 +57,7 @@ class GroupServerEnd:
         try:
             work.wait()
         except DistTimeoutError:
-            return ("silent", None, "sent no request for the group's timeout")
+            return ("silent", None, f"sent no request for {resolve(self.group, 'ps').config.timeout:g} s")
         words = h.tolist()
         worker = work.source()
         parts = []
@@ -137,14 +138,22 @@ class LinkServerEnd:
 
     def __init__(self, me, token, admit, silence):
         self.token, self.admit = token, admit
+        self.known = threading.Event()   # (the token: set once the job is published)
+        if token is not None:
+            self.set_token(token)
         self.events = queue.Queue()
         self.links = {}   # worker -> its current link (a reconnection replaces it)
         self.lock = threading.Lock()
         self.listener = Listener(me, self._hello, self._message, self._end, silence=silence)
         self.address = self.listener.address
 
+    def set_token(self, token):
+        self.token = token
+        self.known.set()
+
     def _hello(self, link):
         token = (list(link.words) + [None])[0]
+        self.known.wait(60)   # (a worker may learn the job before this server does)
         if token != self.token:
             raise DistError(f"worker {link.peer} belongs to another parameter-server job")
         problem = self.admit(link.peer)
@@ -163,15 +172,16 @@ class LinkServerEnd:
 
     def next(self, timeout=None):
         """The next event, or None after ``timeout`` seconds: ("request", worker, words, parts) (words None:
-        a malformed header), or ("lost", worker, why) (why None: the worker's goodbye). Events of a link a
-        reconnection replaced are dropped (None): its unanswered requests come again on the new one."""
+        a malformed header), ("lost", worker, why) (why None: the worker's goodbye), or ("reconnected",
+        worker, why) when a link ends that the worker has replaced already. A replaced link's requests
+        are dropped (None): its unanswered ones come again on the new link."""
         try:
             kind, link, what, parts = self.events.get(timeout=timeout)
         except queue.Empty:
             return None
         with self.lock:
-            if self.links.get(link.peer) is not link:
-                return None
+            if self.links.get(link.peer) is not link:   # (replaced by a reconnection)
+                return ("reconnected", link.peer, what) if kind == "end" else None
             if kind == "request":
                 return ("request", link.peer, what, parts)
             del self.links[link.peer]
