@@ -27,11 +27,15 @@ class Job:
         base = dict(os.environ, PYTHONPATH=ROOT, WORLD_SIZE=str(self.size), MASTER_ADDR="127.0.0.1",
                     MASTER_PORT=str(free_port()), **(env or {}))
         self.procs = []
-        for r, path in enumerate(self.paths):
-            with open(path, "w") as out:
-                self.procs.append(subprocess.Popen(
-                    [sys.executable, SCRIPT, f"servers={servers}", *args], cwd=ROOT, stdout=out,
-                    stderr=subprocess.STDOUT, env=dict(base, RANK=str(r))))
+        try:
+            for r, path in enumerate(self.paths):
+                with open(path, "w") as out:
+                    self.procs.append(subprocess.Popen(
+                        [sys.executable, SCRIPT, f"servers={servers}", *args], cwd=ROOT, stdout=out,
+                        stderr=subprocess.STDOUT, env=dict(base, RANK=str(r))))
+        except BaseException:
+            self.__exit__()
+            raise
 
     def __enter__(self):
         return self
