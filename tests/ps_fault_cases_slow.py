@@ -7,8 +7,12 @@ prints what it measured, and the script exits 1 if any case failed.
   push, under ASP, SSP and BSP (on_worker_failure="shrink"): worker 0 finishes; the stats name worker
   1 lost at clock 4 with its pushes before the 5th applied (and the 5th too when it died at the
   clock under ASP/SSP; under BSP that one is discarded). Prints the time to notice each death.
-- stall: SSP, worker 1 SIGSTOPped, the default MINIDL_PS_STALL_LOG (60 s): the server's log names it
-  about 60 s after worker 0 began to wait (prints when).
+- stall: SSP (staleness 1), worker 1 SIGSTOPped at clock 2, the default MINIDL_PS_STALL_LOG (60 s):
+  worker 0 waits at its 4th clock all along, nobody is lost, and the server's log names worker 1
+  about 60 s after it froze (prints when). On main 07ae496 this fails: a waiting worker's link is
+  called silent after MINIDL_DIST_HEARTBEAT (10 s) and its reconnection lets it past the bound
+  (the server beats every MINIDL_PS_WORKER_TIMEOUT / 5 s, and a resent clock is answered at once);
+  ``MINIDL_DIST_HEARTBEAT=100`` before the command avoids it.
 - silent: SSP, worker 1 SIGSTOPped with MINIDL_PS_WORKER_TIMEOUT=15 (beyond the world's 10 s
   heartbeat): the server drops it as silent after about 15 s, worker 0 goes on alone, and after
   SIGCONT worker 1 comes back (stats "resumed") and both finish with every push applied once.
@@ -57,11 +61,14 @@ def stall(tmp):
         frozen = time.monotonic()
         job.until("the stall log", lambda: "frozen, or very slow" in job.out(2), timeout=120)
         named = time.monotonic() - frozen
+        held = "STEP 5 " not in job.out(0)   # (worker 0 at most 1 clock ahead of worker 1's 2)
         job.procs[1].send_signal(signal.SIGCONT)
+        assert held, f"worker 0 went past SSP's bound while worker 1 was frozen:\n{job.everything()}"
         assert job.finish() == [0, 0, 0], job.everything()
         assert check_ledger(job.result(), 1, {0: 8, 1: 8}) == [8, 8]
         line = next(x for x in job.out(2).splitlines() if "frozen, or very slow" in x)
         assert "for worker(s) [1]" in line, line
+        assert job.result()["stats"]["lost"] == [], job.everything()   # (no worker was lost, none reconnected)
         print(f"stall: named {named:.1f} s after worker 1 froze: {line}", flush=True)
 
 
@@ -81,6 +88,7 @@ def silent(tmp):
         assert check_ledger(result, 1, {0: 3000, 1: 3000}) == [3000, 3000]
         stats = result["stats"]
         assert [e["worker"] for e in stats["lost"]] == [1] and [e["worker"] for e in stats["resumed"]] == [1], stats
+        assert "worker 0 lost" not in job.out(2), job.out(2)
         print(f"silent: dropped {dropped:.1f} s after worker 1 froze ({stats['lost'][0]['why']}); worker 0 "
               f"made {alone} steps alone in the next second; worker 1 resumed at clock "
               f"{stats['resumed'][0]['clock']}", flush=True)

@@ -35,8 +35,8 @@ send_fault_at = int(opts.get("send_fault_at", 0))
 
 
 def worker_end_retried(job, me, _first=membership.worker_end):
-    """Work around a race on main (/work/briefs49/bugs-faults.md, 1): a server may refuse a worker
-    whose hello comes before the server knows the job's token."""
+    """Work around a race in ps.init on main 07ae496: a server refuses a worker whose hello comes
+    before the server has learned the job's token (at the end of the same all-gather)."""
     deadline = time.monotonic() + 10
     while True:
         try:
