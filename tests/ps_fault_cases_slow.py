@@ -1,4 +1,4 @@
-"""The parameter server's failure cases too slow for the suite (about 3 minutes on 2 cores):
+"""The parameter server's failure cases too slow for the suite (about 2 minutes on 2 busy cores):
 ``python tests/ps_fault_cases_slow.py [kills] [stall] [silent]`` (all three by default). Each case
 states its expected outcome, checks every applied push whole and once (ps_fault_job.check_ledger),
 prints what it measured, and the script exits 1 if any case failed.
