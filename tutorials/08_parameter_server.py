@@ -473,14 +473,16 @@ def newcomer(address, found):
     start at; then it registers the same parameters as the others and trains."""
     try:
         ps.join(address)
+        found["id"] = ps.worker_rank()
         ps.register("w", minidl.zeros(DIM + SLOTS, dtype=minidl.float64), optimizer=ps.SGD(lr=1.0))
-        found["id"], found["from"], found["times"] = ps.worker_rank(), ps._client("x").clock_count, []
-        steps(found["id"], found["from"], STEPS6, NAP, found["times"])
+        found["times"] = []
+        steps(found["id"], ps.stats()["clocks"][found["id"]], STEPS6, NAP, found["times"])
         ps.barrier()
         ps.shutdown()
     except BaseException as e:     # (handed to worker 0, which raises it; our links close so nobody waits)
         found["error"] = e
-        die()
+        if "id" in found:
+            die()
 
 
 def eventful(rank):
@@ -503,7 +505,7 @@ def eventful(rank):
             raise found["error"]
     v, counts = ps.pull("w").numpy(), ps.stats()
     ps.shutdown()
-    return {rank: times, **({found["id"]: found["times"]} if found else {})}, v, counts
+    return {rank: times, **({found["id"]: found["times"]} if "times" in found else {})}, v, counts
 
 
 results = dist.sim.run(WORKERS + 1, eventful)
