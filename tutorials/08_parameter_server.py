@@ -29,18 +29,25 @@ one process per rank.
    and only the servers that hold them.
 5. **A whole module** through the servers (``ps.DistributedModel``, Downpour SGD), and Hetu's
    hybrid mode: embeddings on the servers, dense layers replicated and all-reduced.
+6. **Failures.** Why a job survives a worker's loss but not a server's; a worker that dies
+   mid-run is dropped from the clock, one that joins (``ps.join``) starts at the slowest clock,
+   every push is applied exactly once (sequence numbers), and a frozen worker's stale pushes are
+   dropped (``drop_stale_after``). A measured timeline of each worker's steps shows the death and
+   the join.
 
-The picture is written to ``$MINIDL_TUTORIAL_OUT`` if set, else to a fresh temporary
+The pictures are written to ``$MINIDL_TUTORIAL_OUT`` if set, else to a fresh temporary
 directory. Every claim is checked with ``assert``.
 """
 import argparse
 import os
 import tempfile
+import threading
 import time
 from collections import Counter
 
 import matplotlib
 import numpy as np
+from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
 import minidl
@@ -410,5 +417,213 @@ split that pays at scale: a huge table, of which a batch touches a few rows, beh
 and small dense layers kept in sync the data-parallel way. examples/ncf_ps.py and
 examples/wide_deep_ps.py train NCF and Wide & Deep so, and benchmarks/wide_deep_ps.py measures
 the hybrid mode against all-reduce DDP of a 1M-row model.""")
+
+# =============================================================================================
+section("6. Failures: a worker dies, another joins, a frozen one's stale pushes are dropped")
+# =============================================================================================
+print("""The two roles fail differently. A worker holds nothing that anyone else needs: its copy of the
+parameters is a pull away, its gradient is one push among thousands, and its data can be read by
+another worker. So a parameter server can lose a worker and go on: the servers drop it from the
+clock (SSP no longer waits for it) and training continues on the others. A server holds the only
+copy of its shard of the parameters and of the optimizer's state: losing one loses part of the
+model, and bringing it back needs checkpoints or replicas (not built yet). Surviving a worker needs
+a transport that outlives one: under mpiexec one dead process ends the job (MPI's rule); under the
+"gloo" backend and on simulated ranks the parameter server runs over its own TCP links, one per
+worker and server, and a link that ends is an event the server acts on.""")
+
+SLOTS, STEPS6, DIES_AT, JOINS_AT, NAP = 5, 24, 8, 14, 0.01
+
+
+def counted_gradient(v, worker, step):
+    """The least-squares gradient in v[:DIM] (scaled by LR), and -1 in v[DIM + worker]: with SGD at
+    lr=1 on the server, entry DIM + w counts worker w's applied pushes."""
+    x, y = data(worker, step)
+    g = np.zeros(DIM + SLOTS)
+    g[:DIM] = LR * x.T @ (x @ v[:DIM] - y) / BATCH
+    g[DIM + worker] = -1.0
+    return minidl.from_numpy(g)
+
+
+def die():
+    """What a worker's process does when it exits without ps.shutdown(): its links to the servers
+    close (a SIGKILLed process's links break, which the servers see at once too). A sim rank is a
+    thread, so it closes them itself."""
+    ps._client("die").end.close()
+
+
+def steps(worker, first, last, nap, times, dies_at=None):
+    """Steps ``first`` to ``last`` - 1, each timed: (step, start, pushed, clocked), time.time()."""
+    for step in range(first, last):
+        start = time.time()
+        time.sleep(nap)                        # (the forward and backward of a real model)
+        v = ps.pull("w").numpy()
+        ps.push("w", counted_gradient(v, worker, step))
+        if step == dies_at:                    # pulled, pushed, and gone before its clock
+            die()
+            times.append((step, start, time.time(), time.time()))
+            return
+        pushed = time.time()
+        ps.clock()                             # SSP may wait here for the slowest worker
+        times.append((step, start, pushed, time.time()))
+    ps.pull("w")                               # (answered in order: every push above was taken)
+
+
+def newcomer(address, found):
+    """A worker started later: ps.join finds the job through its store, takes an id and the clock to
+    start at; then it registers the same parameters as the others and trains."""
+    try:
+        ps.join(address)
+        found["id"] = ps.worker_rank()
+        ps.register("w", minidl.zeros(DIM + SLOTS, dtype=minidl.float64), optimizer=ps.SGD(lr=1.0))
+        found["times"] = []
+        steps(found["id"], ps.stats()["clocks"][found["id"]], STEPS6, NAP, found["times"])
+        ps.barrier()
+        ps.shutdown()
+    except BaseException as e:     # (handed to worker 0, which raises it; our links close so nobody waits)
+        found["error"] = e
+        if "id" in found:
+            die()
+
+
+def eventful(rank):
+    if ps.init(num_servers=1, consistency="ssp", staleness=2) == "server":
+        return None
+    ps.register("w", minidl.zeros(DIM + SLOTS, dtype=minidl.float64), optimizer=ps.SGD(lr=1.0))
+    times, found = [], {}
+    if rank == 2:                              # twice as slow, and it dies at step DIES_AT
+        steps(2, 0, STEPS6, 2 * NAP, times, dies_at=DIES_AT)
+        return {2: times}                      # (and its thread ends, as its process would)
+    if rank == 0:                              # at step JOINS_AT a launcher starts a new worker
+        steps(0, 0, JOINS_AT, NAP, times)
+        late = threading.Thread(target=newcomer, args=(ps.store_address(), found))
+        late.start()
+    steps(rank, JOINS_AT if rank == 0 else 0, STEPS6, NAP, times)
+    ps.barrier()     # (over the servers: the world's barrier would fail, a rank of the world has gone)
+    if rank == 0:
+        late.join()
+        if "error" in found:
+            raise found["error"]
+    v, counts = ps.pull("w").numpy(), ps.stats()
+    ps.shutdown()
+    return {rank: times, **({found["id"]: found["times"]} if "times" in found else {})}, v, counts
+
+
+results = dist.sim.run(WORKERS + 1, eventful)
+timelines = {w: t for r in results[:WORKERS] for w, t in (r if isinstance(r, dict) else r[0]).items()}
+_, v, counts = results[0]
+lost, joined = counts["lost"], counts["joined"]
+applied = {w: int(round(v[DIM + w])) for w in range(SLOTS)}
+print(f"\n3 workers and 1 server under SSP(2), {STEPS6} steps; worker 2 (twice as slow) dies in step {DIES_AT}, "
+      f"after its push;\na fourth worker is started when worker 0 reaches step {JOINS_AT}.")
+print(f"stats()['lost']:   {lost}")
+print(f"stats()['joined']: {joined}")
+print(f"pushes applied, counted by the parameter itself: {applied}; by the server: "
+      f"{dict(sorted(counts['pushes_by'].items()))}")
+print(f"steps each worker timed: { {w: len(t) for w, t in sorted(timelines.items())} }; duplicates "
+      f"{counts['duplicates']}, staleness {counts['staleness']}")
+waits = [[c - p for _, _, p, c in timelines[w] if (c < lost[0]["at"]) == before] for w in (0, 1) for before in (1, 0)]
+print(f"workers 0 and 1 waited at ps.clock() {1e3 * np.mean(waits[0] + waits[2]):.1f} ms a step on average while "
+      f"worker 2 lived, {1e3 * np.mean(waits[1] + waits[3]):.1f} ms after (measured, not asserted)")
+newcomer_id = joined[0]["worker"]
+assert [e["worker"] for e in lost] == [2] and lost[0]["clock"] == DIES_AT
+assert newcomer_id == WORKERS + 1          # ids go on after the ranks: 0-2 workers, 3 the server
+assert JOINS_AT - 2 <= joined[0]["clock"] <= JOINS_AT and timelines[newcomer_id][0][0] == joined[0]["clock"]
+# every push applied once: the parameter's count, the server's, and the steps timed agree
+for w in range(SLOTS):
+    assert applied[w] == counts["pushes_by"].get(w, 0) == len(timelines.get(w, []))
+assert applied[2] == lost[0]["pushes"] == DIES_AT + 1      # its last push, sent just before it died, too
+assert applied[newcomer_id] == STEPS6 - joined[0]["clock"]
+assert counts["pushes"] == sum(applied.values()) and counts["duplicates"] == 0
+assert loss(v[:DIM]) < 0.1 * loss(w0)
+print(f"""
+Worker 2's death is seen at once: its links ended (a killed process's sockets close, and the
+server reads that), so the server dropped it from the clock at its clock {lost[0]['clock']}, after
+applying its {lost[0]['pushes']} pushes, and SSP stopped waiting for it. (A frozen worker says nothing: the
+servers drop it after MINIDL_PS_WORKER_TIMEOUT seconds of silence, and name it in the log after
+MINIDL_PS_STALL_LOG.) The newcomer (ps.join(ps.store_address()), in a real job from any process
+that knows the address server 0 logs) was given worker id {newcomer_id} and the slowest active
+worker's clock, {joined[0]['clock']}, pulled the current parameters and pushed from there, the key ranges of
+the servers unchanged.
+
+Exactly once: every request carries a sequence number per server. A worker whose link breaks (a
+partition, not a death) connects again and sends every request not yet answered; the server
+applies a push it has seen before no second time ("duplicates" in stats). A request travels as one
+message, whole or not at all, so no push is ever half-applied. The counters above are the proof:
+worker w pushed -1 on entry {DIM}+w, so with SGD at lr=1 that entry counts w's applied pushes, and it
+equals both the server's count and the number of steps the worker timed. (Under BSP a lost worker's
+pushes of the iteration it did not end are discarded, not applied: an iteration is all of its
+pushes or none; on_worker_failure="raise", BSP's default, ends the job instead.)""")
+
+fig = Figure(figsize=(9, 3.2))
+ax = fig.add_subplot()
+zero = min(t[1] for times in timelines.values() for t in times)
+rows = sorted(timelines)
+for row, w in enumerate(rows):
+    times = timelines[w]
+    ax.broken_barh([(s - zero, p - s) for _, s, p, _ in times], (row - 0.35, 0.7), color="tab:blue")
+    ax.broken_barh([(p - zero, c - p) for _, _, p, c in times], (row - 0.35, 0.7), color="0.8")
+for event, mark, colour in ((lost[0], "X", "tab:red"), (joined[0], "P", "tab:green")):
+    row = rows.index(event["worker"])
+    ax.plot(event["at"] - zero, row, mark, color=colour, markersize=12)
+    died = event is lost[0]
+    ax.annotate(f"{'lost' if died else 'joined'} at clock {event['clock']}", (event["at"] - zero, row),
+                xytext=(10 if died else -10, 0), textcoords="offset points", ha="left" if died else "right",
+                va="center", color=colour)
+ax.set_yticks(range(len(rows)), [f"worker {w}" for w in rows])
+ax.set_ylim(len(rows) - 0.4, -0.6)
+ax.set_xlabel("seconds (blue: a step's work, pull and push; grey: waiting at ps.clock())")
+ax.set_title(f"SSP(2): worker 2 dies in step {DIES_AT}, worker {newcomer_id} joins at clock {joined[0]['clock']}")
+fig.tight_layout()
+path = os.path.join(out_dir, "failures_timeline.png")
+fig.savefig(path, dpi=100)
+assert os.path.getsize(path) > 0
+print(f"\neach worker's steps as they happened, with the death and the join: {path}")
+
+# ---------------------------------------------------------------------------------------------
+section("6b. A frozen worker wakes up: its stale pushes are dropped (drop_stale_after)")
+FROZEN_STEPS, K = 8, 3
+thawed = threading.Event()
+fast_done = threading.Barrier(WORKERS - 1, action=thawed.set)   # (sim ranks are threads: they share these)
+
+
+def frozen(rank):
+    if ps.init(num_servers=1, consistency="asp", drop_stale_after=K) == "server":
+        return None
+    ps.register("w", minidl.zeros(DIM + SLOTS, dtype=minidl.float64), optimizer=ps.SGD(lr=1.0))
+    for step in range(FROZEN_STEPS):
+        v = ps.pull("w").numpy()
+        if rank == 0 and step == 0:
+            thawed.wait()                      # frozen after its first pull until the others are done
+        ps.push("w", counted_gradient(v, rank, step))
+        ps.clock()
+    ps.pull("w")                               # (answered in order: every push above was taken)
+    if rank != 0:
+        fast_done.wait()
+    ps.barrier()
+    v, counts = ps.pull("w").numpy(), ps.stats()
+    ps.shutdown()
+    return v, counts
+
+
+v, counts = dist.sim.run(WORKERS + 1, frozen)[0]
+applied = {w: int(round(v[DIM + w])) for w in range(WORKERS)}
+print(f"ASP, drop_stale_after={K}: worker 0 froze after its first pull while workers 1 and 2 did all "
+      f"{FROZEN_STEPS} steps.")
+print(f"applied pushes by worker (the parameter's count): {applied}; dropped_stale {counts['dropped_stale']}; "
+      f"age of the pushes in clocks: {counts['age']}")
+# worker 0's push at its clock c is FROZEN_STEPS - c clocks behind the newest; those more than K behind are dropped
+assert counts["dropped_stale"] == FROZEN_STEPS - K == sum(counts["age"]["dropped"].values())
+assert min(counts["age"]["dropped"]) == K + 1
+assert applied == {0: K, 1: FROZEN_STEPS, 2: FROZEN_STEPS} == {w: counts["pushes_by"][w] for w in range(WORKERS)}
+print(f"""
+Woken, worker 0 pushed a gradient computed on the parameters of clock 0 while the others were at
+clock {FROZEN_STEPS}: applied, it would step the model along a slope measured {FROZEN_STEPS} clocks ago. With
+drop_stale_after={K} the server drops (counts, does not apply) every push made more than {K} clocks
+behind the newest worker: worker 0's first {FROZEN_STEPS - K}, until it had caught up to within {K} clocks.
+The rule looks at clocks, not at which values a push was computed on, so a worker that is always
+slower has its pushes dropped for good: a straggler's gradients are thrown away rather than let
+them steer (a relative of synchronous SGD's backup workers, where each step's slowest gradients are
+neither waited for nor used). Under SSP(s) the clock keeps pushes within
+about s clocks already; drop_stale_after matters under ASP, where nothing else does.""")
 
 print(f"\nAll claims checked ({time.perf_counter() - began:.1f} s).")
