@@ -3,6 +3,9 @@
     python examples/wide_deep_ps.py --servers 0                     # one process, generated ratings
     mpiexec -n 4 python examples/wide_deep_ps.py --servers 1 --consistency ssp --staleness 2 [--mode hybrid]
     mpiexec -n 4 python examples/wide_deep_ps.py --servers 1 --data ~/data/ml-1m
+    # over gloo, no MPI (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT), losing the last worker at step 400:
+    for r in 0 1 2 3; do RANK=$r WORLD_SIZE=4 MASTER_ADDR=127.0.0.1 MASTER_PORT=29511 \
+        python examples/wide_deep_ps.py --servers 1 --consistency asp --kill-worker-at 400 & done; wait
 
 Click prediction as the Wide & Deep paper frames recommendation: a rating >= 4 is a click; a
 seeded 80/20 split of the ratings holds out the test set, scored by AUC. The wide part memorises

@@ -3,8 +3,10 @@ import importlib.util
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -70,3 +72,36 @@ def run_in_turn(calls, *, cwd, env=None):
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
     results = json.loads(done.stdout.strip().splitlines()[-1])
     return {(str(script), tuple(args)): tuple(result) for (script, args), result in zip(calls, results)}
+
+
+def run_example_as_ranks(script, *args, cwd, ranks, timeout=300, env=None):
+    """[(exit code, output)] per rank of examples/<script> started as torch's launchers start ranks: one
+    process each with RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT (a free port), so over minidl's gloo
+    transport, without MPI. Every process is killed at the end, whatever happened."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    procs, outs = [], []
+    try:
+        for r in range(ranks):
+            outs.append(open(Path(cwd) / f"{Path(script).stem}-rank{r}.out", "w+"))
+            procs.append(subprocess.Popen(
+                [sys.executable, str(ROOT / "examples" / script), *args], cwd=cwd, stdout=outs[-1],
+                stderr=subprocess.STDOUT, text=True, start_new_session=True,
+                env={**os.environ, "PYTHONPATH": str(ROOT), "RANK": str(r), "WORLD_SIZE": str(ranks),
+                     "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), **(env or {})}))
+        deadline = time.monotonic() + timeout
+        for p in procs:
+            try:
+                p.wait(timeout=max(deadline - time.monotonic(), 0.1))
+            except subprocess.TimeoutExpired:
+                pytest.fail(f"{script} hung: " + "\n".join(f"--- rank {r}\n{o.seek(0) or o.read()}"
+                                                           for r, o in enumerate(outs)))
+        return [(p.returncode, o.seek(0) or o.read()) for p, o in zip(procs, outs)]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+        for o in outs:
+            o.close()

@@ -5,12 +5,13 @@ server against the one-process run."""
 import argparse
 import math
 import re
+import signal
 import sys
 
 import numpy as np
 import pytest
 import torch
-from example_runs import ROOT, run_example, run_in_turn
+from example_runs import ROOT, run_example, run_example_as_ranks, run_in_turn
 
 import minidl
 from minidl.vision.datasets import MovieLens, write_movielens
@@ -218,6 +219,22 @@ def test_asp_learns_with_stale_pushes_and_draws_their_histogram(tmp_path):
     assert (tmp_path / "hist.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_a_worker_killed_mid_run_is_dropped_and_the_others_finish_over_gloo(tmp_path):
+    """Expected: over gloo (env launch, no MPI) the last of 3 workers SIGKILLs itself at step 20 of 3 epochs
+    (15 steps each) under BSP; the servers shrink to the other 2, which finish; worker 0 reports the AUC,
+    learnt, and names the lost worker with its clock, 20 (it ended 20 iterations)."""
+    results = run_example_as_ranks("wide_deep_ps.py", "--servers", "1", "--consistency", "bsp", *SMALL,
+                                   "--batch-size", "128", "--epochs", "3", "--kill-worker-at", "20",
+                                   cwd=tmp_path, ranks=4)
+    (code0, out), (code1, _), (code2, died), (code3, served) = results
+    assert (code0, code1, code2, code3) == (0, 0, -signal.SIGKILL, 0), results
+    assert "worker 2: killing itself (SIGKILL) at step 20" in died
+    assert "3 worker(s), 1 server(s), BSP" in out and _final(out, "AUC") > 0.7
+    assert re.search(r"lost workers: worker 2 at [\d:.]+, clock 20 \(\d+ of its pushes applied; peer 2 closed",
+                     out), out
+    assert "worker 2 lost at clock 20" in served
+
+
 def test_the_staleness_picture_is_readable_at_any_range_and_explains_a_lone_bar():
     wide = runner.staleness_figure(list(range(10, 49)), "ncf")   # staleness 0..38
     ticks = wide.axes[0].get_xticks()
@@ -241,6 +258,8 @@ def test_bad_input_ends_every_rank_with_one_message(tmp_path):
     assert code != 0 and out.count(f"error: {bad}, line 2: expected user::item::rating::timestamp") == 1, out
     code, out = run_example("wide_deep_ps.py", "--servers", "1", "--batch-size", "1", cwd=tmp_path, ranks=3)
     assert code == 2 and out.count("error: --batch-size 1 leaves some of the 2 workers no sample") == 1, out
+    code, out = run_example("wide_deep_ps.py", "--servers", "1", "--kill-worker-at", "5", cwd=tmp_path, ranks=3)
+    assert code == 2 and out.count("error: --kill-worker-at under mpiexec: MPI ends the whole job") == 1, out
 
 
 def test_bad_input_in_one_process_exits_with_one_message(tmp_path):
@@ -256,6 +275,10 @@ def test_bad_input_in_one_process_exits_with_one_message(tmp_path):
     fives.write_text("".join(f"{u}::{i}::5::{i}\n" for u in range(1, 9) for i in range(1, 9)))
     expected = [
         (ncf, ("--servers", "1"), "--servers 1 needs workers beside the servers: mpiexec -n 3"),
+        (ncf, ("--servers", "0", "--kill-worker-at", "3"), "--kill-worker-at kills a parameter-server worker"),
+        (ncf, ("--servers", "1", "--mode", "hybrid", "--kill-worker-at", "3"),
+         "--kill-worker-at with --mode hybrid: the workers' all-reduce of the dense layers cannot lose a rank"),
+        (ncf, ("--servers", "1", "--kill-worker-at", "-1"), "--kill-worker-at -1 must be >= 0"),
         (ncf, ("--servers", "0", "--lr", "nan"), "--lr nan must be a positive number"),
         (ncf, ("--servers", "0", "--staleness", "-1"), "--staleness -1 must be >= 0"),
         (ncf, ("--servers", "0", "--limit-batches", "0"), "--limit-batches 0 must be >= 1"),

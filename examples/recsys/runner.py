@@ -1,5 +1,6 @@
-"""The training loop of both recommender examples: one process (``--servers 0``), or under
-mpiexec the last ``--servers`` ranks parameter servers and the rest workers (minidl.dist.ps).
+"""The training loop of both recommender examples: one process (``--servers 0``), or launched as ranks
+(by mpiexec, or one process per rank with RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT: the "gloo"
+backend) the last ``--servers`` ranks parameter servers and the rest workers (minidl.dist.ps).
 
 ``--mode ps`` keeps every parameter on the servers (Downpour SGD: pull, compute, push);
 ``--mode hybrid`` (Hetu's) keeps only the embedding tables there and replicates the dense layers,
@@ -9,10 +10,16 @@ when they do not divide it), weights its loss by its share, and ps.DistributedMo
 workers' gradients; so under BSP the run is the one-process run's optimisation (its metrics equal
 up to rounding), while SSP and ASP let workers run ahead on stale parameters.
 Worker 0 prints one line per epoch with the held-out metrics, and at the end the staleness of the
-pushes the servers applied, as a histogram picture too.
+pushes the servers applied, as a histogram picture too, and the workers the servers lost.
+
+``--kill-worker-at STEP`` (over gloo only: under MPI a dead process ends the job) makes the last
+worker SIGKILL itself at that global step: the servers drop it and the others train on without its
+share of the batches. Once ps.init has run, the workers meet through ps.barrier(), never a process-group
+collective, which would fail on the dead rank.
 """
 import argparse
 import os
+import signal
 import sys
 import textwrap
 import time
@@ -24,7 +31,7 @@ import minidl
 import minidl.dist as dist
 import minidl.nn.functional as F
 from minidl.dist import ps
-from minidl.dist.launch import launch_rank, launched_by_mpi
+from minidl.dist.launch import launch_rank, launched_by_env, launched_by_mpi
 from cli.mpi import parse_on_every_rank
 
 from . import data
@@ -51,6 +58,11 @@ def arguments(description, epochs, batch_size, lr, optimizer):
     parser.add_argument("--per-user", type=int, default=40, help="generated ratings: ratings per user")
     parser.add_argument("--picture", help="where to draw the staleness histogram (default: <model>-staleness.png)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--kill-worker-at", type=int, default=None, metavar="STEP",
+                        help="the last worker SIGKILLs itself at this global step (counted from 0 over the epochs) "
+                             "and the run goes on without it: over gloo only (RANK, WORLD_SIZE, MASTER_ADDR, "
+                             "MASTER_PORT; under mpiexec a dead process ends the job), not with --mode hybrid; "
+                             "under BSP the servers are told to shrink (ps.init(on_worker_failure='shrink'))")
     return parser
 
 
@@ -79,11 +91,21 @@ def check(args):
     """What is wrong with the command line, before any rank starts work (one message, from rank 0)."""
     for flag, value, least in (("--batch-size", args.batch_size, 1), ("--epochs", args.epochs, 1),
                                ("--servers", args.servers, 0), ("--staleness", args.staleness, 0),
-                               ("--limit-batches", args.limit_batches, 1)):
+                               ("--limit-batches", args.limit_batches, 1),
+                               ("--kill-worker-at", args.kill_worker_at, 0)):
         if value is not None and value < least:
             return f"{flag} {value} must be >= {least}"
     if not args.lr > 0:   # (also NaN)
         return f"--lr {args.lr} must be a positive number"
+    if args.kill_worker_at is not None:
+        if args.servers == 0:
+            return "--kill-worker-at kills a parameter-server worker: give --servers 1 or more"
+        if args.mode == "hybrid":
+            return ("--kill-worker-at with --mode hybrid: the workers' all-reduce of the dense layers cannot lose a "
+                    "rank; use --mode ps")
+        if launched_by_mpi() and not launched_by_env():
+            return ("--kill-worker-at under mpiexec: MPI ends the whole job when one process dies; launch one process "
+                    "per rank with RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT (the gloo backend)")
     folder = os.path.dirname(args.picture or "") or "."
     if not os.path.isdir(folder):
         return f"--picture {args.picture}: there is no folder {folder}"
@@ -92,21 +114,28 @@ def check(args):
 
 def start(args):
     """(rank among the workers, number of workers), or None on a server once it has served."""
+    over_env = launched_by_env()
     if args.servers == 0:
-        if launched_by_mpi():
-            fail("--servers 0 trains in one process: run it without mpiexec", 0)
+        if launched_by_mpi() or over_env:
+            fail("--servers 0 trains in one process: run it without mpiexec or RANK/WORLD_SIZE", 0)
         return 0, 1
-    if not launched_by_mpi():
+    if not launched_by_mpi() and not over_env:
         fail(f"--servers {args.servers} needs workers beside the servers: "
-             f"mpiexec -n {args.servers + 2} python {sys.argv[0]} --servers {args.servers} ...", 0)
-    dist.init_process_group()
+             f"mpiexec -n {args.servers + 2} python {sys.argv[0]} --servers {args.servers} ..., or one process per "
+             f"rank with RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT set (the gloo backend)", 0)
+    dist.init_process_group("gloo" if over_env else None)
     rank, world = dist.get_rank(), dist.get_world_size()
     workers = world - args.servers
     if workers < 1:
         fail(f"--servers {args.servers} leaves no worker among {world} ranks", rank)
     if args.batch_size < workers:
         fail(f"--batch-size {args.batch_size} leaves some of the {workers} workers no sample", rank)
-    if ps.init(num_servers=args.servers, consistency=args.consistency, staleness=args.staleness) == "server":
+    if args.kill_worker_at is not None and workers < 2:
+        fail(f"--kill-worker-at kills the last worker: {world} ranks with --servers {args.servers} leave "
+             f"{workers}, and at least 2 are needed for the run to go on", rank)
+    shrink = "shrink" if args.kill_worker_at is not None else None   # (BSP's default would raise)
+    if ps.init(num_servers=args.servers, consistency=args.consistency, staleness=args.staleness,
+               on_worker_failure=shrink) == "server":
         dist.destroy_process_group()
         return None
     return ps.worker_rank(), workers
@@ -148,7 +177,8 @@ def run(task_class, parser, argv=None):
 
     lo, hi = rank * args.batch_size // workers, (rank + 1) * args.batch_size // workers   # (this worker's slice)
     weight = (hi - lo) * workers / args.batch_size   # (its share: the averaged gradients are the batch's mean)
-    began = time.perf_counter()
+    victim = args.kill_worker_at is not None and rank == workers - 1
+    began, step = time.perf_counter(), 0
     for epoch in range(args.epochs):
         users, items, labels = task.epoch(epoch)
         batches = len(users) // args.batch_size
@@ -158,6 +188,9 @@ def run(task_class, parser, argv=None):
                    disable=None if rank == 0 else True)
         total = 0.0
         for b in bar:
+            if victim and step == args.kill_worker_at:
+                die(rank, step)
+            step += 1
             mine = slice(b * args.batch_size + lo, b * args.batch_size + hi)
             logits = model(minidl.from_numpy(users[mine]), minidl.from_numpy(items[mine]))
             loss = F.binary_cross_entropy_with_logits(logits, minidl.from_numpy(labels[mine]))
@@ -171,7 +204,7 @@ def run(task_class, parser, argv=None):
             total += loss.item()
             bar.set_postfix(loss=f"{total / (b + 1):.4f}", refresh=False)
         if distributed and epoch == args.epochs - 1:
-            dist.barrier(group=ps.worker_group())   # (every worker's pushes are in: the final model)
+            ps.barrier()   # (every surviving worker's pushes are in: the final model)
         if rank == 0:
             if distributed:
                 model.pull_parameters()
@@ -184,9 +217,26 @@ def run(task_class, parser, argv=None):
         say(f"final {shown} ({setup}, {time.perf_counter() - began:.1f} s)")
     if distributed:
         if rank == 0:
-            report_staleness(ps.stats(), args.picture or f"{task.name}-staleness.png", task.name, setup, args, workers)
+            stats = ps.stats()
+            report_staleness(stats, args.picture or f"{task.name}-staleness.png", task.name, setup, args, workers)
+            print(f"parameter server: {stats['pushes']} pushes applied, {stats['dropped_stale']} dropped as stale, "
+                  f"{stats['duplicates']} duplicates, {stats['discarded']} discarded; lost workers: {lost(stats)}")
         ps.shutdown()
         dist.destroy_process_group()
+
+
+def die(rank, step):
+    """--kill-worker-at: this worker ends as a crash does, with no goodbye to anyone."""
+    print(f"worker {rank}: killing itself (SIGKILL) at step {step}", file=sys.stderr, flush=True)
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def lost(stats):
+    """The workers the servers lost, one phrase each, or "none"."""
+    def when(at):
+        return time.strftime("%H:%M:%S", time.localtime(at)) + f".{int(at % 1 * 1000):03d}"
+    return "; ".join(f"worker {e['worker']} at {when(e['at'])}, clock {e['clock']} ({e['pushes']} of its pushes "
+                     f"applied; {e['why']})" for e in stats["lost"]) or "none"
 
 
 def report_staleness(stats, path, name, setup, args, workers):
