@@ -21,8 +21,6 @@ import time
 import minidl
 import minidl.dist as dist
 from minidl.dist import ps
-from minidl.dist.communicators.base import DistError
-from minidl.dist.ps import membership
 from minidl.dist.ps.sharding import bounds
 
 opts = dict(arg.split("=", 1) for arg in sys.argv[1:])
@@ -31,23 +29,6 @@ staleness, servers = int(opts.get("staleness", 0)), int(opts.get("servers", 1))
 steps, cols = int(opts.get("steps", 12)), int(opts.get("cols", 8192))
 drop = int(opts["drop_stale_after"]) if "drop_stale_after" in opts else None
 send_fault_at = int(opts.get("send_fault_at", 0))
-
-
-
-def worker_end_retried(job, me, _first=membership.worker_end):
-    """Work around a race in ps.init on main 07ae496: a server refuses a worker whose hello comes
-    before the server has learned the job's token (at the end of the same all-gather)."""
-    deadline = time.monotonic() + 10
-    while True:
-        try:
-            return _first(job, me)
-        except DistError as e:
-            if "belongs to another parameter-server job" not in str(e) or time.monotonic() > deadline:
-                raise
-            time.sleep(0.05)
-
-
-membership.worker_end = worker_end_retried
 dist.init_process_group("gloo")
 role = ps.init(servers, consistency, staleness, on_worker_failure=opts.get("on_worker_failure"),
                drop_stale_after=drop)

@@ -75,7 +75,7 @@ def test_a_push_cut_in_the_middle_is_not_applied(tmp_path):
 def test_a_partitioned_worker_reconnects_and_each_push_counts_once(tmp_path):
     """Worker 1's link to server 1 (rank 3) is cut without a goodbye at its 3rd push: it connects
     again and sends its unanswered requests anew; every one of its 8 pushes is applied exactly once
-    on both servers, and server 1 records it lost, then resumed."""
+    on both servers, and server 1 records it back on a new link."""
     with Job(tmp_path, 2, 2, ["consistency=ssp", "staleness=1", "steps=8"],
              env={"MINIDL_FAULT": "rank=1 at=ps_push:3 do=partition peer=3"}) as job:
         assert job.finish() == [0] * 4, job.everything()
@@ -83,8 +83,9 @@ def test_a_partitioned_worker_reconnects_and_each_push_counts_once(tmp_path):
         assert check_ledger(result, 2, {0: 8, 1: 8}) == [8, 8]
         stats = result["stats"]
         assert [e["worker"] for e in stats["resumed"]] == [1], stats
-        assert [e["worker"] for e in stats["lost"]] == [1], stats
-        assert "worker 1 is back at clock 2" in job.out(3), job.everything()
+        # (lost first only when the server saw the old link end before the new link's hello)
+        assert [e["worker"] for e in stats["lost"]] in ([], [1]), stats
+        assert "worker 1 is back on a new link at clock 2" in job.out(3), job.everything()
 
 
 def freeze_then_thaw(job, wait_for):
