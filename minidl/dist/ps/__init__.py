@@ -76,9 +76,11 @@ def init(num_servers=1, consistency="bsp", staleness=0, *, on_worker_failure=Non
                          f"and one worker")
     over_links = _over_links(backend)
     if on_worker_failure == "shrink" and not over_links:
-        raise ValueError("ps.init(on_worker_failure='shrink'): under MPI one dead process ends the whole job; "
-                         "surviving a worker's loss needs the 'gloo' backend (init_process_group('gloo'), processes "
-                         "started with RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT)")
+        raise ValueError("ps.init(on_worker_failure='shrink'): this job runs over the process group's messages "
+                         f"(backend {backend!r}{', MINIDL_PS_TRANSPORT=group' if backend != 'mpi' else ''}), where "
+                         "one dead process ends the whole job (MPI's rule); surviving a worker's loss needs links: "
+                         "the 'gloo' backend (init_process_group('gloo'), processes started with RANK, WORLD_SIZE, "
+                         "MASTER_ADDR and MASTER_PORT)")
     policy = on_worker_failure or ("raise" if consistency == "bsp" else "shrink")
     workers = size - num_servers
     worker_group = dist_state.new_group(list(range(workers)))
