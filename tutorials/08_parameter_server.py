@@ -446,8 +446,8 @@ def counted_gradient(v, worker, step):
 
 def die():
     """What a worker's process does when it exits without ps.shutdown(): its links to the servers
-    close (a SIGKILLed process's links break, which the servers see at once too). A sim rank is a
-    thread, so it closes them itself."""
+    close (a SIGKILLed process's links break, which the servers see at once too). A sim rank's links
+    close when its function ends; a thread of our own closes them itself."""
     ps._client("die").end.close()
 
 
@@ -458,9 +458,8 @@ def steps(worker, first, last, nap, times, dies_at=None):
         time.sleep(nap)                        # (the forward and backward of a real model)
         v = ps.pull("w").numpy()
         ps.push("w", counted_gradient(v, worker, step))
-        if step == dies_at:                    # pulled, pushed, and gone before its clock
-            die()
-            times.append((step, start, time.time(), time.time()))
+        if step == dies_at:                    # pulled, pushed, and gone before its clock (its rank's
+            times.append((step, start, time.time(), time.time()))   # function ends: its links close)
             return
         pushed = time.time()
         ps.clock()                             # SSP may wait here for the slowest worker

@@ -1,5 +1,5 @@
 """``minidl.dist.ps``: an asynchronous parameter server (the PS-worker design of ps-lite and
-DistBelief's Downpour SGD) on minidl.dist's point-to-point layer, under mpiexec or sim ranks::
+DistBelief's Downpour SGD), under mpiexec, the "gloo" backend or sim ranks::
 
     dist.init_process_group()
     if ps.init(num_servers=1, consistency="ssp", staleness=2) == "server":
@@ -22,6 +22,14 @@ clocks ahead of the slowest) or ASP (nothing waits). Parameters are keyed by reg
 and their first registration sets their value: register the same parameters, with the same
 values, in the same order on every worker. ``ps.stats()`` gives the servers' counts and the staleness histogram of the
 applied pushes.
+
+Failures (transports.py, server.py): under the "gloo" backend (and sim ranks) workers and servers
+talk over links of their own, so a worker may die, freeze, lose its connection or join later
+while the job goes on: a lost worker is dropped from the clock (``on_worker_failure="shrink"``) or
+ends the job at every worker's next clock ("raise", BSP's default); a worker that reconnects sends
+its unanswered requests again and each push is applied once; ``drop_stale_after`` drops pushes
+computed too many clocks behind; ``ps.join`` adds a worker. Under MPI one dead process ends the
+job (MPI's rule). A server's loss ends the job either way.
 """
 from __future__ import annotations
 
