@@ -184,12 +184,13 @@ def test_a_reply_stuck_to_the_silent_worker_does_not_hide_its_name(caplog):
             server = Server(None, 0, 1, 2, "bsp", 0)
             server.end = GroupServerEnd(None, server.silent)
             server.end.sends = [StuckSend()]
-            server.clocks, server.waiting = {0: 1, 1: 0}, {0: 0.0}
+            server.clocks, server.waiting = {0: 1, 1: 0}, {0: (0.0, 5)}
             return server.fail([1], "sent no request for 1 s")
         if rank == 0:
-            header = minidl.empty(2, dtype=minidl.int64)
+            header = minidl.empty(3, dtype=minidl.int64)
             dist.recv(header, 2, tag=P.REPLY)
-            status, nbytes = header.tolist()
+            status, nbytes, seq = header.tolist()
+            assert seq == 5   # (the clock request it answers)
             body = minidl.empty(nbytes, dtype=minidl.uint8)
             dist.recv(body, 2, tag=P.REPLY_DATA)
             return status == P.ERROR, P.read_text(body)

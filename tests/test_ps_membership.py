@@ -5,6 +5,7 @@ SGD(lr=1), so row w counts worker w's applied pushes: whole (every entry equal) 
 import socket
 import threading
 
+import numpy as np
 import pytest
 
 import minidl
@@ -160,3 +161,73 @@ def test_shrinking_needs_links(monkeypatch):
     monkeypatch.setenv("MINIDL_PS_TRANSPORT", "group")
     with pytest.raises(ValueError, match="surviving a worker's loss needs links"):
         dist.sim.run(2, lambda rank: ps.init(1, "asp", on_worker_failure="shrink"))
+
+
+# -- the server's side of a broken link, driven request by request ------------------------------------
+class RecordingEnd:
+    """A transport end that keeps the server's replies: (worker, status, the seq it answers)."""
+    tolerant = True
+
+    def __init__(self):
+        self.replies = []
+
+    def reply(self, worker, status, body=None, seq=0):
+        self.replies.append((worker, status, seq))
+        return []
+
+    def close(self, flush=True):
+        pass
+
+
+def ask(server, worker, kind, seq, payload=(), **words):
+    from minidl.dist.ps import protocol as P
+    header = P.header(kind, **words)
+    header[P.SEQ] = seq
+    parts = P.seal(header, payload)
+    server.take(worker, np.frombuffer(parts[0], np.int64).tolist(), parts[1:])
+
+
+def served(consistency):
+    """A server of 2 workers holding w = zeros(2) under SGD(lr=1), registered by both (seqs 1)."""
+    from minidl.dist.ps import protocol as P
+    from minidl.dist.ps.server import Server
+    server = Server(RecordingEnd(), 0, 1, 2, consistency, 0, "shrink")
+    opt = ps.SGD(lr=1.0)
+    for worker in (0, 1):
+        ask(server, worker, P.REGISTER, 1, [P.text("w"), minidl.tensor([2]), minidl.tensor(opt.words() + [0.0],
+            dtype=minidl.float64), minidl.zeros(2)], key=0, numel=2, name_len=1, ndim=1, optimizer=opt.kind)
+    return server, P
+
+
+def test_a_barrier_asked_again_after_its_answer_was_lost_is_answered_again():
+    server, P = served("asp")
+    ask(server, 0, P.BARRIER, 2)
+    ask(server, 1, P.BARRIER, 2)
+    answered = list(server.end.replies[-2:])
+    ask(server, 0, P.BARRIER, 2)   # (its link broke before the answer came: sent again)
+    assert sorted(answered) == [(0, 0, 2), (1, 0, 2)] and server.end.replies[-1] == (0, 0, 2)
+
+
+def test_under_bsp_a_worker_back_after_a_broken_link_has_its_dropped_pushes_taken_again():
+    """Worker 0 pushes in iteration 0, its link breaks and the server drops it (its push discarded,
+    the iteration ends without it); on its new link the welcome says the last request taken before
+    the discarded push, so the push sent again is applied (one iteration late), not taken as a repeat."""
+    server, P = served("bsp")
+    ask(server, 0, P.PUSH, 2, [-minidl.ones(2)], key=0, numel=2, clock=0)
+    server.worker_gone(0, "its link broke")
+    ask(server, 1, P.PUSH, 2, [-minidl.ones(2)], key=0, numel=2, clock=0)
+    ask(server, 1, P.CLOCK, 3, clock=1)
+    assert server.stats["discarded"] == 1 and server.shards[0].param.tolist() == [1.0, 1.0]
+    assert server.admit(0) == [1]   # (its welcome: send again what came after request 1)
+    ask(server, 0, P.PUSH, 2, [-minidl.ones(2)], key=0, numel=2, clock=0)
+    ask(server, 0, P.CLOCK, 3, clock=1)
+    assert server.shards[0].param.tolist() == [2.0, 2.0] and server.stats["duplicates"] == 0
+
+
+def test_a_connected_worker_slow_to_ask_is_not_taken_for_one_that_never_came():
+    server, _ = served("asp")
+    server.heard.clear()
+    server.admit(1)   # (worker 1's link is made: it connected)
+    server.patience, server.started = 0.01, server.started - 1
+    server.drop_absent()
+    assert sorted(server.lost) == [0]

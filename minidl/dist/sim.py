@@ -20,7 +20,7 @@ _rank = threading.local()   # (the running rank's exit hooks)
 
 def at_rank_exit(hook) -> None:
     """Call ``hook()`` when this simulated rank's function ends, as ``atexit`` does for a process."""
-    _rank.hooks.append(hook)
+    getattr(_rank, "hooks", []).append(hook)   # (a rank started by hand, not by run, has none)
 
 
 def run(world_size: int, fn, *args, hosts=None, **init_options):

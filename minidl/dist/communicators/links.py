@@ -277,10 +277,11 @@ class Listener:
     """Accepts links at ``address`` ("host:port"; port 0 picks a free one). ``on_hello(link)`` (on the
     accept thread, link.peer and link.words set) returns the welcome words, or raises to refuse the
     connector with its message; ``on_message(link, parts)`` and ``on_end(link, why)`` run on each
-    link's receive thread. A link is for sending once on_hello has returned (its welcome goes first)."""
+    link's receive thread. A link is for sending once its welcome went: ``on_ready(link)`` says so."""
 
-    def __init__(self, me, on_hello, on_message, on_end, *, host=None, port=0, silence=None):
+    def __init__(self, me, on_hello, on_message, on_end, *, host=None, port=0, silence=None, on_ready=None):
         self.me, self.on_hello, self.on_message, self.on_end = int(me), on_hello, on_message, on_end
+        self.on_ready = on_ready
         self.silence = _heartbeat() if silence is None else float(silence)
         host = address() if host is None else host
         self._sock = socket.create_server((host, port), backlog=64)
@@ -307,7 +308,8 @@ class Listener:
                 sock.close()
 
     def _welcome(self, sock):
-        sock.settimeout(self.silence)   # (a hello that never comes holds the accept thread no longer)
+        sock.settimeout(min(self.silence, _heartbeat()))   # (a hello that never comes holds the accept
+        # thread, and every connector behind it, no longer)
         head = bytearray(_SHAKE.size)
         if not _recv_exact(sock, memoryview(head)):
             raise ConnectionError("closed before its hello")
@@ -328,6 +330,8 @@ class Listener:
             sock.sendall(_SHAKE.pack(_MAGIC, self.me, 0, len(words)) + struct.pack(f"<{len(words)}q", *words))
         except OSError:
             pass   # (accepted: its receive thread finds the broken connection and on_end reports it)
+        if self.on_ready is not None:
+            self.on_ready(link)
         link._start()
 
 

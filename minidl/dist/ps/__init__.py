@@ -38,6 +38,7 @@ import json
 import logging
 import os
 import threading
+from collections import Counter
 
 import numpy as np
 
@@ -379,11 +380,13 @@ def stats() -> dict:
         return dict(sorted(hist.items()))
     total["staleness"] = summed("staleness")
     total["age"] = {"applied": summed("age_applied"), "dropped": summed("age_dropped")}
-    for key in ("lost", "joined", "resumed"):   # (per worker and event, as its first server saw it)
+    for key in ("lost", "joined", "resumed"):   # (a worker's n-th event on every server is the same event)
         events = {}
         for f in found:
+            nth = Counter()
             for e in f[key]:
-                events.setdefault((e["worker"], e["clock"]), []).append(e)
+                nth[e["worker"]] += 1
+                events.setdefault((e["worker"], nth[e["worker"]]), []).append(e)
         total[key] = [dict(min(es, key=lambda e: e["at"]), **({"pushes": sum(e["pushes"] for e in es)}
                                                              if key == "lost" else {}))
                       for es in events.values()]

@@ -69,7 +69,7 @@ def publish(server, rank, workers, servers, consistency, staleness) -> dict:
 
 
 def worker_end(job, me) -> LinkWorkerEnd:
-    return LinkWorkerEnd(me, job["token"], job["servers"], None)
+    return LinkWorkerEnd(me, job["token"], job["servers"], keep_pushes=job["consistency"] == "bsp")
 
 
 def find(init_method, timeout) -> tuple:

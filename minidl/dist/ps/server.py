@@ -95,10 +95,11 @@ class Server:
         self.raise_on_loss, self.drop_after = on_worker_failure == "raise", drop_stale_after
         self.shards = []
         self.clocks = {w: 0 for w in range(workers)}   # every worker the job has had
-        self.finished, self.lost, self.waiting = set(), {}, {}   # waiting: worker -> when its clock came
+        self.finished, self.lost, self.waiting = set(), {}, {}   # waiting: worker -> (when its clock came, seq)
         self.seq, self.heard, self.pushes_by = {}, {}, Counter()
         self.released = {}   # worker -> the last clock of its that was answered
-        self.at_barrier, self.failure, self.ended = set(), None, False
+        self.at_barrier, self.barrier_answered = {}, {}   # worker -> the seq of its barrier request
+        self.failure, self.ended, self.asking = None, False, 0
         self.told = set()   # (on_worker_failure="raise": the workers whose clock raised)
         self.store = None   # (server 0 over links: the job's store, membership.py)
         self.patience = None   # (over links: how long a worker may stay silent, or never come)
@@ -148,6 +149,7 @@ class Server:
 
     def take(self, worker, words, parts):
         self.heard[worker] = time.monotonic()
+        self.asking = 0 if words is None else words[P.SEQ]   # (the request a reply answers)
         try:
             if words is None:
                 raise ValueError("a malformed request header")
@@ -170,9 +172,11 @@ class Server:
             self.reply(worker, error=str(e))
 
     # -- replies ------------------------------------------------------------------------------
-    def reply(self, worker, values=None, error=None):
+    def reply(self, worker, values=None, error=None, seq=None):
+        """Answer request ``seq`` of the worker (the one being handled, by default)."""
         body = P.as_bytes(P.text(error)) if error is not None else None if values is None else P.as_bytes(values)
-        return self.end.reply(worker, P.ERROR if error is not None else P.OK, body)
+        return self.end.reply(worker, P.ERROR if error is not None else P.OK, body,
+                              self.asking if seq is None else seq)
 
     def shard(self, words):
         key = words[P.KEY]
@@ -277,17 +281,18 @@ class Server:
         elif self.bound is None or self.released.get(worker, 0) >= self.clocks[worker]:
             self.answer_clock(worker)
         else:   # (a repeat after the answer was lost with the link waits again, as the first did)
-            self.waiting[worker] = time.monotonic()
+            self.waiting[worker] = (time.monotonic(), self.asking)
             self.release()
 
     def answer_clock(self, worker):
-        self.waiting.pop(worker, None)
+        _, seq = self.waiting.pop(worker, (0, self.asking))
         self.released[worker] = self.clocks[worker]
-        self.reply(worker)
+        self.reply(worker, seq=seq)
 
     def shutdown(self, worker, words, parts, repeat):
         self.finished.add(worker)
         self.waiting.pop(worker, None)
+        self.at_barrier.pop(worker, None)
         self.reply(worker)
         self.release()
 
@@ -308,16 +313,19 @@ class Server:
         self.reply(worker, minidl.tensor([min((self.clocks[w] for w in self.active()), default=0)]))
 
     def barrier(self, worker, words, parts, repeat):
-        if not repeat:
-            self.at_barrier.add(worker)
+        if self.barrier_answered.get(worker, 0) >= self.asking:   # (asked again: its answer was lost)
+            self.reply(worker)
+            return
+        self.at_barrier[worker] = self.asking
         self.release_barrier()
 
     def release_barrier(self):
         active = set(self.active())
-        if self.at_barrier and active <= self.at_barrier:
-            for worker in self.at_barrier & active:
-                self.reply(worker)
-            self.at_barrier = set()
+        if self.at_barrier and active <= set(self.at_barrier):
+            for worker, seq in self.at_barrier.items():
+                self.barrier_answered[worker] = seq
+                self.reply(worker, seq=seq)
+            self.at_barrier = {}
 
     def report(self, worker, words, parts, repeat):
         s = self.stats
@@ -344,7 +352,7 @@ class Server:
         self.lost[worker] = record
         self.stats["lost"].append(record)
         self.waiting.pop(worker, None)
-        self.at_barrier.discard(worker)
+        self.at_barrier.pop(worker, None)
         if self.bsp:   # (the iteration it did not end: its pushes are not part of it)
             mine = [d for d in self.deferred if d[3] == worker and d[2] >= self.clocks[worker]]
             self.deferred = [d for d in self.deferred if not (d[3] == worker and d[2] >= self.clocks[worker])]
@@ -356,8 +364,8 @@ class Server:
         if self.raise_on_loss:
             self.failure = self.failure or (f"parameter server {self.server}: worker {worker} was lost at clock "
                                             f"{self.clocks[worker]} ({how}); on_worker_failure='raise' ends the job")
-            for w in list(self.waiting):
-                self.reply(w, error=self.failure)
+            for w, (_, seq) in self.waiting.items():
+                self.reply(w, error=self.failure, seq=seq)
             self.told.update(self.waiting)
             self.waiting = {}
         self.release()
@@ -374,13 +382,13 @@ class Server:
         log.warning("parameter server %d: worker %d is back on a new link at clock %d (%s)", self.server, worker,
                     self.clocks[worker], why)
 
-    def admit(self, worker):
-        """Whether a worker may connect (None) or why not."""
+    def admit(self, worker) -> list:
+        """On a link's accept thread: the welcome words for a worker that connects (the last request
+        taken from it, so that it sends the rest anew), or an error refusing it."""
         if self.ended:
-            return "the parameter-server job has ended"
-        if worker in self.finished:
-            return f"worker {worker} has shut down already"
-        return None
+            raise DistError("the parameter-server job has ended")
+        self.heard.setdefault(worker, time.monotonic())   # (connected: not a worker that never came)
+        return [self.seq.get(worker, 0)]
 
     def fail(self, workers, how) -> WorkerLost:
         """The error naming ``workers``, logged, and sent to every worker waiting at its clock (they
@@ -389,7 +397,8 @@ class Server:
         message = (f"parameter server {self.server}: worker rank(s) {workers} {how}; the job cannot go on "
                    f"(clocks: {clocks})")
         log.error("%s", message)
-        replies = [work for worker in self.waiting for work in self.reply(worker, error=message)]
+        replies = [work for worker, (_, seq) in self.waiting.items() for work in self.reply(worker, error=message,
+                                                                                             seq=seq)]
         self.waiting = {}
         for work in replies:
             try:
@@ -412,7 +421,7 @@ class Server:
         if not self.waiting:
             return
         now = time.monotonic()
-        since = min(self.waiting.values())
+        since = min(t for t, _ in self.waiting.values())
         if now - since < self.stall_after:
             return
         slowest = min(self.clocks[w] for w in self.active())

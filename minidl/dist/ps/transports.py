@@ -29,9 +29,10 @@ from ..state import resolve
 from . import protocol as P
 
 
-def _reply_parts(status, body):
+def _reply_parts(status, body, seq):
+    """A reply: [status, byte count, the sequence number of the request it answers], then the body."""
     body = np.empty(0, np.uint8) if body is None else body
-    return [np.array([status, body.nbytes], np.int64).view(np.uint8), body]
+    return [np.array([status, body.nbytes, seq], np.int64).view(np.uint8), body]
 
 
 class ServerLost(DistError):
@@ -58,6 +59,10 @@ class GroupServerEnd:
             work.wait()
         except DistTimeoutError:
             return ("silent", None, f"sent no request for {resolve(self.group, 'ps').config.timeout:g} s")
+        except DistError:   # (a header of another size came: consumed, and refused)
+            if work.source() is None:
+                raise   # (no message came: a rank is gone)
+            return ("request", work.source(), None, [])
         words = h.tolist()
         worker = work.source()
         parts = []
@@ -67,8 +72,8 @@ class GroupServerEnd:
             parts.append(buf.numpy())
         return ("request", worker, words, parts)
 
-    def reply(self, worker, status, body=None):
-        parts = _reply_parts(status, body)
+    def reply(self, worker, status, body=None, seq=0):
+        parts = _reply_parts(status, body, seq)
         posted = [isend(minidl.from_numpy(parts[0].view(np.int64)), worker, group=self.group, tag=P.REPLY)]
         if parts[1].nbytes:
             posted.append(isend(minidl.from_numpy(parts[1]), worker, group=self.group, tag=P.REPLY_DATA))
@@ -100,7 +105,7 @@ class GroupWorkerEnd:
         waits for other workers answers within one with an error naming those that went silent,
         which a timeout here would blame on the server."""
         if self.posted[k] is None:
-            h = minidl.empty(2, dtype=minidl.int64)
+            h = minidl.empty(3, dtype=minidl.int64)
             work = irecv(h, self.server_ranks[k], group=self.group, tag=P.REPLY)
             work.channel.deadline += work.channel.timeout
             self.posted[k] = (h, work)
@@ -114,7 +119,7 @@ class GroupWorkerEnd:
             return None
         work.wait()
         self.posted[k] = None
-        status, nbytes = h.tolist()
+        status, nbytes, _ = h.tolist()
         body = into if into is not None and into.nbytes == nbytes else np.empty(nbytes, np.uint8)
         if nbytes:
             recv(minidl.from_numpy(body), self.server_ranks[k], group=self.group, tag=P.REPLY_DATA)
@@ -144,7 +149,7 @@ class LinkServerEnd:
         self.events = queue.Queue()
         self.links = {}   # worker -> its current link (a reconnection replaces it)
         self.lock = threading.Lock()
-        self.listener = Listener(me, self._hello, self._message, self._end, silence=silence)
+        self.listener = Listener(me, self._hello, self._message, self._end, silence=silence, on_ready=self._ready)
         self.address = self.listener.address
 
     def set_token(self, token):
@@ -156,15 +161,15 @@ class LinkServerEnd:
         self.known.wait(60)   # (a worker may learn the job before this server does)
         if token != self.token:
             raise DistError(f"worker {link.peer} belongs to another parameter-server job")
-        problem = self.admit(link.peer)
-        if problem:
-            raise DistError(problem)
+        return [self.token] + self.admit(link.peer)
+
+    def _ready(self, link):
+        """Its welcome went: replies to this worker go on this link from now on."""
         with self.lock:
             self.links[link.peer] = link
-        return [self.token]
 
     def _message(self, link, parts):
-        words = np.frombuffer(parts[0], np.int64).tolist() if len(parts[0]) == P.HEADER * 8 else None
+        words = np.frombuffer(parts[0], np.int64).tolist() if parts and len(parts[0]) == P.HEADER * 8 else None
         self.events.put(("request", link, words, list(parts[1:])))
 
     def _end(self, link, why):
@@ -187,12 +192,12 @@ class LinkServerEnd:
             del self.links[link.peer]
         return ("lost", link.peer, what)
 
-    def reply(self, worker, status, body=None):
+    def reply(self, worker, status, body=None, seq=0):
         """Answer on the worker's current link; a lost link drops it (the worker asks again)."""
         link = self.links.get(worker)
         if link is not None:
             try:
-                link.send(_reply_parts(status, body))
+                link.send(_reply_parts(status, body, seq))
             except LinkLost:
                 pass
         return []
@@ -204,25 +209,31 @@ class LinkServerEnd:
 
 
 class LinkWorkerEnd:
-    """A worker's links to every server. Each request is kept until answered: when a link breaks,
-    the worker connects again (for up to ``silence`` seconds) and sends the unanswered ones anew."""
+    """A worker's links to every server. Each request is kept until answered (under BSP a push until
+    the next clock is, since a server that lost this worker drops the pushes of the iteration it had
+    not ended): when a link breaks the worker connects again (for up to ``silence`` seconds), the
+    server's welcome says the last request it took, and what came after is sent anew. Replies carry
+    their request's number, so one that comes twice is taken once."""
 
-    def __init__(self, me, token, addresses, silence=None):
-        self.me, self.token, self.addresses = me, token, list(addresses)
+    def __init__(self, me, token, addresses, silence=None, keep_pushes=False):
+        self.me, self.token, self.addresses, self.keep_pushes = me, token, list(addresses), keep_pushes
         self.silence = _heartbeat() if silence is None else silence
         self.cond = threading.Condition()
         n = len(addresses)
-        self.replies = [deque() for _ in range(n)]      # received, not yet taken
-        self.unanswered = [deque() for _ in range(n)]   # sent, reply not yet taken (in order)
-        self.links = [self._connect(k, resume=False) for k in range(n)]
+        self.sent = [{} for _ in range(n)]         # seq -> parts: sent, kept (see above)
+        self.awaited = [deque() for _ in range(n)]   # seqs whose replies are not taken yet, in order
+        self.replies = [{} for _ in range(n)]      # seq -> (status, body): received, not taken yet
+        self.links = [None] * n
         self.reconnects = 0
+        for k in range(n):
+            self.links[k] = self._connect(k, resume=False)
 
     def _connect(self, k, resume):
         def on_message(link, parts):
-            status, _ = np.frombuffer(parts[0], np.int64).tolist()
+            status, _, seq = np.frombuffer(parts[0], np.int64).tolist()
             with self.cond:
-                if self.links[k] is link:
-                    self.replies[k].append((status, np.frombuffer(parts[1], np.uint8)))
+                if self.links[k] is link and seq in self.awaited[k] and seq not in self.replies[k]:
+                    self.replies[k][seq] = (status, np.frombuffer(parts[1], np.uint8))
                     self.cond.notify_all()
 
         def on_end(link, why):
@@ -232,8 +243,8 @@ class LinkWorkerEnd:
                        silence=self.silence)
 
     def _reconnect(self, k, why):
-        """Link k broke: connect again and send what is unanswered; a server that refuses (the job
-        ended) or stays unreachable for ``silence`` seconds is named."""
+        """Link k broke: connect again and send what the server has not taken; a server that refuses
+        (the job ended) or stays unreachable for ``silence`` seconds is named."""
         deadline = time.monotonic() + self.silence
         while True:
             try:
@@ -244,15 +255,19 @@ class LinkWorkerEnd:
                     raise ServerLost(f"ps worker {self.me}: parameter server {k} ({self.addresses[k]}) cannot be "
                                      f"reached: {why}; connecting again: {e}") from None
                 time.sleep(0.05)
+        taken = link.words[1] if len(link.words) > 1 else 0   # (the server's last request from this worker)
         with self.cond:
             self.links[k] = link
             self.reconnects += 1
-            resend = list(self.unanswered[k])[len(self.replies[k]):]
+            resend = [parts for seq, parts in sorted(self.sent[k].items()) if seq > taken]
         for parts in resend:
             link.send(parts)
 
     def send(self, k, parts):
-        self.unanswered[k].append(parts)
+        seq = int(parts[0].view(np.int64)[P.SEQ])
+        with self.cond:
+            self.sent[k][seq] = parts
+            self.awaited[k].append(seq)
         link = self.links[k]
         try:
             link.send(parts)
@@ -261,7 +276,8 @@ class LinkWorkerEnd:
 
     def reply(self, k, wait, into=None):
         with self.cond:
-            while not self.replies[k]:
+            seq = self.awaited[k][0]
+            while seq not in self.replies[k]:
                 link = self.links[k]
                 if not link.over:
                     if not wait:
@@ -273,12 +289,25 @@ class LinkWorkerEnd:
                     self._reconnect(k, link.lost or "its link ended")
                 finally:
                     self.cond.acquire()
-            status, body = self.replies[k].popleft()
-            self.unanswered[k].popleft()
+            status, body = self.replies[k].pop(seq)
+            self.awaited[k].popleft()
+            self._forget(k, seq)
         if into is not None and into.nbytes == body.nbytes:
             into[...] = body
             return status, into
         return status, body
+
+    def _forget(self, k, seq):
+        """A request answered: dropped, or (a BSP push) kept as a copy until the next clock is answered."""
+        parts = self.sent[k][seq]
+        kind = int(parts[0].view(np.int64)[P.KIND])
+        if kind == P.CLOCK:
+            for old in [s for s in self.sent[k] if s <= seq]:
+                del self.sent[k][old]
+        elif self.keep_pushes and kind == P.PUSH:   # (the caller may change its gradient once this returns)
+            self.sent[k][seq] = [np.array(part, copy=True) for part in parts]
+        else:
+            del self.sent[k][seq]
 
     def flush(self):
         pass
