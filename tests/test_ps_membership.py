@@ -32,7 +32,8 @@ def steps(me, rows, count):
 @pytest.mark.parametrize("consistency, policy", [("asp", None), ("ssp", None), ("bsp", "shrink")])
 def test_a_worker_that_leaves_is_dropped_and_the_others_finish(consistency, policy):
     """Worker 2 leaves after 5 steps without ps.shutdown() (its thread ends, its links with it): the
-    others run 20 steps; stats name it with its clock and its 5 pushes, every row is whole."""
+    others run 20 steps; stats name it with its clock and its 5 pushes, every row is whole, and the
+    survivors' clocks count 2 active workers."""
     def run(rank):
         if ps.init(1, consistency, staleness=1, on_worker_failure=policy) == "server":
             return None
@@ -41,10 +42,11 @@ def test_a_worker_that_leaves_is_dropped_and_the_others_finish(consistency, poli
         if rank == 2:
             return None
         ps.barrier()
-        w, stats = ps.pull("w"), ps.stats()
+        w, stats, active = ps.pull("w"), ps.stats(), ps.active_workers()
         ps.shutdown()
-        return w, stats
-    (w, stats), _, _, _ = dist.sim.run(4, run)
+        return w, stats, active
+    (w, stats, active), _, _, _ = dist.sim.run(4, run)
+    assert active == 2   # (as the server answered the survivors' last clocks: DistributedModel's divisor)
     assert (w == w[:, :1]).all().item() and w[:, 0].tolist() == [20.0, 20.0, 5.0]
     assert [(e["worker"], e["clock"], e["pushes"]) for e in stats["lost"]] == [(2, 5, 5)]
     assert stats["lost"][0]["why"] == "exited without calling ps.shutdown()"

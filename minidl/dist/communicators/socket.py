@@ -492,15 +492,20 @@ def address() -> str:
         return "127.0.0.1"
 
 
-def _heartbeat() -> float:
-    text = os.environ.get("MINIDL_DIST_HEARTBEAT", "")
+def env_seconds(name: str, default: float) -> float:
+    """A positive number of seconds from the environment variable ``name`` (``default`` when unset)."""
+    text = os.environ.get(name, "")
     try:
-        seconds = float(text) if text else HEARTBEAT_SECONDS
+        seconds = float(text) if text else default
     except ValueError:
         seconds = -1.0
     if not seconds > 0:
-        raise ValueError(f"MINIDL_DIST_HEARTBEAT must be a positive number of seconds, got {text!r}")
+        raise ValueError(f"{name} must be a positive number of seconds, got {text!r}")
     return seconds
+
+
+def _heartbeat() -> float:
+    return env_seconds("MINIDL_DIST_HEARTBEAT", HEARTBEAT_SECONDS)
 
 
 def _connect(rank, size, store, prefix, timeout):

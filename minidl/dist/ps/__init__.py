@@ -53,7 +53,7 @@ from .server import Server
 from .transports import GroupServerEnd, GroupWorkerEnd
 from .worker import Client, Param, Work, _Awaited
 
-__all__ = ["init", "join", "barrier", "store_address", "shutdown", "worker_rank", "num_workers", "num_servers", "worker_group", "register",
+__all__ = ["init", "join", "barrier", "store_address", "shutdown", "worker_rank", "num_workers", "active_workers", "num_servers", "worker_group", "register",
            "register_embedding", "push", "pull", "clock", "stats", "SGD", "Adagrad", "Adam", "Work", "DistributedModel"]
 
 CONSISTENCIES = ("bsp", "ssp", "asp")
@@ -176,6 +176,14 @@ def worker_rank() -> int:
 
 def num_workers() -> int:
     return _client("num_workers").workers
+
+
+def active_workers() -> int:
+    """How many workers the servers counted as active (neither shut down nor lost) when they last
+    answered this worker's clock: ps.init's number until then. ``DistributedModel`` divides its
+    gradients by it, so a round of pushes stays one mean gradient after a worker is lost or joins."""
+    c = _client("active_workers")
+    return c.active if c.active is not None else c.workers
 
 
 def num_servers() -> int:
@@ -341,7 +349,11 @@ def clock() -> None:
     c = _client("clock")
     faults.collective("ps_clock", c.rank, c.workers + c.servers)
     c.clock_count += 1
-    awaited = [(k, c.request(k, P.header(P.CLOCK, clock=c.clock_count))) for k in range(c.servers)]
+
+    def count(values):   # (the servers' count of active workers, at this clock's answer)
+        c.active = int(values[0])
+    awaited = [(k, c.request(k, P.header(P.CLOCK, clock=c.clock_count), (), _Awaited("clock", minidl.int64, count)))
+               for k in range(c.servers)]
     if c.consistency != "asp":
         Work(c, awaited).wait()
 

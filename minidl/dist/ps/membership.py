@@ -14,7 +14,7 @@ from urllib.parse import urlparse
 
 from .. import state as dist_state
 from ..communicators.base import DistError
-from ..communicators.socket import address
+from ..communicators.socket import address, env_seconds
 from ..objects import all_gather_object
 from ..store import TCPStore
 from .transports import LinkServerEnd, LinkWorkerEnd
@@ -27,14 +27,7 @@ WORKER_TIMEOUT = 120.0
 def worker_timeout() -> float:
     """How long a worker may send nothing, not even a heartbeat, before the servers drop it as lost
     (MINIDL_PS_WORKER_TIMEOUT; a SIGKILLed worker is found at once, by its closed connection)."""
-    text = os.environ.get("MINIDL_PS_WORKER_TIMEOUT", str(WORKER_TIMEOUT))
-    try:
-        seconds = float(text)
-    except ValueError:
-        seconds = -1.0
-    if not seconds > 0:
-        raise ValueError(f"MINIDL_PS_WORKER_TIMEOUT must be a positive number of seconds, got {text!r}")
-    return seconds
+    return env_seconds("MINIDL_PS_WORKER_TIMEOUT", WORKER_TIMEOUT)
 
 
 def server_end(server, rank) -> LinkServerEnd:

@@ -17,7 +17,8 @@ them, and ends the worker's iteration with ``ps.clock()``: the consistency model
 decides who waits.
 
 Every gradient leaves the worker divided by the number of workers, as DDP averages: the servers'
-sum of one iteration's pushes is the workers' mean gradient. So one learning rate serves any
+sum of one iteration's pushes is the workers' mean gradient (the active ones, ``ps.active_workers()``:
+after a worker is lost or joins, a round of pushes is still one mean gradient). So one learning rate serves any
 number of workers, and under BSP (the servers sum an iteration's pushes and take one optimizer
 step) W workers on batches of b train exactly as one process on batches of W * b (each batch the
 union of the workers' ones), with any server-side optimizer. Under SSP and ASP each push is a step
@@ -29,7 +30,7 @@ import minidl
 from minidl.nn import Embedding
 
 from .. import collectives
-from . import clock, num_workers, pull, push, register, worker_group
+from . import active_workers, clock, num_workers, pull, push, register, worker_group
 
 
 class DistributedModel:
@@ -78,7 +79,7 @@ class DistributedModel:
         """After backward: push what accumulated (every ``push_every`` steps), then ``ps.clock()``."""
         self.steps += 1
         if self.steps % self.push_every == 0:
-            works = [push(self.names[id(p)], p.grad / num_workers()) for p in self.module.parameters()
+            works = [push(self.names[id(p)], p.grad / active_workers()) for p in self.module.parameters()
                      if p.grad is not None and id(p) not in self.local]
             if self.dense_optimizer is not None:
                 self._average_replicated()

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import struct
 import time
 from collections import Counter
@@ -39,6 +38,7 @@ import numpy as np
 import minidl
 
 from ..communicators.base import DistError
+from ..communicators.socket import env_seconds
 from . import protocol as P
 from .optimizers import KINDS as OPTIMIZER_KINDS
 from .optimizers import from_words
@@ -50,14 +50,7 @@ TICK = 0.5   # how often an idle server looks for stalls (seconds)
 
 def stall_seconds() -> float:
     """How long workers wait at a clock for a silent one before the log names it (MINIDL_PS_STALL_LOG)."""
-    text = os.environ.get("MINIDL_PS_STALL_LOG", "60")
-    try:
-        seconds = float(text)
-    except ValueError:
-        seconds = -1.0
-    if not seconds > 0:
-        raise ValueError(f"MINIDL_PS_STALL_LOG must be a positive number of seconds, got {text!r}")
-    return seconds
+    return env_seconds("MINIDL_PS_STALL_LOG", 60.0)
 
 
 class WorkerLost(DistError):
@@ -285,9 +278,10 @@ class Server:
             self.release()
 
     def answer_clock(self, worker):
+        """Its clock answered, with how many workers are active (a gradient's share of a round)."""
         _, seq = self.waiting.pop(worker, (0, self.asking))
         self.released[worker] = self.clocks[worker]
-        self.reply(worker, seq=seq)
+        self.reply(worker, minidl.tensor([len(self.active())]), seq=seq)
 
     def shutdown(self, worker, words, parts, repeat):
         self.finished.add(worker)

@@ -62,6 +62,7 @@ class Client:
     def __init__(self, end, rank, workers, servers, consistency):
         self.end, self.rank, self.workers, self.servers = end, rank, workers, servers
         self.consistency, self.params, self.clock_count, self.closed = consistency, {}, 0, False
+        self.active = None   # (the servers' count of active workers, from the last clock answered)
         self.queues = [deque() for _ in range(servers)]
         self.seq = [0] * servers
 
