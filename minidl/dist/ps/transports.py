@@ -249,19 +249,19 @@ class LinkWorkerEnd:
         while True:
             try:
                 link = self._connect(k, resume=True)
-                break
-            except DistError as e:
+                taken = link.words[1] if len(link.words) > 1 else 0   # (the server's last request from us)
+                with self.cond:
+                    self.links[k] = link
+                    self.reconnects += 1
+                    resend = [parts for seq, parts in sorted(self.sent[k].items()) if seq > taken]
+                for parts in resend:
+                    link.send(parts)
+                return
+            except DistError as e:   # (LinkLost too: the new link broke while sending again)
                 if " refused " in str(e) or time.monotonic() > deadline:
                     raise ServerLost(f"ps worker {self.me}: parameter server {k} ({self.addresses[k]}) cannot be "
                                      f"reached: {why}; connecting again: {e}") from None
                 time.sleep(0.05)
-        taken = link.words[1] if len(link.words) > 1 else 0   # (the server's last request from this worker)
-        with self.cond:
-            self.links[k] = link
-            self.reconnects += 1
-            resend = [parts for seq, parts in sorted(self.sent[k].items()) if seq > taken]
-        for parts in resend:
-            link.send(parts)
 
     def send(self, k, parts):
         seq = int(parts[0].view(np.int64)[P.SEQ])
