@@ -32,7 +32,7 @@ def worker_timeout() -> float:
 
 def server_end(server, rank) -> LinkServerEnd:
     server.patience = worker_timeout()
-    return LinkServerEnd(rank, None, server.admit, server.patience)
+    return LinkServerEnd(rank, server.admit, server.patience)
 
 
 def publish(server, rank, workers, servers, consistency, staleness) -> dict:

@@ -141,11 +141,9 @@ class LinkServerEnd:
 
     tolerant = True
 
-    def __init__(self, me, token, admit, silence):
-        self.token, self.admit = token, admit
+    def __init__(self, me, admit, silence):
+        self.token, self.admit = None, admit
         self.known = threading.Event()   # (the token: set once the job is published)
-        if token is not None:
-            self.set_token(token)
         self.events = queue.Queue()
         self.links = {}   # worker -> its current link (a reconnection replaces it)
         self.lock = threading.Lock()
@@ -224,7 +222,6 @@ class LinkWorkerEnd:
         self.awaited = [deque() for _ in range(n)]   # seqs whose replies are not taken yet, in order
         self.replies = [{} for _ in range(n)]      # seq -> (status, body): received, not taken yet
         self.links = [None] * n
-        self.reconnects = 0
         for k in range(n):
             self.links[k] = self._connect(k, resume=False)
 
@@ -252,7 +249,6 @@ class LinkWorkerEnd:
                 taken = link.words[1] if len(link.words) > 1 else 0   # (the server's last request from us)
                 with self.cond:
                     self.links[k] = link
-                    self.reconnects += 1
                     resend = [parts for seq, parts in sorted(self.sent[k].items()) if seq > taken]
                 for parts in resend:
                     link.send(parts)
