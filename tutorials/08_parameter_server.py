@@ -473,6 +473,7 @@ def newcomer(address, found):
     try:
         ps.join(address)
         found["id"] = ps.worker_rank()
+        found["joined"].set()
         ps.register("w", minidl.zeros(DIM + SLOTS, dtype=minidl.float64), optimizer=ps.SGD(lr=1.0))
         found["times"] = []
         steps(found["id"], ps.stats()["clocks"][found["id"]], STEPS6, NAP, found["times"])
@@ -480,6 +481,7 @@ def newcomer(address, found):
         ps.shutdown()
     except BaseException as e:     # (handed to worker 0, which raises it; our links close so nobody waits)
         found["error"] = e
+        found["joined"].set()
         if "id" in found:
             die()
 
@@ -494,8 +496,11 @@ def eventful(rank):
         return {2: times}                      # (and its thread ends, as its process would)
     if rank == 0:                              # at step JOINS_AT a launcher starts a new worker
         steps(0, 0, JOINS_AT, NAP, times)
+        found["joined"] = threading.Event()
         late = threading.Thread(target=newcomer, args=(ps.store_address(), found))
         late.start()
+        found["joined"].wait()                 # (so that it joins at clock JOINS_AT or below: a busy
+                                               # machine could start its thread after worker 0 went on)
     steps(rank, JOINS_AT if rank == 0 else 0, STEPS6, NAP, times)
     ps.barrier()     # (over the servers: the world's barrier would fail, a rank of the world has gone)
     if rank == 0:
