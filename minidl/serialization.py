@@ -371,7 +371,10 @@ def _load_archive(data: bytes, name: str, map_location, allowed):
 
 
 # ----------------------------------------------------------------------------- files
-def _write(data: bytes, f) -> None:
+def _write(data: bytes, f, midway=None) -> None:
+    """Write ``data`` to a file object, or atomically to a path (a temp file beside it, fsync, rename, fsync
+    the folder). ``midway``, when given, is called once half of the temp file is written and flushed: the
+    parameter server's fault injection kills the process there to leave a torn temp file behind."""
     if hasattr(f, "write"):
         f.write(data)
         return
@@ -380,7 +383,12 @@ def _write(data: bytes, f) -> None:
     fd, tmp = tempfile.mkstemp(prefix=".minidl-", suffix=".tmp", dir=folder)
     try:
         with os.fdopen(fd, "wb") as out:
-            out.write(data)
+            half = len(data) // 2 if midway is not None else len(data)
+            out.write(memoryview(data)[:half])
+            if midway is not None:
+                out.flush()
+                midway()
+            out.write(memoryview(data)[half:])
             out.flush()
             os.fsync(out.fileno())
         os.replace(tmp, path)

@@ -9,6 +9,9 @@ itself at a chosen point, driven by the environment so the code under test runs 
   ``send``: in the middle of this rank's first message of at least 64 KiB on the socket backend
   (half of it written); ``idle:<seconds>``: that many seconds after the communicator started,
   whatever the rank is doing.
+  ``ps_wal:<n>``: in the middle of this rank's n-th write-ahead log record (``minidl.dist.ps.durability``:
+  half of the record written and flushed to the file); ``ps_checkpoint:<n>``: in the middle of its n-th
+  checkpoint (half of the temp file written, before the rename). These two take ``kill``, ``stop`` or ``raise``.
 - ``do``: what. ``kill`` (SIGKILL itself), ``stop`` (SIGSTOP itself: a frozen rank), ``raise``
   (raise InjectedFault at a collective; from ``idle``, a KeyboardInterrupt in the main thread; not
   meant for ``send``, which runs on a sending thread), ``partition`` (close the socket backend's
@@ -91,13 +94,20 @@ def fire(fault: Fault, rank: int, size: int) -> None:
         raise InjectedFault(f"MINIDL_FAULT: rank {rank} fails on purpose at {fault.where}")
 
 
-def collective(what: str, rank: int, size: int) -> None:
-    """Hook at the start of a collective (ProcessGroup.submit)."""
+def armed(what: str, rank: int) -> Fault | None:
+    """Count this rank's call at point ``what`` (``<what>:<n>`` faults); the fault when this call is its n-th,
+    for the caller to fire at once or in the middle of its work, else None."""
     fault = current()
     if fault is None or fault.done or fault.rank != rank or fault.where != what:
-        return
+        return None
     fault.calls += 1
-    if fault.calls == fault.count:
+    return fault if fault.calls == fault.count else None
+
+
+def collective(what: str, rank: int, size: int) -> None:
+    """Hook at the start of a collective (ProcessGroup.submit)."""
+    fault = armed(what, rank)
+    if fault is not None:
         fire(fault, rank, size)
 
 
