@@ -103,6 +103,15 @@ def test_a_damaged_latest_is_named(tmp_path, text):
         ck.load()
 
 
+def test_a_checkpoint_that_cannot_be_written_is_named(tmp_path):
+    (tmp_path / "checkpoint-00000001.safetensors" / "x").mkdir(parents=True)   # the rename cannot replace it
+    with pytest.raises(d.DurabilityError, match=f"checkpoint 1 cannot be written to {tmp_path}: Is a directory"):
+        d.Checkpoints(str(tmp_path)).save({"step": 1})
+    (tmp_path / "LATEST").mkdir()
+    with pytest.raises(d.DurabilityError, match=f"{tmp_path / 'LATEST'} cannot be read"):
+        d.Checkpoints(str(tmp_path)).latest()
+
+
 def test_a_state_that_needs_pickle_is_refused_at_save(tmp_path):
     with pytest.raises(TypeError, match="only tensors"):
         d.Checkpoints(str(tmp_path)).save({"w": np.zeros(3)})
@@ -178,7 +187,7 @@ def test_a_failed_append_is_cut_off(tmp_path, monkeypatch):
     def fail(fd):
         raise OSError(28, "No space left on device")
     monkeypatch.setattr(os, "fdatasync", fail)
-    with pytest.raises(OSError):
+    with pytest.raises(d.DurabilityError, match=r"wal-00000000\.log: a record cannot be appended: No space"):
         log.append([b"lost"])
     monkeypatch.undo()
     log.append([b"second"])

@@ -91,10 +91,13 @@ class Checkpoints:
                             "and dicts/lists of them (anything else needs a pickle archive, which load refuses)")
         n = (self.latest() or 0) + 1
         name = f"checkpoint-{n:08d}.safetensors"
-        os.makedirs(self.folder, exist_ok=True)
-        serialization._write(data, self._path(name), midway=_midway(self.fault_rank, "ps_checkpoint"))
         manifest = {"n": n, "file": name, "bytes": len(data), "crc32": f"{zlib.crc32(data):08x}"}
-        serialization._write(json.dumps(manifest).encode(), self._path(_LATEST))
+        try:
+            os.makedirs(self.folder, exist_ok=True)
+            serialization._write(data, self._path(name), midway=_midway(self.fault_rank, "ps_checkpoint"))
+            serialization._write(json.dumps(manifest).encode(), self._path(_LATEST))
+        except OSError as e:
+            raise DurabilityError(f"checkpoint {n} cannot be written to {self.folder}: {e.strerror or e}") from e
         for old in os.listdir(self.folder):
             if (old.startswith(".minidl-") and old.endswith(".tmp")) or (_CHECKPOINT.fullmatch(old) and old != name):
                 os.unlink(self._path(old))
@@ -107,6 +110,8 @@ class Checkpoints:
                 text = f.read()
         except FileNotFoundError:
             return None
+        except OSError as e:
+            raise DurabilityError(f"{path} cannot be read: {e.strerror or e}") from None
         try:
             manifest = json.loads(text)
             n = manifest["n"]
@@ -189,8 +194,10 @@ class Log:
                 midway()
             _write_all(self._fd, data[half:])
             os.fdatasync(self._fd)
-        except BaseException:
+        except BaseException as e:
             os.ftruncate(self._fd, start)
+            if isinstance(e, OSError):
+                raise DurabilityError(f"{self.path}: a record cannot be appended: {e.strerror or e}") from e
             raise
 
     def close(self) -> None:
