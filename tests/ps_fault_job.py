@@ -37,6 +37,17 @@ class Job:
             self.__exit__()
             raise
 
+    def restart_server(self, k, checkpoint_dir, env=None):
+        """Start ``python -m minidl.dist.ps --resume checkpoint_dir --server k`` (it becomes ``procs[-1]``,
+        its output ``out(len(procs) - 1)``)."""
+        path = self.paths[0].with_name(f"restarted{k}-{len(self.procs)}.out")
+        with open(path, "w") as out:
+            self.procs.append(subprocess.Popen(
+                [sys.executable, "-m", "minidl.dist.ps", "--resume", str(checkpoint_dir), "--server", str(k)],
+                cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, env=dict(os.environ, PYTHONPATH=ROOT, **(env or {}))))
+        self.paths.append(path)
+        return self.procs[-1]
+
     def __enter__(self):
         return self
 

@@ -2,7 +2,8 @@
 as one process per rank of the "gloo" backend (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT).
 
 Options, as name=value arguments: consistency (asp), staleness (0), servers (1), steps (12),
-on_worker_failure, drop_stale_after, cols (8192). ``send_fault_at=K``: MINIDL_SEND_FAULT becomes
+on_worker_failure, drop_stale_after, cols (8192), checkpoint_dir, checkpoint_every, durable (0/1),
+model (ledger). ``send_fault_at=K``: MINIDL_SEND_FAULT becomes
 MINIDL_FAULT just before this rank's K-th push, so that ``at=send`` cuts that push and not the
 registration (the first large message otherwise).
 
@@ -12,11 +13,17 @@ row, pushed by nobody, stays 0), waits for the push, and clocks. Workers print "
 before each push and "STEPS DONE <time>" after the last clock. Survivors then meet at ps.barrier();
 worker 0 pulls ``w`` and prints one line "RESULT <json>": per row and server shard the [min, max] of
 its values, and ps.stats(). A worker whose clock raises lets the error end it (exit code 1).
+
+``model=lsq``: instead, a least-squares fit of ``v`` (float64, DIM values, server-side Adam) where worker
+w's gradient at step t is that of its own batch (``lsq_batch(w, t)``, seeded), so that under BSP the
+final ``v`` follows a closed recursion the test computes with numpy; RESULT holds ``v`` too.
 """
 import json
 import os
 import sys
 import time
+
+import numpy as np
 
 import minidl
 import minidl.dist as dist
@@ -29,14 +36,39 @@ staleness, servers = int(opts.get("staleness", 0)), int(opts.get("servers", 1))
 steps, cols = int(opts.get("steps", 12)), int(opts.get("cols", 8192))
 drop = int(opts["drop_stale_after"]) if "drop_stale_after" in opts else None
 send_fault_at = int(opts.get("send_fault_at", 0))
+every = int(opts["checkpoint_every"]) if "checkpoint_every" in opts else None
+DIM, BATCH, LR = 6, 16, 0.05
+
+
+def lsq_batch(worker, step):
+    rng = np.random.default_rng([worker, step])
+    x = rng.normal(size=(BATCH, DIM))
+    return x, x @ np.arange(1.0, DIM + 1) + 0.1 * rng.normal(size=BATCH)
+
+
 dist.init_process_group("gloo")
 role = ps.init(servers, consistency, staleness, on_worker_failure=opts.get("on_worker_failure"),
-               drop_stale_after=drop)
+               drop_stale_after=drop, checkpoint_dir=opts.get("checkpoint_dir"), checkpoint_every=every,
+               durable=opts.get("durable") == "1")
 if role == "server":
     print("SERVER DONE", flush=True)
     sys.exit(0)
 
 me, workers = ps.worker_rank(), ps.num_workers()
+if opts.get("model") == "lsq":
+    ps.register("v", minidl.zeros(DIM, dtype=minidl.float64), optimizer=ps.Adam(lr=LR))
+    for step in range(1, steps + 1):
+        v = ps.pull("v").numpy()
+        x, y = lsq_batch(me, step)
+        print(f"STEP {step} {time.time():.6f}", flush=True)
+        ps.push("v", minidl.from_numpy(x.T @ (x @ v - y) / BATCH)).wait()
+        ps.clock()
+    print(f"STEPS DONE {time.time():.6f}", flush=True)
+    ps.barrier()
+    if me == 0:
+        print("RESULT " + json.dumps({"v": ps.pull("v").tolist(), "stats": ps.stats()}), flush=True)
+    ps.shutdown()
+    sys.exit(0)
 rows = workers + 1
 ps.register("w", minidl.zeros(rows, cols, dtype=minidl.float64), optimizer=ps.SGD(lr=1.0))
 grad = minidl.zeros(rows, cols, dtype=minidl.float64)

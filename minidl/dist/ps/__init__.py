@@ -48,7 +48,7 @@ from .. import communicators, faults, sim
 from .. import state as dist_state
 from . import protocol as P
 from .optimizers import SGD, Adagrad, Adam
-from . import membership
+from . import membership, recovery
 from .server import Server
 from .transports import GroupServerEnd, GroupWorkerEnd
 from .worker import Client, Param, Work, _Awaited
@@ -61,7 +61,8 @@ FAILURE_POLICIES = ("raise", "shrink")
 _local = threading.local()   # this rank's client (sim ranks are threads of one process)
 
 
-def init(num_servers=1, consistency="bsp", staleness=0, *, on_worker_failure=None, drop_stale_after=None) -> str:
+def init(num_servers=1, consistency="bsp", staleness=0, *, on_worker_failure=None, drop_stale_after=None,
+         checkpoint_dir=None, checkpoint_every=None, checkpoint_seconds=None, durable=False) -> str:
     """Make the default group's last ``num_servers`` ranks servers and the rest workers
     (collective). A server serves until every worker has called ``shutdown()`` or was lost, then
     returns "server"; a worker returns "worker" at once.
@@ -69,7 +70,16 @@ def init(num_servers=1, consistency="bsp", staleness=0, *, on_worker_failure=Non
     ``on_worker_failure``: "raise" (BSP's default: every worker's next ``clock()`` raises naming the
     lost worker) or "shrink" (SSP's and ASP's: the job goes on without it). ``drop_stale_after=K``:
     a push computed more than K clocks behind the newest worker is dropped, not applied. Surviving a
-    worker's loss needs the "gloo" backend (or simulated ranks): under MPI a dead process ends the job."""
+    worker's loss needs the "gloo" backend (or simulated ranks): under MPI a dead process ends the job.
+
+    ``checkpoint_dir``: each server checkpoints its state to ``<checkpoint_dir>/server<k>/`` (at the
+    start, after the registrations, then every ``checkpoint_every`` clocks of the slowest worker and/or
+    ``checkpoint_seconds`` seconds; 60 s if neither is given), and a server killed at any moment is
+    restarted from it by ``python -m minidl.dist.ps --resume <checkpoint_dir> --server <k>`` while the
+    workers wait (``MINIDL_PS_SERVER_TIMEOUT``, 300 s) and then go on. ``durable=True``: each push (and
+    clock, registration...) is appended to a write-ahead log and synced to disk before it is applied
+    and acknowledged, so the restart loses no acknowledged push; without it the restart goes back to
+    the last checkpoint. Server recovery needs links too (the "gloo" backend or simulated ranks)."""
     if consistency not in CONSISTENCIES:
         raise ValueError(f"ps.init: consistency={consistency!r}; it must be one of {', '.join(CONSISTENCIES)}")
     if consistency == "ssp" and staleness < 0:
@@ -90,6 +100,7 @@ def init(num_servers=1, consistency="bsp", staleness=0, *, on_worker_failure=Non
                          "one dead process ends the whole job (MPI's rule); surviving a worker's loss needs links: "
                          "the 'gloo' backend (init_process_group('gloo'), processes started with RANK, WORLD_SIZE, "
                          "MASTER_ADDR and MASTER_PORT)")
+    keeping = _checkpoint_options(checkpoint_dir, checkpoint_every, checkpoint_seconds, durable, over_links, backend)
     policy = on_worker_failure or ("raise" if consistency == "bsp" else "shrink")
     workers = size - num_servers
     worker_group = dist_state.new_group(list(range(workers)))
@@ -98,9 +109,15 @@ def init(num_servers=1, consistency="bsp", staleness=0, *, on_worker_failure=Non
         server = Server(None, rank - workers, num_servers, workers, consistency, staleness, policy, drop_stale_after)
         server.end = (membership.server_end(server, rank) if over_links
                       else GroupServerEnd(None, server.silent))
+        server.job = {"consistency": consistency, "staleness": staleness, "on_worker_failure": policy,
+                      "drop_stale_after": drop_stale_after, "servers": num_servers, "server": rank - workers,
+                      "workers": workers, "rank": rank, **(keeping or {})}
     if over_links:
-        job = membership.publish(server, rank, workers, num_servers, consistency, staleness)
+        problem = recovery.prepare(server) if server is not None and keeping else None
+        job = membership.publish(server, rank, workers, num_servers, consistency, staleness, problem)
     if server is not None:
+        if keeping:
+            recovery.start(server)
         server.serve()
         return "server"
     end = membership.worker_end(job, rank) if over_links else GroupWorkerEnd(None, list(range(workers, size)))
@@ -113,6 +130,28 @@ def init(num_servers=1, consistency="bsp", staleness=0, *, on_worker_failure=Non
     elif not over_links:
         atexit.register(_exit_without_shutdown, _local.client)
     return "worker"
+
+
+def _checkpoint_options(folder, every, seconds, durable, over_links, backend):
+    """The servers' checkpoint settings (None: no checkpoints), each option checked."""
+    if folder is None:
+        given = [f"{name}={value!r}" for name, value in (("checkpoint_every", every), ("checkpoint_seconds", seconds),
+                                                         ("durable", durable)) if value not in (None, False)]
+        if given:
+            raise ValueError(f"ps.init({', '.join(given)}): give checkpoint_dir too (where the servers write "
+                             f"their checkpoints{' and logs' if durable else ''})")
+        return None
+    if every is not None and (isinstance(every, bool) or not isinstance(every, int) or every <= 0):
+        raise ValueError(f"ps.init: checkpoint_every={every!r} must be a number of clocks >= 1 (or None)")
+    if seconds is not None and (isinstance(seconds, bool) or not isinstance(seconds, (int, float))
+                                or not seconds > 0):
+        raise ValueError(f"ps.init: checkpoint_seconds={seconds!r} must be a number of seconds > 0 (or None)")
+    if not over_links:
+        raise ValueError(f"ps.init(checkpoint_dir=...): this job runs over the process group's messages (backend "
+                         f"{backend!r}), where a dead server ends the whole job (MPI's rule) and cannot be "
+                         f"restarted; server recovery needs links: the 'gloo' backend")
+    return {"checkpoint_dir": os.path.abspath(os.fspath(folder)), "checkpoint_every": every,
+            "checkpoint_seconds": 60.0 if every is None and seconds is None else seconds, "durable": bool(durable)}
 
 
 def _over_links(backend) -> bool:

@@ -30,26 +30,41 @@ def worker_timeout() -> float:
     return env_seconds("MINIDL_PS_WORKER_TIMEOUT", WORKER_TIMEOUT)
 
 
-def server_end(server, rank) -> LinkServerEnd:
+def server_end(server, rank, port=0) -> LinkServerEnd:
+    """A server's links; a restarted server asks for its old ``port`` (workers try that address first)
+    and takes another when it is not free."""
     server.patience = worker_timeout()
-    return LinkServerEnd(rank, server.admit, server.patience)
+    try:
+        return LinkServerEnd(rank, server.admit, server.patience, port=port)
+    except OSError as e:
+        log.warning("parameter server %d: port %d is taken (%s); listening on another one", server.server, port, e)
+        return LinkServerEnd(rank, server.admit, server.patience)
 
 
-def publish(server, rank, workers, servers, consistency, staleness) -> dict:
-    """Collective over the world: every rank learns the job (servers' addresses, token, store)."""
-    mine = {}
-    if server is not None:
-        mine["address"] = server.end.address
+def publish(server, rank, workers, servers, consistency, staleness, problem=None) -> dict:
+    """Collective over the world: every rank learns the job (servers' addresses, token, store), or
+    every rank raises the ``problem`` a server found (a checkpoint folder it cannot write)."""
+    mine = {"problem": problem}
+    if server is not None and problem is None:
+        mine.update(address=server.end.address, checkpoint_dir=server.job.get("checkpoint_dir"))
         if server.server == 0:
             port = int(os.environ.get("MINIDL_PS_PORT", "0"))
             server.store = TCPStore(address(), port, is_master=True, wait_for_workers=False)
             mine.update(store=f"{server.store.host}:{server.store.port}", token=secrets.randbits(62))
     gathered = [None] * dist_state.get_world_size()
     all_gather_object(gathered, mine)
+    problems = [g["problem"] for g in gathered if g["problem"]]
+    if problems:
+        if server is not None:
+            server.end.close()
+            server.store = None   # (its server stops with it)
+        raise ValueError(problems[0])
     first = gathered[workers]
     job = {"servers": [g["address"] for g in gathered[workers:]], "token": first["token"], "store": first["store"],
-           "workers": workers, "consistency": consistency, "staleness": staleness}
+           "workers": workers, "consistency": consistency, "staleness": staleness,
+           "checkpoint_dir": first["checkpoint_dir"]}   # (workers wait for a lost server when it is set)
     if server is not None:
+        server.job.update(token=job["token"], store=job["store"], address=server.end.address, published=job)
         server.end.set_token(job["token"])
         if server.server == 0:
             server.store.set("ps/job", json.dumps(job))
@@ -61,8 +76,51 @@ def publish(server, rank, workers, servers, consistency, staleness) -> dict:
     return job
 
 
+def republish(server, ids) -> None:
+    """A restarted server says where it listens now, in the job's store: server 0 serves that store
+    again, on its old port, with what it held (the job, the next worker id)."""
+    job = server.job["published"]
+    host, port = _host_port(job["store"])
+    key = f"ps/server/{server.server}"
+    try:
+        if server.server == 0:
+            server.store = TCPStore(address(), port, is_master=True, wait_for_workers=False)
+            server.store.set("ps/job", json.dumps(job))
+            server.store.add("ps/ids", max(int(ids or 0), max(server.clocks, default=-1) + 1))
+            server.store.set(key, server.end.address)
+        else:
+            TCPStore(host, port, is_master=False, timeout=timedelta(seconds=5)).set(key, server.end.address)
+    except (DistError, OSError, RuntimeError) as e:
+        log.warning("parameter server %d: could not tell the job's store at %s where it listens now (%s); workers "
+                    "find it at its old address %s only", server.server, job["store"], e, job["servers"][server.server])
+
+
+def locate(job, k):
+    """Where server k listens now (the store's word, after a restart), or None if the store cannot say."""
+    try:
+        store = TCPStore(*_host_port(job["store"]), is_master=False, timeout=timedelta(seconds=2))
+        key = f"ps/server/{k}"
+        return store.get(key).decode() if store.check([key]) else None
+    except (DistError, OSError, RuntimeError):
+        return None
+
+
+def _host_port(where):
+    host, _, port = where.rpartition(":")
+    return host, int(port)
+
+
 def worker_end(job, me) -> LinkWorkerEnd:
-    return LinkWorkerEnd(me, job["token"], job["servers"], keep_pushes=job["consistency"] == "bsp")
+    """A worker's links; in a job whose servers checkpoint, a lost server is waited for (restarted)."""
+    waits = job.get("checkpoint_dir") is not None
+    return LinkWorkerEnd(me, job["token"], job["servers"], keep_pushes=job["consistency"] == "bsp",
+                         patience=recovery_wait() if waits else None,
+                         locate=(lambda k: locate(job, k)) if waits else None, checkpoint_dir=job.get("checkpoint_dir"))
+
+
+def recovery_wait() -> float:
+    """How long a worker waits for a lost server to be restarted (MINIDL_PS_SERVER_TIMEOUT)."""
+    return env_seconds("MINIDL_PS_SERVER_TIMEOUT", 300.0)
 
 
 def find(init_method, timeout) -> tuple:

@@ -58,6 +58,12 @@ class _LazyMomentum:
             self.shard.index_put_(rows, p)
             self.buffer.index_put_(rows, buf)
 
+    def state_dict(self):
+        return {"buffer": self.buffer}
+
+    def load_state_dict(self, state):
+        self.buffer.copy_(state["buffer"])
+
 
 class Adagrad(ServerOptimizer):
     kind = 2

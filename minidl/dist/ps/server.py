@@ -37,6 +37,7 @@ import numpy as np
 
 import minidl
 
+from .. import faults
 from ..communicators.base import DistError
 from ..communicators.socket import env_seconds
 from . import protocol as P
@@ -62,6 +63,7 @@ class Shard:
 
     def __init__(self, name, shape, dtype, sparse, optimizer, server, servers, value=None, std=0.0, seed=0):
         self.name, self.shape, self.dtype, self.sparse = name, tuple(shape), dtype, sparse
+        self.spec, self.std, self.seed = optimizer, std, seed   # (what a checkpoint rebuilds it from)
         count = shape[0] if sparse else int(np.prod(shape))
         self.lo, self.hi = bounds(count, servers)[server:server + 2]
         local = (self.hi - self.lo,) + tuple(shape[1:]) if sparse else (self.hi - self.lo,)
@@ -95,6 +97,7 @@ class Server:
         self.failure, self.ended, self.asking = None, False, 0
         self.told = set()   # (on_worker_failure="raise": the workers whose clock raised)
         self.store = None   # (server 0 over links: the job's store, membership.py)
+        self.job, self.keeper = None, None   # (with checkpoint_dir: its settings, its checkpoints and log)
         self.patience = None   # (over links: how long a worker may stay silent, or never come)
         self.started, self.stall_after, self.stalls_named = time.monotonic(), stall_seconds(), set()
         self.stats = {"pushes": 0, "pulls": 0, "rejected": 0, "staleness": Counter(), "dropped_stale": 0,
@@ -122,6 +125,9 @@ class Server:
                         raise self.fail(self.silent(), rest[0])
                 self.look_for_stalls()
                 self.drop_absent()
+                if self.keeper is not None and self.keeper.due(min((self.clocks[w] for w in self.active()),
+                                                                   default=0)):
+                    self.keeper.checkpoint(self)
         except BaseException:
             self.end_job(flush=False)
             raise
@@ -133,6 +139,8 @@ class Server:
     def end_job(self, flush=True):
         """No worker may join from now on."""
         self.ended = True
+        if self.keeper is not None:
+            self.keeper.close()
         if self.store is not None:
             self.store.set("ps/ended", "1")
         self.end.close(flush=flush)
@@ -155,6 +163,8 @@ class Server:
             if worker in self.lost:
                 self.resume(worker)
             repeat = words[P.SEQ] != 0 and words[P.SEQ] <= self.seq.get(worker, 0)
+            if self.keeper is not None:
+                self.keep(worker, words, parts, repeat)
             self.seq[worker] = max(words[P.SEQ], self.seq.get(worker, 0))
             handler(worker, words, parts, repeat)
         except WorkerLost:
@@ -163,6 +173,15 @@ class Server:
             self.stats["rejected"] += 1
             log.warning("parameter server %d: rejected a request from worker %d: %s", self.server, worker, e)
             self.reply(worker, error=str(e))
+
+    def keep(self, worker, words, parts, repeat):
+        """With checkpoints: a new parameter's registration is checkpointed before it is first used,
+        and (``durable``) a request that changes the state is logged before it is applied."""
+        if (words[P.KIND] in (P.PUSH, P.PULL, P.CLOCK) and self.keeper.shards_saved < len(self.shards)
+                and not self.keeper.replaying):
+            self.keeper.checkpoint(self)
+        if words[P.KIND] in P.CHANGES_STATE and not repeat:
+            self.keeper.record(worker, words, parts)
 
     # -- replies ------------------------------------------------------------------------------
     def reply(self, worker, values=None, error=None, seq=None):
@@ -236,7 +255,7 @@ class Server:
             if self.bsp:   # (applied when the iteration ends)
                 self.deferred.append((s, grad, clock, worker, words[P.SEQ], age))
             else:
-                s.apply(grad)
+                self.apply(s, grad)
                 self.count(clock, worker, age)
         self.reply(worker)
 
@@ -247,13 +266,19 @@ class Server:
         self.stats["age_applied"][age] += 1
 
     def apply_summed(self, due):
-        """BSP: each ended iteration's pushes to a parameter, summed, as one optimizer step."""
+        """BSP: each ended iteration's pushes to a parameter, summed in the order of the workers'
+        ids (the same sum however they arrived), as one optimizer step."""
         steps = {}
-        for s, grad, clock, worker, _, age in due:
+        for s, grad, clock, worker, _, age in sorted(due, key=lambda d: (d[2], d[3], d[4])):
             steps.setdefault((clock, id(s)), (s, []))[1].append(grad)
             self.count(clock, worker, age)
         for (clock, _), (s, grads) in sorted(steps.items(), key=lambda item: item[0][0]):
-            s.apply(_sum(grads))
+            self.apply(s, _sum(grads))
+
+    def apply(self, shard, grad):
+        shard.apply(grad)
+        if self.job is not None:   # (MINIDL_FAULT at=ps_apply:N: applied, not yet logged as done or answered)
+            faults.collective("ps_apply", self.job["rank"], self.servers + len(self.clocks))
 
     def pull(self, worker, words, parts, repeat):
         s = self.shard(words)
@@ -264,8 +289,8 @@ class Server:
             self.reply(worker, s.param.detach().clone())
 
     def clock(self, worker, words, parts, repeat):
-        if not repeat:
-            self.clocks[worker] += 1
+        if not repeat:   # (the worker's count: a server restored from an older checkpoint catches up)
+            self.clocks[worker] = max(self.clocks[worker] + 1, words[P.WORKER_CLOCK])
         elif worker in self.waiting:   # (asked again after a broken link: answered when released)
             return
         if self.failure:
@@ -341,6 +366,8 @@ class Server:
             return
         if not self.end.tolerant:
             raise self.fail([worker], how)
+        if self.keeper is not None:
+            self.keeper.record(worker, P.header(P.LOST).tolist(), [P.as_bytes(P.text(how))])
         record = {"worker": worker, "at": time.time(), "clock": self.clocks[worker],
                   "pushes": self.pushes_by[worker], "why": how}
         self.lost[worker] = record

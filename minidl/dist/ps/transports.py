@@ -11,6 +11,7 @@ replies (protocol.py), so the server and the worker never see a transport.
 """
 from __future__ import annotations
 
+import logging
 import queue
 import threading
 import time
@@ -28,6 +29,8 @@ from ..p2p import irecv, isend, recv
 from ..state import resolve
 from . import protocol as P
 
+log = logging.getLogger("minidl.dist.ps")
+
 
 def _reply_parts(status, body, seq):
     """A reply: [status, byte count, the sequence number of the request it answers], then the body."""
@@ -36,7 +39,8 @@ def _reply_parts(status, body, seq):
 
 
 class ServerLost(DistError):
-    """A worker can no longer reach a parameter server (recovering a server is not built yet)."""
+    """A worker can no longer reach a parameter server: its job keeps no checkpoints, or the server was
+    not restarted in time."""
 
 
 # -- over the process group ----------------------------------------------------------------------------
@@ -141,13 +145,14 @@ class LinkServerEnd:
 
     tolerant = True
 
-    def __init__(self, me, admit, silence):
+    def __init__(self, me, admit, silence, port=0):
         self.token, self.admit = None, admit
         self.known = threading.Event()   # (the token: set once the job is published)
         self.events = queue.Queue()
         self.links = {}   # worker -> its current link (a reconnection replaces it)
         self.lock = threading.Lock()
-        self.listener = Listener(me, self._hello, self._message, self._end, silence=silence, on_ready=self._ready)
+        self.listener = Listener(me, self._hello, self._message, self._end, port=port, silence=silence,
+                                 on_ready=self._ready)
         self.address = self.listener.address
 
     def set_token(self, token):
@@ -210,11 +215,16 @@ class LinkWorkerEnd:
     """A worker's links to every server. Each request is kept until answered (under BSP a push until
     the next clock is, since a server that lost this worker drops the pushes of the iteration it had
     not ended): when a link breaks the worker connects again (for up to ``silence`` seconds), the
-    server's welcome says the last request it took, and what came after is sent anew. Replies carry
-    their request's number, so one that comes twice is taken once."""
+    server's welcome says the last request it took, and what came after is sent anew, with every
+    request still unanswered (the server answers a repeat without applying it again). Replies carry
+    their request's number, so one that comes twice is taken once. In a job whose servers checkpoint,
+    a server that cannot be reached is waited for ``patience`` seconds (restarted from its checkpoint,
+    maybe elsewhere: ``locate(k)`` asks the job's store where it listens now)."""
 
-    def __init__(self, me, token, addresses, silence=None, keep_pushes=False):
+    def __init__(self, me, token, addresses, silence=None, keep_pushes=False, patience=None, locate=None,
+                 checkpoint_dir=None):
         self.me, self.token, self.addresses, self.keep_pushes = me, token, list(addresses), keep_pushes
+        self.patience, self.locate, self.checkpoint_dir = patience, locate, checkpoint_dir
         self.silence = _heartbeat() if silence is None else silence
         self.cond = threading.Condition()
         n = len(addresses)
@@ -240,24 +250,48 @@ class LinkWorkerEnd:
                        silence=self.silence)
 
     def _reconnect(self, k, why):
-        """Link k broke: connect again and send what the server has not taken; a server that refuses
-        (the job ended) or stays unreachable for ``silence`` seconds is named."""
-        deadline = time.monotonic() + self.silence
+        """Link k broke: connect again and send what the server has not taken or not answered; a
+        server that refuses (the job ended) or stays unreachable for ``silence`` seconds (``patience``
+        in a job whose servers checkpoint) is named."""
+        began = looked = time.monotonic()
+        told = False
         while True:
             try:
                 link = self._connect(k, resume=True)
                 taken = link.words[1] if len(link.words) > 1 else 0   # (the server's last request from us)
                 with self.cond:
                     self.links[k] = link
-                    resend = [parts for seq, parts in sorted(self.sent[k].items()) if seq > taken]
+                    resend = [parts for seq, parts in sorted(self.sent[k].items())
+                              if seq > taken or seq in self.awaited[k]]
                 for parts in resend:
                     link.send(parts)
+                if time.monotonic() - began > 1.0:
+                    log.warning("ps worker %d: parameter server %d is back at %s after %.1f s", self.me, k,
+                                self.addresses[k], time.monotonic() - began)
                 return
             except DistError as e:   # (LinkLost too: the new link broke while sending again)
-                if " refused " in str(e) or time.monotonic() > deadline:
-                    raise ServerLost(f"ps worker {self.me}: parameter server {k} ({self.addresses[k]}) cannot be "
-                                     f"reached: {why}; connecting again: {e}") from None
+                waited = time.monotonic() - began
+                if " refused " in str(e) or waited > (self.patience or self.silence):
+                    raise ServerLost(self._lost(k, why, e)) from None
+                if self.patience and not told:
+                    log.warning("ps worker %d: parameter server %d (%s) is gone (%s); waiting up to %g s for it to "
+                                "be restarted (python -m minidl.dist.ps --resume %s --server %d)", self.me, k,
+                                self.addresses[k], why, self.patience, self.checkpoint_dir, k)
+                    told = True
+                if self.locate is not None and time.monotonic() - looked > 1.0:
+                    self.addresses[k] = self.locate(k) or self.addresses[k]
+                    looked = time.monotonic()
                 time.sleep(0.05)
+
+    def _lost(self, k, why, error) -> str:
+        said = f"ps worker {self.me}: parameter server {k} ({self.addresses[k]}) cannot be reached: {why}; "
+        if " refused " in str(error):
+            return said + f"connecting again: {error}"
+        if self.patience is None:
+            return said + ("its job keeps no checkpoints (ps.init(checkpoint_dir=...)), so a server's loss ends "
+                           f"it; connecting again: {error}")
+        return said + (f"it was not restarted within {self.patience:g} s (MINIDL_PS_SERVER_TIMEOUT; python -m "
+                       f"minidl.dist.ps --resume {self.checkpoint_dir} --server {k} restarts it)")
 
     def send(self, k, parts):
         seq = int(parts[0].view(np.int64)[P.SEQ])

@@ -1,0 +1,230 @@
+"""A server that outlives its process: what it checkpoints, what it logs ahead, and how a new
+process takes its place.
+
+- **Checkpoints** (``checkpoint_dir``): a server writes its whole state -- every shard's values and
+  its optimizer's state, each worker's clock and last sequence number, BSP's pushes of the running
+  iteration, the counts of ``ps.stats()`` and the job's settings -- to
+  ``<checkpoint_dir>/server<k>/`` (durability.py: safetensors, atomic, checksummed): once at the
+  start, once the registrations are done, then every ``checkpoint_every`` clocks of the slowest
+  worker and/or ``checkpoint_seconds`` seconds.
+- **The write-ahead log** (``durable=True``): every request that changes the state (register,
+  push, clock, join, shutdown) and every lost worker is appended to the log that follows the
+  newest checkpoint, and made durable, before it is applied and answered. So an acknowledged push
+  is on disk. Without it a restart loses what the server applied since its last checkpoint.
+- **Restart** (``python -m minidl.dist.ps --resume DIR --server K``, or ``restart``): a new process
+  loads the newest checkpoint, replays the log after it (with replies going nowhere), listens on the
+  old port when it can (and says where in the job's store in any case; server 0 serves that store
+  again on its old port), and serves. A worker waits for the restart (``MINIDL_PS_SERVER_TIMEOUT``),
+  connects again, and sends every request the server has not answered: those the log had taken are
+  repeats the server answers without applying again (their sequence numbers), the others are new.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+
+from collections import Counter
+
+import numpy as np
+
+import minidl
+
+from . import membership
+from . import protocol as P
+from .durability import Checkpoints, DurabilityError, Log, check_writable, replay, start_log
+from .optimizers import from_words
+from .server import Server, Shard
+
+log = logging.getLogger("minidl.dist.ps")
+LOGGED = (P.REGISTER, P.PUSH, P.CLOCK, P.SHUTDOWN, P.JOIN)   # (the requests that change a server's state)
+FORMAT = 1
+
+
+def folder_of(checkpoint_dir, server) -> str:
+    return os.path.join(os.fspath(checkpoint_dir), f"server{server}")
+
+
+class Keeper:
+    """One server's checkpoints and log, and when the next checkpoint is due."""
+
+    def __init__(self, folder, every, seconds, durable, fault_rank):
+        self.folder, self.every, self.seconds, self.durable = folder, every, seconds, durable
+        self.checkpoints = Checkpoints(folder, fault_rank)
+        self.fault_rank, self.log, self.replaying = fault_rank, None, False
+        self.at_clock, self.at_time, self.shards_saved = 0, time.monotonic(), 0
+
+    def follow(self, n):
+        """Append from now on to the log that follows checkpoint ``n``."""
+        if self.durable:
+            self.log = Log(self.folder, n, self.fault_rank)
+
+    def record(self, worker, words, parts):
+        """A state-changing request (or a lost worker: kind LOST), durable before it is applied."""
+        if self.log is not None and not self.replaying:
+            self.log.append([np.array([worker] + list(words), np.int64).view(np.uint8), *parts])
+
+    def due(self, slowest) -> bool:
+        if self.replaying:
+            return False
+        return ((self.every is not None and slowest - self.at_clock >= self.every)
+                or (self.seconds is not None and time.monotonic() - self.at_time >= self.seconds))
+
+    def checkpoint(self, server) -> int:
+        started = time.monotonic()
+        n = self.checkpoints.save(state_of(server))
+        self.shards_saved = len(server.shards)
+        self.close()
+        self.follow(n)
+        start_log(self.folder, n)
+        self.at_clock = min((server.clocks[w] for w in server.active()), default=0)
+        self.at_time = time.monotonic()
+        log.info("parameter server %d: checkpoint %d written in %.3f s", server.server, n, self.at_time - started)
+        return n
+
+    def close(self):
+        if self.log is not None:
+            self.log.close()
+
+
+# -- a server's state, as a checkpoint holds it ---------------------------------------------------------
+def state_of(server) -> dict:
+    s = server
+    return {"format": FORMAT, "job": s.job, "clocks": dict(s.clocks), "seq": dict(s.seq),
+            "released": dict(s.released), "finished": sorted(s.finished), "lost": dict(s.lost),
+            "pushes_by": dict(s.pushes_by), "barrier_answered": dict(s.barrier_answered),
+            "stats": {k: dict(v) if isinstance(v, dict) else v for k, v in s.stats.items()},
+            "shards": [_shard_state(shard) for shard in s.shards],
+            "deferred": [_deferred_state(s.shards.index(shard), grad, clock, worker, seq, age)
+                         for shard, grad, clock, worker, seq, age in s.deferred],
+            "ids": None if s.store is None else int(s.store.add("ps/ids", 0))}
+
+
+def _shard_state(shard) -> dict:
+    return {"name": shard.name, "shape": list(shard.shape), "dtype": P.DTYPES.index(shard.dtype),
+            "sparse": shard.sparse, "optimizer": [shard.spec.kind] + shard.spec.words(), "std": shard.std,
+            "seed": shard.seed, "checksum": None if shard.checksum is None else list(shard.checksum),
+            "value": shard.param.detach(), "state": shard.optimizer.state_dict()}
+
+
+def _deferred_state(key, grad, clock, worker, seq, age) -> dict:
+    values = {"indices": grad._indices(), "values": grad._values()} if grad.is_sparse else {"dense": grad}
+    return {"key": key, "clock": clock, "worker": worker, "seq": seq, "age": age, **values}
+
+
+def restore(server, state, where) -> None:
+    """Put a checkpoint's state into a server made from its job (``where`` names the file in errors)."""
+    if state.get("format") != FORMAT:
+        raise DurabilityError(f"{where}: not a parameter-server checkpoint of format {FORMAT} "
+                              f"(format {state.get('format')!r})")
+    s = server
+    s.clocks, s.seq, s.released = dict(state["clocks"]), dict(state["seq"]), dict(state["released"])
+    s.finished, s.lost = set(state["finished"]), dict(state["lost"])
+    s.pushes_by, s.barrier_answered = Counter(state["pushes_by"]), dict(state["barrier_answered"])
+    for k, v in state["stats"].items():
+        s.stats[k] = Counter(v) if isinstance(s.stats[k], Counter) else v
+    for saved in state["shards"]:
+        kind, *words = saved["optimizer"]
+        shard = Shard(saved["name"], tuple(saved["shape"]), P.DTYPES[saved["dtype"]], saved["sparse"],
+                      from_words(kind, words), s.server, s.servers, saved["value"], saved["std"],
+                      saved["seed"])
+        shard.checksum = None if saved["checksum"] is None else tuple(saved["checksum"])
+        shard.optimizer.load_state_dict(saved["state"])
+        s.shards.append(shard)
+    for d in state["deferred"]:
+        shard = s.shards[d["key"]]
+        grad = (d["dense"] if "dense" in d else
+                minidl.sparse_coo_tensor(d["indices"], d["values"], shard.param.shape))
+        s.deferred.append((shard, grad, d["clock"], d["worker"], d["seq"], d["age"]))
+
+
+def replay_log(server, folder, n) -> int:
+    """Apply the log after checkpoint ``n`` as the server first did (its replies go nowhere)."""
+    count = 0
+    for parts in replay(folder, n):
+        words = np.frombuffer(parts[0], np.int64).tolist()
+        worker, words = words[0], words[1:]
+        if words[P.KIND] == P.LOST:
+            server.worker_gone(worker, P.read_text(parts[1]))
+        else:
+            server.take(worker, words, [np.frombuffer(p, np.uint8) for p in parts[1:]])
+        count += 1
+    return count
+
+
+class NoReplies:
+    """Where a replaying server's replies go: the workers ask again, and are answered then."""
+
+    tolerant = True
+
+    def reply(self, worker, status, body=None, seq=0):
+        return []
+
+
+def describe(job) -> str:
+    return json.dumps({k: job[k] for k in ("consistency", "servers", "server")})
+
+
+# -- a server's checkpoints from ps.init, and its restart -----------------------------------------------
+def prepare(server):
+    """Before the job is published: the server's checkpoint folder, made and proven writable; the
+    problem's description if it is not (every rank then raises it)."""
+    job = server.job
+    try:
+        check_writable(folder_of(job["checkpoint_dir"], server.server),
+                       f"ps.init(checkpoint_dir={job['checkpoint_dir']!r}): parameter server {server.server}")
+    except ValueError as e:
+        return str(e)
+    return None
+
+
+def start(server) -> None:
+    """The job is published: the first checkpoint (its settings, before any registration)."""
+    job = server.job
+    server.keeper = Keeper(folder_of(job["checkpoint_dir"], server.server), job["checkpoint_every"],
+                           job["checkpoint_seconds"], job["durable"], job["rank"])
+    server.keeper.checkpoint(server)
+
+
+def restart(checkpoint_dir, server=None) -> str:
+    """Serve in this process as parameter server ``server`` of the job whose checkpoints are in
+    ``checkpoint_dir``: load the newest checkpoint, replay the log after it, take the server's place
+    (its old port when free), and serve until the job ends. Returns "server"."""
+    folder = _server_folder(checkpoint_dir, server)
+    began = time.monotonic()
+    n, state = Checkpoints(folder).load()
+    job = state.get("job") or {}
+    s = Server(NoReplies(), job["server"], job["servers"], job["workers"], job["consistency"], job["staleness"],
+               job["on_worker_failure"], job["drop_stale_after"])
+    s.job = job
+    restore(s, state, os.path.join(folder, f"checkpoint {n}"))
+    s.keeper = Keeper(folder, job["checkpoint_every"], job["checkpoint_seconds"], job["durable"], job["rank"])
+    s.keeper.shards_saved, s.keeper.replaying = len(s.shards), True
+    records = replay_log(s, folder, n)
+    s.keeper.replaying = False
+    s.keeper.follow(n)
+    s.heard, s.started = {}, time.monotonic()   # (a worker that never comes back is dropped after the patience)
+    s.end = membership.server_end(s, job["rank"], port=int(job["address"].rpartition(":")[2]))
+    s.end.set_token(job["token"])
+    membership.republish(s, state["ids"])
+    log.warning("parameter server %d restarted from checkpoint %d and %d logged request(s) in %.2f s; serving at %s",
+                s.server, n, records, time.monotonic() - began, s.end.address)
+    s.serve()
+    return "server"
+
+
+def _server_folder(checkpoint_dir, server) -> str:
+    root = os.fspath(checkpoint_dir)
+    if not os.path.isdir(root):
+        raise DurabilityError(f"--resume {root}: no such folder (the checkpoint_dir given to ps.init)")
+    found = sorted(int(name[6:]) for name in os.listdir(root) if name.startswith("server") and name[6:].isdigit())
+    if server is None:
+        if len(found) != 1:
+            raise DurabilityError(f"--resume {root}: it holds the checkpoints of servers {found or 'none'}; "
+                                  f"say which with --server K")
+        server = found[0]
+    if server not in found:
+        raise DurabilityError(f"--resume {root}: no checkpoint of server {server} there (servers found: "
+                              f"{found or 'none'})")
+    return folder_of(root, server)
