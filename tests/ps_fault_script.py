@@ -3,7 +3,8 @@ as one process per rank of the "gloo" backend (RANK, WORLD_SIZE, MASTER_ADDR, MA
 
 Options, as name=value arguments: consistency (asp), staleness (0), servers (1), steps (12),
 on_worker_failure, drop_stale_after, cols (8192), checkpoint_dir, checkpoint_every, durable (0/1),
-model (ledger). ``send_fault_at=K``: MINIDL_SEND_FAULT becomes
+model (ledger), resume (``auto``: resume when minidl.dist.run restarted the job). Each worker's
+steps go on from ``ps.current_clock()`` (0, or where a resumed job starts). ``send_fault_at=K``: MINIDL_SEND_FAULT becomes
 MINIDL_FAULT just before this rank's K-th push, so that ``at=send`` cuts that push and not the
 registration (the first large message otherwise).
 
@@ -49,7 +50,8 @@ def lsq_batch(worker, step):
 dist.init_process_group("gloo")
 role = ps.init(servers, consistency, staleness, on_worker_failure=opts.get("on_worker_failure"),
                drop_stale_after=drop, checkpoint_dir=opts.get("checkpoint_dir"), checkpoint_every=every,
-               durable=opts.get("durable") == "1")
+               durable=opts.get("durable") == "1",
+               resume=opts.get("resume") == "auto" and int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")) > 0)
 if role == "server":
     print("SERVER DONE", flush=True)
     sys.exit(0)
@@ -57,7 +59,7 @@ if role == "server":
 me, workers = ps.worker_rank(), ps.num_workers()
 if opts.get("model") == "lsq":
     ps.register("v", minidl.zeros(DIM, dtype=minidl.float64), optimizer=ps.Adam(lr=LR))
-    for step in range(1, steps + 1):
+    for step in range(ps.current_clock() + 1, steps + 1):
         v = ps.pull("v").numpy()
         x, y = lsq_batch(me, step)
         print(f"STEP {step} {time.time():.6f}", flush=True)
@@ -73,7 +75,7 @@ rows = workers + 1
 ps.register("w", minidl.zeros(rows, cols, dtype=minidl.float64), optimizer=ps.SGD(lr=1.0))
 grad = minidl.zeros(rows, cols, dtype=minidl.float64)
 grad[me] = -1.0
-for step in range(1, steps + 1):
+for step in range(ps.current_clock() + 1, steps + 1):
     ps.pull("w")
     if step == send_fault_at:
         os.environ["MINIDL_FAULT"] = os.environ["MINIDL_SEND_FAULT"]

@@ -5,11 +5,17 @@ Under BSP with ``durable=True`` the workers wait for the restart and go on, and 
 both an uninterrupted run's and the closed recursion numpy computes (server-side Adam on the summed
 least-squares gradients): no acknowledged push was lost, none applied twice.
 """
+import json
+import os
 import signal
+import socket
+import subprocess
+import sys
+import threading
 
 import numpy as np
 import pytest
-from ps_fault_job import Job, check_ledger
+from ps_fault_job import ROOT, SCRIPT, Job, check_ledger
 
 STEPS, WORKERS = 8, 2
 DIM, BATCH, LR = 6, 16, 0.05   # (as tests/ps_fault_script.py's model=lsq)
@@ -62,3 +68,66 @@ def test_a_server_killed_and_restarted_loses_no_acknowledged_push(tmp_path, unin
         assert codes[:2] == [0, 0] and codes[3] == 0, job.everything()
         assert "restarted from checkpoint" in job.out(3), job.everything()
         np.testing.assert_array_equal(np.array(job.result()["v"]), uninterrupted)
+
+
+def refuse_all(sock):
+    while True:
+        try:
+            sock.accept()[0].close()
+        except OSError:
+            return
+
+
+def test_a_restarted_server_on_another_port_is_found_through_the_store(tmp_path):
+    """SSP, 2 servers, durable: server 1 (rank 3) SIGKILLs itself after its 5th optimizer step; the test
+    holds its old port (listening, closing what connects) so that the restart must listen elsewhere; it says where in
+    server 0's store, the workers find it there, and every push of both workers is applied exactly once
+    on both servers."""
+    ckpt = tmp_path / "ck"
+    with Job(tmp_path, 2, 2, ["consistency=ssp", "staleness=1", f"steps={STEPS}", f"checkpoint_dir={ckpt}",
+                              "durable=1", "checkpoint_every=2"],
+             env={"MINIDL_FAULT": "rank=3 at=ps_apply:5 do=kill"}) as job:
+        job.until("server 1 to die", lambda: job.procs[3].poll() is not None)
+        job.until("a worker to notice", lambda: "parameter server 1 (" in job.out(0) + job.out(1))
+        text = job.out(0) + job.out(1)
+        port = int(text.split("parameter server 1 (")[1].split(")")[0].rpartition(":")[2])
+        with socket.create_server(("127.0.0.1", port)) as holder:   # (closes what connects: not the server)
+            threading.Thread(target=refuse_all, args=(holder,), daemon=True).start()
+            job.restart_server(1, ckpt)
+            codes = job.finish(victim=3)
+        assert codes[:3] == [0, 0, 0] and codes[4] == 0, job.everything()
+        assert f"port {port} is taken" in job.out(4), job.everything()
+        assert check_ledger(job.result(), 2, {0: STEPS, 1: STEPS}) == [STEPS, STEPS]
+
+
+def test_without_the_log_a_restart_goes_back_to_the_checkpoint_and_applies_nothing_twice(tmp_path):
+    """ASP, not durable, checkpoints only at the start: the server dies after its 6th optimizer step and
+    is restarted from the checkpoint taken after the registrations; the run finishes, the pushes the
+    server had applied are lost (not replayed: 0 logged requests), and none is applied twice."""
+    ckpt = tmp_path / "ck"
+    with Job(tmp_path, 2, 1, ["consistency=asp", f"steps={STEPS}", f"checkpoint_dir={ckpt}",
+                              "checkpoint_every=1000"], env={"MINIDL_FAULT": "rank=2 at=ps_apply:6 do=kill"}) as job:
+        job.until("the server to die", lambda: job.procs[2].poll() is not None)
+        job.restart_server(0, ckpt)
+        assert job.finish(victim=2)[:2] == [0, 0], job.everything()
+        assert "from checkpoint 2 and 0 logged request(s)" in job.out(3), job.everything()
+        applied = check_ledger(job.result(), 1, {0: STEPS, 1: STEPS})
+        assert sum(applied) <= 2 * STEPS - 5, applied   # (at least the 5 pushes acknowledged before the kill)
+
+
+def test_the_launcher_restarts_the_job_and_resume_gives_the_uninterrupted_result(tmp_path, uninterrupted):
+    """minidl.dist.run --max-restarts 1: the server SIGKILLs itself after its 5th optimizer step (in the
+    first attempt only); the launcher starts every process again, ps.init(resume=True) loads the last
+    checkpoint (no log: durable off), the workers start again at the slowest clock, and the final v
+    (BSP) equals the uninterrupted run's bit for bit."""
+    ckpt = tmp_path / "ck"
+    cmd = [sys.executable, "-m", "minidl.dist.run", "--standalone", "--nproc-per-node", "3", "--max-restarts", "1",
+           SCRIPT, "servers=1", "consistency=bsp", "model=lsq", f"steps={STEPS}", f"checkpoint_dir={ckpt}",
+           "checkpoint_every=3", "resume=auto"]
+    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=180,
+                          env=dict(os.environ, PYTHONPATH=ROOT, MINIDL_FAULT="rank=2 at=ps_apply:5 do=kill restart=0"))
+    out = done.stdout + done.stderr
+    assert done.returncode == 0, out
+    assert "restarting the group (restart 1 of 1)" in out and "resumed from checkpoint" in out, out
+    result = json.loads([line for line in out.splitlines() if line.startswith("RESULT ")][-1][len("RESULT "):])
+    np.testing.assert_array_equal(np.array(result["v"]), uninterrupted)

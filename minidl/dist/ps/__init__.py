@@ -53,7 +53,7 @@ from .server import Server
 from .transports import GroupServerEnd, GroupWorkerEnd
 from .worker import Client, Param, Work, _Awaited
 
-__all__ = ["init", "join", "barrier", "store_address", "shutdown", "worker_rank", "num_workers", "active_workers", "num_servers", "worker_group", "register",
+__all__ = ["init", "join", "barrier", "store_address", "shutdown", "current_clock", "worker_rank", "num_workers", "active_workers", "num_servers", "worker_group", "register",
            "register_embedding", "push", "pull", "clock", "stats", "SGD", "Adagrad", "Adam", "Work", "DistributedModel"]
 
 CONSISTENCIES = ("bsp", "ssp", "asp")
@@ -62,7 +62,7 @@ _local = threading.local()   # this rank's client (sim ranks are threads of one 
 
 
 def init(num_servers=1, consistency="bsp", staleness=0, *, on_worker_failure=None, drop_stale_after=None,
-         checkpoint_dir=None, checkpoint_every=None, checkpoint_seconds=None, durable=False) -> str:
+         checkpoint_dir=None, checkpoint_every=None, checkpoint_seconds=None, durable=False, resume=False) -> str:
     """Make the default group's last ``num_servers`` ranks servers and the rest workers
     (collective). A server serves until every worker has called ``shutdown()`` or was lost, then
     returns "server"; a worker returns "worker" at once.
@@ -79,7 +79,14 @@ def init(num_servers=1, consistency="bsp", staleness=0, *, on_worker_failure=Non
     workers wait (``MINIDL_PS_SERVER_TIMEOUT``, 300 s) and then go on. ``durable=True``: each push (and
     clock, registration...) is appended to a write-ahead log and synced to disk before it is applied
     and acknowledged, so the restart loses no acknowledged push; without it the restart goes back to
-    the last checkpoint. Server recovery needs links too (the "gloo" backend or simulated ranks)."""
+    the last checkpoint. Server recovery needs links too (the "gloo" backend or simulated ranks).
+
+    ``resume=True``: a job started again (every process, e.g. by ``minidl.dist.run --max-restarts``)
+    goes on from the servers' checkpoints and logs in ``checkpoint_dir``: each worker starts at the
+    clock ``ps.current_clock()`` says (the slowest worker's when the job stopped) and must redo its
+    iterations from there; a server does not apply again what it had applied of them. Under BSP the
+    result is the uninterrupted run's. The workers register the same parameters (shapes, dtypes) as
+    the checkpoint's job, else they are refused; their values are the checkpoint's."""
     if consistency not in CONSISTENCIES:
         raise ValueError(f"ps.init: consistency={consistency!r}; it must be one of {', '.join(CONSISTENCIES)}")
     if consistency == "ssp" and staleness < 0:
@@ -100,7 +107,8 @@ def init(num_servers=1, consistency="bsp", staleness=0, *, on_worker_failure=Non
                          "one dead process ends the whole job (MPI's rule); surviving a worker's loss needs links: "
                          "the 'gloo' backend (init_process_group('gloo'), processes started with RANK, WORLD_SIZE, "
                          "MASTER_ADDR and MASTER_PORT)")
-    keeping = _checkpoint_options(checkpoint_dir, checkpoint_every, checkpoint_seconds, durable, over_links, backend)
+    keeping = _checkpoint_options(checkpoint_dir, checkpoint_every, checkpoint_seconds, durable, resume, over_links,
+                                  backend)
     policy = on_worker_failure or ("raise" if consistency == "bsp" else "shrink")
     workers = size - num_servers
     worker_group = dist_state.new_group(list(range(workers)))
@@ -117,12 +125,15 @@ def init(num_servers=1, consistency="bsp", staleness=0, *, on_worker_failure=Non
         job = membership.publish(server, rank, workers, num_servers, consistency, staleness, problem)
     if server is not None:
         if keeping:
+            if job["resumed_at"] is not None:
+                recovery.rewind(server, job["resumed_at"], workers)
             recovery.start(server)
         server.serve()
         return "server"
     end = membership.worker_end(job, rank) if over_links else GroupWorkerEnd(None, list(range(workers, size)))
     _local.client = Client(end, rank, workers, num_servers, consistency)
     _local.client.job = job if over_links else None
+    _local.client.clock_count = (job["resumed_at"] or 0) if over_links else 0
     _local.worker_group = worker_group
     if not communicators.load(backend).ONE_RANK_PER_PROCESS:   # (a simulated rank: a thread)
         if over_links:
@@ -132,11 +143,12 @@ def init(num_servers=1, consistency="bsp", staleness=0, *, on_worker_failure=Non
     return "worker"
 
 
-def _checkpoint_options(folder, every, seconds, durable, over_links, backend):
+def _checkpoint_options(folder, every, seconds, durable, resume, over_links, backend):
     """The servers' checkpoint settings (None: no checkpoints), each option checked."""
     if folder is None:
         given = [f"{name}={value!r}" for name, value in (("checkpoint_every", every), ("checkpoint_seconds", seconds),
-                                                         ("durable", durable)) if value not in (None, False)]
+                                                         ("durable", durable), ("resume", resume))
+                 if value not in (None, False)]
         if given:
             raise ValueError(f"ps.init({', '.join(given)}): give checkpoint_dir too (where the servers write "
                              f"their checkpoints{' and logs' if durable else ''})")
@@ -151,7 +163,8 @@ def _checkpoint_options(folder, every, seconds, durable, over_links, backend):
                          f"{backend!r}), where a dead server ends the whole job (MPI's rule) and cannot be "
                          f"restarted; server recovery needs links: the 'gloo' backend")
     return {"checkpoint_dir": os.path.abspath(os.fspath(folder)), "checkpoint_every": every,
-            "checkpoint_seconds": 60.0 if every is None and seconds is None else seconds, "durable": bool(durable)}
+            "checkpoint_seconds": 60.0 if every is None and seconds is None else seconds, "durable": bool(durable),
+            "resume": bool(resume)}
 
 
 def _over_links(backend) -> bool:
@@ -207,6 +220,12 @@ def _client(what) -> Client:
     if client.closed:
         raise RuntimeError(f"ps.{what}: called after ps.shutdown() on worker {client.rank}")
     return client
+
+
+def current_clock() -> int:
+    """How many iterations this worker has ended (``clock()`` calls), counted from where it started:
+    0, the joining clock after ``ps.join``, or where the job resumes after ``ps.init(resume=True)``."""
+    return _client("current_clock").clock_count
 
 
 def worker_rank() -> int:

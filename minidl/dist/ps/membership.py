@@ -44,7 +44,7 @@ def server_end(server, rank, port=0) -> LinkServerEnd:
 def publish(server, rank, workers, servers, consistency, staleness, problem=None) -> dict:
     """Collective over the world: every rank learns the job (servers' addresses, token, store), or
     every rank raises the ``problem`` a server found (a checkpoint folder it cannot write)."""
-    mine = {"problem": problem}
+    mine = {"problem": problem, "resumed_at": None if server is None else server.resumed_at}
     if server is not None and problem is None:
         mine.update(address=server.end.address, checkpoint_dir=server.job.get("checkpoint_dir"))
         if server.server == 0:
@@ -62,7 +62,9 @@ def publish(server, rank, workers, servers, consistency, staleness, problem=None
     first = gathered[workers]
     job = {"servers": [g["address"] for g in gathered[workers:]], "token": first["token"], "store": first["store"],
            "workers": workers, "consistency": consistency, "staleness": staleness,
-           "checkpoint_dir": first["checkpoint_dir"]}   # (workers wait for a lost server when it is set)
+           "checkpoint_dir": first["checkpoint_dir"],   # (workers wait for a lost server when it is set)
+           "resumed_at": min((g["resumed_at"] for g in gathered[workers:] if g["resumed_at"] is not None),
+                             default=None)}   # (ps.init(resume=True): the clock every worker starts at)
     if server is not None:
         server.job.update(token=job["token"], store=job["store"], address=server.end.address, published=job)
         server.end.set_token(job["token"])

@@ -168,23 +168,74 @@ def describe(job) -> str:
 
 # -- a server's checkpoints from ps.init, and its restart -----------------------------------------------
 def prepare(server):
-    """Before the job is published: the server's checkpoint folder, made and proven writable; the
-    problem's description if it is not (every rank then raises it)."""
+    """Before the job is published: the server's checkpoint folder, made and proven writable, and with
+    ``resume`` its state loaded from there; the problem's description if either fails (every rank then
+    raises it)."""
     job = server.job
+    folder = folder_of(job["checkpoint_dir"], server.server)
+    what = f"ps.init(checkpoint_dir={job['checkpoint_dir']!r}{', resume=True' if job['resume'] else ''})"
     try:
-        check_writable(folder_of(job["checkpoint_dir"], server.server),
-                       f"ps.init(checkpoint_dir={job['checkpoint_dir']!r}): parameter server {server.server}")
-    except ValueError as e:
-        return str(e)
+        check_writable(folder, f"{what}: parameter server {server.server}")
+        if job["resume"]:
+            resume(server, folder)
+    except (ValueError, DurabilityError) as e:
+        return str(e) if isinstance(e, ValueError) else f"{what}: parameter server {server.server}: {e}"
     return None
 
 
 def start(server) -> None:
-    """The job is published: the first checkpoint (its settings, before any registration)."""
+    """The job is published: a checkpoint of where it starts (its settings, and a resumed state)."""
     job = server.job
-    server.keeper = Keeper(folder_of(job["checkpoint_dir"], server.server), job["checkpoint_every"],
-                           job["checkpoint_seconds"], job["durable"], job["rank"])
+    if server.keeper is None:
+        server.keeper = Keeper(folder_of(job["checkpoint_dir"], server.server), job["checkpoint_every"],
+                               job["checkpoint_seconds"], job["durable"], job["rank"])
     server.keeper.checkpoint(server)
+
+
+def recover(server, folder, n, state) -> int:
+    """Put checkpoint ``n``'s ``state`` (from ``folder``) into ``server`` and replay the log after it;
+    how many logged requests were replayed."""
+    restore(server, state, os.path.join(folder, f"checkpoint-{n:08d}"))
+    job = server.job
+    server.keeper = Keeper(folder, job["checkpoint_every"], job["checkpoint_seconds"], job["durable"], job["rank"])
+    server.keeper.shards_saved, server.keeper.replaying = len(server.shards), True
+    end, server.end = server.end, NoReplies()
+    try:
+        records = replay_log(server, folder, n)
+    finally:
+        server.end, server.keeper.replaying = end, False
+    return records
+
+
+def resume(server, folder) -> None:
+    """``ps.init(resume=True)``: a new job of new processes goes on from this server's checkpoint and
+    log. Every worker starts again at the slowest worker's clock (``rewind``); what this server had
+    applied of the iterations the workers redo is not applied again (their pushes are dropped as
+    repeats), what it had not is (BSP: the unfinished iteration's pushes are discarded)."""
+    began = time.monotonic()
+    n, state = Checkpoints(folder).load()
+    saved = state.get("job") or {}
+    for key in ("servers", "consistency"):
+        if saved.get(key) != server.job[key]:
+            raise ValueError(f"the checkpoint in {folder} is of a job with {key}={saved.get(key)!r}, this one has "
+                             f"{key}={server.job[key]!r}")
+    records = recover(server, folder, n, state)
+    ended = [w for w in server.clocks if w not in server.lost] or list(server.clocks)   # (finished ones count)
+    slowest = min((server.clocks[w] for w in ended), default=0)
+    server.apply_summed([d for d in server.deferred if d[2] < slowest])
+    server.stats["discarded"] += sum(d[2] >= slowest for d in server.deferred)
+    server.deferred, server.resumed_at, server.redone_before = [], slowest, slowest
+    server.restored = len(server.shards)
+    log.warning("parameter server %d resumed from checkpoint %d and %d logged request(s) in %.2f s, at clock %d",
+                server.server, n, records, time.monotonic() - began, slowest)
+
+
+def rewind(server, clock, workers) -> None:
+    """The resumed job's workers (new processes, numbered afresh) all start at ``clock``, the slowest
+    over every server; a worker of the old job beyond them is gone."""
+    server.clocks = {w: clock for w in range(workers)}
+    server.finished, server.lost, server.seq, server.released = set(), {}, {}, {}
+    server.barrier_answered, server.waiting, server.at_barrier = {}, {}, {}
 
 
 def restart(checkpoint_dir, server=None) -> str:
@@ -198,11 +249,7 @@ def restart(checkpoint_dir, server=None) -> str:
     s = Server(NoReplies(), job["server"], job["servers"], job["workers"], job["consistency"], job["staleness"],
                job["on_worker_failure"], job["drop_stale_after"])
     s.job = job
-    restore(s, state, os.path.join(folder, f"checkpoint {n}"))
-    s.keeper = Keeper(folder, job["checkpoint_every"], job["checkpoint_seconds"], job["durable"], job["rank"])
-    s.keeper.shards_saved, s.keeper.replaying = len(s.shards), True
-    records = replay_log(s, folder, n)
-    s.keeper.replaying = False
+    records = recover(s, folder, n, state)
     s.keeper.follow(n)
     s.heard, s.started = {}, time.monotonic()   # (a worker that never comes back is dropped after the patience)
     s.end = membership.server_end(s, job["rank"], port=int(job["address"].rpartition(":")[2]))

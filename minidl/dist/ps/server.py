@@ -98,6 +98,8 @@ class Server:
         self.told = set()   # (on_worker_failure="raise": the workers whose clock raised)
         self.store = None   # (server 0 over links: the job's store, membership.py)
         self.job, self.keeper = None, None   # (with checkpoint_dir: its settings, its checkpoints and log)
+        self.resumed_at = self.redone_before = None   # (ps.init(resume=True): recovery.resume)
+        self.restored = 0   # (how many of the shards came from a checkpoint of an earlier job)
         self.patience = None   # (over links: how long a worker may stay silent, or never come)
         self.started, self.stall_after, self.stalls_named = time.monotonic(), stall_seconds(), set()
         self.stats = {"pushes": 0, "pulls": 0, "rejected": 0, "staleness": Counter(), "dropped_stale": 0,
@@ -215,9 +217,13 @@ class Server:
         if key < len(self.shards):   # registered already: the same parameter, or an error
             s = self.shards[key]
             if (s.name, s.shape, s.dtype, s.sparse) != (name, shape, dtype, bool(words[P.SPARSE])):
-                raise ValueError(f"register {name!r} {list(shape)} {dtype.name} from worker {worker}: key {key} is "
-                                 f"already {s.name!r} {list(s.shape)} {s.dtype.name}")
-            if s.checksum != _checksum(value):
+                where = (f"the checkpoint this server resumed from holds {s.name!r}" if key < self.restored else
+                         f"already {s.name!r}")
+                raise ValueError(f"register {name!r} {list(shape)} {dtype.name}{' row-sharded' if words[P.SPARSE] else ''}"
+                                 f" from worker {worker}: key {key} is {where} {list(s.shape)} {s.dtype.name}"
+                                 f"{' row-sharded' if s.sparse else ''}"
+                                 f"{' (a checkpoint of another job?)' if key < self.restored else ''}")
+            if key >= self.restored and s.checksum != _checksum(value):   # (resumed: trained values, not these)
                 raise ValueError(f"register {name!r}: worker {worker}'s value differs from the one registered first "
                                  f"(every worker, joining ones too, must start from the same parameters)")
         elif key == len(self.shards):
@@ -241,8 +247,9 @@ class Server:
         values = self.part(parts, 1 if s.sparse else 0, want, s.dtype, f"push to {s.name!r}")
         clock = words[P.WORKER_CLOCK]
         age = max(0, max((self.clocks[w] for w in self.active()), default=clock) - clock)
-        if repeat:   # (sent again after a broken link: applied the first time)
-            self.stats["duplicates"] += 1
+        if repeat or (self.redone_before is not None and clock < self.redone_before):
+            self.stats["duplicates"] += 1   # (sent again after a broken link, or a resumed job's redone
+            # iteration this server had applied: applied the first time)
         elif self.drop_after is not None and age > self.drop_after:
             self.stats["dropped_stale"] += 1
             self.stats["age_dropped"][age] += 1

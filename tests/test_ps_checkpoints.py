@@ -1,0 +1,104 @@
+"""minidl.dist.ps's server checkpoints on simulated ranks (real SIGKILLs: tests/test_ps_recovery.py):
+what ps.init(resume=True) refuses, the corruption the restart names, and the bad options."""
+import os
+
+import numpy as np
+import pytest
+
+import minidl
+import minidl.dist as dist
+from minidl.dist import ps
+from minidl.dist.ps.__main__ import main as restart_main
+
+
+def train(folder, steps=4, shape=(3, 4), resume=False, durable=True, **options):
+    """Two workers and a server; each step both push ones (SGD lr 1); the value worker 0 pulls last."""
+    def run(rank):
+        if ps.init(1, "bsp", checkpoint_dir=folder, durable=durable, resume=resume, **options) == "server":
+            return None
+        ps.register("w", minidl.zeros(*shape), optimizer=ps.SGD(lr=1.0))
+        start = ps.current_clock()
+        for _ in range(start, steps):
+            ps.pull("w")
+            ps.push("w", minidl.ones(*shape))
+            ps.clock()
+        value = ps.pull("w").numpy()
+        ps.shutdown()
+        return start, value
+    return dist.sim.run(3, run)[0]
+
+
+def test_a_resumed_job_goes_on_from_the_checkpoint(tmp_path):
+    """A job of 4 BSP steps, then one resumed to 6: it starts at clock 4 and ends where 6 steps end."""
+    assert train(tmp_path, 4)[0] == 0
+    start, value = train(tmp_path, 6, resume=True)
+    assert start == 4
+    np.testing.assert_array_equal(value, np.full((3, 4), -12.0))
+
+
+def test_a_checkpoint_of_another_job_is_refused(tmp_path):
+    train(tmp_path, 2)
+    with pytest.raises(RuntimeError, match=r"key 0 is the checkpoint this server resumed from holds 'w' \[3, 4\] "
+                                           r"float32 \(a checkpoint of another job\?\)"):
+        train(tmp_path, 2, shape=(5,), resume=True)
+
+
+def test_resuming_without_a_checkpoint_is_named_on_every_rank(tmp_path):
+    with pytest.raises(ValueError, match=r"resume=True\): parameter server 0: no checkpoint in .*server0"):
+        train(tmp_path / "empty", resume=True)
+
+
+@pytest.mark.parametrize("options, words", [
+    (dict(checkpoint_every=0), "checkpoint_every=0 must be a number of clocks >= 1"),
+    (dict(checkpoint_seconds=0), "checkpoint_seconds=0 must be a number of seconds > 0"),
+    (dict(checkpoint_dir=None, durable=True), r"ps.init\(durable=True\): give checkpoint_dir too"),
+    (dict(checkpoint_dir=None, resume=True), r"ps.init\(resume=True\): give checkpoint_dir too")])
+def test_bad_checkpoint_options_are_named(tmp_path, options, words):
+    options = {"checkpoint_dir": tmp_path, **options}
+    with pytest.raises(ValueError, match=words):
+        dist.sim.run(2, lambda rank: ps.init(1, "asp", **options))
+
+
+def test_a_checkpoint_folder_that_cannot_be_written_is_named_on_every_rank(tmp_path):
+    """(A folder under a regular file: read-only folders do not bind root, which the tests may run as.)"""
+    (tmp_path / "file").write_text("")
+    with pytest.raises(ValueError, match=r"parameter server 0: cannot write to .*file/server0"):
+        dist.sim.run(2, lambda rank: ps.init(1, "asp", checkpoint_dir=tmp_path / "file", durable=True))
+
+
+def test_checkpoints_need_links(monkeypatch, tmp_path):
+    monkeypatch.setenv("MINIDL_PS_TRANSPORT", "group")
+    with pytest.raises(ValueError, match="server recovery needs links"):
+        dist.sim.run(2, lambda rank: ps.init(1, "asp", checkpoint_dir=tmp_path))
+
+
+def flip(path, at):
+    data = bytearray(path.read_bytes())
+    data[at] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+def test_a_corrupted_checkpoint_is_named_and_not_loaded(tmp_path, capsys):
+    train(tmp_path, 2)
+    (checkpoint,) = (tmp_path / "server0").glob("checkpoint-*.safetensors")
+    flip(checkpoint, checkpoint.stat().st_size // 2)
+    assert restart_main(["--resume", str(tmp_path)]) == 2
+    assert f"{checkpoint} is corrupted" in capsys.readouterr().err
+
+
+def test_a_corrupted_log_is_named_and_not_loaded(tmp_path, capsys):
+    """The log after the last checkpoint holds the final shutdowns; its first record damaged."""
+    train(tmp_path, 2, checkpoint_every=1000)
+    (log,) = (tmp_path / "server0").glob("wal-*.log")
+    assert log.stat().st_size > 0
+    flip(log, 30)
+    assert restart_main(["--resume", str(tmp_path)]) == 2
+    assert str(log) in capsys.readouterr().err
+
+
+def test_resume_without_a_checkpoint_is_named(tmp_path, capsys):
+    assert restart_main(["--resume", str(tmp_path)]) == 2
+    assert "holds the checkpoints of servers none" in capsys.readouterr().err
+    os.makedirs(tmp_path / "server0")
+    assert restart_main(["--resume", str(tmp_path), "--server", "0"]) == 2
+    assert "no checkpoint in" in capsys.readouterr().err
