@@ -11,7 +11,8 @@ itself at a chosen point, driven by the environment so the code under test runs 
   whatever the rank is doing.
   ``ps_wal:<n>``: in the middle of this rank's n-th write-ahead log record (``minidl.dist.ps.durability``:
   half of the record written and flushed to the file); ``ps_checkpoint:<n>``: in the middle of its n-th
-  checkpoint (half of the temp file written, before the rename). These two take ``kill``, ``stop`` or ``raise``.
+  checkpoint (half of the temp file written, before the rename); ``ps_apply:<n>``: right after a parameter
+  server's n-th optimizer step, before it is answered. These three take ``kill``, ``stop`` or ``raise``.
 - ``do``: what. ``kill`` (SIGKILL itself), ``stop`` (SIGSTOP itself: a frozen rank), ``raise``
   (raise InjectedFault at a collective; from ``idle``, a KeyboardInterrupt in the main thread; not
   meant for ``send``, which runs on a sending thread), ``partition`` (close the socket backend's

@@ -28,8 +28,10 @@ talk over links of their own, so a worker may die, freeze, lose its connection o
 while the job goes on: a lost worker is dropped from the clock (``on_worker_failure="shrink"``) or
 ends the job at every worker's next clock ("raise", BSP's default); a worker that reconnects sends
 its unanswered requests again and each push is applied once; ``drop_stale_after`` drops pushes
-computed too many clocks behind; ``ps.join`` adds a worker. Under MPI one dead process ends the
-job (MPI's rule). A server's loss ends the job either way.
+computed too many clocks behind; ``ps.join`` adds a worker. With ``checkpoint_dir`` (and
+``durable=True``) a server killed at any moment is restarted from its checkpoint and write-ahead log
+while the workers wait (recovery.py), and ``resume=True`` starts a whole job again from there. Under
+MPI one dead process ends the job (MPI's rule).
 """
 from __future__ import annotations
 

@@ -1,7 +1,8 @@
 """Who is in a parameter-server job over links: every server's address and the job's token, told to
 the ranks at ``ps.init``, and kept in a store that server 0 serves, where a worker that comes later
 (``ps.join``) finds them and takes a worker id (after the ranks'). Server 0 serves it rather than
-the world's store, whose host (rank 0, a worker) may be the process that dies.
+the world's store, whose host (rank 0, a worker) may be the process that dies. A restarted server
+(recovery.py) writes where it listens now in that store, and server 0 serves the store again.
 """
 from __future__ import annotations
 
