@@ -3,7 +3,7 @@ as one process per rank of the "gloo" backend (RANK, WORLD_SIZE, MASTER_ADDR, MA
 
 Options, as name=value arguments: consistency (asp), staleness (0), servers (1), steps (12),
 on_worker_failure, drop_stale_after, cols (8192), checkpoint_dir, checkpoint_every, durable (0/1),
-model (ledger), resume (``auto``: resume when minidl.dist.run restarted the job). Each worker's
+model (ledger), replicate (0/1), resume (``auto``: resume when minidl.dist.run restarted the job). Each worker's
 steps go on from ``ps.current_clock()`` (0, or where a resumed job starts). ``send_fault_at=K``: MINIDL_SEND_FAULT becomes
 MINIDL_FAULT just before this rank's K-th push, so that ``at=send`` cuts that push and not the
 registration (the first large message otherwise).
@@ -50,7 +50,7 @@ def lsq_batch(worker, step):
 dist.init_process_group("gloo")
 role = ps.init(servers, consistency, staleness, on_worker_failure=opts.get("on_worker_failure"),
                drop_stale_after=drop, checkpoint_dir=opts.get("checkpoint_dir"), checkpoint_every=every,
-               durable=opts.get("durable") == "1",
+               durable=opts.get("durable") == "1", replicate=opts.get("replicate") == "1",
                resume=opts.get("resume") == "auto" and int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")) > 0)
 if role == "server":
     print("SERVER DONE", flush=True)

@@ -102,3 +102,66 @@ def test_resume_without_a_checkpoint_is_named(tmp_path, capsys):
     os.makedirs(tmp_path / "server0")
     assert restart_main(["--resume", str(tmp_path), "--server", "0"]) == 2
     assert "no checkpoint in" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("servers, options, words", [
+    (1, {}, r"replicate=True\): num_servers=1; a range is kept on a second server"),
+    (2, {"checkpoint_dir": "x"}, r"replicate=True, checkpoint_dir=...\): choose one")])
+def test_bad_replication_options_are_named(servers, options, words):
+    with pytest.raises(ValueError, match=words):
+        dist.sim.run(3, lambda rank: ps.init(servers, "asp", replicate=True, **options))
+
+
+def test_replication_needs_links(monkeypatch):
+    monkeypatch.setenv("MINIDL_PS_TRANSPORT", "group")
+    with pytest.raises(ValueError, match="replication needs links"):
+        dist.sim.run(3, lambda rank: ps.init(2, "asp", replicate=True))
+
+
+def test_a_replicated_job_without_a_death_gives_the_same_values():
+    """2 servers, replicate=True, BSP, no failure: each worker pushes (rank + 1) per step under SGD lr 1;
+    the backups' replicas are fed every push, and the values are those of the plain sum."""
+    def run(rank):
+        if ps.init(2, "bsp", replicate=True) == "server":
+            return None
+        ps.register("w", minidl.zeros(5, dtype=minidl.float64), optimizer=ps.SGD(lr=1.0))
+        for _ in range(6):
+            ps.pull("w")
+            ps.push("w", minidl.ones(5, dtype=minidl.float64) * (rank + 1))
+            ps.clock()
+        value = ps.pull("w").numpy()
+        ps.shutdown()
+        return value
+    np.testing.assert_array_equal(dist.sim.run(4, run)[0], np.full(5, -18.0))
+
+
+def test_a_resumed_job_restores_row_sharded_tables(tmp_path):
+    """A table registered with zeros (6 x 3) and one made on the servers (register_embedding, 5 x 2), on
+    2 servers, each step both workers push ones at rows 1 and 4 (SGD lr 1): 2 steps, then a resumed job
+    starts at clock 2 and does 2 more; rows 1 and 4 end 8 below where they started, the others where
+    they started."""
+    rows = minidl.tensor([1, 4])
+
+    def run(rank, resume):
+        if ps.init(2, "bsp", checkpoint_dir=tmp_path, checkpoint_every=1, resume=resume) == "server":
+            return None
+        ps.register("t", minidl.zeros(6, 3), optimizer=ps.SGD(lr=1.0), sparse=True)
+        ps.register_embedding("e", 5, 2, optimizer=ps.SGD(lr=1.0), init_std=0.5, seed=3)
+        first, start = ps.pull("e").numpy(), ps.current_clock()
+        for _ in range(start, 2 + 2 * resume):
+            for name, width in (("t", 3), ("e", 2)):
+                ps.push(name, minidl.sparse_coo_tensor(rows.unsqueeze(0), minidl.ones(2, width),
+                                                       (6, width) if name == "t" else (5, width)))
+            ps.clock()
+        values = ps.pull("t").numpy(), ps.pull("e").numpy()
+        ps.shutdown()
+        return first, start, values
+    first, _, _ = dist.sim.run(4, lambda rank: run(rank, False))[0]
+    _, start, (t, e) = dist.sim.run(4, lambda rank: run(rank, True))[0]
+    assert start == 2
+    expected_t = np.zeros((6, 3), np.float32)
+    expected_t[[1, 4]] = -8.0
+    expected_e = first.copy()
+    expected_e[[1, 4]] -= 8.0
+    np.testing.assert_array_equal(t, expected_t)
+    np.testing.assert_allclose(e, expected_e, rtol=0, atol=1e-6)

@@ -131,3 +131,28 @@ def test_the_launcher_restarts_the_job_and_resume_gives_the_uninterrupted_result
     assert "restarting the group (restart 1 of 1)" in out and "resumed from checkpoint" in out, out
     result = json.loads([line for line in out.splitlines() if line.startswith("RESULT ")][-1][len("RESULT "):])
     np.testing.assert_array_equal(np.array(result["v"]), uninterrupted)
+
+
+@pytest.mark.parametrize("victim", [2, 3])
+def test_a_replicated_range_fails_over_to_its_backup_without_a_restart(tmp_path, uninterrupted, victim):
+    """BSP, 2 servers, replicate=True: server 0 (rank 2, the store's host) or server 1 (rank 3) SIGKILLs
+    itself after its 5th optimizer step; nobody restarts it: its backup serves its range at once, and
+    the final v equals the uninterrupted run's (on 1 server) bit for bit."""
+    with Job(tmp_path, WORKERS, 2, ["consistency=bsp", "model=lsq", f"steps={STEPS}", "replicate=1"],
+             env={"MINIDL_FAULT": f"rank={victim} at=ps_apply:5 do=kill"}) as job:
+        codes = job.finish(victim=victim)
+        assert codes[victim] == -signal.SIGKILL and codes[:2] == [0, 0], job.everything()
+        assert codes[5 - victim] == 0, job.everything()
+        assert f"parameter server {victim - 2} is gone" in job.out(5 - victim), job.everything()
+        np.testing.assert_array_equal(np.array(job.result()["v"]), uninterrupted)
+
+
+def test_under_ssp_a_failover_applies_every_push_exactly_once(tmp_path):
+    """SSP(1), 2 servers, replicate=True, server 1 SIGKILLed after its 7th optimizer step: every push of
+    both workers applied once on each range (the backup took what server 1 had applied, and the workers
+    sent it again only what server 1 had not answered)."""
+    with Job(tmp_path, 2, 2, ["consistency=ssp", "staleness=1", "steps=12", "replicate=1"],
+             env={"MINIDL_FAULT": "rank=3 at=ps_apply:7 do=kill"}) as job:
+        codes = job.finish(victim=3)
+        assert codes[:3] == [0, 0, 0], job.everything()
+        assert check_ledger(job.result(), 2, {0: 12, 1: 12}) == [12, 12]

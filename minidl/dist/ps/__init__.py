@@ -50,7 +50,7 @@ from .. import communicators, faults, sim
 from .. import state as dist_state
 from . import protocol as P
 from .optimizers import SGD, Adagrad, Adam
-from . import membership, recovery
+from . import membership, recovery, replication
 from .server import Server
 from .transports import GroupServerEnd, GroupWorkerEnd
 from .worker import Client, Param, Work, _Awaited
@@ -64,7 +64,8 @@ _local = threading.local()   # this rank's client (sim ranks are threads of one 
 
 
 def init(num_servers=1, consistency="bsp", staleness=0, *, on_worker_failure=None, drop_stale_after=None,
-         checkpoint_dir=None, checkpoint_every=None, checkpoint_seconds=None, durable=False, resume=False) -> str:
+         checkpoint_dir=None, checkpoint_every=None, checkpoint_seconds=None, durable=False, resume=False,
+         replicate=False) -> str:
     """Make the default group's last ``num_servers`` ranks servers and the rest workers
     (collective). A server serves until every worker has called ``shutdown()`` or was lost, then
     returns "server"; a worker returns "worker" at once.
@@ -88,7 +89,11 @@ def init(num_servers=1, consistency="bsp", staleness=0, *, on_worker_failure=Non
     clock ``ps.current_clock()`` says (the slowest worker's when the job stopped) and must redo its
     iterations from there; a server does not apply again what it had applied of them. Under BSP the
     result is the uninterrupted run's. The workers register the same parameters (shapes, dtypes) as
-    the checkpoint's job, else they are refused; their values are the checkpoint's."""
+    the checkpoint's job, else they are refused; their values are the checkpoint's.
+
+    ``replicate=True`` (2 servers or more, links, no checkpoint_dir): server k's range is also kept,
+    request by request, on server (k + 1) % num_servers, which serves it at once when server k dies
+    (replication.py): no restart, no acknowledged push lost; each push waits for the backup."""
     if consistency not in CONSISTENCIES:
         raise ValueError(f"ps.init: consistency={consistency!r}; it must be one of {', '.join(CONSISTENCIES)}")
     if consistency == "ssp" and staleness < 0:
@@ -111,6 +116,8 @@ def init(num_servers=1, consistency="bsp", staleness=0, *, on_worker_failure=Non
                          "MASTER_ADDR and MASTER_PORT)")
     keeping = _checkpoint_options(checkpoint_dir, checkpoint_every, checkpoint_seconds, durable, resume, over_links,
                                   backend)
+    if replicate:
+        _check_replication(num_servers, over_links, keeping, backend)
     policy = on_worker_failure or ("raise" if consistency == "bsp" else "shrink")
     workers = size - num_servers
     worker_group = dist_state.new_group(list(range(workers)))
@@ -122,15 +129,23 @@ def init(num_servers=1, consistency="bsp", staleness=0, *, on_worker_failure=Non
         server.job = {"consistency": consistency, "staleness": staleness, "on_worker_failure": policy,
                       "drop_stale_after": drop_stale_after, "servers": num_servers, "server": rank - workers,
                       "workers": workers, "rank": rank, **(keeping or {})}
+    backup = replication.Backup(server, lambda r: membership.server_end(r, rank, standby=True)) \
+        if server is not None and replicate else None
     if over_links:
         problem = recovery.prepare(server) if server is not None and keeping else None
-        job = membership.publish(server, rank, workers, num_servers, consistency, staleness, problem)
+        job = membership.publish(server, rank, workers, num_servers, consistency, staleness, problem, backup)
     if server is not None:
         if keeping:
             if job["resumed_at"] is not None:
                 recovery.rewind(server, job["resumed_at"], workers)
             recovery.start(server)
-        server.serve()
+        if backup is not None:
+            server.chain = replication.Chain(server, job["feeds"][(server.server + 1) % num_servers], job["token"])
+        try:
+            server.serve()
+        finally:
+            if backup is not None:
+                backup.close()
         return "server"
     end = membership.worker_end(job, rank) if over_links else GroupWorkerEnd(None, list(range(workers, size)))
     _local.client = Client(end, rank, workers, num_servers, consistency)
@@ -167,6 +182,20 @@ def _checkpoint_options(folder, every, seconds, durable, resume, over_links, bac
     return {"checkpoint_dir": os.path.abspath(os.fspath(folder)), "checkpoint_every": every,
             "checkpoint_seconds": 60.0 if every is None and seconds is None else seconds, "durable": bool(durable),
             "resume": bool(resume)}
+
+
+def _check_replication(servers, over_links, keeping, backend):
+    if servers < 2:
+        raise ValueError(f"ps.init(replicate=True): num_servers={servers}; a range is kept on a second server, so "
+                         f"at least 2 are needed")
+    if not over_links:
+        raise ValueError(f"ps.init(replicate=True): this job runs over the process group's messages (backend "
+                         f"{backend!r}), where a dead server ends the whole job; replication needs links: the "
+                         f"'gloo' backend")
+    if keeping is not None:
+        raise ValueError("ps.init(replicate=True, checkpoint_dir=...): choose one; a replicated range fails over to "
+                         "its backup without a restart, and a restart from a checkpoint would not know what the "
+                         "backup applied since")
 
 
 def _over_links(backend) -> bool:

@@ -31,23 +31,24 @@ def worker_timeout() -> float:
     return env_seconds("MINIDL_PS_WORKER_TIMEOUT", WORKER_TIMEOUT)
 
 
-def server_end(server, rank, port=0) -> LinkServerEnd:
+def server_end(server, rank, port=0, standby=False) -> LinkServerEnd:
     """A server's links; a restarted server asks for its old ``port`` (workers try that address first)
-    and takes another when it is not free."""
+    and takes another when it is not free; a backup's ``standby`` end refuses workers until promoted."""
     server.patience = worker_timeout()
     try:
-        return LinkServerEnd(rank, server.admit, server.patience, port=port)
+        return LinkServerEnd(rank, server.admit, server.patience, port=port, standby=standby)
     except OSError as e:
         log.warning("parameter server %d: port %d is taken (%s); listening on another one", server.server, port, e)
         return LinkServerEnd(rank, server.admit, server.patience)
 
 
-def publish(server, rank, workers, servers, consistency, staleness, problem=None) -> dict:
+def publish(server, rank, workers, servers, consistency, staleness, problem=None, backup=None) -> dict:
     """Collective over the world: every rank learns the job (servers' addresses, token, store), or
     every rank raises the ``problem`` a server found (a checkpoint folder it cannot write)."""
     mine = {"problem": problem, "resumed_at": None if server is None else server.resumed_at}
     if server is not None and problem is None:
-        mine.update(address=server.end.address, checkpoint_dir=server.job.get("checkpoint_dir"))
+        mine.update(address=server.end.address, checkpoint_dir=server.job.get("checkpoint_dir"),
+                    **({} if backup is None else {"feed": backup.feed.address, "standby": backup.standby.address}))
         if server.server == 0:
             port = int(os.environ.get("MINIDL_PS_PORT", "0"))
             server.store = TCPStore(address(), port, is_master=True, wait_for_workers=False)
@@ -66,9 +67,14 @@ def publish(server, rank, workers, servers, consistency, staleness, problem=None
            "checkpoint_dir": first["checkpoint_dir"],   # (workers wait for a lost server when it is set)
            "resumed_at": min((g["resumed_at"] for g in gathered[workers:] if g["resumed_at"] is not None),
                              default=None)}   # (ps.init(resume=True): the clock every worker starts at)
+    if "standby" in first:   # (replicate=True: range k fails over to server k + 1's standby end)
+        job["backups"] = [gathered[workers + (k + 1) % servers]["standby"] for k in range(servers)]
+        job["feeds"] = [g["feed"] for g in gathered[workers:]]
     if server is not None:
         server.job.update(token=job["token"], store=job["store"], address=server.end.address, published=job)
         server.end.set_token(job["token"])
+        if backup is not None:
+            backup.set_token(job["token"])
         if server.server == 0:
             server.store.set("ps/job", json.dumps(job))
             server.store.add("ps/ids", len(gathered))   # (a joining worker's id follows the ranks')
@@ -118,7 +124,8 @@ def worker_end(job, me) -> LinkWorkerEnd:
     waits = job.get("checkpoint_dir") is not None
     return LinkWorkerEnd(me, job["token"], job["servers"], keep_pushes=job["consistency"] == "bsp",
                          patience=recovery_wait() if waits else None,
-                         locate=(lambda k: locate(job, k)) if waits else None, checkpoint_dir=job.get("checkpoint_dir"))
+                         locate=(lambda k: locate(job, k)) if waits else None, checkpoint_dir=job.get("checkpoint_dir"),
+                         backups=job.get("backups"))
 
 
 def recovery_wait() -> float:

@@ -98,6 +98,7 @@ class Server:
         self.told = set()   # (on_worker_failure="raise": the workers whose clock raised)
         self.store = None   # (server 0 over links: the job's store, membership.py)
         self.job, self.keeper = None, None   # (with checkpoint_dir: its settings, its checkpoints and log)
+        self.chain = None   # (replicate=True: the link to its backup, replication.py)
         self.resumed_at = self.redone_before = None   # (ps.init(resume=True): recovery.resume)
         self.restored = 0   # (how many of the shards came from a checkpoint of an earlier job)
         self.patience = None   # (over links: how long a worker may stay silent, or never come)
@@ -143,6 +144,8 @@ class Server:
         self.ended = True
         if self.keeper is not None:
             self.keeper.close()
+        if self.chain is not None:
+            self.chain.close()
         if self.store is not None:
             self.store.set("ps/ended", "1")
         self.end.close(flush=flush)
@@ -165,7 +168,7 @@ class Server:
             if worker in self.lost:
                 self.resume(worker)
             repeat = words[P.SEQ] != 0 and words[P.SEQ] <= self.seq.get(worker, 0)
-            if self.keeper is not None:
+            if self.keeper is not None or self.chain is not None:
                 self.keep(worker, words, parts, repeat)
             self.seq[worker] = max(words[P.SEQ], self.seq.get(worker, 0))
             handler(worker, words, parts, repeat)
@@ -178,12 +181,19 @@ class Server:
 
     def keep(self, worker, words, parts, repeat):
         """With checkpoints: a new parameter's registration is checkpointed before it is first used,
-        and (``durable``) a request that changes the state is logged before it is applied."""
-        if (words[P.KIND] in (P.PUSH, P.PULL, P.CLOCK) and self.keeper.shards_saved < len(self.shards)
-                and not self.keeper.replaying):
+        and (``durable``) a request that changes the state is logged before it is applied; with a
+        backup, it is applied there first."""
+        if (self.keeper is not None and words[P.KIND] in (P.PUSH, P.PULL, P.CLOCK)
+                and self.keeper.shards_saved < len(self.shards) and not self.keeper.replaying):
             self.keeper.checkpoint(self)
         if words[P.KIND] in P.CHANGES_STATE and not repeat:
-            self.keeper.record(worker, words, parts)
+            self.record(worker, words, parts)
+
+    def record(self, worker, words, parts):
+        """A change of state, kept where it must be before it is applied: the log, the backup."""
+        for follower in (self.keeper, self.chain):
+            if follower is not None:
+                follower.record(worker, words, parts)
 
     # -- replies ------------------------------------------------------------------------------
     def reply(self, worker, values=None, error=None, seq=None):
@@ -373,8 +383,8 @@ class Server:
             return
         if not self.end.tolerant:
             raise self.fail([worker], how)
-        if self.keeper is not None:
-            self.keeper.record(worker, P.header(P.LOST).tolist(), [P.as_bytes(P.text(how))])
+        if self.keeper is not None or self.chain is not None:
+            self.record(worker, P.header(P.LOST).tolist(), [P.as_bytes(P.text(how))])
         record = {"worker": worker, "at": time.time(), "clock": self.clocks[worker],
                   "pushes": self.pushes_by[worker], "why": how}
         self.lost[worker] = record
@@ -494,5 +504,5 @@ def _checksum(value):
     server makes itself)."""
     if value is None:
         return None
-    v = value.double()
+    v = value.double().reshape(-1)
     return float(v.sum()), float((v * minidl.arange(1, v.numel() + 1, dtype=minidl.float64)).sum())

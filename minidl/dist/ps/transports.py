@@ -30,6 +30,7 @@ from ..state import resolve
 from . import protocol as P
 
 log = logging.getLogger("minidl.dist.ps")
+STANDBY = "a backup's standby: its primary still serves this range"
 
 
 def _reply_parts(status, body, seq):
@@ -145,9 +146,12 @@ class LinkServerEnd:
 
     tolerant = True
 
-    def __init__(self, me, admit, silence, port=0):
+    def __init__(self, me, admit, silence, port=0, standby=False):
         self.token, self.admit = None, admit
         self.known = threading.Event()   # (the token: set once the job is published)
+        self.serving = threading.Event()   # (a backup's standby end refuses workers until it is promoted)
+        if not standby:
+            self.serving.set()
         self.events = queue.Queue()
         self.links = {}   # worker -> its current link (a reconnection replaces it)
         self.lock = threading.Lock()
@@ -159,8 +163,13 @@ class LinkServerEnd:
         self.token = token
         self.known.set()
 
+    def promote(self):
+        self.serving.set()
+
     def _hello(self, link):
         token = (list(link.words) + [None])[0]
+        if not self.serving.is_set():
+            raise DistError(STANDBY)
         self.known.wait(60)   # (a worker may learn the job before this server does)
         if token != self.token:
             raise DistError(f"worker {link.peer} belongs to another parameter-server job")
@@ -222,8 +231,9 @@ class LinkWorkerEnd:
     maybe elsewhere: ``locate(k)`` asks the job's store where it listens now)."""
 
     def __init__(self, me, token, addresses, silence=None, keep_pushes=False, patience=None, locate=None,
-                 checkpoint_dir=None):
+                 checkpoint_dir=None, backups=None):
         self.me, self.token, self.addresses, self.keep_pushes = me, token, list(addresses), keep_pushes
+        self.backups = None if backups is None else list(backups)   # (replicate=True: where each range fails over)
         self.patience, self.locate, self.checkpoint_dir = patience, locate, checkpoint_dir
         self.silence = _heartbeat() if silence is None else silence
         self.cond = threading.Condition()
@@ -254,8 +264,11 @@ class LinkWorkerEnd:
         server that refuses (the job ended) or stays unreachable for ``silence`` seconds (``patience``
         in a job whose servers checkpoint) is named."""
         began = looked = time.monotonic()
-        told = False
+        told, attempt = False, 0
         while True:
+            attempt += 1
+            if self.backups is not None and attempt > 1:   # (its address and its backup's in turn)
+                self.addresses[k], self.backups[k] = self.backups[k], self.addresses[k]
             try:
                 link = self._connect(k, resume=True)
                 taken = link.words[1] if len(link.words) > 1 else 0   # (the server's last request from us)
@@ -271,7 +284,7 @@ class LinkWorkerEnd:
                 return
             except DistError as e:   # (LinkLost too: the new link broke while sending again)
                 waited = time.monotonic() - began
-                if " refused " in str(e) or waited > (self.patience or self.silence):
+                if (" refused " in str(e) and STANDBY not in str(e)) or waited > (self.patience or self.silence):
                     raise ServerLost(self._lost(k, why, e)) from None
                 if self.patience and not told:
                     log.warning("ps worker %d: parameter server %d (%s) is gone (%s); waiting up to %g s for it to "
@@ -287,9 +300,11 @@ class LinkWorkerEnd:
         said = f"ps worker {self.me}: parameter server {k} ({self.addresses[k]}) cannot be reached: {why}; "
         if " refused " in str(error):
             return said + f"connecting again: {error}"
+        if self.backups is not None:
+            return said + f"neither it nor its backup ({self.backups[k]}) answers: {error}"
         if self.patience is None:
-            return said + ("its job keeps no checkpoints (ps.init(checkpoint_dir=...)), so a server's loss ends "
-                           f"it; connecting again: {error}")
+            return said + ("its job keeps no checkpoints (ps.init(checkpoint_dir=...)) nor replicas "
+                           f"(replicate=True), so a server's loss ends it; connecting again: {error}")
         return said + (f"it was not restarted within {self.patience:g} s (MINIDL_PS_SERVER_TIMEOUT; python -m "
                        f"minidl.dist.ps --resume {self.checkpoint_dir} --server {k} restarts it)")
 
