@@ -4,9 +4,13 @@ their models against the same models written in torch, and their runs through th
 server against the one-process run."""
 import argparse
 import math
+import os
 import re
 import signal
+import subprocess
 import sys
+import threading
+import time
 
 import numpy as np
 import pytest
@@ -235,6 +239,47 @@ def test_a_worker_killed_mid_run_is_dropped_and_the_others_finish_over_gloo(tmp_
     assert "worker 2 lost at clock 20" in served
 
 
+def test_a_server_killed_mid_run_is_restarted_by_hand_and_the_run_finishes_over_gloo(tmp_path):
+    """Expected: over gloo, 2 workers and 1 server under BSP with --durable; the server SIGKILLs itself after its
+    12th optimizer step (in the first of 2 epochs); the workers say it is gone and wait; this test restarts it with
+    ``python -m minidl.dist.ps --resume``, which restores its checkpoint and log, and the run ends as usual: the
+    final AUC, learnt, the servers' counts, every worker with exit code 0, the restarted server too."""
+    ckpt, watched, stop, restarted = tmp_path / "ck", tmp_path / "wide_deep_ps-rank0.out", threading.Event(), []
+
+    def restart_when_gone():
+        while not stop.wait(0.05):
+            if watched.exists() and "is gone" in watched.read_text():
+                with open(tmp_path / "restarted.out", "w") as out:
+                    restarted.append(subprocess.Popen(
+                        [sys.executable, "-m", "minidl.dist.ps", "--resume", str(ckpt), "--server", "0"], cwd=tmp_path,
+                        stdout=out, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONPATH": str(ROOT)}))
+                return
+    thread = threading.Thread(target=restart_when_gone)
+    thread.start()
+    try:
+        results = run_example_as_ranks("wide_deep_ps.py", "--servers", "1", "--consistency", "bsp", *SMALL,
+                                       "--batch-size", "128", "--epochs", "2", "--checkpoint-dir", str(ckpt),
+                                       "--durable", "--checkpoint-every", "4", "--kill-server-at", "12",
+                                       cwd=tmp_path, ranks=3, timeout=120, env={"MINIDL_PS_SERVER_TIMEOUT": "60"})
+        assert restarted, results
+        restarted[0].wait(timeout=60)
+    finally:
+        stop.set()
+        thread.join()
+        for p in restarted:
+            if p.poll() is None:
+                p.kill()
+            p.wait()
+    (code0, out), (code1, other), (code2, died) = results
+    served = (tmp_path / "restarted.out").read_text()
+    assert (code0, code1, code2, restarted[0].returncode) == (0, 0, -signal.SIGKILL, 0), (results, served)
+    assert "will SIGKILL itself after its optimizer step 12" in died
+    assert "parameter server 0 (127.0.0.1:" in out and "is gone" in other, out
+    assert re.search(r"parameter server 0 restarted from checkpoint \d+ and \d+ logged request\(s\)", served), served
+    assert "2 worker(s), 1 server(s), BSP" in out and _final(out, "AUC") > 0.7
+    assert re.search(r"parameter server: \d+ pushes applied, 0 dropped as stale", out), out
+
+
 def test_the_staleness_picture_is_readable_at_any_range_and_explains_a_lone_bar():
     wide = runner.staleness_figure(list(range(10, 49)), "ncf")   # staleness 0..38
     ticks = wide.axes[0].get_xticks()
@@ -260,6 +305,9 @@ def test_bad_input_ends_every_rank_with_one_message(tmp_path):
     assert code == 2 and out.count("error: --batch-size 1 leaves some of the 2 workers no sample") == 1, out
     code, out = run_example("wide_deep_ps.py", "--servers", "1", "--kill-worker-at", "5", cwd=tmp_path, ranks=3)
     assert code == 2 and out.count("error: --kill-worker-at under mpiexec: MPI ends the whole job") == 1, out
+    code, out = run_example("ncf_ps.py", "--servers", "1", "--checkpoint-dir", "ck", cwd=tmp_path, ranks=3)
+    assert code == 2 and out.count("error: --checkpoint-dir under mpiexec: MPI ends the whole job when a server "
+                                   "dies") == 1, out
 
 
 def test_bad_input_in_one_process_exits_with_one_message(tmp_path):
@@ -280,6 +328,14 @@ def test_bad_input_in_one_process_exits_with_one_message(tmp_path):
          "--kill-worker-at with --mode hybrid: the workers' all-reduce of the dense layers cannot lose a rank"),
         (ncf, ("--servers", "1", "--kill-worker-at", "-1"), "--kill-worker-at -1 must be >= 0"),
         (ncf, ("--servers", "0", "--lr", "nan"), "--lr nan must be a positive number"),
+        (ncf, ("--servers", "1", "--durable"), "--durable needs --checkpoint-dir (where the servers write"),
+        (ncf, ("--servers", "1", "--checkpoint-every", "5"), "--checkpoint-every needs --checkpoint-dir"),
+        (ncf, ("--servers", "1", "--kill-server-at", "3"), "--kill-server-at needs --checkpoint-dir"),
+        (ncf, ("--servers", "0", "--checkpoint-dir", "ck"),
+         "--checkpoint-dir is where parameter servers checkpoint: give --servers 1 or more"),
+        (ncf, ("--servers", "1", "--checkpoint-dir", "ck", "--checkpoint-every", "0"),
+         "--checkpoint-every 0 must be >= 1"),
+        (ncf, ("--servers", "1", "--checkpoint-dir", "ck", "--kill-server-at", "0"), "--kill-server-at 0 must be >= 1"),
         (ncf, ("--servers", "0", "--staleness", "-1"), "--staleness -1 must be >= 0"),
         (ncf, ("--servers", "0", "--limit-batches", "0"), "--limit-batches 0 must be >= 1"),
         (ncf, ("--servers", "0", "--users", "20", "--per-user", "10", "--batch-size", "901"),   # 20 x 9 x (1 + 4)

@@ -16,6 +16,19 @@ pushes the servers applied, as a histogram picture too, and the workers the serv
 worker SIGKILL itself at that global step: the servers drop it and the others train on without its
 share of the batches. Once ps.init has run, the workers meet through ps.barrier(), never a process-group
 collective, which would fail on the dead rank.
+
+``--checkpoint-dir DIR`` (over gloo only, with ``--servers`` >= 1) makes each server checkpoint to
+``DIR/server<k>/`` (every ``--checkpoint-every N`` clocks, else every 60 s) and ``--durable`` logs every
+push to disk before it is acknowledged (ps.init's options of those names). A server that dies is then
+restarted by hand, while the workers wait for it (``MINIDL_PS_SERVER_TIMEOUT``, 300 s)::
+
+    python -m minidl.dist.ps --resume DIR --server K
+
+(K: 0 for the first of the last ``--servers`` ranks). ``--kill-server-at N`` makes the last server SIGKILL
+itself right after its N-th optimizer step (a push applied; under BSP an iteration's summed pushes to one
+parameter), to try that: the workers print "parameter server K ... is gone", wait, and go on once it is
+restarted; with ``--durable`` the restarted server has lost no acknowledged push, so a BSP run ends as an
+uninterrupted one does.
 """
 import argparse
 import os
@@ -63,6 +76,17 @@ def arguments(description, epochs, batch_size, lr, optimizer):
                              "and the run goes on without it: over gloo only (RANK, WORLD_SIZE, MASTER_ADDR, "
                              "MASTER_PORT; under mpiexec a dead process ends the job), not with --mode hybrid; "
                              "under BSP the servers are told to shrink (ps.init(on_worker_failure='shrink'))")
+    parser.add_argument("--checkpoint-dir", metavar="DIR",
+                        help="the servers checkpoint to DIR/server<k>/, and one that dies is restarted with "
+                             "python -m minidl.dist.ps --resume DIR --server K: over gloo only, with --servers >= 1")
+    parser.add_argument("--checkpoint-every", type=int, default=None, metavar="N",
+                        help="checkpoint every N clocks of the slowest worker (default: every 60 s)")
+    parser.add_argument("--durable", action="store_true",
+                        help="log each push to disk (fdatasync) before it is applied and acknowledged, so a "
+                             "restarted server loses none")
+    parser.add_argument("--kill-server-at", type=int, default=None, metavar="N",
+                        help="the last server SIGKILLs itself after its N-th optimizer step (needs "
+                             "--checkpoint-dir; restart it by hand as above)")
     return parser
 
 
@@ -92,7 +116,9 @@ def check(args):
     for flag, value, least in (("--batch-size", args.batch_size, 1), ("--epochs", args.epochs, 1),
                                ("--servers", args.servers, 0), ("--staleness", args.staleness, 0),
                                ("--limit-batches", args.limit_batches, 1),
-                               ("--kill-worker-at", args.kill_worker_at, 0)):
+                               ("--kill-worker-at", args.kill_worker_at, 0),
+                               ("--checkpoint-every", args.checkpoint_every, 1),
+                               ("--kill-server-at", args.kill_server_at, 1)):
         if value is not None and value < least:
             return f"{flag} {value} must be >= {least}"
     if not args.lr > 0:   # (also NaN)
@@ -106,9 +132,28 @@ def check(args):
         if launched_by_mpi() and not launched_by_env():
             return ("--kill-worker-at under mpiexec: MPI ends the whole job when one process dies; launch one process "
                     "per rank with RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT (the gloo backend)")
+    problem = check_recovery(args)
+    if problem:
+        return problem
     folder = os.path.dirname(args.picture or "") or "."
     if not os.path.isdir(folder):
         return f"--picture {args.picture}: there is no folder {folder}"
+    return None
+
+
+def check_recovery(args):
+    """What is wrong with the server-recovery flags (--checkpoint-dir, --durable, --checkpoint-every,
+    --kill-server-at), or None."""
+    given = [flag for flag, value in (("--durable", args.durable), ("--checkpoint-every", args.checkpoint_every),
+                                      ("--kill-server-at", args.kill_server_at)) if value not in (None, False)]
+    if args.checkpoint_dir is None:
+        return f"{given[0]} needs --checkpoint-dir (where the servers write their checkpoints)" if given else None
+    if args.servers == 0:
+        return "--checkpoint-dir is where parameter servers checkpoint: give --servers 1 or more"
+    if launched_by_mpi() and not launched_by_env():
+        return ("--checkpoint-dir under mpiexec: MPI ends the whole job when a server dies, so it cannot be "
+                "restarted; launch one process per rank with RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT "
+                "(the gloo backend)")
     return None
 
 
@@ -134,8 +179,14 @@ def start(args):
         fail(f"--kill-worker-at kills the last worker: {world} ranks with --servers {args.servers} leave "
              f"{workers}, and at least 2 are needed for the run to go on", rank)
     shrink = "shrink" if args.kill_worker_at is not None else None   # (BSP's default would raise)
+    if args.kill_server_at is not None and rank == world - 1:   # (minidl.dist.faults: read by the server)
+        os.environ["MINIDL_FAULT"] = f"rank={rank} at=ps_apply:{args.kill_server_at} do=kill"
+        print(f"server {args.servers - 1} (rank {rank}): will SIGKILL itself after its optimizer step "
+              f"{args.kill_server_at}; restart it with python -m minidl.dist.ps --resume {args.checkpoint_dir} "
+              f"--server {args.servers - 1}", file=sys.stderr, flush=True)
     if ps.init(num_servers=args.servers, consistency=args.consistency, staleness=args.staleness,
-               on_worker_failure=shrink) == "server":
+               on_worker_failure=shrink, checkpoint_dir=args.checkpoint_dir, checkpoint_every=args.checkpoint_every,
+               durable=args.durable) == "server":
         dist.destroy_process_group()
         return None
     return ps.worker_rank(), workers
