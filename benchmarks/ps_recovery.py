@@ -1,7 +1,7 @@
 """A parameter server that survives its SIGKILL, measured (issue 50). Each part is one short command
 printing a markdown report, all ranks over gloo (started here with RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT):
 
-    python benchmarks/ps_recovery.py --part durable|outage|examples|ncf-asp [--quick]
+    python benchmarks/ps_recovery.py --part durable|outage|examples|ncf-asp|replicate [--quick]
 
 durable:  what ``durable=True`` costs a push: 1 server and 1 or 2 workers under ASP push a dense float32
           parameter of 1 K, 64 K and 1 M elements, ``push().wait()`` each (and all at once, then waited),
@@ -15,6 +15,9 @@ examples: examples/ncf_ps.py and examples/wide_deep_ps.py (1 server, 2 workers, 
           run through, and once with --kill-server-at at half the run and the server restarted 1 s later.
 ncf-asp:  the same for NCF under ASP only, on the example's 600 generated users (1 epoch), where ASP's own
           run-to-run noise is small enough to judge a restart by.
+replicate: what ``replicate=True`` costs a push (1 worker, 2 servers, the sizes of part durable), and a
+          failover: server 1 SIGKILLed by this launcher, its backup serving its range; how long the
+          worker's steps stopped, and when the backup said so.
 
 Ranks started here run this file again, with PS_RECOVERY_ROLE saying which part.
 """
@@ -48,7 +51,8 @@ def rank_push(setting):
     dist.init_process_group("gloo")
     keep = {} if setting["dir"] is None else {"checkpoint_dir": setting["dir"], "durable": True,
                                              "checkpoint_seconds": 3600.0}   # (no periodic checkpoint while timed)
-    if ps.init(num_servers=1, consistency="asp", **keep) == "server":
+    if ps.init(num_servers=setting.get("servers", 1), consistency="asp", replicate=setting.get("replicate", False),
+               **keep) == "server":
         return
     result = {}
     for label, n in SIZES.items():
@@ -116,6 +120,31 @@ def rank_outage(setting):
         if back is None and ends[-1] - ends[-2] > 0.5:
             back = len(ends) - 1
     print("OUTAGE " + json.dumps({"back": ends[back], "before": ends[back - 1]}), flush=True)
+    ps.shutdown()
+    dist.destroy_process_group()
+
+
+def rank_failover(setting):
+    """Part replicate: the worker steps (pull, push) until the launcher's "done" file exists, then 5 more,
+    and reports when each step ended; the servers' log lines carry their time."""
+    import minidl
+    import minidl.dist as dist
+    from minidl.dist import ps
+    logging.basicConfig(level=logging.WARNING, format="%(created).6f %(message)s")
+    dist.init_process_group("gloo")
+    if ps.init(num_servers=2, consistency="asp", replicate=True) == "server":
+        return
+    ps.register("w", minidl.zeros(1024), optimizer=ps.Adam(lr=1e-3))
+    ends, last = [], None
+    while last is None or len(ends) < last:
+        if len(ends) == 20:
+            Path(setting["ready"]).touch()
+        ps.pull("w")
+        ps.push("w", minidl.ones(1024)).wait()
+        ends.append(time.time())
+        if last is None and Path(setting["done"]).exists():
+            last = len(ends) + 5
+    print("FAILOVER " + json.dumps(ends), flush=True)
     ps.shutdown()
     dist.destroy_process_group()
 
@@ -343,9 +372,52 @@ def examples(folder, cases, consistencies):
                   f"{steps}) | {diff} | {through[1]:.1f} s / {killed[1]:.1f} s | {killed[3]} |")
 
 
+def part_replicate(folder, quick):
+    counts = {label: (10 if quick else n) for label, n in zip(SIZES, (400, 200, 30))}
+    print("1 worker, 2 servers, ASP: push().wait() one by one (pipelined: all pushed, then waited): µs per push, "
+          "pushes/s\n\n| replicate | " + " | ".join(SIZES) + " |\n|---|" + "---|" * len(SIZES))
+    for replicate in (False, True):
+        setting = {"dir": None, "n": counts, "servers": 2, "replicate": replicate}
+        outs = finish(start_ranks([sys.executable, __file__], 3, folder, f"replicate{replicate:d}",
+                                  role("push", setting)), 170)
+        found = re.search(r"PUSH (.*)", (outs or [""])[0])
+        if not found:
+            print(f"| {replicate} | failed |")
+            continue
+        result = json.loads(found.group(1))
+        print(f"| {'on' if replicate else 'off'} | " + " | ".join(
+            f"{result[s][0] * 1e6:.0f} µs, {1 / result[s][0]:.0f}/s (pipelined {result[s][1] * 1e6:.0f} µs, "
+            f"{1 / result[s][1]:.0f}/s)" for s in SIZES) + " |")
+    trials = 1 if quick else 3
+    print(f"\nfailover: server 1 SIGKILLed by the launcher, nobody restarts it; {trials} trial(s)\n\n"
+          "| trial | backup says so (after the kill) | worker's first step done after the kill | longest pause "
+          "between steps | steps before/after |\n|---|---|---|---|---|")
+    for trial in range(trials):
+        ready, done = Path(folder) / f"ready-failover{trial}", Path(folder) / f"done-failover{trial}"
+        ranks = start_ranks([sys.executable, __file__], 3, folder, f"failover{trial}",
+                            role("failover", {"ready": str(ready), "done": str(done)}))
+        deadline = time.monotonic() + 120
+        while not ready.exists() and time.monotonic() < deadline and all(p.poll() is None for p, _ in ranks):
+            time.sleep(0.01)
+        killed = time.time()
+        os.kill(ranks[2][0].pid, signal.SIGKILL)
+        time.sleep(1.0)
+        done.touch()
+        outs = finish(ranks, 120, spare={2})
+        found = outs and re.search(r"FAILOVER (.*)", outs[0])
+        said = outs and re.search(r"(\d+\.\d+) parameter server 1 is gone", outs[1])
+        if not found or not said:
+            print(f"| {trial} | failed | | | |")
+            continue
+        ends = json.loads(found.group(1))
+        after = [t for t in ends if t > killed]
+        print(f"| {trial} | {(float(said.group(1)) - killed) * 1e3:.0f} ms | {(after[0] - killed) * 1e3:.0f} ms | "
+              f"{max(b - a for a, b in zip(ends, ends[1:])) * 1e3:.0f} ms | {len(ends) - len(after)}/{len(after)} |")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--part", choices=("durable", "outage", "examples", "ncf-asp"), required=True)
+    parser.add_argument("--part", choices=("durable", "outage", "examples", "ncf-asp", "replicate"), required=True)
     parser.add_argument("--quick", action="store_true", help="small runs, to check the script")
     args = parser.parse_args()
     model = next((line.split(":", 1)[1].strip() for line in subprocess.run(["lscpu"], capture_output=True,
@@ -354,13 +426,13 @@ def main():
     print(f"machine: {model}, {os.cpu_count()} cores; before: {uptime}\n")
     with tempfile.TemporaryDirectory() as folder:
         {"durable": part_durable, "outage": part_outage, "examples": part_examples,
-         "ncf-asp": part_ncf_asp}[args.part](folder, args.quick)
+         "ncf-asp": part_ncf_asp, "replicate": part_replicate}[args.part](folder, args.quick)
     print(f"\nafter: {subprocess.run(['uptime'], capture_output=True, text=True).stdout.strip()}")
 
 
 if __name__ == "__main__":
     which = os.environ.get("PS_RECOVERY_ROLE")
     if which:
-        {"push": rank_push, "outage": rank_outage}[which](json.loads(os.environ["PS_RECOVERY_SETTING"]))
+        {"push": rank_push, "outage": rank_outage, "failover": rank_failover}[which](json.loads(os.environ["PS_RECOVERY_SETTING"]))
     else:
         main()
