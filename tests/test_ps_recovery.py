@@ -115,17 +115,20 @@ def test_without_the_log_a_restart_goes_back_to_the_checkpoint_and_applies_nothi
         assert sum(applied) <= 2 * STEPS - 5, applied   # (at least the 5 pushes acknowledged before the kill)
 
 
-def test_the_launcher_restarts_the_job_and_resume_gives_the_uninterrupted_result(tmp_path, uninterrupted):
-    """minidl.dist.run --max-restarts 1: the server SIGKILLs itself after its 5th optimizer step (in the
-    first attempt only); the launcher starts every process again, ps.init(resume=True) loads the last
-    checkpoint (no log: durable off), the workers start again at the slowest clock, and the final v
-    (BSP) equals the uninterrupted run's bit for bit."""
+@pytest.mark.parametrize("fault, durable", [("rank=2 at=ps_apply:5", "0"), ("rank=1 at=ps_clock:5", "1")])
+def test_the_launcher_restarts_the_job_and_resume_gives_the_uninterrupted_result(tmp_path, uninterrupted, fault,
+                                                                                 durable):
+    """minidl.dist.run --max-restarts 1: the server SIGKILLs itself after its 5th optimizer step, or worker 1
+    at its 5th clock (in the first attempt only); the launcher starts every process again,
+    ps.init(resume=True) loads the last checkpoint (and the log, durable), the workers start again at the
+    slowest clock (the dead worker's too: under BSP's "raise" the survivor's iteration was not applied
+    without it), and the final v equals the uninterrupted run's bit for bit."""
     ckpt = tmp_path / "ck"
     cmd = [sys.executable, "-m", "minidl.dist.run", "--standalone", "--nproc-per-node", "3", "--max-restarts", "1",
            SCRIPT, "servers=1", "consistency=bsp", "model=lsq", f"steps={STEPS}", f"checkpoint_dir={ckpt}",
-           "checkpoint_every=3", "resume=auto"]
+           "checkpoint_every=3", "resume=auto", f"durable={durable}"]
     done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=180,
-                          env=dict(os.environ, PYTHONPATH=ROOT, MINIDL_FAULT="rank=2 at=ps_apply:5 do=kill restart=0"))
+                          env=dict(os.environ, PYTHONPATH=ROOT, MINIDL_FAULT=f"{fault} do=kill restart=0"))
     out = done.stdout + done.stderr
     assert done.returncode == 0, out
     assert "restarting the group (restart 1 of 1)" in out and "resumed from checkpoint" in out, out

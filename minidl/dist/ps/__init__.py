@@ -87,8 +87,10 @@ def init(num_servers=1, consistency="bsp", staleness=0, *, on_worker_failure=Non
     ``resume=True``: a job started again (every process, e.g. by ``minidl.dist.run --max-restarts``)
     goes on from the servers' checkpoints and logs in ``checkpoint_dir``: each worker starts at the
     clock ``ps.current_clock()`` says (the slowest worker's when the job stopped) and must redo its
-    iterations from there; a server does not apply again what it had applied of them. Under BSP the
-    result is the uninterrupted run's. The workers register the same parameters (shapes, dtypes) as
+    iterations from there. Under BSP a server drops the pushes of the iterations it had applied in
+    full, and the result is the uninterrupted run's; under SSP and ASP, where each push was applied
+    as it came, a faster worker's redone pushes (and those of the unfinished iteration) are applied
+    again. The workers register the same parameters (shapes, dtypes) as
     the checkpoint's job, else they are refused; their values are the checkpoint's.
 
     ``replicate=True`` (2 servers or more, links, no checkpoint_dir): server k's range is also kept,

@@ -17,8 +17,8 @@ def main(argv=None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
     try:
         restart(args.resume, args.server)
-    except DurabilityError as e:
-        sys.stderr.write(f"python -m minidl.dist.ps: {e}\n")
+    except (DurabilityError, ValueError, KeyError) as e:   # (a checkpoint it cannot use: named, not a traceback)
+        sys.stderr.write(f"python -m minidl.dist.ps: --resume {args.resume}: {e}\n")
         return 2
     return 0
 

@@ -85,7 +85,7 @@ def publish(server, rank, workers, servers, consistency, staleness, problem=None
     return job
 
 
-def republish(server, ids) -> None:
+def republish(server, ids, moved=None) -> None:
     """A restarted server says where it listens now, in the job's store: server 0 serves that store
     again, on its old port, with what it held (the job, the next worker id)."""
     job = server.job["published"]
@@ -96,12 +96,19 @@ def republish(server, ids) -> None:
             server.store = TCPStore(address(), port, is_master=True, wait_for_workers=False)
             server.store.set("ps/job", json.dumps(job))
             server.store.add("ps/ids", max(int(ids or 0), max(server.clocks, default=-1) + 1))
+            for k, where in (moved or {}).items():   # (the other servers' restarts, as its checkpoint knew them)
+                server.store.set(f"ps/server/{k}", where)
             server.store.set(key, server.end.address)
         else:
             TCPStore(host, port, is_master=False, timeout=timedelta(seconds=5)).set(key, server.end.address)
     except (DistError, OSError, RuntimeError) as e:
         log.warning("parameter server %d: could not tell the job's store at %s where it listens now (%s); workers "
                     "find it at its old address %s only", server.server, job["store"], e, job["servers"][server.server])
+
+
+def addresses(store, servers) -> dict:
+    """The servers' addresses a store says (written by restarted servers), by server."""
+    return {k: store.get(f"ps/server/{k}").decode() for k in range(servers) if store.check([f"ps/server/{k}"])}
 
 
 def locate(job, k):
@@ -153,6 +160,8 @@ def find(init_method, timeout) -> tuple:
     if store.check(["ps/ended"]):
         raise DistError(f"ps.join: the parameter-server job at {init_method} has ended")
     job = json.loads(store.get("ps/job"))
+    for k, where in addresses(store, len(job["servers"])).items():   # (servers restarted elsewhere)
+        job["servers"][k] = where
     return job, store.add("ps/ids", 1) - 1
 
 

@@ -21,7 +21,7 @@ MAX_PARTS = 4
 REQUEST, PAYLOAD, REPLY, REPLY_DATA = 7101, 7102, 7103, 7104   # (tags over the process group)
 (REGISTER, PUSH, PULL, CLOCK, SHUTDOWN, STATS, EXITED, JOIN, WHERE, BARRIER) = range(1, 11)
 LOST = 99   # (not a request: a lost worker, as a server's write-ahead log records it)
-CHANGES_STATE = (REGISTER, PUSH, CLOCK, SHUTDOWN, JOIN)   # (what a server logs ahead, recovery.py)
+CHANGES_STATE = (REGISTER, PUSH, CLOCK, SHUTDOWN, JOIN, BARRIER)   # (what a server logs ahead, recovery.py)
 KIND_NAMES = {REGISTER: "register", PUSH: "push", PULL: "pull", CLOCK: "clock", SHUTDOWN: "shutdown",
               STATS: "stats", EXITED: "exited", JOIN: "join", WHERE: "where", BARRIER: "barrier"}
 OK, ERROR = 0, 1

@@ -40,6 +40,7 @@ from .server import Server, Shard
 log = logging.getLogger("minidl.dist.ps")
 LOGGED = (P.REGISTER, P.PUSH, P.CLOCK, P.SHUTDOWN, P.JOIN)   # (the requests that change a server's state)
 FORMAT = 1
+LINGER = 10.0   # (seconds a restarted server whose workers all shut down still answers them)
 
 
 def folder_of(checkpoint_dir, server) -> str:
@@ -94,11 +95,14 @@ def state_of(server) -> dict:
     return {"format": FORMAT, "job": s.job, "clocks": dict(s.clocks), "seq": dict(s.seq),
             "released": dict(s.released), "finished": sorted(s.finished), "lost": dict(s.lost),
             "pushes_by": dict(s.pushes_by), "barrier_answered": dict(s.barrier_answered),
+            "at_barrier": dict(s.at_barrier), "failure": s.failure, "told": sorted(s.told),
+            "applied_through": s.applied_through, "redone_before": s.redone_before, "restored": s.restored,
             "stats": {k: dict(v) if isinstance(v, dict) else v for k, v in s.stats.items()},
             "shards": [_shard_state(shard) for shard in s.shards],
             "deferred": [_deferred_state(s.shards.index(shard), grad, clock, worker, seq, age)
                          for shard, grad, clock, worker, seq, age in s.deferred],
-            "ids": None if s.store is None else int(s.store.add("ps/ids", 0))}
+            "ids": None if s.store is None else int(s.store.add("ps/ids", 0)),
+            "addresses": {} if s.store is None else membership.addresses(s.store, s.servers)}
 
 
 def _shard_state(shard) -> dict:
@@ -122,6 +126,9 @@ def restore(server, state, where) -> None:
     s.clocks, s.seq, s.released = dict(state["clocks"]), dict(state["seq"]), dict(state["released"])
     s.finished, s.lost = set(state["finished"]), dict(state["lost"])
     s.pushes_by, s.barrier_answered = Counter(state["pushes_by"]), dict(state["barrier_answered"])
+    s.at_barrier, s.failure, s.told = dict(state["at_barrier"]), state["failure"], set(state["told"])
+    s.applied_through, s.redone_before, s.restored = (state["applied_through"], state["redone_before"],
+                                                      state["restored"])
     for k, v in state["stats"].items():
         s.stats[k] = Counter(v) if isinstance(s.stats[k], Counter) else v
     for saved in state["shards"]:
@@ -209,9 +216,11 @@ def recover(server, folder, n, state) -> int:
 
 def resume(server, folder) -> None:
     """``ps.init(resume=True)``: a new job of new processes goes on from this server's checkpoint and
-    log. Every worker starts again at the slowest worker's clock (``rewind``); what this server had
-    applied of the iterations the workers redo is not applied again (their pushes are dropped as
-    repeats), what it had not is (BSP: the unfinished iteration's pushes are discarded)."""
+    log. Every worker starts again at the slowest clock of the workers it brings back (``rewind``).
+    Under BSP the iterations this server had applied in full are not applied again (their pushes are
+    dropped as repeats) and the unfinished ones are redone from scratch (their pushes discarded);
+    under SSP and ASP a push was applied when it came, and one redone above the slowest clock of the
+    workers that were not lost is applied again."""
     began = time.monotonic()
     n, state = Checkpoints(folder).load()
     saved = state.get("job") or {}
@@ -220,14 +229,16 @@ def resume(server, folder) -> None:
             raise ValueError(f"the checkpoint in {folder} is of a job with {key}={saved.get(key)!r}, this one has "
                              f"{key}={server.job[key]!r}")
     records = recover(server, folder, n, state)
-    ended = [w for w in server.clocks if w not in server.lost] or list(server.clocks)   # (finished ones count)
-    slowest = min((server.clocks[w] for w in ended), default=0)
-    server.apply_summed([d for d in server.deferred if d[2] < slowest])
-    server.stats["discarded"] += sum(d[2] >= slowest for d in server.deferred)
-    server.deferred, server.resumed_at, server.redone_before = [], slowest, slowest
-    server.restored = len(server.shards)
-    log.warning("parameter server %d resumed from checkpoint %d and %d logged request(s) in %.2f s, at clock %d",
-                server.server, n, records, time.monotonic() - began, slowest)
+    back = [w for w in server.clocks if w < server.job["workers"]] or list(server.clocks)   # (the new job's)
+    kept = [w for w in server.clocks if w not in server.lost] or list(server.clocks)   # (finished ones count)
+    server.resumed_at = min((server.clocks[w] for w in back), default=0)
+    if not server.bsp:   # (each push was applied when it came: up to the slowest clock, as far as is known)
+        server.applied_through = min((server.clocks[w] for w in kept), default=0)
+    server.redone_before = server.applied_through   # (BSP: iterations before it are applied, in full)
+    server.stats["discarded"] += len(server.deferred)   # (its unfinished iterations: redone)
+    server.deferred, server.restored = [], len(server.shards)
+    log.warning("parameter server %d resumed from checkpoint %d and %d logged request(s) in %.2f s: workers start "
+                "again at clock %d", server.server, n, records, time.monotonic() - began, server.resumed_at)
 
 
 def rewind(server, clock, workers) -> None:
@@ -236,6 +247,7 @@ def rewind(server, clock, workers) -> None:
     server.clocks = {w: clock for w in range(workers)}
     server.finished, server.lost, server.seq, server.released = set(), {}, {}, {}
     server.barrier_answered, server.waiting, server.at_barrier = {}, {}, {}
+    server.failure, server.told = None, set()   # (the stopped job's end is not the new one's)
 
 
 def restart(checkpoint_dir, server=None) -> str:
@@ -252,9 +264,11 @@ def restart(checkpoint_dir, server=None) -> str:
     records = recover(s, folder, n, state)
     s.keeper.follow(n)
     s.heard, s.started = {}, time.monotonic()   # (a worker that never comes back is dropped after the patience)
+    if not s.active():   # (every worker's shutdown was taken: their answers may not have been)
+        s.linger_until = s.started + LINGER
     s.end = membership.server_end(s, job["rank"], port=int(job["address"].rpartition(":")[2]))
     s.end.set_token(job["token"])
-    membership.republish(s, state["ids"])
+    membership.republish(s, state["ids"], state["addresses"])
     log.warning("parameter server %d restarted from checkpoint %d and %d logged request(s) in %.2f s; serving at %s",
                 s.server, n, records, time.monotonic() - began, s.end.address)
     s.serve()
@@ -267,9 +281,12 @@ def _server_folder(checkpoint_dir, server) -> str:
         raise DurabilityError(f"--resume {root}: no such folder (the checkpoint_dir given to ps.init)")
     found = sorted(int(name[6:]) for name in os.listdir(root) if name.startswith("server") and name[6:].isdigit())
     if server is None:
-        if len(found) != 1:
-            raise DurabilityError(f"--resume {root}: it holds the checkpoints of servers {found or 'none'}; "
-                                  f"say which with --server K")
+        if not found:
+            raise DurabilityError(f"--resume {root}: no server checkpoints there (no server<k> folder: is it the "
+                                  f"checkpoint_dir given to ps.init?)")
+        if len(found) > 1:
+            raise DurabilityError(f"--resume {root}: it holds the checkpoints of servers {found}; say which with "
+                                  f"--server K")
         server = found[0]
     if server not in found:
         raise DurabilityError(f"--resume {root}: no checkpoint of server {server} there (servers found: "

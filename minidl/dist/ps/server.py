@@ -100,6 +100,8 @@ class Server:
         self.job, self.keeper = None, None   # (with checkpoint_dir: its settings, its checkpoints and log)
         self.chain = None   # (replicate=True: the link to its backup, replication.py)
         self.resumed_at = self.redone_before = None   # (ps.init(resume=True): recovery.resume)
+        self.applied_through = 0   # (BSP: every iteration before this one is applied)
+        self.linger_until = 0.0   # (a restarted server with no worker left answers their repeats until then)
         self.restored = 0   # (how many of the shards came from a checkpoint of an earlier job)
         self.patience = None   # (over links: how long a worker may stay silent, or never come)
         self.started, self.stall_after, self.stalls_named = time.monotonic(), stall_seconds(), set()
@@ -114,7 +116,8 @@ class Server:
         """Answer requests until no worker is left (each shut down or lost), or, once a lost worker
         ends the job (``on_worker_failure="raise"``), until every other one was told so at its clock."""
         try:
-            while self.active() and not (self.failure and set(self.active()) <= self.told):
+            while ((self.active() or time.monotonic() < self.linger_until)
+                   and not (self.failure and set(self.active()) <= self.told)):
                 event = self.end.next(TICK if self.end.tolerant else None)
                 if event is not None:
                     kind, worker, *rest = event
@@ -165,11 +168,12 @@ class Server:
                 raise ValueError(f"unknown request kind {kind}")
             if worker not in self.clocks and kind not in (P.JOIN, P.WHERE):
                 raise ValueError(f"worker {worker} is not in this job: ps.join() first")
-            if worker in self.lost:
+            returning = worker in self.lost
+            if returning:
                 self.resume(worker)
             repeat = words[P.SEQ] != 0 and words[P.SEQ] <= self.seq.get(worker, 0)
             if self.keeper is not None or self.chain is not None:
-                self.keep(worker, words, parts, repeat)
+                self.keep(worker, words, parts, repeat, returning)
             self.seq[worker] = max(words[P.SEQ], self.seq.get(worker, 0))
             handler(worker, words, parts, repeat)
         except WorkerLost:
@@ -179,14 +183,14 @@ class Server:
             log.warning("parameter server %d: rejected a request from worker %d: %s", self.server, worker, e)
             self.reply(worker, error=str(e))
 
-    def keep(self, worker, words, parts, repeat):
+    def keep(self, worker, words, parts, repeat, returning):
         """With checkpoints: a new parameter's registration is checkpointed before it is first used,
-        and (``durable``) a request that changes the state is logged before it is applied; with a
-        backup, it is applied there first."""
+        and (``durable``) a request that changes the state (or brings a lost worker back) is logged
+        before it is applied; with a backup, it is applied there first."""
         if (self.keeper is not None and words[P.KIND] in (P.PUSH, P.PULL, P.CLOCK)
                 and self.keeper.shards_saved < len(self.shards) and not self.keeper.replaying):
             self.keeper.checkpoint(self)
-        if words[P.KIND] in P.CHANGES_STATE and not repeat:
+        if (words[P.KIND] in P.CHANGES_STATE and not repeat) or returning:
             self.record(worker, words, parts)
 
     def record(self, worker, words, parts):
@@ -399,14 +403,15 @@ class Server:
                 self.seq[worker] = min(d[4] for d in mine) - 1
         log.error("parameter server %d: worker %d lost at clock %d, %d of its pushes applied: %s", self.server,
                   worker, self.clocks[worker], self.pushes_by[worker], how)
-        if self.raise_on_loss:
+        if self.raise_on_loss:   # (the job ends: nothing is released or applied without the lost worker)
             self.failure = self.failure or (f"parameter server {self.server}: worker {worker} was lost at clock "
                                             f"{self.clocks[worker]} ({how}); on_worker_failure='raise' ends the job")
             for w, (_, seq) in self.waiting.items():
                 self.reply(w, error=self.failure, seq=seq)
             self.told.update(self.waiting)
             self.waiting = {}
-        self.release()
+        else:
+            self.release()
         self.release_barrier()
 
     def resume(self, worker):
@@ -481,6 +486,8 @@ class Server:
         due = [d for d in self.deferred if slowest is None or d[2] < slowest]
         self.deferred = [d for d in self.deferred if not (slowest is None or d[2] < slowest)]
         self.apply_summed(due)   # (BSP: the ended iterations' pushes, before anyone goes on)
+        self.applied_through = max([self.applied_through] + [d[2] + 1 for d in due] +
+                                   ([] if slowest is None else [slowest]))
         for worker in list(self.waiting):
             if slowest is None or self.clocks[worker] - slowest <= self.bound:
                 self.answer_clock(worker)

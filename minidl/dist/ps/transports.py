@@ -283,6 +283,8 @@ class LinkWorkerEnd:
                                 self.addresses[k], time.monotonic() - began)
                 return
             except DistError as e:   # (LinkLost too: the new link broke while sending again)
+                if " has ended" in str(e) and self._only_goodbyes(k):
+                    return   # (a restarted server that took every worker's shutdown ends at once)
                 waited = time.monotonic() - began
                 if (" refused " in str(e) and STANDBY not in str(e)) or waited > (self.patience or self.silence):
                     raise ServerLost(self._lost(k, why, e)) from None
@@ -295,6 +297,17 @@ class LinkWorkerEnd:
                     self.addresses[k] = self.locate(k) or self.addresses[k]
                     looked = time.monotonic()
                 time.sleep(0.05)
+
+    def _only_goodbyes(self, k) -> bool:
+        """Whether this worker awaits only its shutdown's answer from server k: then a server that has
+        ended took it (answered here as taken)."""
+        with self.cond:
+            kinds = {int(self.sent[k][seq][0].view(np.int64)[P.KIND]) for seq in self.awaited[k]}
+            if kinds != {P.SHUTDOWN}:
+                return False
+            for seq in self.awaited[k]:
+                self.replies[k][seq] = (P.OK, np.empty(0, np.uint8))
+            return True
 
     def _lost(self, k, why, error) -> str:
         said = f"ps worker {self.me}: parameter server {k} ({self.addresses[k]}) cannot be reached: {why}; "
