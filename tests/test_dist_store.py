@@ -397,3 +397,18 @@ def test_join_arguments():
     with pytest.raises(ValueError, match="world_size must be at least 1"):
         join(store, 0, 0, SHORT, "rdzv")
     assert join(store, 0, 1, SHORT, "solo") == 0 and join(store, 0, 1, SHORT, "solo") == 1
+
+
+def test_a_forgotten_store_finalized_while_a_server_is_made_does_not_deadlock():
+    """Garbage collection may finalize a dropped master TCPStore (releasing its server) on a thread that is
+    making another server under the servers' lock: the release takes that lock again, on the same thread."""
+    from minidl.dist.store import tcp_server
+
+    def make_and_forget():
+        store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
+        with tcp_server._tenants_lock:   # (as acquire holds it when a collection runs the finalizer)
+            del store
+    worker = threading.Thread(target=make_and_forget, daemon=True)
+    worker.start()
+    worker.join(20)
+    assert not worker.is_alive(), "releasing a store's server under the servers' lock deadlocked"

@@ -15,7 +15,8 @@ from . import wire
 from .base import DistNetworkError, DistStoreError
 from .hash import HashStore
 
-_tenants_lock = threading.Lock()
+_tenants_lock = threading.RLock()   # (re-entered when garbage collection, run while a server is made under
+# it, finalizes a forgotten TCPStore, whose release takes it again on the same thread)
 _tenants: dict = {}  # port -> [server, users]
 
 
