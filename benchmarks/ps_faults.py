@@ -22,7 +22,6 @@ import json
 import os
 import re
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -30,7 +29,8 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from _gloo_ranks import ROOT, finish, start_ranks
+
 SIZES = {"4 KiB": 1024, "64 KiB": 16384, "1 MiB": 262144}   # float32 elements
 
 
@@ -89,41 +89,6 @@ def rank_throughput(rounds):
 
 
 # ---------------------------------------------------------------------------------- the launcher
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def start_ranks(command, n, folder, tag, env):
-    """n processes of ``command`` over gloo (env://), their output in files: [(process, output file)]."""
-    port, ranks = free_port(), []
-    for r in range(n):
-        out = open(Path(folder) / f"{tag}-{r}.out", "w+")
-        launch = {"PYTHONPATH": str(ROOT), "RANK": str(r), "WORLD_SIZE": str(n), "MASTER_ADDR": "127.0.0.1",
-                  "MASTER_PORT": str(port)}
-        ranks.append((subprocess.Popen(command, cwd=folder, stdout=out, stderr=subprocess.STDOUT,
-                                       start_new_session=True, env={**os.environ, **launch, **env}), out))
-    return ranks
-
-
-def finish(ranks, timeout, spare=()):
-    """Wait for every rank but those in ``spare``; kill them all at the end: their outputs, or None on a hang."""
-    deadline = time.monotonic() + timeout
-    try:
-        while any(p.poll() is None for i, (p, _) in enumerate(ranks) if i not in spare):
-            if time.monotonic() > deadline:
-                return None
-            time.sleep(0.02)
-        return [out.seek(0) or out.read() for _, out in ranks]
-    finally:
-        for p, out in ranks:
-            if p.poll() is None:
-                os.killpg(p.pid, signal.SIGKILL)
-            p.wait()
-            out.close()
-
-
 def detection_trial(folder, trial):
     """Seconds from worker 2's SIGKILL to the server's "lost" time, or None when the run failed."""
     ready = Path(folder) / f"ready{trial}"

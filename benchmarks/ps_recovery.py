@@ -29,7 +29,6 @@ import logging
 import os
 import re
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -37,7 +36,8 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from _gloo_ranks import ROOT, finish, start_ranks
+
 SIZES = {"1 K": 1 << 10, "64 K": 1 << 16, "1 M": 1 << 20}   # float32 elements
 PLACES = {"tmpfs": "/dev/shm", "work disk": tempfile.gettempdir()}
 
@@ -150,24 +150,6 @@ def rank_failover(setting):
 
 
 # ---------------------------------------------------------------------------------- the launcher
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def start_ranks(command, n, folder, tag, env):
-    """n processes of ``command`` over gloo (env://), their output in files: [(process, output file)]."""
-    port, ranks = free_port(), []
-    for r in range(n):
-        out = open(Path(folder) / f"{tag}-{r}.out", "w+")
-        launch = {"PYTHONPATH": str(ROOT), "RANK": str(r), "WORLD_SIZE": str(n), "MASTER_ADDR": "127.0.0.1",
-                  "MASTER_PORT": str(port), "MINIDL_PS_SERVER_TIMEOUT": "60"}
-        ranks.append((subprocess.Popen(command, cwd=folder, stdout=out, stderr=subprocess.STDOUT,
-                                       start_new_session=True, env={**os.environ, **launch, **env}), out))
-    return ranks
-
-
 def restart(folder, checkpoint_dir, tag):
     """``python -m minidl.dist.ps --resume checkpoint_dir --server 0``: (process, output file, start time)."""
     out = open(Path(folder) / f"{tag}.out", "w+")
@@ -178,25 +160,11 @@ def restart(folder, checkpoint_dir, tag):
     return p, out, began
 
 
-def finish(ranks, timeout, spare=()):
-    """Wait for every rank but those in ``spare``; kill them all at the end: their outputs, or None on a hang."""
-    deadline = time.monotonic() + timeout
-    try:
-        while any(p.poll() is None for i, (p, _) in enumerate(ranks) if i not in spare):
-            if time.monotonic() > deadline:
-                return None
-            time.sleep(0.01)
-        return [out.seek(0) or out.read() for _, out in ranks]
-    finally:
-        for p, out in ranks:
-            if p.poll() is None:
-                os.killpg(p.pid, signal.SIGKILL)
-            p.wait()
-            out.close()
+WAIT = {"MINIDL_PS_SERVER_TIMEOUT": "60"}   # (a worker whose server is not restarted fails in a minute, not 5)
 
 
 def role(name, setting):
-    return {"PS_RECOVERY_ROLE": name, "PS_RECOVERY_SETTING": json.dumps(setting)}
+    return {"PS_RECOVERY_ROLE": name, "PS_RECOVERY_SETTING": json.dumps(setting), **WAIT}
 
 
 def fdatasync_cost(folder, size, count):
@@ -310,7 +278,7 @@ def example_run(folder, script, flags, tag, kill_at=None):
     ck = Path(folder) / f"ck-{tag}"
     extra = ["--checkpoint-dir", str(ck)] + ([] if kill_at is None else ["--kill-server-at", str(kill_at)])
     began = time.time()
-    ranks = start_ranks([sys.executable, str(ROOT / "examples" / script), *flags, *extra], 3, folder, tag, {})
+    ranks = start_ranks([sys.executable, str(ROOT / "examples" / script), *flags, *extra], 3, folder, tag, WAIT)
     served = None
     try:
         if kill_at is not None:
