@@ -135,8 +135,7 @@ def restore(server, state, where) -> None:
         kind, *words = saved["optimizer"]
         shard = Shard(saved["name"], tuple(saved["shape"]), P.DTYPES[saved["dtype"]], saved["sparse"],
                       from_words(kind, words), s.server, s.servers, saved["value"], saved["std"],
-                      saved["seed"])
-        shard.checksum = None if saved["checksum"] is None else tuple(saved["checksum"])
+                      saved["seed"], None if saved["checksum"] is None else tuple(saved["checksum"]))
         shard.optimizer.load_state_dict(saved["state"])
         s.shards.append(shard)
     for d in state["deferred"]:

@@ -61,13 +61,14 @@ class WorkerLost(DistError):
 class Shard:
     """This server's part of one parameter, as a leaf tensor its optimizer updates."""
 
-    def __init__(self, name, shape, dtype, sparse, optimizer, server, servers, value=None, std=0.0, seed=0):
+    def __init__(self, name, shape, dtype, sparse, optimizer, server, servers, value=None, std=0.0, seed=0,
+                 checksum=None):
         self.name, self.shape, self.dtype, self.sparse = name, tuple(shape), dtype, sparse
         self.spec, self.std, self.seed = optimizer, std, seed   # (what a checkpoint rebuilds it from)
         count = shape[0] if sparse else int(np.prod(shape))
         self.lo, self.hi = bounds(count, servers)[server:server + 2]
         local = (self.hi - self.lo,) + tuple(shape[1:]) if sparse else (self.hi - self.lo,)
-        self.checksum = _checksum(value)
+        self.checksum = checksum   # (of the first registration's value: later ones must agree)
         if value is None:   # an embedding: rows drawn as the whole table's would be (counter-based)
             row = int(np.prod(shape[1:]))
             g = minidl.Generator().set_state(np.frombuffer(struct.pack("<QQ", seed, self.lo * row), np.uint8))
@@ -242,7 +243,7 @@ class Server:
                                  f"(every worker, joining ones too, must start from the same parameters)")
         elif key == len(self.shards):
             self.shards.append(Shard(name, shape, dtype, bool(words[P.SPARSE]), from_words(words[P.OPTIMIZER], hyper),
-                                     self.server, self.servers, value, hyper[3], words[P.SEED]))
+                                     self.server, self.servers, value, hyper[3], words[P.SEED], _checksum(value)))
         else:
             raise ValueError(f"register {name!r}: key {key} out of order (next is {len(self.shards)})")
         self.reply(worker)
