@@ -30,8 +30,9 @@ ends the job at every worker's next clock ("raise", BSP's default); a worker tha
 its unanswered requests again and each push is applied once; ``drop_stale_after`` drops pushes
 computed too many clocks behind; ``ps.join`` adds a worker. With ``checkpoint_dir`` (and
 ``durable=True``) a server killed at any moment is restarted from its checkpoint and write-ahead log
-while the workers wait (recovery.py), and ``resume=True`` starts a whole job again from there. Under
-MPI one dead process ends the job (MPI's rule).
+while the workers wait (recovery.py), and ``resume=True`` starts a whole job again from there; with
+``replicate=True`` each server's range is also kept on the next server, which serves it at once when
+the server dies (replication.py). Under MPI one dead process ends the job (MPI's rule).
 """
 from __future__ import annotations
 
