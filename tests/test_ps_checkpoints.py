@@ -168,3 +168,58 @@ def test_a_resumed_job_restores_row_sharded_tables(tmp_path):
     expected_e[[1, 4]] -= 8.0
     np.testing.assert_array_equal(t, expected_t)
     np.testing.assert_allclose(e, expected_e, rtol=0, atol=1e-6)
+
+
+class QueuedEnd:
+    """A transport end holding requests that came together; it keeps the server's replies."""
+    tolerant = True
+
+    def __init__(self, events):
+        self.events, self.replies = list(events), []
+
+    def next(self, timeout=None):
+        return self.events.pop(0) if self.events else None
+
+    def reply(self, worker, status, body=None, seq=0):
+        self.replies.append((worker, status, seq))
+        return []
+
+    def close(self, flush=True):
+        pass
+
+
+def test_durable_requests_that_waited_together_share_one_sync(tmp_path, monkeypatch):
+    """Two registrations, five pushes and two shutdowns waiting at once: the log is synced once (a group
+    commit), and every request is answered, after that sync."""
+    from minidl.dist.ps import durability, recovery
+    from minidl.dist.ps import protocol as P
+    from minidl.dist.ps.server import Server
+    syncs, order = [], []
+    real = durability.os.fdatasync
+    monkeypatch.setattr(durability.os, "fdatasync", lambda fd: (syncs.append(fd), order.append("sync"), real(fd)))
+    opt, events, seq = ps.SGD(lr=1.0), [], {0: 0, 1: 0}
+
+    def request(worker, kind, payload=(), **words):
+        seq[worker] += 1
+        header = P.header(kind, **words)
+        header[P.SEQ] = seq[worker]
+        parts = P.seal(header, payload)
+        events.append(("request", worker, np.frombuffer(parts[0], np.int64).tolist(), parts[1:]))
+    for w in (0, 1):
+        request(w, P.REGISTER, [P.text("w"), minidl.tensor([3]), minidl.tensor(opt.words() + [0.0],
+                dtype=minidl.float64), minidl.zeros(3)], key=0, numel=3, name_len=1, ndim=1, optimizer=opt.kind)
+    for i in range(5):
+        request(i % 2, P.PUSH, [minidl.ones(3)], key=0, numel=3)
+    for w in (0, 1):
+        request(w, P.SHUTDOWN)
+    end = QueuedEnd(events)
+    end.reply = lambda worker, status, body=None, seq=0: (order.append("reply"), end.replies.append(status))
+    server = Server(end, 0, 1, 2, "asp", 0, "shrink")
+    server.job = {"consistency": "asp", "staleness": 0, "on_worker_failure": "shrink", "drop_stale_after": None,
+                  "servers": 1, "server": 0, "workers": 2, "rank": 2, "checkpoint_dir": str(tmp_path),
+                  "checkpoint_every": None, "checkpoint_seconds": 3600.0, "durable": True, "resume": False}
+    recovery.start(server)
+    server.serve()
+    assert len(syncs) == 1 and order == ["sync"] + ["reply"] * 9, order
+    assert end.replies == [P.OK] * 9
+    np.testing.assert_array_equal(server.shards[0].param.detach().numpy(), np.full(3, -5.0, np.float32))

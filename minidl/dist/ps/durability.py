@@ -179,11 +179,13 @@ class Log:
         self.path, self.fault_rank = _log_path(folder, n), fault_rank
         os.makedirs(folder, exist_ok=True)
         self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        self.unsynced = False
         _fsync_folder(folder)   # the new file's name must survive too
 
-    def append(self, parts: list) -> None:
-        """Append one record of bytes-like ``parts`` and make it durable: the caller acknowledges only after.
-        A write that fails (a full disk, an injected raise) is cut off again, so later records follow good data."""
+    def append(self, parts: list, sync: bool = True) -> None:
+        """Append one record of bytes-like ``parts`` and make it durable (``sync=False``: at the next
+        ``sync()``): the caller acknowledges only after. A write that fails (a full disk, an injected
+        raise) is cut off again, so later records follow good data."""
         data = _record(parts)
         midway = _midway(self.fault_rank, "ps_wal")
         half = len(data) // 2 if midway is not None else len(data)
@@ -193,12 +195,23 @@ class Log:
             if midway is not None:
                 midway()
             _write_all(self._fd, data[half:])
-            os.fdatasync(self._fd)
+            if sync:
+                os.fdatasync(self._fd)
+            self.unsynced = not sync
         except BaseException as e:
             os.ftruncate(self._fd, start)
             if isinstance(e, OSError):
                 raise DurabilityError(f"{self.path}: a record cannot be appended: {e.strerror or e}") from e
             raise
+
+    def sync(self) -> None:
+        """Make the records appended with ``sync=False`` durable: one fdatasync for all of them."""
+        if self.unsynced:
+            try:
+                os.fdatasync(self._fd)
+            except OSError as e:
+                raise DurabilityError(f"{self.path}: the log cannot be synced: {e.strerror or e}") from e
+            self.unsynced = False
 
     def close(self) -> None:
         os.close(self._fd)

@@ -24,8 +24,8 @@ import json
 import logging
 import os
 import time
-
 from collections import Counter
+from contextlib import contextmanager
 
 import numpy as np
 
@@ -62,9 +62,28 @@ class Keeper:
             self.log = Log(self.folder, n, self.fault_rank)
 
     def record(self, worker, words, parts):
-        """A state-changing request (or a lost worker: kind LOST), durable before it is applied."""
+        """A state-changing request (or a lost worker: kind LOST), logged before it is applied; made
+        durable before anything is answered (``acknowledging``)."""
         if self.log is not None and not self.replaying:
-            self.log.append([np.array([worker] + list(words), np.int64).view(np.uint8), *parts])
+            self.log.append([np.array([worker] + list(words), np.int64).view(np.uint8), *parts], sync=False)
+
+    @contextmanager
+    def acknowledging(self, server):
+        """The server's replies held until what it logged meanwhile is synced to disk: the requests that
+        waited together share one fdatasync (a group commit)."""
+        if self.log is None:
+            yield
+            return
+        end = server.end
+        server.end = held = Held(end)
+        try:
+            yield
+        finally:
+            server.end = end
+        if self.log is not None:
+            self.log.sync()
+        for reply in held.replies:
+            end.reply(*reply)
 
     def due(self, slowest) -> bool:
         if self.replaying:
@@ -157,6 +176,20 @@ def replay_log(server, folder, n) -> int:
             server.take(worker, words, [np.frombuffer(p, np.uint8) for p in parts[1:]])
         count += 1
     return count
+
+
+class Held:
+    """A transport end whose replies wait in a list (Keeper.acknowledging); the rest is the end's."""
+
+    def __init__(self, end):
+        self.end, self.replies = end, []
+
+    def reply(self, worker, status, body=None, seq=0):
+        self.replies.append((worker, status, body, seq))
+        return []
+
+    def __getattr__(self, name):
+        return getattr(self.end, name)
 
 
 class NoReplies:

@@ -47,6 +47,7 @@ from .sharding import bounds
 
 log = logging.getLogger("minidl.dist.ps")
 TICK = 0.5   # how often an idle server looks for stalls (seconds)
+BATCH = 64   # durable: at most this many waiting requests share one sync of the log
 
 
 def stall_seconds() -> float:
@@ -120,21 +121,17 @@ class Server:
             while ((self.active() or time.monotonic() < self.linger_until)
                    and not (self.failure and set(self.active()) <= self.told)):
                 event = self.end.next(TICK if self.end.tolerant else None)
-                if event is not None:
-                    kind, worker, *rest = event
-                    if kind == "request":
-                        self.take(worker, *rest)
-                    elif kind == "lost":
-                        self.worker_gone(worker, rest[0] or "exited without calling ps.shutdown()")
-                    elif kind == "reconnected":
-                        self.note_resumed(worker, rest[0])
-                    elif kind == "silent":
-                        raise self.fail(self.silent(), rest[0])
-                self.look_for_stalls()
-                self.drop_absent()
-                if self.keeper is not None and self.keeper.due(min((self.clocks[w] for w in self.active()),
-                                                                   default=0)):
-                    self.keeper.checkpoint(self)
+                if self.keeper is None:
+                    self.handle(event)
+                    continue
+                with self.keeper.acknowledging(self):   # (durable: one sync for the requests waiting now)
+                    for _ in range(BATCH if self.keeper.durable else 1):
+                        self.handle(event)
+                        event = self.end.next(0) if self.keeper.durable else None
+                        if event is None:
+                            break
+                    if self.keeper.due(min((self.clocks[w] for w in self.active()), default=0)):
+                        self.keeper.checkpoint(self)
         except BaseException:
             self.end_job(flush=False)
             raise
@@ -142,6 +139,21 @@ class Server:
         if self.lost and (self.failure or not self.finished):
             raise WorkerLost(self.failure or f"parameter server {self.server}: every worker was lost: "
                                              f"{sorted(self.lost)}")
+
+    def handle(self, event):
+        """One event from the transport (None: a tick without one), then the checks due on every tick."""
+        if event is not None:
+            kind, worker, *rest = event
+            if kind == "request":
+                self.take(worker, *rest)
+            elif kind == "lost":
+                self.worker_gone(worker, rest[0] or "exited without calling ps.shutdown()")
+            elif kind == "reconnected":
+                self.note_resumed(worker, rest[0])
+            elif kind == "silent":
+                raise self.fail(self.silent(), rest[0])
+        self.look_for_stalls()
+        self.drop_absent()
 
     def end_job(self, flush=True):
         """No worker may join from now on."""
