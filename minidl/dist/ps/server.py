@@ -125,11 +125,12 @@ class Server:
                     self.handle(event)
                     continue
                 with self.keeper.acknowledging(self):   # (durable: one sync for the requests waiting now)
-                    for _ in range(BATCH if self.keeper.durable else 1):
-                        self.handle(event)
-                        event = self.end.next(0) if self.keeper.durable else None
+                    self.handle(event)
+                    for _ in range(BATCH - 1 if self.keeper.durable and event is not None else 0):
+                        event = self.end.next(0)
                         if event is None:
                             break
+                        self.handle(event)
                     if self.keeper.due(min((self.clocks[w] for w in self.active()), default=0)):
                         self.keeper.checkpoint(self)
         except BaseException:
