@@ -81,8 +81,8 @@ def init(num_servers=1, consistency="bsp", staleness=0, *, on_worker_failure=Non
     ``checkpoint_seconds`` seconds; 60 s if neither is given), and a server killed at any moment is
     restarted from it by ``python -m minidl.dist.ps --resume <checkpoint_dir> --server <k>`` while the
     workers wait (``MINIDL_PS_SERVER_TIMEOUT``, 300 s) and then go on. ``durable=True``: each push (and
-    clock, registration...) is appended to a write-ahead log and synced to disk before it is applied
-    and acknowledged, so the restart loses no acknowledged push; without it the restart goes back to
+    clock, registration...) is appended to a write-ahead log and synced to disk before it is
+    acknowledged (requests that wait together share one sync), so the restart loses no acknowledged push; without it the restart goes back to
     the last checkpoint. Server recovery needs links too (the "gloo" backend or simulated ranks).
 
     ``resume=True``: a job started again (every process, e.g. by ``minidl.dist.run --max-restarts``)
