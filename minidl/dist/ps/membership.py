@@ -114,9 +114,8 @@ def addresses(store, servers) -> dict:
 def locate(job, k):
     """Where server k listens now (the store's word, after a restart), or None if the store cannot say."""
     try:
-        store = TCPStore(*_host_port(job["store"]), is_master=False, timeout=timedelta(seconds=2))
-        key = f"ps/server/{k}"
-        return store.get(key).decode() if store.check([key]) else None
+        return addresses(TCPStore(*_host_port(job["store"]), is_master=False, timeout=timedelta(seconds=2)),
+                         len(job["servers"])).get(k)
     except (DistError, OSError, RuntimeError):
         return None
 

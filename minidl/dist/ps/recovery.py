@@ -8,9 +8,9 @@ process takes its place.
   start, once the registrations are done, then every ``checkpoint_every`` clocks of the slowest
   worker and/or ``checkpoint_seconds`` seconds.
 - **The write-ahead log** (``durable=True``): every request that changes the state (register,
-  push, clock, join, shutdown) and every lost worker is appended to the log that follows the
-  newest checkpoint, and made durable, before it is applied and answered. So an acknowledged push
-  is on disk. Without it a restart loses what the server applied since its last checkpoint.
+  push, clock, join, shutdown, barrier) and every lost or returning worker is appended to the log
+  that follows the newest checkpoint before it is applied, and synced before it is answered (the
+  requests that waited together share one sync). So an acknowledged push is on disk. Without it a restart loses what the server applied since its last checkpoint.
 - **Restart** (``python -m minidl.dist.ps --resume DIR --server K``, or ``restart``): a new process
   loads the newest checkpoint, replays the log after it (with replies going nowhere), listens on the
   old port when it can (and says where in the job's store in any case; server 0 serves that store
@@ -20,7 +20,6 @@ process takes its place.
 """
 from __future__ import annotations
 
-import json
 import logging
 import os
 import time
@@ -38,7 +37,6 @@ from .optimizers import from_words
 from .server import Server, Shard
 
 log = logging.getLogger("minidl.dist.ps")
-LOGGED = (P.REGISTER, P.PUSH, P.CLOCK, P.SHUTDOWN, P.JOIN)   # (the requests that change a server's state)
 FORMAT = 1
 LINGER = 10.0   # (seconds a restarted server whose workers all shut down still answers them)
 
@@ -80,8 +78,7 @@ class Keeper:
             yield
         finally:
             server.end = end
-        if self.log is not None:
-            self.log.sync()
+        self.log.sync()   # (a checkpoint meanwhile began a new log: it syncs what came after)
         for reply in held.replies:
             end.reply(*reply)
 
@@ -199,10 +196,6 @@ class NoReplies:
 
     def reply(self, worker, status, body=None, seq=0):
         return []
-
-
-def describe(job) -> str:
-    return json.dumps({k: job[k] for k in ("consistency", "servers", "server")})
 
 
 # -- a server's checkpoints from ps.init, and its restart -----------------------------------------------
