@@ -595,6 +595,7 @@ section("6b. A frozen worker wakes up: its stale pushes are dropped (drop_stale_
 FROZEN_STEPS, K = 8, 3
 thawed = threading.Event()
 fast_done = threading.Barrier(WORKERS - 1, action=thawed.set)   # (sim ranks are threads: they share these)
+lockstep = threading.Barrier(WORKERS - 1)   # the fast two clock together: only worker 0 is ever behind
 
 
 def frozen(rank):
@@ -607,6 +608,8 @@ def frozen(rank):
             thawed.wait()                      # frozen after its first pull until the others are done
         ps.push("w", counted_gradient(v, rank, step))
         ps.clock()
+        if rank != 0:
+            lockstep.wait()
     ps.pull("w")                               # (answered in order: every push above was taken)
     if rank != 0:
         fast_done.wait()
