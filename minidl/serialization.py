@@ -396,11 +396,16 @@ def _write(data: bytes, f, midway=None) -> None:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
-    dir_fd = os.open(folder, os.O_RDONLY)
+    _fsync_folder(folder)  # make the rename itself durable
+
+
+def _fsync_folder(folder: str) -> None:
+    """Make a created, renamed or removed name in ``folder`` durable."""
+    fd = os.open(folder, os.O_RDONLY)
     try:
-        os.fsync(dir_fd)  # make the rename itself durable
+        os.fsync(fd)
     finally:
-        os.close(dir_fd)
+        os.close(fd)
 
 
 def save(obj, f) -> None:

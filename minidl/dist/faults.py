@@ -12,7 +12,10 @@ itself at a chosen point, driven by the environment so the code under test runs 
   ``ps_wal:<n>``: in the middle of this rank's n-th write-ahead log record (``minidl.dist.ps.durability``:
   half of the record written and flushed to the file); ``ps_checkpoint:<n>``: in the middle of its n-th
   checkpoint (half of the temp file written, before the rename); ``ps_apply:<n>``: right after a parameter
-  server's n-th optimizer step, before it is answered. These three take ``kill``, ``stop`` or ``raise``.
+  server's n-th optimizer step, before it is answered. ``dcp_write:<n>``: in the middle of this rank's n-th file
+  of a distributed checkpoint (``minidl.dist.checkpoint``); ``dcp_commit:<n>``: in the middle of the coordinator's
+  n-th ``.metadata`` (the commit), before the rename; ``dcp_cleanup:<n>``: after its n-th commit, before the
+  files of older saves are removed. These take ``kill``, ``stop`` or ``raise``.
 - ``do``: what. ``kill`` (SIGKILL itself), ``stop`` (SIGSTOP itself: a frozen rank), ``raise``
   (raise InjectedFault at a collective; from ``idle``, a KeyboardInterrupt in the main thread; not
   meant for ``send``, which runs on a sending thread), ``partition`` (close the socket backend's
@@ -103,6 +106,13 @@ def armed(what: str, rank: int) -> Fault | None:
         return None
     fault.calls += 1
     return fault if fault.calls == fault.count else None
+
+
+def midway(what: str, rank: int | None):
+    """The hook that fires this rank's ``<what>:<n>`` fault in the middle of a write (half of it written
+    and flushed), when this write is the n-th; None otherwise (and where there is no rank to match)."""
+    fault = armed(what, rank) if rank is not None else None
+    return None if fault is None else lambda: fire(fault, rank, 1)
 
 
 def collective(what: str, rank: int, size: int) -> None:

@@ -56,21 +56,6 @@ def check_writable(folder: str, what: str) -> None:
         raise ValueError(f"{what}: cannot write to {folder}: {e.strerror or e}") from None
 
 
-def _fsync_folder(folder: str) -> None:
-    """Make a created, renamed or removed name in ``folder`` durable."""
-    fd = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _midway(fault_rank: int | None, what: str):
-    """The hook that fires this rank's ``what`` fault in the middle of a write, when this write is the one."""
-    fault = faults.armed(what, fault_rank) if fault_rank is not None else None
-    return None if fault is None else lambda: faults.fire(fault, fault_rank, 1)
-
-
 class Checkpoints:
     """One server's checkpoints in ``folder``; see ``save`` and ``load`` for the files and their checks."""
 
@@ -94,7 +79,7 @@ class Checkpoints:
         manifest = {"n": n, "file": name, "bytes": len(data), "crc32": f"{zlib.crc32(data):08x}"}
         try:
             os.makedirs(self.folder, exist_ok=True)
-            serialization._write(data, self._path(name), midway=_midway(self.fault_rank, "ps_checkpoint"))
+            serialization._write(data, self._path(name), midway=faults.midway("ps_checkpoint", self.fault_rank))
             serialization._write(json.dumps(manifest).encode(), self._path(_LATEST))
         except OSError as e:
             raise DurabilityError(f"checkpoint {n} cannot be written to {self.folder}: {e.strerror or e}") from e
@@ -180,14 +165,14 @@ class Log:
         os.makedirs(folder, exist_ok=True)
         self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         self.unsynced = False
-        _fsync_folder(folder)   # the new file's name must survive too
+        serialization._fsync_folder(folder)   # the new file's name must survive too
 
     def append(self, parts: list, sync: bool = True) -> None:
         """Append one record of bytes-like ``parts`` and make it durable (``sync=False``: at the next
         ``sync()``): the caller acknowledges only after. A write that fails (a full disk, an injected
         raise) is cut off again, so later records follow good data."""
         data = _record(parts)
-        midway = _midway(self.fault_rank, "ps_wal")
+        midway = faults.midway("ps_wal", self.fault_rank)
         half = len(data) // 2 if midway is not None else len(data)
         start = os.fstat(self._fd).st_size
         try:
