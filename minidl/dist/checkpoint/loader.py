@@ -38,8 +38,9 @@ def load(state_dict: dict, *, checkpoint_id=None, storage_reader=None, planner=N
     working = {**state_dict, **{k: v.state_dict() for k, v in stateful.items()}}
     leaves, paths = flatten(working, _WHAT)
     meta = Metadata.from_json(ranks.from_coordinator(lambda: reader.read_metadata().to_json()), reader.path)
-    reads, values = ranks.check(planner.read_plan, leaves, meta, reader.path, _WHAT)
-    ranks.check(_read, reader, meta, reads)
+    with no_grad():   # (the boxes read into are views of parameters: views made without history)
+        reads, values = ranks.check(planner.read_plan, leaves, meta, reader.path, _WHAT)
+        ranks.check(_read, reader, meta, reads)
     for fqn, value in values.items():
         set_leaf(working, paths[fqn], value)
     for k, v in stateful.items():
@@ -58,5 +59,4 @@ def _read(reader, meta: Metadata, reads: dict) -> None:
             raw = pieces[0] if len(pieces) == 1 else np.concatenate(pieces)
             values = np.require(raw.view(read.dtype.np.newbyteorder("<")).astype(read.dtype.np, copy=False),
                                 requirements=["C", "A", "W"])
-            with no_grad():
-                read.target.copy_(serialization._whole(read.dtype, read.sizes, values))
+            read.target.copy_(serialization._whole(read.dtype, read.sizes, values))

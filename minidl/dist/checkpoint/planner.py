@@ -67,19 +67,19 @@ class DefaultSavePlanner:
         self.to_lowest = dedup_save_to_lowest_rank
 
     def local_plan(self, leaves: dict, paths: dict, what: str) -> dict:
-        """What this rank holds, as a picklable list; its tensors stay here, in ``self.boxes``."""
-        self.boxes, tensors, values = {}, [], {}
+        """What this rank holds, as a picklable list of (key, value or (dtype, size, offsets, sizes), path) in
+        the state dict's order; its tensors stay here, in ``self.boxes`` (key -> [(offsets, tensor)])."""
+        self.boxes, entries = {}, []
         for fqn, leaf in leaves.items():
             found = slices_of(leaf)
             if found is None:
-                values[fqn] = _encode_value(leaf, fqn, what)
+                entries.append((fqn, _encode_value(leaf, fqn, what), paths[fqn]))
                 continue
             size, boxes = found
             for offsets, t in boxes:
-                sizes = tuple(t.shape)
-                self.boxes[(fqn, tuple(offsets))] = t
-                tensors.append((fqn, t.dtype.name, tuple(size), tuple(offsets), sizes))
-        return {"tensors": tensors, "values": values, "paths": paths}
+                self.boxes.setdefault(fqn, []).append((tuple(offsets), t))
+                entries.append((fqn, (t.dtype.name, tuple(size), tuple(offsets), tuple(t.shape)), paths[fqn]))
+        return entries
 
     def global_plan(self, plans: list, what: str):
         """(each rank's list of (fqn, offsets, sizes) to write, the Metadata without its storage) — the same
@@ -87,19 +87,20 @@ class DefaultSavePlanner:
         meta = Metadata({}, world_size=len(plans))
         holders, first, problems = {}, {}, []
         for r, plan in enumerate(plans):
-            for fqn, value in plan["values"].items():
-                entry = meta.state_dict_metadata.get(fqn)
-                if isinstance(entry, TensorStorageMetadata):
-                    problems.append(f"{fqn!r} is a plain value on rank {r} but a tensor on rank {first[fqn]}")
-                elif entry is None:
-                    meta.values[fqn], meta.planner_data[fqn], first[fqn] = value, plan["paths"][fqn], r
-                    meta.state_dict_metadata[fqn] = BytesStorageMetadata()
-            for fqn, dtype, size, offsets, sizes in plan["tensors"]:
+            for fqn, item, path in plan:
                 entry = meta.state_dict_metadata.get(fqn)
                 if entry is None:
-                    entry = meta.state_dict_metadata[fqn] = TensorStorageMetadata(
-                        TensorProperties(dt.from_name(dtype)), size, [])
-                    meta.planner_data[fqn], first[fqn] = plan["paths"][fqn], r
+                    meta.planner_data[fqn], first[fqn] = path, r
+                    if isinstance(item, tuple):
+                        entry = TensorStorageMetadata(TensorProperties(dt.from_name(item[0])), item[1], [])
+                    else:
+                        entry, meta.values[fqn] = BytesStorageMetadata(), item
+                    meta.state_dict_metadata[fqn] = entry
+                if not isinstance(item, tuple):
+                    if isinstance(entry, TensorStorageMetadata):
+                        problems.append(f"{fqn!r} is a plain value on rank {r} but a tensor on rank {first[fqn]}")
+                    continue
+                dtype, size, offsets, sizes = item
                 if isinstance(entry, BytesStorageMetadata):
                     problems.append(f"{fqn!r} is a tensor on rank {r} but a plain value on rank {first[fqn]}")
                 elif (entry.properties.dtype.name, entry.size) != (dtype, size):
@@ -149,9 +150,8 @@ class DefaultSavePlanner:
         return out
 
     def _box_holding(self, fqn, offsets, sizes):
-        for (name, box_offsets), t in self.boxes.items():
-            if name == fqn and all(b <= o and o + s <= b + n for o, s, b, n in zip(offsets, sizes, box_offsets,
-                                                                                   t.shape)):
+        for box_offsets, t in self.boxes[fqn]:
+            if all(b <= o and o + s <= b + n for o, s, b, n in zip(offsets, sizes, box_offsets, t.shape)):
                 return box_offsets, t
         raise AssertionError(f"no box of {fqn} holds {offsets} + {sizes}")   # the plan only gives boxes held
 
