@@ -233,10 +233,15 @@ class FileSystemReader:
         try:
             size = os.stat(where).st_size
         except FileNotFoundError:
-            raise RuntimeError(f"{self.path} is missing the file {name} of its checkpoint (save {meta.save_id})") from None
+            others = sorted(i for i in self._shards() if i != meta.save_id)
+            hint = (f"; the folder holds files of save(s) {others} instead: is its {METADATA_NAME} from another "
+                    f"checkpoint?" if others else "")
+            raise RuntimeError(f"{self.path} is missing the file {name} of its checkpoint (save "
+                               f"{meta.save_id}){hint}") from None
         if size != record.size:
             raise RuntimeError(f"{where} has {size} bytes but the checkpoint's {METADATA_NAME} says {record.size}: "
-                               f"{'truncated' if size < record.size else 'changed'} since it was saved")
+                               f"{'truncated' if size < record.size else 'changed'} since it was saved"
+                               f"{self._foreign(name, meta.save_id)}")
         block = meta.block_bytes
         spans = _merged([(s // block * block, min(record.size, -(-(s + n) // block) * block))
                          for s, n in ranges if n])
