@@ -20,6 +20,7 @@ import concurrent.futures
 import json
 import os
 import re
+import secrets
 import struct
 import warnings
 import zlib
@@ -65,13 +66,24 @@ class FileSystemWriter:
         if checkpoint_id is not None:
             self.path = os.fspath(checkpoint_id)
 
-    def set_up(self, is_coordinator: bool) -> None:
-        """On the coordinator: make the folder; refuse an existing checkpoint under ``overwrite=False``."""
+    def set_up(self, is_coordinator: bool):
+        """On the coordinator: make the folder; refuse an existing checkpoint under ``overwrite=False``; and
+        pick the new save's id: 8 hex digits counting the saves in this folder, then 8 random ones. Counting
+        (not the clock) orders the ids, so a reader can tell an interrupted newer save from leftovers."""
         if not is_coordinator:
-            return
+            return None
         os.makedirs(self.path, exist_ok=True)
-        if not self.overwrite and os.path.exists(os.path.join(self.path, METADATA_NAME)):
+        committed = os.path.join(self.path, METADATA_NAME)
+        if not self.overwrite and os.path.exists(committed):
             raise RuntimeError(f"FileSystemWriter: {self.path} already holds a checkpoint and overwrite=False")
+        ids = list(_shards(self.path))
+        try:
+            with open(committed, "rb") as f:
+                ids.append(str(json.loads(f.read())["save_id"]))
+        except (OSError, ValueError, KeyError, TypeError):
+            pass   # no checkpoint yet, or a damaged one: this save replaces it
+        count = max((int(i[:8], 16) for i in ids if re.fullmatch(r"[0-9a-f]{16}", i)), default=0)
+        return f"{count + 1:08x}{secrets.token_hex(4)}"
 
     def write_data(self, pieces: list, save_id: str, rank: int) -> list:
         """Write this rank's boxes (``Piece``s) into its files: [(file name, FileRecord, [(fqn, offsets, byte
@@ -138,7 +150,7 @@ def _balance(pieces: list, bins: int) -> list:
 
 
 def _little_endian(piece) -> memoryview:
-    return memoryview(np.ascontiguousarray(piece.array, piece.array.dtype.newbyteorder("<"))).cast("B")
+    return memoryview(np.ascontiguousarray(piece.array, piece.array.dtype.newbyteorder("<")).reshape(-1).view(np.uint8))
 
 
 def _halved(parts: list, midway, out):
@@ -197,7 +209,7 @@ class FileSystemReader:
     def read_metadata(self) -> Metadata:
         """The committed checkpoint's metadata; an interrupted save, or no checkpoint at all, named."""
         where = os.path.join(self.path, METADATA_NAME)
-        shards = self._shards()
+        shards = _shards(self.path)
         try:
             with open(where, "rb") as f:
                 data = f.read()
@@ -214,15 +226,6 @@ class FileSystemReader:
                           f"newer than the checkpoint); loading the committed one, save {meta.save_id}", stacklevel=3)
         return meta
 
-    def _shards(self) -> dict:
-        """save id -> the ranks that wrote its files, for every shard file in the folder."""
-        found = {}
-        for name in os.listdir(self.path) if os.path.isdir(self.path) else ():
-            match = _SHARD.match(name)
-            if match:
-                found.setdefault(match.group(3), set()).add(int(match.group(1)))
-        return found
-
     def read(self, meta: Metadata, name: str, ranges: list) -> list:
         """The bytes of each (start, length) range of file ``name`` (uint8 arrays), every block they touch
         read once and checked against its CRC-32."""
@@ -233,7 +236,7 @@ class FileSystemReader:
         try:
             size = os.stat(where).st_size
         except FileNotFoundError:
-            others = sorted(i for i in self._shards() if i != meta.save_id)
+            others = sorted(i for i in _shards(self.path) if i != meta.save_id)
             hint = (f"; the folder holds files of save(s) {others} instead: is its {METADATA_NAME} from another "
                     f"checkpoint?" if others else "")
             raise RuntimeError(f"{self.path} is missing the file {name} of its checkpoint (save "
@@ -279,6 +282,16 @@ class FileSystemReader:
         except (OSError, ValueError, KeyError, TypeError, struct.error):
             return ""
         return "" if found == save_id else f" (the file was written by save {found}, not by this checkpoint's {save_id})"
+
+
+def _shards(folder: str) -> dict:
+    """save id -> the ranks that wrote its files, for every shard file in the folder."""
+    found = {}
+    for name in os.listdir(folder) if os.path.isdir(folder) else ():
+        match = _SHARD.match(name)
+        if match:
+            found.setdefault(match.group(3), set()).add(int(match.group(1)))
+    return found
 
 
 def _merged(spans: list) -> list:

@@ -36,7 +36,7 @@ def flatten(state_dict: dict, what: str):
     leaves, paths = {}, {}
 
     def walk(value, path):
-        if isinstance(value, dict) and (value or not path):
+        if isinstance(value, dict):   # (an empty one is no key at all, as in torch)
             steps = [("dict", k) for k in value]
             children = value.values()
         elif isinstance(value, (list, tuple)) and _holds_tensor(value):

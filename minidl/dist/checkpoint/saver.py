@@ -17,14 +17,12 @@ from __future__ import annotations
 import concurrent.futures
 import copy
 import enum
-import secrets
 import threading
-import time
 import weakref
 
 from .. import state
 from ..group import ProcessGroup
-from .coordination import Ranks
+from .coordination import CheckpointException, Ranks
 from .filesystem import FileSystemWriter
 from .flatten import flatten, is_stateful
 from .metadata import MetadataIndex, StorageInfo
@@ -66,9 +64,13 @@ def async_save(state_dict: dict, *, checkpoint_id=None, storage_writer=None, pla
     if previous is not None:
         concurrent.futures.wait([previous])
     side = _side(ranks)
-    writer, save_id, meta, pieces = _plan(state_dict, ranks, checkpoint_id, storage_writer, planner,
-                                             use_collectives, copy_out=True)
     future = concurrent.futures.Future()
+    try:
+        writer, save_id, meta, pieces = _plan(state_dict, ranks, checkpoint_id, storage_writer, planner,
+                                              use_collectives, copy_out=True)
+    except (CheckpointException, ValueError) as e:   # reached by every rank alike: the future says it
+        future.set_exception(e)
+        return future
 
     def run():
         try:
@@ -108,9 +110,7 @@ def _plan(state_dict, ranks: Ranks, checkpoint_id, storage_writer, planner, use_
     leaves, paths = flatten(states, ranks.what)
 
     def local():
-        writer.set_up(ranks.is_coordinator)
-        save_id = f"{time.time_ns() // 1_000_000:012x}{secrets.token_hex(2)}" if ranks.is_coordinator else None
-        return save_id, planner.local_plan(leaves, paths, ranks.what)
+        return writer.set_up(ranks.is_coordinator), planner.local_plan(leaves, paths, ranks.what)
     found = ranks.all_gather(local)
     writes, meta = planner.global_plan([plan for _, plan in found], ranks.what)
     meta.save_id = found[0][0]
