@@ -167,7 +167,7 @@ def test_round_trip_of_tensors_and_values(tmp_path):
 
 
 @pytest.mark.xfail(reason="bug: filesystem._little_endian casts a memoryview of a 0-element array (TypeError)",
-                   strict=True)
+                   raises=TypeError, strict=True)
 def test_round_trip_of_empty_tensors(tmp_path):
     sd = {"e": minidl.zeros(0, 3), "e1": minidl.zeros(0, dtype=minidl.int64), "x": T([1.0])}
     dcp.save(sd, checkpoint_id=tmp_path, no_dist=True)
@@ -228,6 +228,20 @@ def test_module_and_optimizer_as_stateful(tmp_path):
     _step(model2, opt2, x)
     for k, v in model.state_dict().items():
         np.testing.assert_array_equal(model2.state_dict()[k].numpy(), v.numpy())
+
+
+@pytest.mark.xfail(reason="bug: an empty dict is saved as a plain value, so a fresh optimizer's empty 'state' is a "
+                          "key the trained checkpoint lacks; torch 2.13 flattens an empty dict to no key and loads",
+                   raises=ValueError, strict=True)
+def test_a_fresh_optimizer_loads_like_torch(tmp_path):
+    """torch 2.13 (no_dist): a trained Adam's checkpoint loads into a fresh Adam's state_dict(): param_groups
+    come back (lr 0.01), the empty state stays empty (torch's get_optimizer_state_dict is what fills it)."""
+    model, opt = _trained(0, 0.01)
+    _step(model, opt, T(np.ones((2, 3), np.float32)))
+    dcp.save({"optim": opt.state_dict()}, checkpoint_id=tmp_path, no_dist=True)
+    sd = {"optim": optim.Adam(model.parameters(), lr=0.5).state_dict()}
+    dcp.load(sd, checkpoint_id=tmp_path, no_dist=True)
+    assert sd["optim"]["state"] == {} and sd["optim"]["param_groups"][0]["lr"] == 0.01
 
 
 def test_integer_keys_stay_integers_and_clashing_names_are_refused(tmp_path):
@@ -782,16 +796,34 @@ def test_async_save_write_error_comes_out_of_every_ranks_future(tmp_path, fault)
     assert not os.path.exists(tmp_path / ".metadata")
 
 
-def test_async_save_unwritable_folder_fails_every_rank(tmp_path):
-    """A folder that cannot be made (a file is in the way) fails on the coordinator; every rank is told."""
+@pytest.mark.xfail(reason="bug: async_save makes the folder and plans before it returns, so this error is raised by "
+                          "async_save itself, not by the future (torch 2.13 plans on the future's thread)",
+                   raises=dcp.CheckpointException, strict=True)
+def test_async_save_unmakeable_folder_fails_in_every_ranks_future(tmp_path):
+    """A folder that cannot be made (a file is in the way) fails on the coordinator; every rank's future says so."""
     (tmp_path / "file").write_text("x")
 
     def fn(rank):
         future = dcp.async_save({"x": T(np.ones(2))}, checkpoint_id=tmp_path / "file" / "ckpt")
-        return future.result(timeout=60)
-    for e in on_ranks(2, fn):
-        assert isinstance(e, dcp.CheckpointException) and sorted(e.failures) == [0]
-        assert "file" in str(e)
+        with pytest.raises(dcp.CheckpointException, match="file") as info:
+            future.result(timeout=60)
+        return sorted(info.value.failures)
+    assert sim.run(2, fn) == [[0], [0]]
+
+
+def test_async_saves_in_a_row_each_commit(tmp_path):
+    """A second async_save waits for the first; both checkpoints are whole."""
+    def fn(rank):
+        x = T(np.arange(4.0))
+        first = dcp.async_save({"x": x}, checkpoint_id=tmp_path / "1")
+        x.add_(10)
+        second = dcp.async_save({"x": x}, checkpoint_id=tmp_path / "2")
+        return first.result(timeout=60).save_id != second.result(timeout=60).save_id
+    assert sim.run(2, fn) == [True, True]
+    for name, want in (("1", np.arange(4.0)), ("2", np.arange(4.0) + 10)):
+        sd = {"x": minidl.zeros(4, dtype=minidl.float64)}
+        dcp.load(sd, checkpoint_id=tmp_path / name, no_dist=True)
+        np.testing.assert_array_equal(sd["x"].numpy(), want)
 
 
 # ---------------------------------------------------------------------------------------------- format_utils
