@@ -1,7 +1,7 @@
 """Run by tests/test_dist_socket.py as one process per rank of the "gloo" backend (RANK, WORLD_SIZE,
 MINIDL_TEST_STORE: a TCPStore's host:port or a FileStore's file; MINIDL_DIST_HOSTNAME fakes a node). MODE:
 
-suites (comma-joined: cases, ddp, mismatches, pipelining, ps, bench) as tests/dist_mpi_script.py runs them, printing
+suites (comma-joined: cases, ddp, mismatches, pipelining, ps, dcp, bench) as tests/dist_mpi_script.py runs them, printing
 "FAIL ..." and "DONE suite rank r: k failures"; bench prints rank 0's loopback round trips.
 fault: MINIDL_FAULT makes rank 1 misbehave; ranks 0 and 1 all-reduce in a group of their own, rank
 2 waits on a receive from rank 0 (it never exchanges with rank 1); each survivor prints
@@ -72,6 +72,11 @@ def ps():
     return suite(ps_cases.run_all)
 
 
+def dcp():
+    import dcp_cases
+    return suite(dcp_cases.run_all)
+
+
 def bench():
     """Rank 0 and 1 ping-pong 4 KiB and 4 MiB messages (the others wait at the barrier)."""
     init()
@@ -119,7 +124,7 @@ def fault():
         print("NEXT CAUGHT", str(e).replace("\n", " | "), flush=True)
 
 
-SUITES = {"cases": cases, "ddp": ddp, "mismatches": mismatches, "pipelining": pipelining, "ps": ps, "bench": bench}
+SUITES = {"cases": cases, "ddp": ddp, "mismatches": mismatches, "pipelining": pipelining, "ps": ps, "bench": bench, "dcp": dcp}
 if mode == "fault":
     fault()
 else:

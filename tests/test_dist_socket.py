@@ -158,10 +158,10 @@ def read(outs):
 
 
 def test_every_case_on_two_ranks_with_loopback_timings(tmp_path):
-    outs, _ = launch(tmp_path, 2, "bench,cases,mismatches,pipelining", timeout=180)
+    outs, _ = launch(tmp_path, 2, "bench,cases,mismatches,pipelining,dcp", timeout=180)
     text = "\n".join(outs)
     assert "FAIL" not in text and "Traceback" not in text, text
-    for suite in ("bench", "cases", "mismatches", "pipelining"):
+    for suite in ("bench", "cases", "mismatches", "pipelining", "dcp"):
         assert all(f"DONE {suite} rank {r}: 0 failures" in text for r in range(2)), text
     print(*[line for line in text.splitlines() if line.startswith("BENCH")], sep="\n")
 
@@ -171,10 +171,10 @@ def test_every_case_on_two_nodes_of_two_ranks(tmp_path):
     process serves: the hierarchical all-reduce really runs in two levels (cases runs it on every
     collective); DDP and the parameter server on the same ranks."""
     served = TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)   # (the launcher's: it outlives them)
-    outs, _ = launch(tmp_path, 4, "cases,ddp,ps", nodes=2, timeout=240, store=f"{served.host}:{served.port}")
+    outs, _ = launch(tmp_path, 4, "cases,ddp,ps,dcp", nodes=2, timeout=240, store=f"{served.host}:{served.port}")
     text = "\n".join(outs)
     assert "FAIL" not in text and "Traceback" not in text, text
-    for suite in ("cases", "ddp", "ps"):
+    for suite in ("cases", "ddp", "ps", "dcp"):
         assert all(f"DONE {suite} rank {r}: 0 failures" in text for r in range(4)), text
 
 

@@ -26,7 +26,7 @@ class CheckpointException(RuntimeError):
         return self._failures
 
     def __str__(self):
-        lines = "\n".join(f"  rank {r}: {e}" for r, e in sorted(self._failures.items()))
+        lines = "\n".join(f"  rank {r}: {_text(e)}" for r, e in sorted(self._failures.items()))
         return f"{self.args[0]}; failed on rank(s) {sorted(self._failures)}:\n{lines}"
 
 
@@ -34,7 +34,18 @@ class _Failed:
     """An error as it travels to the other ranks: its text (exceptions need not pickle)."""
 
     def __init__(self, error: BaseException):
-        self.text = "".join(traceback.format_exception_only(type(error), error)).strip()
+        self.text = _text(error)
+
+
+class RemoteError(RuntimeError):
+    """Another rank's error, as its text (type and message) came."""
+
+
+def _text(error: BaseException) -> str:
+    """``Type: message``, the same on the rank that raised it and on the others."""
+    if isinstance(error, RemoteError):
+        return str(error)
+    return "".join(traceback.format_exception_only(type(error), error)).strip()
 
 
 class Ranks:
@@ -76,7 +87,7 @@ class Ranks:
             return [mine]
         found = [None] * self.size
         all_gather_object(found, sent, group=self.group)
-        failures = {r: (error if r == self.rank else RuntimeError(f.text))
+        failures = {r: (error if r == self.rank else RemoteError(f.text))
                     for r, f in enumerate(found) if isinstance(f, _Failed)}
         if failures:
             raise CheckpointException(f"{self.what} failed", failures) from error
@@ -95,5 +106,5 @@ class Ranks:
                 error = e
         broadcast_object_list(box, src=self.group.ranks[0], group=self.group)
         if isinstance(box[0], _Failed):
-            raise CheckpointException(f"{self.what} failed", {0: error or RuntimeError(box[0].text)}) from error
+            raise CheckpointException(f"{self.what} failed", {0: error or RemoteError(box[0].text)}) from error
         return box[0]
