@@ -58,7 +58,7 @@ from minidl import nn  # noqa: E402
 from minidl.dist import faults  # noqa: E402
 from minidl.dist.checkpoint import LocalSlice, MetadataIndex, format_utils  # noqa: E402
 from minidl.dist.checkpoint.metadata import BLOCK_BYTES  # noqa: E402
-from minidl.dist.checkpoint.slices import runs  # noqa: E402
+from minidl.dist.checkpoint.slices import runs, slices_of  # noqa: E402
 from minidl.dist.checkpoint.state_dict import get_state_dict, set_state_dict  # noqa: E402
 from minidl.nn.parallel import DistributedDataParallel  # noqa: E402
 
@@ -139,7 +139,7 @@ def flat(sd):
     """key -> numpy array (a tensor or a LocalSlice's tensor) or plain value, keys as the checkpoint has them."""
     out = {}
     for k, v in sd.items():
-        if isinstance(v, dict) and k in ("model", "optim", "state", "embed.weight", "head.bias"):
+        if isinstance(v, dict):
             out.update({f"{k}.{kk}": vv for kk, vv in flat(v).items()})
         else:
             out[k] = v.tensor.numpy() if isinstance(v, LocalSlice) else v.numpy() if isinstance(v, minidl.Tensor) else v
@@ -148,7 +148,9 @@ def flat(sd):
 
 def check_against(loaded, rank, world, split, truth):
     """Every tensor of a loaded state equals its box of the truth, bit for bit; every plain value is back."""
-    for key, value in flat(loaded).items():
+    values = flat(loaded)
+    assert set(values) == set(truth) | set(PLAIN)
+    for key, value in values.items():
         if key in truth:
             assert np.array_equal(value, truth[key][region(*box(key, rank, world, split.get(key)))]), key
         else:
@@ -191,13 +193,15 @@ writer for all of its bytes.
 
 So a distributed checkpoint stores every tensor as a *global* tensor of a known size, kept as boxes:
 a box is where it starts in each dimension (offsets) and its extent (sizes), its bytes row-major.""")
-w = minidl.from_numpy(TRUTH["model.head.bias"].copy())
-mine = LocalSlice(minidl.from_numpy(TRUTH["model.embed.weight"][1024:2048].copy()), (1024, 0), (4096, 256))
-print(f"  a plain tensor of shape {tuple(w.shape)}: one box, offsets (0,), sizes {tuple(w.shape)}")
-print(f"  rank 1's rows: {mine!r}")
-print(f"    __dcp_slices__() -> global size {mine.__dcp_slices__()[0]}, boxes at "
-      f"{[o for o, _ in mine.__dcp_slices__()[1]]}")
-assert mine.__dcp_slices__()[0] == (4096, 256) and mine.__dcp_slices__()[1][0][0] == (1024, 0)
+bias = minidl.from_numpy(TRUTH["model.head.bias"].copy())
+size, boxes = slices_of(bias)
+assert size == (512,) and [(o, tuple(t.shape)) for o, t in boxes] == [((0,), (512,))]
+rows = LocalSlice(minidl.from_numpy(TRUTH["model.embed.weight"][1024:2048].copy()), (1024, 0), (4096, 256))
+print(f"  a plain tensor of shape {tuple(bias.shape)}: global size {size}, one box at {boxes[0][0]} covering it")
+print(f"  rank 1's rows: {rows!r}")
+print(f"    __dcp_slices__() -> global size {rows.__dcp_slices__()[0]}, boxes at "
+      f"{[o for o, _ in rows.__dcp_slices__()[1]]}")
+assert rows.__dcp_slices__()[0] == (4096, 256) and rows.__dcp_slices__()[1][0][0] == (1024, 0)
 print("""Every rank passes its own state dict under the same keys; save sees the same key on 4 ranks and
 asks whether their boxes are the same box (replicas) or tile the tensor (a split).""")
 
