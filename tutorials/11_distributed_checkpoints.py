@@ -31,6 +31,7 @@ the checkpoints go to a temporary directory that is removed at the end. Every cl
 ``assert`` against numpy or a closed form.
 """
 import argparse
+import atexit
 import json
 import os
 import re
@@ -67,6 +68,7 @@ MiB = 1 << 20
 out_dir = os.environ.get("MINIDL_TUTORIAL_OUT") or tempfile.mkdtemp(prefix="minidl-tutorial-11-")
 os.makedirs(out_dir, exist_ok=True)
 work = tempfile.mkdtemp(prefix="minidl-tutorial-11-checkpoints-")
+atexit.register(shutil.rmtree, work, True)   # (the checkpoints, some 100 MiB, go however the script ends)
 
 
 def section(title):
@@ -601,5 +603,4 @@ assert all(np.array_equal(one["model"][k].numpy(), at_save[k]) for k in at_save)
 print(f"dcp_to_torch_save: one minidl.save file of {os.path.getsize(single):,} bytes, keys {sorted(one)}, "
       f"model {list(one['model'])}, equal to the saved weights.")
 
-shutil.rmtree(work)
 print(f"\nAll claims checked ({time.perf_counter() - began:.1f} s).")
