@@ -127,7 +127,7 @@ class Lib:
         return out
 
     def save(self, state, folder):
-        self.dcp.save(state, checkpoint_id=folder)
+        self.dcp.save(state, checkpoint_id=folder, no_dist=not self.distributed)
 
     def load(self, state, folder) -> int | None:
         """Load into ``state``; the bytes the reader read (minidl's counter; None for torch)."""
@@ -380,7 +380,7 @@ def main(argv=None):
     parser.add_argument("--no-torch", action="store_true", help="leave out the torch rows")
     args = parser.parse_args(argv)
     libs = ["minidl"] + ([] if args.no_torch else ["torch"])
-    sizes = (SHAPES["quick"], 1, 1) if args.quick else (SHAPES["full"], 1, 3)
+    sizes = (SHAPES["quick"], 1, 1) if args.quick else (SHAPES["full"], 1, 5)
     versions = subprocess.run([sys.executable, "-c", "import numpy, torch; print(numpy.__version__, "
                                "torch.__version__)"], capture_output=True, text=True).stdout.split()
     print(machine_line("machine at the start"))
