@@ -335,8 +335,8 @@ def part_reshard(folder, sizes, libs):
     print("read per rank: minidl's FileSystemReader.bytes_read; torch's: rchar of /proc/self/io (bytes passed to "
           "read(), all threads of the process, a few KB of it not the checkpoint's). needed: the bytes of the "
           "rank's boxes. Ranges are the min-max over the ranks.\n")
-    print("| library | loaded on | split | load s | read per rank MB | needed per rank MB | read / needed | "
-          "values |\n|---|---|---|---:|---:|---:|---:|---|")
+    print("| library | loaded on | split | load s (repeats min-max) | read per rank MB | needed per rank MB | "
+          "read / needed | values |\n|---|---|---|---:|---:|---:|---:|---|")
     for name in libs:
         ck = os.path.join(folder, f"reshard-{name}")
         saved = launch(folder, RANKS, "save", {"lib": name, "shape": shape, "dir": ck}, f"save-{name}")
@@ -353,11 +353,12 @@ def part_reshard(folder, sizes, libs):
                     print(f"| {name} | {where} | {split} | {found} | | | | |")
                     continue
                 per = [r[split] for r in found]
-                seconds = statistics.median(max(p["time"][i] for p in per) for i in range(repeats))
+                rounds = [max(p["time"][i] for p in per) for i in range(repeats)]
                 read = [p["bytes_read"] if name == "minidl" else p["rchar"] for p in per]
                 needed = [p["needed"] for p in per]
                 ratio = [r / n_ for r, n_ in zip(read, needed)]
-                print(f"| {name} | {where} | {split} | {seconds:.3f} | {spread(read)} | {spread(needed)} | "
+                print(f"| {name} | {where} | {split} | {statistics.median(rounds):.3f} ({min(rounds):.3f}-"
+                      f"{max(rounds):.3f}) | {spread(read)} | {spread(needed)} | "
                       f"{min(ratio):.2f}-{max(ratio):.2f} | {'ok' if all(p['ok'] for p in per) else '**differ**'} |")
         shutil.rmtree(ck, ignore_errors=True)
 
