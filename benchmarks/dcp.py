@@ -39,6 +39,7 @@ from pathlib import Path
 
 import numpy as np
 
+from _bench_common import cpu_model
 from _gloo_ranks import finish, start_ranks
 
 SHAPES = {"full": (4096, 1024), "quick": (512, 512)}
@@ -369,9 +370,7 @@ def spread(values):
 
 
 def machine_line(when: str) -> str:
-    model = next((line.split(":", 1)[1].strip() for line in subprocess.run(
-        ["lscpu"], capture_output=True, text=True).stdout.splitlines() if line.startswith("Model name")), "unknown")
-    return f"{when}: {model}, {os.cpu_count()} cores, 1-minute load average {os.getloadavg()[0]:.2f}"
+    return f"{when}: {cpu_model()}, {os.cpu_count()} cores, 1-minute load average {os.getloadavg()[0]:.2f}"
 
 
 def main(argv=None):
