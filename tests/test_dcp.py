@@ -1,13 +1,19 @@
 """minidl.dist.checkpoint in one process (no_dist) and on sim ranks (threads): round trips of every kind of
-value, resharding between 4, 2 and 1 ranks, replicas written once, the planner's and the loader's errors,
-damaged checkpoints, the atomic commit, the writer's options, async_save, format_utils and DDP. The oracles
-are numpy arrays of the values saved, the files read back by the ``safetensors`` package, and torch 2.13's
-DCP for what load does with extra and missing keys."""
+value, resharding between 4, 3, 2 and 1 ranks, replicas written once, the planner's and the loader's errors
+(a CheckpointException naming the rank, also alone and also when a rank fails before the first step),
+damaged checkpoints and metadata, the atomic commit, the writer's options, async_save, format_utils and DDP.
+The oracles are numpy arrays of the values saved, the files read back by the ``safetensors`` package, and
+torch 2.13's DCP for the key names and for what load does with extra and missing keys."""
+import json
 import math
 import os
 import re
 import shutil
+import subprocess
+import sys
+import threading
 import warnings
+import zlib
 
 import numpy as np
 import pytest
@@ -21,6 +27,8 @@ from minidl.dist.checkpoint.format_utils import dcp_to_torch_save, torch_save_to
 from minidl.dist.checkpoint.metadata import BLOCK_BYTES
 
 MiB = 1 << 20
+# a save into a folder holding a checkpoint warns: each test that does so expects it (``replacing``)
+pytestmark = pytest.mark.filterwarnings("error:.*this save replaces it:UserWarning")
 _FILE = re.compile(r"^__(\d+)_(\d+)\.([0-9a-f]+)\.safetensors$")
 _BOX = re.compile(r"^(.*)\[(.*)\]$")
 
@@ -135,7 +143,7 @@ def test_round_trip_of_tensors_and_values(tmp_path):
            "nested": {"list": [minidl.zeros(6), 0, ""], "tuple": (minidl.zeros(3, 5, dtype=minidl.int64),
                                                                   minidl.zeros(9, dtype=minidl.bool)),
                       "deep": {"a": {"b": minidl.zeros(2, 6, dtype=minidl.float64)}}},
-           "values": {k: 0 for k in values()}}
+           "values": {**{k: 0 for k in values()}, "nested": [0, 0, {"k": 0}]}}   # (a list holding a dict is walked)
     kept = {k: out[k] for k in arrays}
     dcp.load(out, checkpoint_id=tmp_path / "ckpt", no_dist=True)
     for k, a in arrays.items():
@@ -235,8 +243,9 @@ def test_integer_keys_stay_integers_and_clashing_names_are_refused(tmp_path):
     back = dcp.format_utils.whole_state_dict(tmp_path / "a")
     assert list(back["ids"]) == [0, 1, "x"]
     np.testing.assert_array_equal(back["ids"][1].numpy(), [2.0])
-    with pytest.raises(ValueError, match=r"both named 'ids.0'"):
+    with pytest.raises(dcp.CheckpointException, match=r"rank 0: ValueError: .*both named 'ids.0'") as info:
         dcp.save({"ids": {0: T([1.0]), "0": T([2.0])}}, checkpoint_id=tmp_path / "b", no_dist=True)
+    assert isinstance(info.value.failures[0], ValueError) and info.value.__cause__ is info.value.failures[0]
 
 
 # ------------------------------------------------------------------------------------------------ resharding
@@ -417,7 +426,7 @@ def test_planner_errors_on_every_rank(tmp_path, case):
     make, words = PLAN_ERRORS[case]
     errors = on_ranks(2, lambda rank: dcp.save(make(rank), checkpoint_id=tmp_path))
     for e in errors:
-        assert isinstance(e, (ValueError, dcp.CheckpointException)), e
+        assert isinstance(e, dcp.CheckpointException) and sorted(e.failures) == [0, 1], e   # (each rank plans)
         for w in words:
             assert w in str(e), (w, str(e))
     assert not os.path.exists(tmp_path / ".metadata") and not shard_files(tmp_path)
@@ -429,7 +438,8 @@ def test_planner_error_on_4_ranks_names_the_ranks(tmp_path):
         return dcp.save({"x": dcp.LocalSlice(minidl.ones(3, 2), offsets, (6, 2))}, checkpoint_id=tmp_path)
     errors = on_ranks(4, fn)
     for e in errors:
-        assert isinstance(e, ValueError) and "'x'" in str(e)
+        assert isinstance(e, dcp.CheckpointException) and sorted(e.failures) == [0, 1, 2, 3], e
+        assert "rank 0: ValueError: " in str(e) and "'x'" in str(e)
         assert "rank 0 (at [0, 0]) and rank 2 (at [2, 0]) overlap" in str(e)
         assert "rank 2 (at [2, 0]) and rank 3 (at [3, 0]) overlap" in str(e)
 
@@ -445,7 +455,7 @@ def small_ckpt(tmp_path):
 
 def test_load_names_every_mismatch_at_once(small_ckpt):
     sd = {"a": minidl.zeros(3, 3), "b": 7, "v": minidl.zeros(1), "gone": minidl.zeros(2), "gone2": 1}
-    with pytest.raises(ValueError) as info:
+    with pytest.raises(dcp.CheckpointException, match="rank 0: ValueError: ") as info:
         dcp.load(sd, checkpoint_id=small_ckpt, no_dist=True)
     text = str(info.value)
     for w in ["missing from the checkpoint: ['gone', 'gone2']", "'a' has size [2, 3] in the checkpoint but [3, 3]",
@@ -548,8 +558,9 @@ def test_damaged_checkpoints_are_named_never_loaded(tmp_path, case):
     sd = {k: T(np.zeros_like(v)) for k, v in corruption_state().items()}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")   # (a swapped .metadata leaves this checkpoint's files uncommitted)
-        with pytest.raises(error, match=pattern):
+        with pytest.raises(dcp.CheckpointException, match=pattern) as info:
             dcp.load(sd, checkpoint_id=path, no_dist=True)
+    assert type(info.value.failures[0]) is error and f"rank 0: {error.__name__}: " in str(info.value)
     for v in sd.values():
         np.testing.assert_array_equal(v.numpy(), 0)
 
@@ -558,7 +569,8 @@ def test_a_damaged_metadata_is_named(tmp_path):
     save_corruption_state(tmp_path)
     with open(tmp_path / ".metadata", "r+b") as fh:
         fh.truncate(50)
-    with pytest.raises(ValueError, match=r"\.metadata is not a minidl checkpoint's metadata, or is damaged"):
+    with pytest.raises(dcp.CheckpointException,
+                       match=r"rank 0: ValueError: .*\.metadata is not a minidl checkpoint's metadata, or is damaged"):
         dcp.load({"b": minidl.zeros(10, dtype=minidl.float64)}, checkpoint_id=tmp_path, no_dist=True)
 
 
@@ -577,11 +589,16 @@ def test_crc_is_checked_on_partial_reads(tmp_path):
     sd = {"b": minidl.zeros(10, dtype=minidl.float64)}
     dcp.load(sd, checkpoint_id=tmp_path, no_dist=True)
     np.testing.assert_array_equal(sd["b"].numpy(), corruption_state()["b"])
-    with pytest.raises(RuntimeError, match="fail their CRC-32 check"):
+    with pytest.raises(dcp.CheckpointException, match="rank 0: RuntimeError: .*fail their CRC-32 check"):
         dcp.load({"w": minidl.zeros(600, 600)}, checkpoint_id=tmp_path, no_dist=True)
 
 
 # ----------------------------------------------------------------------------------------- atomic commits
+def replacing():
+    """Expects the warning of a save into a folder that holds a checkpoint already (torch 2.13 warns too)."""
+    return pytest.warns(UserWarning, match="holds a checkpoint; this save replaces it")
+
+
 def _loads_exactly(path, scale):
     sd = {k: T(np.zeros_like(v)) for k, v in corruption_state().items()}
     dcp.load(sd, checkpoint_id=path, no_dist=True)
@@ -591,7 +608,8 @@ def _loads_exactly(path, scale):
 
 def test_saving_twice_leaves_only_the_second_save(tmp_path):
     save_corruption_state(tmp_path)
-    second = save_corruption_state(tmp_path, scale=3.0)
+    with replacing():
+        second = save_corruption_state(tmp_path, scale=3.0)
     names = os.listdir(tmp_path)
     assert sorted(names) == [".metadata", *shard_files(tmp_path)]
     assert {_FILE.match(n).group(3) for n in shard_files(tmp_path)} == {second.save_id}
@@ -615,7 +633,7 @@ def test_a_save_stopped_before_its_commit_leaves_the_previous_checkpoint(tmp_pat
         raise OSError("disk full")
     with monkeypatch.context() as m:
         m.setattr(dcp.FileSystemWriter, "finish", no_commit)
-        with pytest.raises(OSError, match="disk full"):
+        with replacing(), pytest.raises(dcp.CheckpointException, match="rank 0: OSError: disk full"):
             save_corruption_state(tmp_path, scale=5.0)
     lost = _interrupted(tmp_path)
     with pytest.warns(UserWarning, match=rf"files of save {lost} from rank\(s\) \[0\] that never committed.*"
@@ -626,13 +644,14 @@ def test_a_save_stopped_before_its_commit_leaves_the_previous_checkpoint(tmp_pat
 def test_a_commit_fault_leaves_the_previous_checkpoint_and_the_next_save_cleans_up(tmp_path, fault):
     first = save_corruption_state(tmp_path)
     fault("rank=0 at=dcp_commit:1 do=raise")
-    with pytest.raises(faults.InjectedFault):
+    with replacing(), pytest.raises(dcp.CheckpointException, match="rank 0: .*InjectedFault: .*at dcp_commit"):
         save_corruption_state(tmp_path, scale=5.0)
     lost = _interrupted(tmp_path)
     assert not [n for n in os.listdir(tmp_path) if n.startswith(".minidl-")]   # the torn temp .metadata is gone
     with pytest.warns(UserWarning, match=rf"save {lost} .* never committed.*save {first.save_id}"):
         _loads_exactly(tmp_path, 1.0)
-    third = save_corruption_state(tmp_path, scale=6.0)
+    with replacing():
+        third = save_corruption_state(tmp_path, scale=6.0)
     assert {_FILE.match(n).group(3) for n in shard_files(tmp_path)} == {third.save_id}
     with warnings.catch_warnings():
         warnings.simplefilter("error")
@@ -642,7 +661,7 @@ def test_a_commit_fault_leaves_the_previous_checkpoint_and_the_next_save_cleans_
 def test_a_cleanup_fault_after_the_commit_loads_the_new_checkpoint(tmp_path, fault):
     first = save_corruption_state(tmp_path)
     fault("rank=0 at=dcp_cleanup:1 do=raise")
-    with pytest.raises(faults.InjectedFault):
+    with replacing(), pytest.raises(dcp.CheckpointException, match="rank 0: .*InjectedFault: .*at dcp_cleanup"):
         save_corruption_state(tmp_path, scale=5.0)
     assert {_FILE.match(n).group(3) for n in shard_files(tmp_path)} > {first.save_id}   # the old files linger
     with warnings.catch_warnings():
@@ -653,8 +672,9 @@ def test_a_cleanup_fault_after_the_commit_loads_the_new_checkpoint(tmp_path, fau
 def test_a_write_fault_on_one_rank_fails_the_save_on_every_rank(tmp_path, fault):
     sim.run(2, lambda rank: dcp.save({"x": T(np.arange(4.0))}, checkpoint_id=tmp_path))
     fault("rank=1 at=dcp_write:1 do=raise")
-    errors = on_ranks(2, lambda rank: dcp.save({"x": dcp.LocalSlice(T(np.full(2, 9.0)), (2 * rank,), (4,))},
-                                               checkpoint_id=tmp_path))
+    with replacing():   # (warned by the coordinator, rank 0)
+        errors = on_ranks(2, lambda rank: dcp.save({"x": dcp.LocalSlice(T(np.full(2, 9.0)), (2 * rank,), (4,))},
+                                                   checkpoint_id=tmp_path))
     for e in errors:
         assert isinstance(e, dcp.CheckpointException) and sorted(e.failures) == [1]
         assert "fails on purpose at dcp_write" in str(e)
@@ -700,7 +720,8 @@ def test_writer_options_files_readable_by_safetensors(tmp_path, options, files):
 
 def test_overwrite_false_refuses_an_existing_checkpoint(tmp_path):
     dcp.save({"a": T([1.0])}, checkpoint_id=tmp_path, no_dist=True)
-    with pytest.raises(RuntimeError, match="already holds a checkpoint and overwrite=False"):
+    with pytest.raises(dcp.CheckpointException, match="rank 0: RuntimeError: .*already holds a checkpoint and "
+                                                      "overwrite=False"):
         dcp.save({"a": T([2.0])}, storage_writer=dcp.FileSystemWriter(tmp_path, overwrite=False), no_dist=True)
     sd = {"a": minidl.zeros(1)}
     dcp.load(sd, checkpoint_id=tmp_path, no_dist=True)
@@ -727,14 +748,15 @@ def test_without_a_process_group_save_and_load_warn_and_run_alone(tmp_path):
 
 
 def test_refused_arguments(tmp_path):
-    with pytest.raises(ValueError, match="give checkpoint_id"):
+    with pytest.raises(RuntimeError, match="give checkpoint_id") as info:   # (torch: RuntimeError, before any step)
         dcp.save({"a": T([1.0])}, no_dist=True)
+    assert not isinstance(info.value, dcp.CheckpointException)
     with pytest.raises(ValueError, match="minidl always flattens"):
         dcp.DefaultSavePlanner(flatten_state_dict=False)
     with pytest.raises(NotImplementedError, match="AsyncCheckpointerType.THREAD"):
         dcp.async_save({"a": T([1.0])}, checkpoint_id=tmp_path, no_dist=True,
                        async_checkpointer_type=dcp.AsyncCheckpointerType.PROCESS)
-    with pytest.raises(TypeError, match="'obj' is not a tensor or a plain value"):
+    with pytest.raises(dcp.CheckpointException, match="rank 0: TypeError: .*'obj' is not a tensor or a plain value"):
         dcp.save({"obj": object()}, checkpoint_id=tmp_path, no_dist=True)
     errors = on_ranks(2, lambda rank: dcp.save({"a": T([1.0])}, checkpoint_id=tmp_path, use_collectives=False))
     assert all(isinstance(e, ValueError) and "use_collectives=False is not supported on 2 ranks" in str(e)
@@ -829,7 +851,7 @@ def test_dcp_to_torch_save_and_back(tmp_path):
 
     torch_save_to_dcp(tmp_path / "one.pt", tmp_path / "dcp2")
     out = {"model": {"w": minidl.zeros(3, 4, dtype=minidl.float64), "b": minidl.zeros(4)},
-           "optim": {"state": {0: {"step": minidl.zeros(())}}, "param_groups": None},
+           "optim": {"state": {0: {"step": minidl.zeros(())}}, "param_groups": [{"lr": None, "params": None}]},
            "pair": [minidl.zeros(4), minidl.zeros(3, 4, dtype=minidl.float64)], "n": 0}
     dcp.load(out, checkpoint_id=tmp_path / "dcp2", no_dist=True)
     np.testing.assert_array_equal(out["model"]["w"].numpy(), w)
@@ -864,6 +886,341 @@ def test_ddp_state_saved_on_2_ranks_loads_into_a_plain_model(tmp_path):
     dcp.load({"model": plain}, checkpoint_id=tmp_path / "plain", no_dist=True)
     for k, v in plain.state_dict().items():
         np.testing.assert_array_equal(v.numpy(), trained[0][k])
-    with pytest.raises(ValueError, match=r"missing from the checkpoint: \['model.weight', 'model.bias'\] "
+    with pytest.raises(dcp.CheckpointException, match=r"rank 0: ValueError: .*"
+                                                      r"missing from the checkpoint: \['model.weight', 'model.bias'\] "
                                          r"\(it has instead: \['model.module.bias', 'model.module.weight'\]\)"):
         dcp.load({"model": nn.Linear(4, 3)}, checkpoint_id=tmp_path / "wrapped", no_dist=True)
+
+
+# -------------------------------------------------------------------------------------------- torch's keys
+def _as_torch(value, torch):
+    """The same nesting with each minidl tensor as a torch tensor of its values."""
+    if isinstance(value, minidl.Tensor):
+        return torch.from_numpy(value.numpy().copy())
+    if isinstance(value, dict):
+        return {k: _as_torch(v, torch) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_as_torch(v, torch) for v in value)
+    return value
+
+
+@pytest.mark.filterwarnings("ignore:torch.distributed is disabled:UserWarning")   # (torch's no_dist note)
+def test_keys_are_torchs_for_an_optimizer_and_nested_lists(tmp_path):
+    """torch 2.13's DCP (no_dist) names the keys of the same nesting: lists holding dicts, tensors or such
+    lists are walked into (``optim.param_groups.0.lr``), other lists and tuples of plain values are leaves,
+    empty dicts are no key."""
+    torch = pytest.importorskip("torch")
+    tdcp = pytest.importorskip("torch.distributed.checkpoint")
+    model, opt = _trained(0, 0.01)
+    _step(model, opt, T(np.ones((2, 3), np.float32)))
+    sd = {"optim": opt.state_dict(), "lod": [{"a": 1}, {"b": 2}], "nl": [[1, 2], 3], "tup": (1, 2), "el": [],
+          "empty": {}, "half_empty": {"x": {}, "y": 1}, "mixed": [minidl.ones(1), 1],
+          "lol": [[minidl.ones(2)], [{"c": 3}]], "deep": [[{"d": 1}]], "le": [{}]}
+    theirs = tdcp.save(_as_torch(sd, torch), checkpoint_id=tmp_path / "torch", no_dist=True)
+    ours = dcp.save(sd, checkpoint_id=tmp_path / "minidl", no_dist=True)
+    assert "optim.param_groups.0.lr" in theirs.state_dict_metadata
+    assert sorted(ours.state_dict_metadata) == sorted(theirs.state_dict_metadata)
+
+
+def test_a_tuple_of_a_tensor_and_a_value_round_trips(tmp_path):
+    """A tuple holding a tensor is walked into (its tensor saved as one); its plain values are put back by
+    rebuilding the tuple in its parent, at any depth; the tensor is filled in place."""
+    sd = {"tup": (T([1.0, 2.0]), 2.5), "deep": [(T([3]), "a", (4, T([5.0]))), {"k": (6, T([7.0]))}]}
+    dcp.save(sd, checkpoint_id=tmp_path, no_dist=True)
+    first, second = minidl.zeros(2, dtype=minidl.float64), minidl.zeros(1, dtype=minidl.float64)
+    out = {"tup": (first, 0.0), "deep": [(minidl.zeros(1, dtype=minidl.int64), "", (0, second)),
+                                         {"k": (0, minidl.zeros(1, dtype=minidl.float64))}]}
+    dcp.load(out, checkpoint_id=tmp_path, no_dist=True)
+    assert type(out["tup"]) is tuple and out["tup"][0] is first and out["tup"][1] == 2.5
+    np.testing.assert_array_equal(first.numpy(), [1.0, 2.0])
+    inner = out["deep"][0]
+    assert type(inner) is tuple and inner[1] == "a" and type(inner[2]) is tuple and inner[2][0] == 4
+    assert inner[2][1] is second
+    np.testing.assert_array_equal(inner[0].numpy(), [3])
+    np.testing.assert_array_equal(second.numpy(), [5.0])
+    assert out["deep"][1]["k"][0] == 6
+    np.testing.assert_array_equal(out["deep"][1]["k"][1].numpy(), [7.0])
+
+
+# ------------------------------------------------------------------------------------------ empty boxes
+def test_an_empty_box_where_another_box_starts_is_neither_written_nor_recorded(tmp_path):
+    """Rows [(0,2), (2,2), (2,5)]: rank 1 holds none of w, and its empty box starts at (2, 0) as rank 2's
+    does. Had it been recorded, its place (rank 1's file, where z lies) would have been read for rank 2's
+    rows. It holds no bytes, so it is not there at all; the split loads back on the same three ranks."""
+    a = np.arange(20, dtype=np.float32).reshape(5, 4)
+    z = -np.arange(36, dtype=np.float32).reshape(3, 12) - 1
+    rows = [(0, 2), (2, 2), (2, 5)]
+
+    def save(rank):
+        lo, hi = rows[rank]
+        return dcp.save({"w": local(a, (lo, 0), (hi - lo, 4)), "z": local(z, (rank, 0), (1, 12))},
+                        checkpoint_id=tmp_path)
+    meta = sim.run(3, save)[0]
+    assert sorted(c.offsets + c.sizes for c in meta.state_dict_metadata["w"].chunks) == [(0, 0, 2, 4), (2, 0, 3, 4)]
+    assert sorted(k for tensors in stored_boxes(tmp_path).values() for k in tensors if k.startswith("w")) == \
+        ["w[0:2,0:4]", "w[2:5,0:4]"]
+    whole = {"w": minidl.zeros(5, 4), "z": minidl.zeros(3, 12)}
+    dcp.load(whole, checkpoint_id=tmp_path, no_dist=True)
+    np.testing.assert_array_equal(whole["w"].numpy(), a)
+    np.testing.assert_array_equal(whole["z"].numpy(), z)
+
+    def load(rank):
+        lo, hi = rows[rank]
+        target = local_zeros(a, (lo, 0), (hi - lo, 4))
+        dcp.load({"w": target}, checkpoint_id=tmp_path)
+        return target.tensor.numpy()
+    for (lo, hi), got in zip(rows, sim.run(3, load)):
+        np.testing.assert_array_equal(got, a[lo:hi])
+
+
+# ----------------------------------------------------------------------------------- resharding: spans
+def test_3d_saved_along_dim_1_loads_along_dim_2(tmp_path):
+    """A split along the last dimension meets each saved box in one run per row: 80 here, more than the
+    loader reads run by run, so it reads one span and cuts the box out by strides. 2 ranks save halves of
+    dim 1; 3 ranks load uneven parts of dim 2, and 1 rank a box that cuts all three dims."""
+    from minidl.dist.checkpoint.planner import MAX_RUNS
+    a = np.random.default_rng(12).standard_normal((10, 16, 12)).astype(np.float32)
+    assert 10 * 8 > MAX_RUNS
+    sim.run(2, lambda rank: dcp.save({"t": local(a, (0, 8 * rank, 0), (10, 8, 12))}, checkpoint_id=tmp_path))
+    cuts = [(0, 5), (5, 7), (7, 12)]
+
+    def load(rank):
+        lo, hi = cuts[rank]
+        target = local_zeros(a, (0, 0, lo), (10, 16, hi - lo))
+        dcp.load({"t": target}, checkpoint_id=tmp_path)
+        return target.tensor.numpy()
+    for (lo, hi), got in zip(cuts, sim.run(3, load)):
+        np.testing.assert_array_equal(got, a[:, :, lo:hi])
+    inner = {"t": local_zeros(a, (1, 3, 2), (8, 11, 9))}
+    dcp.load(inner, checkpoint_id=tmp_path, no_dist=True)
+    np.testing.assert_array_equal(inner["t"].tensor.numpy(), a[1:9, 3:14, 2:11])
+
+
+# ----------------------------------------------------------------------------------- metadata integrity
+def test_one_changed_character_of_the_metadata_is_refused(tmp_path):
+    """Moving a's chunk by a few bytes in .metadata reads b's bytes with every file's CRC intact: the
+    metadata's own CRC-32 refuses it, naming the file."""
+    meta = dcp.save({"a": minidl.arange(8.0), "b": minidl.arange(8.0) + 100}, checkpoint_id=tmp_path, no_dist=True)
+    offset = meta.storage_data[dcp.MetadataIndex("a", (0,))].offset
+    text = (tmp_path / ".metadata").read_text()
+    old, new = f'"offset": {offset},', f'"offset": {offset // 10}{(offset % 10 + 4) % 10},'
+    assert text.count(old) == 1 and len(old) == len(new)
+    (tmp_path / ".metadata").write_text(text.replace(old, new))
+    sd = {"a": minidl.zeros(8), "b": minidl.zeros(8)}
+    with pytest.raises(dcp.CheckpointException, match=r"rank 0: ValueError: .*\.metadata .*CRC-32 does not match"):
+        dcp.load(sd, checkpoint_id=tmp_path, no_dist=True)
+    np.testing.assert_array_equal(sd["a"].numpy(), 0)
+
+
+def _resealed(path, change):
+    """``.metadata`` with ``change(body)`` applied and its CRC-32 made to match (what a forger would do)."""
+    doc = json.loads((path / ".metadata").read_text())
+    change(doc["body"])
+    doc["crc32"] = f"{zlib.crc32(json.dumps(doc['body'], indent=1, allow_nan=False).encode()):08x}"
+    (path / ".metadata").write_text(json.dumps(doc))
+
+
+def _past_the_end(body):
+    body["keys"]["a"]["chunks"][0]["offset"] = 10**6
+
+
+def _no_block_crcs(body):
+    next(iter(body["files"].values()))["crc32"] = []
+
+
+@pytest.mark.parametrize("change, pattern", [
+    (_past_the_end, r"rank 0: RuntimeError: .*\.metadata places bytes 1000000\.\.\.1000032 in __0_0\.\w+\.safetensors, "
+                    r"which has \d+"),
+    (_no_block_crcs, r"rank 0: ValueError: .*\.metadata .*file __0_0\.\w+\.safetensors of \d+ bytes has 0 block "
+                     r"checksums"),
+])
+def test_metadata_that_does_not_fit_its_files_is_refused(tmp_path, change, pattern):
+    """Past the CRC-32: byte ranges outside a file and checksum lists of the wrong length are named."""
+    dcp.save({"a": minidl.arange(8.0), "b": minidl.arange(8.0) + 100}, checkpoint_id=tmp_path, no_dist=True)
+    _resealed(tmp_path, change)
+    with pytest.raises(dcp.CheckpointException, match=pattern):
+        dcp.load({"a": minidl.zeros(8), "b": minidl.zeros(8)}, checkpoint_id=tmp_path, no_dist=True)
+
+
+# ---------------------------------------------------------------------------- async_save and save, in order
+def test_async_save_then_save_into_one_folder_commit_in_order(tmp_path, monkeypatch):
+    """save waits for the async_save still writing into the folder: both commit, in order, and the folder
+    holds the second. (The async writer is held back a little, so a save that did not wait would write
+    first; with the wait the hold only delays it.)"""
+    rank_threads, order, saving = set(), [], threading.Event()
+    write = dcp.FileSystemWriter.write_data
+
+    def held(self, pieces, save_id, rank):
+        mine = threading.get_ident() in rank_threads   # (the async save writes on a thread of its own)
+        if mine:
+            saving.set()
+        else:
+            saving.wait(0.5)
+        order.append((rank, "save" if mine else "async"))
+        return write(self, pieces, save_id, rank)
+    monkeypatch.setattr(dcp.FileSystemWriter, "write_data", held)
+
+    def fn(rank):
+        rank_threads.add(threading.get_ident())
+        x = dcp.LocalSlice(T(np.full(2, 1.0)), (2 * rank,), (4,))
+        future = dcp.async_save({"x": x}, checkpoint_id=tmp_path)
+        x.tensor.fill_(2.0)
+        second = dcp.save({"x": x}, checkpoint_id=tmp_path)
+        return future.result(timeout=60).save_id, second.save_id
+    with replacing():   # (the save finds the async one's checkpoint committed)
+        ids = sim.run(2, fn)
+    assert ids[0] == ids[1] and ids[0][0] != ids[0][1]
+    assert [what for _, what in order] == ["async", "async", "save", "save"]
+    assert {_FILE.match(n).group(3) for n in shard_files(tmp_path)} == {ids[0][1]}
+    sd = {"x": minidl.zeros(4, dtype=minidl.float64)}
+    dcp.load(sd, checkpoint_id=tmp_path, no_dist=True)
+    np.testing.assert_array_equal(sd["x"].numpy(), 2.0)
+
+
+_EXITS_AT_ONCE = """
+import sys, time
+import numpy as np
+import minidl, minidl.dist.checkpoint as dcp
+write = dcp.FileSystemWriter.write_data
+def slow(self, *args):   # a slow disk: the script has ended by the time the files are written
+    time.sleep(0.3)
+    return write(self, *args)
+dcp.FileSystemWriter.write_data = slow
+dcp.async_save({"x": minidl.from_numpy(np.arange(6.0))}, checkpoint_id=sys.argv[1], no_dist=True)
+"""
+
+
+def test_a_script_ending_without_waiting_on_async_save_still_commits(tmp_path):
+    """As torch's (its executor's threads are joined at exit): the writer thread is no daemon."""
+    script = tmp_path / "script.py"
+    script.write_text(_EXITS_AT_ONCE)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [os.path.dirname(os.path.dirname(
+        os.path.abspath(minidl.__file__))), os.environ.get("PYTHONPATH")]))}
+    done = subprocess.run([sys.executable, str(script), str(tmp_path / "ckpt")], env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    sd = {"x": minidl.zeros(6, dtype=minidl.float64)}
+    dcp.load(sd, checkpoint_id=tmp_path / "ckpt", no_dist=True)
+    np.testing.assert_array_equal(sd["x"].numpy(), np.arange(6.0))
+
+
+def test_async_save_no_dist_error_is_in_the_future(tmp_path):
+    """As torch's (and as on N ranks): an unmakeable folder fails the future with a CheckpointException."""
+    (tmp_path / "file").write_text("x")
+    future = dcp.async_save({"x": T(np.ones(2))}, checkpoint_id=tmp_path / "file" / "ckpt", no_dist=True)
+    error = future.exception(timeout=60)
+    assert isinstance(error, dcp.CheckpointException) and sorted(error.failures) == [0]
+    assert isinstance(error.failures[0], OSError)
+
+
+# ------------------------------------------------------------------------------ a rank failing early
+class _Broken:
+    """A Stateful whose state_dict() fails on rank 1."""
+
+    def __init__(self, rank):
+        self.rank = rank
+
+    def state_dict(self):
+        if self.rank == 1:
+            raise RuntimeError("state_dict() failed here")
+        return {"w": minidl.ones(4)}
+
+    def load_state_dict(self, sd):
+        pass
+
+
+def _early_failure(rank, op, path):
+    if op == "clash":   # two values flattened to one key, on rank 1 only
+        sd = {"w": minidl.ones(4), "a": {"b": 1}, **({"a.b": 2} if rank == 1 else {})}
+        return dcp.save(sd, checkpoint_id=path)
+    sd = {"m": _Broken(rank)}
+    if op == "save":
+        return dcp.save(sd, checkpoint_id=path)
+    if op == "load":
+        return dcp.load(sd, checkpoint_id=path)
+    return dcp.async_save(sd, checkpoint_id=path).result(timeout=60)
+
+
+@pytest.mark.parametrize("op, words", [("save", "RuntimeError: state_dict() failed here"),
+                                       ("load", "RuntimeError: state_dict() failed here"),
+                                       ("async_save", "RuntimeError: state_dict() failed here"),
+                                       ("clash", "ValueError: minidl.dist.checkpoint.save: two values of the "
+                                                 "state dict are both named 'a.b'")])
+def test_a_rank_failing_before_the_first_step_fails_every_rank(tmp_path, op, words):
+    """Rank 1 fails in state_dict() or flattening, before any collective of its own, and stays alive (it
+    waits for rank 0 to be done). Rank 0 hears of it in the first step: a CheckpointException naming rank 1,
+    on both ranks, not a time-out of the collective rank 1 never joined (kept short here)."""
+    if op == "load":
+        dcp.save({"m": {"w": minidl.ones(4)}}, checkpoint_id=tmp_path, no_dist=True)
+    rank_0_done = threading.Event()
+
+    def fn(rank):
+        try:
+            return _early_failure(rank, op, tmp_path)
+        except Exception as e:  # noqa: BLE001 -- the test inspects it
+            return e
+        finally:
+            if rank == 0:
+                rank_0_done.set()
+            else:
+                rank_0_done.wait(60)
+    for e in sim.run(2, fn, timeout=5):
+        assert isinstance(e, dcp.CheckpointException), repr(e)
+        assert sorted(e.failures) == [1] and f"rank 1: {words}" in str(e)
+
+
+# ---------------------------------------------------------------------------------------- torch's API
+def test_local_slice_takes_numpy_integers(tmp_path):
+    """Offsets and sizes computed with numpy are taken as ints (they go into the JSON metadata)."""
+    a = np.arange(24.0).reshape(8, 3)
+    size = np.array(a.shape)
+    piece = dcp.LocalSlice(T(a[4:]), (np.int64(4), np.int32(0)), size)
+    assert piece.offsets == (4, 0) and piece.global_size == (8, 3)
+    assert all(type(n) is int for n in piece.offsets + piece.global_size)
+    starts = np.array([0, 4])
+    sim.run(2, lambda rank: dcp.save({"w": dcp.LocalSlice(T(a[starts[rank]:starts[rank] + 4]), (starts[rank], 0),
+                                                         size)}, checkpoint_id=tmp_path))
+    sd = {"w": minidl.zeros(8, 3, dtype=minidl.float64)}
+    dcp.load(sd, checkpoint_id=tmp_path, no_dist=True)
+    np.testing.assert_array_equal(sd["w"].numpy(), a)
+
+
+def test_overwrite_warns_only_when_a_checkpoint_is_replaced(tmp_path):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        dcp.save({"a": T([1.0])}, checkpoint_id=tmp_path, no_dist=True)
+    with replacing():
+        dcp.save({"a": T([2.0])}, storage_writer=dcp.FileSystemWriter(tmp_path, serialization_format=None),
+                 no_dist=True)
+    sd = {"a": minidl.zeros(1)}
+    dcp.load(sd, checkpoint_id=tmp_path, no_dist=True)
+    np.testing.assert_array_equal(sd["a"].numpy(), [2.0])
+
+
+def test_a_file_left_by_an_earlier_save_that_cannot_be_removed_warns(tmp_path, monkeypatch):
+    """The commit is done by then: the save succeeds, warning; the new checkpoint loads."""
+    first = save_corruption_state(tmp_path)
+    unlink = os.unlink
+
+    def refused(name, *args, **kwargs):
+        if first.save_id in os.fspath(name):
+            raise PermissionError(13, "Permission denied", os.fspath(name))
+        return unlink(name, *args, **kwargs)
+    with monkeypatch.context() as m:
+        m.setattr(os, "unlink", refused)
+        with pytest.warns(UserWarning) as seen:
+            second = save_corruption_state(tmp_path, scale=4.0)
+    texts = [str(w.message) for w in seen]
+    assert any("holds a checkpoint; this save replaces it" in t for t in texts)
+    assert any(re.search(rf"could not remove __0_0\.{first.save_id}\.safetensors, left by an earlier save", t)
+               for t in texts), texts
+    assert {_FILE.match(n).group(3) for n in shard_files(tmp_path)} == {first.save_id, second.save_id}
+    _loads_exactly(tmp_path, 4.0)
+
+
+def test_metadata_index_is_torchs(tmp_path):
+    """``MetadataIndex(fqn, offset=None, index=None)``; the index is a hint, not part of its identity."""
+    assert dcp.MetadataIndex("a") == dcp.MetadataIndex("a", None, None)
+    assert dcp.MetadataIndex("a").offset is None and dcp.MetadataIndex("a").index is None
+    meta = dcp.save({"b": T(np.arange(3.0))}, checkpoint_id=tmp_path, no_dist=True)
+    assert meta.storage_data[dcp.MetadataIndex("b", (0,), index=5)] == meta.storage_data[dcp.MetadataIndex("b", (0,))]

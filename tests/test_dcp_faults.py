@@ -161,7 +161,7 @@ def test_a_rank_killed_during_save(tmp_path, point):
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always")
                 assert_is(load_alone(folder_a), 2 if committed else 1)
-            committed_id = json.loads((folder_a / ".metadata").read_text())["save_id"]
+            committed_id = json.loads((folder_a / ".metadata").read_text())["body"]["save_id"]
             others = set(shards(folder_a)) - {committed_id}   # (after the commit, A's files are still there)
             assert committed_id in shards(folder_a) and len(others) == (0 if point == "plan" else 1), shards(folder_a)
             if point in ("write", "written", "commit"):   # B's files are there, and named uncommitted on load
@@ -178,7 +178,7 @@ def test_a_rank_killed_during_save(tmp_path, point):
             assert_is(load_alone(folder_b), 2)
         elif point == "plan":   # the coordinator made the folder, and nobody wrote in it
             assert list(folder_b.iterdir()) == [], list(folder_b.iterdir())
-            with pytest.raises(FileNotFoundError, match="there is no checkpoint at .*no .metadata"):
+            with pytest.raises(dcp.CheckpointException, match="there is no checkpoint at .*no .metadata"):
                 load_alone(folder_b)
         else:
             (save_id, files), = shards(folder_b).items()

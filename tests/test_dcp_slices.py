@@ -1,11 +1,12 @@
 """The box math of minidl.dist.checkpoint (slices.py) against numpy: a box is a boolean mask of the global
-array, an overlap the mask's AND, and the runs of a sub-box the flat row-major indices numpy gathers."""
+array, an overlap the mask's AND, and the runs of a sub-box (or its span, cut by strides) the flat row-major
+indices numpy gathers."""
 import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from minidl.dist.checkpoint.slices import overlap, runs, split_rows
+from minidl.dist.checkpoint.slices import overlap, row_major_strides, run_count, runs, span, split_rows
 
 
 @st.composite
@@ -80,3 +81,21 @@ def test_split_rows_is_numpy_array_split(sizes, offsets, parts):
     for (o, s), r in zip(pieces, rows):
         assert o == (offsets[0] + r[0], *offsets[1:])
         assert s == (r.size, *sizes[1:])
+
+
+@given(st.data(), shapes)
+def test_a_span_cut_by_strides_is_the_sub_box(data, box_sizes):
+    """The loader's path for many runs: the elements from the sub-box's first to just after its last, viewed
+    with the box's row-major strides, are the sub-box; run_count is how many runs ``runs`` gives."""
+    rel, sub_sizes = data.draw(boxes_in(box_sizes))
+    if 0 in sub_sizes:   # (an empty overlap is never read)
+        return
+    zeros = (0,) * len(box_sizes)
+    assert run_count(box_sizes, sub_sizes) == len(runs(zeros, box_sizes, rel, sub_sizes))
+    want = _gathered(box_sizes, rel, sub_sizes)
+    start, stop = span(zeros, box_sizes, rel, sub_sizes)
+    assert (start, stop) == (want[0], want[-1] + 1)
+    flat = np.arange(int(np.prod(box_sizes, dtype=np.int64)))
+    cut = np.lib.stride_tricks.as_strided(flat[start:stop], sub_sizes,
+                                          [n * flat.itemsize for n in row_major_strides(box_sizes)])
+    np.testing.assert_array_equal(cut.ravel(), want)

@@ -125,7 +125,8 @@ def part(key, rank, world, dim, source):
 def state(rank, world, split, source):
     """A rank's nested state dict, model and optimizer as a training script has them."""
     t = {key: part(key, rank, world, split.get(key), source) for key in TRUTH}
-    plain = PLAIN if source is not None else {k: None for k in PLAIN}   # (load puts the saved values back)
+    plain = PLAIN if source is not None else {   # load puts the saved values back, into the same structure
+        "step": None, "run": None, "optim.param_groups": [{k: None for k in PLAIN["optim.param_groups"][0]}]}
     return {"model": {"embed.weight": t["model.embed.weight"], "proj.weight": t["model.proj.weight"],
                       "head.weight": t["model.head.weight"], "head.bias": t["model.head.bias"],
                       "pos": t["model.pos"], "norm.weight": t["model.norm.weight"],
@@ -230,7 +231,8 @@ def writer(name):
 
 assert sorted(writer(n) for n in shards) == [0, 1, 2, 3]
 with open(os.path.join(ckpt, ".metadata")) as f:
-    doc = json.load(f)
+    outer = json.load(f)
+doc = outer["body"]   # (beside it, the CRC-32 of the body's text: a changed offset or dtype would be refused)
 entry = doc["keys"]["model.head.weight"]
 print("\n.metadata is JSON; its entry for 'model.head.weight' (replicated, 2 MiB):")
 print(f'  "dtype": {json.dumps(entry["dtype"])}, "size": {entry["size"]}, "path": {json.dumps(entry["path"])},'
@@ -242,7 +244,9 @@ print(f"a plain value is kept in it: 'step' -> {json.dumps(doc['keys']['step'])}
 print(f"each file's size and the CRC-32 of each of its {doc['block_bytes'] // MiB} MiB blocks, e.g. {shards[0]}: "
       f"{doc['files'][shards[0]]}")
 assert doc["keys"]["step"]["value"] == PLAIN["step"]
-assert set(doc["keys"]) == set(TRUTH) | set(PLAIN)
+# (a list holding dicts is walked into, as torch names keys: each parameter group's entries are keys of their own)
+group_keys = {f"optim.param_groups.0.{k}" for k in PLAIN["optim.param_groups"][0]}
+assert set(doc["keys"]) == set(TRUTH) | {"step", "run"} | group_keys
 
 # Every box the metadata lists, read back with the safetensors package: in exactly one file, the one named.
 BOX = re.compile(r"^(.*)\[(.*)\]$")
@@ -523,8 +527,10 @@ assert np.array_equal(only["model.embed.weight"].numpy(), TRUTH["model.embed.wei
 print(f"""and a load of embed.weight alone, whose blocks ({read / MiB:.0f} MiB of the files) do not include it,
 succeeds. The metadata records each file's size and the CRC-32 of each 1 MiB block: a truncated file fails
 on its size, a changed byte on its block's CRC, and a file copied in from another save fails one
-or the other, the error naming the save its header says it came from. Only blocks that are read
-are checked, so a damaged block is found by whoever needs it, and a checkpoint is never loaded wrong.""")
+or the other, the error naming the save its header says it came from; .metadata carries a CRC-32 of
+its own, so a changed offset or dtype there is refused too. Only blocks that are read are checked, so
+a damaged block is found by whoever needs it: damage is named, not loaded (short of a CRC-32 collision,
+one chance in 4 billion per damaged block).""")
 
 # =============================================================================================
 section("6. A DDP model: get_state_dict, save on 2 ranks, resume in one process")

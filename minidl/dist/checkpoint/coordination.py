@@ -3,7 +3,8 @@
 Each step runs on every rank and ends in an all-gather of what it produced — or of the error it raised —
 so every rank sees the same outcome: all go on, or all raise the same ``CheckpointException`` naming each
 failed rank and its error. A rank that dies instead of raising makes the all-gather itself fail on the
-others, with the communicator's error naming it. No rank waits for one that has given up.
+others, with the communicator's error naming it. No rank waits for one that has given up. In one process
+(``no_dist``) an error is a CheckpointException too, as in torch.
 """
 from __future__ import annotations
 
@@ -71,15 +72,23 @@ class Ranks:
     def check(self, step, *args):
         """This rank's ``step(*args)``, once every rank has run its own: only whether each failed travels."""
         mine, error = self._run(step, args)
-        self._outcome(mine, error, error and mine)
+        self._outcome(mine, error, mine if error is not None else None)
         return mine
+
+    def everywhere(self, step, *args):
+        """``step(*args)`` where every rank computes the same from the same inputs (no message): its error,
+        raised alike on every rank, is every rank's failure."""
+        try:
+            return step(*args)
+        except Exception as e:  # noqa: BLE001
+            raise CheckpointException(f"{self.what} failed", {r: e for r in range(self.size)}) from e
 
     def _run(self, step, args):
         try:
             return step(*args), None
         except Exception as e:  # noqa: BLE001 -- it is sent to the other ranks and raised on all
             if self.group is None:
-                raise
+                raise CheckpointException(f"{self.what} failed", {0: e}) from e
             return _Failed(e), e
 
     def _outcome(self, mine, error, sent):
@@ -96,7 +105,7 @@ class Ranks:
     def from_coordinator(self, step, *args):
         """The coordinator's ``step(*args)`` on every rank (its error raised on every rank)."""
         if self.group is None:
-            return step(*args)
+            return self._run(step, args)[0]
         box, error = [None], None
         if self.is_coordinator:
             try:

@@ -32,7 +32,8 @@ from .. import faults
 from .metadata import BLOCK_BYTES, FileRecord, Metadata
 
 METADATA_NAME = ".metadata"
-_SHARD = re.compile(r"^__(\d+)_(\d+)\.([0-9a-f]{16})\.safetensors$")
+_SAVE_ID = "[0-9a-f]{16}"
+_SHARD = re.compile(rf"^__(\d+)_(\d+)\.({_SAVE_ID})\.safetensors$")
 _TEMP_PREFIX = ".minidl-"   # serialization._write's temp files
 
 
@@ -49,12 +50,13 @@ class FileSystemWriter:
     """Where and how ``save`` writes (``torch.distributed.checkpoint.FileSystemWriter``'s arguments).
     ``thread_count`` files per rank written by as many threads; ``sync_files=False`` skips the fsyncs (faster,
     and a power loss may then lose the checkpoint; a killed process does not); ``overwrite=False`` refuses a
-    folder that already holds a checkpoint. ``per_thread_copy_ahead`` and ``cache_staged_state_dict`` are
-    accepted and change nothing: minidl stages by copying what this rank writes, once."""
+    folder that already holds a checkpoint (with True, replacing one warns, as torch's does).
+    ``per_thread_copy_ahead``, ``cache_staged_state_dict`` and ``serialization_format`` are accepted and change
+    nothing: minidl stages by copying what this rank writes, once, and always writes safetensors."""
 
     def __init__(self, path, single_file_per_rank: bool = True, sync_files: bool = True, thread_count: int = 1,
                  per_thread_copy_ahead: int = 10_000_000, cache_staged_state_dict: bool = False,
-                 overwrite: bool = True):
+                 overwrite: bool = True, serialization_format=None):
         if not isinstance(thread_count, int) or thread_count < 1:
             raise ValueError(f"FileSystemWriter: thread_count must be an int >= 1, got {thread_count!r}")
         self.path = os.fspath(path)
@@ -74,15 +76,18 @@ class FileSystemWriter:
             return None
         os.makedirs(self.path, exist_ok=True)
         committed = os.path.join(self.path, METADATA_NAME)
-        if not self.overwrite and os.path.exists(committed):
-            raise RuntimeError(f"FileSystemWriter: {self.path} already holds a checkpoint and overwrite=False")
+        if os.path.exists(committed):
+            if not self.overwrite:
+                raise RuntimeError(f"FileSystemWriter: {self.path} already holds a checkpoint and overwrite=False")
+            warnings.warn(f"FileSystemWriter: {self.path} holds a checkpoint; this save replaces it when it commits "
+                          f"(overwrite=True; pass overwrite=False to refuse)", stacklevel=2)
         ids = list(_shards(self.path))
         try:
             with open(committed, "rb") as f:
                 ids.append(str(json.loads(f.read())["save_id"]))
         except (OSError, ValueError, KeyError, TypeError):
             pass   # no checkpoint yet, or a damaged one: this save replaces it
-        count = max((int(i[:8], 16) for i in ids if re.fullmatch(r"[0-9a-f]{16}", i)), default=0)
+        count = max((int(i[:8], 16) for i in ids if re.fullmatch(_SAVE_ID, i)), default=0)
         return f"{count + 1:08x}{secrets.token_hex(4)}"
 
     def write_data(self, pieces: list, save_id: str, rank: int) -> list:
@@ -91,14 +96,13 @@ class FileSystemWriter:
         if not pieces:
             return []
         groups = [[p] for p in pieces] if not self.single_file_per_rank else _balance(pieces, self.thread_count)
-        jobs = [(shard_name(rank, k, save_id), group) for k, group in enumerate(groups)]
-        midways = [faults.midway("dcp_write", rank) for _ in jobs]   # counted here, in a fixed order
-        write = lambda job, midway: self._write_file(*job, save_id, rank, midway)  # noqa: E731
+        jobs = [(shard_name(rank, k, save_id), group, save_id, rank, faults.midway("dcp_write", rank))
+                for k, group in enumerate(groups)]   # (the faults counted here, in a fixed order)
         if self.thread_count == 1 or len(jobs) == 1:
-            results = [write(job, m) for job, m in zip(jobs, midways)]
+            results = [self._write_file(*job) for job in jobs]
         else:
             with concurrent.futures.ThreadPoolExecutor(min(self.thread_count, len(jobs))) as pool:
-                results = list(pool.map(write, jobs, midways))
+                results = list(pool.map(lambda job: self._write_file(*job), jobs))
         if self.sync_files:
             serialization._fsync_folder(self.path)
         return results
@@ -135,7 +139,11 @@ class FileSystemWriter:
         for name in os.listdir(self.path):
             match = _SHARD.match(name)
             if (match and match.group(3) != metadata.save_id) or name.startswith(_TEMP_PREFIX):
-                os.unlink(os.path.join(self.path, name))
+                try:
+                    os.unlink(os.path.join(self.path, name))
+                except OSError as e:   # (committed already: a leftover is no reason to fail the save)
+                    warnings.warn(f"FileSystemWriter: could not remove {name}, left by an earlier save: {e}",
+                                  stacklevel=2)
 
 
 def _balance(pieces: list, bins: int) -> list:
@@ -245,6 +253,10 @@ class FileSystemReader:
             raise RuntimeError(f"{where} has {size} bytes but the checkpoint's {METADATA_NAME} says {record.size}: "
                                f"{'truncated' if size < record.size else 'changed'} since it was saved"
                                f"{self._foreign(name, meta.save_id)}")
+        bad = [(s, n) for s, n in ranges if s < 0 or n < 0 or s + n > record.size]
+        if bad:
+            raise RuntimeError(f"{self.path}: {METADATA_NAME} places bytes {bad[0][0]}...{sum(bad[0])} in {name}, "
+                               f"which has {record.size}")
         block = meta.block_bytes
         spans = _merged([(s // block * block, min(record.size, -(-(s + n) // block) * block))
                          for s, n in ranges if n])

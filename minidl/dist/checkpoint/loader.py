@@ -32,17 +32,21 @@ def load(state_dict: dict, *, checkpoint_id=None, storage_reader=None, planner=N
     reader = storage_reader or FileSystemReader(_required(checkpoint_id, _WHAT))
     reader.reset(checkpoint_id)
     planner = planner or DefaultLoadPlanner()
-    if not isinstance(state_dict, dict):
-        raise TypeError(f"{_WHAT}: state_dict must be a dict, got {type(state_dict).__name__}")
-    stateful = {k: v for k, v in state_dict.items() if is_stateful(v)}
-    working = {**state_dict, **{k: v.state_dict() for k, v in stateful.items()}}
-    leaves, paths = flatten(working, _WHAT)
     meta = Metadata.from_json(ranks.from_coordinator(lambda: reader.read_metadata().to_json()), reader.path)
+    stateful = {}
+
+    def plan():   # (all that may fail on one rank before reading, inside the step: every rank hears of it)
+        if not isinstance(state_dict, dict):
+            raise TypeError(f"{_WHAT}: state_dict must be a dict, got {type(state_dict).__name__}")
+        stateful.update((k, v) for k, v in state_dict.items() if is_stateful(v))
+        working = {**state_dict, **{k: v.state_dict() for k, v in stateful.items()}}
+        leaves, paths = flatten(working, _WHAT)
+        return working, paths, planner.read_plan(leaves, meta, reader.path, _WHAT)
     with no_grad():   # (the boxes read into are views of parameters: views made without history)
-        reads, values = ranks.check(planner.read_plan, leaves, meta, reader.path, _WHAT)
+        working, paths, (reads, values) = ranks.check(plan)
         ranks.check(_read, reader, meta, reads)
     for fqn, value in values.items():
-        set_leaf(working, paths[fqn], value)
+        working = set_leaf(working, paths[fqn], value)
     for k, v in stateful.items():
         v.load_state_dict(working[k])
     for k in state_dict:
@@ -56,7 +60,8 @@ def _read(reader, meta: Metadata, reads: dict) -> None:
         parts = iter(reader.read(meta, name, [r for read in wanted for r in read.ranges]))
         for read in wanted:
             pieces = [next(parts) for _ in read.ranges]
-            raw = pieces[0] if len(pieces) == 1 else np.concatenate(pieces)
-            values = np.require(raw.view(read.dtype.np.newbyteorder("<")).astype(read.dtype.np, copy=False),
-                                requirements=["C", "A", "W"])
-            read.target.copy_(serialization._whole(read.dtype, read.sizes, values))
+            raw = np.require(pieces[0] if len(pieces) == 1 else np.concatenate(pieces), requirements=["A"])
+            stored = raw.view(read.dtype.np.newbyteorder("<"))
+            box = np.lib.stride_tricks.as_strided(stored, read.sizes, [n * stored.itemsize for n in read.strides])
+            values = np.ascontiguousarray(box, dtype=read.dtype.np)   # (copied only where not yet row-major)
+            read.target.copy_(serialization._whole(read.dtype, read.sizes, values.reshape(-1)))

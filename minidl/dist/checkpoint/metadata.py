@@ -6,12 +6,15 @@
 ``storage_data`` says where each box lies: which file, at which byte; ``files`` holds each file's size and
 the CRC-32 of each of its blocks, so that a reader that reads a part of a file can still check what it
 read; ``planner_data`` the path of each key, to rebuild the nesting without a state dict to load into.
-Unlike torch's pickled ``.metadata`` it is JSON: readable, and loadable without unpickling.
+Unlike torch's pickled ``.metadata`` it is JSON: readable, and loadable without unpickling. Its own
+CRC-32 covers it: a changed offset or dtype would read the wrong bytes with every file's checksums intact.
 """
 from __future__ import annotations
 
 import dataclasses
 import json
+import math
+import zlib
 
 from ... import _dtype as dt
 
@@ -45,9 +48,11 @@ class BytesStorageMetadata:
 
 @dataclasses.dataclass(frozen=True)
 class MetadataIndex:
-    """A box of the key ``fqn``, named by where it starts."""
+    """A box of the key ``fqn``, named by where it starts (``index``: a hint of its place in a list, as torch's;
+    not part of its identity)."""
     fqn: str
-    offset: tuple = ()
+    offset: tuple | None = None
+    index: int | None = dataclasses.field(default=None, hash=False, compare=False)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -85,36 +90,50 @@ class Metadata:
             else:
                 keys[fqn] = {"value": self.values[fqn]}
             keys[fqn]["path"] = self.planner_data[fqn]
-        return json.dumps({"format": FORMAT, "save_id": self.save_id, "world_size": self.world_size,
-                           "block_bytes": self.block_bytes, "keys": keys,
-                           "files": {name: {"size": f.size, "crc32": list(f.crc32)} for name, f in self.files.items()}},
-                          indent=1, allow_nan=False).encode()
+        body = _body_text({"save_id": self.save_id, "world_size": self.world_size, "block_bytes": self.block_bytes,
+                           "keys": keys, "files": {name: {"size": f.size, "crc32": list(f.crc32)}
+                                                   for name, f in self.files.items()}})
+        return f'{{"format": "{FORMAT}", "crc32": "{zlib.crc32(body.encode()):08x}",\n"body": {body}}}\n'.encode()
 
     @classmethod
     def from_json(cls, data: bytes, name: str) -> "Metadata":
         try:
-            doc = json.loads(data)
-            if doc.get("format") != FORMAT:
-                raise ValueError(f"format {doc.get('format')!r}, not {FORMAT!r}")
+            outer = json.loads(data)
+            if outer.get("format") != FORMAT:
+                raise ValueError(f"format {outer.get('format')!r}, not {FORMAT!r}")
+            doc = outer["body"]
+            if f"{zlib.crc32(_body_text(doc).encode()):08x}" != outer["crc32"]:
+                raise ValueError("its CRC-32 does not match its contents: it was changed since it was written")
             meta = cls({}, save_id=doc["save_id"], world_size=doc["world_size"], block_bytes=doc["block_bytes"],
                        files={n: FileRecord(f["size"], tuple(f["crc32"])) for n, f in doc["files"].items()})
+            for n, f in meta.files.items():
+                if len(f.crc32) != -(-f.size // meta.block_bytes):
+                    raise ValueError(f"file {n} of {f.size} bytes has {len(f.crc32)} block checksums")
             for fqn, entry in doc["keys"].items():
                 meta.planner_data[fqn] = entry["path"]
                 if "value" in entry:
                     meta.state_dict_metadata[fqn] = BytesStorageMetadata()
                     meta.values[fqn] = entry["value"]
                     continue
-                chunks = []
+                chunks, dtype = [], dt.from_name(entry["dtype"])
                 for c in entry["chunks"]:
                     chunk = ChunkStorageMetadata(tuple(c["offsets"]), tuple(c["sizes"]))
+                    if c["length"] != math.prod(chunk.sizes) * dtype.itemsize:
+                        raise ValueError(f"{fqn}'s box at {c['offsets']} takes {c['length']} bytes, not "
+                                         f"{math.prod(chunk.sizes)} {dtype.name} elements")
                     chunks.append(chunk)
                     meta.storage_data[MetadataIndex(fqn, chunk.offsets)] = StorageInfo(c["file"], c["offset"],
                                                                                         c["length"])
-                meta.state_dict_metadata[fqn] = TensorStorageMetadata(TensorProperties(dt.from_name(entry["dtype"])),
-                                                                      tuple(entry["size"]), chunks)
+                meta.state_dict_metadata[fqn] = TensorStorageMetadata(TensorProperties(dtype), tuple(entry["size"]),
+                                                                      chunks)
         except (ValueError, KeyError, TypeError, AttributeError) as e:
             raise ValueError(f"{name} is not a minidl checkpoint's metadata, or is damaged ({e!r})") from None
         return meta
+
+
+def _body_text(body: dict) -> str:
+    """The metadata's contents as the text its CRC-32 covers (the same text from the same dict, every time)."""
+    return json.dumps(body, indent=1, allow_nan=False)
 
 
 def _chunk_json(chunk: ChunkStorageMetadata, where: StorageInfo) -> dict:

@@ -5,7 +5,8 @@ Saving. Each rank lists the boxes it holds (``local_plan``): a plain tensor is t
 DDP's parameters are on every rank. With every rank's list, each rank computes the same ``global_plan``
 (no second message): every box is written once, by one of the ranks holding it, the heaviest first and
 each to the lightest-loaded holder; a replicated box of at least ``SPLIT_BYTES`` is cut along dimension 0
-into one piece per holder, so that N data-parallel ranks each write 1/N of the model, in parallel. The
+into one piece per holder, so that N data-parallel ranks each write 1/N of the model, in parallel
+(replicas are taken to be equal, as torch takes them: unequal ones would be saved as a patchwork). The
 plan also checks what only all the lists together show: a key that is a tensor on one rank and a value on
 another, or of other sizes or dtypes, or boxes that overlap or leave part of a tensor out.
 
@@ -25,9 +26,10 @@ from ..._tensor import Tensor
 from .filesystem import box_name
 from .metadata import (BytesStorageMetadata, ChunkStorageMetadata, Metadata, MetadataIndex, TensorProperties,
                        TensorStorageMetadata)
-from .slices import overlap, runs, slices_of, split_rows, volume
+from .slices import box_index, overlap, row_major_strides, run_count, runs, slices_of, span, split_rows, volume
 
 SPLIT_BYTES = 1 << 20   # a replicated box this big is written in pieces, one by each rank holding it
+MAX_RUNS = 64           # an overlap of more runs than this is read as one span
 
 
 @dataclasses.dataclass
@@ -66,10 +68,10 @@ class DefaultSavePlanner:
         self.dedup = dedup_replicated_tensors is not False
         self.to_lowest = dedup_save_to_lowest_rank
 
-    def local_plan(self, leaves: dict, paths: dict, what: str) -> dict:
-        """What this rank holds, as a picklable list of (key, value or (dtype, size, offsets, sizes), path) in
-        the state dict's order; its tensors stay here, in ``self.boxes`` (key -> [(offsets, tensor)])."""
-        self.boxes, entries = {}, []
+    def local_plan(self, leaves: dict, paths: dict, what: str):
+        """(what this rank holds, as a picklable list of (key, value or (dtype, size, offsets, sizes), path) in
+        the state dict's order; its tensors, key -> [(offsets, tensor)], which stay here)."""
+        boxes_of, entries = {}, []
         for fqn, leaf in leaves.items():
             found = slices_of(leaf)
             if found is None:
@@ -77,9 +79,9 @@ class DefaultSavePlanner:
                 continue
             size, boxes = found
             for offsets, t in boxes:
-                self.boxes.setdefault(fqn, []).append((tuple(offsets), t))
+                boxes_of.setdefault(fqn, []).append((tuple(offsets), t))
                 entries.append((fqn, (t.dtype.name, tuple(size), tuple(offsets), tuple(t.shape)), paths[fqn]))
-        return entries
+        return entries, boxes_of
 
     def global_plan(self, plans: list, what: str):
         """(each rank's list of (fqn, offsets, sizes) to write, the Metadata without its storage) — the same
@@ -107,7 +109,7 @@ class DefaultSavePlanner:
                     problems.append(f"{fqn!r} is a {dtype} tensor of size {list(size)} on rank {r} but a "
                                     f"{entry.properties.dtype.name} tensor of size {list(entry.size)} on rank "
                                     f"{first[fqn]}")
-                else:
+                elif volume(sizes):   # (an empty box holds no bytes: nothing to write or read)
                     holders.setdefault((fqn, offsets, sizes), []).append(r)
         problems += _coverage(meta, holders)
         if problems:
@@ -140,20 +142,15 @@ class DefaultSavePlanner:
                 meta.state_dict_metadata[fqn].chunks.append(ChunkStorageMetadata(o, s))
         return writes
 
-    def pieces(self, writes: list, copy: bool) -> list:
+    @staticmethod
+    def pieces(boxes_of: dict, writes: list, copy: bool) -> list:
         """This rank's share of the plan as Pieces (host arrays; copies when ``copy``, for async_save)."""
         out = []
         for fqn, offsets, sizes in writes:
-            box_offsets, t = self._box_holding(fqn, offsets, sizes)
-            part = t[tuple(slice(o - b, o - b + s) for o, b, s in zip(offsets, box_offsets, sizes))]
-            out.append(Piece(fqn, offsets, sizes, t.dtype, host_array(part, copy)))
+            box_offsets, t = next((o, t) for o, t in boxes_of[fqn] if overlap(o, tuple(t.shape), offsets, sizes)
+                                  == (offsets, sizes))   # (the plan gives a rank only pieces of boxes it holds)
+            out.append(Piece(fqn, offsets, sizes, t.dtype, host_array(t[box_index(offsets, box_offsets, sizes)], copy)))
         return out
-
-    def _box_holding(self, fqn, offsets, sizes):
-        for box_offsets, t in self.boxes[fqn]:
-            if all(b <= o and o + s <= b + n for o, s, b, n in zip(offsets, sizes, box_offsets, t.shape)):
-                return box_offsets, t
-        raise AssertionError(f"no box of {fqn} holds {offsets} + {sizes}")   # the plan only gives boxes held
 
 
 def _coverage(meta: Metadata, holders: dict) -> list:
@@ -237,22 +234,34 @@ class DefaultLoadPlanner:
 
     @staticmethod
     def _plan_box(fqn, entry, meta, offsets, t, reads) -> None:
+        """The reads that fill box ``t``: for each stored chunk it overlaps, the overlap's runs of bytes — or,
+        where those are many (a split along a late dimension: one per row), the one span from the overlap's
+        first byte to its last, cut out by strides after reading (the 1 MiB blocks it touches are read
+        either way)."""
         itemsize = entry.properties.dtype.itemsize
         for chunk in entry.chunks:
             met = overlap(chunk.offsets, chunk.sizes, offsets, tuple(t.shape))
             if met is None:
                 continue
             where = meta.storage_data[MetadataIndex(fqn, chunk.offsets)]
-            ranges = [(where.offset + start * itemsize, length * itemsize)
-                      for start, length in runs(chunk.offsets, chunk.sizes, *met)]
-            target = t[tuple(slice(o - b, o - b + s) for o, b, s in zip(met[0], offsets, met[1]))]
-            reads.setdefault(where.relative_path, []).append(Read(ranges, entry.properties.dtype, met[1], target))
+            if run_count(chunk.sizes, met[1]) <= MAX_RUNS:
+                elements = runs(chunk.offsets, chunk.sizes, *met)
+                strides = row_major_strides(met[1])
+            else:
+                start, stop = span(chunk.offsets, chunk.sizes, *met)
+                elements, strides = [(start, stop - start)], row_major_strides(chunk.sizes)
+            ranges = [(where.offset + start * itemsize, length * itemsize) for start, length in elements]
+            target = t[box_index(met[0], offsets, met[1])]
+            reads.setdefault(where.relative_path, []).append(Read(ranges, entry.properties.dtype, met[1], strides,
+                                                                  target))
 
 
 @dataclasses.dataclass
 class Read:
-    """Byte ranges of one file that together are a box of ``sizes`` (row-major), for ``target`` (a view)."""
+    """Byte ranges of one file whose bytes, one after the other, hold a box of ``sizes`` with element
+    ``strides`` from their start; for ``target`` (a view of a tensor being loaded)."""
     ranges: list
     dtype: object
     sizes: tuple
+    strides: tuple
     target: Tensor

@@ -41,11 +41,16 @@ def save(state_dict: dict, *, checkpoint_id=None, storage_writer=None, planner=N
     """Save ``state_dict`` — each rank's own, in SPMD style — as one checkpoint; returns its Metadata.
     Top-level values with ``state_dict()``/``load_state_dict()`` (a module, an optimizer) are saved through
     ``state_dict()``. Tensors held by several ranks under one key are replicas, written once; a
-    ``LocalSlice`` is a rank's box of a tensor split across ranks. ``no_dist=True``: this process alone."""
+    ``LocalSlice`` is a rank's box of a tensor split across ranks. ``no_dist=True``: this process alone.
+    Waits for this process's unfinished ``async_save`` first (saves into one folder must not overlap)."""
     ranks = Ranks(_WHAT, process_group, no_dist)
-    writer, save_id, meta, pieces = _plan(state_dict, ranks, checkpoint_id, storage_writer, planner,
-                                                  use_collectives, copy_out=False)
-    return _write_and_commit(ranks, writer, save_id, meta, pieces)
+    _wait_for_pending(ranks)
+    planner = planner or DefaultSavePlanner()
+    writer, meta, boxes_of, writes = _plan(state_dict, ranks, checkpoint_id, storage_writer, planner, use_collectives)
+
+    def write():   # (staging too may fail: a device copy; inside the step, so every rank hears of it)
+        return writer.write_data(planner.pieces(boxes_of, writes, False), meta.save_id, ranks.global_rank)
+    return _commit(ranks, writer, meta, ranks.all_gather(write))
 
 
 def async_save(state_dict: dict, *, checkpoint_id=None, storage_writer=None, planner=None, process_group=None,
@@ -53,37 +58,55 @@ def async_save(state_dict: dict, *, checkpoint_id=None, storage_writer=None, pla
                use_collectives: bool = True) -> concurrent.futures.Future:
     """``save``, returning once this rank's share is copied to host memory: the state dict may change after
     that. The files are written and committed on a thread; the Future gives the Metadata, or raises what
-    ``save`` would have. A new async_save waits for this process's previous one first."""
+    ``save`` would have (a CheckpointException). A new save or async_save waits for this one first; so does
+    the end of the process (the thread is not a daemon)."""
     if AsyncCheckpointerType(async_checkpointer_type) is not AsyncCheckpointerType.THREAD or async_stager is not None:
         raise NotImplementedError("async_save: minidl writes checkpoints on a thread (AsyncCheckpointerType.THREAD) "
                                   "and stages by copying this rank's share to host memory; process checkpointers "
                                   "and custom stagers are not built")
     ranks = Ranks("minidl.dist.checkpoint.async_save", process_group, no_dist)
-    key = None if ranks.group is None else ranks.group
-    previous = _pending.get(key)
-    if previous is not None:
-        concurrent.futures.wait([previous])
+    _wait_for_pending(ranks)
     side = _side(ranks)
+    planner = planner or DefaultSavePlanner()
     future = concurrent.futures.Future()
     try:
-        writer, save_id, meta, pieces = _plan(state_dict, ranks, checkpoint_id, storage_writer, planner,
-                                              use_collectives, copy_out=True)
-    except (CheckpointException, ValueError) as e:   # reached by every rank alike: the future says it
+        writer, meta, boxes_of, writes = _plan(state_dict, ranks, checkpoint_id, storage_writer, planner,
+                                               use_collectives)
+        pieces = ranks.check(planner.pieces, boxes_of, writes, True)
+    except CheckpointException as e:   # reached by every rank alike: the future says it
         future.set_exception(e)
         return future
 
     def run():
         try:
-            future.set_result(_write_and_commit(side, writer, save_id, meta, pieces))
+            future.set_result(_commit(side, writer, meta, side.all_gather(writer.write_data, pieces, meta.save_id,
+                                                                          side.global_rank)))
         except BaseException as e:  # noqa: BLE001 -- handed to whoever waits on the future
             future.set_exception(e)
-    _pending[key] = future
-    threading.Thread(target=run, name=f"minidl async_save rank {ranks.rank}", daemon=True).start()
+    _pending[_key(ranks)] = future
+    threading.Thread(target=run, name=f"minidl async_save rank {ranks.rank}").start()
     return future
 
 
-_pending: dict = {}                           # group (None: no_dist) -> its last async_save's future
+_pending = weakref.WeakKeyDictionary()       # group (or _ALONE) -> its last async_save's future
 _side_groups = weakref.WeakKeyDictionary()   # group -> the group async saves talk over
+
+
+class _Alone:
+    """The key of no_dist's async saves in ``_pending``."""
+
+
+_ALONE = _Alone()
+
+
+def _key(ranks: Ranks):
+    return _ALONE if ranks.group is None else ranks.group
+
+
+def _wait_for_pending(ranks: Ranks) -> None:
+    previous = _pending.get(_key(ranks))
+    if previous is not None:
+        concurrent.futures.wait([previous])
 
 
 def _side(ranks: Ranks) -> Ranks:
@@ -98,27 +121,30 @@ def _side(ranks: Ranks) -> Ranks:
     return side
 
 
-def _plan(state_dict, ranks: Ranks, checkpoint_id, storage_writer, planner, use_collectives: bool, copy_out: bool):
+def _plan(state_dict, ranks: Ranks, checkpoint_id, storage_writer, planner, use_collectives: bool):
+    """(writer, Metadata without storage, this rank's boxes, every rank's writes): step 1, one all-gather.
+    Everything a rank may fail at before it (the state_dict() calls, flattening) runs inside it."""
     if not use_collectives and ranks.size > 1:
         raise ValueError(f"{ranks.what}: use_collectives=False is not supported on {ranks.size} ranks: minidl's "
                          f"atomic commit needs the coordinator to gather every rank's files first")
     writer = storage_writer or FileSystemWriter(_required(checkpoint_id, ranks.what))
     writer.reset(checkpoint_id)
-    planner = planner or DefaultSavePlanner()
-    states = {k: v.state_dict() if is_stateful(v) else v for k, v in state_dict.items()} \
-        if isinstance(state_dict, dict) else state_dict
-    leaves, paths = flatten(states, ranks.what)
+    mine = {}
 
     def local():
-        return writer.set_up(ranks.is_coordinator), planner.local_plan(leaves, paths, ranks.what)
+        if not isinstance(state_dict, dict):
+            raise TypeError(f"{ranks.what}: state_dict must be a dict, got {type(state_dict).__name__}")
+        states = {k: v.state_dict() if is_stateful(v) else v for k, v in state_dict.items()}
+        entries, mine["boxes"] = planner.local_plan(*flatten(states, ranks.what), ranks.what)
+        return writer.set_up(ranks.is_coordinator), entries
     found = ranks.all_gather(local)
-    writes, meta = planner.global_plan([plan for _, plan in found], ranks.what)
+    writes, meta = ranks.everywhere(planner.global_plan, [entries for _, entries in found], ranks.what)
     meta.save_id = found[0][0]
-    return writer, meta.save_id, meta, planner.pieces(writes[ranks.rank], copy_out)
+    return writer, meta, mine["boxes"], writes[ranks.rank]
 
 
-def _write_and_commit(ranks: Ranks, writer, save_id: str, meta, pieces: list):
-    written = ranks.all_gather(writer.write_data, pieces, save_id, ranks.global_rank)
+def _commit(ranks: Ranks, writer, meta, written: list):
+    """Step 3: every rank's files into the metadata; the coordinator commits; its outcome reaches all."""
     for files in written:   # in rank order: where several ranks wrote a box, the lowest's copy is named
         for name, record, placed in files:
             meta.files[name] = record
@@ -130,5 +156,5 @@ def _write_and_commit(ranks: Ranks, writer, save_id: str, meta, pieces: list):
 
 def _required(checkpoint_id, what: str):
     if checkpoint_id is None:
-        raise ValueError(f"{what}: give checkpoint_id (a folder) or a storage_writer/storage_reader")
+        raise RuntimeError(f"{what}: give checkpoint_id (a folder) or a storage_writer/storage_reader")
     return checkpoint_id

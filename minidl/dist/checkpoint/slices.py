@@ -13,6 +13,7 @@ anything with a ``__dcp_slices__()`` method (the global tensors of a later issue
 from __future__ import annotations
 
 import math
+import operator
 
 from ..._tensor import Tensor
 
@@ -26,7 +27,9 @@ class LocalSlice:
     def __init__(self, tensor, offsets, global_size):
         if not isinstance(tensor, Tensor):
             raise TypeError(f"LocalSlice: tensor must be a minidl Tensor, got {type(tensor).__name__}")
-        self.tensor, self.offsets, self.global_size = tensor, tuple(offsets), tuple(global_size)
+        self.tensor = tensor
+        self.offsets = tuple(operator.index(o) for o in offsets)   # ints (numpy's too), for the JSON metadata
+        self.global_size = tuple(operator.index(g) for g in global_size)
         shape = tuple(tensor.shape)
         if not (len(self.offsets) == len(self.global_size) == len(shape)) or any(
                 o < 0 or o + s > g for o, s, g in zip(self.offsets, shape, self.global_size)):
@@ -64,17 +67,28 @@ def overlap(offsets_a, sizes_a, offsets_b, sizes_b):
     return tuple(low), tuple(h - lo for lo, h in zip(low, high))
 
 
+def _whole_from(box_sizes, sub_sizes) -> int:
+    """The first dimension from which on the sub-box covers the box whole (those lie contiguous)."""
+    inner = len(box_sizes)
+    while inner > 0 and sub_sizes[inner - 1] == box_sizes[inner - 1]:
+        inner -= 1
+    return inner
+
+
+def run_count(box_sizes, sub_sizes) -> int:
+    """How many contiguous runs ``runs`` gives."""
+    inner = _whole_from(box_sizes, sub_sizes)
+    return 1 if inner == 0 else volume(sub_sizes[:inner - 1])
+
+
 def runs(box_offsets, box_sizes, sub_offsets, sub_sizes):
     """The contiguous element runs (start, length) of the sub-box inside the row-major box, in order.
     Trailing dimensions the sub-box covers whole merge into one run: a split along dimension 0 is a
     single run, a split along the last dimension one run per row."""
-    ndim = len(box_sizes)
-    strides = [math.prod(box_sizes[d + 1:]) for d in range(ndim)]
-    inner = ndim   # the dimensions from `inner` on are covered whole and lie contiguous
-    while inner > 0 and sub_sizes[inner - 1] == box_sizes[inner - 1]:
-        inner -= 1
+    inner = _whole_from(box_sizes, sub_sizes)
     if inner == 0:
         return [(0, volume(box_sizes))] if volume(box_sizes) else []
+    strides = row_major_strides(box_sizes)
     length = sub_sizes[inner - 1] * strides[inner - 1]
     rel = [o - b for o, b in zip(sub_offsets, box_offsets)]
     out = []
@@ -82,6 +96,23 @@ def runs(box_offsets, box_sizes, sub_offsets, sub_sizes):
         start = sum((rel[d] + index[d]) * strides[d] for d in range(inner - 1)) + rel[inner - 1] * strides[inner - 1]
         out.append((start, length))
     return out
+
+
+def span(box_offsets, box_sizes, sub_offsets, sub_sizes):
+    """(start, stop): the elements of the row-major box from the sub-box's first to just after its last."""
+    strides = row_major_strides(box_sizes)
+    first = sum((o - b) * st for o, b, st in zip(sub_offsets, box_offsets, strides))
+    last = first + sum((n - 1) * st for n, st in zip(sub_sizes, strides))
+    return first, last + 1
+
+
+def row_major_strides(sizes) -> tuple:
+    return tuple(math.prod(sizes[d + 1:]) for d in range(len(sizes)))
+
+
+def box_index(offsets, within, sizes) -> tuple:
+    """The index (slices) of the box at ``offsets`` of ``sizes`` in a tensor that is itself the box at ``within``."""
+    return tuple(slice(o - w, o - w + n) for o, w, n in zip(offsets, within, sizes))
 
 
 def _indices(sizes):

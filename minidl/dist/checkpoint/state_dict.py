@@ -39,6 +39,8 @@ class StateDictOptions:
     or unknown name in an optimizer dict is an error. ``broadcast_from_rank0``: on set_*, only rank 0's dict
     is read and reaches every rank (needs ``full_state_dict``). ``flatten_optimizer_state_dict``: optimizer
     dicts as one level, ``"state.<fqn>.<name>"`` and ``"param_groups.<fqn>.<key>"``, both ways.
+    ``dsd_fqn_modifiers``: the method a module may have that maps a child's name in its state-dict keys to the
+    attribute actually holding that child (torch's hook for modules whose keys skip an attribute).
     """
 
     full_state_dict: bool = False
@@ -48,10 +50,11 @@ class StateDictOptions:
     strict: bool = True
     broadcast_from_rank0: bool = False
     flatten_optimizer_state_dict: bool = False
+    dsd_fqn_modifiers: str = "_fqn_modifiers"
 
 
 # ---------------------------------------------------------------------------------------------- names
-def _fqn(model, key: str) -> str:
+def _fqn(model, key: str, modifiers: str = "_fqn_modifiers") -> str:
     """The canonical name of ``model``'s state-dict key ``key``: wrappers' own segments dropped."""
     names, obj = [], model
     for part in key.split("."):
@@ -59,17 +62,21 @@ def _fqn(model, key: str) -> str:
                 or isinstance(obj, OptimizedModule) and part == "_orig_mod"):
             obj = obj._modules[part]
             continue
+        hidden = getattr(obj, modifiers, None)
+        holder = hidden().get(part) if callable(hidden) else None
+        if holder is not None and hasattr(obj, holder):   # the child lives under another attribute
+            obj = getattr(obj, holder)
         names.append(part)
         obj = getattr(obj, "_modules", {}).get(part)
     return ".".join(names)
 
 
-def _fqns_by_param(model) -> dict:
+def _fqns_by_param(model, modifiers: str = "_fqn_modifiers") -> dict:
     """id(parameter) -> its canonical FQNs in model order (a shared parameter has several; the first is
     the one a saved optimizer state is filed under)."""
     fqns: dict = {}
     for name, p in model.named_parameters(remove_duplicate=False):
-        fqns.setdefault(id(p), []).append(_fqn(model, name))
+        fqns.setdefault(id(p), []).append(_fqn(model, name, modifiers))
     return fqns
 
 
@@ -148,16 +155,17 @@ def _returned(tree, options):
 def _model_state_dict(model, options, submodules=None):
     with no_grad():
         raw = model.state_dict()
-    sd = type(raw)((_fqn(model, k), v) for k, v in raw.items())
+    sd = type(raw)((_fqn(model, k, options.dsd_fqn_modifiers), v) for k, v in raw.items())
     if submodules:
         wanted = set(map(id, submodules))
-        prefixes = [_fqn(model, name) + "." for name, m in model.named_modules() if id(m) in wanted]
+        prefixes = [_fqn(model, name, options.dsd_fqn_modifiers) + "." for name, m in model.named_modules()
+                    if id(m) in wanted]
         sd = {(k if options.keep_submodule_prefixes else k[len(p):]): v
               for k, v in sd.items() for p in prefixes if k.startswith(p)}
     if options.ignore_frozen_params:
         for name, p in model.named_parameters():
             if not p.requires_grad:
-                sd.pop(_fqn(model, name), None)
+                sd.pop(_fqn(model, name, options.dsd_fqn_modifiers), None)
     return _returned(sd, options)
 
 
@@ -224,7 +232,7 @@ def _flatten(osd) -> dict:
 
 
 def _optim_state_dict(model, optimizers, options, what):
-    osd = _fqn_keyed(model, optimizers, _fqns_by_param(model), what)
+    osd = _fqn_keyed(model, optimizers, _fqns_by_param(model, options.dsd_fqn_modifiers), what)
     return _returned(_flatten(osd) if options.flatten_optimizer_state_dict else osd, options)
 
 
@@ -340,7 +348,7 @@ def _load_model(model, state_dict, options) -> _IncompatibleKeys:
     with no_grad():
         own = model.state_dict(keep_vars=True)
     for key in own:
-        fqn = _fqn(model, key)
+        fqn = _fqn(model, key, options.dsd_fqn_modifiers)
         if fqn == key:
             continue
         if fqn in state_dict:
@@ -482,7 +490,7 @@ def _merged(local, full):
 def _load_optim(model, optimizers, osd, options) -> None:
     if options.broadcast_from_rank0:
         osd = _from_rank0(osd, _device(model))
-    fqns = _fqns_by_param(model)
+    fqns = _fqns_by_param(model, options.dsd_fqn_modifiers)
     if osd:
         _check_names(model, osd, fqns, options)
     for i, optim in enumerate(optimizers):
