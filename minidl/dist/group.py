@@ -68,6 +68,7 @@ class ProcessGroup:
         self.thread = CommThread(f"minidl.dist group of ranks {self.ranks[:8]} rank {self.rank}",
                                  precise_sleeps=self.coll.spin > 0)  # waits spin: a core per rank
         self.failed = None  # the error that ended this group, if one did
+        self.closed = False
         # the receives of an agreement hold small_bytes of data: the ranks must agree on it
         found = algorithms.all_gather_bytes(self.channel("init_process_group (host names and settings)"),
                                             f"{config.small_bytes} {comm.host_name()}".encode())
@@ -144,6 +145,7 @@ class ProcessGroup:
                             f"{self.failed}") from self.failed
 
     def close(self) -> None:
+        self.closed = True
         self.thread.close()
         self.coll.close()
         self.mailbox.data.close()

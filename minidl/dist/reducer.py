@@ -110,8 +110,13 @@ class Reducer:
             stack.extend(e[0] for e in node.next_functions if e is not None)
         return [p for b in self.buckets for p in b.params if id(p) not in reached]
 
+    def _inert(self) -> bool:
+        """A reducer whose group broke (or was destroyed: an elastic job rebuilt it) does nothing: the
+        parameters' hooks outlive it, and a new DistributedDataParallel over the new group takes over."""
+        return not self.syncing or self.group.failed is not None or self.group.closed
+
     def _sparse_ready(self, p):
-        if self.syncing:
+        if not self._inert():
             self._begin()   # (gathered in _finish, once the whole backward has accumulated)
 
     def _begin(self):
@@ -126,7 +131,7 @@ class Reducer:
             self._mark(b, k)
 
     def _grad_ready(self, p):
-        if not self.syncing:
+        if self._inert():
             return
         self._begin()
         b, k = self.where[id(p)]

@@ -31,6 +31,9 @@ import time
 
 from .args import parser, plan_of
 from .group import ChildFailedError, WorkerGroup, restart_or_fail
+from ..elastic.membership import in_job, mark_dead
+from ..rendezvous import agent_prefix
+from ..store import PrefixStore
 from .nodes import run_nodes
 
 __all__ = ["main", "ChildFailedError"]
@@ -112,7 +115,7 @@ def _run(plan, store, log_root):
                             [os.path.join(folder, str(i)) for i in range(plan.nproc)],
                             plan.redirects, plan.tee)
         try:
-            failures = _watch(group, plan.monitor_interval)
+            failures = _watch(group, plan.monitor_interval, PrefixStore(agent_prefix(plan.run_id, restarts), store))
         finally:
             group.stop()
         if not failures:
@@ -120,13 +123,20 @@ def _run(plan, store, log_root):
         restarts = restart_or_fail(failures, restarts, plan.max_restarts)
 
 
-def _watch(group, interval) -> list:
-    """Poll every ``interval`` seconds until every worker succeeded ([]) or one failed (the failures)."""
+def _watch(group, interval, store) -> list:
+    """Poll every ``interval`` seconds until every worker succeeded ([]) or one failed (the failures). In an
+    elastic job (its workers said so on ``store``: minidl.dist.elastic) a failed worker is marked dead there
+    and the others go on without it: the job fails only when no worker succeeded."""
     while True:
         failures = group.failures()
-        if failures:
+        if failures and not in_job(store):
             return failures
-        if group.done():
+        if failures:
+            for f in failures:
+                mark_dead(store, group.procs[f.local_rank].pid)
+            if group.ended():
+                return failures if not group.succeeded() else []
+        elif group.done():
             return []
         time.sleep(interval)
 

@@ -100,6 +100,13 @@ class WorkerGroup:
     def done(self) -> bool:
         return all(p.poll() == 0 for p in self.procs)
 
+    def ended(self) -> bool:
+        return all(p.poll() is not None for p in self.procs)
+
+    def succeeded(self) -> bool:
+        """Whether any worker ended well (an elastic job's survivors finish it)."""
+        return any(p.poll() == 0 for p in self.procs)
+
     def stop(self, grace: float = GRACE_SECONDS) -> None:
         """SIGTERM every worker's process group, SIGKILL what is left after ``grace`` seconds, and reap."""
         for p in self.procs:

@@ -1,0 +1,21 @@
+"""minidl.dist.elastic: data-parallel training that survives a dead worker in the job and takes new ones
+(Horovod's elastic model): ``run(train)(state)``, a ``State`` that commits in memory, an ElasticSampler.
+
+    state = elastic.State(model, optimizer, sampler=elastic.ElasticSampler(data), epoch=0, batch=0)
+
+    @elastic.run
+    def train(state):
+        for state.epoch in range(state.epoch, EPOCHS):
+            for x, y in loader:              # the sampler's share of what is left of the epoch
+                step(x, y)
+                state.sampler.record_batch(len(x))
+                state.commit()               # the point a failure rolls back to
+
+    train(state)    # under python -m minidl.dist.run --nproc-per-node N script.py
+"""
+from .membership import MembershipError
+from .run import MembershipChanged, run
+from .sampler import ElasticSampler
+from .state import ObjectState, State
+
+__all__ = ["ElasticSampler", "MembershipChanged", "MembershipError", "ObjectState", "State", "run"]

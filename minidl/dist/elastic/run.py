@@ -1,0 +1,101 @@
+"""elastic.run: training that survives a dead worker, in the job (Horovod's model, on minidl's pieces).
+
+``run(train)(state)`` syncs the state from rank 0 and calls ``train(state)``. When a collective fails — a peer
+was killed, froze, or raised — every survivor's collective raises DistError within the transport's bound (the
+socket transport: at once for a closed connection, ``MINIDL_DIST_HEARTBEAT`` for a frozen peer). Then each
+survivor rolls back to its last commit, closes the broken group, meets the others in the next round on the
+job's store (``membership.py``), starts a new group among them at the new size, syncs the state from the new
+rank 0 and calls ``train(state)`` again: the steps since the commit are redone by all alike, none committed
+is lost. A worker started later (``MINIDL_ELASTIC_JOIN=1``) waits on the store; the next ``commit()`` of the
+others stops them and they rebuild the group with it.
+"""
+from __future__ import annotations
+
+import functools
+import os
+from datetime import timedelta
+
+from .. import state as dist_state
+from ..communicators.base import DistError
+from ..rendezvous import _agent_store
+from ..store import PrefixStore
+from .membership import PREFIX, Membership
+from .state import _running
+
+
+class MembershipChanged(Exception):
+    """Raised by ``commit()`` when a newcomer waits: the group is rebuilt from that commit."""
+
+
+def run(train):
+    """``train(state, *args, **kwargs)`` run elastically; see the module's docstring."""
+    @functools.wraps(train)
+    def wrapper(state, *args, **kwargs):
+        membership = _start(state)
+        _running["depth"] += 1
+        try:
+            while True:
+                try:
+                    state.sync()
+                    return train(state, *args, **kwargs)
+                except DistError:
+                    state.restore()                 # (steps since the last commit: taken by some ranks only)
+                except MembershipChanged:
+                    pass                            # (everyone stopped right after a commit)
+                _rebuild(membership)
+                state.on_reset()
+        finally:
+            _running["depth"] -= 1
+            membership.close()
+    return wrapper
+
+
+def _store():
+    """The job's store, which must outlive any worker: the launcher's (minidl.dist.run serves it)."""
+    kept = dist_state._process.get("store")
+    if kept is not None:
+        return kept
+    if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True":   # (a newcomer: the attempt's key space)
+        return _agent_store(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), None, timedelta(minutes=5))
+    raise RuntimeError("elastic.run: the job's store must outlive its workers: start the job with "
+                       "python -m minidl.dist.run (its store lives in the launcher)")
+
+
+def _start(state) -> Membership:
+    """This process's membership: round 0 with the group it was started in, or a newcomer's wait."""
+    joining = os.environ.get("MINIDL_ELASTIC_JOIN") == "1"
+    if not joining and not dist_state.is_initialized():
+        dist_state.init_process_group("gloo")
+    if not joining and os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
+        raise RuntimeError("elastic.run: the job's store must outlive its workers: start the job with "
+                           "python -m minidl.dist.run (its store lives in the launcher), not with a store "
+                           "rank 0 serves")
+    membership = Membership(_store(), min_size=int(os.environ.get("MINIDL_ELASTIC_MIN_WORKERS", "1")))
+    object.__setattr__(state, "membership", membership)
+    if joining:
+        membership.announce()
+        _new_group(membership)
+    else:
+        from ..objects import all_gather_object
+        uids = [None] * dist_state.get_world_size()
+        all_gather_object(uids, membership.uid)
+        membership.start(uids, dist_state.get_rank())
+        membership.store.set(PREFIX + "in_job", "1")   # (the launcher then lets survivors go on)
+    return membership
+
+
+def _rebuild(membership: Membership) -> None:
+    """Close the broken group; meet the others in the next round; start the new group."""
+    try:
+        dist_state.destroy_process_group()
+    except Exception:  # noqa: BLE001 -- a failed group may not close cleanly: it is left behind
+        dist_state._process.pop("default", None)
+        dist_state._process.pop("subgroups", None)
+    _new_group(membership)
+
+
+def _new_group(membership: Membership) -> None:
+    r, rank, size, _ = membership.next_round()
+    store = PrefixStore(f"{PREFIX}round/{r}/group", membership.store)
+    dist_state.init_process_group("gloo", store=store, rank=rank, world_size=size)
+    dist_state._process["store"] = membership.store
