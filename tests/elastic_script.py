@@ -1,8 +1,9 @@
 """One worker of tests/test_elastic.py's jobs: least squares in float64 by DDP under minidl.dist.elastic,
 a commit after every step. The global batch of each step is the next 24 samples of the epoch's order,
 whatever the world size (the ElasticSampler splits what is left of the epoch), so a run whose membership
-changes ends on the weights of a run that never failed (up to the order of the gradient's sum). Prints
-"DONE rank [[step, world size], ...] [weights]". Env: STEPS, SLEEP (seconds after each commit)."""
+changes ends on the weights of a run that never failed (up to the order of the gradient's sum). Writes
+its rank, [[step, world size], ...] and weights into OUT/done-<pid>.json. Env: OUT, STEPS, SLEEP (seconds after
+each commit)."""
 import json
 import os
 import time
@@ -49,4 +50,6 @@ def train(state):
     return state
 
 train(state)
-print("DONE", dist.get_rank(), json.dumps(state.log), json.dumps(model.weight.detach().numpy().ravel().tolist()), flush=True)
+result = {"rank": dist.get_rank(), "log": state.log, "weights": model.weight.detach().numpy().ravel().tolist()}
+with open(os.path.join(os.environ["OUT"], f"done-{os.getpid()}.json"), "w") as f:   # (one file each: lines interleave)
+    json.dump(result, f)

@@ -8,13 +8,17 @@ waits to join, the members of round r go to round r + 1: each takes a join index
 closes the round once every member of round r has either joined or stopped beating for ``dead_seconds``
 (a killed process stops at once; a stopped one too; the launcher also marks a worker it saw die), and every
 newcomer that was waiting has joined. It writes the new order — the old members by their old rank, then the
-newcomers — and every joiner takes its new rank from it. One that comes after the round closed waits as a
-newcomer for the next. A round smaller than ``min_size`` is refused on every rank.
+newcomers — and every joiner takes its new rank from it; a member of round r it left out (dead or frozen) is
+marked dead, so the launcher ends it. One that comes after the round closed waits as a newcomer for the
+next. A round with fewer than ``min_workers`` workers, or on fewer than ``min_nodes`` hosts (the launcher's
+``--nnodes MIN``), is refused on every rank: the job then ends, and the launcher may restart it, resuming
+from the last distributed checkpoint.
 """
 from __future__ import annotations
 
 import json
 import os
+import socket
 import threading
 import time
 import uuid
@@ -35,14 +39,18 @@ class MembershipError(RuntimeError):
 class Membership:
     """This process's part in the rounds on ``store``."""
 
-    def __init__(self, store, min_size: int = 1, timeout: float = 300.0, dead_seconds: float = DEAD_SECONDS):
-        self.store, self.min_size, self.timeout, self.dead_seconds = store, min_size, timeout, dead_seconds
+    def __init__(self, store, min_workers: int = 1, min_nodes: int = 1, timeout: float = 300.0,
+                 dead_seconds: float = DEAD_SECONDS):
+        self.store, self.min_workers, self.min_nodes = store, min_workers, min_nodes
+        self.timeout, self.dead_seconds = timeout, dead_seconds
         self.uid = uuid.uuid4().hex
+        self.host = os.environ.get("MINIDL_DIST_HOSTNAME") or socket.gethostname()
         self.round = None            # the round this process is a member of
         self.members: list = []      # that round's uids, in rank order
         self._stop = threading.Event()
         self._beat_once()
         store.set(self._key("pid", os.getpid()), self.uid)   # (the launcher marks a worker it saw die)
+        store.set(self._key("host", self.uid), self.host)
         beating = threading.Thread(target=_beat, args=(weakref.ref(self), self._stop), daemon=True,
                                    name="minidl elastic beat")
         beating.start()
@@ -114,9 +122,15 @@ class Membership:
         joined = self._joined(r)[0]
         order = [u for u in previous if u in joined] + [u for u in joined if u not in previous]
         self.store.add(self._key("waiting", "taken"), len([u for u in order if u not in previous]))
-        if len(order) < self.min_size:
+        for u in previous:
+            if u not in order:
+                self.store.set(self._key("dead", u), "1")   # (frozen, or dead: the launcher ends it)
+        hosts = {self.store.get(self._key("host", u)).decode() for u in order}
+        if len(order) < self.min_workers or len(hosts) < self.min_nodes:
             self.store.set(self._key("round", r, "refused"),
-                           f"only {len(order)} workers are left, fewer than the minimum of {self.min_size}")
+                           f"{len(order)} worker(s) on {len(hosts)} host(s) are left, fewer than the minimum of "
+                           f"{self.min_workers} worker(s) (MINIDL_ELASTIC_MIN_WORKERS) on {self.min_nodes} "
+                           f"host(s) (the launcher's --nnodes MIN)")
         self.store.set(self._key("round", r, "members"), json.dumps(order))
         self.store.set(self._key("latest"), str(r))
 
@@ -172,3 +186,9 @@ def mark_dead(store, pid: int) -> None:
     key = f"{PREFIX}pid/{pid}"
     if store.check([key]):
         store.set(f"{PREFIX}dead/{store.get(key).decode()}", "1")
+
+
+def left_out(store, pid: int) -> bool:
+    """Whether a round left worker ``pid`` out (it froze, or came back too late): the launcher ends it."""
+    key = f"{PREFIX}pid/{pid}"
+    return store.check([key]) and store.check([f"{PREFIX}dead/{store.get(key).decode()}"])

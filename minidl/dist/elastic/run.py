@@ -70,7 +70,8 @@ def _start(state) -> Membership:
         raise RuntimeError("elastic.run: the job's store must outlive its workers: start the job with "
                            "python -m minidl.dist.run (its store lives in the launcher), not with a store "
                            "rank 0 serves")
-    membership = Membership(_store(), min_size=int(os.environ.get("MINIDL_ELASTIC_MIN_WORKERS", "1")))
+    membership = Membership(_store(), min_workers=int(os.environ.get("MINIDL_ELASTIC_MIN_WORKERS", "1")),
+                            min_nodes=int(os.environ.get("MINIDL_ELASTIC_MIN_NODES", "1")))
     object.__setattr__(state, "membership", membership)
     if joining:
         membership.announce()
@@ -81,6 +82,8 @@ def _start(state) -> Membership:
         all_gather_object(uids, membership.uid)
         membership.start(uids, dist_state.get_rank())
         membership.store.set(PREFIX + "in_job", "1")   # (the launcher then lets survivors go on)
+        if getattr(state, "checkpoint_dir", None) is not None:
+            state.resume()   # (a restarted job: from the newest distributed checkpoint, if there is one)
     return membership
 
 

@@ -145,11 +145,20 @@ class State(ObjectState):
         from .. import checkpoint
         target = self._checkpointed(self._snapshot())
         checkpoint.load(target, checkpoint_id=path)
-        self._committed = {"values": target["values"], "model": target["model"],
-                           "optimizer": target.get("optimizer"), "sampler": target.get("sampler"),
-                           "commits": target["commits"]}
+        self._committed = {k: target.get(k) for k in ("values", "model", "optimizer", "sampler")}
         object.__setattr__(self, "commits", target["commits"])
         self.restore()
+
+    def resume(self) -> bool:
+        """Load the newest complete checkpoint in ``checkpoint_dir`` (``commit-<n>``), if any: whether one was."""
+        found = sorted((int(name.split("-", 1)[1]), name) for name in os.listdir(self.checkpoint_dir)
+                       if name.startswith("commit-") and name.split("-", 1)[1].isdigit()
+                       and os.path.exists(os.path.join(self.checkpoint_dir, name, ".metadata"))) \
+            if os.path.isdir(self.checkpoint_dir) else []
+        if not found:
+            return False
+        self.load(os.path.join(self.checkpoint_dir, found[-1][1]))
+        return True
 
     def _checkpointed(self, snapshot: dict) -> dict:
         return {k: v for k, v in {**snapshot, "commits": self.commits}.items() if v is not None}

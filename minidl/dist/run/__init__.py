@@ -31,7 +31,7 @@ import time
 
 from .args import parser, plan_of
 from .group import ChildFailedError, WorkerGroup, restart_or_fail
-from ..elastic.membership import in_job, mark_dead
+from ..elastic.membership import in_job, left_out, mark_dead
 from ..rendezvous import agent_prefix
 from ..store import PrefixStore
 from .nodes import run_nodes
@@ -125,15 +125,22 @@ def _run(plan, store, log_root):
 
 def _watch(group, interval, store) -> list:
     """Poll every ``interval`` seconds until every worker succeeded ([]) or one failed (the failures). In an
-    elastic job (its workers said so on ``store``: minidl.dist.elastic) a failed worker is marked dead there
-    and the others go on without it: the job fails only when no worker succeeded."""
+    elastic job (its workers said so on ``store``: minidl.dist.elastic) a failed worker is marked dead there,
+    one a round left out (frozen) is ended, and the others go on: the job fails only if none succeeds."""
+    marked = set()
     while True:
         failures = group.failures()
-        if failures and not in_job(store):
+        elastic = in_job(store)
+        if failures and not elastic:
             return failures
-        if failures:
+        if elastic:
             for f in failures:
-                mark_dead(store, group.procs[f.local_rank].pid)
+                if f.local_rank not in marked:
+                    mark_dead(store, group.procs[f.local_rank].pid)
+                    marked.add(f.local_rank)
+            for p in group.procs:
+                if p.poll() is None and left_out(store, p.pid):
+                    group.end(p)
             if group.ended():
                 return failures if not group.succeeded() else []
         elif group.done():
@@ -158,7 +165,7 @@ def _envs(plan, restart_count, folder, rnd=None) -> list:
                    MASTER_ADDR=plan.host, MASTER_PORT=str(plan.port),
                    TORCHELASTIC_RESTART_COUNT=str(restart_count), MINIDL_RUN_ATTEMPT=str(attempt),
                    TORCHELASTIC_MAX_RESTARTS=str(plan.max_restarts), TORCHELASTIC_RUN_ID=plan.run_id,
-                   TORCHELASTIC_USE_AGENT_STORE="True",
+                   TORCHELASTIC_USE_AGENT_STORE="True", MINIDL_ELASTIC_MIN_NODES=str(plan.min_nodes),
                    TORCHELASTIC_ERROR_FILE=os.path.join(folder, str(i), "error.json"))
         envs.append(env)
     return envs

@@ -107,6 +107,11 @@ class WorkerGroup:
         """Whether any worker ended well (an elastic job's survivors finish it)."""
         return any(p.poll() == 0 for p in self.procs)
 
+    def end(self, p) -> None:
+        """SIGKILL one worker (an elastic round left it out: it froze) and reap it."""
+        _signal_group(p, signal.SIGKILL)
+        p.wait()
+
     def stop(self, grace: float = GRACE_SECONDS) -> None:
         """SIGTERM every worker's process group, SIGKILL what is left after ``grace`` seconds, and reap."""
         for p in self.procs:
