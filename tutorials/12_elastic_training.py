@@ -7,10 +7,10 @@ every rank in lock-step, so one dead rank stops all of them; a parameter server 
 worker off, but all-reduce training cannot. ``minidl.dist.elastic`` (Horovod's elastic model, on
 minidl's pieces) lets the survivors go on in the same job, and lets a worker started later join.
 
-1. **Why a dead rank breaks a ring**, in numpy: every collective needs every rank, so the survivors
-   cannot finish it; they can only fail, and must fail rather than hang. The elastic answer: commit
-   the state in memory, roll back to the commit, rebuild the group among the survivors, re-split
-   the data.
+1. **Why a dead rank breaks a ring**, followed in a few lines of Python: every collective needs
+   every rank, so the survivors cannot finish it; they can only fail, and must fail rather than
+   hang. The elastic answer: commit the state in memory, roll back to the commit, rebuild the group
+   among the survivors, re-split the data.
 2. **A real job** under ``python -m minidl.dist.run``: 3 worker processes train a small float64
    model; one is SIGKILLed in the middle of an all-reduce (``MINIDL_FAULT``); later a fourth process
    joins at a commit. Every worker writes a time stamp for each step, commit, failure, rollback,
@@ -22,7 +22,7 @@ minidl's pieces) lets the survivors go on in the same job, and lets a worker sta
 4. **What it costs**: the commit's copy of the state, measured against a training step, and the
    other way to survive a failure, restarting the whole job from a distributed checkpoint.
 
-The pictures are written to ``$MINIDL_TUTORIAL_OUT`` if set, else to a fresh temporary directory;
+The picture is written to ``$MINIDL_TUTORIAL_OUT`` if set, else to a fresh temporary directory;
 the job's files go to a temporary directory removed at the end. Every claim is checked with ``assert``.
 """
 import argparse
@@ -344,7 +344,8 @@ the 3 workers that finished, the newcomer included (it got it in the sync):
 The killed worker had committed steps {committed_by_killed} and began step {KILL_STEP}. The survivors'
 all-reduce of step {KILL_STEP} raised DistError:
   "{failures[survivors[0]][0]['error'][:90]}..."
-so each restored its commit of step {KILL_STEP - 1} (state.step back to {KILL_STEP}) and redid step {KILL_STEP} at size 2.""")
+so each restored its commit of step {KILL_STEP - 1} (state.step back to {KILL_STEP}), and they redid step {KILL_STEP}
+at size 2.""")
 
 # The failure-free run, in numpy: the same MLP, SGD with momentum, each step on the next 24 samples.
 rs = np.random.RandomState(0)
