@@ -139,11 +139,15 @@ class State(ObjectState):
     def save(self, path) -> None:
         """The committed state as a distributed checkpoint at ``path`` (every rank calls it)."""
         from .. import checkpoint
-        checkpoint.save(self._checkpointed(self._committed), checkpoint_id=path)
+        lowest = checkpoint.DefaultSavePlanner(dedup_save_to_lowest_rank=True)   # (rank 0's copy of a replica,
+        checkpoint.save(self._checkpointed(self._committed), checkpoint_id=path, planner=lowest)   # as sync)
 
     def load(self, path) -> None:
         """A checkpoint ``save`` wrote, as the committed state (every rank calls it; any world size)."""
         from .. import checkpoint
+        from ..checkpoint.state_dict import _init_optim_state
+        if self.optimizer is not None:
+            _init_optim_state(self.optimizer)   # (a fresh optimizer's state holds no tensors to load into yet)
         target = self._checkpointed(self._snapshot())
         checkpoint.load(target, checkpoint_id=path)
         self._committed = {k: target.get(k) for k in ("values", "model", "optimizer", "sampler", "commits")}
