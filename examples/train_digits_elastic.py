@@ -113,7 +113,7 @@ def main(argv=None):
     def train(state):
         if not split:                                   # (the first call: the group just formed)
             keep_global_batch()
-            if state.step and dist.get_rank() == 0:
+            if state.step and args.checkpoint_dir and dist.get_rank() == 0:
                 print(f"resumed from {args.checkpoint_dir} at step {state.step} (epoch {state.epoch + 1})",
                       flush=True)
         ddp = DistributedDataParallel(state.model)      # (on this call's group)
