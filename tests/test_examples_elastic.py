@@ -43,34 +43,25 @@ def weights(path):
     return {k: v.numpy() for k, v in minidl.load(str(path)).items()}
 
 
-@pytest.fixture(scope="module")
-def killed(tmp_path_factory):
-    """The folder and output of the short run in which the worker started as rank 1 dies as step 9 begins."""
-    folder = tmp_path_factory.mktemp("killed")
-    code, out = launch(3, *SHORT, "--kill-at", "9", "--checkpoint-dir", "ckpt", "--save-every", "2", cwd=folder)
+def test_a_worker_killed_halfway_is_survived_and_the_job_ends_on_the_weights_of_a_run_without_the_kill(tmp_path):
+    """The worker started as rank 1 dies as step 9 begins; the reference runs in a folder of its own."""
+    killed, reference = tmp_path / "killed", tmp_path / "reference"
+    killed.mkdir(), reference.mkdir()
+    code, out = launch(3, *SHORT, "--kill-at", "9", "--checkpoint-dir", "ckpt", "--save-every", "2", cwd=killed)
     assert code == 0, out
-    return folder, out
-
-
-def test_the_job_survives_the_kill_and_says_how_the_world_shrank(killed):
-    _, out = killed
     assert "rank 1 SIGKILLs itself at step 9" in out, out
     # the last commit before step 9 is step 8's: steps 8-11 are (re)done by two workers with 24 samples each
     assert "world size 3 -> 2: back to the commit at step 8 (epoch 2), 24 samples per rank per step" in out, out
-    sizes = [int(n) for n in re.findall(r"epoch +\d+  world size (\d)", out)]
-    assert sizes == [3, 2], out
+    assert [int(n) for n in re.findall(r"epoch +\d+  world size (\d)", out)] == [3, 2], out
     assert re.search(r"final test accuracy [\d.]+ after 12 steps \(2 workers at the end", out), out
 
-
-def test_the_killed_run_ends_on_the_weights_of_a_run_without_the_kill(killed, tmp_path):
-    folder, _ = killed
-    code, out = launch(3, *SHORT, "--max-steps", "8", "--checkpoint-dir", "ref", "--save-every", "1", cwd=tmp_path)
+    code, out = launch(3, *SHORT, "--max-steps", "8", "--checkpoint-dir", "ref", "--save-every", "1", cwd=reference)
     assert code == 0 and "after 8 steps (3 workers at the end" in out, out
-    code, out = launch(2, *SHORT, "--checkpoint-dir", "ref", "--save-every", "1", cwd=tmp_path)
+    code, out = launch(2, *SHORT, "--checkpoint-dir", "ref", "--save-every", "1", cwd=reference)
     assert code == 0 and "resumed from ref at step 8 (epoch 2)" in out, out
     assert "after 12 steps (2 workers at the end" in out, out
-    expected = weights(tmp_path / "digits-cnn-elastic.safetensors")
-    got = weights(folder / "digits-cnn-elastic.safetensors")
+    expected = weights(reference / "digits-cnn-elastic.safetensors")
+    got = weights(killed / "digits-cnn-elastic.safetensors")
     assert sorted(got) == sorted(expected)
     for name in expected:
         np.testing.assert_allclose(got[name], expected[name], rtol=0, atol=1e-6, err_msg=name)
