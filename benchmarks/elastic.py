@@ -123,7 +123,7 @@ def analyse(folder: Path, case: str, size: dict, code) -> dict:
     rows = {name: [] for name in ("detect", "group", "refused", "begin", "synced", "first step",
                                   "committed redone", "uncommitted redone", "step 3", "step after")}
     for stamps in found.values():
-        rows["step 3"] += step_time(stamps, 3)
+        rows["step 3"] += step_time([e for e in stamps if e["t"] < kill], 3)
     for stamps in first_try:
         raised = first(stamps, "raised")
         rows["detect"].append(raised["t"] - kill)
