@@ -31,7 +31,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 from _bench_common import cpu_model
