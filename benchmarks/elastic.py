@@ -9,8 +9,8 @@ commit after every step. Rank 2 fails at the start of its first all-reduce of st
 
 - in the job: SIGKILLed; the two survivors' collectives raise, they meet in a new round on the launcher's store,
   roll back to the commit of step K-1, start a group of 2, sync the state and go on;
-- frozen: SIGSTOPped, with ``MINIDL_DIST_HEARTBEAT=2``: the survivors find it silent after the heartbeat, and
-  the round leaves it out once its membership beats are ``MINIDL_ELASTIC_DEAD_SECONDS`` (3) old;
+- frozen: SIGSTOPped, with ``MINIDL_DIST_HEARTBEAT=2`` and ``MINIDL_ELASTIC_DEAD_SECONDS=2``: the survivors find
+  it silent after the heartbeat, and the round leaves it out once its membership beats are 2 s old;
 - by restart: SIGKILLed with ``MINIDL_ELASTIC_MIN_WORKERS=3`` (no round of 2 may go on) and ``--max-restarts 1``;
   ``State(checkpoint_dir=..., save_every=M)`` saves a distributed checkpoint every M commits; the launcher
   restarts 3 workers, which resume from the newest checkpoint.
@@ -56,7 +56,7 @@ def launch(folder: Path, case: str, size: dict, at: int) -> tuple:
     env = dict(os.environ, PYTHONPATH=str(ROOT), OUT=str(folder), STEPS=str(size["steps"]),
                HIDDEN=str(size["hidden"]), MINIDL_FAULT=fault)
     if case.startswith("frozen"):
-        env["MINIDL_DIST_HEARTBEAT"] = "2"
+        env["MINIDL_DIST_HEARTBEAT"] = env["MINIDL_ELASTIC_DEAD_SECONDS"] = "2"
     if restart:
         env.update(MINIDL_ELASTIC_MIN_WORKERS=str(WORKERS), CKPT=str(folder / "ckpt"),
                    SAVE_EVERY=str(size["save_every"]))

@@ -28,7 +28,10 @@ from ..store import DistStoreError
 
 PREFIX = "minidl/elastic/"
 BEAT_SECONDS = 0.25
-DEAD_SECONDS = float(os.environ.get("MINIDL_ELASTIC_DEAD_SECONDS", "3"))
+# a member whose beats stopped this long ago is left out of a round: as long as the transport's heartbeat
+# (MINIDL_DIST_HEARTBEAT), so that a frozen worker is found by both at about the same time; a killed one is
+# marked dead by the launcher at once
+DEAD_SECONDS = float(os.environ.get("MINIDL_ELASTIC_DEAD_SECONDS", os.environ.get("MINIDL_DIST_HEARTBEAT", "10")))
 POLL_SECONDS = 0.02
 
 
