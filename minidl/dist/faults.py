@@ -3,7 +3,9 @@ itself at a chosen point, driven by the environment so the code under test runs 
 
 ``MINIDL_FAULT="rank=1 at=all_reduce:3 do=kill"`` -- space-separated ``name=value`` fields:
 
-- ``rank``: the global rank that misbehaves (the others only count).
+- ``rank``: the global rank that misbehaves (the others only count). In an elastic job (minidl.dist.elastic) ranks
+  change when the group is rebuilt: the survivor that takes a dead rank's number counts on from its own calls
+  and may fire the same fault; choose a point it cannot reach twice.
 - ``at``: when. ``<collective>:<n>``: at the start of this rank's n-th call (from 1) of that
   collective (the name ProcessGroup.submit is given: all_reduce, broadcast, barrier ...);
   ``send``: in the middle of this rank's first message of at least 64 KiB on the socket backend

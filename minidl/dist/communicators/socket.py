@@ -410,6 +410,8 @@ class _Mesh:
         for peer, sender in self.senders.items():
             if peer not in self.exited:
                 sender.send(kind, 0, 0, text, last=True)
+            else:
+                sender.stop()   # (the peer said goodbye first: no last message; its thread may end now)
 
 
 class SocketCommunicator(Communicator):

@@ -28,7 +28,10 @@ from ..store import DistStoreError
 
 PREFIX = "minidl/elastic/"
 BEAT_SECONDS = 0.25
-DEAD_SECONDS = float(os.environ.get("MINIDL_ELASTIC_DEAD_SECONDS", "3"))
+# a member whose beats stopped this long ago is left out of a round: as long as the transport's heartbeat
+# (MINIDL_DIST_HEARTBEAT), so that a frozen worker is found by both at about the same time; a killed one is
+# marked dead by the launcher at once
+DEAD_SECONDS = float(os.environ.get("MINIDL_ELASTIC_DEAD_SECONDS", os.environ.get("MINIDL_DIST_HEARTBEAT", "10")))
 POLL_SECONDS = 0.02
 
 
@@ -85,10 +88,16 @@ class Membership:
         k = self.store.add(self._key("waiting", "count"), 1) - 1
         self.store.set(self._key("waiting", k), self.uid)
 
-    def someone_waits(self) -> bool:
-        """Whether a newcomer waits that no round has taken yet (asked at every commit: one store call)."""
-        count = self.store.add(self._key("waiting", "count"), 0)
-        return count > self.store.add(self._key("waiting", "taken"), 0)
+    def stop_at(self, commit: int) -> bool:
+        """Whether the members stop at this commit to take in a newcomer. Asked at every commit (two store calls
+        while nobody waits); the first member to see a newcomer fixes the commit all stop at — the next one —
+        so every member stops at the same commit whichever saw the newcomer first (the members commit in step:
+        there is a collective between two commits)."""
+        taken = self.store.add(self._key("waiting", "taken"), 0)
+        if self.store.add(self._key("waiting", "count"), 0) <= taken:
+            return False
+        at = self.store.compare_set(self._key("waiting", "stop_at", taken), "", str(commit + 1)).decode()
+        return commit >= int(at)
 
     # -- the next round ------------------------------------------------------------------------------
     def next_round(self) -> tuple:
@@ -121,12 +130,17 @@ class Membership:
             time.sleep(POLL_SECONDS)
         joined = self._joined(r)[0]
         order = [u for u in previous if u in joined] + [u for u in joined if u not in previous]
-        self.store.add(self._key("waiting", "taken"), len([u for u in order if u not in previous]))
+        # every wait so far is answered (joined, or dead); one that joins after the close announces itself again
+        answered = self.store.add(self._key("waiting", "count"), 0)
+        self.store.add(self._key("waiting", "taken"), answered - self.store.add(self._key("waiting", "taken"), 0))
         for u in previous:
             if u not in order:
                 self.store.set(self._key("dead", u), "1")   # (frozen, or dead: the launcher ends it)
         hosts = {self.store.get(self._key("host", u)).decode() for u in order}
-        if len(order) < self.min_workers or len(hosts) < self.min_nodes:
+        if not any(u in previous for u in order):
+            self.store.set(self._key("round", r, "refused"), "no worker holding the job's state is left (they "
+                                                             "all ended or died) for the newcomers to join")
+        elif len(order) < self.min_workers or len(hosts) < self.min_nodes:
             self.store.set(self._key("round", r, "refused"),
                            f"{len(order)} worker(s) on {len(hosts)} host(s) are left, fewer than the minimum of "
                            f"{self.min_workers} worker(s) (MINIDL_ELASTIC_MIN_WORKERS) on {self.min_nodes} "

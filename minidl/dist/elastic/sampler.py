@@ -43,7 +43,9 @@ class ElasticSampler(Sampler):
                  .tolist() if self.shuffle else list(range(len(self.dataset))))
         rest = order[min(self.processed, len(order)):]
         self.num_samples = math.ceil(len(rest) / self.num_replicas)
-        rest += rest[:self.num_samples * self.num_replicas - len(rest)]   # (padded to split evenly)
+        pad = self.num_samples * self.num_replicas - len(rest)   # (repeated from the start to split evenly, as
+        if rest:                                                  # DistributedSampler pads)
+            rest += (rest * math.ceil(pad / len(rest)))[:pad]
         self.indices = rest[self.rank::self.num_replicas]
 
     def __iter__(self):

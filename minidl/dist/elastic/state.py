@@ -47,10 +47,10 @@ class ObjectState:
         if not _running["depth"]:
             raise RuntimeError(f"{type(self).__name__}.commit() is only meaningful inside a function run by "
                                f"minidl.dist.elastic.run (which rolls back to it when the group changes)")
-        self._committed = self._snapshot()
         self.commits += 1
+        self._committed = self._snapshot()
         self.on_commit()
-        if self.membership is not None and self.membership.someone_waits():
+        if self.membership is not None and self.membership.stop_at(self.commits):
             from .run import MembershipChanged
             raise MembershipChanged("a worker waits to join")
 
@@ -76,11 +76,12 @@ class ObjectState:
 
     # -- what a subclass adds ----------------------------------------------------------------------
     def _snapshot(self) -> dict:
-        return {"values": copy.deepcopy(self._values)}
+        return {"values": copy.deepcopy(self._values), "commits": self.commits}
 
     def _load(self, snapshot: dict) -> None:
         self._values.clear()
         self._values.update(copy.deepcopy(snapshot["values"]))
+        object.__setattr__(self, "commits", snapshot["commits"])   # (synced: the members count commits alike)
 
     def on_commit(self) -> None:
         """Called after each commit (State saves a checkpoint here every ``save_every`` commits)."""
@@ -138,15 +139,18 @@ class State(ObjectState):
     def save(self, path) -> None:
         """The committed state as a distributed checkpoint at ``path`` (every rank calls it)."""
         from .. import checkpoint
-        checkpoint.save(self._checkpointed(self._committed), checkpoint_id=path)
+        lowest = checkpoint.DefaultSavePlanner(dedup_save_to_lowest_rank=True)   # (rank 0's copy of a replica,
+        checkpoint.save(self._checkpointed(self._committed), checkpoint_id=path, planner=lowest)   # as sync)
 
     def load(self, path) -> None:
         """A checkpoint ``save`` wrote, as the committed state (every rank calls it; any world size)."""
         from .. import checkpoint
+        from ..checkpoint.state_dict import _init_optim_state
+        if self.optimizer is not None:
+            _init_optim_state(self.optimizer)   # (a fresh optimizer's state holds no tensors to load into yet)
         target = self._checkpointed(self._snapshot())
         checkpoint.load(target, checkpoint_id=path)
-        self._committed = {k: target.get(k) for k in ("values", "model", "optimizer", "sampler")}
-        object.__setattr__(self, "commits", target["commits"])
+        self._committed = {k: target.get(k) for k in ("values", "model", "optimizer", "sampler", "commits")}
         self.restore()
 
     def resume(self) -> bool:
@@ -160,8 +164,9 @@ class State(ObjectState):
         self.load(os.path.join(self.checkpoint_dir, found[-1][1]))
         return True
 
-    def _checkpointed(self, snapshot: dict) -> dict:
-        return {k: v for k, v in {**snapshot, "commits": self.commits}.items() if v is not None}
+    @staticmethod
+    def _checkpointed(snapshot: dict) -> dict:
+        return {k: v for k, v in snapshot.items() if v is not None}
 
 
 def _cloned(tree):
