@@ -122,7 +122,7 @@ replicas are no longer the same. minidl.dist.elastic's answer, Horovod's:
     outlives any worker), closed once every member of the last round has joined or stopped beating;
     they start a new process group at the smaller size; rank 0's commit is broadcast;
   - re-split: the sampler splits what is left of the epoch among the new ranks.
-A worker started later waits on the store; at the others' next commit they stop and rebuild with it.""")
+A worker started later waits on the store; at a commit the others stop and rebuild with it.""")
 
 # =============================================================================================
 section("2. A real job: a worker SIGKILLed mid-all-reduce, another joining later")
@@ -146,7 +146,7 @@ from minidl.dist import elastic
 from minidl.nn.parallel import DistributedDataParallel
 
 OUT, SLEEP = os.environ["OUT"], float(os.environ["SLEEP"])
-STEPS, HOLD = int(os.environ["STEPS"]), int(os.environ["HOLD"])
+STEPS = int(os.environ["STEPS"])   # at least; and on until the newcomer is in (the tutorial must see it join)
 GLOBAL, FULL = 24, 3   # samples per step over all ranks (divisible by every world size); the job's size
 events = open(os.path.join(OUT, f"events-{os.getpid()}.jsonl"), "a", buffering=1)
 
@@ -186,15 +186,9 @@ def train(state):
     mark("synced", world=world, rank=rank, step=state.step)
     ddp = DistributedDataParallel(state.model)
     per_rank = GLOBAL // world
-    while state.step < STEPS:
+    while state.step < STEPS or world < FULL:
         mine = list(state.sampler)               # this rank's share of what is left of the epoch
         for start in range(0, len(mine) - per_rank + 1, per_rank):
-            if state.step == HOLD and world < FULL:   # (so the join happens on any machine: see the text)
-                mark("hold")
-                deadline = time.monotonic() + 120
-                while not state.membership.someone_waits():
-                    assert time.monotonic() < deadline, "no newcomer came"
-                    time.sleep(0.01)
             step = state.step
             mark("begin", step=step, world=world)
             try:
@@ -218,7 +212,7 @@ def train(state):
                 mark("newcomer", step=step)
                 raise
             time.sleep(SLEEP)                     # (a bigger model's compute: a few steps a second)
-            if state.step >= STEPS:
+            if state.step >= STEPS and world == FULL:
                 break
         else:
             state.sampler.set_epoch(state.sampler.epoch + 1)
@@ -234,7 +228,7 @@ with open(os.path.join(OUT, f"done-{os.getpid()}.json"), "w") as f:
     json.dump({"rank": dist.get_rank(), "log": state.log,
                "weights": [p.detach().numpy().ravel().tolist() for p in model.parameters()]}, f)
 '''
-STEPS, KILL_STEP, GO_STEP, HOLD, SLEEP = 30, 5, 10, 16, 0.1
+STEPS, KILL_STEP, GO_STEP, SLEEP = 30, 5, 10, 0.1
 job = os.path.join(work, "worker.py")
 with open(job, "w") as f:
     f.write(JOB)
@@ -244,7 +238,7 @@ with socket.socket() as probe:   # (a free port for the launcher's store)
     probe.bind(("127.0.0.1", 0))
     port = probe.getsockname()[1]
 env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")])),
-           OUT=events_dir, STEPS=str(STEPS), HOLD=str(HOLD), SLEEP=str(SLEEP))
+           OUT=events_dir, STEPS=str(STEPS), SLEEP=str(SLEEP))
 said = {name: open(os.path.join(work, f"{name}.out"), "w+") for name in ("launcher", "newcomer")}
 launched = time.time()
 launcher = subprocess.Popen([sys.executable, "-m", "minidl.dist.run", "--rdzv-backend", "static", "--master-port",
@@ -324,12 +318,14 @@ section("3. No committed step lost; the failure-free weights; the world sizes se
 logs = {pid: finished[pid]["log"] for pid in finished}
 log = logs[survivors[0]]
 assert all(other == log for other in logs.values())          # the log is state: synced to the newcomer too
-assert [s for s, _ in log] == list(range(STEPS))               # every step once: none lost, none taken twice
+total = len(log)
+assert [s for s, _ in log] == list(range(total))               # every step once: none lost, none taken twice
 sizes = [w for _, w in log]
 shrunk = sizes.count(2)
-regrown = STEPS - KILL_STEP - shrunk
+regrown = total - KILL_STEP - shrunk
 assert sizes == [3] * KILL_STEP + [2] * shrunk + [3] * regrown
-assert GO_STEP - KILL_STEP + 1 <= shrunk <= HOLD - KILL_STEP + 1   # joined at a commit after the go
+assert shrunk >= GO_STEP - KILL_STEP + 1 and total == max(STEPS, KILL_STEP + shrunk)   # joined after the go
+assert all(any(e["what"] == "rebuilt" and e["world"] == 3 for e in events[pid]) for pid in survivors)
 committed_by_killed = [e["step"] for e in events[killed] if e["what"] == "commit"]
 assert committed_by_killed == list(range(KILL_STEP)) and events[killed][-1]["what"] == "begin"
 assert events[killed][-1]["step"] == KILL_STEP
@@ -340,7 +336,7 @@ for pid in survivors:   # the first failure: in step KILL_STEP, at once followed
     assert failure["step"] == KILL_STEP and after["what"] == "restore" and after["step"] == KILL_STEP
 print(f"""The committed step log (state.log, [step, world size], rolled back with the model) is the same on
 the 3 workers that finished, the newcomer included (it got it in the sync):
-  steps 0..{STEPS - 1}, each once; world sizes: {KILL_STEP} steps at 3, {shrunk} at 2, then {regrown} at 3.
+  steps 0..{total - 1}, each once; world sizes: {KILL_STEP} steps at 3, {shrunk} at 2, then {regrown} at 3.
 The killed worker had committed steps {committed_by_killed} and began step {KILL_STEP}. The survivors'
 all-reduce of step {KILL_STEP} raised DistError:
   "{failures[survivors[0]][0]['error'][:90]}..."
@@ -352,7 +348,7 @@ rs = np.random.RandomState(0)
 X, Y = rs.randn(96, 4), rs.randn(96, 1)
 W1, B1, W2, B2 = (rs.uniform(-0.5, 0.5, shape) for shape in ((16, 4), (16,), (1, 16), (1,)))
 params, velocity = [W1, B1, W2, B2], None
-for step in range(STEPS):
+for step in range(total):
     rows = slice(24 * (step % 4), 24 * (step % 4) + 24)       # 96 samples: 4 steps an epoch, in order
     x, y = X[rows], Y[rows]
     h = np.tanh(x @ W1.T + B1)
@@ -404,23 +400,20 @@ saw, stopped = min(((pid, e) for pid in survivors for e in events[pid] if e["wha
                    key=lambda found: found[1]["t"])   # (one survivor at least saw the newcomer at a commit)
 paused = first(saw, "synced", stopped["t"])["t"] - stopped["t"]
 joined = first(newcomer, "synced")["t"] - announced["t"]
-held = [first(survivors[0], "begin", e["t"])["t"] - e["t"] for e in events[survivors[0]] if e["what"] == "hold"]
 print(f"  the newcomer: ready {first(newcomer, 'ready')['t'] - first(newcomer, 'started')['t']:.2f} s after it "
       f"started; asked to join and was training {1e3 * joined:.0f} ms later,\n    at the commit of step "
-      f"{stopped['step']}, where the others paused {1e3 * paused:.0f} ms for the round and the sync"
-      + (f" (they had waited {held[0]:.2f} s at step {HOLD} for it)" if held else ""))
+      f"{stopped['step']}, where the others paused {1e3 * paused:.0f} ms for the round and the sync")
 print(f"""
 The failure is seen at once: a SIGKILLed process's sockets close, and the survivors' all-reduce
 reads that (a frozen peer would take MINIDL_DIST_HEARTBEAT seconds, default 10). The new group waits
 for the round to close: every member of the last round has joined it or is known dead. The launcher
 saw the process end and marked it dead on the store at its next poll (--monitor-interval, 0.1 s);
-else its beats would have stopped for MINIDL_ELASTIC_DEAD_SECONDS (default 3). The roll back is a
-copy in memory. A newcomer costs the others a round and a sync at their next commit, no more; its own
-start-up is its own. Had it asked between two ranks' commits, the one that did not see it would have
-gone on to the next step, whose all-reduce then fails: it rolls back to the same commit. (Should the
-newcomer not be there by step {HOLD}, on a very slow machine, the workers of this job wait for it
-there (state.membership.someone_waits()), so that the join is seen on any machine; a real job does
-not wait for one.)""")
+else its beats would have had to stop for MINIDL_ELASTIC_DEAD_SECONDS (by default as long as the
+heartbeat). The roll back is a copy in memory. A newcomer costs the others a round and a sync, no
+more; its own start-up is its own. The members stop for it together: the first to see it waiting, at
+a commit, fixes the next commit as the one all stop at (there is an all-reduce between two commits,
+so none can be two commits ahead). (So that the join is seen on any machine, however slow, the
+workers of this job go on beyond {STEPS} steps until the newcomer is in; here {regrown} steps at 3 followed it.)""")
 
 # -- the timeline ------------------------------------------------------------------------------
 rows = survivors + [killed, newcomer]
@@ -462,8 +455,6 @@ def draw(ax, lo, hi, detail):
                     back = first(pid, "restore", e["t"])
                     ax.annotate(f"roll back to the\ncommit of step {back['step'] - 1}", (back["t"] - zero, row),
                                 xytext=(3, -19), textcoords="offset points", fontsize=7, color="tab:red")
-            elif e["what"] == "hold":
-                span(ax, row, e["t"], first(pid, "begin", e["t"])["t"], "waiting")
             elif e["what"] in ("newcomer", "announce"):
                 span(ax, row, e["t"], first(pid, "synced", e["t"])["t"], "join")
             elif e["what"] == "ready":
