@@ -33,7 +33,8 @@ JOBS = {
     "all_reduce": (3, 12, {"MINIDL_FAULT": "rank=2 at=all_reduce:6 do=kill"}, []),
     # step 5's third bucket (b1: layer 2's two buckets are on their way, W1's gradient is not yet reduced)
     "backward": (3, 12, {**TWO_LAYERS, "MINIDL_FAULT": "rank=2 at=all_reduce:23 do=kill"}, []),
-    # rank 0 writes every file of a save (the others' tensors are replicas); its 2nd file is commit-8's
+    # rank 0 writes every file of a save (the others' tensors are replicas); its 2nd file is commit-8's. (A
+    # fault counts per process and names the current rank: the new rank 0's 2nd save would be commit-16.)
     "checkpoint": (3, 12, {**SAVING, "MINIDL_FAULT": "rank=0 at=dcp_write:2 do=kill"}, []),
     "stalled": (3, 12, {"MINIDL_FAULT": "rank=2 at=all_reduce:6 do=stop", "MINIDL_DIST_HEARTBEAT": "1.5"}, []),
     "below_minimum": (2, 12, {**SAVING, "MINIDL_FAULT": "rank=1 at=all_reduce:7 do=kill restart=0",
