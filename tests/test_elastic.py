@@ -110,8 +110,8 @@ def survived(job, expected_log, weights):
     assert code == 0, text
     assert sorted(finished) == [0, 1], text
     for r in finished.values():
-        assert r["log"] == expected_log, r["log"]   # every step once: none committed lost, none doubled
-        np.testing.assert_allclose(r["weights"], weights, rtol=0, atol=1e-13)
+        assert r["log"] == expected_log, (r["log"], text)   # every step once: none committed lost, none doubled
+        np.testing.assert_allclose(r["weights"], weights, rtol=0, atol=1e-13, err_msg=text)
     return text, finished
 
 
