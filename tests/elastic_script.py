@@ -2,8 +2,13 @@
 a commit after every step. The global batch of each step is the next 24 samples of the epoch's order,
 whatever the world size (the ElasticSampler splits what is left of the epoch), so a run whose membership
 changes ends on the weights of a run that never failed (up to the order of the gradient's sum). Writes
-its rank, [[step, world size], ...] and weights into OUT/done-<pid>.json. Env: OUT, STEPS, SLEEP (seconds after
-each commit)."""
+its rank, [[step, world size], ...], weights (every parameter, flattened), the launcher's attempt and the step
+its first train() call began at (past 0 when it resumed from a checkpoint) into OUT/done-<pid>.json.
+
+Env: OUT, STEPS, SLEEP (seconds after each commit); MODEL=two for Linear-Tanh-Linear (seeded, four
+parameters) in place of one zeroed Linear; BUCKET_MB, DDP's bucket_cap_mb (tiny: a bucket per parameter, so
+a step takes several all-reduces during backward); CKPT and SAVE_EVERY, a distributed checkpoint every
+SAVE_EVERY commits into CKPT/commit-<n> (a restarted job resumes from the newest)."""
 import json
 import os
 import time
@@ -19,16 +24,26 @@ rng = np.random.RandomState(0)
 X = rng.randn(96, 5); W_TRUE = rng.randn(5, 1); Y = X @ W_TRUE
 data = list(zip(X, Y))
 
-model = nn.Linear(5, 1, bias=False).double()
-with minidl.no_grad():
-    model.weight.zero_()
+if os.environ.get("MODEL") == "two":
+    minidl.manual_seed(0)
+    model = nn.Sequential(nn.Linear(5, 8), nn.Tanh(), nn.Linear(8, 1)).double()
+else:
+    model = nn.Linear(5, 1, bias=False).double()
+    with minidl.no_grad():
+        model.weight.zero_()
 opt = minidl.optim.SGD(model.parameters(), lr=0.1)
 sampler = elastic.ElasticSampler(data, shuffle=False)
-state = elastic.State(model, opt, sampler=sampler, step=0, log=[])
+saving = {"checkpoint_dir": os.environ["CKPT"], "save_every": int(os.environ["SAVE_EVERY"])} \
+    if "CKPT" in os.environ else {}
+state = elastic.State(model, opt, sampler=sampler, step=0, log=[], **saving)
+
+started_at = []
 
 @elastic.run
 def train(state):
-    ddp = minidl.nn.parallel.DistributedDataParallel(state.model)
+    started_at.append(state.step)
+    ddp = minidl.nn.parallel.DistributedDataParallel(state.model,
+                                                     bucket_cap_mb=float(os.environ.get("BUCKET_MB", "25")))
     per_rank = 24 // dist.get_world_size()
     while state.step < STEPS:
         indices = list(state.sampler)          # this rank's share of what is left of the epoch
@@ -50,6 +65,8 @@ def train(state):
     return state
 
 train(state)
-result = {"rank": dist.get_rank(), "log": state.log, "weights": model.weight.detach().numpy().ravel().tolist()}
+weights = np.concatenate([p.detach().numpy().ravel() for p in model.parameters()])
+result = {"rank": dist.get_rank(), "log": state.log, "weights": weights.tolist(), "started_at": started_at[0],
+          "attempt": int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))}
 with open(os.path.join(os.environ["OUT"], f"done-{os.getpid()}.json"), "w") as f:   # (one file each: lines interleave)
     json.dump(result, f)

@@ -1,6 +1,10 @@
-"""minidl.dist.elastic under the launcher (real processes over the gloo transport): a worker killed
-mid-all-reduce is survived in the job and a worker started later joins at a commit; either way the final
-weights equal a failure-free run's (the spec: each step's global batch does not depend on the world size)."""
+"""minidl.dist.elastic under the launcher (real processes over the gloo transport), with faults injected by
+MINIDL_FAULT: a worker SIGKILLed mid-all-reduce, mid-backward or mid-checkpoint-write, or frozen by SIGSTOP, is
+survived in the job; a job that shrinks below its minimum is restarted by the launcher and resumes from its
+newest distributed checkpoint; a worker started later joins at a commit. Every way, the [step, world size] log
+holds each step once (no committed step lost or doubled) and the final weights equal a failure-free run's (the
+spec: each step's global batch does not depend on the world size; float64, up to the order of the gradient's
+sum). The jobs start together (one module fixture) so that their waits overlap; the joiner's job runs alone."""
 import json
 import os
 import socket
@@ -12,10 +16,30 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from minidl.dist import elastic
+import minidl
+from minidl import nn
+from minidl.dist import checkpoint, elastic
 
 ROOT = str(Path(__file__).resolve().parents[1])
 SCRIPT = str(Path(__file__).with_name("elastic_script.py"))
+TWO_LAYERS = {"MODEL": "two", "BUCKET_MB": "1e-6"}   # four parameters, a DDP bucket each: 4 all-reduces a step
+SAVING = {"SAVE_EVERY": "4"}                         # (CKPT: a folder of the job's own)
+
+# name -> (workers, steps, environment, launcher flags)
+JOBS = {
+    "free": (2, 12, SAVING, []),
+    "free_two_layers": (2, 12, TWO_LAYERS, []),
+    "free60": (2, 60, {}, []),
+    "all_reduce": (3, 12, {"MINIDL_FAULT": "rank=2 at=all_reduce:6 do=kill"}, []),
+    # step 5's third bucket (b1: layer 2's two buckets are on their way, W1's gradient is not yet reduced)
+    "backward": (3, 12, {**TWO_LAYERS, "MINIDL_FAULT": "rank=2 at=all_reduce:23 do=kill"}, []),
+    # rank 0 writes every file of a save (the others' tensors are replicas); its 2nd file is commit-8's. (A
+    # fault counts per process and names the current rank: the new rank 0's 2nd save would be commit-16.)
+    "checkpoint": (3, 12, {**SAVING, "MINIDL_FAULT": "rank=0 at=dcp_write:2 do=kill"}, []),
+    "stalled": (3, 12, {"MINIDL_FAULT": "rank=2 at=all_reduce:6 do=stop", "MINIDL_DIST_HEARTBEAT": "1.5"}, []),
+    "below_minimum": (2, 12, {**SAVING, "MINIDL_FAULT": "rank=1 at=all_reduce:7 do=kill restart=0",
+                              "MINIDL_ELASTIC_MIN_WORKERS": "2"}, ["--max-restarts", "1"]),
+}
 
 
 def free_port() -> int:
@@ -24,45 +48,136 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def launch(out, nproc, steps, port, env=None, sleep=0.0):
+def launch(out, nproc, steps, port, env=None, sleep=0.0, flags=()):
     """The launcher running ``nproc`` workers of the script, results into folder ``out``: its Popen."""
     out.mkdir(exist_ok=True)
     env = dict(os.environ, PYTHONPATH=ROOT, OUT=str(out), STEPS=str(steps), SLEEP=str(sleep), **(env or {}))
     return subprocess.Popen([sys.executable, "-m", "minidl.dist.run", "--rdzv-backend", "static", "--master-port",
-                             str(port), "--rdzv-id", "elastic-test", "--nproc-per-node", str(nproc), SCRIPT],
+                             str(port), "--rdzv-id", "elastic-test", "--nproc-per-node", str(nproc), *flags, SCRIPT],
                             cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
 def done(out) -> dict:
-    """rank -> (the [step, world size] log, the final weights) of every worker that finished."""
+    """rank -> what the script wrote (the [step, world size] log, the final weights, the attempt, the step its
+    training began at) of every worker that finished."""
     found = [json.loads(p.read_text()) for p in sorted(out.glob("done-*.json"))]
-    return {r["rank"]: (r["log"], np.array(r["weights"])) for r in found}
+    return {r["rank"]: {**r, "weights": np.array(r["weights"])} for r in found}
+
+
+class Job:
+    """One launched job of JOBS; ``finish()`` waits for it: (the launcher's exit code, its output with the
+    workers', rank -> (log, weights) of those that finished)."""
+
+    def __init__(self, folder, nproc, steps, env, flags):
+        self.folder, self.ckpt = folder / "out", folder / "ckpt"
+        if "SAVE_EVERY" in env:
+            env = {**env, "CKPT": str(self.ckpt)}
+        self.proc = launch(self.folder, nproc, steps, 0, env, flags=flags)   # (port 0: the launcher picks one)
+        self.result = None
+
+    def finish(self):
+        if self.result is None:
+            text, _ = self.proc.communicate(timeout=240)   # (a hang becomes a failure)
+            self.result = self.proc.returncode, text, done(self.folder)
+        return self.result
 
 
 @pytest.fixture(scope="module")
-def failure_free(tmp_path_factory):
-    """The weights of 12 and of 60 steps on 2 workers that never fail."""
+def jobs(tmp_path_factory):
+    started = {name: Job(tmp_path_factory.mktemp(name), *spec) for name, spec in JOBS.items()}
+    yield started
+    for job in started.values():
+        if job.proc.poll() is None:   # (its workers die with it: the launcher asks Linux so)
+            job.proc.kill()
+            job.proc.communicate()
+
+
+@pytest.fixture(scope="module")
+def failure_free(jobs):
+    """Final weights of 2 workers that never fail: 12 and 60 steps of the linear model, 12 of two layers."""
     found = {}
-    for steps in (12, 60):
-        out = tmp_path_factory.mktemp(f"free{steps}")
-        proc = launch(out, 2, steps, free_port())
-        text, _ = proc.communicate(timeout=120)
-        assert proc.returncode == 0, text
-        found[steps] = done(out)[0][1]
+    for name in ("free", "free60", "free_two_layers"):
+        code, text, finished = jobs[name].finish()
+        assert code == 0 and sorted(finished) == [0, 1], text
+        found[name] = finished[0]["weights"]
     return found
 
 
-def test_a_worker_killed_mid_all_reduce_is_survived_in_the_job(failure_free, tmp_path):
+def survived(job, expected_log, weights):
+    """Assert that the launcher ended well, that ranks 0 and 1 finished with ``expected_log`` and ``weights``:
+    (the output, what each wrote)."""
+    code, text, finished = job.finish()
+    assert code == 0, text
+    assert sorted(finished) == [0, 1], text
+    for r in finished.values():
+        assert r["log"] == expected_log, (r["log"], text)   # every step once: none committed lost, none doubled
+        np.testing.assert_allclose(r["weights"], weights, rtol=0, atol=1e-13, err_msg=text)
+    return text, finished
+
+
+def shrunk_at(step):
+    return [[s, 3] for s in range(step)] + [[s, 2] for s in range(step, 12)]
+
+
+def test_a_worker_killed_mid_all_reduce_is_survived_in_the_job(jobs, failure_free):
     """Rank 2 of 3 is SIGKILLed in its 6th all-reduce (step 5): ranks 0 and 1 roll back to the commit of
     step 4, rebuild a group of 2, redo step 5 and finish; the launcher ends well."""
-    proc = launch(tmp_path, 3, 12, free_port(), env={"MINIDL_FAULT": "rank=2 at=all_reduce:6 do=kill"})
-    text, _ = proc.communicate(timeout=120)
-    assert proc.returncode == 0, text
-    finished = done(tmp_path)
-    assert sorted(finished) == [0, 1], text
-    for log, weights in finished.values():
-        assert log == [[s, 3] for s in range(5)] + [[s, 2] for s in range(5, 12)], log   # no step lost or doubled
-        np.testing.assert_allclose(weights, failure_free[12], rtol=0, atol=1e-13)
+    survived(jobs["all_reduce"], shrunk_at(5), failure_free["free"])
+
+
+def test_a_worker_killed_mid_backward_is_survived_in_the_job(jobs, failure_free):
+    """Two layers, a DDP bucket per parameter (4 all-reduces a step, launched as backward reaches each):
+    rank 2 of 3 is SIGKILLed as it launches step 5's third bucket, the others having launched theirs. The
+    survivors' pending bucket all-reduces fail, their reducers go inert, they roll back to step 4's commit
+    and finish at 2 workers on the failure-free weights. (The log pins where it fired: at 4 all-reduces a
+    step, the 23rd is step 5's third.)"""
+    survived(jobs["backward"], shrunk_at(5), failure_free["free_two_layers"])
+
+
+def load_commit(path) -> elastic.State:
+    """A checkpoint of the script's linear model, loaded here (one process, no group)."""
+    model = nn.Linear(5, 1, bias=False).double()
+    state = elastic.State(model, minidl.optim.SGD(model.parameters(), lr=0.1),
+                          sampler=elastic.ElasticSampler(list(range(96)), shuffle=False), step=0, log=[])
+    state.load(str(path))
+    return state
+
+
+@pytest.mark.filterwarnings("ignore:minidl.dist.checkpoint.load. minidl.dist is not initialized")
+def test_a_worker_killed_mid_checkpoint_write_is_survived_in_the_job(jobs, failure_free):
+    """Every 4th commit is saved. Rank 0 (which writes the save's one file) is SIGKILLed halfway through
+    commit-8's file: ranks 1 and 2 (ranks 0 and 1 of the new group) roll back to commit 8 — already kept in
+    memory — and finish. commit-8 is left without its .metadata and load refuses it; commit-4 and commit-12
+    load, and hold the failure-free run's state at those commits."""
+    job = jobs["checkpoint"]
+    survived(job, shrunk_at(8), failure_free["free"])
+    with pytest.raises(RuntimeError, match="incomplete checkpoint"):
+        checkpoint.load({}, checkpoint_id=str(job.ckpt / "commit-8"))
+    for n in (4, 12):
+        got, want = load_commit(job.ckpt / f"commit-{n}"), load_commit(jobs["free"].ckpt / f"commit-{n}")
+        assert got.commits == want.commits == n and got.step == want.step == n
+        assert got.log == shrunk_at(8)[:n] and got.sampler.state_dict() == want.sampler.state_dict()
+        np.testing.assert_allclose(got.model.weight.detach().numpy(), want.model.weight.detach().numpy(),
+                                   rtol=0, atol=1e-13)
+
+
+def test_a_stalled_worker_is_left_out_and_ended(jobs, failure_free):
+    """Rank 2 of 3 stops itself (SIGSTOP) in its 6th all-reduce: with MINIDL_DIST_HEARTBEAT=1.5 the
+    survivors' all-reduce raises once it has been silent that long; its beats have stopped too, so the next
+    round closes without it and marks it dead, and the launcher SIGKILLs it (a stopped worker never ends by
+    itself: the job would hang). Ranks 0 and 1 finish at 2 workers on the failure-free weights."""
+    survived(jobs["stalled"], shrunk_at(5), failure_free["free"])
+
+
+def test_below_the_minimum_the_launcher_restarts_from_the_newest_checkpoint(jobs, failure_free):
+    """MINIDL_ELASTIC_MIN_WORKERS=2 with 2 workers; rank 1 is SIGKILLed in step 6 (first attempt only).
+    Rank 0 cannot go on alone: it raises MembershipError naming the minimum, so the attempt fails; the
+    launcher (--max-restarts 1) starts both again, they resume from commit-4 (the newest checkpoint),
+    redo steps 4 and 5 and finish on the failure-free weights, every step in the log once."""
+    text, finished = survived(jobs["below_minimum"], [[s, 2] for s in range(12)], failure_free["free"])
+    assert "MembershipError" in text and "fewer than the minimum of 2 worker(s)" in text, text
+    assert "restarting the group (restart 1 of 1)" in text, text
+    assert all(r["attempt"] == 1 and r["started_at"] == 4 for r in finished.values()), finished
 
 
 def test_a_worker_started_later_joins_at_a_commit(failure_free, tmp_path):
@@ -81,10 +196,10 @@ def test_a_worker_started_later_joins_at_a_commit(failure_free, tmp_path):
     assert proc.returncode == 0 and joiner.returncode == 0, text + joiner.stdout + joiner.stderr
     finished = done(tmp_path)
     assert sorted(finished) == [0, 1, 2], text + joiner.stdout
-    for log, weights in finished.values():
-        sizes = [w for _, w in log]
-        assert [s for s, _ in log] == list(range(60)) and sizes == sorted(sizes) and {2, 3} <= set(sizes), log
-        np.testing.assert_allclose(weights, failure_free[60], rtol=0, atol=1e-13)
+    for r in finished.values():
+        sizes = [w for _, w in r["log"]]
+        assert [s for s, _ in r["log"]] == list(range(60)) and sizes == sorted(sizes) and {2, 3} <= set(sizes), r
+        np.testing.assert_allclose(r["weights"], failure_free["free60"], rtol=0, atol=1e-13)
 
 
 def test_bad_input_is_named():
