@@ -5,7 +5,8 @@ changes ends on the weights of a run that never failed (up to the order of the g
 its rank, [[step, world size], ...], weights (every parameter, flattened), the launcher's attempt and the step
 its first train() call began at (past 0 when it resumed from a checkpoint) into OUT/done-<pid>.json.
 
-Env: OUT, STEPS, SLEEP (seconds after each commit); MODEL=two for Linear-Tanh-Linear (seeded, four
+Env: OUT, STEPS, SLEEP (seconds after each commit), HOLD_AT (a step after whose commit the workers wait for a
+newcomer to ask to join); MODEL=two for Linear-Tanh-Linear (seeded, four
 parameters) in place of one zeroed Linear; BUCKET_MB, DDP's bucket_cap_mb (tiny: a bucket per parameter, so
 a step takes several all-reduces during backward); CKPT and SAVE_EVERY, a distributed checkpoint every
 SAVE_EVERY commits into CKPT/commit-<n> (a restarted job resumes from the newest)."""
@@ -39,6 +40,16 @@ state = elastic.State(model, opt, sampler=sampler, step=0, log=[], **saving)
 
 started_at = []
 
+def hold_for_a_newcomer(state):
+    """Wait here (every rank) until a newcomer has asked to join, so that it joins while the job still runs
+    however slowly it starts (the next commit then stops for it)."""
+    deadline = time.monotonic() + 120
+    while state.membership.store.add("minidl/elastic/waiting/count", 0) == 0:
+        if time.monotonic() > deadline:
+            raise RuntimeError("elastic_script: no newcomer asked to join within 120 s")
+        time.sleep(0.02)
+
+
 @elastic.run
 def train(state):
     started_at.append(state.step)
@@ -58,6 +69,8 @@ def train(state):
             state.step += 1
             state.commit()
             time.sleep(float(os.environ.get("SLEEP", "0")))
+            if state.step == int(os.environ.get("HOLD_AT", "-1")):
+                hold_for_a_newcomer(state)
             if state.step >= STEPS:
                 break
         else:

@@ -10,7 +10,6 @@ import os
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -182,11 +181,11 @@ def test_below_the_minimum_the_launcher_restarts_from_the_newest_checkpoint(jobs
 
 def test_a_worker_started_later_joins_at_a_commit(failure_free, tmp_path):
     """A third worker started by hand while two train joins them at their next commit; all three finish
-    with the weights of the failure-free run."""
+    with the weights of the failure-free run. (The two wait after step 10's commit until it has asked to join,
+    so that it joins however slowly it starts.)"""
     port = free_port()
-    proc = launch(tmp_path, 2, 60, port, sleep=0.05)
-    time.sleep(1.5)
-    joiner_env = dict(os.environ, PYTHONPATH=ROOT, OUT=str(tmp_path), STEPS="60", SLEEP="0.05",
+    proc = launch(tmp_path, 2, 60, port, env={"HOLD_AT": "10"})
+    joiner_env = dict(os.environ, PYTHONPATH=ROOT, OUT=str(tmp_path), STEPS="60",
                       MINIDL_ELASTIC_JOIN="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
                       TORCHELASTIC_USE_AGENT_STORE="True", TORCHELASTIC_RUN_ID="elastic-test",
                       TORCHELASTIC_RESTART_COUNT="0", MINIDL_RUN_ATTEMPT="0")
