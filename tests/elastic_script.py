@@ -50,6 +50,12 @@ def hold_for_a_newcomer(state):
         time.sleep(0.02)
 
 
+if os.environ.get("RANK") == "0" and os.environ.get("MINIDL_ELASTIC_JOIN") != "1":   # (for a newcomer to find)
+    with open(os.path.join(os.environ["OUT"], "port.tmp"), "w") as f:
+        f.write(os.environ["MASTER_PORT"])
+    os.replace(os.path.join(os.environ["OUT"], "port.tmp"), os.path.join(os.environ["OUT"], "port"))
+
+
 @elastic.run
 def train(state):
     started_at.append(state.step)

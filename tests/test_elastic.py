@@ -7,9 +7,9 @@ spec: each step's global batch does not depend on the world size; float64, up to
 sum). The jobs start together (one module fixture) so that their waits overlap; the joiner's job runs alone."""
 import json
 import os
-import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -35,16 +35,10 @@ JOBS = {
     # rank 0 writes every file of a save (the others' tensors are replicas); its 2nd file is commit-8's. (A
     # fault counts per process and names the current rank: the new rank 0's 2nd save would be commit-16.)
     "checkpoint": (3, 12, {**SAVING, "MINIDL_FAULT": "rank=0 at=dcp_write:2 do=kill"}, []),
-    "stalled": (3, 12, {"MINIDL_FAULT": "rank=2 at=all_reduce:6 do=stop", "MINIDL_DIST_HEARTBEAT": "1.5"}, []),
+    "stalled": (3, 12, {"MINIDL_FAULT": "rank=2 at=all_reduce:6 do=stop", "MINIDL_DIST_HEARTBEAT": "4"}, []),
     "below_minimum": (2, 12, {**SAVING, "MINIDL_FAULT": "rank=1 at=all_reduce:7 do=kill restart=0",
                               "MINIDL_ELASTIC_MIN_WORKERS": "2"}, ["--max-restarts", "1"]),
 }
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def launch(out, nproc, steps, port, env=None, sleep=0.0, flags=()):
@@ -161,7 +155,7 @@ def test_a_worker_killed_mid_checkpoint_write_is_survived_in_the_job(jobs, failu
 
 
 def test_a_stalled_worker_is_left_out_and_ended(jobs, failure_free):
-    """Rank 2 of 3 stops itself (SIGSTOP) in its 6th all-reduce: with MINIDL_DIST_HEARTBEAT=1.5 the
+    """Rank 2 of 3 stops itself (SIGSTOP) in its 6th all-reduce: with MINIDL_DIST_HEARTBEAT=4 the
     survivors' all-reduce raises once it has been silent that long; its beats have stopped too, so the next
     round closes without it and marks it dead, and the launcher SIGKILLs it (a stopped worker never ends by
     itself: the job would hang). Ranks 0 and 1 finish at 2 workers on the failure-free weights."""
@@ -183,8 +177,11 @@ def test_a_worker_started_later_joins_at_a_commit(failure_free, tmp_path):
     """A third worker started by hand while two train joins them at their next commit; all three finish
     with the weights of the failure-free run. (The two wait after step 10's commit until it has asked to join,
     so that it joins however slowly it starts.)"""
-    port = free_port()
-    proc = launch(tmp_path, 2, 60, port, env={"HOLD_AT": "10"})
+    proc = launch(tmp_path, 2, 60, 0, env={"HOLD_AT": "10"})   # (port 0: the launcher's; rank 0 writes it)
+    port_file, deadline = tmp_path / "port", time.monotonic() + 120
+    while not port_file.exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    port = port_file.read_text()
     joiner_env = dict(os.environ, PYTHONPATH=ROOT, OUT=str(tmp_path), STEPS="60",
                       MINIDL_ELASTIC_JOIN="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
                       TORCHELASTIC_USE_AGENT_STORE="True", TORCHELASTIC_RUN_ID="elastic-test",

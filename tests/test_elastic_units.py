@@ -110,8 +110,14 @@ def test_no_sample_is_seen_twice_or_skipped_across_changes_of_world_size(monkeyp
 # -- State and ObjectState ------------------------------------------------------------------------------------
 @pytest.fixture
 def in_run(monkeypatch):
-    """commit() as inside elastic.run (with no membership: nobody waits to join)."""
-    monkeypatch.setitem(state_module._running, "depth", 1)
+    """commit() as inside elastic.run (with no membership: nobody waits to join): every state made in the test
+    is marked running, as run marks its state."""
+    made = state_module.ObjectState.__init__
+
+    def running(self, *args, **kwargs):
+        made(self, *args, **kwargs)
+        object.__setattr__(self, "running", True)
+    monkeypatch.setattr(state_module.ObjectState, "__init__", running)
 
 
 def train_step(model, optimizer, seed):
@@ -274,7 +280,7 @@ def test_a_round_reranks_survivors_by_old_rank_then_newcomers_and_leaves_the_sil
             while joins(store, 1) == before:
                 time.sleep(0.01)
         got = {name: f.result(timeout=TIMEOUT) for name, f in futures.items()}
-    assert got == {"a": (1, 0, 3, True), "b": (1, 1, 3, True), "n": (1, 2, 3, False)}
+    assert got == {"a": (1, 0, 3), "b": (1, 1, 3), "n": (1, 2, 3)}
     assert a.members == b.members == n.members == [a.uid, b.uid, n.uid]
     assert store.check([f"{PREFIX}dead/dead"]) and not store.check([f"{PREFIX}dead/{a.uid}"])
     assert not a.stop_at(7)   # (n's wait is answered)

@@ -82,6 +82,10 @@ class Reducer:
     # -- one iteration ---------------------------------------------------------------------------
     def prepare(self, outputs, sync: bool):
         """Called by every forward: reset the buckets; ``sync``: reduce in the coming backward."""
+        if self.group.failed is not None or self.group.closed:
+            raise RuntimeError("DistributedDataParallel: its process group failed or was destroyed (an elastic "
+                               "job rebuilds it): make the DistributedDataParallel anew over the new group, inside "
+                               "the function elastic.run runs")
         self.syncing, self.started, self.next_launch = sync, False, 0
         for b in self.buckets:
             b.reset()

@@ -9,7 +9,9 @@ closes the round once every member of round r has either joined or stopped beati
 (a killed process stops at once; a stopped one too; the launcher also marks a worker it saw die), and every
 newcomer that was waiting has joined. It writes the new order — the old members by their old rank, then the
 newcomers — and every joiner takes its new rank from it; a member of round r it left out (dead or frozen) is
-marked dead, so the launcher ends it. One that comes after the round closed waits as a newcomer for the
+marked dead, so the launcher ends it. Every joiner can close the round (the first record written stands), so
+the death of one does not stall the others; a worker whose training function raised leaves its error, and the
+next round refuses to go on, naming it (a bug is not a lost worker). One that comes after the round closed waits as a newcomer for the
 next. A round with fewer than ``min_workers`` workers, or on fewer than ``min_nodes`` hosts (the launcher's
 ``--nnodes MIN``), is refused on every rank: the job then ends, and the launcher may restart it, resuming
 from the last distributed checkpoint.
@@ -77,8 +79,8 @@ class Membership:
     # -- round 0 -----------------------------------------------------------------------------------
     def start(self, uids: list, rank: int) -> None:
         """The job's first group: ``uids`` in rank order (every member calls it with the same list)."""
-        if rank == 0 and not self._has("round", 0, "members"):
-            self.store.set(self._key("round", 0, "members"), json.dumps(uids))
+        if rank == 0:
+            self.store.compare_set(self._key("round", 0, "closed"), "", json.dumps({"order": uids, "refused": None}))
             self.store.set(self._key("latest"), "0")
         self.round, self.members = 0, list(uids)
 
@@ -101,62 +103,90 @@ class Membership:
 
     # -- the next round ------------------------------------------------------------------------------
     def next_round(self) -> tuple:
-        """Join the round after the newest closed one; (round, rank, world size, whether this process was a
-        member before). Blocks until the round closes."""
+        """Join the round after the newest closed one; (round, rank, world size). Blocks until the round closes."""
         deadline = time.monotonic() + self.timeout
         while True:
             r = int(self.store.get(self._key("latest")).decode()) + 1
             index = self.store.add(self._key("round", r, "joins"), 1) - 1
             self.store.set(self._key("round", r, "joined", index), self.uid)
-            if index == 0:
-                self._close(r, deadline)
-            members = self._wait_closed(r, deadline)
-            if self.uid in members:
-                was_member = self.uid in self.members
-                self.round, self.members = r, members
-                return r, members.index(self.uid), len(members), was_member
+            closed = self._close(r, deadline)
+            if closed["refused"]:
+                raise MembershipError(f"elastic: the group cannot go on: {closed['refused']}")
+            if self.uid in closed["order"]:
+                self.round, self.members = r, closed["order"]
+                return r, self.members.index(self.uid), len(self.members)
             self.announce()   # (the round closed without this process: wait for the next)
 
-    def _close(self, r: int, deadline: float) -> None:
-        previous = self._get_json("round", r - 1, "members")
-        while True:
+    def _close(self, r: int, deadline: float) -> dict:
+        """Round r as closed: {"order": uids in rank order, "refused": why not, or None}. Every joiner waits for
+        the same condition and offers the same record; the first offer stands (compare-and-set), so the round
+        closes even where a joiner dies on the way."""
+        key = self._key("round", r, "closed")
+        previous = self._get_json("round", r - 1, "closed")["order"]
+        while not self._has("round", r, "closed"):
             joined, settled = self._joined(r)
             missing = [u for u in previous if u not in joined and self._alive(u)]
             late = [u for u in self._waiting() if u not in joined and u not in previous and self._alive(u)]
-            if settled and not missing and not late:
+            if (settled and not missing and not late) or time.monotonic() > deadline:
+                self.store.compare_set(key, "", json.dumps(self._record(joined, previous)))
                 break
-            if time.monotonic() > deadline:
-                break   # (the ones still missing are left out: they are as good as dead)
             time.sleep(POLL_SECONDS)
-        joined = self._joined(r)[0]
+        closed = json.loads(self.store.get(key))
+        if int(self.store.get(self._key("latest")).decode()) < r:
+            self._settle(closed["order"], previous)
+            self.store.set(self._key("latest"), str(r))
+        return closed
+
+    def _record(self, joined: list, previous: list) -> dict:
         order = [u for u in previous if u in joined] + [u for u in joined if u not in previous]
-        # every wait so far is answered (joined, or dead); one that joins after the close announces itself again
+        errors = [f"{self.store.get(self._key('error', u)).decode()}" for u in previous if self._has("error", u)]
+        hosts = {self.store.get(self._key("host", u)).decode() for u in order}
+        refused = None
+        if errors:
+            refused = "a worker raised an error in the training function: " + "; ".join(errors)
+        elif not any(u in previous for u in order):
+            refused = "no worker holding the job's state is left (they all ended or died) for the newcomers to join"
+        elif len(order) < self.min_workers or len(hosts) < self.min_nodes:
+            refused = (f"{len(order)} worker(s) on {len(hosts)} host(s) are left, fewer than the minimum of "
+                       f"{self.min_workers} worker(s) (MINIDL_ELASTIC_MIN_WORKERS) on {self.min_nodes} host(s)")
+        return {"order": order, "refused": refused}
+
+    def _settle(self, order: list, previous: list) -> None:
+        """After a close: every wait so far is answered (joined, or dead: one that joins later announces itself
+        again), and the members it left out are marked dead (the launcher ends them). Idempotent."""
         answered = self.store.add(self._key("waiting", "count"), 0)
-        self.store.add(self._key("waiting", "taken"), answered - self.store.add(self._key("waiting", "taken"), 0))
+        self.store.add(self._key("waiting", "taken"), max(0, answered - self.store.add(self._key("waiting", "taken"), 0)))
         for u in previous:
             if u not in order:
-                self.store.set(self._key("dead", u), "1")   # (frozen, or dead: the launcher ends it)
-        hosts = {self.store.get(self._key("host", u)).decode() for u in order}
-        if not any(u in previous for u in order):
-            self.store.set(self._key("round", r, "refused"), "no worker holding the job's state is left (they "
-                                                             "all ended or died) for the newcomers to join")
-        elif len(order) < self.min_workers or len(hosts) < self.min_nodes:
-            self.store.set(self._key("round", r, "refused"),
-                           f"{len(order)} worker(s) on {len(hosts)} host(s) are left, fewer than the minimum of "
-                           f"{self.min_workers} worker(s) (MINIDL_ELASTIC_MIN_WORKERS) on {self.min_nodes} "
-                           f"host(s) (the launcher's --nnodes MIN)")
-        self.store.set(self._key("round", r, "members"), json.dumps(order))
-        self.store.set(self._key("latest"), str(r))
+                self.store.set(self._key("dead", u), "1")
 
-    def _wait_closed(self, r: int, deadline: float) -> list:
-        while not self._has("round", r, "members"):
-            if time.monotonic() > deadline:
-                raise MembershipError(f"elastic: round {r} did not close within {self.timeout:g} s")
-            time.sleep(POLL_SECONDS)
-        if self._has("round", r, "refused"):
-            raise MembershipError(f"elastic: the group cannot go on: "
-                                  f"{self.store.get(self._key('round', r, 'refused')).decode()}")
-        return self._get_json("round", r, "members")
+    def ready(self) -> None:
+        """Say this member is about to start the round's group, and wait until every member has: a member that
+        died after the close is found by its beats here (a DistError: the next round), rather than by the
+        group's start waiting out its whole timeout."""
+        from ..communicators.base import DistError
+        self.store.set(self._key("round", self.round, "ready", self.uid), "1")
+        deadline = time.monotonic() + self.timeout
+        for u in self.members:
+            while not self._has("round", self.round, "ready", u):
+                if not self._alive(u) or time.monotonic() > deadline:
+                    raise DistError(f"elastic: a member of round {self.round} died before its group started")
+                time.sleep(POLL_SECONDS)
+
+    def failed(self, error: BaseException) -> None:
+        """This worker's training function raised (not a lost peer): the next round names it and refuses to go on."""
+        try:
+            self.store.set(self._key("error", self.uid), f"{type(error).__name__}: {error}")
+        except Exception:  # noqa: BLE001 -- the store may be gone too; the error is raised here anyway
+            pass
+
+    def leave(self) -> None:
+        """This worker is done: it takes part in no later round (a newcomer then need not wait for its beats)."""
+        try:
+            self.store.set(self._key("left", self.uid), "1")
+        except Exception:  # noqa: BLE001 -- the launcher's store may be gone at the very end
+            pass
+        self.close()
 
     def _joined(self, r: int) -> tuple:
         """(the uids that joined round r so far, whether each join index taken has its uid written yet)."""
@@ -169,7 +199,7 @@ class Membership:
         return [self.store.get(self._key("waiting", k)).decode() for k in range(count) if self._has("waiting", k)]
 
     def _alive(self, uid: str) -> bool:
-        if self._has("dead", uid):
+        if self._has("dead", uid) or self._has("left", uid):
             return False
         try:
             last = float(self.store.get(self._key("beat", uid)).decode())

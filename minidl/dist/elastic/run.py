@@ -18,9 +18,8 @@ from datetime import timedelta
 from .. import state as dist_state
 from ..communicators.base import DistError
 from ..rendezvous import _agent_store
-from ..store import PrefixStore
-from .membership import PREFIX, Membership
-from .state import _running
+from ..store import DistStoreError, PrefixStore
+from .membership import PREFIX, Membership, MembershipError
 
 
 class MembershipChanged(Exception):
@@ -32,20 +31,30 @@ def run(train):
     @functools.wraps(train)
     def wrapper(state, *args, **kwargs):
         membership = _start(state)
-        _running["depth"] += 1
+        object.__setattr__(state, "running", True)
+        rebuild = membership.round is None   # (a newcomer builds its first group here)
         try:
             while True:
                 try:
+                    if rebuild:
+                        _rebuild(membership)
+                        rebuild = False
                     state.sync()
-                    return train(state, *args, **kwargs)
+                    if membership.round:
+                        state.on_reset()
+                    result = train(state, *args, **kwargs)
+                    membership.leave()
+                    return result
                 except DistError:
                     state.restore()                 # (steps since the last commit: taken by some ranks only)
                 except MembershipChanged:
-                    pass                            # (everyone stopped right after a commit)
-                _rebuild(membership)
-                state.on_reset()
+                    pass                            # (everyone stopped right after the same commit)
+                except Exception as e:
+                    membership.failed(e)            # (a bug, not a lost worker: the next round names it)
+                    raise
+                rebuild = True
         finally:
-            _running["depth"] -= 1
+            object.__setattr__(state, "running", False)
             membership.close()
     return wrapper
 
@@ -73,9 +82,9 @@ def _start(state) -> Membership:
     membership = Membership(_store(), min_workers=int(os.environ.get("MINIDL_ELASTIC_MIN_WORKERS", "1")),
                             min_nodes=int(os.environ.get("MINIDL_ELASTIC_MIN_NODES", "1")))
     object.__setattr__(state, "membership", membership)
+    state.commit_snapshot()   # (what the caller set up after State(...) is what the job starts from)
     if joining:
         membership.announce()
-        _new_group(membership)
     else:
         from ..objects import all_gather_object
         uids = [None] * dist_state.get_world_size()
@@ -88,17 +97,19 @@ def _start(state) -> Membership:
 
 
 def _rebuild(membership: Membership) -> None:
-    """Close the broken group; meet the others in the next round; start the new group."""
+    """Close the broken group (if any); meet the others in the next round; start the new group once every
+    member is there (a DistError where one died meanwhile: the caller goes to the round after)."""
+    if dist_state.is_initialized():
+        try:
+            dist_state.destroy_process_group()
+        except Exception:  # noqa: BLE001 -- a failed group may not close cleanly: it is left behind
+            dist_state._process.pop("default", None)
+            dist_state._process.pop("subgroups", None)
     try:
-        dist_state.destroy_process_group()
-    except Exception:  # noqa: BLE001 -- a failed group may not close cleanly: it is left behind
-        dist_state._process.pop("default", None)
-        dist_state._process.pop("subgroups", None)
-    _new_group(membership)
-
-
-def _new_group(membership: Membership) -> None:
-    r, rank, size, _ = membership.next_round()
+        r, rank, size = membership.next_round()
+    except DistStoreError as e:   # (the launcher, and its store, are gone: the job is over)
+        raise MembershipError(f"elastic: the job's store is gone ({e}); the job has ended") from None
+    membership.ready()
     store = PrefixStore(f"{PREFIX}round/{r}/group", membership.store)
     dist_state.init_process_group("gloo", store=store, rank=rank, world_size=size)
     dist_state._process["store"] = membership.store

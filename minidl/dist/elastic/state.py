@@ -15,8 +15,6 @@ from ..._tensor import Tensor
 from ...nn.module import Module
 from .. import collectives, objects, state as dist_state
 
-_running = {"depth": 0}   # inside elastic.run (commit() is only meaningful there)
-
 
 class ObjectState:
     """Plain values an elastic job rolls back: ``ObjectState(epoch=0, batch=0)``."""
@@ -26,7 +24,8 @@ class ObjectState:
         object.__setattr__(self, "_reset_callbacks", [])
         object.__setattr__(self, "commits", 0)
         object.__setattr__(self, "membership", None)   # set by elastic.run
-        self._committed = self._snapshot()
+        object.__setattr__(self, "running", False)     # inside elastic.run (commit() is only meaningful there)
+        self.commit_snapshot()
 
     def __getattr__(self, name):
         values = self.__dict__.get("_values", {})
@@ -44,15 +43,19 @@ class ObjectState:
     def commit(self) -> None:
         """Keep the current state as the one to roll back to; then, if a newcomer waits, stop here (the
         group is rebuilt with it and training goes on from this commit)."""
-        if not _running["depth"]:
+        if not self.running:
             raise RuntimeError(f"{type(self).__name__}.commit() is only meaningful inside a function run by "
                                f"minidl.dist.elastic.run (which rolls back to it when the group changes)")
         self.commits += 1
-        self._committed = self._snapshot()
+        self.commit_snapshot()
         self.on_commit()
         if self.membership is not None and self.membership.stop_at(self.commits):
             from .run import MembershipChanged
             raise MembershipChanged("a worker waits to join")
+
+    def commit_snapshot(self) -> None:
+        """Take the current state as the one to roll back to (no checks, no checkpoint: commit() does those)."""
+        object.__setattr__(self, "_committed", self._snapshot())
 
     def restore(self) -> None:
         """Put the last commit back."""
@@ -124,12 +127,13 @@ class State(ObjectState):
     def sync(self, src: int = 0) -> None:
         """The model's tensors by broadcast in place; the optimizer's state, the sampler and the values as
         objects (a newcomer's optimizer has no state yet)."""
-        for t in self._committed["model"].values():
-            collectives.broadcast(t, src=src)
+        model = {k: t.clone() for k, t in self._committed["model"].items()}   # (received into copies: a broadcast
+        for t in model.values():                                              # that fails halfway leaves the
+            collectives.broadcast(t, src=src)                                 # commit as it was)
         rest = {k: v for k, v in self._committed.items() if k != "model"}
         box = [rest if dist_state.get_rank() == src else None]
         objects.broadcast_object_list(box, src=src)
-        self._committed = {**box[0], "model": self._committed["model"]}
+        object.__setattr__(self, "_committed", {**box[0], "model": model})
         self.restore()
 
     def on_commit(self) -> None:

@@ -141,8 +141,8 @@ def _watch(group, interval, store) -> list:
             for p in group.procs:
                 if p.poll() is None and left_out(store, p.pid):
                     group.end(p)
-            if group.ended():
-                return failures if not group.succeeded() else []
+            if group.ended():   # (failures read again: those that ended since the first read count too)
+                return group.failures() if not group.succeeded() else []
         elif group.done():
             return []
         time.sleep(interval)
