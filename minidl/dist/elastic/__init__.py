@@ -12,6 +12,10 @@
                 state.commit()               # the point a failure rolls back to
 
     train(state)    # under python -m minidl.dist.run --nproc-per-node N script.py
+
+Make the DistributedDataParallel inside ``train`` (a group is rebuilt at every change); commit at the same
+point on every rank, after a collective; an exception of the script's own ends the job, named (only a lost
+worker is survived). One node for now: a job over several nodes takes the launcher's restart route.
 """
 from .membership import MembershipError
 from .run import MembershipChanged, run
