@@ -4,17 +4,16 @@ The store must outlive the workers: the launcher's (``minidl.dist.run`` serves i
 Every process of an elastic job has a uid and beats (a time stamp under ``beat/<uid>``) from a thread.
 
 Round 0 is the group the job started with. When a collective fails (a peer died or froze), or a newcomer
-waits to join, the members of round r go to round r + 1: each takes a join index there. The first to join
-closes the round once every member of round r has either joined or stopped beating for ``dead_seconds``
-(a killed process stops at once; a stopped one too; the launcher also marks a worker it saw die), and every
-newcomer that was waiting has joined. It writes the new order — the old members by their old rank, then the
-newcomers — and every joiner takes its new rank from it; a member of round r it left out (dead or frozen) is
-marked dead, so the launcher ends it. Every joiner can close the round (the first record written stands), so
-the death of one does not stall the others; a worker whose training function raised leaves its error, and the
-next round refuses to go on, naming it (a bug is not a lost worker). One that comes after the round closed waits as a newcomer for the
-next. A round with fewer than ``min_workers`` workers, or on fewer than ``min_nodes`` hosts (the launcher's
-``--nnodes MIN``), is refused on every rank: the job then ends, and the launcher may restart it, resuming
-from the last distributed checkpoint.
+waits to join, the members of round r go to round r + 1: each takes a join index there and waits until every
+member of round r has either joined or stopped beating for ``dead_seconds`` (a killed process stops at once, a
+stopped one too; the launcher also marks a worker it saw die, and one that finished leaves), and every newcomer
+that was waiting has joined. Then each offers the round's record — the old members by their old rank, then the
+newcomers — and the first offer stands (compare-and-set): every joiner can close the round, so the death of one
+does not stall the others. Members of round r left out (dead or frozen) are marked dead, so the launcher ends
+them. One that comes after the round closed waits as a newcomer for the next. The record refuses to go on —
+every member raises MembershipError — where a worker's training function raised (its error, named: a bug is
+not a lost worker), where no holder of the state is left, or below ``min_workers`` workers or ``min_nodes``
+hosts; the launcher may then restart the job, which resumes from the last distributed checkpoint.
 """
 from __future__ import annotations
 
