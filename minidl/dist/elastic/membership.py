@@ -25,9 +25,8 @@ import time
 import uuid
 import weakref
 
+from ..run.elastic_jobs import PREFIX
 from ..store import DistStoreError
-
-PREFIX = "minidl/elastic/"
 BEAT_SECONDS = 0.25
 # a member whose beats stopped this long ago is left out of a round: as long as the transport's heartbeat
 # (MINIDL_DIST_HEARTBEAT), so that a frozen worker is found by both at about the same time; a killed one is
@@ -217,21 +216,3 @@ def _beat(ref, stop) -> None:
         except Exception:  # noqa: BLE001 -- the store is gone: the next round says so
             return
         del me
-
-
-def in_job(store) -> bool:
-    """Whether the workers on ``store`` run under elastic.run (the launcher then lets survivors go on)."""
-    return store.check([PREFIX + "in_job"])
-
-
-def mark_dead(store, pid: int) -> None:
-    """The launcher saw worker ``pid`` end: its round need not wait for its beats to stop."""
-    key = f"{PREFIX}pid/{pid}"
-    if store.check([key]):
-        store.set(f"{PREFIX}dead/{store.get(key).decode()}", "1")
-
-
-def left_out(store, pid: int) -> bool:
-    """Whether a round left worker ``pid`` out (it froze, or came back too late): the launcher ends it."""
-    key = f"{PREFIX}pid/{pid}"
-    return store.check([key]) and store.check([f"{PREFIX}dead/{store.get(key).decode()}"])

@@ -29,11 +29,11 @@ import sys
 import tempfile
 import time
 
-from .args import parser, plan_of
-from .group import ChildFailedError, WorkerGroup, restart_or_fail
-from ..elastic.membership import in_job, left_out, mark_dead
 from ..rendezvous import agent_prefix
 from ..store import PrefixStore
+from .args import parser, plan_of
+from .elastic_jobs import in_job, left_out, mark_dead
+from .group import ChildFailedError, WorkerGroup, restart_or_fail
 from .nodes import run_nodes
 
 __all__ = ["main", "ChildFailedError"]
