@@ -93,11 +93,16 @@ class Membership:
         while nobody waits); the first member to see a newcomer fixes the commit all stop at — the next one —
         so every member stops at the same commit whichever saw the newcomer first (the members commit in step:
         there is a collective between two commits)."""
-        taken = self.store.add(self._key("waiting", "taken"), 0)
-        if self.store.add(self._key("waiting", "count"), 0) <= taken:
+        answered = self._answered()
+        if self.store.add(self._key("waiting", "count"), 0) <= answered:
             return False
-        at = self.store.compare_set(self._key("waiting", "stop_at", taken), "", str(commit + 1)).decode()
+        at = self.store.compare_set(self._key("waiting", "stop_at", answered), "", str(commit + 1)).decode()
         return commit >= int(at)
+
+    def _answered(self) -> int:
+        """How many waits, in announcing order, are answered: the first unanswered one's index."""
+        key = self._key("waiting", "answered")
+        return int(self.store.compare_set(key, "", "0").decode())
 
     # -- the next round ------------------------------------------------------------------------------
     def next_round(self) -> tuple:
@@ -131,7 +136,7 @@ class Membership:
             time.sleep(POLL_SECONDS)
         closed = json.loads(self.store.get(key))
         if int(self.store.get(self._key("latest")).decode()) < r:
-            self._settle(closed["order"], previous)
+            self._settle(closed["order"], previous, closed["refused"])
             self.store.set(self._key("latest"), str(r))
         return closed
 
@@ -149,13 +154,26 @@ class Membership:
                        f"{self.min_workers} worker(s) (MINIDL_ELASTIC_MIN_WORKERS) on {self.min_nodes} host(s)")
         return {"order": order, "refused": refused}
 
-    def _settle(self, order: list, previous: list) -> None:
-        """After a close: every wait so far is answered (joined, or dead: one that joins later announces itself
-        again), and the members it left out are marked dead (the launcher ends them). Idempotent."""
-        answered = self.store.add(self._key("waiting", "count"), 0)
-        self.store.add(self._key("waiting", "taken"), max(0, answered - self.store.add(self._key("waiting", "taken"), 0)))
+    def _settle(self, order: list, previous: list, refused) -> None:
+        """After a close: the waits it answered (in announcing order, up to the first still waiting: one that
+        joined, or is dead) are counted answered, only ever forward; the members it left out while they were
+        still members (not the ones that finished and left) are marked dead, so the launcher ends them. Safe
+        to run by several joiners at once."""
+        key, count = self._key("waiting", "answered"), self.store.add(self._key("waiting", "count"), 0)
+        while True:
+            current = self._answered()
+            k = current
+            while k < count and self._has("waiting", k):
+                uid = self.store.get(self._key("waiting", k)).decode()
+                if uid not in order and self._alive(uid):
+                    break
+                k += 1
+            if k <= current or self.store.compare_set(key, str(current), str(k)).decode() == str(k):
+                break
+        if refused:
+            return
         for u in previous:
-            if u not in order:
+            if u not in order and not self._has("left", u):
                 self.store.set(self._key("dead", u), "1")
 
     def ready(self) -> None:
@@ -172,9 +190,11 @@ class Membership:
                 time.sleep(POLL_SECONDS)
 
     def failed(self, error: BaseException) -> None:
-        """This worker's training function raised (not a lost peer): the next round names it and refuses to go on."""
+        """This worker's training function raised (not a lost peer): the next round names it and refuses to go on,
+        and the launcher fails the job even where the others finish."""
         try:
             self.store.set(self._key("error", self.uid), f"{type(error).__name__}: {error}")
+            self.store.add(self._key("errors"), 1)
         except Exception:  # noqa: BLE001 -- the store may be gone too; the error is raised here anyway
             pass
 

@@ -33,25 +33,32 @@ def run(train):
         membership = _start(state)
         object.__setattr__(state, "running", True)
         rebuild = membership.round is None   # (a newcomer builds its first group here)
+        synced = False
         try:
             while True:
-                try:
-                    if rebuild:
-                        _rebuild(membership)
-                        rebuild = False
-                    state.sync()
+                if rebuild or not synced:
+                    try:
+                        if rebuild:
+                            _rebuild(membership)
+                        state.sync()
+                    except (DistError, DistStoreError, OSError):   # (a peer lost while the group starts, or
+                        rebuild = True                            # during the sync: the round after)
+                        continue
                     if membership.round:
                         state.on_reset()
+                    rebuild, synced = False, True
+                try:
                     result = train(state, *args, **kwargs)
-                    membership.leave()
-                    return result
                 except DistError:
                     state.restore()                 # (steps since the last commit: taken by some ranks only)
                 except MembershipChanged:
                     pass                            # (everyone stopped right after the same commit)
-                except Exception as e:
-                    membership.failed(e)            # (a bug, not a lost worker: the next round names it)
+                except BaseException as e:
+                    membership.failed(e)            # (a bug, not a lost worker: the job ends, naming it)
                     raise
+                else:
+                    membership.leave()
+                    return result
                 rebuild = True
         finally:
             object.__setattr__(state, "running", False)

@@ -32,7 +32,7 @@ import time
 from ..rendezvous import agent_prefix
 from ..store import PrefixStore
 from .args import parser, plan_of
-from .elastic_jobs import in_job, left_out, mark_dead
+from .elastic_jobs import errors, in_job, left_out, mark_dead
 from .group import ChildFailedError, WorkerGroup, restart_or_fail
 from .nodes import run_nodes
 
@@ -142,7 +142,7 @@ def _watch(group, interval, store) -> list:
                 if p.poll() is None and left_out(store, p.pid):
                     group.end(p)
             if group.ended():   # (failures read again: those that ended since the first read count too)
-                return group.failures() if not group.succeeded() else []
+                return group.failures() if not group.succeeded() or errors(store) else []
         elif group.done():
             return []
         time.sleep(interval)

@@ -22,3 +22,8 @@ def left_out(store, pid: int) -> bool:
     """Whether a round left worker ``pid`` out (it froze, or came back too late): the launcher ends it."""
     key = f"{PREFIX}pid/{pid}"
     return store.check([key]) and store.check([f"{PREFIX}dead/{store.get(key).decode()}"])
+
+
+def errors(store) -> int:
+    """How many workers' own training functions raised (elastic.run counts them): the job fails then."""
+    return store.add(f"{PREFIX}errors", 0)
