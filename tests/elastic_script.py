@@ -9,7 +9,9 @@ Env: OUT, STEPS, SLEEP (seconds after each commit), HOLD_AT (a step after whose 
 newcomer to ask to join); MODEL=two for Linear-Tanh-Linear (seeded, four
 parameters) in place of one zeroed Linear; BUCKET_MB, DDP's bucket_cap_mb (tiny: a bucket per parameter, so
 a step takes several all-reduces during backward); CKPT and SAVE_EVERY, a distributed checkpoint every
-SAVE_EVERY commits into CKPT/commit-<n> (a restarted job resumes from the newest)."""
+SAVE_EVERY commits into CKPT/commit-<n> (a restarted job resumes from the newest); RAISE_AFTER_LAST=R, rank R
+raises a ValueError in train() after the last step, once every other worker has finished; LINGER=1, each worker
+stays on after train() (as one saving its model would) until a newcomer's round is over."""
 import json
 import os
 import time
@@ -50,6 +52,29 @@ def hold_for_a_newcomer(state):
         time.sleep(0.02)
 
 
+def until(condition, what):
+    """Wait (polling the job's store) until ``condition()``; a RuntimeError after 120 s."""
+    deadline = time.monotonic() + 120
+    while not condition():
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"elastic_script: {what} did not happen within 120 s")
+        time.sleep(0.02)
+
+
+def the_others_finished(state):
+    store, me = state.membership.store, state.membership.uid
+    return all(store.check([f"minidl/elastic/left/{u}"]) for u in state.membership.members if u != me)
+
+
+def linger(state):
+    """Stay on after train() until a newcomer's round (round 1: this job has no other) is over. A worker that
+    round marked dead (a bug: it finished) stays on until the launcher ends it, as a worker still saving
+    would be ended."""
+    store = state.membership.store
+    until(lambda: int(store.get("minidl/elastic/latest").decode()) >= 1, "a newcomer's round")
+    until(lambda: not store.check([f"minidl/elastic/dead/{state.membership.uid}"]), "the launcher's SIGKILL")
+
+
 if os.environ.get("RANK") == "0" and os.environ.get("MINIDL_ELASTIC_JOIN") != "1":   # (for a newcomer to find)
     with open(os.path.join(os.environ["OUT"], "port.tmp"), "w") as f:
         f.write(os.environ["MASTER_PORT"])
@@ -81,6 +106,9 @@ def train(state):
                 break
         else:
             state.sampler.set_epoch(state.sampler.epoch + 1)
+    if os.environ.get("RAISE_AFTER_LAST") == str(dist.get_rank()):   # (past every collective of the others)
+        until(lambda: the_others_finished(state), "the others finishing")
+        raise ValueError("elastic_script: a bug after the last step")
     return state
 
 train(state)
@@ -89,3 +117,5 @@ result = {"rank": dist.get_rank(), "log": state.log, "weights": weights.tolist()
           "attempt": int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))}
 with open(os.path.join(os.environ["OUT"], f"done-{os.getpid()}.json"), "w") as f:   # (one file each: lines interleave)
     json.dump(result, f)
+if os.environ.get("LINGER") == "1":
+    linger(state)

@@ -4,7 +4,9 @@ survived in the job; a job that shrinks below its minimum is restarted by the la
 newest distributed checkpoint; a worker started later joins at a commit. Every way, the [step, world size] log
 holds each step once (no committed step lost or doubled) and the final weights equal a failure-free run's (the
 spec: each step's global batch does not depend on the world size; float64, up to the order of the gradient's
-sum). The jobs start together (one module fixture) so that their waits overlap; the joiner's job runs alone."""
+sum). A rank's own error after the others finished still fails the job; workers that finished are not ended by
+a newcomer that comes after them. The jobs start together (one module fixture) so that their waits overlap; the
+jobs with a newcomer run alone."""
 import json
 import os
 import subprocess
@@ -38,6 +40,7 @@ JOBS = {
     "stalled": (3, 12, {"MINIDL_FAULT": "rank=2 at=all_reduce:6 do=stop", "MINIDL_DIST_HEARTBEAT": "4"}, []),
     "below_minimum": (2, 12, {**SAVING, "MINIDL_FAULT": "rank=1 at=all_reduce:7 do=kill restart=0",
                               "MINIDL_ELASTIC_MIN_WORKERS": "2"}, ["--max-restarts", "1"]),
+    "error_after_last": (2, 6, {"RAISE_AFTER_LAST": "1"}, []),
 }
 
 
@@ -48,6 +51,21 @@ def launch(out, nproc, steps, port, env=None, sleep=0.0, flags=()):
     return subprocess.Popen([sys.executable, "-m", "minidl.dist.run", "--rdzv-backend", "static", "--master-port",
                              str(port), "--rdzv-id", "elastic-test", "--nproc-per-node", str(nproc), *flags, SCRIPT],
                             cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def newcomer(out, port, steps):
+    """The script started by hand (not by the launcher) as a newcomer to the job at ``port``: its result."""
+    env = dict(os.environ, PYTHONPATH=ROOT, OUT=str(out), STEPS=str(steps), MINIDL_ELASTIC_JOIN="1",
+               MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), TORCHELASTIC_USE_AGENT_STORE="True",
+               TORCHELASTIC_RUN_ID="elastic-test", TORCHELASTIC_RESTART_COUNT="0", MINIDL_RUN_ATTEMPT="0")
+    return subprocess.run([sys.executable, SCRIPT], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+
+
+def wait_for(condition, proc):
+    """Poll until ``condition()`` while the launcher ``proc`` runs (at most 120 s: a hang becomes a failure)."""
+    deadline = time.monotonic() + 120
+    while not condition() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
 
 
 def done(out) -> dict:
@@ -178,16 +196,8 @@ def test_a_worker_started_later_joins_at_a_commit(failure_free, tmp_path):
     with the weights of the failure-free run. (The two wait after step 10's commit until it has asked to join,
     so that it joins however slowly it starts.)"""
     proc = launch(tmp_path, 2, 60, 0, env={"HOLD_AT": "10"})   # (port 0: the launcher's; rank 0 writes it)
-    port_file, deadline = tmp_path / "port", time.monotonic() + 120
-    while not port_file.exists() and proc.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.05)
-    port = port_file.read_text()
-    joiner_env = dict(os.environ, PYTHONPATH=ROOT, OUT=str(tmp_path), STEPS="60",
-                      MINIDL_ELASTIC_JOIN="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
-                      TORCHELASTIC_USE_AGENT_STORE="True", TORCHELASTIC_RUN_ID="elastic-test",
-                      TORCHELASTIC_RESTART_COUNT="0", MINIDL_RUN_ATTEMPT="0")
-    joiner = subprocess.run([sys.executable, SCRIPT], cwd=ROOT, env=joiner_env, capture_output=True, text=True,
-                            timeout=120)
+    wait_for((tmp_path / "port").exists, proc)
+    joiner = newcomer(tmp_path, (tmp_path / "port").read_text(), 60)
     text, _ = proc.communicate(timeout=120)
     assert proc.returncode == 0 and joiner.returncode == 0, text + joiner.stdout + joiner.stderr
     finished = done(tmp_path)
@@ -196,6 +206,26 @@ def test_a_worker_started_later_joins_at_a_commit(failure_free, tmp_path):
         sizes = [w for _, w in r["log"]]
         assert [s for s, _ in r["log"]] == list(range(60)) and sizes == sorted(sizes) and {2, 3} <= set(sizes), r
         np.testing.assert_allclose(r["weights"], failure_free["free60"], rtol=0, atol=1e-13)
+
+
+def test_an_error_after_the_others_last_step_fails_the_job(jobs):
+    """Rank 1 raises a ValueError in train() after the last step, once rank 0 has finished (past every
+    collective: no other worker meets it in a later round): the job fails all the same, naming the error."""
+    code, text, finished = jobs["error_after_last"].finish()
+    assert code != 0 and "ValueError: elastic_script: a bug after the last step" in text, text
+    assert sorted(finished) == [0], text
+
+
+def test_workers_that_finished_are_not_ended_by_a_newcomer_after_them(tmp_path):
+    """Both workers finish, and stay on after train() (as workers saving their model would) until a newcomer
+    started then has had its round: the round is refused (nobody holding the job's state is left), and the
+    finished workers are left alone, so the job succeeds."""
+    proc = launch(tmp_path, 2, 6, 0, env={"LINGER": "1"})
+    wait_for(lambda: len(list(tmp_path.glob("done-*.json"))) == 2, proc)
+    late = newcomer(tmp_path, (tmp_path / "port").read_text(), 6)
+    text, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 0 and sorted(done(tmp_path)) == [0, 1], text + late.stdout + late.stderr
+    assert late.returncode != 0 and "no worker holding the job's state is left" in late.stderr, late.stderr
 
 
 def test_bad_input_is_named():

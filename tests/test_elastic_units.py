@@ -1,8 +1,10 @@
 """minidl.dist.elastic's pieces in one process, no group: the ElasticSampler's split against a numpy
 reference across changes of world size, State/ObjectState commit and restore, Membership rounds of threads
 on a HashStore (survivors by old rank then newcomers, a silent member left out and marked dead, a round
-below the minimum refused on every member)."""
+below the minimum refused on every member, a newcomer's wait answered once and only by the round that takes
+it in, a finished member or a refused round never ending anyone). Races are forced in order, never timed."""
 import math
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -299,3 +301,137 @@ def test_a_round_below_the_minimum_is_refused_on_every_member(members):
                                                       r"minimum of 3 worker\(s\) \(MINIDL_ELASTIC_MIN_WORKERS\)"):
                 f.result(timeout=TIMEOUT)
 
+
+
+def round_of(*ms):
+    """Each of ``ms`` (threads) joins the next round: their (round, rank, world size), in the order given."""
+    with ThreadPoolExecutor(len(ms)) as pool:
+        futures = [pool.submit(m.next_round) for m in ms]
+        return [f.result(timeout=TIMEOUT) for f in futures]
+
+
+def started(store, members, n):
+    """Round 0 of ``n`` members on ``store``."""
+    ms = [members(store) for _ in range(n)]
+    for rank, m in enumerate(ms):
+        m.start([m.uid for m in ms], rank)
+    return ms
+
+
+def marked_dead(store, *ms):
+    return [m for m in ms if store.check([f"{PREFIX}dead/{m.uid}"])]
+
+
+def test_a_newcomer_announcing_as_a_round_closes_is_stopped_for(members, monkeypatch):
+    """n announces after round 1 of a and b has closed, before it is settled (forced: as the first joiner
+    starts to settle it). The round did not take n in, so its wait is still open: the members stop for it at
+    their next commit and round 2 takes it in. (Counted as answered, n would join round 2 alone, no member
+    would ever stop for it, and at its deadline it would close that round alone.)"""
+    store = HashStore()
+    a, b = started(store, members, 2)
+    n = members(store)
+    settle, announced = Membership._settle, threading.Lock()
+
+    def announce_then_settle(self, *args):
+        if announced.acquire(blocking=False):
+            n.announce()
+        return settle(self, *args)
+    with monkeypatch.context() as patch:
+        patch.setattr(Membership, "_settle", announce_then_settle)
+        assert round_of(a, b) == [(1, 0, 2), (1, 1, 2)]
+    assert announced.locked()
+    assert not a.stop_at(5) and a.stop_at(6) and b.stop_at(6)
+    assert round_of(a, b, n) == [(2, 0, 3), (2, 1, 3), (2, 2, 3)]
+    assert not a.stop_at(7) and not marked_dead(store, a, b, n)
+
+
+class SettlingInLockstep(HashStore):
+    """A HashStore on which the joiners settling a round (Membership._settle, patched by ``patch``) make
+    their store operations in lockstep, until the first has settled: each reads what it reads before any
+    writes what it writes (the worst interleaving, forced)."""
+
+    def __init__(self, joiners):
+        super().__init__()
+        self.settling, self.turn = threading.local(), threading.Barrier(joiners, timeout=TIMEOUT)
+
+    def patch(self, monkeypatch):
+        settle = Membership._settle
+
+        def in_lockstep(member, *args):
+            self.settling.on = True
+            try:
+                return settle(member, *args)
+            finally:
+                self.settling.on = False
+                self.turn.abort()   # (one joiner has settled: the others go on freely)
+        monkeypatch.setattr(Membership, "_settle", in_lockstep)
+
+    def _step(self):
+        if getattr(self.settling, "on", False):
+            try:
+                self.turn.wait()
+            except threading.BrokenBarrierError:
+                pass
+
+    def _run(self, op, *args):
+        self._step()
+        return super()._run(op, *args)
+
+    def _wait_get(self, keys, seconds, read):
+        self._step()
+        return super()._wait_get(keys, seconds, read)
+
+
+def test_joiners_settling_a_round_at_once_answer_its_newcomer_once(members, monkeypatch):
+    """Round 1 takes newcomer n1 in, and its three joiners settle it at once, in lockstep (none can have
+    settled before the others check whether the round still needs settling). n1's wait is answered once:
+    the members do not stop for it again, and they do stop for the next newcomer n2, whom round 2 takes in.
+    (Answered twice or more, the next newcomers would never be seen.)"""
+    store = SettlingInLockstep(joiners=3)
+    a, b = started(store, members, 2)
+    n1 = members(store)
+    n1.announce()
+    with monkeypatch.context() as patch:
+        store.patch(patch)
+        assert round_of(a, b, n1) == [(1, 0, 3), (1, 1, 3), (1, 2, 3)]
+    assert not a.stop_at(5) and not b.stop_at(6)
+    n2 = members(store)
+    n2.announce()
+    assert not a.stop_at(6) and a.stop_at(7) and n1.stop_at(7)
+    assert round_of(a, b, n1, n2) == [(2, 0, 4), (2, 1, 4), (2, 2, 4), (2, 3, 4)]
+
+
+def test_a_member_that_finished_is_never_marked_dead(members):
+    """c finished (leave()) while a and b go on; a newcomer n joins them: round 1 leaves c out but does not
+    mark it dead (the launcher would end it while it still saves its model or exits). Then a, b and n finish
+    too, and a newcomer n2 comes after the job: its round is refused, and marks none of them dead."""
+    store = HashStore()
+    a, b, c = started(store, members, 3)
+    c.leave()
+    n = members(store)
+    n.announce()
+    assert round_of(a, b, n) == [(1, 0, 3), (1, 1, 3), (1, 2, 3)]
+    assert not marked_dead(store, c)
+    for m in (a, b, n):
+        m.leave()
+    n2 = members(store)
+    n2.announce()
+    with pytest.raises(MembershipError, match="no worker holding the job's state is left"):
+        n2.next_round()
+    assert not marked_dead(store, a, b, c, n)
+
+
+def test_a_round_no_member_joined_marks_no_member_dead(members):
+    """Newcomer n waits, but the live members never come to a commit (a long evaluation): n closes a round
+    alone at its deadline, which is refused, and marks none of the members dead (they are alive: the
+    launcher would end the whole job)."""
+    store = HashStore()
+    a, b = started(store, members, 2)
+    n = Membership(store, timeout=0.5, dead_seconds=TIMEOUT)
+    try:
+        n.announce()
+        with pytest.raises(MembershipError, match="no worker holding the job's state is left"):
+            n.next_round()
+    finally:
+        n.close()
+    assert not marked_dead(store, a, b)
