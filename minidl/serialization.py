@@ -118,19 +118,34 @@ class _Storages:
 def _safetensors(entries: dict, metadata: dict) -> bytes:
     """A safetensors file of ``entries`` (name -> (dtype, contiguous host array)) as the safetensors
     package writes it (its numpy helpers know no bfloat16), but with the metadata keys in their given
-    order (the package's come in hash order): an 8-byte little-endian header length, the JSON header
-    padded with spaces to a multiple of 8, then the little-endian data."""
-    header, chunks, checksums, end = {"__metadata__": None}, [], {}, 0  # (the metadata comes first)
-    for name in sorted(entries, key=lambda name: (_ORDER[entries[name][0]], name)):
+    order (the package's come in hash order), and a CRC-32 of each tensor's bytes among them."""
+    names, chunks = _file_order(entries)
+    checksums = {name: _crc32(chunk) for name, chunk in zip(names, chunks)}
+    head, _ = _safetensors_header(entries, names, {**metadata, _CHECKSUM_KEY: json.dumps(checksums)})
+    return b"".join([head, *chunks])
+
+
+def _file_order(entries: dict):
+    """(names, their little-endian bytes) in the order a safetensors file holds them: widest dtype first
+    (then by name), so that each tensor's data is aligned."""
+    names = sorted(entries, key=lambda name: (_ORDER[entries[name][0]], name))
+    chunks = [memoryview(np.ascontiguousarray(entries[n][1], entries[n][0].np.newbyteorder("<")).reshape(-1)
+                         .view(np.uint8)) for n in names]
+    return names, chunks
+
+
+def _safetensors_header(entries: dict, names: list, metadata: dict):
+    """(the file's head: an 8-byte little-endian length, then the JSON header padded with spaces to a
+    multiple of 8; name -> where its data starts in the file) for ``entries`` stored in ``names``' order."""
+    header, starts, end = {"__metadata__": metadata}, {}, 0   # (the metadata comes first)
+    for name in names:
         dtype, array = entries[name]
-        chunks.append(memoryview(np.ascontiguousarray(array, dtype.np.newbyteorder("<"))))
-        checksums[name] = _crc32(chunks[-1])
         header[name] = {"dtype": _CODES[dtype], "shape": list(array.shape), "data_offsets": [end, end + array.nbytes]}
-        end += array.nbytes
-    header["__metadata__"] = {**metadata, _CHECKSUM_KEY: json.dumps(checksums)}
+        starts[name], end = end, end + array.nbytes
     text = json.dumps(header, separators=(",", ":"), ensure_ascii=False).encode()
     text += b" " * (-len(text) % 8)
-    return b"".join([struct.pack("<Q", len(text)), text, *chunks])
+    head = struct.pack("<Q", len(text)) + text
+    return head, {name: len(head) + start for name, start in starts.items()}
 
 
 def _crc32(data) -> str:

@@ -73,10 +73,12 @@ def test_workers_get_torchruns_environment_and_meet_through_the_launchers_store(
 
 def test_a_raising_worker_is_summarized_with_its_traceback_and_restarts_run_out(tmp_path):
     script = _script(tmp_path, "boom.py", f"""
-        import os
+        import os, time
         open(f"{tmp_path}/attempt{{os.environ['TORCHELASTIC_RESTART_COUNT']}}.{{os.environ['RANK']}}", "w").close()
         print(f"hello from rank {{os.environ['RANK']}}")
         if os.environ["RANK"] == "1":
+            while not os.path.exists(f"{tmp_path}/attempt{{os.environ['TORCHELASTIC_RESTART_COUNT']}}.0"):
+                time.sleep(0.01)   # (rank 0 has started before the group is stopped: no race with its start)
             raise ValueError("boom in the training step")
         """)
     r = _launch([*FAST, "--max-restarts", "1", "--log-dir", str(tmp_path / "logs"), "-r", "0:1", "--tee", "1:3",
@@ -85,7 +87,7 @@ def test_a_raising_worker_is_summarized_with_its_traceback_and_restarts_run_out(
     assert "restarting the group (restart 1 of 1)" in r.stderr
     assert "the job failed (restarts used: 1 of 1)" in r.stderr
     assert "local_rank 1 (rank 1) exited with code 1: ValueError: boom in the training step" in r.stderr
-    assert 'boom.py", line 6, in <module>' in r.stderr and "worker.py" not in r.stderr.split("job failed")[1]
+    assert 'boom.py", line 8, in <module>' in r.stderr and "worker.py" not in r.stderr.split("job failed")[1]
     assert sorted(p.name for p in tmp_path.glob("attempt*")) == ["attempt0.0", "attempt0.1", "attempt1.0",
                                                                  "attempt1.1"]
     files = list((tmp_path / "logs").glob("*/attempt_1/1/error.json"))

@@ -108,16 +108,11 @@ class FileSystemWriter:
         return results
 
     def _write_file(self, name: str, pieces: list, save_id: str, rank: int, midway):
-        pieces = sorted(pieces, key=lambda p: (serialization._ORDER[p.dtype], p.key))   # widest first: aligned
-        header, end = {"__metadata__": {"minidl.dcp.save_id": save_id, "minidl.dcp.rank": str(rank)}}, 0
-        for p in pieces:
-            header[p.key] = {"dtype": serialization._CODES[p.dtype], "shape": list(p.sizes),
-                             "data_offsets": [end, end + p.array.nbytes]}
-            end += p.array.nbytes
-        text = json.dumps(header, separators=(",", ":"), ensure_ascii=False).encode()
-        text += b" " * (-len(text) % 8)
-        start = 8 + len(text)
-        parts = [struct.pack("<Q", len(text)) + text, *(_little_endian(p) for p in pieces)]
+        entries = {p.key: (p.dtype, p.array) for p in pieces}
+        keys, chunks = serialization._file_order(entries)
+        head, starts = serialization._safetensors_header(
+            entries, keys, {"minidl.dcp.save_id": save_id, "minidl.dcp.rank": str(rank)})
+        parts = [head, *chunks]
         blocks = _Blocks()
         with open(os.path.join(self.path, name), "wb") as out:
             for part in _halved(parts, midway, out):
@@ -126,8 +121,8 @@ class FileSystemWriter:
             out.flush()
             if self.sync_files:
                 os.fsync(out.fileno())
-        placed = [(p.fqn, p.offsets, start + header[p.key]["data_offsets"][0], p.array.nbytes) for p in pieces]
-        return name, FileRecord(start + end, blocks.finish()), placed
+        placed = [(p.fqn, p.offsets, starts[p.key], p.array.nbytes) for p in pieces]
+        return name, FileRecord(sum(len(part) for part in parts), blocks.finish()), placed
 
     def finish(self, metadata: Metadata, rank: int) -> None:
         """The commit (on the coordinator): ``.metadata`` written atomically, then earlier saves' files removed."""
@@ -155,10 +150,6 @@ def _balance(pieces: list, bins: int) -> list:
         groups[i].append(p)
         loads[i] += p.array.nbytes
     return groups
-
-
-def _little_endian(piece) -> memoryview:
-    return memoryview(np.ascontiguousarray(piece.array, piece.array.dtype.newbyteorder("<")).reshape(-1).view(np.uint8))
 
 
 def _halved(parts: list, midway, out):
