@@ -1,7 +1,9 @@
 """minidl.dist.elastic under the launcher (real processes over the gloo transport), with faults injected by
 MINIDL_FAULT: a worker SIGKILLed mid-all-reduce, mid-backward or mid-checkpoint-write, or frozen by SIGSTOP, is
 survived in the job; a job that shrinks below its minimum is restarted by the launcher and resumes from its
-newest distributed checkpoint; a worker started later joins at a commit. Every way, the [step, world size] log
+newest distributed checkpoint; a worker started later joins at a commit. Over two nodes (two launchers, one
+worker each), the death of a node's worker is survived in the job by the other node, or, under --nnodes 2:2,
+refused by name. Every way, the [step, world size] log
 holds each step once (no committed step lost or doubled) and the final weights equal a failure-free run's (the
 spec: each step's global batch does not depend on the world size; float64, up to the order of the gradient's
 sum). A rank's own error after the others finished still fails the job; workers that finished are not ended by
@@ -20,6 +22,7 @@ import pytest
 import minidl
 from minidl import nn
 from minidl.dist import checkpoint, elastic
+from ps_fault_job import free_port
 
 ROOT = str(Path(__file__).resolve().parents[1])
 SCRIPT = str(Path(__file__).with_name("elastic_script.py"))
@@ -44,20 +47,29 @@ JOBS = {
 }
 
 
-def launch(out, nproc, steps, port, env=None, sleep=0.0, flags=()):
+# name -> (--nnodes, environment): two launchers, one worker each
+NODE_JOBS = {
+    "nodes": ("1:2", {"MINIDL_FAULT": "rank=1 at=all_reduce:6 do=kill"}),
+    "nodes_below_minimum": ("2:2", {"MINIDL_FAULT": "rank=1 at=all_reduce:6 do=kill"}),
+}
+
+
+def launch(out, nproc, steps, port, env=None, sleep=0.0, flags=(), backend="static"):
     """The launcher running ``nproc`` workers of the script, results into folder ``out``: its Popen."""
     out.mkdir(exist_ok=True)
     env = dict(os.environ, PYTHONPATH=ROOT, OUT=str(out), STEPS=str(steps), SLEEP=str(sleep), **(env or {}))
-    return subprocess.Popen([sys.executable, "-m", "minidl.dist.run", "--rdzv-backend", "static", "--master-port",
-                             str(port), "--rdzv-id", "elastic-test", "--nproc-per-node", str(nproc), *flags, SCRIPT],
+    where = ["--master-port", str(port), "--rdzv-id", "elastic-test"] if backend == "static" else []
+    return subprocess.Popen([sys.executable, "-m", "minidl.dist.run", "--rdzv-backend", backend, *where,
+                             "--nproc-per-node", str(nproc), *flags, SCRIPT],
                             cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
-def newcomer(out, port, steps):
+def newcomer(out, port, steps, env=None):
     """The script started by hand (not by the launcher) as a newcomer to the job at ``port``: its result."""
     env = dict(os.environ, PYTHONPATH=ROOT, OUT=str(out), STEPS=str(steps), MINIDL_ELASTIC_JOIN="1",
                MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), TORCHELASTIC_USE_AGENT_STORE="True",
-               TORCHELASTIC_RUN_ID="elastic-test", TORCHELASTIC_RESTART_COUNT="0", MINIDL_RUN_ATTEMPT="0")
+               TORCHELASTIC_RUN_ID="elastic-test", TORCHELASTIC_RESTART_COUNT="0", MINIDL_RUN_ATTEMPT="0",
+               **(env or {}))
     return subprocess.run([sys.executable, SCRIPT], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
 
 
@@ -93,14 +105,34 @@ class Job:
         return self.result
 
 
+class NodesJob:
+    """Two launchers meeting at one rendezvous endpoint (c10d), as on two nodes; ``finish()`` waits for both:
+    (rank -> its node's launcher's exit code, the output of both, rank -> what each finished worker wrote)."""
+
+    def __init__(self, folder, nnodes, env):
+        self.folder = folder / "out"
+        flags = ["--nnodes", nnodes, "--rdzv-endpoint", f"127.0.0.1:{free_port()}", "--rdzv-id", "elastic-nodes"]
+        self.procs = [launch(self.folder, 1, 12, 0, env, flags=flags, backend="c10d") for _ in range(2)]
+        self.result = None
+
+    def finish(self):
+        if self.result is None:
+            texts = [p.communicate(timeout=240)[0] for p in self.procs]
+            codes = {int(text.split("ranks ")[1][0]): p.returncode for p, text in zip(self.procs, texts)}
+            self.result = codes, "\n".join(texts), done(self.folder)
+        return self.result
+
+
 @pytest.fixture(scope="module")
 def jobs(tmp_path_factory):
-    started = {name: Job(tmp_path_factory.mktemp(name), *spec) for name, spec in JOBS.items()}
+    # (the two-node jobs first: their endpoint's port, free when chosen, is bound before the others take ports)
+    started = {name: NodesJob(tmp_path_factory.mktemp(name), *spec) for name, spec in NODE_JOBS.items()}
+    started.update({name: Job(tmp_path_factory.mktemp(name), *spec) for name, spec in JOBS.items()})
     yield started
-    for job in started.values():
-        if job.proc.poll() is None:   # (its workers die with it: the launcher asks Linux so)
-            job.proc.kill()
-            job.proc.communicate()
+    for proc in [p for job in started.values() for p in getattr(job, "procs", [getattr(job, "proc", None)])]:
+        if proc.poll() is None:   # (its workers die with it: the launcher asks Linux so)
+            proc.kill()
+            proc.communicate()
 
 
 @pytest.fixture(scope="module")
@@ -191,6 +223,26 @@ def test_below_the_minimum_the_launcher_restarts_from_the_newest_checkpoint(jobs
     assert all(r["attempt"] == 1 and r["started_at"] == 4 for r in finished.values()), finished
 
 
+def test_a_node_whose_worker_died_is_survived_by_the_other_node(jobs, failure_free):
+    """--nnodes 1:2, two launchers with a worker each; rank 1 (the second node's) is SIGKILLed in step 5.
+    Rank 0 rebuilds a group of one in the job and finishes on the failure-free weights; its launcher ends
+    well; the other node's launcher leaves the job, saying so (exit 1: its workers died)."""
+    codes, text, finished = jobs["nodes"].finish()
+    assert codes == {0: 0, 1: 1} and sorted(finished) == [0], text
+    assert "this node's workers of the elastic job died, so the node left the job" in text, text
+    assert finished[0]["log"] == [[s, 2] for s in range(5)] + [[s, 1] for s in range(5, 12)], text
+    np.testing.assert_allclose(finished[0]["weights"], failure_free["free"], rtol=0, atol=1e-13, err_msg=text)
+
+
+def test_below_the_launchers_nnodes_minimum_the_job_fails_by_name(jobs):
+    """--nnodes 2:2 and the second node's only worker is killed: rank 0 cannot go on with one node; it raises
+    MembershipError naming --nnodes MIN and, no restart allowed, both launchers fail."""
+    codes, text, finished = jobs["nodes_below_minimum"].finish()
+    assert codes[0] != 0 and codes[1] != 0 and not finished, text
+    assert ("MembershipError: elastic: the group cannot go on: 1 worker(s) on 1 node(s) are left, fewer than the "
+            "minimum of 1 worker(s) (MINIDL_ELASTIC_MIN_WORKERS) on 2 node(s) (the launcher's --nnodes MIN)") in text, text
+
+
 def test_a_worker_started_later_joins_at_a_commit(failure_free, tmp_path):
     """A third worker started by hand while two train joins them at their next commit; all three finish
     with the weights of the failure-free run. (The two wait after step 10's commit until it has asked to join,
@@ -205,6 +257,25 @@ def test_a_worker_started_later_joins_at_a_commit(failure_free, tmp_path):
     for r in finished.values():
         sizes = [w for _, w in r["log"]]
         assert [s for s, _ in r["log"]] == list(range(60)) and sizes == sorted(sizes) and {2, 3} <= set(sizes), r
+        np.testing.assert_allclose(r["weights"], failure_free["free60"], rtol=0, atol=1e-13)
+
+
+def test_a_newcomer_dying_as_the_group_starts_is_left_out_in_seconds(failure_free, tmp_path):
+    """A newcomer is SIGKILLed right after it said it is ready to start the rebuilt group of three. The two
+    members are then in that group's start, waiting for it: the start's short timeout (a few heartbeats, with
+    MINIDL_DIST_HEARTBEAT=2, not the group's 30 minutes) ends the wait, and the round after, without it,
+    takes them on: both finish all 60 steps at two workers, on the failure-free weights."""
+    fast = {"MINIDL_DIST_HEARTBEAT": "2"}
+    proc = launch(tmp_path, 2, 60, 0, env={"HOLD_AT": "10", **fast})
+    wait_for((tmp_path / "port").exists, proc)
+    joiner = newcomer(tmp_path, (tmp_path / "port").read_text(), 60,
+                      env={"MINIDL_FAULT": "rank=2 at=elastic_ready:1 do=kill", **fast})
+    text, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 0 and joiner.returncode == -9, text + joiner.stdout + joiner.stderr
+    finished = done(tmp_path)
+    assert sorted(finished) == [0, 1], text
+    for r in finished.values():
+        assert r["log"] == [[s, 2] for s in range(60)], (r["log"], text)
         np.testing.assert_allclose(r["weights"], failure_free["free60"], rtol=0, atol=1e-13)
 
 

@@ -297,7 +297,7 @@ def test_a_round_below_the_minimum_is_refused_on_every_member(members):
     with ThreadPoolExecutor(2) as pool:
         futures = [pool.submit(m.next_round) for m in (a, b)]
         for f in futures:
-            with pytest.raises(MembershipError, match=r"2 worker\(s\) on 1 host\(s\) are left, fewer than the "
+            with pytest.raises(MembershipError, match=r"2 worker\(s\) on 1 node\(s\) are left, fewer than the "
                                                       r"minimum of 3 worker\(s\) \(MINIDL_ELASTIC_MIN_WORKERS\)"):
                 f.result(timeout=TIMEOUT)
 
@@ -435,3 +435,18 @@ def test_a_round_no_member_joined_marks_no_member_dead(members):
     finally:
         n.close()
     assert not marked_dead(store, a, b)
+
+
+def test_a_joiner_dying_before_it_wrote_its_uid_does_not_stall_the_round():
+    """A joiner takes round 1's first join index and dies before writing its uid (never written here). a and
+    b close the round without it once that index has waited dead_seconds, long before their own deadline."""
+    store = HashStore()
+    a, b = (Membership(store, timeout=10 * TIMEOUT, dead_seconds=1.0) for _ in range(2))
+    try:
+        for rank, m in enumerate((a, b)):
+            m.start([a.uid, b.uid], rank)
+        store.add(f"{PREFIX}round/1/joins", 1)   # (the ghost's index)
+        assert round_of(a, b) == [(1, 0, 2), (1, 1, 2)]
+    finally:
+        a.close()
+        b.close()

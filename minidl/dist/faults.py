@@ -17,7 +17,9 @@ itself at a chosen point, driven by the environment so the code under test runs 
   server's n-th optimizer step, before it is answered. ``dcp_write:<n>``: in the middle of this rank's n-th file
   of a distributed checkpoint (``minidl.dist.checkpoint``); ``dcp_commit:<n>``: in the middle of the coordinator's
   n-th ``.metadata`` (the commit), before the rename; ``dcp_cleanup:<n>``: after its n-th commit, before the
-  files of older saves are removed. These take ``kill``, ``stop`` or ``raise``.
+  files of older saves are removed. ``elastic_ready:<n>``: right after this rank (its rank in the new round)
+  said, for the n-th time, that it is ready to start a rebuilt group (``minidl.dist.elastic``). These take
+  ``kill``, ``stop`` or ``raise``.
 - ``do``: what. ``kill`` (SIGKILL itself), ``stop`` (SIGSTOP itself: a frozen rank), ``raise``
   (raise InjectedFault at a collective; from ``idle``, a KeyboardInterrupt in the main thread; not
   meant for ``send``, which runs on a sending thread), ``partition`` (close the socket backend's

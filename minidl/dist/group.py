@@ -138,6 +138,11 @@ class ProcessGroup:
         algorithms.all_gather(ch, every, "auto")
         raise explain(ch.what, every, self.ranks)
 
+    def set_timeout(self, seconds: float) -> None:
+        """How long this group's operations may wait from now on (every collective's channel reads it)."""
+        self.config.timeout = self.collective_channel.timeout = seconds
+        self.p2p.set_timeout(seconds)
+
     def check_usable(self, what: str) -> None:
         if self.failed is not None:
             raise DistError(f"{what}: this process group failed at an earlier collective, whose messages "

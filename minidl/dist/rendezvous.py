@@ -86,7 +86,7 @@ def _c10d_store(host, port, rank, world_size, timeout):
 def agent_prefix(run_id: str, restart_count) -> str:
     """The key space of one attempt of a launched job: a restarted group never meets keys (rounds, socket
     addresses, abort notes) its dead predecessor left on the launcher's store."""
-    return f"torchelastic/{run_id}/attempt{restart_count}/"
+    return f"torchelastic/{run_id}/attempt{restart_count}"
 
 
 def _agent_store(host, port, world_size, timeout):

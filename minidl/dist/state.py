@@ -13,7 +13,7 @@ import threading
 from datetime import timedelta
 
 from . import communicators
-from .group import ProcessGroup, config_from
+from .group import ProcessGroup, _seconds, config_from
 from .launch import fit_threads_to_cores, launched_by_mpi
 
 
@@ -180,6 +180,13 @@ def destroy_process_group(group=None) -> None:
     if default is not None and default is not group:
         default.close()
     state.pop("store", None)
+
+
+def _set_pg_timeout(timeout, group=None) -> None:
+    """How long ``group``'s operations (the default group's for None) may wait from now on, in seconds or a
+    timedelta (torch's private function of this name): what a group started with a short timeout, to learn
+    soon of a rank missing at its start, sets back for its collectives."""
+    resolve(group, "_set_pg_timeout").set_timeout(_seconds(timeout, "_set_pg_timeout: timeout"))
 
 
 def get_rank(group=None) -> int:

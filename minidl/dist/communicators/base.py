@@ -153,6 +153,10 @@ class Communicator:
     def host_name(self) -> str:
         raise NotImplementedError
 
+    def set_timeout(self, seconds: float) -> None:
+        """How long this communicator's own waits (a split's) may take from now on; most have no deadline of
+        their own (MPI's and NCCL's splits wait as long as it takes)."""
+
     def close(self) -> None:
         pass
 

@@ -455,6 +455,9 @@ class SocketCommunicator(Communicator):
         self.mesh.post(recv, self.context)
         return recv
 
+    def set_timeout(self, seconds):
+        self.mesh.timeout = seconds
+
     def split(self, color, key):
         self._splits += 1
         mine = np.array([0 if color is None else 1, 0 if color is None else int(color), int(key)], np.int64)

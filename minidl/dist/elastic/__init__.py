@@ -15,7 +15,8 @@
 
 Make the DistributedDataParallel inside ``train`` (a group is rebuilt at every change); commit at the same
 point on every rank, after a collective; an exception of the script's own ends the job, named (only a lost
-worker is survived). One node for now: a job over several nodes takes the launcher's restart route.
+worker is survived). Over several nodes (``--nnodes MIN:MAX``) the survivors on every node go on alike; a node
+that joins restarts the job from its last distributed checkpoint (the launcher's way).
 """
 from .membership import MembershipError
 from .run import MembershipChanged, run

@@ -13,7 +13,7 @@ does not stall the others. Members of round r left out (dead or frozen) are mark
 them. One that comes after the round closed waits as a newcomer for the next. The record refuses to go on —
 every member raises MembershipError — where a worker's training function raised (its error, named: a bug is
 not a lost worker), where no holder of the state is left, or below ``min_workers`` workers or ``min_nodes``
-hosts; the launcher may then restart the job, which resumes from the last distributed checkpoint.
+nodes (launchers); the launcher may then restart the job, which resumes from the last distributed checkpoint.
 """
 from __future__ import annotations
 
@@ -25,8 +25,10 @@ import time
 import uuid
 import weakref
 
+from .. import faults
 from ..run.elastic_jobs import PREFIX
 from ..store import DistStoreError
+
 BEAT_SECONDS = 0.25
 # a member whose beats stopped this long ago is left out of a round: as long as the transport's heartbeat
 # (MINIDL_DIST_HEARTBEAT), so that a frozen worker is found by both at about the same time; a killed one is
@@ -47,13 +49,17 @@ class Membership:
         self.store, self.min_workers, self.min_nodes = store, min_workers, min_nodes
         self.timeout, self.dead_seconds = timeout, dead_seconds
         self.uid = uuid.uuid4().hex
-        self.host = os.environ.get("MINIDL_DIST_HOSTNAME") or socket.gethostname()
+        # the node: its launcher (torch's agent), named by host and pid; a worker started by hand is its own node
+        host = os.environ.get("MINIDL_DIST_HOSTNAME") or socket.gethostname()
+        self.node = f"{host}/{os.environ.get('MINIDL_RUN_LAUNCHER_PID', os.getpid())}"
         self.round = None            # the round this process is a member of
+        # the collectives' timeout of the groups it rebuilds: the job's first group's (init_process_group's)
+        self.group_timeout = float(os.environ.get("MINIDL_DIST_TIMEOUT", "1800"))
         self.members: list = []      # that round's uids, in rank order
         self._stop = threading.Event()
         self._beat_once()
         store.set(self._key("pid", os.getpid()), self.uid)   # (the launcher marks a worker it saw die)
-        store.set(self._key("host", self.uid), self.host)
+        store.set(self._key("node", self.uid), self.node)
         beating = threading.Thread(target=_beat, args=(weakref.ref(self), self._stop), daemon=True,
                                    name="minidl elastic beat")
         beating.start()
@@ -126,8 +132,9 @@ class Membership:
         closes even where a joiner dies on the way."""
         key = self._key("round", r, "closed")
         previous = self._get_json("round", r - 1, "closed")["order"]
+        unwritten_since = {}   # join index -> when first seen without its uid (its joiner may have died between)
         while not self._has("round", r, "closed"):
-            joined, settled = self._joined(r)
+            joined, settled = self._joined(r, unwritten_since)
             missing = [u for u in previous if u not in joined and self._alive(u)]
             late = [u for u in self._waiting() if u not in joined and u not in previous and self._alive(u)]
             if (settled and not missing and not late) or time.monotonic() > deadline:
@@ -143,15 +150,16 @@ class Membership:
     def _record(self, joined: list, previous: list) -> dict:
         order = [u for u in previous if u in joined] + [u for u in joined if u not in previous]
         errors = [f"{self.store.get(self._key('error', u)).decode()}" for u in previous if self._has("error", u)]
-        hosts = {self.store.get(self._key("host", u)).decode() for u in order}
+        nodes = {self.store.get(self._key("node", u)).decode() for u in order}
         refused = None
         if errors:
             refused = "a worker raised an error in the training function: " + "; ".join(errors)
         elif not any(u in previous for u in order):
             refused = "no worker holding the job's state is left (they all ended or died) for the newcomers to join"
-        elif len(order) < self.min_workers or len(hosts) < self.min_nodes:
-            refused = (f"{len(order)} worker(s) on {len(hosts)} host(s) are left, fewer than the minimum of "
-                       f"{self.min_workers} worker(s) (MINIDL_ELASTIC_MIN_WORKERS) on {self.min_nodes} host(s)")
+        elif len(order) < self.min_workers or len(nodes) < self.min_nodes:
+            refused = (f"{len(order)} worker(s) on {len(nodes)} node(s) are left, fewer than the minimum of "
+                       f"{self.min_workers} worker(s) (MINIDL_ELASTIC_MIN_WORKERS) on {self.min_nodes} node(s) "
+                       f"(the launcher's --nnodes MIN)")
         return {"order": order, "refused": refused}
 
     def _settle(self, order: list, previous: list, refused) -> None:
@@ -182,6 +190,7 @@ class Membership:
         group's start waiting out its whole timeout."""
         from ..communicators.base import DistError
         self.store.set(self._key("round", self.round, "ready", self.uid), "1")
+        faults.collective("elastic_ready", self.members.index(self.uid), len(self.members))
         deadline = time.monotonic() + self.timeout
         for u in self.members:
             while not self._has("round", self.round, "ready", u):
@@ -206,11 +215,15 @@ class Membership:
             pass
         self.close()
 
-    def _joined(self, r: int) -> tuple:
-        """(the uids that joined round r so far, whether each join index taken has its uid written yet)."""
+    def _joined(self, r: int, unwritten_since: dict) -> tuple:
+        """(the uids that joined round r so far, whether every join index taken has its uid written, or has
+        waited ``dead_seconds`` for it: a joiner that died between taking its index and writing its uid)."""
         count = self.store.add(self._key("round", r, "joins"), 0)
         written = [i for i in range(count) if self._has("round", r, "joined", i)]
-        return [self.store.get(self._key("round", r, "joined", i)).decode() for i in written], len(written) == count
+        now = time.monotonic()
+        waiting = [unwritten_since.setdefault(i, now) for i in range(count) if i not in written]
+        settled = all(now - since >= self.dead_seconds for since in waiting)
+        return [self.store.get(self._key("round", r, "joined", i)).decode() for i in written], settled
 
     def _waiting(self) -> list:
         count = self.store.add(self._key("waiting", "count"), 0)

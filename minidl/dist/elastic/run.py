@@ -22,6 +22,9 @@ from ..store import DistStoreError, PrefixStore
 from .membership import PREFIX, Membership, MembershipError
 
 
+START_SECONDS = 5.0   # the least time a rebuilt group's start may take (its members are all there)
+
+
 class MembershipChanged(Exception):
     """Raised by ``commit()`` when a newcomer waits: the group is rebuilt from that commit."""
 
@@ -105,8 +108,11 @@ def _start(state) -> Membership:
 
 def _rebuild(membership: Membership) -> None:
     """Close the broken group (if any); meet the others in the next round; start the new group once every
-    member is there (a DistError where one died meanwhile: the caller goes to the round after)."""
+    member is there (a DistError where one died meanwhile: the caller goes to the round after). The group
+    starts with a short timeout — every member said it is ready, so one missing at the start has died, and
+    the survivors learn so in seconds, not in the group's whole timeout — which is then set back."""
     if dist_state.is_initialized():
+        membership.group_timeout = dist_state._default().config.timeout
         try:
             dist_state.destroy_process_group()
         except Exception:  # noqa: BLE001 -- a failed group may not close cleanly: it is left behind
@@ -118,5 +124,7 @@ def _rebuild(membership: Membership) -> None:
         raise MembershipError(f"elastic: the job's store is gone ({e}); the job has ended") from None
     membership.ready()
     store = PrefixStore(f"{PREFIX}round/{r}/group", membership.store)
-    dist_state.init_process_group("gloo", store=store, rank=rank, world_size=size)
+    start = max(START_SECONDS, 3 * membership.dead_seconds)
+    dist_state.init_process_group("gloo", store=store, rank=rank, world_size=size, timeout=start)
+    dist_state._set_pg_timeout(membership.group_timeout)
     dist_state._process["store"] = membership.store

@@ -18,7 +18,7 @@ environment torchrun gives: RANK, LOCAL_RANK, WORLD_SIZE, ..., TORCHELASTIC_REST
   worker starts also reaches the BLAS library, which reads it once at load.
 - **Several nodes** (--nnodes N or MIN:MAX): the launchers meet in rounds on the job's store (``rounds.py``,
   served by the launcher whose endpoint is local, or the first to bind it) and restart their workers at the
-  new world size when a node joins or leaves (``nodes.py``).
+  new world size when a node joins or leaves (``nodes.py``); an elastic job's survivors go on instead.
 """
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ import time
 from ..rendezvous import agent_prefix
 from ..store import PrefixStore
 from .args import parser, plan_of
-from .elastic_jobs import errors, in_job, left_out, mark_dead
+from .elastic_jobs import in_job, tend
 from .group import ChildFailedError, WorkerGroup, restart_or_fail
 from .nodes import run_nodes
 
@@ -125,26 +125,18 @@ def _run(plan, store, log_root):
 
 def _watch(group, interval, store) -> list:
     """Poll every ``interval`` seconds until every worker succeeded ([]) or one failed (the failures). In an
-    elastic job (its workers said so on ``store``: minidl.dist.elastic) a failed worker is marked dead there,
-    one a round left out (frozen) is ended, and the others go on: the job fails only if none succeeds."""
+    elastic job (its workers said so on ``store``: minidl.dist.elastic) the survivors of a failure go on
+    (``elastic_jobs.tend``): the job fails only if none succeeds."""
     marked = set()
     while True:
-        failures = group.failures()
-        elastic = in_job(store)
-        if failures and not elastic:
-            return failures
-        if elastic:
-            for f in failures:
-                if f.local_rank not in marked:
-                    mark_dead(store, group.procs[f.local_rank].pid)
-                    marked.add(f.local_rank)
-            for p in group.procs:
-                if p.poll() is None and left_out(store, p.pid):
-                    group.end(p)
-            if group.ended():   # (failures read again: those that ended since the first read count too)
-                return group.failures() if not group.succeeded() or errors(store) else []
-        elif group.done():
-            return []
+        if in_job(store):
+            outcome = tend(group, store, marked)
+            if outcome is not None:
+                return outcome
+        else:
+            failures = group.failures()
+            if failures or group.done():
+                return failures
         time.sleep(interval)
 
 

@@ -3,6 +3,8 @@ elastic (its survivors go on after a worker fails), which worker process has whi
 (marked by the launcher when it saw one end, or by a round that left one out: the launcher then ends it)."""
 from __future__ import annotations
 
+import json
+
 PREFIX = "minidl/elastic/"
 
 
@@ -27,3 +29,31 @@ def left_out(store, pid: int) -> bool:
 def errors(store) -> int:
     """How many workers' own training functions raised (elastic.run counts them): the job fails then."""
     return store.add(f"{PREFIX}errors", 0)
+
+
+def job_failed(store) -> bool:
+    """Whether the job as a whole failed (and may restart from its last distributed checkpoint): a training
+    function raised, or the newest round refused to go on (too few workers or nodes)."""
+    latest = PREFIX + "latest"
+    if errors(store):
+        return True
+    if not store.check([latest]):
+        return False
+    closed = f"{PREFIX}round/{store.get(latest).decode()}/closed"
+    return store.check([closed]) and json.loads(store.get(closed))["refused"] is not None
+
+
+def tend(group, store, marked: set):
+    """One look at this launcher's workers of an elastic job: a failed one is marked dead (once: ``marked``),
+    one a round left out (frozen) is ended. Once all have ended: [] when one succeeded and no training
+    function raised anywhere, else the failures; None while some still run."""
+    for f in group.failures():
+        if f.local_rank not in marked:
+            mark_dead(store, group.procs[f.local_rank].pid)
+            marked.add(f.local_rank)
+    for p in group.procs:
+        if p.poll() is None and left_out(store, p.pid):
+            group.end(p)
+    if not group.ended():
+        return None
+    return group.failures() if not group.succeeded() or errors(store) else []

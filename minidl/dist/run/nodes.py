@@ -5,6 +5,13 @@ Restarts are counted as torch 2.13 counts them: a failure of this node's workers
 --max-restarts (and TORCHELASTIC_RESTART_COUNT goes up); a membership change (a node joined or left)
 restarts the workers at the new world size without using one. Each round's workers meet under that
 round's key prefix, so no attempt ever sees another's keys.
+
+An elastic job (minidl.dist.elastic) survives lost workers and nodes in the job instead: a failed worker
+ends nothing, a node whose workers all died leaves the round (its launcher exits 1, saying so) and a silent
+node is left behind, while the survivors on every node rebuild their group among themselves. A node that
+joins still makes a new round: the workers start again and resume from the last distributed checkpoint.
+Only a round the workers refused (fewer nodes than --nnodes MIN, a training function's error) fails the
+round the usual way.
 """
 from __future__ import annotations
 
@@ -12,8 +19,10 @@ import os
 import sys
 import time
 
-from ..store import DistStoreError
-from .group import WorkerGroup, restart_or_fail
+from ..rendezvous import agent_prefix
+from ..store import DistStoreError, PrefixStore
+from .elastic_jobs import in_job, job_failed, tend
+from .group import ChildFailedError, WorkerGroup, restart_or_fail
 from .rounds import Rendezvous
 
 
@@ -39,16 +48,20 @@ def _rounds(plan, rdzv, log_root, envs_of) -> None:
         folder = os.path.join(log_root, f"attempt_{restarts}_round_{rnd.number}")
         group = WorkerGroup(plan.cmd, envs_of(plan, restarts, folder, rnd),
                             [os.path.join(folder, str(i)) for i in range(plan.nproc)], plan.redirects, plan.tee)
+        workers_store = PrefixStore(agent_prefix(plan.run_id, f"round{rnd.number}"), rdzv.store)
         try:
-            outcome = _watch(group, rdzv, plan.monitor_interval)
-            if isinstance(outcome, list) and restarts < plan.max_restarts:   # (tell the other nodes first)
+            outcome = _watch(group, rdzv, plan.monitor_interval, workers_store)
+            left = isinstance(outcome, list) and in_job(workers_store) and not job_failed(workers_store)
+            if isinstance(outcome, list) and not left and restarts < plan.max_restarts:   # (tell the others first)
                 rdzv.next_round(rnd.number)
-            elif isinstance(outcome, list):
+            elif isinstance(outcome, list) and not left:
                 rdzv.finish("failed")
         finally:
             group.stop()
-        if outcome is None:
-            rdzv.wait_others(plan.monitor_interval, plan.serve)
+        if outcome is None or left:
+            rdzv.wait_others(plan.monitor_interval, plan.serve, "left" if left else "ok")
+            if left:
+                _left(outcome)
             return
         if isinstance(outcome, str):
             sys.stderr.write(f"minidl.dist.run: {outcome}: restarting the workers after a new rendezvous\n")
@@ -56,15 +69,30 @@ def _rounds(plan, rdzv, log_root, envs_of) -> None:
         restarts = restart_or_fail(outcome, restarts, plan.max_restarts)
 
 
-def _watch(group, rdzv, interval):
-    """None when every worker succeeded, the failures when one failed, or why the membership changed."""
+def _left(failures) -> None:
+    summary = "\n".join(["minidl.dist.run: this node's workers of the elastic job died, so the node left the job; "
+                         "the others went on without it"] + [f.describe() for f in failures])
+    sys.stderr.write(summary + "\n")
+    raise ChildFailedError(summary)
+
+
+def _watch(group, rdzv, interval, store):
+    """None when every worker succeeded, the failures when one failed (in an elastic job: when all ended, the
+    survivors having gone on in the job, ``elastic_jobs.tend``), or why the membership changed."""
+    marked = set()
     while True:
-        failures = group.failures()
-        if failures:
-            return failures
-        if group.done():
-            return None
-        why = rdzv.changed()
+        elastic = in_job(store)
+        if elastic:
+            outcome = tend(group, store, marked)
+            if outcome is not None:
+                return outcome or None
+        else:
+            failures = group.failures()
+            if failures:
+                return failures
+            if group.done():
+                return None
+        why = rdzv.changed(elastic)
         if why is not None:
             return why
         time.sleep(interval)

@@ -123,13 +123,15 @@ class Rendezvous:
             self._beat_at = now
 
     def finish(self, outcome: str) -> None:
-        """Say how this node's part of the round ended ("ok" or "failed"); a failed node opens the next round."""
+        """Say how this node's part of the round ended: "ok", "failed" (it opens the next round) or "left" (its
+        workers of an elastic job died; the others go on without it)."""
         self.store.set(self._key(self.round.number, "over", self.round.index), outcome)
-        if outcome != "ok":
+        if outcome == "failed":
             self.next_round(self.round.number)
 
-    def changed(self) -> str | None:
-        """Why the running round must end (a newer round, a node waiting for room, a silent node), or None."""
+    def changed(self, elastic: bool = False) -> str | None:
+        """Why the running round must end (a newer round, a node waiting for room, a silent node), or None. In an
+        ``elastic`` job a silent node's workers are left behind by the others in the job, so it ends nothing."""
         r = self.round
         self.beat()
         if self.current() != r.number:
@@ -137,7 +139,7 @@ class Rendezvous:
         if len(r.nodes) < self.max and self.store.add(self._key(r.number, "waiting"), 0) > 0:
             self.next_round(r.number)
             return "a new node is waiting to join"
-        silent = self._silent()
+        silent = None if elastic else self._silent()
         if silent is not None:
             self.next_round(r.number)
             return f"node {silent} stopped answering (no beat for {self.keep_alive:g} s)"
@@ -153,11 +155,11 @@ class Rendezvous:
                 return j
         return None
 
-    def wait_others(self, interval, serving) -> None:
-        """After this node's workers succeeded: wait until every node's did, one stopped answering or a new
-        round began. The launcher ``serving`` the store then waits until the others read that, so the store
-        outlives their use of it."""
-        self.finish("ok")
+    def wait_others(self, interval, serving, outcome="ok") -> None:
+        """After this node's workers succeeded (or left an elastic job): wait until every node's part is over, one
+        stopped answering or a new round began. The launcher ``serving`` the store then waits until the others
+        read that, so the store outlives their use of it."""
+        self.finish(outcome)
         r = self.round
         while self.current() == r.number and self._silent() is None:
             if all(self._get(r.number, "over", j) is not None for j in range(len(r.nodes))):
