@@ -11,9 +11,11 @@ parameters) in place of one zeroed Linear; BUCKET_MB, DDP's bucket_cap_mb (tiny:
 a step takes several all-reduces during backward); CKPT and SAVE_EVERY, a distributed checkpoint every
 SAVE_EVERY commits into CKPT/commit-<n> (a restarted job resumes from the newest); RAISE_AFTER_LAST=R, rank R
 raises a ValueError in train() after the last step, once every other worker has finished; LINGER=1, each worker
-stays on after train() (as one saving its model would) until a newcomer's round is over."""
+stays on after train() (as one saving its model would) until a newcomer's round is over; EXIT_AT=S, rank 1
+calls sys.exit(3) in train() after step S's commit."""
 import json
 import os
+import sys
 import time
 import numpy as np
 
@@ -100,6 +102,8 @@ def train(state):
             state.step += 1
             state.commit()
             time.sleep(float(os.environ.get("SLEEP", "0")))
+            if state.step == int(os.environ.get("EXIT_AT", "-1")) and dist.get_rank() == 1:
+                sys.exit(3)
             if state.step == int(os.environ.get("HOLD_AT", "-1")):
                 hold_for_a_newcomer(state)
             if state.step >= STEPS:

@@ -2,9 +2,9 @@
 MINIDL_FAULT: a worker SIGKILLed mid-all-reduce, mid-backward or mid-checkpoint-write, or frozen by SIGSTOP, is
 survived in the job; a job that shrinks below its minimum is restarted by the launcher and resumes from its
 newest distributed checkpoint; a worker started later joins at a commit. Over two nodes (two launchers, one
-worker each), the death of a node's worker is survived in the job by the other node, or, under --nnodes 2:2,
-refused by name. Every way, the [step, world size] log
-holds each step once (no committed step lost or doubled) and the final weights equal a failure-free run's (the
+worker each), the death of a node's worker is survived in the job by the other node; under --nnodes 2:2 it is
+refused by name and both nodes restart from the newest checkpoint, as they do when every node's workers die.
+Every way, the [step, world size] log holds each step once (no committed step lost or doubled) and the final weights equal a failure-free run's (the
 spec: each step's global batch does not depend on the world size; float64, up to the order of the gradient's
 sum). A rank's own error after the others finished still fails the job; workers that finished are not ended by
 a newcomer that comes after them. The jobs start together (one module fixture) so that their waits overlap; the
@@ -44,13 +44,17 @@ JOBS = {
     "below_minimum": (2, 12, {**SAVING, "MINIDL_FAULT": "rank=1 at=all_reduce:7 do=kill restart=0",
                               "MINIDL_ELASTIC_MIN_WORKERS": "2"}, ["--max-restarts", "1"]),
     "error_after_last": (2, 6, {"RAISE_AFTER_LAST": "1"}, []),
+    "exit": (2, 12, {"EXIT_AT": "5"}, []),
 }
 
 
-# name -> (--nnodes, environment): two launchers, one worker each
+# name -> (--nnodes, environment, launcher flags): two launchers, one worker each
 NODE_JOBS = {
-    "nodes": ("1:2", {"MINIDL_FAULT": "rank=1 at=all_reduce:6 do=kill"}),
-    "nodes_below_minimum": ("2:2", {"MINIDL_FAULT": "rank=1 at=all_reduce:6 do=kill"}),
+    "nodes": ("1:2", {"MINIDL_FAULT": "rank=1 at=all_reduce:6 do=kill"}, []),
+    "nodes_below_minimum": ("2:2", {**SAVING, "MINIDL_FAULT": "rank=1 at=all_reduce:7 do=kill restart=0"},
+                            ["--max-restarts", "1"]),
+    "nodes_all_die": ("1:2", {**SAVING, "MINIDL_FAULT": "rank=0,1 at=all_reduce:7 do=kill restart=0"},
+                      ["--max-restarts", "1"]),
 }
 
 
@@ -109,9 +113,12 @@ class NodesJob:
     """Two launchers meeting at one rendezvous endpoint (c10d), as on two nodes; ``finish()`` waits for both:
     (rank -> its node's launcher's exit code, the output of both, rank -> what each finished worker wrote)."""
 
-    def __init__(self, folder, nnodes, env):
+    def __init__(self, folder, nnodes, env, flags):
         self.folder = folder / "out"
-        flags = ["--nnodes", nnodes, "--rdzv-endpoint", f"127.0.0.1:{free_port()}", "--rdzv-id", "elastic-nodes"]
+        if "SAVE_EVERY" in env:
+            env = {**env, "CKPT": str(folder / "ckpt")}
+        flags = ["--nnodes", nnodes, "--rdzv-endpoint", f"127.0.0.1:{free_port()}", "--rdzv-id", "elastic-nodes",
+                 *flags]
         self.procs = [launch(self.folder, 1, 12, 0, env, flags=flags, backend="c10d") for _ in range(2)]
         self.result = None
 
@@ -225,51 +232,56 @@ def test_below_the_minimum_the_launcher_restarts_from_the_newest_checkpoint(jobs
 
 def test_a_node_whose_worker_died_is_survived_by_the_other_node(jobs, failure_free):
     """--nnodes 1:2, two launchers with a worker each; rank 1 (the second node's) is SIGKILLed in step 5.
-    Rank 0 rebuilds a group of one in the job and finishes on the failure-free weights; its launcher ends
-    well; the other node's launcher leaves the job, saying so (exit 1: its workers died)."""
+    Rank 0 rebuilds a group of one in the job and finishes on the failure-free weights; the other node waits
+    aside until then, and both launchers end well."""
     codes, text, finished = jobs["nodes"].finish()
-    assert codes == {0: 0, 1: 1} and sorted(finished) == [0], text
-    assert "this node's workers of the elastic job died, so the node left the job" in text, text
+    assert codes == {0: 0, 1: 0} and sorted(finished) == [0], text
+    assert "this node's workers of the elastic job died" in text, text
+    assert "the other nodes finished the elastic job" in text, text
     assert finished[0]["log"] == [[s, 2] for s in range(5)] + [[s, 1] for s in range(5, 12)], text
     np.testing.assert_allclose(finished[0]["weights"], failure_free["free"], rtol=0, atol=1e-13, err_msg=text)
 
 
-def test_below_the_launchers_nnodes_minimum_the_job_fails_by_name(jobs):
-    """--nnodes 2:2 and the second node's only worker is killed: rank 0 cannot go on with one node; it raises
-    MembershipError naming --nnodes MIN and, no restart allowed, both launchers fail."""
-    codes, text, finished = jobs["nodes_below_minimum"].finish()
-    assert codes[0] != 0 and codes[1] != 0 and not finished, text
-    assert ("MembershipError: elastic: the group cannot go on: 1 worker(s) on 1 node(s) are left, fewer than the "
-            "minimum of 1 worker(s) (MINIDL_ELASTIC_MIN_WORKERS) on 2 node(s) (the launcher's --nnodes MIN)") in text, text
-
-
-def test_a_worker_started_later_joins_at_a_commit(failure_free, tmp_path):
-    """A third worker started by hand while two train joins them at their next commit; all three finish
-    with the weights of the failure-free run. (The two wait after step 10's commit until it has asked to join,
-    so that it joins however slowly it starts.)"""
-    proc = launch(tmp_path, 2, 60, 0, env={"HOLD_AT": "10"})   # (port 0: the launcher's; rank 0 writes it)
-    wait_for((tmp_path / "port").exists, proc)
-    joiner = newcomer(tmp_path, (tmp_path / "port").read_text(), 60)
-    text, _ = proc.communicate(timeout=120)
-    assert proc.returncode == 0 and joiner.returncode == 0, text + joiner.stdout + joiner.stderr
-    finished = done(tmp_path)
-    assert sorted(finished) == [0, 1, 2], text + joiner.stdout
+def restarted_from_commit_4(job, failure_free):
+    """Both launchers end well; both workers finished in the restarted attempt, which resumed from commit-4
+    (the newest checkpoint), with every step in the log once and the failure-free weights: the output."""
+    codes, text, finished = job.finish()
+    assert codes == {0: 0, 1: 0} and sorted(finished) == [0, 1], text
     for r in finished.values():
-        sizes = [w for _, w in r["log"]]
-        assert [s for s, _ in r["log"]] == list(range(60)) and sizes == sorted(sizes) and {2, 3} <= set(sizes), r
-        np.testing.assert_allclose(r["weights"], failure_free["free60"], rtol=0, atol=1e-13)
+        assert r["log"] == [[s, 2] for s in range(12)] and r["attempt"] == 1 and r["started_at"] == 4, (r, text)
+        np.testing.assert_allclose(r["weights"], failure_free["free"], rtol=0, atol=1e-13, err_msg=text)
+    return text
 
 
-def test_a_newcomer_dying_as_the_group_starts_is_left_out_in_seconds(failure_free, tmp_path):
-    """A newcomer is SIGKILLed right after it said it is ready to start the rebuilt group of three. The two
-    members are then in that group's start, waiting for it: the start's short timeout (a few heartbeats, with
-    MINIDL_DIST_HEARTBEAT=2, not the group's 30 minutes) ends the wait, and the round after, without it,
-    takes them on: both finish all 60 steps at two workers, on the failure-free weights."""
+def test_below_the_launchers_nnodes_minimum_the_nodes_restart_from_the_newest_checkpoint(jobs, failure_free):
+    """--nnodes 2:2 and the second node's only worker is killed in step 6: rank 0 cannot go on with one node;
+    it raises MembershipError naming --nnodes MIN, its launcher (--max-restarts 1) opens the next round, and
+    the other node, waiting aside, joins it: both restart from the newest checkpoint."""
+    text = restarted_from_commit_4(jobs["nodes_below_minimum"], failure_free)
+    assert ("MembershipError: elastic: the group cannot go on: 1 worker(s) on 1 node(s) are left, fewer than the "
+            "minimum of 1 worker(s) (MINIDL_ELASTIC_MIN_WORKERS) on 2 node(s) (the launcher's --nnodes MIN)"
+            in text), text
+
+
+def test_when_every_nodes_workers_die_the_nodes_restart(jobs, failure_free):
+    """--nnodes 1:2 and both workers are killed in step 6: nobody goes on in the job, so the launchers, each
+    waiting aside, see every node's part over and none finished, and restart (--max-restarts 1) from the newest
+    checkpoint."""
+    restarted_from_commit_4(jobs["nodes_all_die"], failure_free)
+
+
+@pytest.mark.parametrize("when", ["elastic_ready:1", "broadcast:1"])
+def test_a_newcomer_dying_as_the_group_starts_or_syncs_is_left_out(failure_free, tmp_path, when):
+    """A newcomer is SIGKILLed right after it said it is ready to start the rebuilt group of three, or in its
+    first broadcast of the state's sync. The two members are then waiting for it in the group's start — whose
+    short timeout (a few heartbeats, with MINIDL_DIST_HEARTBEAT=2, not the group's 30 minutes) ends the wait —
+    or in the sync, which fails at once; either way (a lost peer, not an error of the script) the round after,
+    without it, takes them on: both finish all 60 steps at two workers, on the failure-free weights."""
     fast = {"MINIDL_DIST_HEARTBEAT": "2"}
     proc = launch(tmp_path, 2, 60, 0, env={"HOLD_AT": "10", **fast})
     wait_for((tmp_path / "port").exists, proc)
     joiner = newcomer(tmp_path, (tmp_path / "port").read_text(), 60,
-                      env={"MINIDL_FAULT": "rank=2 at=elastic_ready:1 do=kill", **fast})
+                      env={"MINIDL_FAULT": f"rank=2 at={when} do=kill", **fast})
     text, _ = proc.communicate(timeout=120)
     assert proc.returncode == 0 and joiner.returncode == -9, text + joiner.stdout + joiner.stderr
     finished = done(tmp_path)
@@ -285,6 +297,15 @@ def test_an_error_after_the_others_last_step_fails_the_job(jobs):
     code, text, finished = jobs["error_after_last"].finish()
     assert code != 0 and "ValueError: elastic_script: a bug after the last step" in text, text
     assert sorted(finished) == [0], text
+
+
+def test_sys_exit_in_the_training_function_fails_the_job_by_name(jobs):
+    """Rank 1 calls sys.exit(3) in train() after step 5's commit: rank 0, whose all-reduce lost its peer,
+    meets no worker to go on with in the round after, which is refused naming the exit (a script that exits
+    is not a lost worker), and the job fails."""
+    code, text, finished = jobs["exit"].finish()
+    assert code != 0 and not finished, text
+    assert "a worker raised an error in the training function: SystemExit: 3" in text, text
 
 
 def test_workers_that_finished_are_not_ended_by_a_newcomer_after_them(tmp_path):

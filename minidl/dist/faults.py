@@ -3,9 +3,9 @@ itself at a chosen point, driven by the environment so the code under test runs 
 
 ``MINIDL_FAULT="rank=1 at=all_reduce:3 do=kill"`` -- space-separated ``name=value`` fields:
 
-- ``rank``: the global rank that misbehaves (the others only count). In an elastic job (minidl.dist.elastic) ranks
-  change when the group is rebuilt: the survivor that takes a dead rank's number counts on from its own calls
-  and may fire the same fault; choose a point it cannot reach twice.
+- ``rank``: the global rank that misbehaves (the others only count), or several: ``rank=0,1``. In an elastic
+  job (minidl.dist.elastic) ranks change when the group is rebuilt: the survivor that takes a dead rank's number
+  counts on from its own calls and may fire the same fault; choose a point it cannot reach twice.
 - ``at``: when. ``<collective>:<n>``: at the start of this rank's n-th call (from 1) of that
   collective (the name ProcessGroup.submit is given: all_reduce, broadcast, barrier ...);
   ``send``: in the middle of this rank's first message of at least 64 KiB on the socket backend
@@ -53,7 +53,7 @@ class Fault:
                              f"(see minidl.dist.faults); bad or missing: {bad or sorted({'rank', 'at', 'do'} - set(fields))}")
         if fields["do"] not in _ACTIONS:
             raise ValueError(f"MINIDL_FAULT={text!r}: do must be one of {_ACTIONS}, got {fields['do']!r}")
-        self.rank, self.do = int(fields["rank"]), fields["do"]
+        self.ranks, self.do = {int(r) for r in fields["rank"].split(",")}, fields["do"]
         self.peer = int(fields["peer"]) if "peer" in fields else None
         self.restart = int(fields["restart"]) if "restart" in fields else None
         where, _, count = fields["at"].partition(":")
@@ -106,7 +106,7 @@ def armed(what: str, rank: int) -> Fault | None:
     """Count this rank's call at point ``what`` (``<what>:<n>`` faults); the fault when this call is its n-th,
     for the caller to fire at once or in the middle of its work, else None."""
     fault = current()
-    if fault is None or fault.done or fault.rank != rank or fault.where != what:
+    if fault is None or fault.done or rank not in fault.ranks or fault.where != what:
         return None
     fault.calls += 1
     return fault if fault.calls == fault.count else None
@@ -129,14 +129,14 @@ def collective(what: str, rank: int, size: int) -> None:
 def wants_send(rank: int, nbytes: int) -> bool:
     """Whether this message should be cut in the middle (the caller writes half, then calls fire)."""
     fault = current()
-    return (fault is not None and not fault.done and fault.rank == rank and fault.where == "send"
+    return (fault is not None and not fault.done and rank in fault.ranks and fault.where == "send"
             and nbytes >= SEND_BYTES)
 
 
 def start_idle(rank: int, size: int) -> None:
     """Arm an ``idle:<seconds>`` fault (when a communicator starts)."""
     fault = current()
-    if fault is None or fault.done or fault.rank != rank or fault.where != "idle":
+    if fault is None or fault.done or rank not in fault.ranks or fault.where != "idle":
         return
 
     def later():

@@ -141,7 +141,6 @@ class ProcessGroup:
     def set_timeout(self, seconds: float) -> None:
         """How long this group's operations may wait from now on (every collective's channel reads it)."""
         self.config.timeout = self.collective_channel.timeout = seconds
-        self.p2p.set_timeout(seconds)
 
     def check_usable(self, what: str) -> None:
         if self.failed is not None:

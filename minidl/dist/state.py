@@ -186,7 +186,10 @@ def _set_pg_timeout(timeout, group=None) -> None:
     """How long ``group``'s operations (the default group's for None) may wait from now on, in seconds or a
     timedelta (torch's private function of this name): what a group started with a short timeout, to learn
     soon of a rank missing at its start, sets back for its collectives."""
-    resolve(group, "_set_pg_timeout").set_timeout(_seconds(timeout, "_set_pg_timeout: timeout"))
+    g, seconds = resolve(group, "_set_pg_timeout"), _seconds(timeout, "_set_pg_timeout: timeout")
+    g.set_timeout(seconds)
+    if g is _default():
+        g.p2p.set_timeout(seconds)   # (the world's communicator: new_group's splits wait that long)
 
 
 def get_rank(group=None) -> int:

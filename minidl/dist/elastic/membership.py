@@ -26,6 +26,7 @@ import uuid
 import weakref
 
 from .. import faults
+from ..group import Config
 from ..run.elastic_jobs import PREFIX
 from ..store import DistStoreError
 
@@ -49,16 +50,14 @@ class Membership:
         self.store, self.min_workers, self.min_nodes = store, min_workers, min_nodes
         self.timeout, self.dead_seconds = timeout, dead_seconds
         self.uid = uuid.uuid4().hex
-        # the node: its launcher (torch's agent), named by host and pid; a worker started by hand is its own node
+        # the node: its launcher (torch's agent); a worker started by hand is a node of its own
         host = os.environ.get("MINIDL_DIST_HOSTNAME") or socket.gethostname()
-        self.node = f"{host}/{os.environ.get('MINIDL_RUN_LAUNCHER_PID', os.getpid())}"
+        self.node = os.environ.get("MINIDL_RUN_NODE_ID") or f"{host}/{os.getpid()}"
         self.round = None            # the round this process is a member of
-        # the collectives' timeout of the groups it rebuilds: the job's first group's (init_process_group's)
-        self.group_timeout = float(os.environ.get("MINIDL_DIST_TIMEOUT", "1800"))
         self.members: list = []      # that round's uids, in rank order
         self._stop = threading.Event()
         self._beat_once()
-        store.set(self._key("pid", os.getpid()), self.uid)   # (the launcher marks a worker it saw die)
+        store.set(self._key("pid", self.node, os.getpid()), self.uid)   # (the launcher marks a worker it saw die)
         store.set(self._key("node", self.uid), self.node)
         beating = threading.Thread(target=_beat, args=(weakref.ref(self), self._stop), daemon=True,
                                    name="minidl elastic beat")
@@ -81,12 +80,18 @@ class Membership:
         self._stop.set()
 
     # -- round 0 -----------------------------------------------------------------------------------
-    def start(self, uids: list, rank: int) -> None:
-        """The job's first group: ``uids`` in rank order (every member calls it with the same list)."""
+    def start(self, uids: list, rank: int, group_timeout: float = Config.timeout) -> None:
+        """The job's first group: ``uids`` in rank order (every member calls it with the same list), its
+        collectives' ``group_timeout`` that of every group the rounds rebuild."""
         if rank == 0:
+            self.store.set(self._key("group_timeout"), repr(float(group_timeout)))
             self.store.compare_set(self._key("round", 0, "closed"), "", json.dumps({"order": uids, "refused": None}))
             self.store.set(self._key("latest"), "0")
         self.round, self.members = 0, list(uids)
+
+    def group_timeout(self) -> float:
+        """The collectives' timeout of the groups the rounds rebuild (the job's first group's: a newcomer's too)."""
+        return float(self.store.get(self._key("group_timeout")).decode())
 
     # -- newcomers ---------------------------------------------------------------------------------
     def announce(self) -> None:

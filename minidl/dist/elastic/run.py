@@ -36,20 +36,20 @@ def run(train):
         membership = _start(state)
         object.__setattr__(state, "running", True)
         rebuild = membership.round is None   # (a newcomer builds its first group here)
-        synced = False
+        synced, failed_starts = False, 0
         try:
             while True:
                 if rebuild or not synced:
                     try:
                         if rebuild:
-                            _rebuild(membership)
+                            _rebuild(membership, failed_starts)
                         state.sync()
                     except (DistError, DistStoreError, OSError):   # (a peer lost while the group starts, or
-                        rebuild = True                            # during the sync: the round after)
+                        rebuild, failed_starts = True, failed_starts + 1   # during the sync: the round after)
                         continue
                     if membership.round:
                         state.on_reset()
-                    rebuild, synced = False, True
+                    rebuild, synced, failed_starts = False, True, 0
                 try:
                     result = train(state, *args, **kwargs)
                 except DistError:
@@ -99,20 +99,20 @@ def _start(state) -> Membership:
         from ..objects import all_gather_object
         uids = [None] * dist_state.get_world_size()
         all_gather_object(uids, membership.uid)
-        membership.start(uids, dist_state.get_rank())
+        membership.start(uids, dist_state.get_rank(), dist_state._default().config.timeout)
         membership.store.set(PREFIX + "in_job", "1")   # (the launcher then lets survivors go on)
         if getattr(state, "checkpoint_dir", None) is not None:
             state.resume()   # (a restarted job: from the newest distributed checkpoint, if there is one)
     return membership
 
 
-def _rebuild(membership: Membership) -> None:
+def _rebuild(membership: Membership, tries: int) -> None:
     """Close the broken group (if any); meet the others in the next round; start the new group once every
     member is there (a DistError where one died meanwhile: the caller goes to the round after). The group
     starts with a short timeout — every member said it is ready, so one missing at the start has died, and
-    the survivors learn so in seconds, not in the group's whole timeout — which is then set back."""
+    the survivors learn so in seconds, not in the group's whole timeout — which is then set back. It doubles
+    with each of the ``tries`` that failed before, so a start slower than that (a loaded machine) gets there."""
     if dist_state.is_initialized():
-        membership.group_timeout = dist_state._default().config.timeout
         try:
             dist_state.destroy_process_group()
         except Exception:  # noqa: BLE001 -- a failed group may not close cleanly: it is left behind
@@ -124,7 +124,7 @@ def _rebuild(membership: Membership) -> None:
         raise MembershipError(f"elastic: the job's store is gone ({e}); the job has ended") from None
     membership.ready()
     store = PrefixStore(f"{PREFIX}round/{r}/group", membership.store)
-    start = max(START_SECONDS, 3 * membership.dead_seconds)
+    start = max(START_SECONDS, 3 * membership.dead_seconds) * 2 ** min(tries, 10)
     dist_state.init_process_group("gloo", store=store, rank=rank, world_size=size, timeout=start)
-    dist_state._set_pg_timeout(membership.group_timeout)
+    dist_state._set_pg_timeout(membership.group_timeout())
     dist_state._process["store"] = membership.store

@@ -115,7 +115,8 @@ def _run(plan, store, log_root):
                             [os.path.join(folder, str(i)) for i in range(plan.nproc)],
                             plan.redirects, plan.tee)
         try:
-            failures = _watch(group, plan.monitor_interval, PrefixStore(agent_prefix(plan.run_id, restarts), store))
+            failures = _watch(group, plan.monitor_interval, PrefixStore(agent_prefix(plan.run_id, restarts), store),
+                              plan.node_id)
         finally:
             group.stop()
         if not failures:
@@ -123,14 +124,14 @@ def _run(plan, store, log_root):
         restarts = restart_or_fail(failures, restarts, plan.max_restarts)
 
 
-def _watch(group, interval, store) -> list:
+def _watch(group, interval, store, node) -> list:
     """Poll every ``interval`` seconds until every worker succeeded ([]) or one failed (the failures). In an
     elastic job (its workers said so on ``store``: minidl.dist.elastic) the survivors of a failure go on
     (``elastic_jobs.tend``): the job fails only if none succeeds."""
     marked = set()
     while True:
         if in_job(store):
-            outcome = tend(group, store, marked)
+            outcome = tend(group, store, marked, node)
             if outcome is not None:
                 return outcome
         else:
@@ -158,6 +159,7 @@ def _envs(plan, restart_count, folder, rnd=None) -> list:
                    TORCHELASTIC_RESTART_COUNT=str(restart_count), MINIDL_RUN_ATTEMPT=str(attempt),
                    TORCHELASTIC_MAX_RESTARTS=str(plan.max_restarts), TORCHELASTIC_RUN_ID=plan.run_id,
                    TORCHELASTIC_USE_AGENT_STORE="True", MINIDL_ELASTIC_MIN_NODES=str(plan.min_nodes),
+                   MINIDL_RUN_NODE_ID=plan.node_id,
                    TORCHELASTIC_ERROR_FILE=os.path.join(folder, str(i), "error.json"))
         envs.append(env)
     return envs

@@ -109,6 +109,8 @@ class Plan:
     log_dir: str | None
     redirects: dict = field(default_factory=dict)   # local rank -> 0..3 (none, out, err, both)
     tee: dict = field(default_factory=dict)
+    # this launcher among the job's (its workers' MINIDL_RUN_NODE_ID): pids and host names can repeat across nodes
+    node_id: str = field(default_factory=lambda: uuid.uuid4().hex)
 
 
 def nproc_of(value: str, error) -> int:

@@ -1,6 +1,7 @@
 """What the launcher and minidl.dist.elastic's workers say to each other on the job's store: that the job is
 elastic (its survivors go on after a worker fails), which worker process has which uid, and which uids are dead
-(marked by the launcher when it saw one end, or by a round that left one out: the launcher then ends it)."""
+(marked by the launcher when it saw one end, or by a round that left one out: the launcher then ends it). A worker
+is known by its node (its launcher's MINIDL_RUN_NODE_ID) and pid: pids repeat across nodes."""
 from __future__ import annotations
 
 import json
@@ -13,16 +14,16 @@ def in_job(store) -> bool:
     return store.check([PREFIX + "in_job"])
 
 
-def mark_dead(store, pid: int) -> None:
-    """The launcher saw worker ``pid`` end: its round need not wait for its beats to stop."""
-    key = f"{PREFIX}pid/{pid}"
+def mark_dead(store, node: str, pid: int) -> None:
+    """The launcher saw worker ``pid`` of its ``node`` end: its round need not wait for its beats to stop."""
+    key = f"{PREFIX}pid/{node}/{pid}"
     if store.check([key]):
         store.set(f"{PREFIX}dead/{store.get(key).decode()}", "1")
 
 
-def left_out(store, pid: int) -> bool:
-    """Whether a round left worker ``pid`` out (it froze, or came back too late): the launcher ends it."""
-    key = f"{PREFIX}pid/{pid}"
+def left_out(store, node: str, pid: int) -> bool:
+    """Whether a round left worker ``pid`` of ``node`` out (it froze, or came back too late): the launcher ends it."""
+    key = f"{PREFIX}pid/{node}/{pid}"
     return store.check([key]) and store.check([f"{PREFIX}dead/{store.get(key).decode()}"])
 
 
@@ -43,16 +44,16 @@ def job_failed(store) -> bool:
     return store.check([closed]) and json.loads(store.get(closed))["refused"] is not None
 
 
-def tend(group, store, marked: set):
-    """One look at this launcher's workers of an elastic job: a failed one is marked dead (once: ``marked``),
-    one a round left out (frozen) is ended. Once all have ended: [] when one succeeded and no training
+def tend(group, store, marked: set, node: str):
+    """One look at the workers of an elastic job that launcher ``node`` runs: a failed one is marked dead (once:
+    ``marked``), one a round left out (frozen) is ended. Once all have ended: [] when one succeeded and no training
     function raised anywhere, else the failures; None while some still run."""
     for f in group.failures():
         if f.local_rank not in marked:
-            mark_dead(store, group.procs[f.local_rank].pid)
+            mark_dead(store, node, group.procs[f.local_rank].pid)
             marked.add(f.local_rank)
     for p in group.procs:
-        if p.poll() is None and left_out(store, p.pid):
+        if p.poll() is None and left_out(store, node, p.pid):
             group.end(p)
     if not group.ended():
         return None

@@ -7,11 +7,11 @@ restarts the workers at the new world size without using one. Each round's worke
 round's key prefix, so no attempt ever sees another's keys.
 
 An elastic job (minidl.dist.elastic) survives lost workers and nodes in the job instead: a failed worker
-ends nothing, a node whose workers all died leaves the round (its launcher exits 1, saying so) and a silent
-node is left behind, while the survivors on every node rebuild their group among themselves. A node that
-joins still makes a new round: the workers start again and resume from the last distributed checkpoint.
-Only a round the workers refused (fewer nodes than --nnodes MIN, a training function's error) fails the
-round the usual way.
+ends nothing and a silent node is left behind, while the survivors on every node rebuild their group among
+themselves. A node whose workers all died waits aside: done when the others finish the job, back in the next
+round when there is one (the survivors' round was refused: fewer nodes than --nnodes MIN), or, when nobody
+went on, a restart as usual. A node that joins still makes a new round: the workers start again and resume
+from the last distributed checkpoint. A training function's error fails the round the usual way.
 """
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ import time
 from ..rendezvous import agent_prefix
 from ..store import DistStoreError, PrefixStore
 from .elastic_jobs import in_job, job_failed, tend
-from .group import ChildFailedError, WorkerGroup, restart_or_fail
+from .group import WorkerGroup, restart_or_fail
 from .rounds import Rendezvous
 
 
@@ -48,20 +48,22 @@ def _rounds(plan, rdzv, log_root, envs_of) -> None:
         folder = os.path.join(log_root, f"attempt_{restarts}_round_{rnd.number}")
         group = WorkerGroup(plan.cmd, envs_of(plan, restarts, folder, rnd),
                             [os.path.join(folder, str(i)) for i in range(plan.nproc)], plan.redirects, plan.tee)
-        workers_store = PrefixStore(agent_prefix(plan.run_id, f"round{rnd.number}"), rdzv.store)
+        workers = PrefixStore(agent_prefix(plan.run_id, f"round{rnd.number}"), rdzv.store)
+        aside = False   # (this node's workers of an elastic job died; the others may go on)
         try:
-            outcome = _watch(group, rdzv, plan.monitor_interval, workers_store)
-            left = isinstance(outcome, list) and in_job(workers_store) and not job_failed(workers_store)
-            if isinstance(outcome, list) and not left and restarts < plan.max_restarts:   # (tell the others first)
+            outcome = _watch(group, rdzv, plan.monitor_interval, workers, plan.node_id)
+            aside = isinstance(outcome, list) and in_job(workers) and not job_failed(workers)
+            if isinstance(outcome, list) and not aside and restarts < plan.max_restarts:   # (tell the others first)
                 rdzv.next_round(rnd.number)
-            elif isinstance(outcome, list) and not left:
+            elif isinstance(outcome, list) and not aside:
                 rdzv.finish("failed")
         finally:
             group.stop()
-        if outcome is None or left:
-            rdzv.wait_others(plan.monitor_interval, plan.serve, "left" if left else "ok")
-            if left:
-                _left(outcome)
+        if aside:
+            outcome = _stand_by(plan, rdzv, outcome, restarts, workers)
+        if outcome is None:
+            if not aside:
+                rdzv.wait_others(plan.monitor_interval, plan.serve)
             return
         if isinstance(outcome, str):
             sys.stderr.write(f"minidl.dist.run: {outcome}: restarting the workers after a new rendezvous\n")
@@ -69,21 +71,36 @@ def _rounds(plan, rdzv, log_root, envs_of) -> None:
         restarts = restart_or_fail(outcome, restarts, plan.max_restarts)
 
 
-def _left(failures) -> None:
-    summary = "\n".join(["minidl.dist.run: this node's workers of the elastic job died, so the node left the job; "
-                         "the others went on without it"] + [f.describe() for f in failures])
-    sys.stderr.write(summary + "\n")
-    raise ChildFailedError(summary)
+def _stand_by(plan, rdzv, failures, restarts, workers):
+    """This node's workers of an elastic job all died, whose survivors on other nodes may go on: wait aside.
+    None when another node's workers finished the job; why, when a node joining began a new round (this node
+    is back in it without using a restart: the job had survived its loss); else the failures, for a restart:
+    the survivors were refused, or nobody went on (then every node opens the next round while its restarts
+    allow)."""
+    sys.stderr.write(f"minidl.dist.run: this node's workers of the elastic job died "
+                     f"({failures[0].describe().splitlines()[0]}): waiting while the other nodes go on\n")
+    fate = rdzv.stand_by(plan.monitor_interval)
+    if fate == "ok":
+        rdzv.release(plan.monitor_interval, plan.serve)
+        sys.stderr.write("minidl.dist.run: the other nodes finished the elastic job\n")
+        return None
+    if fate == "restart" and not job_failed(workers):
+        return "a node joined the elastic job while this node's workers were gone"
+    if fate == "lost" and restarts < plan.max_restarts:
+        rdzv.next_round(rdzv.round.number)
+    elif fate == "lost":
+        rdzv.release(plan.monitor_interval, plan.serve)
+    return failures
 
 
-def _watch(group, rdzv, interval, store):
+def _watch(group, rdzv, interval, store, node):
     """None when every worker succeeded, the failures when one failed (in an elastic job: when all ended, the
     survivors having gone on in the job, ``elastic_jobs.tend``), or why the membership changed."""
     marked = set()
     while True:
         elastic = in_job(store)
         if elastic:
-            outcome = tend(group, store, marked)
+            outcome = tend(group, store, marked, node)
             if outcome is not None:
                 return outcome or None
         else:

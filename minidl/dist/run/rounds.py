@@ -124,7 +124,7 @@ class Rendezvous:
 
     def finish(self, outcome: str) -> None:
         """Say how this node's part of the round ended: "ok", "failed" (it opens the next round) or "left" (its
-        workers of an elastic job died; the others go on without it)."""
+        workers of an elastic job died; the others may go on without them)."""
         self.store.set(self._key(self.round.number, "over", self.round.index), outcome)
         if outcome == "failed":
             self.next_round(self.round.number)
@@ -145,29 +145,55 @@ class Rendezvous:
             return f"node {silent} stopped answering (no beat for {self.keep_alive:g} s)"
         return None
 
-    def _silent(self):
-        now = time.time()
-        for j in range(len(self.round.nodes)):
-            if j == self.round.index or self._get(self.round.number, "over", j) is not None:
-                continue
-            beat = self._get(self.round.number, "beat", j)
-            if beat is not None and now - float(beat) > self.keep_alive:
-                return j
-        return None
+    def _parts(self) -> list:
+        """Each node's part of the running round: how it ended ("ok", "failed", "left"), "silent" (its beats
+        stopped: its launcher died), or None while it runs."""
+        r, now = self.round, time.time()
+        parts = []
+        for j in range(len(r.nodes)):
+            over, beat = self._get(r.number, "over", j), self._get(r.number, "beat", j)
+            silent = j != r.index and over is None and beat is not None and now - float(beat) > self.keep_alive
+            parts.append("silent" if silent else over)
+        return parts
 
-    def wait_others(self, interval, serving, outcome="ok") -> None:
-        """After this node's workers succeeded (or left an elastic job): wait until every node's part is over, one
-        stopped answering or a new round began. The launcher ``serving`` the store then waits until the others
-        read that, so the store outlives their use of it."""
-        self.finish(outcome)
+    def _silent(self):
+        parts = self._parts()
+        return parts.index("silent") if "silent" in parts else None
+
+    def wait_others(self, interval, serving) -> None:
+        """After this node's workers succeeded: wait until every node's part is over, one stopped answering or a
+        new round began; then ``release``."""
+        self.finish("ok")
         r = self.round
         while self.current() == r.number and self._silent() is None:
-            if all(self._get(r.number, "over", j) is not None for j in range(len(r.nodes))):
+            if None not in self._parts():
                 break
             self.beat()
             time.sleep(interval)
-        left = self.store.add(self._key(r.number, "left"), 1)
-        deadline = time.monotonic() + self.keep_alive
-        while serving and left < len(r.nodes) and time.monotonic() < deadline:
+        self.release(interval, serving)
+
+    def stand_by(self, interval) -> str:
+        """This node's workers of an elastic job all died: say so ("left": it opens no round, and keeps its place
+        in the job, so it is sure of one in the next round) and wait aside for the job's fate: "restart" once a
+        new round began (this node joins it), "ok" once every node's part ended and one finished the job, "lost"
+        once every node's part ended and none did (nobody went on)."""
+        self.finish("left")
+        r = self.round
+        while self.current() == r.number:
+            parts = self._parts()
+            if None not in parts:
+                return "ok" if "ok" in parts else "lost"
+            self.beat()
             time.sleep(interval)
-            left = self.store.add(self._key(r.number, "left"), 0)
+        parts = self._parts()   # (another node that saw nobody go on may have opened the next round first)
+        return "lost" if None not in parts and "ok" not in parts else "restart"
+
+    def release(self, interval, serving) -> None:
+        """Say this node is done with the round's keys; the launcher ``serving`` the store waits (a keep-alive
+        at most) until every node has, so that the store outlives their use of it."""
+        r = self.round
+        released = self.store.add(self._key(r.number, "released"), 1)
+        deadline = time.monotonic() + self.keep_alive
+        while serving and released < len(r.nodes) and time.monotonic() < deadline:
+            time.sleep(interval)
+            released = self.store.add(self._key(r.number, "released"), 0)
