@@ -12,7 +12,8 @@ a step takes several all-reduces during backward); CKPT and SAVE_EVERY, a distri
 SAVE_EVERY commits into CKPT/commit-<n> (a restarted job resumes from the newest); RAISE_AFTER_LAST=R, rank R
 raises a ValueError in train() after the last step, once every other worker has finished; LINGER=1, each worker
 stays on after train() (as one saving its model would) until a newcomer's round is over; EXIT_AT=S, rank 1
-calls sys.exit(3) in train() after step S's commit."""
+calls sys.exit(3) in train() after step S's commit; RAISE_AFTER_TRAIN=R, rank R raises a RuntimeError after
+train() returned (as a final export that fails would)."""
 import json
 import os
 import sys
@@ -116,6 +117,8 @@ def train(state):
     return state
 
 train(state)
+if os.environ.get("RAISE_AFTER_TRAIN") == str(dist.get_rank()):
+    raise RuntimeError("elastic_script: an export after training failed")
 weights = np.concatenate([p.detach().numpy().ravel() for p in model.parameters()])
 result = {"rank": dist.get_rank(), "log": state.log, "weights": weights.tolist(), "started_at": started_at[0],
           "attempt": int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))}

@@ -45,6 +45,7 @@ JOBS = {
                               "MINIDL_ELASTIC_MIN_WORKERS": "2"}, ["--max-restarts", "1"]),
     "error_after_last": (2, 6, {"RAISE_AFTER_LAST": "1"}, []),
     "exit": (2, 12, {"EXIT_AT": "5"}, []),
+    "error_after_train": (2, 6, {"RAISE_AFTER_TRAIN": "1"}, []),
 }
 
 
@@ -296,6 +297,14 @@ def test_an_error_after_the_others_last_step_fails_the_job(jobs):
     collective: no other worker meets it in a later round): the job fails all the same, naming the error."""
     code, text, finished = jobs["error_after_last"].finish()
     assert code != 0 and "ValueError: elastic_script: a bug after the last step" in text, text
+    assert sorted(finished) == [0], text
+
+
+def test_an_error_after_the_training_function_returned_fails_the_job(jobs):
+    """Rank 1 raises after train() returned (its export failed): that worker had finished training, so its
+    failure is the script's, not a lost worker's, and the job fails although rank 0 ended well."""
+    code, text, finished = jobs["error_after_train"].finish()
+    assert code != 0 and "RuntimeError: elastic_script: an export after training failed" in text, text
     assert sorted(finished) == [0], text
 
 

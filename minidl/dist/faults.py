@@ -48,8 +48,10 @@ class Fault:
     def __init__(self, text: str):
         fields = dict(part.split("=", 1) for part in text.split() if "=" in part)
         bad = [p for p in text.split() if "=" not in p] + sorted(set(fields) - {"rank", "at", "do", "peer", "restart"})
+        if "rank" in fields and not all(r.strip().isdigit() for r in fields["rank"].split(",")):
+            bad.append(f"rank={fields['rank']}")
         if bad or not {"rank", "at", "do"} <= set(fields):
-            raise ValueError(f"MINIDL_FAULT={text!r}: expected 'rank=R at=WHEN do=WHAT [peer=P] [restart=N]' "
+            raise ValueError(f"MINIDL_FAULT={text!r}: expected 'rank=R[,R...] at=WHEN do=WHAT [peer=P] [restart=N]' "
                              f"(see minidl.dist.faults); bad or missing: {bad or sorted({'rank', 'at', 'do'} - set(fields))}")
         if fields["do"] not in _ACTIONS:
             raise ValueError(f"MINIDL_FAULT={text!r}: do must be one of {_ACTIONS}, got {fields['do']!r}")

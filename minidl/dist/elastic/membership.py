@@ -50,9 +50,11 @@ class Membership:
         self.store, self.min_workers, self.min_nodes = store, min_workers, min_nodes
         self.timeout, self.dead_seconds = timeout, dead_seconds
         self.uid = uuid.uuid4().hex
-        # the node: its launcher (torch's agent); a worker started by hand is a node of its own
+        # the node: its launcher (torch's agent); a worker started by hand (a newcomer, even with a copy of the
+        # launcher's environment) is a node of its own
         host = os.environ.get("MINIDL_DIST_HOSTNAME") or socket.gethostname()
-        self.node = os.environ.get("MINIDL_RUN_NODE_ID") or f"{host}/{os.getpid()}"
+        launched = os.environ.get("MINIDL_ELASTIC_JOIN") != "1"
+        self.node = (launched and os.environ.get("MINIDL_RUN_NODE_ID")) or f"{host}/{os.getpid()}"
         self.round = None            # the round this process is a member of
         self.members: list = []      # that round's uids, in rank order
         self._stop = threading.Event()

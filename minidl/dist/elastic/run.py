@@ -111,7 +111,8 @@ def _rebuild(membership: Membership, tries: int) -> None:
     member is there (a DistError where one died meanwhile: the caller goes to the round after). The group
     starts with a short timeout — every member said it is ready, so one missing at the start has died, and
     the survivors learn so in seconds, not in the group's whole timeout — which is then set back. It doubles
-    with each of the ``tries`` that failed before, so a start slower than that (a loaded machine) gets there."""
+    with each of the ``tries`` that failed before (up to the group's timeout), so a start slower than that (a
+    loaded machine) gets there."""
     if dist_state.is_initialized():
         try:
             dist_state.destroy_process_group()
@@ -124,7 +125,8 @@ def _rebuild(membership: Membership, tries: int) -> None:
         raise MembershipError(f"elastic: the job's store is gone ({e}); the job has ended") from None
     membership.ready()
     store = PrefixStore(f"{PREFIX}round/{r}/group", membership.store)
-    start = max(START_SECONDS, 3 * membership.dead_seconds) * 2 ** min(tries, 10)
+    timeout = membership.group_timeout()
+    start = min(max(START_SECONDS, 3 * membership.dead_seconds) * 2 ** min(tries, 10), timeout)
     dist_state.init_process_group("gloo", store=store, rank=rank, world_size=size, timeout=start)
-    dist_state._set_pg_timeout(membership.group_timeout())
+    dist_state._set_pg_timeout(timeout)
     dist_state._process["store"] = membership.store

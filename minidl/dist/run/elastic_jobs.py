@@ -27,14 +27,22 @@ def left_out(store, node: str, pid: int) -> bool:
     return store.check([key]) and store.check([f"{PREFIX}dead/{store.get(key).decode()}"])
 
 
+def trained(store, node: str, pid: int) -> bool:
+    """Whether worker ``pid`` of ``node`` had finished its training function (it left the rounds): a failure
+    after that is the script's own (a final save or export that raised), not a lost worker."""
+    key = f"{PREFIX}pid/{node}/{pid}"
+    return store.check([key]) and store.check([f"{PREFIX}left/{store.get(key).decode()}"])
+
+
 def errors(store) -> int:
-    """How many workers' own training functions raised (elastic.run counts them): the job fails then."""
+    """How many workers' scripts raised (in the training function: elastic.run counts them; after it: the
+    launcher does): the job fails then."""
     return store.add(f"{PREFIX}errors", 0)
 
 
 def job_failed(store) -> bool:
-    """Whether the job as a whole failed (and may restart from its last distributed checkpoint): a training
-    function raised, or the newest round refused to go on (too few workers or nodes)."""
+    """Whether the job as a whole failed (and may restart from its last distributed checkpoint): a script
+    raised, or the newest round refused to go on (too few workers or nodes)."""
     latest = PREFIX + "latest"
     if errors(store):
         return True
@@ -46,11 +54,15 @@ def job_failed(store) -> bool:
 
 def tend(group, store, marked: set, node: str):
     """One look at the workers of an elastic job that launcher ``node`` runs: a failed one is marked dead (once:
-    ``marked``), one a round left out (frozen) is ended. Once all have ended: [] when one succeeded and no training
-    function raised anywhere, else the failures; None while some still run."""
+    ``marked``; one that failed after its training function returned counts as an error of the script's), one a
+    round left out (frozen) is ended. Once all have ended: [] when one succeeded and no script raised anywhere,
+    else the failures; None while some still run."""
     for f in group.failures():
         if f.local_rank not in marked:
-            mark_dead(store, node, group.procs[f.local_rank].pid)
+            pid = group.procs[f.local_rank].pid
+            if trained(store, node, pid):
+                store.add(f"{PREFIX}errors", 1)
+            mark_dead(store, node, pid)
             marked.add(f.local_rank)
     for p in group.procs:
         if p.poll() is None and left_out(store, node, p.pid):
