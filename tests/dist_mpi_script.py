@@ -3,7 +3,8 @@
 cases: every collective under every algorithm, with small chunks, small ring segments and faked
 hosts, then p2p; prints "FAIL ..." lines and "DONE cases rank r: k failures". ddp: tests/ddp_cases.py,
 reported alike; pipelining: tests/pipeline_cases.py, and ps: tests/ps_cases.py, reported alike; mismatches:
-tests/dist_mismatch_cases.py, reported alike; dcp: tests/dcp_cases.py, reported alike. These suites may be joined by commas (cases,ddp), run in turn.
+tests/dist_mismatch_cases.py, reported alike; dcp: tests/dcp_cases.py, reported alike; dtensor: tests/dtensor_cases.py,
+reported alike. These suites may be joined by commas (cases,ddp), run in turn.
 mismatch (debug mode) / timeout: expect the error and print it. crash: rank 1 raises while rank 0 waits in a
 collective (the job must end);
 ps_crash: a parameter-server worker raises while the other waits at its clock (the job must end).
@@ -137,6 +138,11 @@ def checkpoints():
     return suite(dcp_cases.run_all)
 
 
+def dtensors():
+    import dtensor_cases
+    return suite(lambda rank, size: dtensor_cases.run_all())
+
+
 def mismatches():
     import dist_mismatch_cases
     return suite(dist_mismatch_cases.run_all)
@@ -163,7 +169,7 @@ def crash():
 
 
 SUITES = {"cases": cases, "ddp": ddp, "pipelining": pipelining, "ps": parameter_server, "mismatches": mismatches,
-          "dcp": checkpoints}
+          "dcp": checkpoints, "dtensor": dtensors}
 ONE_OFFS = {"ps_crash": parameter_server_crash, "ps_exit": parameter_server_exit, "stall": stall, "mismatch": mismatch,
             "timeout": timeout, "crash": crash}
 if mode in ONE_OFFS:

@@ -35,14 +35,15 @@ def launch(n, mode, timeout=90):
 
 
 @pytest.mark.parametrize("suites, n", [("cases,ddp,pipelining,mismatches,dcp", 2), ("ps", 3),
-                                      ("cases,ddp,pipelining,mismatches,ps,dcp", 4)])
+                                      ("cases,ddp,pipelining,mismatches,ps,dcp,dtensor", 4)])
 def test_every_case_on_every_rank(suites, n):
     """One launch runs several suites in turn (starting the ranks is the slow part). cases: every
     collective and algorithm; ddp: DistributedDataParallel (tests/ddp_cases.py); pipelining:
     pipelined steps against single-process training (tests/pipeline_cases.py); ps: the parameter
     server's consistency models and sparse tables (tests/ps_cases.py); mismatches: mismatched
     collectives and messages, without debug mode (tests/dist_mismatch_cases.py); dcp: distributed checkpoints
-    saved on every rank and loaded in other splits (tests/dcp_cases.py)."""
+    saved on every rank and loaded in other splits (tests/dcp_cases.py); dtensor: every transition between
+    placements on 1-D and 2-D meshes (tests/dtensor_cases.py)."""
     code, out, _ = launch(n, suites, timeout=90 * len(suites.split(",")))   # (90 s a suite, as when launched alone)
     assert code == 0, out
     assert "FAIL" not in out, out

@@ -24,7 +24,7 @@ from .reduce_op import ReduceOp
 from .rendezvous import register_rendezvous_handler, rendezvous
 from .store import DistNetworkError, DistStoreError, FileStore, HashStore, PrefixStore, Store, TCPStore
 from .state import (GroupMember, destroy_process_group, get_backend, get_rank, get_world_size, init_process_group,
-                    is_available, is_initialized, new_group)
+                    is_available, is_initialized, new_group, new_subgroups_by_enumeration)
 from .work import Work
 
 group = GroupMember  # torch.distributed.group.WORLD

@@ -43,3 +43,11 @@ def check(fingerprints, ranks) -> None:
                                                       if k not in ("collective", "site"))
              + f") at {fp['site']}" for r, fp in zip(ranks, fingerprints)]
     raise DistError("MINIDL_DIST_DEBUG: the ranks called different collectives:\n" + "\n".join(lines))
+
+
+def sent_bytes(group=None) -> int:
+    """Bytes of data this rank has sent in collectives on ``group`` (the default group for None) since it was
+    made, by minidl's own algorithms: the agreement before each collective (a few int64 sent whole) is not
+    counted, and a native collective (MPI's, NCCL's) sends what its library sends, uncounted."""
+    from .state import resolve
+    return resolve(group, "sent_bytes").sent[0]

@@ -64,6 +64,7 @@ class ProcessGroup:
         self.coll = comm.split(0, comm.rank)
         self.mailbox = Mailbox(comm, comm.split(0, comm.rank))  # headers on p2p, the data on its own
         self.seq = 0
+        self.sent = [0]  # bytes this rank's collectives on the group sent (our algorithms' messages)
         self.collective_channel = self.channel("")  # reused by every collective (see submit)
         self.thread = CommThread(f"minidl.dist group of ranks {self.ranks[:8]} rank {self.rank}",
                                  precise_sleeps=self.coll.spin > 0)  # waits spin: a core per rank
@@ -88,7 +89,7 @@ class ProcessGroup:
         _tracing.graph_break(f"{what}: a message of minidl.dist")
         comm = comm or self.coll
         return Channel(comm, what, self.config.timeout, self.ranks, tag, comm.spin if spin else 0.0,
-                       self.config.stall_seconds)
+                       self.config.stall_seconds, self.sent)
 
     def group_rank(self, global_rank, what: str, name: str) -> int:
         """The rank within this group of global rank ``global_rank``, with a clear error."""

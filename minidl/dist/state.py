@@ -148,17 +148,48 @@ def new_group(ranks=None, timeout=None, backend=None, pg_options=None, use_local
     ``algorithm`` (a minidl extension) overrides the default group's, e.g. to compare algorithms."""
     world = resolve(None, "new_group")
     ranks = sorted(world.ranks if ranks is None else set(int(r) for r in ranks))
+    _check_ranks("new_group", world, ranks)
+    return _subgroup(world, ranks if world.rank in ranks else None, timeout, algorithm)
+
+
+def new_subgroups_by_enumeration(ranks_per_subgroup_list, timeout=None, backend=None, pg_options=None,
+                                 group_desc=None):
+    """Disjoint groups of the default group's ranks, made at once (one split of the world, not one per group):
+    (this rank's group, or None where it is in none; every group, GroupMember.NON_GROUP_MEMBER for those this
+    rank is not in). Every rank of the default group must call it."""
+    world = resolve(None, "new_subgroups_by_enumeration")
+    lists = [sorted(int(r) for r in ranks) for ranks in ranks_per_subgroup_list]
+    seen = [r for ranks in lists for r in ranks]
+    for ranks in lists:
+        _check_ranks("new_subgroups_by_enumeration", world, ranks)
+    if len(seen) != len(set(seen)):
+        raise ValueError(f"new_subgroups_by_enumeration: the subgroups {lists} overlap (rank(s) "
+                         f"{sorted({r for r in seen if seen.count(r) > 1})} are in more than one)")
+    mine = next((ranks for ranks in lists if world.rank in ranks), None)
+    group = _subgroup(world, mine, timeout)
+    every = [group if ranks is mine else GroupMember.NON_GROUP_MEMBER for ranks in lists]
+    return (None if mine is None else group), every
+
+
+def _check_ranks(what, world, ranks) -> None:
     bad = [r for r in ranks if r not in world.ranks]
     if bad or not ranks:
-        raise ValueError(f"new_group: ranks {bad or ranks} are not ranks of the world (0..{world.size - 1})")
+        raise ValueError(f"{what}: ranks {bad or ranks} are not ranks of the world (0..{world.size - 1})")
+
+
+def _subgroup(world, ranks, timeout=None, algorithm=None):
+    """This rank's group among ``ranks`` (global ranks in the group's rank order; None where it is in none), by
+    one split of ``world`` that every rank of it makes at once, each with its own list: any number of disjoint
+    groups in one go (a device mesh's rows, new_subgroups_by_enumeration)."""
     given = config_from(world.config.backend, algorithm or world.config.algorithm, timeout, None, None,
                         None)
     config = dataclasses.replace(world.config, algorithm=given.algorithm,
                                  timeout=world.config.timeout if timeout is None else given.timeout)
-    comm = world.p2p.split(0 if world.rank in ranks else None, world.rank)
+    mine = ranks is not None
+    comm = world.p2p.split(min(ranks) if mine else None, ranks.index(world.rank) if mine else world.rank)
     if comm is None:
         return GroupMember.NON_GROUP_MEMBER
-    group = ProcessGroup(comm, ranks, config)
+    group = ProcessGroup(comm, list(ranks), config)
     _state()["subgroups"].append(group)
     return group
 

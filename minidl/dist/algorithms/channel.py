@@ -22,10 +22,13 @@ class DistTimeoutError(DistError):
 
 class Channel:
     def __init__(self, comm, what: str, timeout: float, global_ranks, tag: int = 0, spin: float = 0.0,
-                 stall: float = float("inf")):
+                 stall: float = float("inf"), sent=None):
         """``spin``: seconds each wait may poll before it sleeps (communicators.base.wait_all);
-        ``stall``: seconds after which a wait logs what it waits on (once per collective or message)."""
+        ``stall``: seconds after which a wait logs what it waits on (once per collective or message);
+        ``sent``: a one-element list the bytes of the data messages this rank sends are added to (its group's
+        count; the agreement's control messages, sent whole, are not counted)."""
         self.comm, self.name, self.timeout, self.tag, self.spin = comm, what, timeout, tag, spin
+        self.sent = [0] if sent is None else sent
         self.rank, self.size = comm.rank, comm.size
         self.global_ranks = list(global_ranks)
         self.seq = None
@@ -81,6 +84,7 @@ class Channel:
 
     # -- the operations algorithms use ----------------------------------------------------------
     def isend(self, buf, dst: int):
+        self.sent[0] += buf.nbytes
         return self.comm.isend(buf, dst, self.tag)
 
     def irecv(self, buf, src: int):
@@ -94,6 +98,7 @@ class Channel:
 
     def exchange(self, send_buf, dst: int, recv_buf, src: int) -> None:
         """Send to ``dst`` while receiving from ``src`` (both posted first, so rings don't deadlock)."""
+        self.sent[0] += send_buf.nbytes
         self.wait(self.comm.exchange(send_buf, dst, recv_buf, src, self.tag))
 
     def send_whole(self, buf, dst: int) -> None:
@@ -114,6 +119,6 @@ class Channel:
     def sub(self, comm, global_ranks) -> "Channel":
         """A channel over subgroup ``comm`` (whose ranks are ``global_ranks``), same collective and deadline;
         its stall is this collective's, logged once whichever of its channels waits."""
-        ch = Channel(comm, self.name, self.timeout, global_ranks, self.tag, self.spin, self.stall)
+        ch = Channel(comm, self.name, self.timeout, global_ranks, self.tag, self.spin, self.stall, self.sent)
         ch.seq, ch.deadline, ch.logs_for = self.seq, self.deadline, self.logs_for
         return ch

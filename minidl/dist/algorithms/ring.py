@@ -46,7 +46,7 @@ def _steps(ch, buf, op, bounds, steps, segment_bytes) -> None:
     if op is not None:  # receives to reduce: unit i lands in scratch slot i % window
         slot_len = longest // segments + (longest % segments > 0)  # the longest segment
         scratch = ch.comm.scratch(window * slot_len, buf)
-    comm, tag, right, left = ch.comm, ch.tag, (r + 1) % n, (r - 1) % n
+    right, left = (r + 1) % n, (r - 1) % n
 
     def post(i):
         """Unit i's requests, the part of ``buf`` it receives, and where that lands."""
@@ -58,7 +58,7 @@ def _steps(ch, buf, op, bounds, steps, segment_bytes) -> None:
             into = scratch[slot:slot + rb - ra]
         else:
             into = buf[ra:rb]
-        return comm.isend(buf[sa:sb], right, tag), comm.irecv(into, left, tag), buf[ra:rb], into
+        return ch.isend(buf[sa:sb], right), ch.irecv(into, left), buf[ra:rb], into
 
     in_flight = [post(i) for i in range(window)]  # unit i at i % window
     for i in range(units):

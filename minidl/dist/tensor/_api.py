@@ -1,0 +1,302 @@
+"""DTensor: one global tensor held in pieces over a device mesh, with torch.distributed.tensor's API.
+
+Each rank holds its local piece (a plain minidl tensor, where autograd runs); the spec says how the pieces make
+the global tensor. ``redistribute`` moves pieces between placements (``_redistribute.py``), differentiably;
+``from_local``/``to_local`` cross between the two worlds. A gradient reaching a DTensor's local piece lies as
+the DTensor does, except that a Partial one's gradient is Replicate (every part gets the whole gradient);
+``grad_placements`` declares otherwise (a loss computed on local pieces gives Partial gradients).
+Elementwise arithmetic between DTensors of equal placements (and with numbers and 0-d tensors) runs on the
+pieces; the rules of other ops come with part 2.
+"""
+from __future__ import annotations
+
+from ..._tensor import Tensor
+from ...autograd.function import Function
+from ...ops.creation import empty
+from .. import collectives, objects, state as dist_state
+from ..device_mesh import DeviceMesh
+from ._redistribute import redistribute_local
+from ._spec import DTensorSpec, normalized
+from .placement_types import Replicate, Shard
+
+__all__ = ["DTensor", "distribute_tensor"]
+
+
+class DTensor:
+    __slots__ = ("_local_tensor", "_spec")
+
+    def __init__(self, local_tensor: Tensor, spec: DTensorSpec):
+        self._local_tensor, self._spec = local_tensor, spec
+
+    # -- crossing between local and global ---------------------------------------------------------
+    @staticmethod
+    def from_local(local_tensor, device_mesh=None, placements=None, *, run_check=False, shape=None, stride=None,
+                   grad_placements=None) -> "DTensor":
+        """The DTensor whose piece on this rank is ``local_tensor`` (every rank calls it). Its global shape: the
+        pieces' joined shape, assuming every rank's piece is as large as this one's (torch's assumption), or
+        ``shape``. ``run_check`` gathers the pieces' shapes and refuses inconsistent ones, naming them (then
+        uneven shards are measured, not assumed); without it they go unchecked."""
+        mesh = device_mesh or _default_mesh(local_tensor)
+        placements = normalized(placements, mesh, local_tensor.ndim, "DTensor.from_local")
+        if (shape is None) != (stride is None):
+            raise RuntimeError(f"DTensor.from_local: found shape: {shape}, stride: {stride}. Please pass both "
+                               f"shape and stride at the same time.")
+        if run_check:
+            global_shape = _checked_shape(local_tensor, mesh, placements)
+        elif shape is not None:
+            global_shape = tuple(int(s) for s in shape)
+        else:
+            global_shape = list(local_tensor.shape)
+            for d, p in enumerate(placements):
+                if p.is_shard():
+                    global_shape[p.dim] *= mesh.size(d)
+        spec = DTensorSpec(mesh, placements, tuple(global_shape))
+        local = local_tensor
+        if grad_placements is not None:
+            local = _GradAs.apply(local_tensor, spec, normalized(grad_placements, mesh, local_tensor.ndim,
+                                                                 "DTensor.from_local"))
+        return DTensor(local, spec)
+
+    def to_local(self, *, grad_placements=None) -> Tensor:
+        """This rank's piece. ``grad_placements``: how the gradients that will reach the piece lie (Partial for a
+        loss on the pieces): they are redistributed to this DTensor's own on the way back."""
+        if grad_placements is None:
+            return self._local_tensor
+        declared = normalized(grad_placements, self.device_mesh, self.ndim, "DTensor.to_local")
+        return _GradAs.apply(self._local_tensor, self._spec.with_placements(declared), _grad_placements(self._spec))
+
+    def full_tensor(self, *, grad_placements=None) -> Tensor:
+        """The whole global tensor on every rank (gathered, reduced as needed)."""
+        return self.redistribute(placements=(Replicate(),) * self.device_mesh.ndim).to_local(
+            grad_placements=grad_placements)
+
+    def redistribute(self, device_mesh=None, placements=None, *, async_op=False) -> "DTensor":
+        """This tensor at other placements (same mesh), each mesh dimension moved by its collective; its
+        backward moves the gradient back. (The collectives run synchronously: ``async_op`` changes nothing.)"""
+        mesh = device_mesh or self.device_mesh
+        if mesh != self.device_mesh:
+            raise NotImplementedError(f"DTensor.redistribute: moving to another mesh ({mesh}, from "
+                                      f"{self.device_mesh}) is not supported")
+        placements = self.placements if placements is None else normalized(placements, mesh, self.ndim,
+                                                                            "DTensor.redistribute")
+        spec = self._spec.with_placements(placements)
+        return DTensor(redistribute_local(self._local_tensor, self._spec, spec), spec)
+
+    # -- what it is ---------------------------------------------------------------------------------
+    @property
+    def placements(self) -> tuple:
+        return self._spec.placements
+
+    @property
+    def device_mesh(self) -> DeviceMesh:
+        return self._spec.mesh
+
+    @property
+    def shape(self):
+        from ...layout import Size
+        return Size(self._spec.shape)
+
+    def size(self, dim=None):
+        return self.shape if dim is None else self._spec.shape[dim]
+
+    @property
+    def ndim(self) -> int:
+        return len(self._spec.shape)
+
+    def dim(self) -> int:
+        return self.ndim
+
+    def numel(self) -> int:
+        n = 1
+        for s in self._spec.shape:
+            n *= s
+        return n
+
+    @property
+    def dtype(self):
+        return self._local_tensor.dtype
+
+    @property
+    def device(self):
+        return self._local_tensor.device
+
+    @property
+    def requires_grad(self) -> bool:
+        return self._local_tensor.requires_grad
+
+    def requires_grad_(self, requires_grad: bool = True) -> "DTensor":
+        self._local_tensor.requires_grad_(requires_grad)
+        return self
+
+    @property
+    def is_leaf(self) -> bool:
+        return self._local_tensor.is_leaf
+
+    @property
+    def grad(self):
+        """The gradient, a DTensor lying as this one does (Partial as Replicate), or None."""
+        g = self._local_tensor.grad
+        return None if g is None else DTensor(g, self._spec.with_placements(_grad_placements(self._spec)))
+
+    def detach(self) -> "DTensor":
+        return DTensor(self._local_tensor.detach(), self._spec)
+
+    def __repr__(self):
+        return (f"DTensor(local_tensor={self._local_tensor!r}, device_mesh={self.device_mesh!r}, "
+                f"placements={self.placements!r})")
+
+    # -- elementwise arithmetic (part 1) ------------------------------------------------------------
+    def __add__(self, other):
+        return _elementwise("add", lambda a, b: a + b, self, other, linear=True)
+
+    def __radd__(self, other):
+        return _elementwise("add", lambda a, b: b + a, self, other, linear=True)
+
+    def __sub__(self, other):
+        return _elementwise("sub", lambda a, b: a - b, self, other, linear=True)
+
+    def __rsub__(self, other):
+        return _elementwise("sub", lambda a, b: b - a, self, other, linear=True)
+
+    def __mul__(self, other):
+        return _elementwise("mul", lambda a, b: a * b, self, other, scales=True)
+
+    def __rmul__(self, other):
+        return _elementwise("mul", lambda a, b: b * a, self, other, scales=True)
+
+    def __truediv__(self, other):
+        return _elementwise("div", lambda a, b: a / b, self, other, scales=True)
+
+    def __rtruediv__(self, other):
+        return _elementwise("div", lambda a, b: b / a, self, other)
+
+    def __pow__(self, other):
+        return _elementwise("pow", lambda a, b: a ** b, self, other)
+
+    def __neg__(self):
+        return DTensor(-self._local_tensor, self._spec)
+
+
+def _grad_placements(spec) -> tuple:
+    return tuple(Replicate() if p.is_partial() else p for p in spec.placements)
+
+
+class _GradAs(Function):
+    """Identity forward; backward: the gradient, declared to lie as ``declared``, redistributed to ``wanted``."""
+
+    @staticmethod
+    def forward(ctx, local, declared_spec, wanted):
+        ctx.declared, ctx.wanted = declared_spec, wanted
+        return local.view_as(local)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return redistribute_local(grad, ctx.declared, ctx.declared.with_placements(ctx.wanted)), None, None
+
+
+def _elementwise(name, fn, a: DTensor, b, linear=False, scales=False) -> DTensor:
+    """``fn`` on the pieces. ``b``: a DTensor of the same mesh, shape and placements, a number or a 0-d tensor.
+    A Partial piece is first made Replicate unless the op is linear in it: ``linear`` ops between two partial
+    sums, ``scales`` (mul, div) by a number or a plain 0-d tensor."""
+    if isinstance(b, DTensor):
+        if b.device_mesh != a.device_mesh:
+            raise RuntimeError(f"Cannot run minidl.{name} on inputs with different meshes: got {a.device_mesh} "
+                               f"and {b.device_mesh}")
+        if b.placements != a.placements or b._spec.shape != a._spec.shape:
+            raise RuntimeError(
+                f"minidl.{name}: DTensors of shapes {list(a.shape)} and {list(b.shape)} placed "
+                f"{_named(a.placements)} and {_named(b.placements)}: elementwise ops between DTensors need one "
+                f"shape and equal placements here (redistribute one first; per-op rules come later)")
+        keep = linear and all(p.reduce_op in ("sum", "avg") for p in a.placements if p.is_partial())
+        a, b = (a, b) if keep else (_replicated_partials(a), _replicated_partials(b))
+        return DTensor(fn(a._local_tensor, b._local_tensor), a._spec.with_placements(a.placements))
+    if isinstance(b, Tensor) and b.ndim > 0:
+        raise RuntimeError(f"minidl.{name} got mixed minidl.Tensor and DTensor, need to convert all minidl.Tensor "
+                           f"to DTensor before calling distributed operators!")
+    if not isinstance(b, (Tensor, bool, int, float)):
+        return NotImplemented
+    keep = scales and all(p.reduce_op in ("sum", "avg") for p in a.placements if p.is_partial())
+    a = a if keep else _replicated_partials(a)
+    return DTensor(fn(a._local_tensor, b), a._spec)
+
+
+def _replicated_partials(t: DTensor) -> DTensor:
+    if not any(p.is_partial() for p in t.placements):
+        return t
+    return t.redistribute(placements=_grad_placements(t._spec))
+
+
+def _named(placements) -> str:
+    return "[" + ", ".join(str(p) for p in placements) + "]"
+
+
+def _default_mesh(tensor) -> DeviceMesh:
+    """torch's default: a 1-D mesh over the world (its group, no new one), of the tensor's device type."""
+    state = dist_state._state()
+    kind = tensor.device.type if hasattr(tensor, "device") else "cpu"
+    mesh = state.get(("default_mesh", kind))
+    if mesh is None:
+        world = dist_state.resolve(None, "DTensor")
+        mesh = state[("default_mesh", kind)] = DeviceMesh(kind, list(world.ranks), _groups=[world])
+    return mesh
+
+
+def _checked_shape(local, mesh, placements) -> tuple:
+    """The global shape from every rank's piece, gathered along each mesh dimension; a clear error where
+    the pieces cannot make one tensor (a Shard's pieces not ``chunk``'s sizes, other dimensions differing)."""
+    shape = list(local.shape)
+    for d, p in enumerate(placements):
+        group = mesh.get_group(d)
+        seen = [None] * mesh.size(d)
+        objects.all_gather_object(seen, tuple(shape), group=group)
+        others = {tuple(s[:p.dim] + s[p.dim + 1:]) if p.is_shard() else tuple(s) for s in seen}
+        rows = [s[p.dim] for s in seen] if p.is_shard() else None
+        even = rows is None or rows == [Shard.local_shard_size_and_offset(sum(rows), len(rows), r)[0]
+                                        for r in range(len(rows))]
+        if len(others) > 1 or not even:
+            pieces = "; ".join(f"rank {r} has {list(s)}" for r, s in zip(group.ranks, seen))
+            raise ValueError(f"DTensor.from_local(run_check=True): the local tensors along mesh dimension {d} "
+                             f"({p}) cannot make one tensor: {pieces}" + (
+                                 f" (a Shard({p.dim})'s pieces must have chunk's sizes)" if not even else ""))
+        if p.is_shard():
+            shape[p.dim] = sum(rows)
+    for d, p in enumerate(placements):   # (Replicate pieces are made equal: the first rank's, as torch's)
+        if p.is_replicate():
+            collectives.broadcast(local, src=mesh.get_group(d).ranks[0], group=mesh.get_group(d))
+    return tuple(shape)
+
+
+def distribute_tensor(tensor, device_mesh=None, placements=None, *, src_data_rank=0) -> DTensor:
+    """``tensor`` (the whole, on every rank) placed over the mesh: each rank keeps its piece. The data is the
+    one on rank ``src_data_rank`` (broadcast along each mesh dimension first), or each rank's own (None).
+    A Partial placement gives each rank tensor / k (sum) or the tensor (avg, max, min)."""
+    if isinstance(tensor, DTensor):
+        return tensor.redistribute(device_mesh, placements)
+    mesh = device_mesh or _default_mesh(tensor)
+    placements = normalized(placements, mesh, tensor.ndim, "distribute_tensor")
+    whole = tensor.detach()
+    coordinate = mesh.get_coordinate()
+    if coordinate is None:
+        return DTensor(empty(0, dtype=tensor.dtype, device=tensor.device), DTensorSpec(mesh, placements,
+                                                                                        tuple(tensor.shape)))
+    if src_data_rank is not None:
+        whole = whole.contiguous().clone()
+        source = _coordinate_of(mesh, src_data_rank)
+        for d in range(mesh.ndim):
+            group = mesh.get_group(d)
+            collectives.broadcast(whole, src=group.ranks[source[d]], group=group)
+    spec = DTensorSpec(mesh, placements, tuple(tensor.shape))
+    local = redistribute_local(whole, spec.with_placements((Replicate(),) * mesh.ndim),
+                               spec.with_placements(_grad_placements(spec)))
+    for d, p in enumerate(placements):
+        if p.is_partial() and p.reduce_op == "sum":
+            local = local / mesh.size(d)
+    return DTensor(local.detach().requires_grad_(tensor.requires_grad), spec)
+
+
+def _coordinate_of(mesh, rank) -> tuple:
+    import numpy as np
+    found = np.argwhere(mesh._ranks == rank)
+    if not len(found):
+        raise ValueError(f"distribute_tensor: src_data_rank {rank} is not in the mesh {mesh._ranks.tolist()}")
+    return tuple(int(c) for c in found[0])

@@ -1,0 +1,50 @@
+"""What a DTensor is besides its local piece: the mesh, a placement per mesh dimension and the global shape."""
+from __future__ import annotations
+
+import dataclasses
+
+from .placement_types import Placement, Replicate, Shard
+
+
+@dataclasses.dataclass(frozen=True)
+class DTensorSpec:
+    mesh: object            # the DeviceMesh
+    placements: tuple
+    shape: tuple            # the global tensor's
+
+    def with_placements(self, placements) -> "DTensorSpec":
+        return dataclasses.replace(self, placements=tuple(placements))
+
+    def local_shape(self) -> tuple:
+        """This rank's piece: each Shard splits, in mesh-dimension order, what the ones before left of its
+        tensor dimension (``chunk``'s sizes); a rank outside the mesh holds nothing."""
+        coordinate = self.mesh.get_coordinate()
+        if coordinate is None:
+            return (0,) * len(self.shape)
+        shape = list(self.shape)
+        for d, p in enumerate(self.placements):
+            if p.is_shard():
+                shape[p.dim] = Shard.local_shard_size_and_offset(shape[p.dim], self.mesh.size(d), coordinate[d])[0]
+        return tuple(shape)
+
+
+def normalized(placements, mesh, ndim: int, what: str) -> tuple:
+    """``placements`` checked against the mesh and the tensor (torch's messages), shard dims made positive;
+    all Replicate where None."""
+    if placements is None:
+        return (Replicate(),) * mesh.ndim
+    placements = tuple(placements)
+    if len(placements) != mesh.ndim:
+        raise ValueError(f"`placements` must have the same length as `device_mesh.ndim`! Found placements "
+                         f"length: {len(placements)}, and device_mesh.ndim: {mesh.ndim}.")
+    out = []
+    for p in placements:
+        if not isinstance(p, Placement):
+            raise TypeError(f"{what}: placements must be Shard, Replicate or Partial, got {p!r}")
+        if p.is_shard():
+            if not -ndim <= p.dim < max(ndim, 1) or ndim == 0:
+                raise IndexError(f"Dimension out of range (expected to be in range of [{-ndim}, {ndim - 1}], but "
+                                 f"got {p.dim})")
+            p = Shard(p.dim % ndim)
+        out.append(p)
+    return tuple(out)

@@ -1,0 +1,204 @@
+"""DTensor cases shared by the sim tests and the mpiexec script: every transition between placements on a 1-D
+mesh over the world and, on 4 ranks, on a (2, 2) mesh, forward and backward in float64, uneven shards included.
+Failures come back as strings.
+
+The oracles: the whole tensor every rank makes from a seed (numpy); each piece cut from it by ``chunk``'s rule
+(ceil(n / k) rows each, the last pieces shorter or empty), written here from that rule; gradients in closed form
+(the gradient of sum(full * W) is W, whatever the placements on the way); bytes by each algorithm's formula.
+"""
+import itertools
+
+import numpy as np
+
+import minidl
+import minidl.dist as dist
+from minidl.dist import debug
+from minidl.dist.device_mesh import init_device_mesh
+from minidl.dist.tensor import DTensor, Partial, Replicate, Shard, distribute_tensor
+import minidl.dist.tensor as dtensor
+
+SHAPES = [(5, 6), (2, 3)]   # (5 rows on 4 ranks: 2, 2, 1, 0; 2 rows on 4: 1, 1, 0, 0)
+
+
+def whole(shape, seed=0):
+    return np.random.RandomState(seed).randn(*shape)
+
+
+def chunk(a, k, r, axis):
+    """Piece r of k of ``a`` along ``axis``, by chunk's rule."""
+    n = a.shape[axis]
+    step = -(-n // k)
+    index = [slice(None)] * a.ndim
+    index[axis] = slice(min(r * step, n), min((r + 1) * step, n))
+    return a[tuple(index)]
+
+
+def piece(a, mesh, placements):
+    """This rank's piece of ``a``: each Shard cuts, in mesh-dimension order, what the ones before left;
+    Partial(sum) holds a / k (distribute_tensor's split)."""
+    for d, p in enumerate(placements):
+        if p.is_shard():
+            a = chunk(a, mesh.size(d), mesh.get_local_rank(d), p.dim)
+        elif p.is_partial():
+            a = a / mesh.size(d)
+    return a
+
+
+def meshes():
+    n = dist.get_world_size()
+    found = [("1-D", init_device_mesh("cpu", (n,)))]
+    if n == 4:
+        found.append(("2-D", init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp", "tp"))))
+    return found
+
+
+def kinds(ndim):
+    return list(itertools.product([Shard(0), Shard(1), Replicate()], repeat=ndim))
+
+
+def names(placements):
+    return "[" + ", ".join(str(p) for p in placements) + "]"
+
+
+def check(failures, ok, what):
+    if not ok:
+        failures.append(what)
+
+
+def case_distribute(failures, label, mesh):
+    for shape in SHAPES:
+        a = whole(shape)
+        for placements in kinds(mesh.ndim) + [(Partial(),) * mesh.ndim]:
+            d = distribute_tensor(minidl.tensor(a), mesh, placements)
+            check(failures, np.allclose(d.to_local().numpy(), piece(a, mesh, placements), rtol=0, atol=1e-15)
+                  and tuple(d.shape) == shape and d.placements == tuple(placements),
+                  f"{label} distribute_tensor {shape} {names(placements)}: piece {d.to_local().shape}")
+
+
+def case_redistribute(failures, label, mesh):
+    """Every pair of placements: the piece equals the one cut from the whole, the whole comes back, and the
+    gradient of sum(full * W) reaches the input as W, lying as the input does."""
+    for shape in SHAPES:
+        a, w = whole(shape), whole(shape, seed=1)
+        for src, dst in itertools.product(kinds(mesh.ndim), repeat=2):
+            d = distribute_tensor(minidl.tensor(a), mesh, src).requires_grad_()
+            e = d.redistribute(mesh, dst)
+            full = e.full_tensor()
+            (full * minidl.tensor(w)).sum().backward()
+            what = f"{label} {shape} {names(src)} -> {names(dst)}"
+            check(failures, np.array_equal(e.to_local().detach().numpy(), piece(a, mesh, dst)), f"{what}: piece")
+            check(failures, np.array_equal(full.detach().numpy(), a), f"{what}: full_tensor")
+            check(failures, d.grad is not None and d.grad.placements == tuple(src)
+                  and np.allclose(d.grad.full_tensor().numpy(), w, rtol=0, atol=1e-14), f"{what}: gradient")
+
+
+def case_partial(failures, label, mesh):
+    """Pieces summing to the whole (each rank's its own, seeded by rank): to every Shard/Replicate placement;
+    each piece's gradient is the whole gradient (the sum's derivative in each part is 1)."""
+    rank = dist.get_rank()
+    for shape in SHAPES:
+        parts = [whole(shape, seed=10 + r) for r in range(mesh.size())]
+        total, w = sum(parts), whole(shape, seed=1)
+        for dst in kinds(mesh.ndim):
+            mine = minidl.tensor(parts[rank]).requires_grad_()
+            d = DTensor.from_local(mine, mesh, (Partial(),) * mesh.ndim)
+            e = d.redistribute(mesh, dst)
+            (e.full_tensor() * minidl.tensor(w)).sum().backward()
+            what = f"{label} {shape} P(sum) -> {names(dst)}"
+            check(failures, np.allclose(e.to_local().detach().numpy(), piece(total, mesh, dst), rtol=0, atol=1e-13),
+                  f"{what}: piece")
+            check(failures, np.allclose(mine.grad.numpy(), w, rtol=0, atol=1e-14), f"{what}: gradient")
+
+
+def case_grad_placements(failures, label, mesh):
+    """A loss on each rank's own copy (weights W_r differ by rank): declared Partial, the gradients of the
+    copies add up: the input's gradient is sum_r W_r."""
+    rank, n = dist.get_rank(), mesh.size()
+    a = whole((5, 6))
+    weights = [whole((5, 6), seed=20 + r) for r in range(n)]
+    d = distribute_tensor(minidl.tensor(a), mesh, (Shard(0),) + (Replicate(),) * (mesh.ndim - 1)).requires_grad_()
+    local = d.redistribute(mesh, (Replicate(),) * mesh.ndim).to_local(grad_placements=(Partial(),) * mesh.ndim)
+    (local * minidl.tensor(weights[rank])).sum().backward()
+    check(failures, np.allclose(d.grad.full_tensor().numpy(), sum(weights), rtol=0, atol=1e-13),
+          f"{label} to_local(grad_placements=[P]): gradient")
+
+
+def case_elementwise(failures, label, mesh):
+    a, b = whole((5, 6)), whole((5, 6), seed=1) + 3.0
+    for placements in kinds(mesh.ndim):
+        x, y = (distribute_tensor(minidl.tensor(v), mesh, placements) for v in (a, b))
+        for name, got, want in [("a+b", x + y, a + b), ("a-b", x - y, a - b), ("a*b", x * y, a * b),
+                                ("a/b", x / y, a / b), ("2*a", 2 * x, 2 * a), ("1-a", 1 - x, 1 - a),
+                                ("-a", -x, -a), ("a**2", x ** 2, a ** 2), ("a/0-d", x / minidl.tensor(4.0), a / 4)]:
+            check(failures, got.placements == tuple(placements)
+                  and np.allclose(got.full_tensor().numpy(), want, rtol=0, atol=1e-13),
+                  f"{label} {names(placements)} {name}")
+    rank = dist.get_rank()
+    parts = [whole((5, 6), seed=10 + r) for r in range(mesh.size())]
+    others = [whole((5, 6), seed=30 + r) for r in range(mesh.size())]
+    p, q = (DTensor.from_local(minidl.tensor(v[rank]), mesh, (Partial(),) * mesh.ndim) for v in (parts, others))
+    for name, got, want, stays in [("P+P", p + q, sum(parts) + sum(others), True),
+                                   ("P*3", p * 3, 3 * sum(parts), True),
+                                   ("P*P", p * q, sum(parts) * sum(others), False),
+                                   ("P+1", p + 1, sum(parts) + 1, False)]:
+        check(failures, got.placements[0].is_partial() == stays
+              and np.allclose(got.full_tensor().numpy(), want, rtol=0, atol=1e-12), f"{label} {name}")
+
+
+def case_factories(failures, label, mesh):
+    placements = (Shard(0),) + (Replicate(),) * (mesh.ndim - 1)
+    for name, made, want in [("zeros", dtensor.zeros(5, 3, device_mesh=mesh, placements=placements), 0.0),
+                             ("ones", dtensor.ones((5, 3), device_mesh=mesh, placements=placements), 1.0),
+                             ("full", dtensor.full((5, 3), 2.5, device_mesh=mesh, placements=placements), 2.5)]:
+        check(failures, tuple(made.to_local().shape) == piece(np.zeros((5, 3)), mesh, placements).shape
+              and np.array_equal(made.full_tensor().numpy(), np.full((5, 3), want)), f"{label} {name}")
+    r = dtensor.randn(5, 3, device_mesh=mesh, placements=placements, dtype=minidl.float64).full_tensor().numpy()
+    seen = [None] * dist.get_world_size()
+    dist.all_gather_object(seen, r.tolist())
+    check(failures, all(np.array_equal(np.array(s), r) for s in seen), f"{label} randn: one tensor on every rank")
+
+
+def case_bytes(failures, label, mesh):
+    """On a 1-D mesh with the ring algorithm (sim or gloo: MPI's native collectives are not counted): what each
+    transition sends, by formula (float64 rows)."""
+    if label != "1-D" or dist.get_backend() not in ("sim", "gloo") or mesh.get_group().config.algorithm != "ring":
+        return
+    k, me, group = mesh.size(), dist.get_rank(), mesh.get_group()
+    rows, cols = 5, 8
+    a = whole((rows, cols))
+    step = -(-rows // k)
+    held = [min(step, max(rows - r * step, 0)) for r in range(k)]   # rows per rank (chunk's)
+    col_step = -(-cols // k)
+    held_cols = [min(col_step, max(cols - r * col_step, 0)) for r in range(k)]
+    size_check = (k - 1) * 2 * k * 8   # all_to_all's all-gather of every rank's (sent, expected) sizes
+    cases = [
+        ((Shard(0),), (Replicate(),), (k - 1) * step * cols * 8),                 # ring all-gather, padded
+        ((Replicate(),), (Shard(0),), 0),                                           # a local slice
+        ((Shard(0),), (Shard(1),), sum(held[me] * held_cols[r] * 8 for r in range(k) if r != me) + size_check),
+        ((Partial(),), (Shard(0),), (k - 1) * step * cols * 8),                   # ring reduce-scatter, padded
+        ((Partial(),), (Replicate(),), 2 * (k - 1) * rows * cols * 8 // k if rows * cols % k == 0 else None),
+    ]
+    for src, dst, formula in cases:
+        d = (DTensor.from_local(minidl.tensor(a), mesh, src) if src[0].is_partial()
+             else distribute_tensor(minidl.tensor(a), mesh, src))
+        before = debug.sent_bytes(group)
+        d.redistribute(mesh, dst)
+        sent = debug.sent_bytes(group) - before
+        if formula is not None:
+            check(failures, sent == formula, f"bytes {names(src)} -> {names(dst)}: sent {sent}, formula {formula}")
+
+
+CASES = [case_distribute, case_redistribute, case_partial, case_grad_placements, case_elementwise, case_factories,
+         case_bytes]
+
+
+def run_all():
+    """Every case on every mesh: the failures (strings), the same on every rank where the math is."""
+    failures = []
+    for label, mesh in meshes():
+        for case in CASES:
+            try:
+                case(failures, label, mesh)
+            except Exception as e:   # noqa: BLE001 -- a case's error is a failure, named
+                failures.append(f"{label} {case.__name__}: {type(e).__name__}: {e}")
+    return failures

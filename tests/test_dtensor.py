@@ -1,0 +1,152 @@
+"""minidl.dist.device_mesh and minidl.dist.tensor (part 1) on simulated ranks: the shared cases
+(tests/dtensor_cases.py: every transition on 1-D and 2-D meshes, forward and backward, bytes by formula), the
+mesh's answers and groups, torch's placement values and chunk sizes (torch is the oracle), and each bad input's
+error. The same cases run under mpiexec in tests/test_dist_mpi.py."""
+import numpy as np
+import pytest
+
+import minidl
+import minidl.dist as dist
+import dtensor_cases
+from minidl.dist.device_mesh import DeviceMesh, init_device_mesh
+from minidl.dist.tensor import DTensor, Partial, Placement, Replicate, Shard, distribute_tensor
+
+torch = pytest.importorskip("torch")
+
+
+@pytest.mark.parametrize("n, algorithm", [(2, "ring"), (4, "ring"), (4, "auto")])
+def test_every_case(n, algorithm):
+    assert dist.sim.run(n, lambda rank: dtensor_cases.run_all(), algorithm=algorithm) == [[]] * n
+
+
+def test_the_old_import_path_is_the_same_api():
+    import minidl.dist._tensor as old
+    assert old.DTensor is DTensor and old.Shard is Shard and old.distribute_tensor is distribute_tensor
+
+
+# -- the mesh ------------------------------------------------------------------------------------------
+def test_a_mesh_answers_as_torchs_and_its_groups_are_its_rows_and_columns():
+    def fn(rank):
+        mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp", "tp"))
+        found = {}
+        for name in ("dp", "tp"):
+            t = minidl.tensor([float(rank)])
+            dist.all_reduce(t, group=mesh.get_group(name))
+            found[name] = t.item()
+        return (repr(mesh), mesh.shape, mesh.ndim, mesh.size(), mesh.size(1), mesh.get_rank(), mesh.get_coordinate(),
+                mesh.get_local_rank("tp"), mesh.get_local_rank(0), found, mesh["tp"].mesh.tolist(), repr(mesh["dp"]),
+                mesh["dp", "tp"] == mesh, mesh.mesh.tolist())
+    got = dist.sim.run(4, fn)
+    ranks = np.arange(4).reshape(2, 2)
+    for rank, g in enumerate(got):
+        dp, tp = divmod(rank, 2)
+        assert g[:9] == ("DeviceMesh((dp=2, tp=2), 'cpu', stride=(2, 1))", (2, 2), 2, 4, 2, rank, (dp, tp), tp, dp)
+        assert g[9] == {"dp": float(ranks[:, tp].sum()), "tp": float(ranks[dp].sum())}   # numpy: the column, the row
+        assert g[10] == ranks[dp].tolist() and g[11] == "DeviceMesh((dp=2), 'cpu', stride=(1,))"
+        assert g[12] is True and g[13] == ranks.tolist()
+
+
+def test_a_mesh_smaller_than_the_world_leaves_the_rest_out_and_from_group_wraps_a_group():
+    def fn(rank):
+        small = init_device_mesh("cpu", (2,))
+        whole = DeviceMesh.from_group(dist.new_group([0, 1, 2, 3]), "cpu")
+        return small.get_coordinate(), repr(whole), whole.get_local_rank()
+    assert dist.sim.run(4, fn) == [((0,), "DeviceMesh((4,), 'cpu', stride=(1,))", 0),
+                                   ((1,), "DeviceMesh((4,), 'cpu', stride=(1,))", 1),
+                                   (None, "DeviceMesh((4,), 'cpu', stride=(1,))", 2),
+                                   (None, "DeviceMesh((4,), 'cpu', stride=(1,))", 3)]
+
+
+def test_new_subgroups_by_enumeration_makes_disjoint_groups_at_once():
+    def fn(rank):
+        mine, every = dist.new_subgroups_by_enumeration([[0, 2], [1, 3]])
+        t = minidl.tensor([float(rank)])
+        dist.all_reduce(t, group=mine)
+        return t.item(), mine.ranks, sum(g is dist.GroupMember.NON_GROUP_MEMBER for g in every)
+    assert dist.sim.run(4, fn) == [(2.0, [0, 2], 1), (4.0, [1, 3], 1), (2.0, [0, 2], 1), (4.0, [1, 3], 1)]
+    with pytest.raises(ValueError, match=r"overlap \(rank\(s\) \[1\] are in more than one\)"):
+        dist.sim.run(2, lambda rank: dist.new_subgroups_by_enumeration([[0, 1], [1]]))
+
+
+@pytest.mark.parametrize("call, error, message", [
+    (lambda m, m1: m.get_group(), RuntimeError, "Found the DeviceMesh have 2 dimensions. Optional kwarg `mesh_dim` "
+                                                "needs to be specified when device_mesh.ndim > 1."),
+    (lambda m, m1: m["pp"], KeyError, r"Invalid mesh_dim_names \('pp',\) specified. Valid mesh_dim_names are "
+                                      r"\['dp', 'tp'\]."),
+    (lambda m, m1: m["tp", "dp"], KeyError, "Mesh dim indices should be in ascending order."),
+    (lambda m, m1: m.get_group("pp"), KeyError, "Mesh dimension 'pp' does not exist."),
+    (lambda m, m1: m1["x"], RuntimeError, "Cannot slice a DeviceMesh without mesh_dim_names!"),
+    (lambda m, m1: init_device_mesh("cpu", (3, 2)), RuntimeError,
+     "Mesh should not be bigger than default world size 4, but found 6 ranks!"),
+    (lambda m, m1: init_device_mesh("cpu", (2, 2), mesh_dim_names=("a",)), RuntimeError,
+     r"mesh_shape and mesh_dim_names should have same length! Found len\(mesh_dim_names\): 1 and "
+     r"len\(mesh_shape\):2."),
+    (lambda m, m1: init_device_mesh("cpu:0", (4,)), RuntimeError, "Device type with index is not supported"),
+])
+def test_bad_meshes_get_torchs_errors(call, error, message):
+    def fn(rank):
+        call(init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp", "tp")), init_device_mesh("cpu", (4,)))
+    with pytest.raises(error, match=message):
+        dist.sim.run(4, fn)
+
+
+# -- placements -----------------------------------------------------------------------------------------
+def test_placements_are_torchs_values():
+    from torch.distributed import tensor as tt
+    ours = [Shard(0), Shard(1), Replicate(), Partial(), Partial("avg"), Partial("max")]
+    theirs = [tt.Shard(0), tt.Shard(1), tt.Replicate(), tt.Partial(), tt.Partial("avg"), tt.Partial("max")]
+    assert [repr(p) for p in ours] == [repr(p) for p in theirs]
+    assert [str(p) for p in ours] == [str(p) for p in theirs]
+    for (a, ta), (b, tb) in zip(zip(ours, theirs), zip(ours[::-1], theirs[::-1])):
+        assert (a == b) == (ta == tb) and a.is_shard() == ta.is_shard() and a.is_partial() == ta.is_partial()
+    assert all(isinstance(p, Placement) for p in ours) and hash(Shard(0)) == hash(Shard(0))
+    with pytest.raises(AttributeError):
+        Shard(0).dim = 1
+
+
+def test_shard_sizes_follow_torch_chunk():
+    from torch.distributed import tensor as tt
+    for n in range(0, 12):
+        for k in range(1, 6):
+            for r in range(k):
+                assert Shard.local_shard_size_and_offset(n, k, r) == tuple(tt.Shard.local_shard_size_and_offset(n, k, r))
+
+
+# -- bad input ---------------------------------------------------------------------------------------------
+def _on_two(fn):
+    return dist.sim.run(2, fn)
+
+
+@pytest.mark.parametrize("call, error, message", [
+    (lambda m, t: distribute_tensor(t, m, [Shard(0), Shard(1)]), ValueError,
+     r"`placements` must have the same length as `device_mesh.ndim`! Found placements length: 2, and "
+     r"device_mesh.ndim: 1."),
+    (lambda m, t: distribute_tensor(t, m, [Shard(2)]), IndexError,
+     r"Dimension out of range \(expected to be in range of \[-2, 1\], but got 2\)"),
+    (lambda m, t: distribute_tensor(t, m, [Shard(0)]).redistribute(m, [Partial()]), RuntimeError,
+     r"Can not redistribute from S\(0\) to P\(sum\), redistributing to Partial is for internal use only!"),
+    (lambda m, t: distribute_tensor(t, m, [Shard(0)]) + t, RuntimeError,
+     "minidl.add got mixed minidl.Tensor and DTensor, need to convert all minidl.Tensor to DTensor before "
+     "calling distributed operators!"),
+    (lambda m, t: distribute_tensor(t, m, [Shard(0)]) * distribute_tensor(t, m, [Replicate()]), RuntimeError,
+     r"minidl.mul: DTensors of shapes \[4, 2\] and \[4, 2\] placed \[S\(0\)\] and \[R\]"),
+    (lambda m, t: distribute_tensor(t, m) + distribute_tensor(t, init_device_mesh("cpu", (1,))), RuntimeError,
+     "Cannot run minidl.add on inputs with different meshes"),
+    (lambda m, t: DTensor.from_local(t, m, [Shard(0)], shape=(8, 2)), RuntimeError,
+     "Please pass both shape and stride at the same time."),
+    (lambda m, t: DTensor.from_local(t[:3 - 2 * dist.get_rank()], m, [Shard(0)], run_check=True), ValueError,
+     r"the local tensors along mesh dimension 0 \(S\(0\)\) cannot make one tensor: rank 0 has \[3, 2\]; "
+     r"rank 1 has \[1, 2\] \(a Shard\(0\)'s pieces must have chunk's sizes\)"),
+])
+def test_bad_input_is_named(call, error, message):
+    with pytest.raises(error, match=message):
+        _on_two(lambda rank: call(init_device_mesh("cpu", (2,)), minidl.arange(8.0).reshape(4, 2)))
+
+
+def test_from_local_measures_uneven_pieces_with_run_check_and_assumes_even_ones_without():
+    def fn(rank):
+        mesh = init_device_mesh("cpu", (2,))
+        local = minidl.ones(3 - rank, 2)   # chunk's sizes for 5 rows: 3, 2
+        return (tuple(DTensor.from_local(local, mesh, [Shard(0)], run_check=True).shape),
+                tuple(DTensor.from_local(local, mesh, [Shard(0)]).shape))
+    assert _on_two(fn) == [((5, 2), (6, 2)), ((5, 2), (4, 2))]
