@@ -338,29 +338,38 @@ class Tensor(TensorBase):
         return dense_to_sparse(self, sparse_dim)
 
     # -- operators ------------------------------------------------------------------------------
+    # (an operand whose type has ``__minidl_mixed__`` — a DTensor — takes the operator itself: its reflected one)
     def __add__(self, other):
         if type(other) is Tensor:
             return ew.Add.apply(self, other)
         if getattr(other, "is_sparse", False):
             return ew.add(self, other)   # (dense + sparse: add's rule for a sparse operand)
+        if hasattr(type(other), "__minidl_mixed__"):
+            return NotImplemented
         return ew.Add.apply(self, as_operand(other, self))
 
     def __radd__(self, other):
         return ew.Add.apply(as_operand(other, self), self)
 
     def __sub__(self, other):
+        if hasattr(type(other), "__minidl_mixed__"):
+            return NotImplemented
         return ew.Sub.apply(self, other if type(other) is Tensor else as_operand(other, self))
 
     def __rsub__(self, other):
         return ew.Sub.apply(as_operand(other, self), self)
 
     def __mul__(self, other):
+        if hasattr(type(other), "__minidl_mixed__"):
+            return NotImplemented
         return ew.Mul.apply(self, other if type(other) is Tensor else as_operand(other, self, True))
 
     def __rmul__(self, other):
         return ew.Mul.apply(as_operand(other, self, True), self)
 
     def __truediv__(self, other):
+        if hasattr(type(other), "__minidl_mixed__"):
+            return NotImplemented
         return ew.Div.apply(self, other if type(other) is Tensor else as_operand(other, self, True))
 
     def __rtruediv__(self, other):
@@ -386,6 +395,8 @@ class Tensor(TensorBase):
         return ops.pow(other, self)
 
     def __matmul__(self, other):
+        if hasattr(type(other), "__minidl_mixed__"):
+            return NotImplemented
         return ops.matmul(self, other)
 
     def __rmatmul__(self, other):

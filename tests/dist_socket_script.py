@@ -1,7 +1,8 @@
 """Run by tests/test_dist_socket.py as one process per rank of the "gloo" backend (RANK, WORLD_SIZE,
 MINIDL_TEST_STORE: a TCPStore's host:port or a FileStore's file; MINIDL_DIST_HOSTNAME fakes a node). MODE:
 
-suites (comma-joined: cases, ddp, mismatches, pipelining, ps, dcp, bench) as tests/dist_mpi_script.py runs them, printing
+suites (comma-joined: cases, ddp, mismatches, pipelining, ps, dcp, dtensor, bench) as tests/dist_mpi_script.py runs
+them, printing
 "FAIL ..." and "DONE suite rank r: k failures"; bench prints rank 0's loopback round trips.
 fault: MINIDL_FAULT makes rank 1 misbehave; ranks 0 and 1 all-reduce in a group of their own, rank
 2 waits on a receive from rank 0 (it never exchanges with rank 1); each survivor prints
@@ -77,6 +78,11 @@ def dcp():
     return suite(dcp_cases.run_all)
 
 
+def dtensor():
+    import dtensor_cases
+    return suite(lambda rank, size: dtensor_cases.run_all())
+
+
 def bench():
     """Rank 0 and 1 ping-pong 4 KiB and 4 MiB messages (the others wait at the barrier)."""
     init()
@@ -124,7 +130,8 @@ def fault():
         print("NEXT CAUGHT", str(e).replace("\n", " | "), flush=True)
 
 
-SUITES = {"cases": cases, "ddp": ddp, "mismatches": mismatches, "pipelining": pipelining, "ps": ps, "bench": bench, "dcp": dcp}
+SUITES = {"cases": cases, "ddp": ddp, "mismatches": mismatches, "pipelining": pipelining, "ps": ps, "bench": bench,
+          "dcp": dcp, "dtensor": dtensor}
 if mode == "fault":
     fault()
 else:

@@ -129,7 +129,8 @@ def case_elementwise(failures, label, mesh):
         x, y = (distribute_tensor(minidl.tensor(v), mesh, placements) for v in (a, b))
         for name, got, want in [("a+b", x + y, a + b), ("a-b", x - y, a - b), ("a*b", x * y, a * b),
                                 ("a/b", x / y, a / b), ("2*a", 2 * x, 2 * a), ("1-a", 1 - x, 1 - a),
-                                ("-a", -x, -a), ("a**2", x ** 2, a ** 2), ("a/0-d", x / minidl.tensor(4.0), a / 4)]:
+                                ("-a", -x, -a), ("a**2", x ** 2, a ** 2), ("a/0-d", x / minidl.tensor(4.0), a / 4),
+                                ("0-d*a", minidl.tensor(2.0) * x, 2 * a), ("0-d-a", minidl.tensor(1.0) - x, 1 - a)]:
             check(failures, got.placements == tuple(placements)
                   and np.allclose(got.full_tensor().numpy(), want, rtol=0, atol=1e-13),
                   f"{label} {names(placements)} {name}")

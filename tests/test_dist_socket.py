@@ -169,12 +169,14 @@ def test_every_case_on_two_ranks_with_loopback_timings(tmp_path):
 def test_every_case_on_two_nodes_of_two_ranks(tmp_path):
     """Hosts node0 and node1 (MINIDL_DIST_HOSTNAME), joined through one TCPStore on 127.0.0.1 that this
     process serves: the hierarchical all-reduce really runs in two levels (cases runs it on every
-    collective); DDP and the parameter server on the same ranks."""
+    collective); DDP, the parameter server, distributed checkpoints and DTensor's transitions on the same
+    ranks."""
     served = TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)   # (the launcher's: it outlives them)
-    outs, _ = launch(tmp_path, 4, "cases,ddp,ps,dcp", nodes=2, timeout=240, store=f"{served.host}:{served.port}")
+    outs, _ = launch(tmp_path, 4, "cases,ddp,ps,dcp,dtensor", nodes=2, timeout=240,
+                     store=f"{served.host}:{served.port}")
     text = "\n".join(outs)
     assert "FAIL" not in text and "Traceback" not in text, text
-    for suite in ("cases", "ddp", "ps", "dcp"):
+    for suite in ("cases", "ddp", "ps", "dcp", "dtensor"):
         assert all(f"DONE {suite} rank {r}: 0 failures" in text for r in range(4)), text
 
 

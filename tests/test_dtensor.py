@@ -128,6 +128,11 @@ def _on_two(fn):
     (lambda m, t: distribute_tensor(t, m, [Shard(0)]) + t, RuntimeError,
      "minidl.add got mixed minidl.Tensor and DTensor, need to convert all minidl.Tensor to DTensor before "
      "calling distributed operators!"),
+    (lambda m, t: t - distribute_tensor(t, m, [Shard(0)]), RuntimeError,
+     "minidl.sub got mixed minidl.Tensor and DTensor, need to convert all minidl.Tensor to DTensor"),
+    (lambda m, t: minidl.add(t, distribute_tensor(t, m, [Shard(0)])), RuntimeError,
+     "got mixed minidl.Tensor and DTensor, need to convert all minidl.Tensor to DTensor"),
+    (lambda m, t: t @ distribute_tensor(t, m, [Shard(0)]), TypeError, "unsupported operand"),
     (lambda m, t: distribute_tensor(t, m, [Shard(0)]) * distribute_tensor(t, m, [Replicate()]), RuntimeError,
      r"minidl.mul: DTensors of shapes \[4, 2\] and \[4, 2\] placed \[S\(0\)\] and \[R\]"),
     (lambda m, t: distribute_tensor(t, m) + distribute_tensor(t, init_device_mesh("cpu", (1,))), RuntimeError,

@@ -118,6 +118,9 @@ def as_operand(x, like: TensorBase, full_precision: bool = False) -> TensorBase:
     if isinstance(x, TensorBase):
         return x
     if not isinstance(x, (bool, int, float, np.number, np.bool_)):
+        mixed = getattr(type(x), "__minidl_mixed__", None)   # (a DTensor: why it cannot meet a plain tensor)
+        if mixed is not None:
+            raise RuntimeError(mixed)
         raise TypeError(f"unsupported operand type {type(x).__name__}; expected a Tensor or a number")
     device = like._storage.device
     dtype = dt.scalar_dtype(x)

@@ -22,8 +22,13 @@ from .placement_types import Replicate, Shard
 __all__ = ["DTensor", "distribute_tensor"]
 
 
+_MIXED = ("got mixed minidl.Tensor and DTensor, need to convert all minidl.Tensor to DTensor before calling "
+          "distributed operators!")
+
+
 class DTensor:
     __slots__ = ("_local_tensor", "_spec")
+    __minidl_mixed__ = f"minidl op {_MIXED}"   # (a plain tensor's operators leave a DTensor operand to it)
 
     def __init__(self, local_tensor: Tensor, spec: DTensorSpec):
         self._local_tensor, self._spec = local_tensor, spec
@@ -211,8 +216,7 @@ def _elementwise(name, fn, a: DTensor, b, linear=False, scales=False) -> DTensor
         a, b = (a, b) if keep else (_replicated_partials(a), _replicated_partials(b))
         return DTensor(fn(a._local_tensor, b._local_tensor), a._spec.with_placements(a.placements))
     if isinstance(b, Tensor) and b.ndim > 0:
-        raise RuntimeError(f"minidl.{name} got mixed minidl.Tensor and DTensor, need to convert all minidl.Tensor "
-                           f"to DTensor before calling distributed operators!")
+        raise RuntimeError(f"minidl.{name} {_MIXED}")
     if not isinstance(b, (Tensor, bool, int, float)):
         return NotImplemented
     keep = scales and all(p.reduce_op in ("sum", "avg") for p in a.placements if p.is_partial())
