@@ -1,6 +1,7 @@
-"""DTensor cases shared by the sim tests and the mpiexec script: every transition between placements on a 1-D
-mesh over the world and, on 4 ranks, on a (2, 2) mesh, forward and backward in float64, uneven shards included.
-Failures come back as strings.
+"""DTensor cases shared by the sim tests and the mpiexec and gloo scripts: every transition between placements on a
+1-D mesh over the world and, on 4 ranks, on a (2, 2) mesh, forward and backward in float64, uneven shards
+included; elementwise arithmetic, factories, bytes sent, a distributed checkpoint saved and loaded in other
+placements. Failures come back as strings.
 
 The oracles: the whole tensor every rank makes from a seed (numpy); each piece cut from it by ``chunk``'s rule
 (ceil(n / k) rows each, the last pieces shorter or empty), written here from that rule; gradients in closed form
@@ -189,8 +190,28 @@ def case_bytes(failures, label, mesh):
             check(failures, sent == formula, f"bytes {names(src)} -> {names(dst)}: sent {sent}, formula {formula}")
 
 
+def case_checkpoint(failures, label, mesh):
+    """Saved by minidl.dist.checkpoint in one split, loaded in another: the whole comes back."""
+    import shutil
+    import tempfile
+    import minidl.dist.checkpoint as dcp
+    box = [tempfile.mkdtemp(prefix="dtensor_dcp_") if dist.get_rank() == 0 else None]
+    dist.broadcast_object_list(box)
+    a = whole((7, 5))
+    saved = [Shard(0), Shard(1)][:mesh.ndim]
+    loaded = [Replicate(), Shard(0)][-mesh.ndim:]
+    dcp.save({"w": distribute_tensor(minidl.tensor(a), mesh, saved)}, checkpoint_id=box[0])
+    into = distribute_tensor(minidl.zeros(7, 5, dtype=minidl.float64), mesh, loaded)
+    dcp.load({"w": into}, checkpoint_id=box[0])
+    check(failures, np.array_equal(into.full_tensor().numpy(), a), f"{label} checkpoint {names(saved)} -> "
+                                                                   f"{names(loaded)}")
+    dist.barrier()
+    if dist.get_rank() == 0:
+        shutil.rmtree(box[0], ignore_errors=True)
+
+
 CASES = [case_distribute, case_redistribute, case_partial, case_grad_placements, case_elementwise, case_factories,
-         case_bytes]
+         case_bytes, case_checkpoint]
 
 
 def run_all():

@@ -146,6 +146,15 @@ class DTensor:
     def detach(self) -> "DTensor":
         return DTensor(self._local_tensor.detach(), self._spec)
 
+    def __dcp_slices__(self):
+        """(global shape, [(offsets, piece)]) for minidl.dist.checkpoint: the box this rank holds (a replica where
+        other ranks hold the same box; a partial sum has no box until it is reduced)."""
+        if any(p.is_partial() for p in self.placements):
+            raise ValueError(f"minidl.dist.checkpoint: a DTensor placed {_named(self.placements)} holds partial "
+                             f"values; redistribute it to Shard/Replicate placements before saving")
+        shape, offsets = self._spec.local_box()
+        return self._spec.shape, [(offsets, self._local_tensor)]
+
     def __repr__(self):
         return (f"DTensor(local_tensor={self._local_tensor!r}, device_mesh={self.device_mesh!r}, "
                 f"placements={self.placements!r})")

@@ -16,16 +16,21 @@ class DTensorSpec:
         return dataclasses.replace(self, placements=tuple(placements))
 
     def local_shape(self) -> tuple:
-        """This rank's piece: each Shard splits, in mesh-dimension order, what the ones before left of its
-        tensor dimension (``chunk``'s sizes); a rank outside the mesh holds nothing."""
+        return self.local_box()[0]
+
+    def local_box(self) -> tuple:
+        """(shape, offsets) of this rank's piece in the global tensor: each Shard splits, in mesh-dimension
+        order, what the ones before left of its tensor dimension (``chunk``'s sizes); a rank outside the mesh
+        holds nothing."""
         coordinate = self.mesh.get_coordinate()
         if coordinate is None:
-            return (0,) * len(self.shape)
-        shape = list(self.shape)
+            return (0,) * len(self.shape), (0,) * len(self.shape)
+        shape, offsets = list(self.shape), [0] * len(self.shape)
         for d, p in enumerate(self.placements):
             if p.is_shard():
-                shape[p.dim] = Shard.local_shard_size_and_offset(shape[p.dim], self.mesh.size(d), coordinate[d])[0]
-        return tuple(shape)
+                size, start = Shard.local_shard_size_and_offset(shape[p.dim], self.mesh.size(d), coordinate[d])
+                shape[p.dim], offsets[p.dim] = size, offsets[p.dim] + start
+        return tuple(shape), tuple(offsets)
 
 
 def normalized(placements, mesh, ndim: int, what: str) -> tuple:
