@@ -155,3 +155,60 @@ def test_from_local_measures_uneven_pieces_with_run_check_and_assumes_even_ones_
         return (tuple(DTensor.from_local(local, mesh, [Shard(0)], run_check=True).shape),
                 tuple(DTensor.from_local(local, mesh, [Shard(0)]).shape))
     assert _on_two(fn) == [((5, 2), (6, 2)), ((5, 2), (4, 2))]
+
+
+# -- distribute_module -------------------------------------------------------------------------------------
+class _Scale(minidl.nn.Module):
+    """out = x * s + b, b placed as s first (part 1's DTensor ops are elementwise between equal placements)."""
+
+    def __init__(self, n):
+        super().__init__()
+        self.s = minidl.nn.Parameter(minidl.randn(4, n, dtype=minidl.float64))
+        self.b = minidl.nn.Parameter(minidl.randn(4, n, dtype=minidl.float64))
+        self.register_buffer("seen", minidl.zeros(1))
+
+
+def _forward(self, x):
+    return x * self.s + self.b.redistribute(self.s.device_mesh, self.s.placements)
+
+
+_Scale.forward = _forward
+
+
+def test_distribute_module_places_parameters_and_runs_hooks_around_forward():
+    """partition_fn shards s by rows; b, left alone, and the buffer are replicated from rank 0 (each rank
+    starts from its own random values); input_fn makes the input a DTensor like s, output_fn the whole output.
+    The output and the gradients equal numpy's on rank 0's values."""
+    from minidl.dist.tensor import distribute_module
+    x = np.arange(20.0).reshape(4, 5)
+
+    def fn(rank):
+        minidl.manual_seed(rank)   # (different values on every rank: distribution takes rank 0's)
+        mesh = init_device_mesh("cpu", (2,))
+        model = _Scale(5)
+        start = [model.s.detach().numpy().copy(), model.b.detach().numpy().copy()]
+        starts = [None, None]
+        dist.all_gather_object(starts, start)
+
+        def partition(name, module, device_mesh):
+            if name == "":
+                module.register_parameter("s", minidl.nn.Parameter(distribute_tensor(module.s, device_mesh,
+                                                                                        [Shard(0)])))
+
+        model = distribute_module(model, mesh, partition,
+                                  input_fn=lambda m, inputs, mesh: (distribute_tensor(inputs[0], mesh, [Shard(0)]),),
+                                  output_fn=lambda m, out, mesh: out.full_tensor())
+        b = model.b
+        out = model(minidl.tensor(x))
+        (out * out).sum().backward()
+        with pytest.raises(RuntimeError, match="distribute_module should only be called once"):
+            distribute_module(model, mesh)
+        return (out.detach().numpy(), starts[0], model.s.grad.full_tensor().numpy(), b.grad.full_tensor().numpy(),
+                [type(p).__name__ for p in model.parameters()], all(isinstance(p, minidl.nn.Parameter)
+                                                                    for p in model.parameters()),
+                model.s.placements, b.placements, model.seen.placements)
+    for out, (s, b), grad_s, grad_b, kinds, params, ps, pb, pbuf in dist.sim.run(2, fn):
+        assert np.allclose(out, x * s + b, rtol=0, atol=1e-12)
+        assert np.allclose(grad_s, 2 * out * x, rtol=0, atol=1e-12) and np.allclose(grad_b, 2 * out, rtol=0,
+                                                                                     atol=1e-12)
+        assert params and ps == (Shard(0),) and pb == (Replicate(),) and pbuf == (Replicate(),)

@@ -5,14 +5,25 @@ import minidl
 from minidl import Tensor
 
 
-class Parameter(Tensor):
-    """``Parameter(data, requires_grad=True)``: shares ``data``'s memory, is a leaf, requires grad."""
+class _ParameterMeta(type):
+    """``isinstance(x, Parameter)`` holds too for a parameter of another tensor type, which marks itself
+    ``_is_param`` (a DTensor made a parameter), as torch's."""
+
+    def __instancecheck__(cls, instance):
+        return super().__instancecheck__(instance) or (cls is Parameter and getattr(instance, "_is_param", False))
+
+
+class Parameter(Tensor, metaclass=_ParameterMeta):
+    """``Parameter(data, requires_grad=True)``: shares ``data``'s memory, is a leaf, requires grad. A ``data``
+    of another tensor type that knows how (``__minidl_parameter__``: a DTensor) makes its own parameter."""
 
     __slots__ = ()
 
     def __new__(cls, data=None, requires_grad=True):
         if data is None:
             data = minidl.empty(0)
+        elif not isinstance(data, Tensor) and hasattr(type(data), "__minidl_parameter__"):
+            return data.__minidl_parameter__(requires_grad)
         # a fresh leaf over data's memory (every field set by the core), retagged as a Parameter:
         # Parameter adds no slots, so the object layouts agree
         p = data.detach()

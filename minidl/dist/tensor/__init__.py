@@ -13,10 +13,11 @@ from __future__ import annotations
 from ... import _layouts
 from ...ops import creation
 from ._api import DTensor, distribute_tensor
+from ._module import distribute_module
 from ._spec import DTensorSpec, normalized
 from .placement_types import Partial, Placement, Replicate, Shard
 
-__all__ = ["DTensor", "distribute_tensor", "Shard", "Replicate", "Partial", "Placement", "ones", "empty",
+__all__ = ["DTensor", "distribute_tensor", "distribute_module", "Shard", "Replicate", "Partial", "Placement", "ones", "empty",
            "full", "rand", "randn", "zeros"]
 
 

@@ -143,6 +143,19 @@ class DTensor:
         g = self._local_tensor.grad
         return None if g is None else DTensor(g, self._spec.with_placements(_grad_placements(self._spec)))
 
+    @grad.setter
+    def grad(self, value):
+        self._local_tensor.grad = None if value is None else value.to_local()
+
+    @property
+    def grad_fn(self):
+        return self._local_tensor.grad_fn
+
+    def __minidl_parameter__(self, requires_grad: bool) -> "DTensor":
+        """``nn.Parameter(dtensor)``: a DTensor whose piece is a Parameter, which modules hold as one."""
+        from ...nn.parameter import Parameter
+        return _DTensorParameter(Parameter(self._local_tensor, requires_grad), self._spec)
+
     def detach(self) -> "DTensor":
         return DTensor(self._local_tensor.detach(), self._spec)
 
@@ -189,6 +202,16 @@ class DTensor:
 
     def __neg__(self):
         return DTensor(-self._local_tensor, self._spec)
+
+
+class _DTensorParameter(DTensor):
+    """A DTensor a module holds as a parameter (``isinstance(p, nn.Parameter)`` holds: ``_is_param``)."""
+
+    __slots__ = ()
+    _is_param = True
+
+    def __repr__(self):
+        return "Parameter containing:\n" + super().__repr__()
 
 
 def _grad_placements(spec) -> tuple:
