@@ -111,6 +111,35 @@ def case_partial(failures, label, mesh):
             check(failures, np.allclose(mine.grad.numpy(), w, rtol=0, atol=1e-14), f"{what}: gradient")
 
 
+def case_partial_on_one_mesh_dim(failures, label, mesh):
+    """On a 2-D mesh, a sum over one mesh dimension while the other shards or replicates: parts (one per
+    coordinate of the partial dimension) summing to the whole, to every Shard/Replicate placement; each piece's
+    gradient is the whole gradient's box (the sum's derivative in each part is 1)."""
+    if mesh.ndim != 2:
+        return
+    for shape in SHAPES:
+        w = whole(shape, seed=1)
+        for p_dim in (0, 1):
+            parts = [whole(shape, seed=40 + c) for c in range(mesh.size(p_dim))]
+            total = sum(parts)
+            for other in (Shard(0), Shard(1), Replicate()):
+                src = (Partial(), other) if p_dim == 0 else (other, Partial())
+                as_replica = tuple(Replicate() if p.is_partial() else p for p in src)
+                mine = piece(parts[mesh.get_local_rank(p_dim)], mesh, as_replica)
+                local = minidl.tensor(np.ascontiguousarray(mine)).requires_grad_()
+                strides = tuple(int(np.prod(shape[i + 1:])) for i in range(len(shape)))
+                d = DTensor.from_local(local, mesh, src, shape=shape, stride=strides)
+                for dst in kinds(2):
+                    e = d.redistribute(mesh, dst)
+                    (e.full_tensor() * minidl.tensor(w)).sum().backward()
+                    what = f"{label} {shape} {names(src)} -> {names(dst)}"
+                    check(failures, np.allclose(e.to_local().detach().numpy(), piece(total, mesh, dst), rtol=0,
+                                                atol=1e-13), f"{what}: piece")
+                    check(failures, np.allclose(local.grad.numpy(), piece(w, mesh, as_replica), rtol=0, atol=1e-14),
+                          f"{what}: gradient")
+                    local.grad = None
+
+
 def case_grad_placements(failures, label, mesh):
     """A loss on each rank's own copy (weights W_r differ by rank): declared Partial, the gradients of the
     copies add up: the input's gradient is sum_r W_r."""
@@ -210,8 +239,8 @@ def case_checkpoint(failures, label, mesh):
         shutil.rmtree(box[0], ignore_errors=True)
 
 
-CASES = [case_distribute, case_redistribute, case_partial, case_grad_placements, case_elementwise, case_factories,
-         case_bytes, case_checkpoint]
+CASES = [case_distribute, case_redistribute, case_partial, case_partial_on_one_mesh_dim, case_grad_placements,
+         case_elementwise, case_factories, case_bytes, case_checkpoint]
 
 
 def run_all():
