@@ -219,6 +219,22 @@ def case_bytes(failures, label, mesh):
             check(failures, sent == formula, f"bytes {names(src)} -> {names(dst)}: sent {sent}, formula {formula}")
 
 
+def case_bytes_2d(failures, label, mesh):
+    """[P, S(0)] -> [R, R] on a (2, 2) mesh with the ring algorithm: the partial sum is reduced on the half
+    each rank holds (ring all-reduce: 2 (k - 1) / k of it), then the halves gathered ((k - 1) halves): N float64
+    in all, where gathering first would send 1.5 N."""
+    if label != "2-D" or dist.get_backend() not in ("sim", "gloo") or mesh.get_group(0).config.algorithm != "ring":
+        return
+    rows, cols = 4, 6
+    half = rows // 2 * cols * 8
+    d = DTensor.from_local(minidl.tensor(whole((rows // 2, cols))), mesh, (Partial(), Shard(0)))
+    before = [debug.sent_bytes(mesh.get_group(m)) for m in (0, 1)]
+    d.redistribute(mesh, (Replicate(), Replicate()))
+    sent = sum(debug.sent_bytes(mesh.get_group(m)) for m in (0, 1)) - sum(before)
+    formula = 2 * (2 - 1) * half // 2 + (2 - 1) * half
+    check(failures, sent == formula, f"bytes [P(sum), S(0)] -> [R, R]: sent {sent}, formula {formula}")
+
+
 def case_checkpoint(failures, label, mesh):
     """Saved by minidl.dist.checkpoint in one split, loaded in another: the whole comes back."""
     import shutil
@@ -240,7 +256,7 @@ def case_checkpoint(failures, label, mesh):
 
 
 CASES = [case_distribute, case_redistribute, case_partial, case_partial_on_one_mesh_dim, case_grad_placements,
-         case_elementwise, case_factories, case_bytes, case_checkpoint]
+         case_elementwise, case_factories, case_bytes, case_bytes_2d, case_checkpoint]
 
 
 def run_all():
