@@ -109,7 +109,8 @@ def test_shard_sizes_follow_torch_chunk():
     for n in range(0, 12):
         for k in range(1, 6):
             for r in range(k):
-                assert Shard.local_shard_size_and_offset(n, k, r) == tuple(tt.Shard.local_shard_size_and_offset(n, k, r))
+                theirs = tt.Shard.local_shard_size_and_offset(n, k, r)
+                assert Shard.local_shard_size_and_offset(n, k, r) == tuple(theirs)
 
 
 # -- bad input ---------------------------------------------------------------------------------------------

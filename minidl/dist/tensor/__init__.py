@@ -17,15 +17,20 @@ from ._module import distribute_module
 from ._spec import DTensorSpec, normalized
 from .placement_types import Partial, Placement, Replicate, Shard
 
-__all__ = ["DTensor", "distribute_tensor", "distribute_module", "Shard", "Replicate", "Partial", "Placement", "ones", "empty",
-           "full", "rand", "randn", "zeros"]
+__all__ = ["DTensor", "distribute_tensor", "distribute_module", "Shard", "Replicate", "Partial", "Placement",
+           "ones", "empty", "full", "rand", "randn", "zeros"]
+
+
+def _shape_and_mesh(size, device_mesh) -> tuple:
+    """(the shape ``size`` gives, as ``zeros(2, 3)`` or ``zeros((2, 3))``; the mesh, or the default one)."""
+    from ._api import _default_mesh
+    shape = tuple(size[0]) if len(size) == 1 and isinstance(size[0], (tuple, list)) else tuple(size)
+    return tuple(int(s) for s in shape), device_mesh or _default_mesh(None)
 
 
 def _made(fill, size, dtype, requires_grad, device_mesh, placements, what) -> DTensor:
-    from ._api import _default_mesh
-    shape = tuple(size[0]) if len(size) == 1 and isinstance(size[0], (tuple, list)) else tuple(size)
-    mesh = device_mesh or _default_mesh(None)
-    spec = DTensorSpec(mesh, normalized(placements, mesh, len(shape), what), tuple(int(s) for s in shape))
+    shape, mesh = _shape_and_mesh(size, device_mesh)
+    spec = DTensorSpec(mesh, normalized(placements, mesh, len(shape), what), shape)
     local = fill(spec.local_shape(), dtype=dtype, device=mesh.device_type)
     return DTensor(local.requires_grad_(requires_grad), spec)
 
@@ -49,9 +54,7 @@ def full(size, fill_value, *, dtype=None, layout=_layouts.strided, requires_grad
 
 
 def _random(draw, size, requires_grad, dtype, device_mesh, placements, what) -> DTensor:
-    from ._api import _default_mesh
-    shape = tuple(size[0]) if len(size) == 1 and isinstance(size[0], (tuple, list)) else tuple(size)
-    mesh = device_mesh or _default_mesh(None)
+    shape, mesh = _shape_and_mesh(size, device_mesh)
     whole = draw(*shape, dtype=dtype, device=mesh.device_type)
     source = int(mesh._ranks.ravel()[0])
     made = distribute_tensor(whole, mesh, normalized(placements, mesh, len(shape), what), src_data_rank=source)
