@@ -352,25 +352,31 @@ class Tensor(TensorBase):
         return ew.Add.apply(as_operand(other, self), self)
 
     def __sub__(self, other):
+        if type(other) is Tensor:
+            return ew.Sub.apply(self, other)
         if hasattr(type(other), "__minidl_mixed__"):
             return NotImplemented
-        return ew.Sub.apply(self, other if type(other) is Tensor else as_operand(other, self))
+        return ew.Sub.apply(self, as_operand(other, self))
 
     def __rsub__(self, other):
         return ew.Sub.apply(as_operand(other, self), self)
 
     def __mul__(self, other):
+        if type(other) is Tensor:
+            return ew.Mul.apply(self, other)
         if hasattr(type(other), "__minidl_mixed__"):
             return NotImplemented
-        return ew.Mul.apply(self, other if type(other) is Tensor else as_operand(other, self, True))
+        return ew.Mul.apply(self, as_operand(other, self, True))
 
     def __rmul__(self, other):
         return ew.Mul.apply(as_operand(other, self, True), self)
 
     def __truediv__(self, other):
+        if type(other) is Tensor:
+            return ew.Div.apply(self, other)
         if hasattr(type(other), "__minidl_mixed__"):
             return NotImplemented
-        return ew.Div.apply(self, other if type(other) is Tensor else as_operand(other, self, True))
+        return ew.Div.apply(self, as_operand(other, self, True))
 
     def __rtruediv__(self, other):
         """``other / self`` as PyTorch defines it: ``self.reciprocal() * other`` (one more rounding)."""
@@ -395,7 +401,7 @@ class Tensor(TensorBase):
         return ops.pow(other, self)
 
     def __matmul__(self, other):
-        if hasattr(type(other), "__minidl_mixed__"):
+        if type(other) is not Tensor and hasattr(type(other), "__minidl_mixed__"):
             return NotImplemented
         return ops.matmul(self, other)
 
