@@ -111,10 +111,15 @@ def case_partial(failures, label, mesh):
             check(failures, np.allclose(mine.grad.numpy(), w, rtol=0, atol=1e-14), f"{what}: gradient")
 
 
+def replicas(placements):
+    return tuple(Replicate() if p.is_partial() else p for p in placements)
+
+
 def case_partial_on_one_mesh_dim(failures, label, mesh):
     """On a 2-D mesh, a sum over one mesh dimension while the other shards or replicates: parts (one per
-    coordinate of the partial dimension) summing to the whole, to every Shard/Replicate placement; each piece's
-    gradient is the whole gradient's box (the sum's derivative in each part is 1)."""
+    coordinate of the partial dimension) summing to the whole, to every Shard/Replicate placement and to those
+    that keep the sum while the other dimension moves; each piece's gradient is the whole gradient's box (the
+    sum's derivative in each part is 1)."""
     if mesh.ndim != 2:
         return
     for shape in SHAPES:
@@ -124,17 +129,20 @@ def case_partial_on_one_mesh_dim(failures, label, mesh):
             total = sum(parts)
             for other in (Shard(0), Shard(1), Replicate()):
                 src = (Partial(), other) if p_dim == 0 else (other, Partial())
-                as_replica = tuple(Replicate() if p.is_partial() else p for p in src)
+                as_replica = replicas(src)
                 mine = piece(parts[mesh.get_local_rank(p_dim)], mesh, as_replica)
                 local = minidl.tensor(np.ascontiguousarray(mine)).requires_grad_()
                 strides = tuple(int(np.prod(shape[i + 1:])) for i in range(len(shape)))
                 d = DTensor.from_local(local, mesh, src, shape=shape, stride=strides)
-                for dst in kinds(2):
+                kept = [(Partial(), x) if p_dim == 0 else (x, Partial()) for x in (Shard(0), Shard(1), Replicate())]
+                for dst in kinds(2) + kept:
                     e = d.redistribute(mesh, dst)
                     (e.full_tensor() * minidl.tensor(w)).sum().backward()
                     what = f"{label} {shape} {names(src)} -> {names(dst)}"
-                    check(failures, np.allclose(e.to_local().detach().numpy(), piece(total, mesh, dst), rtol=0,
-                                                atol=1e-13), f"{what}: piece")
+                    want = (piece(parts[mesh.get_local_rank(p_dim)], mesh, replicas(dst)) if dst in kept
+                            else piece(total, mesh, dst))
+                    check(failures, np.allclose(e.to_local().detach().numpy(), want, rtol=0, atol=1e-13),
+                          f"{what}: piece")
                     check(failures, np.allclose(local.grad.numpy(), piece(w, mesh, as_replica), rtol=0, atol=1e-14),
                           f"{what}: gradient")
                     local.grad = None
@@ -151,6 +159,11 @@ def case_grad_placements(failures, label, mesh):
     (local * minidl.tensor(weights[rank])).sum().backward()
     check(failures, np.allclose(d.grad.full_tensor().numpy(), sum(weights), rtol=0, atol=1e-13),
           f"{label} to_local(grad_placements=[P]): gradient")
+    # a partial sum whose DTensor's gradient is declared Replicate: each part gets the whole gradient once
+    part = minidl.ones(3, dtype=minidl.float64).requires_grad_()
+    declared = DTensor.from_local(part, mesh, (Partial(),) * mesh.ndim, grad_placements=(Replicate(),) * mesh.ndim)
+    declared.full_tensor().sum().backward()
+    check(failures, np.array_equal(part.grad.numpy(), np.ones(3)), f"{label} from_local(P, grad_placements=[R])")
 
 
 def case_elementwise(failures, label, mesh):

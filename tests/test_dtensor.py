@@ -133,7 +133,16 @@ def _on_two(fn):
      "minidl.sub got mixed minidl.Tensor and DTensor, need to convert all minidl.Tensor to DTensor"),
     (lambda m, t: minidl.add(t, distribute_tensor(t, m, [Shard(0)])), RuntimeError,
      "got mixed minidl.Tensor and DTensor, need to convert all minidl.Tensor to DTensor"),
-    (lambda m, t: t @ distribute_tensor(t, m, [Shard(0)]), TypeError, "unsupported operand"),
+    (lambda m, t: t.t() @ distribute_tensor(t, m, [Shard(0)]), RuntimeError,
+     "minidl.matmul got mixed minidl.Tensor and DTensor"),
+    (lambda m, t: minidl.matmul(distribute_tensor(t, m, [Shard(0)]), t.t()), TypeError,
+     "a minidl op got a DTensor where it needs a minidl.Tensor"),
+    (lambda m, t: distribute_tensor(t, m, [Shard(0)]).redistribute(m), RuntimeError,
+     "placements is needed for redistribute!"),
+    (lambda m, t: distribute_tensor(distribute_tensor(t, m, [Shard(0)]), m, [Replicate()]), ValueError,
+     r"Cannot distribute a DTensor with placements \(Shard\(dim=0\),\) to a different placements"),
+    (lambda m, t: distribute_tensor(t, m, [Shard(0)], src_data_rank=2), ValueError,
+     r"src_data_rank 2 is not a rank of mesh dimension 0 \(of size 2\)"),
     (lambda m, t: distribute_tensor(t, m, [Shard(0)]) * distribute_tensor(t, m, [Replicate()]), RuntimeError,
      r"minidl.mul: DTensors of shapes \[4, 2\] and \[4, 2\] placed \[S\(0\)\] and \[R\]"),
     (lambda m, t: distribute_tensor(t, m) + distribute_tensor(t, init_device_mesh("cpu", (1,))), RuntimeError,
@@ -213,3 +222,38 @@ def test_distribute_module_places_parameters_and_runs_hooks_around_forward():
         assert np.allclose(grad_s, 2 * out * x, rtol=0, atol=1e-12) and np.allclose(grad_b, 2 * out, rtol=0,
                                                                                      atol=1e-12)
         assert params and ps == (Shard(0),) and pb == (Replicate(),) and pbuf == (Replicate(),)
+
+
+def test_run_check_joins_nested_shards_from_the_last_mesh_dimension():
+    """6 rows at [S(0), S(0)] on (2, 2): 3 and 3 by the first mesh dimension, then 2 and 1 of each."""
+    def fn(rank):
+        mesh = init_device_mesh("cpu", (2, 2))
+        rows = [2, 1][mesh.get_local_rank(1)]
+        return tuple(DTensor.from_local(minidl.ones(rows, 2), mesh, [Shard(0), Shard(0)], run_check=True).shape)
+    assert dist.sim.run(4, fn) == [(6, 2)] * 4
+
+
+def test_src_data_rank_is_a_group_rank_of_every_mesh_dimension_and_sub_meshes_work():
+    """Each rank offers its own data; src_data_rank=1 takes group rank 1 of each mesh dimension: coordinate
+    (1, 1), rank 3. On a sub-mesh (mesh["tp"]) the default 0 is the row's first rank."""
+    def fn(rank):
+        mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp", "tp"))
+        mine = minidl.full((4, 2), float(rank), dtype=minidl.float64)
+        whole = distribute_tensor(mine, mesh, [Shard(0), Replicate()], src_data_rank=1).full_tensor()
+        row = distribute_tensor(mine, mesh["tp"], [Shard(0)]).full_tensor()
+        return whole.numpy()[0, 0], row.numpy()[0, 0]
+    assert dist.sim.run(4, fn) == [(3.0, 0.0), (3.0, 0.0), (3.0, 2.0), (3.0, 2.0)]
+
+
+def test_ranks_outside_a_smaller_mesh_hold_nothing_and_take_no_part():
+    def fn(rank):
+        mesh = init_device_mesh("cpu", (2,))
+        d = distribute_tensor(minidl.arange(8.0).reshape(4, 2), mesh, [Shard(0)])
+        return tuple(d.full_tensor().shape), tuple(d.redistribute(mesh, [Replicate()]).to_local().shape)
+    assert dist.sim.run(4, fn) == [((4, 2), (4, 2))] * 2 + [((0,), (0,))] * 2
+
+
+def test_a_mixed_partial_list_is_refused_as_torch_refuses_it():
+    with pytest.raises(ValueError, match="Mixed Partial reduce types are not supported in the same placement list"):
+        dist.sim.run(4, lambda rank: DTensor.from_local(
+            minidl.ones(2), init_device_mesh("cpu", (2, 2)), [Partial("max"), Partial("sum")]))

@@ -81,7 +81,11 @@ class DeviceMesh:
 
     def get_local_rank(self, mesh_dim=None) -> int:
         """This rank's coordinate along ``mesh_dim`` (its rank in that dimension's group)."""
-        return self._coordinate[self._dim(mesh_dim, "get_local_rank")]
+        dim = self._dim(mesh_dim, "get_local_rank")
+        if self._coordinate is None:
+            raise RuntimeError(f"DeviceMesh.get_local_rank: rank {self.get_rank()} is not in the mesh "
+                               f"{self._ranks.tolist()}")
+        return self._coordinate[dim]
 
     def get_group(self, mesh_dim=None):
         """The process group along ``mesh_dim`` (a name or an index; may be left out on a 1-D mesh)."""

@@ -10,7 +10,9 @@ class _ParameterMeta(type):
     ``_is_param`` (a DTensor made a parameter), as torch's."""
 
     def __instancecheck__(cls, instance):
-        return super().__instancecheck__(instance) or (cls is Parameter and getattr(instance, "_is_param", False))
+        kind = type(instance)
+        return (kind is cls or type.__instancecheck__(cls, instance)
+                or (cls is Parameter and "_is_param" in kind.__dict__))
 
 
 class Parameter(Tensor, metaclass=_ParameterMeta):

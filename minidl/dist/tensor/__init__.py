@@ -6,7 +6,7 @@
 
 Placements (``placement_types.py``), the spec of a global tensor (``_spec.py``), the collectives each
 transition picks (``_redistribute.py``) and the DTensor itself (``_api.py``). Factories make each rank's piece
-only (rand and randn make the whole on mesh rank 0 and distribute it, so every placement shows one tensor).
+only (rand and randn draw the whole and distribute the first mesh rank's, so every placement shows one tensor).
 """
 from __future__ import annotations
 
@@ -56,8 +56,7 @@ def full(size, fill_value, *, dtype=None, layout=_layouts.strided, requires_grad
 def _random(draw, size, requires_grad, dtype, device_mesh, placements, what) -> DTensor:
     shape, mesh = _shape_and_mesh(size, device_mesh)
     whole = draw(*shape, dtype=dtype, device=mesh.device_type)
-    source = int(mesh._ranks.ravel()[0])
-    made = distribute_tensor(whole, mesh, normalized(placements, mesh, len(shape), what), src_data_rank=source)
+    made = distribute_tensor(whole, mesh, normalized(placements, mesh, len(shape), what), src_data_rank=0)
     return made.requires_grad_(requires_grad)
 
 

@@ -15,9 +15,9 @@ from ...autograd.function import Function
 from ...ops.creation import empty
 from .. import collectives, objects, state as dist_state
 from ..device_mesh import DeviceMesh
-from ._redistribute import redistribute_local
+from ._redistribute import redistribute_local, replicated_partials
 from ._spec import DTensorSpec, normalized
-from .placement_types import Replicate, Shard
+from .placement_types import Partial, Replicate, Shard
 
 __all__ = ["DTensor", "distribute_tensor"]
 
@@ -43,10 +43,11 @@ class DTensor:
         uneven shards are measured, not assumed); without it they go unchecked."""
         mesh = device_mesh or _default_mesh(local_tensor)
         placements = normalized(placements, mesh, local_tensor.ndim, "DTensor.from_local")
+        _one_partial_kind(placements)
         if (shape is None) != (stride is None):
             raise RuntimeError(f"DTensor.from_local: found shape: {shape}, stride: {stride}. Please pass both "
                                f"shape and stride at the same time.")
-        if run_check:
+        if run_check and mesh.get_coordinate() is not None:
             global_shape = _checked_shape(local_tensor, mesh, placements)
         elif shape is not None:
             global_shape = tuple(int(s) for s in shape)
@@ -58,8 +59,8 @@ class DTensor:
         spec = DTensorSpec(mesh, placements, tuple(global_shape))
         local = local_tensor
         if grad_placements is not None:
-            local = _GradAs.apply(local_tensor, spec, normalized(grad_placements, mesh, local_tensor.ndim,
-                                                                 "DTensor.from_local"))
+            declared = normalized(grad_placements, mesh, local_tensor.ndim, "DTensor.from_local")
+            local = _GradAs.apply(local_tensor, spec.with_placements(declared), replicated_partials(placements))
         return DTensor(local, spec)
 
     def to_local(self, *, grad_placements=None) -> Tensor:
@@ -68,24 +69,30 @@ class DTensor:
         if grad_placements is None:
             return self._local_tensor
         declared = normalized(grad_placements, self.device_mesh, self.ndim, "DTensor.to_local")
-        return _GradAs.apply(self._local_tensor, self._spec.with_placements(declared), _grad_placements(self._spec))
+        return _GradAs.apply(self._local_tensor, self._spec.with_placements(declared),
+                             replicated_partials(self.placements))
 
     def full_tensor(self, *, grad_placements=None) -> Tensor:
         """The whole global tensor on every rank (gathered, reduced as needed)."""
         return self.redistribute(placements=(Replicate(),) * self.device_mesh.ndim).to_local(
             grad_placements=grad_placements)
 
-    def redistribute(self, device_mesh=None, placements=None, *, async_op=False) -> "DTensor":
+    def redistribute(self, device_mesh=None, placements=None, *, async_op=False, forward_dtype=None,
+                     backward_dtype=None) -> "DTensor":
         """This tensor at other placements (same mesh), each mesh dimension moved by its collective; its
-        backward moves the gradient back. (The collectives run synchronously: ``async_op`` changes nothing.)"""
+        backward moves the gradient back. The pieces travel in ``forward_dtype`` (the gradients in
+        ``backward_dtype``) where given. (The collectives run synchronously: ``async_op`` changes nothing.)"""
         mesh = device_mesh or self.device_mesh
         if mesh != self.device_mesh:
             raise NotImplementedError(f"DTensor.redistribute: moving to another mesh ({mesh}, from "
                                       f"{self.device_mesh}) is not supported")
-        placements = self.placements if placements is None else normalized(placements, mesh, self.ndim,
-                                                                            "DTensor.redistribute")
+        if placements is None:
+            raise RuntimeError("placements is needed for redistribute!")
+        placements = normalized(placements, mesh, self.ndim, "DTensor.redistribute")
+        _one_partial_kind(placements)
         spec = self._spec.with_placements(placements)
-        return DTensor(redistribute_local(self._local_tensor, self._spec, spec), spec)
+        local = self._local_tensor if forward_dtype is None else self._local_tensor.to(forward_dtype)
+        return DTensor(redistribute_local(local, self._spec, spec, backward_dtype), spec)
 
     # -- what it is ---------------------------------------------------------------------------------
     @property
@@ -141,7 +148,7 @@ class DTensor:
     def grad(self):
         """The gradient, a DTensor lying as this one does (Partial as Replicate), or None."""
         g = self._local_tensor.grad
-        return None if g is None else DTensor(g, self._spec.with_placements(_grad_placements(self._spec)))
+        return None if g is None else DTensor(g, self._spec.with_placements(replicated_partials(self.placements)))
 
     @grad.setter
     def grad(self, value):
@@ -200,8 +207,42 @@ class DTensor:
     def __pow__(self, other):
         return _elementwise("pow", lambda a, b: a ** b, self, other)
 
+    def __rpow__(self, other):
+        return _elementwise("pow", lambda a, b: b ** a, self, other)
+
     def __neg__(self):
         return DTensor(-self._local_tensor, self._spec)
+
+    def __matmul__(self, other):
+        return _not_yet("matmul", other)
+
+    def __rmatmul__(self, other):
+        return _not_yet("matmul", other)
+
+    def __getattr__(self, name):
+        """A plain tensor's insides asked of a DTensor: an op that has no DTensor rule was given one."""
+        if name in _TENSOR_INSIDES:
+            raise TypeError("a minidl op got a DTensor where it needs a minidl.Tensor: DTensors take part only in "
+                            "redistribution and elementwise arithmetic so far (the other ops' rules come later); "
+                            "use .to_local() or .full_tensor() for a plain tensor")
+        raise AttributeError(f"'{type(self).__name__}' object has no attribute '{name}'")
+
+
+_TENSOR_INSIDES = frozenset(("_storage", "_layout", "_base", "_wrapped_number", "_history_version"))
+
+
+def _not_yet(name, other):
+    if isinstance(other, Tensor) and other.ndim > 0:
+        raise RuntimeError(f"minidl.{name} {_MIXED}")
+    raise TypeError(f"minidl.{name} of DTensors has no rule yet (only redistribution and elementwise arithmetic "
+                    f"run on DTensors so far); use .to_local() or .full_tensor()")
+
+
+def _one_partial_kind(placements) -> None:
+    kinds = {p.reduce_op for p in placements if p.is_partial()}
+    if len(kinds) > 1 and kinds != {"sum", "avg"}:
+        raise ValueError(f"Mixed Partial reduce types are not supported in the same placement list. Found reduce "
+                         f"ops: {kinds}. Please ensure all Partial placements use the same reduce operation.")
 
 
 class _DTensorParameter(DTensor):
@@ -212,10 +253,6 @@ class _DTensorParameter(DTensor):
 
     def __repr__(self):
         return "Parameter containing:\n" + super().__repr__()
-
-
-def _grad_placements(spec) -> tuple:
-    return tuple(Replicate() if p.is_partial() else p for p in spec.placements)
 
 
 class _GradAs(Function):
@@ -244,14 +281,14 @@ def _elementwise(name, fn, a: DTensor, b, linear=False, scales=False) -> DTensor
                 f"minidl.{name}: DTensors of shapes {list(a.shape)} and {list(b.shape)} placed "
                 f"{_named(a.placements)} and {_named(b.placements)}: elementwise ops between DTensors need one "
                 f"shape and equal placements here (redistribute one first; per-op rules come later)")
-        keep = linear and all(p.reduce_op in ("sum", "avg") for p in a.placements if p.is_partial())
+        keep = linear and all(p.reduce_op in Partial.LINEAR_REDUCE_OPS for p in a.placements if p.is_partial())
         a, b = (a, b) if keep else (_replicated_partials(a), _replicated_partials(b))
         return DTensor(fn(a._local_tensor, b._local_tensor), a._spec.with_placements(a.placements))
     if isinstance(b, Tensor) and b.ndim > 0:
         raise RuntimeError(f"minidl.{name} {_MIXED}")
     if not isinstance(b, (Tensor, bool, int, float)):
         return NotImplemented
-    keep = scales and all(p.reduce_op in ("sum", "avg") for p in a.placements if p.is_partial())
+    keep = scales and all(p.reduce_op in Partial.LINEAR_REDUCE_OPS for p in a.placements if p.is_partial())
     a = a if keep else _replicated_partials(a)
     return DTensor(fn(a._local_tensor, b), a._spec)
 
@@ -259,7 +296,7 @@ def _elementwise(name, fn, a: DTensor, b, linear=False, scales=False) -> DTensor
 def _replicated_partials(t: DTensor) -> DTensor:
     if not any(p.is_partial() for p in t.placements):
         return t
-    return t.redistribute(placements=_grad_placements(t._spec))
+    return t.redistribute(placements=replicated_partials(t.placements))
 
 
 def _named(placements) -> str:
@@ -281,7 +318,7 @@ def _checked_shape(local, mesh, placements) -> tuple:
     """The global shape from every rank's piece, gathered along each mesh dimension; a clear error where
     the pieces cannot make one tensor (a Shard's pieces not ``chunk``'s sizes, other dimensions differing)."""
     shape = list(local.shape)
-    for d, p in enumerate(placements):
+    for d, p in reversed(list(enumerate(placements))):   # (nested shards join from the last mesh dimension)
         group = mesh.get_group(d)
         seen = [None] * mesh.size(d)
         objects.all_gather_object(seen, tuple(shape), group=group)
@@ -304,35 +341,34 @@ def _checked_shape(local, mesh, placements) -> tuple:
 
 def distribute_tensor(tensor, device_mesh=None, placements=None, *, src_data_rank=0) -> DTensor:
     """``tensor`` (the whole, on every rank) placed over the mesh: each rank keeps its piece. The data is the
-    one on rank ``src_data_rank`` (broadcast along each mesh dimension first), or each rank's own (None).
-    A Partial placement gives each rank tensor / k (sum) or the tensor (avg, max, min)."""
-    if isinstance(tensor, DTensor):
-        return tensor.redistribute(device_mesh, placements)
+    one on group rank ``src_data_rank`` of each mesh dimension (broadcast along each in turn, as torch's), or
+    each rank's own (None). A Partial placement gives each rank tensor / k (sum) or the tensor (avg, max, min)."""
     mesh = device_mesh or _default_mesh(tensor)
     placements = normalized(placements, mesh, tensor.ndim, "distribute_tensor")
+    _one_partial_kind(placements)
+    if isinstance(tensor, DTensor):
+        if tensor.device_mesh != mesh:
+            raise ValueError(f"Cannot distribute a DTensor with device mesh {tensor.device_mesh} to a different "
+                             f"device mesh {mesh}.")
+        if tensor.placements != placements:
+            raise ValueError(f"Cannot distribute a DTensor with placements {tensor.placements} to a different "
+                             f"placements {placements}. do you want to call `redistribute` instead?")
+        return tensor
+    spec = DTensorSpec(mesh, placements, tuple(tensor.shape))
+    if mesh.get_coordinate() is None:
+        return DTensor(empty(0, dtype=tensor.dtype, device=tensor.device), spec)
     whole = tensor.detach()
-    coordinate = mesh.get_coordinate()
-    if coordinate is None:
-        return DTensor(empty(0, dtype=tensor.dtype, device=tensor.device), DTensorSpec(mesh, placements,
-                                                                                        tuple(tensor.shape)))
     if src_data_rank is not None:
         whole = whole.contiguous().clone()
-        source = _coordinate_of(mesh, src_data_rank)
         for d in range(mesh.ndim):
+            if not 0 <= src_data_rank < mesh.size(d):
+                raise ValueError(f"distribute_tensor: src_data_rank {src_data_rank} is not a rank of mesh "
+                                 f"dimension {d} (of size {mesh.size(d)})")
             group = mesh.get_group(d)
-            collectives.broadcast(whole, src=group.ranks[source[d]], group=group)
-    spec = DTensorSpec(mesh, placements, tuple(tensor.shape))
+            collectives.broadcast(whole, src=group.ranks[src_data_rank], group=group)
     local = redistribute_local(whole, spec.with_placements((Replicate(),) * mesh.ndim),
-                               spec.with_placements(_grad_placements(spec)))
+                               spec.with_placements(replicated_partials(placements)))
     for d, p in enumerate(placements):
         if p.is_partial() and p.reduce_op == "sum":
             local = local / mesh.size(d)
     return DTensor(local.detach().requires_grad_(tensor.requires_grad), spec)
-
-
-def _coordinate_of(mesh, rank) -> tuple:
-    import numpy as np
-    found = np.argwhere(mesh._ranks == rank)
-    if not len(found):
-        raise ValueError(f"distribute_tensor: src_data_rank {rank} is not in the mesh {mesh._ranks.tolist()}")
-    return tuple(int(c) for c in found[0])

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import inspect
+import warnings
 
 from ...nn.parameter import Parameter
 from ._api import DTensor, _default_mesh, distribute_tensor
@@ -16,22 +17,34 @@ def distribute_module(module, device_mesh=None, partition_fn=None, input_fn=None
     if getattr(module, "_distribute_module_applied", False):
         raise RuntimeError("distribute_module should only be called once on a module, but it has already been "
                            "called on this module!")
+    before, after = _hook(input_fn, "input_fn"), _hook(output_fn, "output_fn")   # (checked before any change)
     first = next(iter(module.parameters()), None)
     mesh = device_mesh or _default_mesh(None if first is None else first)
     for name, submodule in module.named_modules():
         if partition_fn is not None:
             partition_fn(name, submodule, mesh)
         _replicate_the_rest(submodule, mesh)
-    for fn, what in ((input_fn, "input_fn"), (output_fn, "output_fn")):
-        if fn is not None and len(inspect.signature(fn).parameters) != 3:
-            raise ValueError(f"{what} should take in 3 arguments, but got "
-                             f"{len(inspect.signature(fn).parameters)} arguments!")
-    if input_fn is not None:
-        module.register_forward_pre_hook(lambda m, inputs: input_fn(m, inputs, mesh))
-    if output_fn is not None:
-        module.register_forward_hook(lambda m, inputs, outputs: output_fn(m, outputs, mesh))
+    if before is not None:
+        module.register_forward_pre_hook(lambda m, inputs: before(m, inputs, mesh))
+    if after is not None:
+        module.register_forward_hook(lambda m, inputs, outputs: after(m, outputs, mesh))
     module._distribute_module_applied = True
     return module
+
+
+def _hook(fn, what):
+    """``fn`` as (module, value, device_mesh) -> value; torch's deprecated (value, device_mesh) form still works,
+    with its FutureWarning."""
+    if fn is None:
+        return None
+    count = len(inspect.signature(fn).parameters)
+    if count == 2:
+        warnings.warn(f"Deprecating {what} that takes two arguments (inputs, device_mesh), please use {what} that "
+                      f"takes in (module, inputs, device_mesh) instead!", FutureWarning, stacklevel=3)
+        return lambda module, value, mesh: fn(value, mesh)
+    if count != 3:
+        raise ValueError(f"{what} should take in 3 arguments, but got {count} arguments!")
+    return fn
 
 
 def _replicate_the_rest(submodule, mesh) -> None:

@@ -85,8 +85,8 @@ def _alone(cur, dst, d, i, j) -> bool:
 
 
 # -- the steps, on local tensors ----------------------------------------------------------------------
-def run(local, steps, spec_src, spec_dst):
-    """``local`` (a plain tensor, no autograd) moved through ``steps``; the specs give the global shape and
+def run(local, steps, spec_src):
+    """``local`` (a plain tensor, no autograd) moved through ``steps``; the spec gives the global shape and
     the mesh (each step's group and this rank's coordinate)."""
     mesh, shape = spec_src.mesh, spec_src.shape
     placements = list(spec_src.placements)
@@ -173,25 +173,32 @@ def _all_to_all(local, i, j, n_i, n_j, k, me, group):
     return cat(outs, i)
 
 
+def replicated_partials(placements) -> tuple:
+    """``placements`` with Partial ones Replicate: how a gradient lies (each part gets the whole gradient)."""
+    return tuple(Replicate() if p.is_partial() else p for p in placements)
+
+
 class Redistribute(Function):
-    """A plan run on the local tensor; backward: the gradient redistributed back (to ``spec_src``'s
-    placements, Partial ones as Replicate)."""
+    """A plan run on the local tensor; backward: the gradient, which lies as the output does but Replicate where
+    it is Partial, redistributed back to the input's placements (Partial ones Replicate too), in
+    ``backward_dtype`` if given."""
 
     @staticmethod
-    def forward(ctx, local, spec_src, spec_dst):
-        ctx.spec_src, ctx.spec_dst = spec_src, spec_dst
-        return run(local, plan(spec_src.placements, spec_dst.placements), spec_src, spec_dst)
+    def forward(ctx, local, spec_src, spec_dst, backward_dtype=None):
+        ctx.spec_src, ctx.spec_dst, ctx.backward_dtype = spec_src, spec_dst, backward_dtype
+        return run(local, plan(spec_src.placements, spec_dst.placements), spec_src)
 
     @staticmethod
     def backward(ctx, grad):
-        back = ctx.spec_src.with_placements(tuple(Replicate() if p.is_partial() else p
-                                                  for p in ctx.spec_src.placements))
-        return Redistribute.apply(grad, ctx.spec_dst, back), None, None
+        arrived = ctx.spec_dst.with_placements(replicated_partials(ctx.spec_dst.placements))
+        wanted = ctx.spec_src.with_placements(replicated_partials(ctx.spec_src.placements))
+        moving = grad if ctx.backward_dtype is None else grad.to(ctx.backward_dtype)
+        return redistribute_local(moving, arrived, wanted).to(grad.dtype), None, None, None
 
 
-def redistribute_local(local, spec_src, spec_dst):
-    """``local`` moved from ``spec_src`` to ``spec_dst``, differentiably; itself where nothing moves."""
-    if tuple(spec_src.placements) == tuple(spec_dst.placements):
+def redistribute_local(local, spec_src, spec_dst, backward_dtype=None):
+    """``local`` moved from ``spec_src`` to ``spec_dst``, differentiably; itself where nothing moves or where
+    this rank is outside the mesh (it holds no piece and takes part in no collective)."""
+    if tuple(spec_src.placements) == tuple(spec_dst.placements) or spec_src.mesh.get_coordinate() is None:
         return local
-    return Redistribute.apply(local, spec_src, spec_dst)
-
+    return Redistribute.apply(local, spec_src, spec_dst, backward_dtype)

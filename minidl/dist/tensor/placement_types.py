@@ -39,7 +39,7 @@ class Placement:
 class Shard(Placement):
     __slots__ = ("_dim",)
 
-    def __init__(self, dim: int = 0):
+    def __init__(self, dim: int):
         object.__setattr__(self, "_dim", int(dim))
 
     @property
