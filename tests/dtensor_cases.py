@@ -164,6 +164,13 @@ def case_grad_placements(failures, label, mesh):
     declared = DTensor.from_local(part, mesh, (Partial(),) * mesh.ndim, grad_placements=(Replicate(),) * mesh.ndim)
     declared.full_tensor().sum().backward()
     check(failures, np.array_equal(part.grad.numpy(), np.ones(3)), f"{label} from_local(P, grad_placements=[R])")
+    # grad_placements is where the piece's gradient goes (torch's): Partial(sum) splits the whole gradient, 1/k each
+    for src in (Replicate(), Partial()):
+        piece_ = minidl.ones(3, dtype=minidl.float64).requires_grad_()
+        DTensor.from_local(piece_, mesh, (src,) * mesh.ndim, grad_placements=(Partial(),) * mesh.ndim
+                           ).full_tensor().sum().backward()
+        check(failures, np.allclose(piece_.grad.numpy(), np.full(3, 1 / mesh.size()), rtol=0, atol=1e-15),
+              f"{label} from_local({src}, grad_placements=[P]): {piece_.grad.numpy()}")
 
 
 def case_elementwise(failures, label, mesh):

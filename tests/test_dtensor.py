@@ -249,8 +249,10 @@ def test_ranks_outside_a_smaller_mesh_hold_nothing_and_take_no_part():
     def fn(rank):
         mesh = init_device_mesh("cpu", (2,))
         d = distribute_tensor(minidl.arange(8.0).reshape(4, 2), mesh, [Shard(0)])
-        return tuple(d.full_tensor().shape), tuple(d.redistribute(mesh, [Replicate()]).to_local().shape)
-    assert dist.sim.run(4, fn) == [((4, 2), (4, 2))] * 2 + [((0,), (0,))] * 2
+        e = DTensor.from_local(minidl.ones(2, 2), mesh, [Shard(0)])
+        return (tuple(d.full_tensor().shape), tuple(d.redistribute(mesh, [Replicate()]).to_local().shape),
+                tuple((d + e).to_local().shape))
+    assert dist.sim.run(4, fn) == [((4, 2), (4, 2), (2, 2))] * 2 + [((0,), (0,), (0,))] * 2
 
 
 def test_a_mixed_partial_list_is_refused_as_torch_refuses_it():

@@ -57,10 +57,12 @@ class DTensor:
                 if p.is_shard():
                     global_shape[p.dim] *= mesh.size(d)
         spec = DTensorSpec(mesh, placements, tuple(global_shape))
+        if mesh.get_coordinate() is None:   # (a rank outside the mesh holds nothing, as torch's)
+            return DTensor(empty(0, dtype=local_tensor.dtype, device=local_tensor.device), spec)
         local = local_tensor
-        if grad_placements is not None:
-            declared = normalized(grad_placements, mesh, local_tensor.ndim, "DTensor.from_local")
-            local = _GradAs.apply(local_tensor, spec.with_placements(declared), replicated_partials(placements))
+        if grad_placements is not None:   # (the gradient reaching the piece is moved there: torch's direction)
+            wanted = normalized(grad_placements, mesh, local_tensor.ndim, "DTensor.from_local")
+            local = _GradAs.apply(local_tensor, spec.with_placements(replicated_partials(placements)), wanted)
         return DTensor(local, spec)
 
     def to_local(self, *, grad_placements=None) -> Tensor:
@@ -91,7 +93,10 @@ class DTensor:
         placements = normalized(placements, mesh, self.ndim, "DTensor.redistribute")
         _one_partial_kind(placements)
         spec = self._spec.with_placements(placements)
-        local = self._local_tensor if forward_dtype is None else self._local_tensor.to(forward_dtype)
+        local = self._local_tensor
+        if forward_dtype is not None:   # (the gradient goes back in the input's dtype unless told otherwise)
+            backward_dtype = backward_dtype or local.dtype
+            local = local.to(forward_dtype)
         return DTensor(redistribute_local(local, self._spec, spec, backward_dtype), spec)
 
     # -- what it is ---------------------------------------------------------------------------------
@@ -220,7 +225,9 @@ class DTensor:
         return _not_yet("matmul", other)
 
     def __getattr__(self, name):
-        """A plain tensor's insides asked of a DTensor: an op that has no DTensor rule was given one."""
+        """A plain tensor's insides asked of a DTensor: an op that has no DTensor rule was given one. (A
+        TypeError, not an AttributeError, even under hasattr/getattr with a default: minidl's ops test for a
+        tensor that way, and would otherwise fail later with a stranger error.)"""
         if name in _TENSOR_INSIDES:
             raise TypeError("a minidl op got a DTensor where it needs a minidl.Tensor: DTensors take part only in "
                             "redistribution and elementwise arithmetic so far (the other ops' rules come later); "
@@ -256,7 +263,9 @@ class _DTensorParameter(DTensor):
 
 
 class _GradAs(Function):
-    """Identity forward; backward: the gradient, declared to lie as ``declared``, redistributed to ``wanted``."""
+    """Identity forward; backward: the gradient, which lies as ``declared``, redistributed to ``wanted``. A
+    Partial wanted where the gradient is whole is a split of it (torch's internal R -> P): for a sum each rank
+    keeps 1/k of it, for avg, max and min the whole."""
 
     @staticmethod
     def forward(ctx, local, declared_spec, wanted):
@@ -265,7 +274,13 @@ class _GradAs(Function):
 
     @staticmethod
     def backward(ctx, grad):
-        return redistribute_local(grad, ctx.declared, ctx.declared.with_placements(ctx.wanted)), None, None
+        spec = ctx.declared
+        moved = redistribute_local(grad, spec, spec.with_placements(replicated_partials(ctx.wanted)))
+        if spec.mesh.get_coordinate() is not None:
+            for d, p in enumerate(ctx.wanted):
+                if p.is_partial() and p.reduce_op == "sum" and not spec.placements[d].is_partial():
+                    moved = moved / spec.mesh.size(d)
+        return moved, None, None
 
 
 def _elementwise(name, fn, a: DTensor, b, linear=False, scales=False) -> DTensor:
