@@ -219,10 +219,18 @@ class DTensor:
         return DTensor(-self._local_tensor, self._spec)
 
     def __matmul__(self, other):
-        return _not_yet("matmul", other)
+        from ...ops.linalg import matmul
+        return matmul(self, other)
 
     def __rmatmul__(self, other):
-        return _not_yet("matmul", other)
+        from ...ops.linalg import matmul
+        return matmul(other, self)
+
+    @classmethod
+    def __minidl_function__(cls, name, fn, args, kwargs):
+        """An op given DTensors: run by its sharding rule (``_dispatch.py``)."""
+        from ._dispatch import dispatch
+        return dispatch(name, fn, args, kwargs)
 
     def __getattr__(self, name):
         """A plain tensor's insides asked of a DTensor: an op that has no DTensor rule was given one. (A
@@ -236,13 +244,6 @@ class DTensor:
 
 
 _TENSOR_INSIDES = frozenset(("_storage", "_layout", "_base", "_wrapped_number", "_history_version"))
-
-
-def _not_yet(name, other):
-    if isinstance(other, Tensor) and other.ndim > 0:
-        raise RuntimeError(f"minidl.{name} {_MIXED}")
-    raise TypeError(f"minidl.{name} of DTensors has no rule yet (only redistribution and elementwise arithmetic "
-                    f"run on DTensors so far); use .to_local() or .full_tensor()")
 
 
 def _one_partial_kind(placements) -> None:

@@ -1,0 +1,72 @@
+"""DTensor's side of minidl's ops (``ops.overrides``): an op called with DTensors runs by its sharding rule, the
+registry's "sharding" rule of that op. The rule says which placements the op needs of its DTensor inputs and
+how its output lies; the inputs are redistributed to those (differentiably), the op runs on the pieces (where
+autograd runs, so parameters' gradients lie as they should), and the output is wrapped. An op without a rule
+refuses, naming the op and the placements: never a silent gather.
+
+A rule: ``rule(args, kwargs) -> (wanted, placements, shape)``: the placements each DTensor argument must have (in
+the order ``dtensors`` finds them), and the output's placements and global shape.
+"""
+from __future__ import annotations
+
+from ..._tensor import Tensor
+from ...ops.registry import OPS
+from ._redistribute import redistribute_local
+from ._spec import DTensorSpec
+from .placement_types import Partial
+
+
+def dtensors(args, kwargs) -> list:
+    """The DTensor arguments, in order (one level into lists and tuples)."""
+    from ._api import DTensor
+    found = []
+    for value in (*args, *kwargs.values()):
+        for item in (value if isinstance(value, (list, tuple)) else (value,)):
+            if isinstance(item, DTensor):
+                found.append(item)
+    return found
+
+
+def dispatch(name, fn, args, kwargs):
+    from ._api import _MIXED, DTensor, _named
+    inputs = dtensors(args, kwargs)
+    meshes = {d.device_mesh for d in inputs}
+    if len(meshes) > 1:
+        raise RuntimeError(f"Cannot run minidl.{name} on inputs with different meshes: got "
+                           f"{' and '.join(str(m) for m in meshes)}")
+    for value in (*args, *kwargs.values()):
+        for item in (value if isinstance(value, (list, tuple)) else (value,)):
+            if isinstance(item, Tensor) and item.ndim > 0:
+                raise RuntimeError(f"minidl.{name} {_MIXED}")
+    rule = OPS[name].rules.get("sharding")
+    if rule is None:
+        raise NotImplementedError(f"minidl.{name} has no sharding rule for DTensors (inputs placed "
+                                  f"{', '.join(_named(d.placements) for d in inputs)}); redistribute to Replicate and "
+                                  f"call it on .to_local(), or give the op a rule")
+    wanted, placements, shape = rule(args, kwargs)
+    locals_ = iter([_gradient_lies(redistribute_local(d._local_tensor, d._spec, d._spec.with_placements(w)),
+                                   d._spec.with_placements(w), placements) for d, w in zip(inputs, wanted)])
+
+    def local(value):
+        if isinstance(value, DTensor):
+            return next(locals_)
+        if isinstance(value, (list, tuple)):
+            return type(value)(local(item) for item in value)
+        return value
+    out = fn(*[local(a) for a in args], **{k: local(v) for k, v in kwargs.items()})
+    return DTensor(out, DTensorSpec(inputs[0].device_mesh, tuple(placements), tuple(shape)))
+
+
+def _gradient_lies(local, spec, out_placements):
+    """``local`` (an input's piece, at the placements the rule wanted) with its gradient made to lie as the
+    input does. The op's backward on pieces gives, on a mesh dimension where the input was whole (Replicate) but
+    the output is split (Shard) or a partial sum, only this rank's share of the input's gradient: a partial sum,
+    reduced on the way back; elsewhere the piece's gradient is already right."""
+    from ._api import _GradAs
+    from ._redistribute import replicated_partials
+    lies = tuple(Partial() if p.is_replicate() and not q.is_replicate() else p
+                 for p, q in zip(replicated_partials(spec.placements), out_placements))
+    wanted = replicated_partials(spec.placements)
+    if lies == wanted or not local.requires_grad:
+        return local
+    return _GradAs.apply(local, spec.with_placements(lies), wanted)
