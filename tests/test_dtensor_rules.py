@@ -52,3 +52,59 @@ def test_the_rule_moves_nothing_where_the_shards_line_up():
             out.append((str(c.placements[0]), debug.sent_bytes(mesh.get_group()) - before))
         return out
     assert dist.sim.run(2, fn)[0] == [("S(0)", 0), ("S(1)", 0), ("P(sum)", 0)]
+
+
+def _elementwise_everywhere(rank):
+    """add, mul, div, sub, maximum, exp, neg, lt on DTensors of every placement, broadcasting a row and a column
+    against a (5, 6) matrix, and on partial sums; against the op on the whole tensors (numpy), with gradients."""
+    failures = []
+    mesh = init_device_mesh("cpu", (2, 2)) if dist.get_world_size() == 4 else init_device_mesh("cpu", (2,))
+    x, row, col = A, np.random.RandomState(3).randn(6) + 3, np.random.RandomState(4).randn(5, 1) + 3
+    kinds = list(itertools.product([Shard(0), Shard(1), Replicate()], repeat=mesh.ndim))
+    binary = [("add", minidl.add, np.add), ("mul", minidl.mul, np.multiply), ("div", minidl.div, np.divide),
+              ("sub", minidl.sub, np.subtract), ("maximum", minidl.maximum, np.maximum)]
+    for other in (x + 1, row, col):
+        for pa, pb in itertools.product(kinds, repeat=2):
+            pb = tuple(Replicate() if p.is_shard() and p.dim >= other.ndim else p for p in pb)
+            for name, op, ref in binary:
+                a = distribute_tensor(minidl.tensor(x), mesh, pa).requires_grad_()
+                b = distribute_tensor(minidl.tensor(other), mesh, pb).requires_grad_()
+                c = op(a, b)
+                (c.full_tensor() * minidl.tensor(W[:, :1] * np.ones((5, 6)))).sum().backward()
+                whole_a = minidl.tensor(x).requires_grad_()
+                whole_b = minidl.tensor(other).requires_grad_()
+                (op(whole_a, whole_b) * minidl.tensor(W[:, :1] * np.ones((5, 6)))).sum().backward()
+                if not (np.allclose(c.full_tensor().detach().numpy(), ref(x, other), rtol=0, atol=1e-12)
+                        and np.allclose(a.grad.full_tensor().numpy(), whole_a.grad.numpy(), rtol=0, atol=1e-12)
+                        and np.allclose(b.grad.full_tensor().numpy(), whole_b.grad.numpy(), rtol=0, atol=1e-12)):
+                    failures.append(f"{name} {[str(p) for p in pa]} {[str(p) for p in pb]} {other.shape}")
+    for pa in kinds:
+        a = distribute_tensor(minidl.tensor(x), mesh, pa)
+        for name, got, want in (("exp", minidl.exp(a), np.exp(x)), ("neg", minidl.neg(a), -x),
+                                ("lt", minidl.lt(a, 0.5), x < 0.5)):
+            if not np.array_equal(got.full_tensor().numpy(), want) and not np.allclose(got.full_tensor().numpy(),
+                                                                                      want, rtol=1e-15, atol=0):
+                failures.append(f"{name} {[str(p) for p in pa]}")
+    return failures
+
+
+def test_elementwise_ops_by_the_formula_tables_rule():
+    assert dist.sim.run(4, _elementwise_everywhere) == [[]] * 4
+
+
+def test_partial_sums_stay_partial_where_the_op_is_linear_in_them():
+    from minidl.dist.tensor import DTensor, Partial
+
+    def fn(rank):
+        mesh = init_device_mesh("cpu", (2,))
+        p = DTensor.from_local(minidl.tensor(A * (rank + 1)), mesh, [Partial()])
+        q = DTensor.from_local(minidl.tensor(A * (rank + 2)), mesh, [Partial()])
+        r = distribute_tensor(minidl.tensor(A + 1), mesh, [Replicate()])
+        cases = [("add", minidl.add(p, q), 3 * A + 5 * A, True), ("mul", minidl.mul(p, r), 3 * A * (A + 1), True),
+                 ("div", minidl.div(r, p), (A + 1) / (3 * A), False), ("exp", minidl.exp(p), np.exp(3 * A), False),
+                 ("neg", minidl.neg(p), -3 * A, True)]
+        return [(name, got.placements[0].is_partial() == stays,
+                 bool(np.allclose(got.full_tensor().numpy(), want, rtol=1e-13, atol=1e-13)))
+                for name, got, want, stays in cases]
+    for name, placed_right, right in dist.sim.run(2, fn)[0]:
+        assert placed_right and right, name

@@ -64,9 +64,9 @@ def _gradient_lies(local, spec, out_placements):
     reduced on the way back; elsewhere the piece's gradient is already right."""
     from ._api import _GradAs
     from ._redistribute import replicated_partials
-    lies = tuple(Partial() if p.is_replicate() and not q.is_replicate() else p
-                 for p, q in zip(replicated_partials(spec.placements), out_placements))
     wanted = replicated_partials(spec.placements)
+    lies = tuple(Partial() if p.is_replicate() and not q.is_replicate() else w
+                 for p, q, w in zip(spec.placements, out_placements, wanted))
     if lies == wanted or not local.requires_grad:
         return local
     return _GradAs.apply(local, spec.with_placements(lies), wanted)
