@@ -108,3 +108,32 @@ def test_partial_sums_stay_partial_where_the_op_is_linear_in_them():
                 for name, got, want, stays in cases]
     for name, placed_right, right in dist.sim.run(2, fn)[0]:
         assert placed_right and right, name
+
+
+def _reductions_everywhere(rank):
+    """sum and mean over every choice of dims (keepdim or not), softmax and log_softmax over each dim, on every
+    placement, against the whole tensor's (numpy), with gradients against the plain op's."""
+    failures = []
+    mesh = init_device_mesh("cpu", (2, 2)) if dist.get_world_size() == 4 else init_device_mesh("cpu", (2,))
+    kinds = list(itertools.product([Shard(0), Shard(1), Replicate()], repeat=mesh.ndim))
+    calls = [(f"{n}({d}, keepdim={k})", (lambda t, n=n, d=d, k=k: getattr(minidl, n)(t, d, k)))
+             for n in ("sum", "mean") for d in (None, 0, 1, (0, 1)) for k in (False, True) if d is not None or not k]
+    calls += [(f"{n}({d})", (lambda t, n=n, d=d: getattr(minidl, n)(t, d))) for n in ("softmax", "log_softmax")
+              for d in (0, 1)]
+    for placements in kinds:
+        for name, call in calls:
+            a = distribute_tensor(minidl.tensor(A), mesh, placements).requires_grad_()
+            whole = minidl.tensor(A).requires_grad_()
+            got, want = call(a), call(whole)
+            w = minidl.tensor(np.random.RandomState(5).randn(*want.shape))
+            (got.full_tensor() * w).sum().backward()
+            (want * w).sum().backward()
+            if not (np.allclose(got.full_tensor().detach().numpy(), want.detach().numpy(), rtol=0, atol=1e-12)
+                    and np.allclose(a.grad.full_tensor().numpy(), whole.grad.numpy(), rtol=0, atol=1e-12)):
+                failures.append(f"{name} {[str(p) for p in placements]}")
+    return failures
+
+
+def test_reductions_and_softmax_by_their_rules():
+    assert dist.sim.run(4, _reductions_everywhere) == [[]] * 4
+    assert dist.sim.run(2, _reductions_everywhere) == [[]] * 2

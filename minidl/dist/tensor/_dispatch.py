@@ -4,8 +4,10 @@ how its output lies; the inputs are redistributed to those (differentiably), the
 autograd runs, so parameters' gradients lie as they should), and the output is wrapped. An op without a rule
 refuses, naming the op and the placements: never a silent gather.
 
-A rule: ``rule(args, kwargs) -> (wanted, placements, shape)``: the placements each DTensor argument must have (in
-the order ``dtensors`` finds them), and the output's placements and global shape.
+A rule: ``rule(args, kwargs) -> (wanted, placements, shape[, local_fn])``: the placements each DTensor argument
+must have (in the order ``dtensors`` finds them), the output's placements and global shape, and, where the op on
+the pieces is not the op itself, what to run on them instead (mean over a split dimension: the piece's sum over
+the whole count).
 """
 from __future__ import annotations
 
@@ -43,7 +45,8 @@ def dispatch(name, fn, args, kwargs):
         raise NotImplementedError(f"minidl.{name} has no sharding rule for DTensors (inputs placed "
                                   f"{', '.join(_named(d.placements) for d in inputs)}); redistribute to Replicate and "
                                   f"call it on .to_local(), or give the op a rule")
-    wanted, placements, shape = rule(args, kwargs)
+    wanted, placements, shape, *instead = rule(args, kwargs)
+    fn = instead[0] if instead else fn
     locals_ = iter([_gradient_lies(redistribute_local(d._local_tensor, d._spec, d._spec.with_placements(w)),
                                    d._spec.with_placements(w), placements) for d, w in zip(inputs, wanted)])
 
