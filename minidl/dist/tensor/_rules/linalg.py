@@ -36,3 +36,55 @@ def matmul_rule(args, kwargs):
 
 
 attach_rule("matmul", "sharding", matmul_rule)
+
+
+def _linear_pair(px, pw, last):
+    """(x's, w's, the bias's, the output's placement) on one mesh dimension for linear(x, w, b) = x @ w.T + b."""
+    if px.is_partial() and pw.is_partial():
+        px = Replicate()
+    if pw == Shard(0) and not px.is_partial():      # column-parallel: each rank has some output features
+        return Replicate(), pw, Shard(0), Shard(last)
+    if pw == Shard(1) or px == Shard(last):          # row-parallel: each rank sums over its inputs
+        return Shard(last), Shard(1), Replicate(), Partial()
+    if px.is_shard():                                # split batch rows: the weight whole
+        return px, Replicate(), Replicate(), px
+    if px.is_partial() or pw.is_partial():
+        return px if px.is_partial() else Replicate(), pw if pw.is_partial() else Replicate(), Replicate(), \
+            Partial(px.reduce_op if px.is_partial() else pw.reduce_op)
+    return Replicate(), Replicate(), Replicate(), Replicate()
+
+
+def linear_rule(args, kwargs):
+    from .._api import DTensor
+    x, w = args[0], args[1]
+    b = args[2] if len(args) > 2 else kwargs.get("bias")
+    if not isinstance(x, DTensor) or not isinstance(w, DTensor) or (b is not None and not isinstance(b, DTensor)):
+        raise NotImplementedError("minidl.linear's sharding rule takes input, weight and bias all as DTensors")
+    last = x.ndim - 1
+    pairs = [_linear_pair(px, pw, last) for px, pw in zip(x.placements, w.placements)]
+    wanted = [tuple(p[0] for p in pairs), tuple(p[1] for p in pairs)]
+    if b is not None:
+        wanted.append(tuple(p[2] for p in pairs))
+    out = tuple(p[3] for p in pairs)
+    shape = (*x.shape[:-1], w.shape[0])
+    parts = 1
+    for d, p in enumerate(out):
+        if p.is_partial() and p.reduce_op == "sum":
+            parts *= x.device_mesh.size(d)
+    if b is None or parts == 1:
+        return wanted, out, shape
+    # (the output is a partial sum: each rank adds its share of the bias, so that the sum adds it once)
+    return wanted, out, shape, lambda x_, w_, b_: _linear(x_, w_) + b_ / parts
+
+
+_linear = None
+
+
+def _attach_linear():
+    global _linear
+    from ....ops.registry import OPS
+    _linear = OPS["linear"].function
+    attach_rule("linear", "sharding", linear_rule)
+
+
+_attach_linear()
