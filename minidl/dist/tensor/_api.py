@@ -233,13 +233,17 @@ class DTensor:
         return dispatch(name, fn, args, kwargs)
 
     def __getattr__(self, name):
-        """A plain tensor's insides asked of a DTensor: an op that has no DTensor rule was given one. (A
-        TypeError, not an AttributeError, even under hasattr/getattr with a default: minidl's ops test for a
-        tensor that way, and would otherwise fail later with a stranger error.)"""
+        """A Tensor method of a registered op (``d.sum(0)``): the op, which runs by its sharding rule. A plain
+        tensor's insides asked of a DTensor: code that is no registered op was given one — a TypeError, not an
+        AttributeError, even under hasattr/getattr with a default: minidl's ops test for a tensor that way, and
+        would otherwise fail later with a stranger error."""
+        from ...ops.registry import OPS
+        found = OPS.get(name)
+        if found is not None and found.method is not None:
+            return lambda *args, **kwargs: found.function(self, *args, **kwargs)
         if name in _TENSOR_INSIDES:
-            raise TypeError("a minidl op got a DTensor where it needs a minidl.Tensor: DTensors take part only in "
-                            "redistribution and elementwise arithmetic so far (the other ops' rules come later); "
-                            "use .to_local() or .full_tensor() for a plain tensor")
+            raise TypeError("a minidl op got a DTensor where it needs a minidl.Tensor: only registered ops with a "
+                            "sharding rule take DTensors; use .to_local() or .full_tensor() for a plain tensor")
         raise AttributeError(f"'{type(self).__name__}' object has no attribute '{name}'")
 
 
