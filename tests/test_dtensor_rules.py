@@ -165,3 +165,33 @@ def _linear_everywhere(rank):
 def test_linear_by_its_rule_column_and_row_parallel():
     assert dist.sim.run(4, _linear_everywhere) == [[]] * 4
     assert dist.sim.run(2, _linear_everywhere) == [[]] * 2
+
+
+def _views_everywhere(rank):
+    """transpose, t, permute, unsqueeze, cat and stack on every placement of a (5, 6) tensor (cat and stack of
+    two), against numpy, with gradients against the plain op's."""
+    failures = []
+    mesh = init_device_mesh("cpu", (2, 2)) if dist.get_world_size() == 4 else init_device_mesh("cpu", (2,))
+    kinds = list(itertools.product([Shard(0), Shard(1), Replicate()], repeat=mesh.ndim))
+    other = A + 1
+    calls = [("transpose", lambda x, y: x.transpose(0, 1)), ("t", lambda x, y: x.t()),
+             ("permute", lambda x, y: x.permute(1, 0)), ("unsqueeze", lambda x, y: x.unsqueeze(1)),
+             ("cat0", lambda x, y: minidl.cat([x, y], 0)), ("cat1", lambda x, y: minidl.cat([x, y], 1)),
+             ("stack", lambda x, y: minidl.stack([x, y], 1))]
+    for placements in kinds:
+        for name, call in calls:
+            a = distribute_tensor(minidl.tensor(A), mesh, placements).requires_grad_()
+            b = distribute_tensor(minidl.tensor(other), mesh, placements).requires_grad_()
+            wa, wb = minidl.tensor(A).requires_grad_(), minidl.tensor(other).requires_grad_()
+            got, want = call(a, b), call(wa, wb)
+            w = minidl.tensor(np.random.RandomState(5).randn(*want.shape))
+            (got.full_tensor() * w).sum().backward()
+            (want * w).sum().backward()
+            if not (np.array_equal(got.full_tensor().detach().numpy(), want.detach().numpy())
+                    and np.allclose(a.grad.full_tensor().numpy(), wa.grad.numpy(), rtol=0, atol=1e-13)):
+                failures.append(f"{name} {[str(p) for p in placements]}")
+    return failures
+
+
+def test_views_cat_and_stack_by_their_rules():
+    assert dist.sim.run(4, _views_everywhere) == [[]] * 4
