@@ -195,3 +195,46 @@ def _views_everywhere(rank):
 
 def test_views_cat_and_stack_by_their_rules():
     assert dist.sim.run(4, _views_everywhere) == [[]] * 4
+
+
+def _nn_everywhere(rank):
+    """layer_norm over the last dimension (weight and bias whole) and embedding with the table whole, split by
+    rows or by columns, on every placement, against the plain ops on whole tensors, with gradients."""
+    from minidl.nn import functional as F
+    failures = []
+    mesh = init_device_mesh("cpu", (2, 2)) if dist.get_world_size() == 4 else init_device_mesh("cpu", (2,))
+    kinds = list(itertools.product([Shard(0), Shard(1), Replicate()], repeat=mesh.ndim))
+    gamma, beta = np.random.RandomState(10).randn(6), np.random.RandomState(11).randn(6)
+    for placements in kinds:
+        a = distribute_tensor(minidl.tensor(A), mesh, placements).requires_grad_()
+        g = distribute_tensor(minidl.tensor(gamma), mesh, (Replicate(),) * mesh.ndim).requires_grad_()
+        b = distribute_tensor(minidl.tensor(beta), mesh, (Replicate(),) * mesh.ndim).requires_grad_()
+        wa, wg, wb = (minidl.tensor(v).requires_grad_() for v in (A, gamma, beta))
+        got, want = F.layer_norm(a, (6,), g, b), F.layer_norm(wa, (6,), wg, wb)
+        w = minidl.tensor(np.random.RandomState(5).randn(5, 6))
+        (got.full_tensor() * w).sum().backward()
+        (want * w).sum().backward()
+        if not (np.allclose(got.full_tensor().detach().numpy(), want.detach().numpy(), rtol=0, atol=1e-12)
+                and all(np.allclose(x.grad.full_tensor().numpy(), y.grad.numpy(), rtol=0, atol=1e-12)
+                        for x, y in ((a, wa), (g, wg), (b, wb)))):
+            failures.append(f"layer_norm {[str(p) for p in placements]}")
+    ids = np.array([[0, 3, 6], [2, 2, 5]])
+    table = np.random.RandomState(12).randn(7, 4)
+    id_kinds = list(itertools.product([Shard(0), Shard(1), Replicate()], repeat=mesh.ndim))
+    for pi, pw in itertools.product(id_kinds, kinds):
+        d_ids = distribute_tensor(minidl.tensor(ids), mesh, pi)
+        d_table = distribute_tensor(minidl.tensor(table), mesh, pw).requires_grad_()
+        w_table = minidl.tensor(table).requires_grad_()
+        got, want = F.embedding(d_ids, d_table), F.embedding(minidl.tensor(ids), w_table)
+        w = minidl.tensor(np.random.RandomState(5).randn(2, 3, 4))
+        (got.full_tensor() * w).sum().backward()
+        (want * w).sum().backward()
+        if not (np.allclose(got.full_tensor().detach().numpy(), want.detach().numpy(), rtol=0, atol=1e-12)
+                and np.allclose(d_table.grad.full_tensor().numpy(), w_table.grad.numpy(), rtol=0, atol=1e-12)):
+            failures.append(f"embedding ids {[str(p) for p in pi]} table {[str(p) for p in pw]}")
+    return failures
+
+
+def test_layer_norm_and_embedding_by_their_rules():
+    assert dist.sim.run(4, _nn_everywhere) == [[]] * 4
+    assert dist.sim.run(2, _nn_everywhere) == [[]] * 2

@@ -1,0 +1,69 @@
+"""layer_norm and embedding.
+
+layer_norm needs its normalized dimensions whole; the others keep their shards, and the weight and bias are
+whole (their gradients, summed over this rank's rows, are partial sums: reduced on the way back). embedding with
+a table split by rows (vocabulary-parallel): each rank looks up the ids in its rows, zeros the others, and the
+output is a partial sum; split by columns: each rank's output has its columns (S of the last dimension); whole:
+the ids' own shards.
+"""
+from __future__ import annotations
+
+from ....ops.registry import OPS, attach_rule
+from ..placement_types import Partial, Replicate, Shard
+
+
+def layer_norm_rule(args, kwargs):
+    x = args[0]
+    shape = args[1] if len(args) > 1 else kwargs["normalized_shape"]
+    shape = (shape,) if isinstance(shape, int) else tuple(shape)
+    first = x.ndim - len(shape)
+    wanted = tuple(Replicate() if p.is_partial() or (p.is_shard() and p.dim >= first) else p for p in x.placements)
+    whole = (Replicate(),) * x.device_mesh.ndim
+    from .._api import DTensor
+    others = [whole for a in (*args[2:], *kwargs.values()) if isinstance(a, DTensor)]
+    return [wanted, *others], wanted, tuple(x.shape)
+
+
+def embedding_rule(args, kwargs):
+    from .._api import DTensor
+    ids, weight = args[0], args[1]
+    if not isinstance(ids, DTensor) or len(args) > 2 or kwargs:
+        raise NotImplementedError("minidl.embedding's sharding rule takes the ids as a DTensor and no options")
+    mesh = ids.device_mesh
+    wanted_ids, wanted_w, out = [], [], []
+    rows = []   # mesh dimensions that split the table's rows
+    for d, (pi, pw) in enumerate(zip(ids.placements, weight.placements)):
+        if pw == Shard(0):
+            wanted_ids.append(Replicate() if pi.is_partial() else pi if pi.is_replicate() else Replicate())
+            wanted_w.append(pw)
+            out.append(Partial())
+            rows.append(d)
+        elif pw == Shard(1):
+            wanted_ids.append(Replicate())
+            wanted_w.append(pw)
+            out.append(Shard(ids.ndim))
+        else:
+            wanted_ids.append(Replicate() if pi.is_partial() else pi)
+            wanted_w.append(Replicate())
+            out.append(wanted_ids[-1])
+    shape = (*ids.shape, weight.shape[1])
+    if not rows:
+        return [tuple(wanted_ids), tuple(wanted_w)], tuple(out), shape
+    spec = weight._spec.with_placements(tuple(wanted_w))
+    first, count = spec.local_box()[1][0], spec.local_box()[0][0]
+    return [tuple(wanted_ids), tuple(wanted_w)], tuple(out), shape, _rows_lookup(first, count)
+
+
+def _rows_lookup(first, count):
+    """The lookup in this rank's rows [first, first + count) of the table: the others' ids give zeros."""
+    lookup = OPS["embedding"].function
+
+    def run(ids, table):
+        mine = (ids >= first) & (ids < first + count)
+        local = (ids - first) * mine
+        return lookup(local, table) * mine.unsqueeze(-1).to(table.dtype)
+    return run
+
+
+attach_rule("layer_norm", "sharding", layer_norm_rule)
+attach_rule("embedding", "sharding", embedding_rule)
