@@ -29,12 +29,11 @@ def embedding_rule(args, kwargs):
     ids, weight = args[0], args[1]
     if not isinstance(ids, DTensor) or len(args) > 2 or kwargs:
         raise NotImplementedError("minidl.embedding's sharding rule takes the ids as a DTensor and no options")
-    mesh = ids.device_mesh
     wanted_ids, wanted_w, out = [], [], []
     rows = []   # mesh dimensions that split the table's rows
     for d, (pi, pw) in enumerate(zip(ids.placements, weight.placements)):
         if pw == Shard(0):
-            wanted_ids.append(Replicate() if pi.is_partial() else pi if pi.is_replicate() else Replicate())
+            wanted_ids.append(Replicate())   # (every rank looks up every id in its rows)
             wanted_w.append(pw)
             out.append(Partial())
             rows.append(d)
