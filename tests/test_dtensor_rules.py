@@ -177,7 +177,9 @@ def _views_everywhere(rank):
     calls = [("transpose", lambda x, y: x.transpose(0, 1)), ("t", lambda x, y: x.t()),
              ("permute", lambda x, y: x.permute(1, 0)), ("unsqueeze", lambda x, y: x.unsqueeze(1)),
              ("cat0", lambda x, y: minidl.cat([x, y], 0)), ("cat1", lambda x, y: minidl.cat([x, y], 1)),
-             ("stack", lambda x, y: minidl.stack([x, y], 1))]
+             ("stack", lambda x, y: minidl.stack([x, y], 1)), ("flat", lambda x, y: x.reshape(30)),
+             ("split", lambda x, y: x.reshape(5, 2, 3)), ("other", lambda x, y: x.reshape(6, 5)),
+             ("view", lambda x, y: x.view(-1, 3)), ("rows", lambda x, y: minidl.cat([x, y], 0).reshape(2, 5, 6))]
     for placements in kinds:
         for name, call in calls:
             a = distribute_tensor(minidl.tensor(A), mesh, placements).requires_grad_()
@@ -238,3 +240,42 @@ def _nn_everywhere(rank):
 def test_layer_norm_and_embedding_by_their_rules():
     assert dist.sim.run(4, _nn_everywhere) == [[]] * 4
     assert dist.sim.run(2, _nn_everywhere) == [[]] * 2
+
+
+def _cross_entropy_everywhere(rank):
+    """F.cross_entropy and F.nll_loss (mean, sum, none; class weights; an ignored row; label smoothing) with the
+    rows and the classes split every way, against the plain function on whole tensors, with gradients."""
+    from minidl.nn import functional as F
+    failures = []
+    mesh = init_device_mesh("cpu", (2, 2)) if dist.get_world_size() == 4 else init_device_mesh("cpu", (2,))
+    kinds = list(itertools.product([Shard(0), Shard(1), Replicate()], repeat=mesh.ndim))
+    X, T = np.random.RandomState(13).randn(5, 4), np.array([2, 0, -100, 3, 1])
+    weight = np.array([0.5, 1.0, 2.0, 1.5])
+    whole_mesh = (Replicate(),) * mesh.ndim
+    for placements in kinds:
+        for options in (dict(), dict(reduction="sum"), dict(reduction="none"), dict(weight=True),
+                        dict(label_smoothing=0.2)):
+            for loss in (F.cross_entropy, F.nll_loss):
+                if loss is F.nll_loss and "label_smoothing" in options:
+                    continue
+                x = distribute_tensor(minidl.tensor(X), mesh, placements).requires_grad_()
+                targets = distribute_tensor(minidl.tensor(T), mesh, tuple(p if p == Shard(0) else Replicate()
+                                                                          for p in placements))
+                wx = minidl.tensor(X).requires_grad_()
+                kw = dict(options)
+                if kw.pop("weight", False):
+                    kw["weight"] = distribute_tensor(minidl.tensor(weight), mesh, whole_mesh)
+                got = loss(x, targets, **kw)
+                want = loss(wx, minidl.tensor(T), **{k: (minidl.tensor(weight) if k == "weight" else v)
+                                                     for k, v in kw.items()})
+                w = minidl.tensor(np.random.RandomState(5).randn(*want.shape))
+                (got.full_tensor() * w).sum().backward()
+                (want * w).sum().backward()
+                if not (np.allclose(got.full_tensor().detach().numpy(), want.detach().numpy(), rtol=0, atol=1e-12)
+                        and np.allclose(x.grad.full_tensor().numpy(), wx.grad.numpy(), rtol=0, atol=1e-12)):
+                    failures.append(f"{loss.__name__} {options} {[str(p) for p in placements]}")
+    return failures
+
+
+def test_cross_entropy_by_its_rule():
+    assert dist.sim.run(4, _cross_entropy_everywhere) == [[]] * 4

@@ -171,6 +171,10 @@ class DTensor:
     def detach(self) -> "DTensor":
         return DTensor(self._local_tensor.detach(), self._spec)
 
+    def to(self, *args, **kwargs) -> "DTensor":
+        """Each piece converted (a dtype; a device of the mesh's type), differentiably."""
+        return DTensor(self._local_tensor.to(*args, **kwargs), self._spec)
+
     def __dcp_slices__(self):
         """(global shape, [(offsets, piece)]) for minidl.dist.checkpoint: the box this rank holds (a replica where
         other ranks hold the same box; a partial sum has no box until it is reduced)."""

@@ -78,5 +78,7 @@ def _linear(name, args, found) -> bool:
 
 
 for _formula in (*UNARY, *BINARY, *COMPARE):
-    if _formula.name in OPS:
-        attach_rule(_formula.name, "sharding", elementwise_rule(_formula.name))
+    for _name in (_formula.name, "_" + _formula.name):   # (activations are public through nn.functional: _gelu)
+        if _name in OPS:
+            attach_rule(_name, "sharding", elementwise_rule(_formula.name))
+            break

@@ -66,3 +66,36 @@ def _rows_lookup(first, count):
 
 attach_rule("layer_norm", "sharding", layer_norm_rule)
 attach_rule("embedding", "sharding", embedding_rule)
+
+
+def cross_entropy_rule(args, kwargs):
+    """cross_entropy / nll_loss rows (the kernel F.cross_entropy calls): the classes whole, the rows split as the
+    logits' rows (targets alike). Per-row losses keep the rows' shards; a sum is a partial sum; a mean is each
+    rank's sum over the whole count of counted rows (weighted), a partial sum too."""
+    from .._api import DTensor
+    x, target, weight, ignore_index, smoothing, logits, reduction = args
+    if not isinstance(target, DTensor) or (weight is not None and not isinstance(weight, DTensor)):
+        raise NotImplementedError("cross_entropy's sharding rule takes the targets (and any class weights) as "
+                                  "DTensors")
+    rows = tuple(p if p == Shard(0) else Replicate() for p in x.placements)
+    wanted = [rows, tuple(Shard(0) if p == Shard(0) else Replicate() for p in rows)]
+    if weight is not None:
+        wanted.append((Replicate(),) * len(rows))
+    split = any(p.is_shard() for p in rows)
+    if reduction == "none":
+        return wanted, rows, (x.shape[0],)
+    out = tuple(Partial() if p.is_shard() else Replicate() for p in rows)
+    if not split or reduction == "sum":
+        return wanted, out, ()
+    every = target.full_tensor()   # (the whole count: the counted rows, weighted by their class's weight)
+    counted = (every != ignore_index)
+    safe = every * counted
+    total = (OPS["sum"].function(counted.to(x.dtype)) if weight is None
+             else OPS["sum"].function(weight.full_tensor()[safe] * counted.to(x.dtype)))
+    count = float(total.item())
+    rows_loss = OPS["_cross_entropy_rows"].function
+    return wanted, out, (), lambda x_, t_, *w_: rows_loss(x_, t_, w_[0] if weight is not None else None,
+                                                          ignore_index, smoothing, logits, "sum") / count
+
+
+attach_rule("_cross_entropy_rows", "sharding", cross_entropy_rule)

@@ -1,6 +1,7 @@
-"""Views that move dimensions without splitting or merging them: transpose, t, permute, unsqueeze, and cat and
-stack along a whole dimension. A shard follows its dimension to where the view puts it (a partial sum stays
-one: these are linear); cat and stack need the joined dimension whole and their inputs placed alike.
+"""Views: transpose, t, permute, unsqueeze, reshape and view, and cat and stack along a whole dimension. A shard
+follows its dimension to where the view puts it (a partial sum stays one: these are linear); a reshape keeps it
+where the pieces stay chunk's pieces (see reshape_rule); cat and stack need the joined dimension whole and their
+inputs placed alike.
 """
 from __future__ import annotations
 
@@ -75,3 +76,73 @@ attach_rule("permute", "sharding", permute_rule)
 attach_rule("unsqueeze", "sharding", unsqueeze_rule)
 attach_rule("cat", "sharding", _joined(stacked=False))
 attach_rule("stack", "sharding", _joined(stacked=True))
+
+
+def _target(shape, sizes):
+    """reshape's ``sizes`` (one -1 allowed) as a shape for ``shape``'s elements."""
+    sizes = list(sizes[0]) if len(sizes) == 1 and isinstance(sizes[0], (tuple, list)) else list(sizes)
+    total = 1
+    for s in shape:
+        total *= s
+    if -1 in sizes:
+        known = 1
+        for s in sizes:
+            if s != -1:
+                known *= s
+        sizes[sizes.index(-1)] = total // known if known else 0
+    return tuple(int(s) for s in sizes)
+
+
+def _groups(a, b):
+    """The runs of dimensions of shapes ``a`` and ``b`` with equal products: [(a's dims, b's dims)] (one run of
+    all where there is an empty dimension)."""
+    if 0 in a or 0 in b:
+        return [(list(range(len(a))), list(range(len(b))))]
+    groups, i, j = [], 0, 0
+    while i < len(a) and j < len(b):
+        gi, gj, pa, pb = [i], [j], a[i], b[j]
+        i, j = i + 1, j + 1
+        while pa != pb:
+            if pa < pb:
+                pa *= a[i]
+                gi.append(i)
+                i += 1
+            else:
+                pb *= b[j]
+                gj.append(j)
+                j += 1
+        groups.append((gi, gj))
+    return groups
+
+
+def reshape_rule(args, kwargs):
+    """A shard survives a reshape where its dimension leads a run of dimensions that becomes a run led by a
+    dimension its pieces split alike (the same length, or both divided evenly by the mesh dimension's size);
+    elsewhere the dimension is gathered first. Partial sums stay (a reshape is linear)."""
+    x = args[0]
+    shape = _target(x.shape, args[1:])
+    groups = _groups(tuple(x.shape), shape)
+    lead = {gi[0]: (gi, gj) for gi, gj in groups if gi and gj}
+    wanted, out = [], []
+    for d, p in enumerate(x.placements):
+        alone = sum(q == p for q in x.placements) == 1   # (nested shards of one dimension: gathered)
+        if p.is_shard() and p.dim in lead and alone:
+            gi, gj = lead[p.dim]
+            n, m, k = x.shape[p.dim], shape[gj[0]], x.device_mesh.size(d)
+            if n == m or (n % k == 0 and m % k == 0):
+                wanted.append(p)
+                out.append(Shard(gj[0]))
+                continue
+        if p.is_shard():
+            wanted.append(Replicate())
+            out.append(Replicate())
+        else:
+            wanted.append(p)
+            out.append(p)
+    from .._spec import DTensorSpec
+    piece = DTensorSpec(x.device_mesh, tuple(out), shape).local_shape()
+    return [tuple(wanted)], tuple(out), shape, lambda local, *rest: local.reshape(piece)
+
+
+attach_rule("reshape", "sharding", reshape_rule)
+attach_rule("view", "sharding", reshape_rule)
