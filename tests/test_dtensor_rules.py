@@ -279,3 +279,4 @@ def _cross_entropy_everywhere(rank):
 
 def test_cross_entropy_by_its_rule():
     assert dist.sim.run(4, _cross_entropy_everywhere) == [[]] * 4
+

@@ -99,3 +99,21 @@ def cross_entropy_rule(args, kwargs):
 
 
 attach_rule("_cross_entropy_rows", "sharding", cross_entropy_rule)
+
+
+def dropout_rule(args, kwargs):
+    """Dropout's mask is the whole tensor's, drawn alike on every rank (the generators agree: seeded alike, they
+    claim the same numbers), and each rank keeps its box of it: a replicated tensor gets one mask everywhere,
+    shards get distinct parts of it, and the result is the single process's. A partial sum stays one (the same
+    mask scales every part)."""
+    x, p = args[0], (args[1] if len(args) > 1 else kwargs["p"])
+    shape, box = tuple(x.shape), x._spec.local_box()
+    dropout, ones = OPS["_fused_dropout"].function, OPS["ones"].function
+
+    def run(piece, *rest, **options):
+        mask = dropout(ones(*shape, dtype=piece.dtype, device=piece.device), p)
+        return piece * mask[tuple(slice(o, o + s) for s, o in zip(*box))]
+    return [x.placements], x.placements, shape, run
+
+
+attach_rule("_fused_dropout", "sharding", dropout_rule)
