@@ -182,7 +182,10 @@ def _views_everywhere(rank):
              ("cat0", lambda x, y: minidl.cat([x, y], 0)), ("cat1", lambda x, y: minidl.cat([x, y], 1)),
              ("stack", lambda x, y: minidl.stack([x, y], 1)), ("flat", lambda x, y: x.reshape(30)),
              ("split", lambda x, y: x.reshape(5, 2, 3)), ("other", lambda x, y: x.reshape(6, 5)),
-             ("view", lambda x, y: x.view(-1, 3)), ("rows", lambda x, y: minidl.cat([x, y], 0).reshape(2, 5, 6))]
+             ("view", lambda x, y: x.view(-1, 3)), ("rows", lambda x, y: minidl.cat([x, y], 0).reshape(2, 5, 6)),
+             ("flatten", lambda x, y: minidl.stack([x, y]).flatten(1)),
+             ("split", lambda x, y: minidl.cat([p * (i + 1) for i, p in enumerate(x.split(2, 1))], 1)),
+             ("chunk", lambda x, y: minidl.cat([p * (i + 1) for i, p in enumerate(x.chunk(2, 0))], 0))]
     for placements in kinds:
         for name, call in calls:
             a = distribute_tensor(minidl.tensor(A), mesh, placements).requires_grad_()

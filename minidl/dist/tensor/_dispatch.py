@@ -5,7 +5,8 @@ autograd runs, so parameters' gradients lie as they should), and the output is w
 refuses, naming the op and the placements: never a silent gather.
 
 A rule: ``rule(args, kwargs) -> (wanted, placements, shape[, local_fn])``: the placements each DTensor argument
-must have (in the order ``dtensors`` finds them), the output's placements and global shape, and, where the op on
+must have (in the order ``dtensors`` finds them), the output's placements and global shape (a list of each for an
+op of several outputs), and, where the op on
 the pieces is not the op itself, what to run on them instead (mean over a split dimension: the piece's sum over
 the whole count).
 """
@@ -47,8 +48,9 @@ def dispatch(name, fn, args, kwargs):
                                   f"call it on .to_local(), or give the op a rule")
     wanted, placements, shape, *instead = rule(args, kwargs)
     fn = instead[0] if instead else fn
+    first = placements[0] if isinstance(placements, list) else placements   # (several outputs lie alike)
     locals_ = iter([_gradient_lies(redistribute_local(d._local_tensor, d._spec, d._spec.with_placements(w)),
-                                   d._spec.with_placements(w), placements) for d, w in zip(inputs, wanted)])
+                                   d._spec.with_placements(w), first) for d, w in zip(inputs, wanted)])
 
     def local(value):
         if isinstance(value, DTensor):
@@ -57,7 +59,10 @@ def dispatch(name, fn, args, kwargs):
             return type(value)(local(item) for item in value)
         return value
     out = fn(*[local(a) for a in args], **{k: local(v) for k, v in kwargs.items()})
-    return DTensor(out, DTensorSpec(inputs[0].device_mesh, tuple(placements), tuple(shape)))
+    mesh = inputs[0].device_mesh
+    if isinstance(out, (tuple, list)):   # (several outputs: the rule gives a placements and a shape for each)
+        return type(out)(DTensor(o, DTensorSpec(mesh, tuple(p), tuple(s))) for o, p, s in zip(out, placements, shape))
+    return DTensor(out, DTensorSpec(mesh, tuple(placements), tuple(shape)))
 
 
 def _gradient_lies(local, spec, out_placements):

@@ -146,3 +146,42 @@ def reshape_rule(args, kwargs):
 
 attach_rule("reshape", "sharding", reshape_rule)
 attach_rule("view", "sharding", reshape_rule)
+
+
+def flatten_rule(args, kwargs):
+    x = args[0]
+    start = (args[1] if len(args) > 1 else kwargs.get("start_dim", 0)) % max(x.ndim, 1)
+    end = (args[2] if len(args) > 2 else kwargs.get("end_dim", -1)) % max(x.ndim, 1)
+    merged = 1
+    for s in x.shape[start:end + 1]:
+        merged *= s
+    return reshape_rule((x, *x.shape[:start], merged, *x.shape[end + 1:]), {})
+
+
+def _pieces_rule(sizes_of):
+    """split and chunk: the split dimension whole (gathered where it is sharded), the other shards kept; one
+    placements and shape per piece, and the pieces cut on each rank's own tensor."""
+    def rule(args, kwargs):
+        x = args[0]
+        dim = (args[2] if len(args) > 2 else kwargs.get("dim", 0)) % x.ndim
+        sizes = sizes_of(x.shape[dim], args[1])
+        wanted = tuple(Replicate() if p == Shard(dim) else p for p in x.placements)
+        shapes = [tuple(n if i == dim else s for i, s in enumerate(x.shape)) for n in sizes]
+        return [wanted], [wanted] * len(sizes), shapes
+    return rule
+
+
+def _split_sizes(n, size_or_sections):
+    if isinstance(size_or_sections, int):
+        return [min(size_or_sections, n - start) for start in range(0, n, size_or_sections)] or [0]
+    return list(size_or_sections)
+
+
+def _chunk_sizes(n, chunks):
+    step = -(-n // chunks) if n else 0
+    return [min(step, n - start) for start in range(0, n, step)] if step else [0]
+
+
+attach_rule("flatten", "sharding", flatten_rule)
+attach_rule("split", "sharding", _pieces_rule(_split_sizes))
+attach_rule("chunk", "sharding", _pieces_rule(_chunk_sizes))
