@@ -26,16 +26,33 @@ def _pair(pa, pb):
     return Replicate(), Replicate(), Replicate()
 
 
+def _batched_pair(pa, pb, nd):
+    """_pair for (..., m, k) @ (..., k, n) of ``nd`` dimensions: a shard of a batch dimension (either side's)
+    is kept on both sides and the output; the last two dimensions pair as a matrix product's."""
+    batch = next((p for p in (pa, pb) if p.is_shard() and p.dim < nd - 2), None)
+    if batch is not None:
+        return batch, batch, batch
+    to2 = {nd - 2: 0, nd - 1: 1}
+    ra, rb, ro = _pair(Shard(to2[pa.dim]) if pa.is_shard() else pa, Shard(to2[pb.dim]) if pb.is_shard() else pb)
+    back = {0: nd - 2, 1: nd - 1}
+    return tuple(Shard(back[p.dim]) if p.is_shard() else p for p in (ra, rb, ro))
+
+
 def matmul_rule(args, kwargs):
+    """Operands of equal ranks (2-D, or batches of matrices of equal batch shapes)."""
     a, b = args
-    if getattr(a, "ndim", None) != 2 or getattr(b, "ndim", None) != 2 or kwargs:
-        raise NotImplementedError("minidl.matmul's sharding rule takes two 2-D DTensors so far")
-    pairs = [_pair(pa, pb) for pa, pb in zip(a.placements, b.placements)]
+    nd = getattr(a, "ndim", None)
+    if nd is None or nd < 2 or getattr(b, "ndim", None) != nd or tuple(a.shape[:-2]) != tuple(b.shape[:-2]) \
+            or kwargs:
+        raise NotImplementedError("minidl.matmul's sharding rule takes two DTensors of one rank (2 or more) and "
+                                  "equal batch dimensions so far")
+    pairs = [_batched_pair(pa, pb, nd) for pa, pb in zip(a.placements, b.placements)]
     return ([tuple(p[0] for p in pairs), tuple(p[1] for p in pairs)], tuple(p[2] for p in pairs),
-            (a.shape[0], b.shape[1]))
+            (*a.shape[:-1], b.shape[-1]))
 
 
 attach_rule("matmul", "sharding", matmul_rule)
+attach_rule("bmm", "sharding", matmul_rule)
 
 
 def _linear_pair(px, pw, last):
