@@ -311,3 +311,31 @@ def _batched_matmul_everywhere(rank):
 def test_batched_matmul_by_its_rule():
     assert dist.sim.run(2, _batched_matmul_everywhere) == [[]] * 2
     assert dist.sim.run(4, _batched_matmul_everywhere) == [[]] * 4
+
+
+def _attention_everywhere(rank):
+    """scaled_dot_product_attention (causal and not) on (2, 4, 3, 5) query, key and value, split over batch or
+    heads or gathered, against the plain function on whole tensors, with gradients of all three."""
+    from minidl.nn import functional as F
+    failures = []
+    mesh = init_device_mesh("cpu", (2, 2)) if dist.get_world_size() == 4 else init_device_mesh("cpu", (2,))
+    Q, K, V = (np.random.RandomState(s).randn(2, 4, 3, 5) for s in (30, 31, 32))
+    kinds = list(itertools.product([Shard(0), Shard(1), Shard(2), Replicate()], repeat=mesh.ndim))
+    for placements in kinds:
+        for causal in (False, True):
+            ds = [distribute_tensor(minidl.tensor(v), mesh, placements).requires_grad_() for v in (Q, K, V)]
+            ws = [minidl.tensor(v).requires_grad_() for v in (Q, K, V)]
+            got, want = F.scaled_dot_product_attention(*ds, is_causal=causal), \
+                F.scaled_dot_product_attention(*ws, is_causal=causal)
+            w = minidl.tensor(np.random.RandomState(5).randn(*want.shape))
+            (got.full_tensor() * w).sum().backward()
+            (want * w).sum().backward()
+            if not (np.allclose(got.full_tensor().detach().numpy(), want.detach().numpy(), rtol=0, atol=1e-12)
+                    and all(np.allclose(d.grad.full_tensor().numpy(), x.grad.numpy(), rtol=0, atol=1e-12)
+                            for d, x in zip(ds, ws))):
+                failures.append(f"attention causal={causal} {[str(p) for p in placements]}")
+    return failures
+
+
+def test_attention_by_its_rule_over_heads():
+    assert dist.sim.run(4, _attention_everywhere) == [[]] * 4

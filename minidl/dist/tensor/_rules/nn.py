@@ -117,3 +117,31 @@ def dropout_rule(args, kwargs):
 
 
 attach_rule("_fused_dropout", "sharding", dropout_rule)
+
+
+def attention_rule(args, kwargs):
+    """scaled_dot_product_attention on (batch, heads, length, features) query, key and value: shards of the batch
+    or the heads are kept (each rank attends within its heads: Megatron's attention), the lengths and features
+    are gathered; a mask (a DTensor) whole. Key and value heads must split as the query's (no grouped heads)."""
+    from .._api import DTensor
+    q = args[0]
+    dims = q.ndim
+    keep = tuple(p if p.is_shard() and p.dim < dims - 2 else Replicate() for p in q.placements)
+    mask = args[3] if len(args) > 3 else None
+    if len(args) > 6 and args[6] and any(p.is_shard() and p.dim == dims - 3 for p in keep):
+        raise NotImplementedError("scaled_dot_product_attention's sharding rule: grouped key/value heads (enable_gqa) "
+                                  "cannot be split over heads yet")
+    wanted = [keep, keep, keep] + ([(Replicate(),) * len(keep)] if isinstance(mask, DTensor) else [])
+    return wanted, keep, (*q.shape[:-1], args[2].shape[-1]), _attend
+
+
+def _attend(q, k, v, mask, scale, is_causal, enable_gqa, dropout_p=0.0):
+    """The fused kernel on this rank's heads, or, where its piece is empty (the kernel needs every size), the
+    composition, which gives the empty answer."""
+    if q.numel() and k.numel() and v.numel():
+        return OPS["_fused_attention"].function(q, k, v, mask, scale, is_causal, enable_gqa, dropout_p)
+    from ....nn.functional import _sdpa_unfused
+    return _sdpa_unfused(q, k, v, mask, dropout_p, is_causal, scale, enable_gqa)
+
+
+attach_rule("_fused_attention", "sharding", attention_rule)
