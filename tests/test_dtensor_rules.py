@@ -13,6 +13,17 @@ from minidl.dist.tensor import Replicate, Shard, distribute_tensor
 A, B, W = (np.random.RandomState(s).randn(*shape) for s, shape in ((0, (5, 6)), (1, (6, 3)), (2, (5, 3))))
 
 
+def agrees(got, want, pairs=(), exact=False) -> bool:
+    """Whether DTensor ``got`` is plain ``want`` (the op on whole tensors), and, after a loss sum(out * W)
+    (W seeded) through each, whether each (DTensor leaf, plain leaf) of ``pairs`` has the same gradient."""
+    w = minidl.tensor(np.random.RandomState(5).randn(*want.shape))
+    (got.full_tensor() * w).sum().backward()
+    (want * w).sum().backward()
+    same = np.array_equal if exact else (lambda a, b: np.allclose(a, b, rtol=0, atol=1e-12))
+    return same(got.full_tensor().detach().numpy(), want.detach().numpy()) and all(
+        np.allclose(d.grad.full_tensor().numpy(), x.grad.numpy(), rtol=0, atol=1e-12) for d, x in pairs)
+
+
 def _matmul_everywhere(rank):
     failures = []
     meshes = [init_device_mesh("cpu", (dist.get_world_size(),))]
@@ -126,12 +137,7 @@ def _reductions_everywhere(rank):
         for name, call in calls:
             a = distribute_tensor(minidl.tensor(A), mesh, placements).requires_grad_()
             whole = minidl.tensor(A).requires_grad_()
-            got, want = call(a), call(whole)
-            w = minidl.tensor(np.random.RandomState(5).randn(*want.shape))
-            (got.full_tensor() * w).sum().backward()
-            (want * w).sum().backward()
-            if not (np.allclose(got.full_tensor().detach().numpy(), want.detach().numpy(), rtol=0, atol=1e-12)
-                    and np.allclose(a.grad.full_tensor().numpy(), whole.grad.numpy(), rtol=0, atol=1e-12)):
+            if not agrees(call(a), call(whole), [(a, whole)]):
                 failures.append(f"{name} {[str(p) for p in placements]}")
     return failures
 
@@ -191,12 +197,7 @@ def _views_everywhere(rank):
             a = distribute_tensor(minidl.tensor(A), mesh, placements).requires_grad_()
             b = distribute_tensor(minidl.tensor(other), mesh, placements).requires_grad_()
             wa, wb = minidl.tensor(A).requires_grad_(), minidl.tensor(other).requires_grad_()
-            got, want = call(a, b), call(wa, wb)
-            w = minidl.tensor(np.random.RandomState(5).randn(*want.shape))
-            (got.full_tensor() * w).sum().backward()
-            (want * w).sum().backward()
-            if not (np.array_equal(got.full_tensor().detach().numpy(), want.detach().numpy())
-                    and np.allclose(a.grad.full_tensor().numpy(), wa.grad.numpy(), rtol=0, atol=1e-13)):
+            if not agrees(call(a, b), call(wa, wb), [(a, wa)], exact=True):
                 failures.append(f"{name} {[str(p) for p in placements]}")
     return failures
 
@@ -218,13 +219,7 @@ def _nn_everywhere(rank):
         g = distribute_tensor(minidl.tensor(gamma), mesh, (Replicate(),) * mesh.ndim).requires_grad_()
         b = distribute_tensor(minidl.tensor(beta), mesh, (Replicate(),) * mesh.ndim).requires_grad_()
         wa, wg, wb = (minidl.tensor(v).requires_grad_() for v in (A, gamma, beta))
-        got, want = F.layer_norm(a, (6,), g, b), F.layer_norm(wa, (6,), wg, wb)
-        w = minidl.tensor(np.random.RandomState(5).randn(5, 6))
-        (got.full_tensor() * w).sum().backward()
-        (want * w).sum().backward()
-        if not (np.allclose(got.full_tensor().detach().numpy(), want.detach().numpy(), rtol=0, atol=1e-12)
-                and all(np.allclose(x.grad.full_tensor().numpy(), y.grad.numpy(), rtol=0, atol=1e-12)
-                        for x, y in ((a, wa), (g, wg), (b, wb)))):
+        if not agrees(F.layer_norm(a, (6,), g, b), F.layer_norm(wa, (6,), wg, wb), [(a, wa), (g, wg), (b, wb)]):
             failures.append(f"layer_norm {[str(p) for p in placements]}")
     ids = np.array([[0, 3, 6], [2, 2, 5]])
     table = np.random.RandomState(12).randn(7, 4)
@@ -233,12 +228,7 @@ def _nn_everywhere(rank):
         d_ids = distribute_tensor(minidl.tensor(ids), mesh, pi)
         d_table = distribute_tensor(minidl.tensor(table), mesh, pw).requires_grad_()
         w_table = minidl.tensor(table).requires_grad_()
-        got, want = F.embedding(d_ids, d_table), F.embedding(minidl.tensor(ids), w_table)
-        w = minidl.tensor(np.random.RandomState(5).randn(2, 3, 4))
-        (got.full_tensor() * w).sum().backward()
-        (want * w).sum().backward()
-        if not (np.allclose(got.full_tensor().detach().numpy(), want.detach().numpy(), rtol=0, atol=1e-12)
-                and np.allclose(d_table.grad.full_tensor().numpy(), w_table.grad.numpy(), rtol=0, atol=1e-12)):
+        if not agrees(F.embedding(d_ids, d_table), F.embedding(minidl.tensor(ids), w_table), [(d_table, w_table)]):
             failures.append(f"embedding ids {[str(p) for p in pi]} table {[str(p) for p in pw]}")
     return failures
 
@@ -271,14 +261,9 @@ def _cross_entropy_everywhere(rank):
                 kw = dict(options)
                 if kw.pop("weight", False):
                     kw["weight"] = distribute_tensor(minidl.tensor(weight), mesh, whole_mesh)
-                got = loss(x, targets, **kw)
                 want = loss(wx, minidl.tensor(T), **{k: (minidl.tensor(weight) if k == "weight" else v)
                                                      for k, v in kw.items()})
-                w = minidl.tensor(np.random.RandomState(5).randn(*want.shape))
-                (got.full_tensor() * w).sum().backward()
-                (want * w).sum().backward()
-                if not (np.allclose(got.full_tensor().detach().numpy(), want.detach().numpy(), rtol=0, atol=1e-12)
-                        and np.allclose(x.grad.full_tensor().numpy(), wx.grad.numpy(), rtol=0, atol=1e-12)):
+                if not agrees(loss(x, targets, **kw), want, [(x, wx)]):
                     failures.append(f"{loss.__name__} {options} {[str(p) for p in placements]}")
     return failures
 
@@ -325,14 +310,8 @@ def _attention_everywhere(rank):
         for causal in (False, True):
             ds = [distribute_tensor(minidl.tensor(v), mesh, placements).requires_grad_() for v in (Q, K, V)]
             ws = [minidl.tensor(v).requires_grad_() for v in (Q, K, V)]
-            got, want = F.scaled_dot_product_attention(*ds, is_causal=causal), \
-                F.scaled_dot_product_attention(*ws, is_causal=causal)
-            w = minidl.tensor(np.random.RandomState(5).randn(*want.shape))
-            (got.full_tensor() * w).sum().backward()
-            (want * w).sum().backward()
-            if not (np.allclose(got.full_tensor().detach().numpy(), want.detach().numpy(), rtol=0, atol=1e-12)
-                    and all(np.allclose(d.grad.full_tensor().numpy(), x.grad.numpy(), rtol=0, atol=1e-12)
-                            for d, x in zip(ds, ws))):
+            if not agrees(F.scaled_dot_product_attention(*ds, is_causal=causal),
+                          F.scaled_dot_product_attention(*ws, is_causal=causal), list(zip(ds, ws))):
                 failures.append(f"attention causal={causal} {[str(p) for p in placements]}")
     return failures
 
