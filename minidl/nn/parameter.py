@@ -10,9 +10,7 @@ class _ParameterMeta(type):
     ``_is_param`` (a DTensor made a parameter), as torch's."""
 
     def __instancecheck__(cls, instance):
-        kind = type(instance)
-        return (kind is cls or type.__instancecheck__(cls, instance)
-                or (cls is Parameter and "_is_param" in kind.__dict__))
+        return type.__instancecheck__(cls, instance) or (cls is Parameter and "_is_param" in type(instance).__dict__)
 
 
 class Parameter(Tensor, metaclass=_ParameterMeta):

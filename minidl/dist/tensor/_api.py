@@ -15,7 +15,7 @@ from ...autograd.function import Function
 from ...ops.creation import empty
 from .. import collectives, objects, state as dist_state
 from ..device_mesh import DeviceMesh
-from ._redistribute import redistribute_local, replicated_partials
+from ._redistribute import redistribute_local, replicated_partials, split_into_partials
 from ._spec import DTensorSpec, normalized
 from .placement_types import Partial, Replicate, Shard
 
@@ -285,11 +285,9 @@ class _GradAs(Function):
     def backward(ctx, grad):
         spec = ctx.declared
         moved = redistribute_local(grad, spec, spec.with_placements(replicated_partials(ctx.wanted)))
-        if spec.mesh.get_coordinate() is not None:
-            for d, p in enumerate(ctx.wanted):
-                if p.is_partial() and p.reduce_op == "sum" and not spec.placements[d].is_partial():
-                    moved = moved / spec.mesh.size(d)
-        return moved, None, None
+        if spec.mesh.get_coordinate() is None:
+            return moved, None, None
+        return split_into_partials(moved, spec.mesh, spec.placements, ctx.wanted), None, None
 
 
 def _elementwise(name, fn, a: DTensor, b, linear=False, scales=False) -> DTensor:
@@ -307,7 +305,7 @@ def _elementwise(name, fn, a: DTensor, b, linear=False, scales=False) -> DTensor
                 f"shape and equal placements here (redistribute one first; per-op rules come later)")
         keep = linear and all(p.reduce_op in Partial.LINEAR_REDUCE_OPS for p in a.placements if p.is_partial())
         a, b = (a, b) if keep else (_replicated_partials(a), _replicated_partials(b))
-        return DTensor(fn(a._local_tensor, b._local_tensor), a._spec.with_placements(a.placements))
+        return DTensor(fn(a._local_tensor, b._local_tensor), a._spec)
     if isinstance(b, Tensor) and b.ndim > 0:
         raise RuntimeError(f"minidl.{name} {_MIXED}")
     if not isinstance(b, (Tensor, bool, int, float)):
@@ -334,7 +332,7 @@ def _default_mesh(tensor) -> DeviceMesh:
     mesh = state.get(("default_mesh", kind))
     if mesh is None:
         world = dist_state.resolve(None, "DTensor")
-        mesh = state[("default_mesh", kind)] = DeviceMesh(kind, list(world.ranks), _groups=[world])
+        mesh = state[("default_mesh", kind)] = DeviceMesh.from_group(world, kind)
     return mesh
 
 
@@ -390,9 +388,8 @@ def distribute_tensor(tensor, device_mesh=None, placements=None, *, src_data_ran
                                  f"dimension {d} (of size {mesh.size(d)})")
             group = mesh.get_group(d)
             collectives.broadcast(whole, src=group.ranks[src_data_rank], group=group)
-    local = redistribute_local(whole, spec.with_placements((Replicate(),) * mesh.ndim),
+    whole_everywhere = (Replicate(),) * mesh.ndim
+    local = redistribute_local(whole, spec.with_placements(whole_everywhere),
                                spec.with_placements(replicated_partials(placements)))
-    for d, p in enumerate(placements):
-        if p.is_partial() and p.reduce_op == "sum":
-            local = local / mesh.size(d)
+    local = split_into_partials(local, mesh, whole_everywhere, placements)
     return DTensor(local.detach().requires_grad_(tensor.requires_grad), spec)

@@ -127,8 +127,13 @@ def _level(shape, placements, mesh, d, dim) -> int:
     return n
 
 
+def _boxes(n, k) -> list:
+    """(rows, first row) of each of the k pieces of n rows, by chunk's rule."""
+    return [Shard.local_shard_size_and_offset(n, k, r) for r in range(k)]
+
+
 def _chunks(n, k) -> list:
-    return [Shard.local_shard_size_and_offset(n, k, r)[0] for r in range(k)]
+    return [size for size, _ in _boxes(n, k)]
 
 
 def _padded(t, dim, length):
@@ -151,8 +156,7 @@ def _all_gather(local, dim, n, k, group):
 
 def _reduce_scatter(local, dim, n, k, me, op, group):
     sizes = _chunks(n, k)
-    pieces = [_padded(local.narrow(dim, start, s), dim, sizes[0])
-              for s, start in (Shard.local_shard_size_and_offset(n, k, r) for r in range(k))]
+    pieces = [_padded(local.narrow(dim, start, s), dim, sizes[0]) for s, start in _boxes(n, k)]
     out = empty_like(pieces[0])
     collectives.reduce_scatter(out, pieces, _OPS[op], group=group)
     return out.narrow(dim, 0, sizes[me]).contiguous()
@@ -161,8 +165,7 @@ def _reduce_scatter(local, dim, n, k, me, op, group):
 def _all_to_all(local, i, j, n_i, n_j, k, me, group):
     """Shard(i) -> Shard(j): chunk r of my piece along j goes to rank r; rank r's piece comes back as my
     chunk along j of its rows along i."""
-    sends = [local.narrow(j, start, s).contiguous()
-             for s, start in (Shard.local_shard_size_and_offset(n_j, k, r) for r in range(k))]
+    sends = [local.narrow(j, start, s).contiguous() for s, start in _boxes(n_j, k)]
     mine_j = Shard.local_shard_size_and_offset(n_j, k, me)[0]
     outs = []
     for r in range(k):
@@ -176,6 +179,15 @@ def _all_to_all(local, i, j, n_i, n_j, k, me, group):
 def replicated_partials(placements) -> tuple:
     """``placements`` with Partial ones Replicate: how a gradient lies (each part gets the whole gradient)."""
     return tuple(Replicate() if p.is_partial() else p for p in placements)
+
+
+def split_into_partials(local, mesh, held, wanted):
+    """torch's internal R -> P: where ``wanted`` is a Partial sum and ``held`` is not, each rank keeps 1/k of
+    the whole value (a Partial avg, max or min keeps all of it)."""
+    for d, (h, w) in enumerate(zip(held, wanted)):
+        if w.is_partial() and w.reduce_op == "sum" and not h.is_partial():
+            local = local / mesh.size(d)
+    return local
 
 
 class Redistribute(Function):
