@@ -318,3 +318,30 @@ def _attention_everywhere(rank):
 
 def test_attention_by_its_rule_over_heads():
     assert dist.sim.run(4, _attention_everywhere) == [[]] * 4
+
+
+def _dropout_everywhere(rank):
+    """With every rank seeded alike, dropout of a DTensor, for every placement, is the single process's
+    dropout of the whole tensor (same seed), and so is the gradient; twice in a row (the generators stay
+    together)."""
+    from minidl.nn import functional as F
+    failures = []
+    mesh = init_device_mesh("cpu", (2, 2)) if dist.get_world_size() == 4 else init_device_mesh("cpu", (2,))
+    for placements in itertools.product([Shard(0), Shard(1), Replicate()], repeat=mesh.ndim):
+        minidl.manual_seed(7)
+        a = distribute_tensor(minidl.tensor(A), mesh, placements).requires_grad_()
+        got = [F.dropout(a, 0.4) for _ in range(2)]
+        minidl.manual_seed(7)
+        whole = minidl.tensor(A).requires_grad_()
+        want = [F.dropout(whole, 0.4) for _ in range(2)]
+        w = minidl.tensor(np.random.RandomState(5).randn(5, 6))
+        sum((g.full_tensor() * w).sum() for g in got).backward()
+        sum((x * w).sum() for x in want).backward()
+        if not (all(np.array_equal(g.full_tensor().detach().numpy(), x.detach().numpy()) for g, x in zip(got, want))
+                and np.allclose(a.grad.full_tensor().numpy(), whole.grad.numpy(), rtol=0, atol=1e-13)):
+            failures.append(f"dropout {[str(p) for p in placements]}")
+    return failures
+
+
+def test_dropout_by_its_rule_is_the_single_process_dropout():
+    assert dist.sim.run(4, _dropout_everywhere) == [[]] * 4
