@@ -345,3 +345,28 @@ def _dropout_everywhere(rank):
 
 def test_dropout_by_its_rule_is_the_single_process_dropout():
     assert dist.sim.run(4, _dropout_everywhere) == [[]] * 4
+
+
+def _backward_from_a_dtensor(rank):
+    """loss.backward() on a DTensor loss (a partial sum here, an average, or whole) and out.backward(gradient)
+    with a split gradient: the gradients of the whole-tensor computation, lying as the leaves do."""
+    mesh = init_device_mesh("cpu", (2,))
+    failures = []
+    for reduce in ("sum", "mean"):
+        a = distribute_tensor(minidl.tensor(A), mesh, [Shard(0)]).requires_grad_()
+        b = distribute_tensor(minidl.tensor(B), mesh, [Replicate()]).requires_grad_()
+        getattr(a @ b, reduce)().backward()
+        ones = np.ones((5, 3)) / (15 if reduce == "mean" else 1)
+        if not (np.allclose(a.grad.full_tensor().numpy(), ones @ B.T, atol=1e-12)
+                and np.allclose(b.grad.full_tensor().numpy(), A.T @ ones, atol=1e-12)
+                and a.grad.placements == (Shard(0),) and b.grad.placements == (Replicate(),)):
+            failures.append(reduce)
+    a = distribute_tensor(minidl.tensor(A), mesh, [Replicate()]).requires_grad_()
+    (a * 2).backward(distribute_tensor(minidl.tensor(A), mesh, [Shard(1)]))
+    if not np.allclose(a.grad.full_tensor().numpy(), 2 * A, atol=1e-12):
+        failures.append("gradient")
+    return failures
+
+
+def test_backward_from_a_dtensor():
+    assert dist.sim.run(2, _backward_from_a_dtensor) == [[]] * 2

@@ -39,7 +39,7 @@ def elementwise_rule(name):
         from .._api import DTensor
         tensors = [a for a in args if isinstance(a, DTensor)]
         shapes = [tuple(a.shape) for a in tensors]
-        out_shape = tuple(broadcast_shapes(*shapes)) if len(shapes) > 1 else shapes[0]
+        out_shape = tuple(broadcast_shapes(*shapes, op=name)) if len(shapes) > 1 else shapes[0]
         out_ndim, mesh_ndim = len(out_shape), tensors[0].device_mesh.ndim
         out = []
         for d in range(mesh_ndim):
