@@ -9,8 +9,11 @@ Registered ops given DTensors (arithmetic and methods included) run by their sha
 """
 from __future__ import annotations
 
+import functools
+
 from ..._tensor import Tensor
 from ...autograd.function import Function
+from ..._dtype import float32, float64
 from ...ops.creation import empty
 from ...ops.registry import OPS
 from .. import collectives, objects, state as dist_state
@@ -175,6 +178,20 @@ class DTensor:
         """Each piece converted (a dtype; a device of the mesh's type), differentiably."""
         return DTensor(self._local_tensor.to(*args, **kwargs), self._spec)
 
+    def double(self) -> "DTensor":
+        return self.to(float64)
+
+    def float(self) -> "DTensor":
+        return self.to(float32)
+
+    @property
+    def mT(self) -> "DTensor":
+        return OPS["transpose"].function(self, -2, -1)
+
+    @property
+    def T(self) -> "DTensor":
+        return OPS["permute"].function(self, tuple(range(self.ndim - 1, -1, -1)))
+
     def __dcp_slices__(self):
         """(global shape, [(offsets, piece)]) for minidl.dist.checkpoint: the box this rank holds (a replica where
         other ranks hold the same box; a partial sum has no box until it is reduced)."""
@@ -238,6 +255,12 @@ class DTensor:
     def __rpow__(self, other):
         return _binary("pow", other, self)
 
+    def __mod__(self, other):
+        return _binary("remainder", self, other)
+
+    def __rmod__(self, other):
+        return _binary("remainder", other, self)
+
     def __neg__(self):
         return OPS["neg"].function(self)
 
@@ -258,13 +281,20 @@ class DTensor:
         tensor's insides asked of a DTensor: code that is no registered op was given one — a TypeError, not an
         AttributeError, even under hasattr/getattr with a default: minidl's ops test for a tensor that way, and
         would otherwise fail later with a stranger error."""
-        found = OPS.get(name)
-        if found is not None and found.method is not None:
-            return lambda *args, **kwargs: found.function(self, *args, **kwargs)
+        method = _op_methods().get(name)
+        if method is not None:
+            return functools.partial(method, self)
         if name in _TENSOR_INSIDES:
             raise TypeError("a minidl op got a DTensor where it needs a minidl.Tensor: only registered ops with a "
                             "sharding rule take DTensors; use .to_local() or .full_tensor() for a plain tensor")
         raise AttributeError(f"'{type(self).__name__}' object has no attribute '{name}'")
+
+
+@functools.cache
+def _op_methods() -> dict:
+    """Tensor method name -> method, of every registered op (aliases included; in-place twins are not: a DTensor's
+    ops make new DTensors)."""
+    return {name: d.method for d in OPS.values() if d.method is not None for name in d.names}
 
 
 _TENSOR_INSIDES = frozenset(("_storage", "_layout", "_base", "_wrapped_number", "_history_version"))

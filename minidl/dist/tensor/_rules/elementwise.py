@@ -48,7 +48,7 @@ def elementwise_rule(name):
             partial = [p for p in found if p.is_partial()]
             if shard is not None:
                 out.append(shard)
-            elif partial and _linear(name, args, found):
+            elif partial and _linear(name, args, kwargs, found):
                 out.append(partial[0])
             else:
                 out.append(Replicate())
@@ -59,9 +59,10 @@ def elementwise_rule(name):
     return rule
 
 
-def _linear(name, args, found) -> bool:
+def _linear(name, args, kwargs, found) -> bool:
     """Whether the op may run on partial sums on this mesh dimension (``found``: the DTensor inputs' placements
-    there, in argument order; non-DTensor arguments are numbers or 0-d tensors, whole on every rank)."""
+    there, in argument order; non-DTensor arguments are numbers or 0-d tensors, whole on every rank). A division
+    that rounds (``rounding_mode``) is not linear."""
     partial = [p for p in found if p.is_partial()]
     if any(p.reduce_op not in ("sum", "avg") for p in partial) or len({p for p in partial}) > 1:
         return False
@@ -69,7 +70,7 @@ def _linear(name, args, found) -> bool:
         return True
     if name in LINEAR_IN_BOTH:
         return len(found) == len(args) and all(p.is_partial() for p in found)
-    if name in LINEAR_IN_FIRST:
+    if name in LINEAR_IN_FIRST and kwargs.get("rounding_mode") is None:
         from .._api import DTensor
         sides = [a.placements if isinstance(a, DTensor) else None for a in args[:2]]
         partial_sides = [i for i, s in enumerate(sides) if s is not None and any(p.is_partial() for p in s)]
