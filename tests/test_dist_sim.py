@@ -438,3 +438,20 @@ def test_each_rank_draws_from_its_own_generator_starting_where_the_callers_stand
     want_seeded = minidl.rand(2).numpy()
     assert all(np.array_equal(f, want_first) and np.array_equal(s, want_seeded) for f, s in results)
     assert np.array_equal(caller_next, want_first)
+
+
+def _bytes_of_small_and_large_all_reduces(rank):
+    from minidl.dist import debug
+    sent = []
+    for numel in (16, 1 << 16):   # (64 bytes ride in the agreement's messages; 256 KiB take the ring)
+        before = debug.sent_bytes()
+        dist.all_reduce(minidl.ones(numel))
+        sent.append(debug.sent_bytes() - before)
+    return sent
+
+
+@pytest.mark.parametrize("size", [2, 4])
+def test_sent_bytes_counts_an_all_reduces_data_whichever_way_it_went(size):
+    """Recursive doubling sends the whole buffer log2(k) times, the ring 2(k-1)/k of it."""
+    k = size.bit_length() - 1
+    assert sim.run(size, _bytes_of_small_and_large_all_reduces) == [[64 * k, 2 * (size - 1) * (1 << 18) // size]] * size
