@@ -1,4 +1,4 @@
-"""Views: transpose, t, permute, unsqueeze, reshape and view, and cat and stack along a whole dimension. A shard
+"""Views: transpose, t, permute, unsqueeze, squeeze, reshape and view, and cat and stack along a whole dimension. A shard
 follows its dimension to where the view puts it (a partial sum stays one: these are linear); a reshape keeps it
 where the pieces stay chunk's pieces (see reshape_rule); cat and stack need the joined dimension whole and their
 inputs placed alike.
@@ -48,6 +48,20 @@ def unsqueeze_rule(args, kwargs):
     return _moved(x, [i if i < dim else i + 1 for i in range(x.ndim)], shape)
 
 
+def squeeze_rule(args, kwargs):
+    """The size-1 dimensions named (all for dim=None) go; one split over the mesh (a piece of 1 and empty ones)
+    is made whole first."""
+    x = args[0]
+    dim = args[1] if len(args) > 1 else kwargs.get("dim")
+    named = range(x.ndim) if dim is None else [d % x.ndim for d in (dim if isinstance(dim, (tuple, list)) else
+                                                                    (dim,))]
+    gone = {d for d in named if x.shape[d] == 1}
+    wanted = tuple(Replicate() if p.is_shard() and p.dim in gone else p for p in x.placements)
+    where = {i: i - sum(g < i for g in gone) for i in range(x.ndim) if i not in gone}
+    placements = tuple(Shard(where[p.dim]) if p.is_shard() else p for p in wanted)
+    return [wanted], placements, tuple(n for i, n in enumerate(x.shape) if i not in gone)
+
+
 def _joined(stacked):
     def rule(args, kwargs):
         tensors = list(args[0])
@@ -74,6 +88,7 @@ attach_rule("transpose", "sharding", transpose_rule)
 attach_rule("t", "sharding", t_rule)
 attach_rule("permute", "sharding", permute_rule)
 attach_rule("unsqueeze", "sharding", unsqueeze_rule)
+attach_rule("squeeze", "sharding", squeeze_rule)
 attach_rule("cat", "sharding", _joined(stacked=False))
 attach_rule("stack", "sharding", _joined(stacked=True))
 
