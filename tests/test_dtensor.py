@@ -139,6 +139,8 @@ def _on_two(fn):
      "minidl.matmul got mixed minidl.Tensor and DTensor"),
     (lambda m, t: minidl.cumsum(distribute_tensor(t, m, [Shard(0)]), 0), NotImplementedError,
      r"minidl.cumsum has no sharding rule for DTensors \(inputs placed \[S\(0\)\]\)"),
+    (lambda m, t: distribute_tensor(t, m, [Shard(0)]) @ distribute_tensor(t[0], m), NotImplementedError,
+     r"minidl.matmul's sharding rule takes two DTensors of one rank .* \(inputs placed \[S\(0\)\], \[R\]\)"),
     (lambda m, t: distribute_tensor(t, m, [Shard(0)]).redistribute(m), RuntimeError,
      "placements is needed for redistribute!"),
     (lambda m, t: distribute_tensor(distribute_tensor(t, m, [Shard(0)]), m, [Replicate()]), ValueError,

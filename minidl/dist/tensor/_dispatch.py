@@ -46,7 +46,10 @@ def dispatch(name, fn, args, kwargs):
         raise NotImplementedError(f"minidl.{name} has no sharding rule for DTensors (inputs placed "
                                   f"{', '.join(_named(d.placements) for d in inputs)}); redistribute to Replicate and "
                                   f"call it on .to_local(), or give the op a rule")
-    wanted, placements, shape, *instead = rule(args, kwargs)
+    try:
+        wanted, placements, shape, *instead = rule(args, kwargs)
+    except NotImplementedError as e:   # (a rule refusing these arguments: named with the placements)
+        raise NotImplementedError(f"{e} (inputs placed {', '.join(_named(d.placements) for d in inputs)})") from None
     fn = instead[0] if instead else fn
     first = placements[0] if isinstance(placements, list) else placements   # (several outputs lie alike)
     locals_ = iter([_gradient_lies(redistribute_local(d._local_tensor, d._spec, d._spec.with_placements(w)),
