@@ -174,6 +174,16 @@ def test_layer_norm_second_order_gradients():
     gradgradcheck(lambda x: F.layer_norm(x, (2, 3)), [RNG.standard_normal((2, 2, 3))])
 
 
+@pytest.mark.parametrize("table", [(5, 0), (0, 3)])
+def test_embedding_of_an_empty_table_or_ids_has_an_empty_gradient(table):
+    """(as torch: a table of no columns looked up, or no ids looked up in any table)"""
+    ids = minidl.tensor([[3, 0], [2, 2]] if table[0] else np.zeros((2, 0), np.int64))
+    w = minidl.zeros(table, requires_grad=True)
+    out = F.embedding(ids, w)
+    out.sum().backward()
+    assert tuple(out.shape) == (*ids.shape, table[1]) and tuple(w.grad.shape) == table
+
+
 def test_embedding_and_padding_idx():
     w = RNG.standard_normal((6, 3))
     idx = minidl.tensor([[0, 2, 5], [2, 2, 1]])

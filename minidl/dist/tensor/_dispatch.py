@@ -12,6 +12,9 @@ the whole count).
 """
 from __future__ import annotations
 
+import functools
+import inspect
+
 from ..._tensor import Tensor
 from ...ops.registry import OPS
 from ._redistribute import redistribute_local
@@ -30,8 +33,29 @@ def dtensors(args, kwargs) -> list:
     return found
 
 
+@functools.cache
+def _signature(fn):
+    try:
+        return inspect.signature(fn)
+    except (TypeError, ValueError):   # (a builtin without one: its arguments are taken as given)
+        return None
+
+
+def _positional(name, fn, args, kwargs):
+    """(args, kwargs) with every argument that may be passed by position passed so: rules read positions."""
+    signature = _signature(fn)
+    if signature is None:
+        return args, kwargs
+    try:
+        bound = signature.bind(*args, **kwargs)
+    except TypeError as e:
+        raise TypeError(f"minidl.{name}: {e}") from None
+    return bound.args, bound.kwargs
+
+
 def dispatch(name, fn, args, kwargs):
     from ._api import _MIXED, DTensor, _named
+    args, kwargs = _positional(name, fn, args, kwargs)
     inputs = dtensors(args, kwargs)
     meshes = {d.device_mesh for d in inputs}
     if len(meshes) > 1:
@@ -72,11 +96,12 @@ def _gradient_lies(local, spec, out_placements):
     """``local`` (an input's piece, at the placements the rule wanted) with its gradient made to lie as the
     input does. The op's backward on pieces gives, on a mesh dimension where the input was whole (Replicate) but
     the output is split (Shard) or a partial sum, only this rank's share of the input's gradient: a partial sum,
-    reduced on the way back; elsewhere the piece's gradient is already right."""
+    reduced on the way back (averaged where the output is an average); elsewhere the piece's gradient is already
+    right."""
     from ._api import _GradAs
     from ._redistribute import replicated_partials
     wanted = replicated_partials(spec.placements)
-    lies = tuple(Partial() if p.is_replicate() and not q.is_replicate() else w
+    lies = tuple(Partial(q.reduce_op if q.is_partial() else "sum") if p.is_replicate() and not q.is_replicate() else w
                  for p, q, w in zip(spec.placements, out_placements, wanted))
     if lies == wanted or not local.requires_grad:
         return local

@@ -12,7 +12,7 @@ from __future__ import annotations
 from ....formulas import BINARY, COMPARE, UNARY
 from ....layout import broadcast_shapes
 from ....ops.registry import OPS, attach_rule
-from ..placement_types import Replicate, Shard
+from ..placement_types import Partial, Replicate, Shard
 
 LINEAR_IN_BOTH = ("add", "sub")   # (partial sums of one kind, added)
 LINEAR_IN_FIRST = ("mul", "div")  # (a partial sum scaled by a whole value; mul either way round)
@@ -64,13 +64,14 @@ def _linear(name, args, kwargs, found) -> bool:
     there, in argument order; non-DTensor arguments are numbers or 0-d tensors, whole on every rank). A division
     that rounds (``rounding_mode``) is not linear."""
     partial = [p for p in found if p.is_partial()]
-    if any(p.reduce_op not in ("sum", "avg") for p in partial) or len({p for p in partial}) > 1:
+    if any(p.reduce_op not in Partial.LINEAR_REDUCE_OPS for p in partial) or len({p for p in partial}) > 1:
         return False
     if name in LINEAR_ALONE:
         return True
     if name in LINEAR_IN_BOTH:
         return len(found) == len(args) and all(p.is_partial() for p in found)
-    if name in LINEAR_IN_FIRST and kwargs.get("rounding_mode") is None:
+    rounding = args[2] if name == "div" and len(args) > 2 else kwargs.get("rounding_mode")
+    if name in LINEAR_IN_FIRST and rounding is None:
         from .._api import DTensor
         sides = [a.placements if isinstance(a, DTensor) else None for a in args[:2]]
         partial_sides = [i for i, s in enumerate(sides) if s is not None and any(p.is_partial() for p in s)]

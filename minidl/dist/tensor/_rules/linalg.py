@@ -1,6 +1,6 @@
 """matmul's sharding, mesh dimension by mesh dimension, for 2-D operands a (m, k) @ b (k, n):
 S(0) @ R -> S(0) and R @ S(1) -> S(1) with no message; S(1) @ S(0) -> P(sum) (each rank multiplies its slices of
-k: the sum of the products is the product); a partial sum times a replica stays a partial sum; R @ R -> R.
+k: the sum of the products is the product); a partial sum (or average) times a replica stays one; R @ R -> R.
 Other pairs are first made one of those: the side to move is the one a local slice makes right (R -> S costs
 no message), else the shard is gathered."""
 from __future__ import annotations
@@ -9,8 +9,14 @@ from ....ops.registry import attach_rule
 from ..placement_types import Partial, Replicate, Shard
 
 
+def _linear_in(p):
+    """``p``, or Replicate for a partial max or min: a product is linear in a sum or an average only."""
+    return Replicate() if p.is_partial() and p.reduce_op not in Partial.LINEAR_REDUCE_OPS else p
+
+
 def _pair(pa, pb):
     """(a's placement, b's placement, the output's) for one mesh dimension."""
+    pa, pb = _linear_in(pa), _linear_in(pb)
     if pa.is_partial() and pb.is_partial():
         return Replicate(), pb, pb
     if pa.is_partial():
@@ -57,6 +63,7 @@ attach_rule("bmm", "sharding", matmul_rule)
 
 def _linear_pair(px, pw, last):
     """(x's, w's, the bias's, the output's placement) on one mesh dimension for linear(x, w, b) = x @ w.T + b."""
+    px, pw = _linear_in(px), _linear_in(pw)
     if px.is_partial() and pw.is_partial():
         px = Replicate()
     if pw == Shard(0) and not px.is_partial():      # column-parallel: each rank has some output features

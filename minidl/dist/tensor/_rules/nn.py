@@ -58,6 +58,8 @@ def _rows_lookup(first, count):
     lookup = OPS["embedding"].function
 
     def run(ids, table):
+        if count == 0:   # (no rows here: zeros, still of the table, so that its empty gradient is made)
+            return (table.sum() * 0).expand(*ids.shape, table.shape[1])
         mine = (ids >= first) & (ids < first + count)
         local = (ids - first) * mine
         return lookup(local, table) * mine.unsqueeze(-1).to(table.dtype)
@@ -122,16 +124,26 @@ attach_rule("_fused_dropout", "sharding", dropout_rule)
 def attention_rule(args, kwargs):
     """scaled_dot_product_attention on (batch, heads, length, features) query, key and value: shards of the batch
     or the heads are kept (each rank attends within its heads: Megatron's attention), the lengths and features
-    are gathered; a mask (a DTensor) whole. Key and value heads must split as the query's (no grouped heads)."""
+    are gathered; a mask (a DTensor) split as the scores where it has those dimensions, whole elsewhere. Key and
+    value heads must split as the query's (no grouped heads); dropout inside a split attention is refused (each
+    rank's kernel would draw its piece's mask from the same counters: not the single process's)."""
     from .._api import DTensor
     q = args[0]
     dims = q.ndim
     keep = tuple(p if p.is_shard() and p.dim < dims - 2 else Replicate() for p in q.placements)
     mask = args[3] if len(args) > 3 else None
+    split = any(p.is_shard() for p in keep)
     if len(args) > 6 and args[6] and any(p.is_shard() and p.dim == dims - 3 for p in keep):
         raise NotImplementedError("scaled_dot_product_attention's sharding rule: grouped key/value heads (enable_gqa) "
                                   "cannot be split over heads yet")
-    wanted = [keep, keep, keep] + ([(Replicate(),) * len(keep)] if isinstance(mask, DTensor) else [])
+    if len(args) > 7 and args[7] and split:
+        raise NotImplementedError("scaled_dot_product_attention's sharding rule: dropout_p > 0 with the batch or "
+                                  "heads split is not supported yet (apply dropout outside, or replicate first)")
+    wanted = [keep, keep, keep]
+    if isinstance(mask, DTensor):   # (its dimensions line up with the scores' from the right)
+        lead = dims - mask.ndim
+        wanted.append(tuple(Shard(p.dim - lead) if p.is_shard() and p.dim >= lead and mask.shape[p.dim - lead] != 1
+                            else Replicate() for p in keep))
     return wanted, keep, (*q.shape[:-1], args[2].shape[-1]), _attend
 
 

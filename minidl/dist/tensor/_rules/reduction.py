@@ -35,7 +35,7 @@ def _reduction(kind):
             elif p.is_shard():
                 wanted.append(p)
                 out.append(Shard(p.dim if keepdim else p.dim - sum(1 for r in dims if r < p.dim)))
-            elif p.is_partial() and p.reduce_op not in ("sum", "avg"):
+            elif p.is_partial() and p.reduce_op not in Partial.LINEAR_REDUCE_OPS:
                 wanted.append(Replicate())
                 out.append(Replicate())
             else:

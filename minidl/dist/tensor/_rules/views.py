@@ -1,7 +1,7 @@
-"""Views: transpose, t, permute, unsqueeze, squeeze, reshape and view, and cat and stack along a whole dimension. A shard
-follows its dimension to where the view puts it (a partial sum stays one: these are linear); a reshape keeps it
-where the pieces stay chunk's pieces (see reshape_rule); cat and stack need the joined dimension whole and their
-inputs placed alike.
+"""Views: transpose, t, permute, unsqueeze, squeeze, reshape and view, and cat and stack along a whole
+dimension. A shard follows its dimension to where the view puts it (a partial sum stays one: these are linear);
+a reshape keeps it where the pieces stay chunk's pieces (see reshape_rule); cat and stack need the joined
+dimension whole and their inputs placed alike.
 """
 from __future__ import annotations
 
@@ -59,7 +59,9 @@ def squeeze_rule(args, kwargs):
     wanted = tuple(Replicate() if p.is_shard() and p.dim in gone else p for p in x.placements)
     where = {i: i - sum(g < i for g in gone) for i in range(x.ndim) if i not in gone}
     placements = tuple(Shard(where[p.dim]) if p.is_shard() else p for p in wanted)
-    return [wanted], placements, tuple(n for i, n in enumerate(x.shape) if i not in gone)
+    dims = tuple(sorted(gone))   # (on the pieces, only these: a piece may have other dimensions of size 1)
+    return [wanted], placements, tuple(n for i, n in enumerate(x.shape) if i not in gone), \
+        lambda piece, *rest, **options: piece.squeeze(dims)
 
 
 def _joined(stacked):
