@@ -24,7 +24,9 @@ from minidl.ops import registry
 import opinfo
 
 RULED = sorted(name for name, d in registry.OPS.items() if "sharding" in d.rules)
-MOST_COMBINATIONS = 32   # per sample and mesh: a seeded choice among more (every one where there are fewer)
+# per sample: at most this many placement combinations on a mesh of 1 and of 2 dimensions, a seeded choice
+# among more (every one where there are fewer; a 2-D mesh's combinations are more, and each costs more)
+MOST_COMBINATIONS = {1: 32, 2: 16}
 
 # samples that cannot run on DTensors at all, by what they call beside the op (DTensors take no in-place ops and
 # no indexing: their ops make new DTensors; internal Functions take plain tensors only)
@@ -148,14 +150,15 @@ def _placed(values, mesh, placements):
 
 
 def _combinations(sample, mesh_ndim, seed):
-    """Placements per input: every combination, or a seeded choice of MOST_COMBINATIONS of them."""
+    """Placements per input: every combination, or a seeded choice of MOST_COMBINATIONS[mesh_ndim] of them."""
     inputs = [opinfo.values_of(v) if isinstance(v, opinfo.NC) else np.asarray(v) for v in sample.inputs]
     per_input = [_choices(v, mesh_ndim, v.dtype.kind == "f") for v in inputs]
     count = int(np.prod([len(c) for c in per_input]))
-    if count <= MOST_COMBINATIONS:
+    most = MOST_COMBINATIONS[mesh_ndim]
+    if count <= most:
         return list(itertools.product(*per_input))
     rng = np.random.default_rng(seed)
-    picks = rng.choice(count, MOST_COMBINATIONS, replace=False)
+    picks = rng.choice(count, most, replace=False)
     return [tuple(c[int(i) // int(np.prod([len(x) for x in per_input[k + 1:]])) % len(c)]
                   for k, c in enumerate(per_input)) for i in picks]
 
