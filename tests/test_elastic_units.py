@@ -17,6 +17,8 @@ from minidl.dist import HashStore, elastic
 from minidl.dist.elastic import sampler as sampler_module
 from minidl.dist.elastic import state as state_module
 from minidl.dist.elastic.membership import PREFIX, Membership, MembershipError
+from minidl.dist.run.elastic_jobs import tend
+from minidl.dist.run.group import WorkerGroup
 from minidl.utils.data.distributed import DistributedSampler
 
 DATA = list(range(50))
@@ -450,3 +452,30 @@ def test_a_joiner_dying_before_it_wrote_its_uid_does_not_stall_the_round():
     finally:
         a.close()
         b.close()
+
+
+class _EndsAfterOneLook:
+    """A worker process that is still running the first time the launcher looks, and has failed ever after."""
+
+    def __init__(self, pid, code):
+        self.pid, self.code, self.looks, self.returncode = pid, code, 0, None
+
+    def poll(self):
+        self.looks += 1
+        self.returncode = None if self.looks == 1 else self.code
+        return self.returncode
+
+
+def test_a_worker_failing_after_training_as_the_launcher_looks_fails_the_job():
+    """Rank 0 ended well; rank 1 finished its training function and then raised, ending just as the launcher's
+    look began: the job fails (the launcher counts its error), on that look or the next — never ends well."""
+    store = HashStore()
+    group = WorkerGroup.__new__(WorkerGroup)
+    group.procs = [_EndsAfterOneLook(100, 0), _EndsAfterOneLook(101, 1)]
+    group.procs[0].looks = 1   # (rank 0 ended before this look)
+    group.envs = [{"RANK": str(r), "TORCHELASTIC_ERROR_FILE": ""} for r in range(2)]
+    store.set(f"{PREFIX}pid/node/101", "uid1")
+    store.set(f"{PREFIX}left/uid1", "1")   # (its training function returned)
+    marked = set()
+    outcomes = [tend(group, store, marked, "node") for _ in range(2)]
+    assert outcomes[0] is None and [f.rank for f in outcomes[1]] == [1]

@@ -57,6 +57,7 @@ def tend(group, store, marked: set, node: str):
     ``marked``; one that failed after its training function returned counts as an error of the script's), one a
     round left out (frozen) is ended. Once all have ended: [] when one succeeded and no script raised anywhere,
     else the failures; None while some still run."""
+    ended = group.ended()   # (first: a worker that ends during this look is in it, or in the next)
     for f in group.failures():
         if f.local_rank not in marked:
             pid = group.procs[f.local_rank].pid
@@ -67,6 +68,6 @@ def tend(group, store, marked: set, node: str):
     for p in group.procs:
         if p.poll() is None and left_out(store, node, p.pid):
             group.end(p)
-    if not group.ended():
+    if not ended:
         return None
     return group.failures() if not group.succeeded() or errors(store) else []

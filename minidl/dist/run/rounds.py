@@ -72,12 +72,13 @@ class Rendezvous:
                 self.store.set(self._key(number, "last_join"), repr(time.time()))
                 closed = self._wait_closed(number, deadline)
                 if index < closed:
-                    self.round = self._made(number, index, closed)
+                    self.round = self._made(number, index, closed, deadline)
                     self.beat(force=True)
                     return self.round
             self.store.add(self._key(number, "waiting"), 1)   # (torch's num_nodes_waiting)
             while self.current() == number:
-                self._check_deadline(deadline, number)
+                self._check_deadline(deadline, f"the job is full ({self.max} node(s), --nnodes max) and did "
+                                               "not make room")
                 time.sleep(POLL_SECONDS)
 
     def _wait_closed(self, number, deadline) -> int:
@@ -90,19 +91,26 @@ class Rendezvous:
             if joined >= self.max or (joined >= self.min and time.time() - last >= self.last_call):
                 self.store.compare_set(self._key(number, "closed"), "", str(min(joined, self.max)))
                 continue
-            self._check_deadline(deadline, number, joined)
+            self._check_deadline(deadline, f"only {joined} of the minimum {self.min} node(s) joined round {number}")
             time.sleep(POLL_SECONDS)
 
-    def _check_deadline(self, deadline, number, joined=None) -> None:
+    def _check_deadline(self, deadline, why) -> None:
         if time.monotonic() < deadline:
             return
-        why = (f"only {joined} of the minimum {self.min} node(s) joined round {number}" if joined is not None
-               else f"the job is full ({self.max} node(s), --nnodes max) and did not make room")
         raise RendezvousClosedError(f"minidl.dist.run: error: rendezvous at {self.endpoint} timed out after "
                                     f"{self.join_timeout:g} s (join_timeout): {why}")
 
-    def _made(self, number, index, closed) -> Round:
-        nodes = [json.loads(self._get(number, "node", j)) for j in range(closed)]
+    def _record(self, number, j, deadline) -> dict:
+        """Node ``j``'s record in round ``number``: a joiner takes its index before it writes its record, so a
+        round can close in between, and the record is then waited for."""
+        while (text := self._get(number, "node", j)) is None:
+            self._check_deadline(deadline, f"node {j} of round {number} took its place but never said who it is "
+                                           "(its launcher died while joining)")
+            time.sleep(POLL_SECONDS)
+        return json.loads(text)
+
+    def _made(self, number, index, closed, deadline) -> Round:
+        nodes = [self._record(number, j, deadline) for j in range(closed)]
         if self.node_rank is None:
             order = list(range(closed))
         else:
