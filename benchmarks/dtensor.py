@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import statistics
 import sys
 import tempfile
@@ -25,7 +24,7 @@ import time
 import numpy as np
 
 from _bench_common import cpu_model
-from _gloo_ranks import finish, start_ranks
+from _gloo_ranks import results
 
 # step -> (what it does, predicted bytes sent per rank as a fraction of the tensor's bytes, for k ranks)
 STEPS = {
@@ -148,14 +147,7 @@ def rank_main():
 def launch(folder, ranks, role, setting):
     env = {"DTENSOR_BENCH_ROLE": role, "DTENSOR_BENCH_SETTING": json.dumps(setting), "OMP_NUM_THREADS": "1",
            "NUMBA_NUM_THREADS": "1"}
-    outs = finish(start_ranks([sys.executable, os.path.abspath(__file__)], ranks, folder, role, env), 900)
-    if outs is None:
-        return "hung (killed after 900 s)"
-    found = [re.search(r"^RESULT (.*)$", o, re.M) for o in outs]
-    if not all(found):
-        bad = next(o for o, f in zip(outs, found) if not f)
-        return "failed: " + " | ".join(bad.strip().splitlines()[-3:])
-    return sorted((json.loads(f.group(1)) for f in found), key=lambda r: r["rank"])
+    return results([sys.executable, os.path.abspath(__file__)], ranks, folder, role, env)
 
 
 def main(argv=None):
