@@ -9,7 +9,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 
 import pytest
@@ -117,34 +116,53 @@ def test_join_false_returns_the_context_to_poll(mp, folder):
     assert sorted(p.name for p in folder.glob("done-*")) == ["done-0", "done-1"]
 
 
-def test_an_interrupted_join_ends_every_child(folder, monkeypatch):
-    """torch leaves this to the terminal's SIGINT reaching the children; minidl ends them itself."""
-    if threading.current_thread() is not threading.main_thread():
-        pytest.skip("a signal's KeyboardInterrupt reaches the main thread only")
-    monkeypatch.setattr(SPAWN, "_INTERRUPT_TERM_WAIT", 0.3)
-    main = threading.main_thread().ident
+_INTERRUPTED = """
+import os, signal, sys, threading, time
+import minidl.multiprocessing as mp, spawn_cases
+sys.modules["minidl.multiprocessing.spawn"]._INTERRUPT_TERM_WAIT = 0.3
+folder, main = sys.argv[1], threading.main_thread().ident
 
-    def interrupt_once_both_run():
-        deadline = time.monotonic() + 120
-        while len(list(folder.glob("pid-*"))) < 2 and time.monotonic() < deadline:
-            time.sleep(0.02)
-        signal.pthread_kill(main, signal.SIGINT)
+def interrupt_once_both_run():
+    deadline = time.monotonic() + 120
+    while sum(n.startswith("pid-") for n in os.listdir(folder)) < 2 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    signal.pthread_kill(main, signal.SIGINT)
 
-    threading.Thread(target=interrupt_once_both_run, daemon=True).start()
-    with pytest.raises(KeyboardInterrupt):
-        minidl.multiprocessing.spawn(spawn_cases.hold, args=(str(folder),), nprocs=2)
+threading.Thread(target=interrupt_once_both_run, daemon=True).start()
+try:
+    mp.spawn(spawn_cases.hold, args=(folder,), nprocs=2)
+except KeyboardInterrupt:
+    print("interrupted", flush=True)
+"""
+
+
+def _python(code, folder, *args, **options):
+    """``python -c code folder *args`` with minidl and spawn_cases importable and temporary files under
+    folder/tmp; a process of its own (whatever this test process's signal state)."""
+    paths = [os.path.dirname(os.path.dirname(minidl.__file__)), os.path.dirname(spawn_cases.__file__)]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(paths), "TMPDIR": str(folder / "tmp")}
+    return subprocess.Popen([sys.executable, "-c", code, str(folder), *args], env=env, **options)
+
+
+def test_an_interrupted_join_ends_every_child(folder):
+    """torch leaves this to the terminal's SIGINT reaching the children; minidl ends them itself. (In a process
+    of its own: a signal's KeyboardInterrupt reaches the main thread, which here is pytest's.)"""
+    parent = _python(_INTERRUPTED, folder, stdout=subprocess.PIPE, text=True)
+    out, _ = parent.communicate(timeout=120)
+    assert out.strip() == "interrupted" and parent.returncode == 0
     assert not os.listdir(folder / "tmp")  # (and the fixture checks that both children ended)
 
 
-def test_children_of_a_killed_parent_end(folder):
+@pytest.mark.parametrize("ignoring", [False, True], ids=["", "parent-ignoring-sigint"])
+def test_children_of_a_killed_parent_end(folder, ignoring):
     """A parent SIGKILLed cannot end its children: Linux sends each SIGINT (PR_SET_PDEATHSIG), which
-    ends even the one that ignores SIGTERM."""
+    ends even the one that ignores SIGTERM — and children of a parent that ignores SIGINT (nohup) too."""
     if not sys.platform.startswith("linux"):
         pytest.skip("PR_SET_PDEATHSIG is Linux's")
-    paths = [os.path.dirname(os.path.dirname(minidl.__file__)), os.path.dirname(spawn_cases.__file__)]
-    code = "import sys, minidl.multiprocessing as mp, spawn_cases; mp.spawn(spawn_cases.hold, (sys.argv[1],), 2)"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(paths), "TMPDIR": str(folder / "tmp")}
-    parent = subprocess.Popen([sys.executable, "-c", code, str(folder)], env=env)
+    code = ("import signal, sys, minidl.multiprocessing as mp, spawn_cases\n"
+            + ("signal.signal(signal.SIGINT, signal.SIG_IGN)\n" if ignoring else "")
+            + "mp.spawn(spawn_cases.hold, (sys.argv[1],), 2)")
+    parent = _python(code, folder)
     try:
         deadline = time.monotonic() + 120
         while len(list(folder.glob("pid-*"))) < 2:

@@ -56,8 +56,12 @@ class ProcessExitedException(ProcessException):
 
 
 def _die_with_parent():
-    """Ask Linux to send this process SIGINT when its parent dies, so a killed parent leaves no child."""
+    """Ask Linux to send this process SIGINT when its parent dies, so a killed parent leaves no child; SIGINT is
+    made to end it even where the parent ignored or blocked it (a child inherits both: started under nohup, or by
+    a daemon)."""
     if sys.platform.startswith("linux"):
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGINT])
         ctypes.CDLL(None).prctl(1, signal.SIGINT)  # 1: PR_SET_PDEATHSIG
 
 
