@@ -2,7 +2,9 @@
 MASTER_PORT), each in a session of its own with its output in a file, and ending them all."""
 from __future__ import annotations
 
+import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -45,3 +47,16 @@ def finish(ranks, timeout, spare=()):
                 os.killpg(p.pid, signal.SIGKILL)
             p.wait()
             out.close()
+
+
+def results(command, n, folder, tag, env, timeout=900):
+    """Run n ranks of ``command``, each printing one line ``RESULT <json with its "rank">``: those results in
+    rank order, or a string saying what failed (a hang, or a rank's last lines)."""
+    outs = finish(start_ranks(command, n, folder, tag, env), timeout)
+    if outs is None:
+        return f"hung (killed after {timeout} s)"
+    found = [re.search(r"^RESULT (.*)$", o, re.M) for o in outs]
+    if not all(found):
+        bad = next(o for o, f in zip(outs, found) if not f)
+        return "failed: " + " | ".join(bad.strip().splitlines()[-3:])
+    return sorted((json.loads(f.group(1)) for f in found), key=lambda r: r["rank"])

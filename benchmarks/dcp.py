@@ -40,7 +40,7 @@ from pathlib import Path
 import numpy as np
 
 from _bench_common import cpu_model
-from _gloo_ranks import finish, start_ranks
+from _gloo_ranks import results
 
 SHAPES = {"full": (4096, 1024), "quick": (512, 512)}
 LAYERS = 4
@@ -271,14 +271,7 @@ def rank_reshard(setting):
 def launch(folder, n, role, setting, tag):
     """Every rank's RESULT (in rank order), or a string saying what failed."""
     env = {"DCP_BENCH_ROLE": role, "DCP_BENCH_SETTING": json.dumps(setting)}
-    outs = finish(start_ranks([sys.executable, os.path.abspath(__file__)], n, folder, tag, env), 900)
-    if outs is None:
-        return "hung (killed after 900 s)"
-    found = [re.search(r"^RESULT (.*)$", o, re.M) for o in outs]
-    if not all(found):
-        bad = next(o for o, f in zip(outs, found) if not f)
-        return "failed: " + " | ".join(bad.strip().splitlines()[-3:])
-    return sorted((json.loads(f.group(1)) for f in found), key=lambda r: r["rank"])
+    return results([sys.executable, os.path.abspath(__file__)], n, folder, tag, env)
 
 
 def rate(nbytes, seconds):

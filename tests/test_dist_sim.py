@@ -418,3 +418,40 @@ def test_a_receive_that_fails_does_not_fail_the_others():
         elif rank == 2:
             dist.send(minidl.ones(2), 0, group=g)
     sim.run(3, fn, timeout=5)
+
+
+def _draws(rank):
+    first = minidl.rand(3).numpy()
+    minidl.manual_seed(11)   # (this rank's generator only)
+    return first, minidl.rand(2).numpy()
+
+
+def test_each_rank_draws_from_its_own_generator_starting_where_the_callers_stands():
+    """As forked processes: every rank's first draw is the caller's next, and seeding one rank touches
+    neither the others nor the caller."""
+    minidl.manual_seed(3)
+    results = sim.run(3, _draws)
+    caller_next = minidl.rand(3).numpy()
+    minidl.manual_seed(3)
+    want_first = minidl.rand(3).numpy()
+    minidl.manual_seed(11)
+    want_seeded = minidl.rand(2).numpy()
+    assert all(np.array_equal(f, want_first) and np.array_equal(s, want_seeded) for f, s in results)
+    assert np.array_equal(caller_next, want_first)
+
+
+def _bytes_of_small_and_large_all_reduces(rank):
+    from minidl.dist import debug
+    sent = []
+    for numel in (16, 1 << 16):   # (64 bytes ride in the agreement's messages; 256 KiB take the ring)
+        before = debug.sent_bytes()
+        dist.all_reduce(minidl.ones(numel))
+        sent.append(debug.sent_bytes() - before)
+    return sent
+
+
+@pytest.mark.parametrize("size", [2, 4])
+def test_sent_bytes_counts_an_all_reduces_data_whichever_way_it_went(size):
+    """Recursive doubling sends the whole buffer log2(k) times, the ring 2(k-1)/k of it."""
+    k = size.bit_length() - 1
+    assert sim.run(size, _bytes_of_small_and_large_all_reduces) == [[64 * k, 2 * (size - 1) * (1 << 18) // size]] * size

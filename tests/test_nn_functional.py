@@ -119,6 +119,19 @@ def test_linear():
     assert tuple(out.shape) == (2, 2, 4)
 
 
+@pytest.mark.parametrize("x_shape, w_shape", [((4, 5), (0, 5)), ((4, 0), (3, 0)), ((0, 5), (3, 5))])
+def test_linear_with_an_empty_dimension_has_gradients_of_the_closed_form(x_shape, w_shape):
+    """(torch gives these too: x's gradient g @ w, w's g.T @ x, the bias's the column sums of g.)"""
+    x = minidl.tensor(RNG.standard_normal(x_shape), requires_grad=True)
+    w = minidl.tensor(RNG.standard_normal(w_shape), requires_grad=True)
+    b = minidl.tensor(RNG.standard_normal(w_shape[0]), requires_grad=True)
+    g = RNG.standard_normal((x_shape[0], w_shape[0]))
+    (F.linear(x, w, b) * minidl.tensor(g)).sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), g @ w.detach().numpy())
+    np.testing.assert_allclose(w.grad.numpy(), g.T @ x.detach().numpy())
+    np.testing.assert_allclose(b.grad.numpy(), g.sum(0))
+
+
 def test_linear_module_init_and_forward():
     minidl.manual_seed(0)
     lin = nn.Linear(50, 40, dtype=minidl.float64)
@@ -159,6 +172,16 @@ def test_layer_norm_second_order_gradients():
     gradgradcheck(lambda x, w, b: F.layer_norm(x, (4,), w, b), [RNG.standard_normal((2, 4)),
                                                                 RNG.standard_normal(4), RNG.standard_normal(4)])
     gradgradcheck(lambda x: F.layer_norm(x, (2, 3)), [RNG.standard_normal((2, 2, 3))])
+
+
+@pytest.mark.parametrize("table", [(5, 0), (0, 3)])
+def test_embedding_of_an_empty_table_or_ids_has_an_empty_gradient(table):
+    """(as torch: a table of no columns looked up, or no ids looked up in any table)"""
+    ids = minidl.tensor([[3, 0], [2, 2]] if table[0] else np.zeros((2, 0), np.int64))
+    w = minidl.zeros(table, requires_grad=True)
+    out = F.embedding(ids, w)
+    out.sum().backward()
+    assert tuple(out.shape) == (*ids.shape, table[1]) and tuple(w.grad.shape) == table
 
 
 def test_embedding_and_padding_idx():

@@ -5,12 +5,14 @@
 Each rank's thread has its own default process group (backend "sim"), so fn calls
 minidl.dist collectives as under mpiexec. The first exception raised by any rank is re-raised
 here; the ranks still waiting on it fail instead of hanging. ``hosts`` fakes a host name per
-rank (to exercise the hierarchical all-reduce); other keywords go to init_process_group.
+rank (to exercise the hierarchical all-reduce); other keywords go to init_process_group. Each rank
+draws from a default CPU generator of its own, starting where the caller's stands (as forked processes do).
 """
 from __future__ import annotations
 
 import threading
 
+from ..ops import random
 from .communicators.sim import SimWorld
 from .state import destroy_process_group, init_process_group
 
@@ -28,9 +30,11 @@ def run(world_size: int, fn, *args, hosts=None, **init_options):
     results = [None] * world_size
     errors = []
     lock = threading.Lock()
+    seed, offset = (int(v) for v in random.cpu_default().get_state().numpy().view("<u8"))
 
     def rank_main(rank):
         _rank.hooks = []
+        random.own_default(random.Generator.at("cpu", seed, offset))
         try:
             init_process_group("sim", world_size=world_size, rank=rank, store=world, **init_options)
             results[rank] = fn(rank, *args)

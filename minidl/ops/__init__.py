@@ -3,6 +3,7 @@ beside its code; ``minidl``'s functions and ``Tensor``'s methods are made from t
 
 Reading order, bottom-up (a module imports only those listed before it):
 
+- ``overrides``: ops given an object of another tensor type (a DTensor), which takes them
 - ``registry``: the declarations of the public ops
 - ``core``: launching primitives on tensors, casting, scalars, broadcasting gradients
 - ``random``: the counter-based generators
@@ -49,7 +50,7 @@ Reading order, bottom-up (a module imports only those listed before it):
 - ``pooling``: pooling in 1 to 3 spatial dims beyond conv's (max, average, adaptive, Lp, fractional, unpooling)
 """
 # every module, in the reading order (each declares its ops as it is imported)
-from . import (registry, core, random, conversion, take_put, views, inplace, creation,  # noqa: F401,I001
+from . import (overrides, registry, core, random, conversion, take_put, views, inplace, creation,  # noqa: F401,I001
                autocast_mode, elementwise, math_ops, shape_ops, stacking, view_copies, indexing, reduction,
                reduction_more, linalg, arranging, sorting, search, scatter_reductions, conv, norm_rows, normalization,
                attention, embeddings, fused, dropout, batchnorm, rnn, cross_entropy, activations,

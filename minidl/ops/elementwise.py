@@ -189,7 +189,8 @@ def _unary_samples(t, name, fn=None):
     """A unary op's samples: contiguous, column-major and negative-stride inputs, and its own
     (``fn``: the op's public function, when it is not the formula's own)."""
     maker, *args = _SAMPLE_VALUES.get(name, ("rn",))
-    values, fn = (lambda *shape: getattr(t, maker)(*args, *shape)), fn or globals()[name]
+    public = OPS[name] if name in OPS else OPS["_" + name]   # (the registered op: what users call)
+    values, fn = (lambda *shape: getattr(t, maker)(*args, *shape)), fn or public.function
     return [t.S(name, fn, values(3, 4)), t.S(f"{name}-fortran", fn, t.NC(values(4, 3), "F")),
             t.S(f"{name}-negstride", lambda x: fn(x).sum(0), t.NC(values(5), "neg"))
             ] + _MORE_UNARY_SAMPLES.get(name, lambda t, fn: [])(t, fn)

@@ -33,7 +33,8 @@ class Embedding(Function):
         if sparse and scale_grad_by_freq:  # (at backward, as torch: the lookup itself computes)
             raise RuntimeError("embedding_backward: scale_grad_by_freq not supported with sparse gradients")
         (input,) = ctx.saved_tensors
-        rows, values = input.reshape(-1).clone(), g.reshape(-1, ctx.size[1])   # (the gradient's own rows)
+        rows = input.reshape(-1).clone()
+        values = g.reshape(rows.numel(), ctx.size[1])   # (the gradient's own rows; -1 cannot size 0 columns)
         if scale_grad_by_freq:
             values = values / bincount(rows, minlength=ctx.size[0])[rows].unsqueeze(1).to(values.dtype)
         if padding_idx is not None:

@@ -83,8 +83,8 @@ class Linear(Function):
         x, weight = ctx.saved_tensors
         need_x, need_w, need_b = ctx.needs_input_grad
         gx = g @ weight if need_x else None
-        rows = g.reshape(-1, g.shape[-1])
-        gw = rows.mT @ x.reshape(-1, x.shape[-1]) if need_w else None
+        rows = g.reshape(math.prod(g.shape[:-1]), g.shape[-1])   # (not -1: no length is implied by 0 elements)
+        gw = rows.mT @ x.reshape(rows.shape[0], x.shape[-1]) if need_w else None
         gb = rows.sum(0) if need_b else None
         return gx, gw, gb
 

@@ -9,6 +9,7 @@ generator seeded with the current (seed, offset), then advances offset by one.
 from __future__ import annotations
 
 import struct
+import threading
 
 import numpy as np
 
@@ -84,6 +85,18 @@ class Generator:
 
 
 default_generator = Generator()
+_thread = threading.local()   # a thread's own default CPU generator, where it has one (a simulated rank's)
+
+
+def cpu_default() -> Generator:
+    """The default CPU generator of this thread: the process's, or the one ``own_default`` gave it."""
+    return getattr(_thread, "generator", None) or default_generator
+
+
+def own_default(generator: Generator) -> None:
+    """Give this thread a default CPU generator of its own: minidl.dist.sim's ranks, each a process of its own,
+    draw their own streams (as forked processes would), not interleaved draws from one."""
+    _thread.generator = generator
 _cuda_generators: dict = {}   # cuda device index -> its default generator
 _cuda_seed = [DEFAULT_SEED]   # the seed new ones start from
 
@@ -92,7 +105,7 @@ def device_generator(device) -> Generator:
     """The default generator of ``device`` (one per GPU, as in PyTorch; the CPU's for 'cpu')."""
     device = as_device(device)
     if device.type == "cpu":
-        return default_generator
+        return cpu_default()
     found = _cuda_generators.get(device.index)
     if found is None:
         found = _cuda_generators[device.index] = Generator(device).manual_seed(_cuda_seed[0])
@@ -111,29 +124,29 @@ def seed_cuda(seed: int, index=None) -> None:
 
 def manual_seed(seed: int) -> Generator:
     seed_cuda(seed)
-    return default_generator.manual_seed(seed)
+    return cpu_default().manual_seed(seed)
 
 
 def seed() -> int:
-    value = default_generator.seed()
+    value = cpu_default().seed()
     seed_cuda(value)
     return value
 
 
 def initial_seed() -> int:
-    return default_generator.initial_seed()
+    return cpu_default().initial_seed()
 
 
 def get_rng_state():
-    return default_generator.get_state()
+    return cpu_default().get_state()
 
 
 def set_rng_state(new_state) -> None:
-    default_generator.set_state(new_state)
+    cpu_default().set_state(new_state)
 
 
 def numpy_generator(generator=None) -> np.random.Generator:
-    return (generator or default_generator).numpy
+    return (generator or cpu_default()).numpy
 
 
 def draw(kind: str, shape, dtype, device, a, b, generator=None):

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from .. import _tracing
+from . import overrides
 
 NAMESPACES = ("minidl", "nn.functional", "special", "linalg", None)
 RULE_KINDS = ("sharding", "sparse_grad", "sparse_input", "onnx")
@@ -101,10 +102,15 @@ def op(name: str | None = None, *, method=True, inplace=None, aliases=(), sample
 
 def _watched(key, fn, in_place):
     """``fn`` as the op's public face: itself, unless an exporter is tracing (``minidl._tracing``),
-    which then runs and records the call as op ``key`` (``in_place``: an in-place twin)."""
+    which then runs and records the call as op ``key`` (``in_place``: an in-place twin), or an argument's type
+    takes the op (``overrides``: a DTensor's sharding rules)."""
     def call(*args, **kwargs):
         tracer = _tracing.active
         if tracer is None:
+            if overrides.active:
+                other = overrides.claimant(args, kwargs)
+                if other is not None:
+                    return type(other).__minidl_function__(key, fn, args, kwargs)
             return fn(*args, **kwargs)
         return tracer.call(key, fn, args, kwargs, in_place)
     return functools.update_wrapper(call, fn)

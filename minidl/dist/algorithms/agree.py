@@ -92,6 +92,8 @@ def agree(ch, descriptor, capacity: int, buf=None, op=None) -> bool:
             agreeing = _fold(p, agreeing, buf, op)
         if folds_in is not None:
             ch.send_whole(mine, folds_in)
+    if buf is not None:   # (the data rode along: counted as the all-reduce's, as debug.sent_bytes promises)
+        ch.sent[0] += buf.nbytes * (1 if sits_out_with is not None else len(partners) + (folds_in is not None))
     if agreeing and buf is not None:
         buf[...] = p.incoming if sits_out_with is not None else p.data
     return agreeing

@@ -16,6 +16,10 @@ from ._api import DTensor, distribute_tensor
 from ._module import distribute_module
 from ._spec import DTensorSpec, normalized
 from .placement_types import Partial, Placement, Replicate, Shard
+from . import _rules  # noqa: F401  (the ops' sharding rules, attached to the registry)
+from ...ops import overrides
+
+overrides.register(DTensor)
 
 __all__ = ["DTensor", "distribute_tensor", "distribute_module", "Shard", "Replicate", "Partial", "Placement",
            "ones", "empty", "full", "rand", "randn", "zeros"]

@@ -5,19 +5,22 @@ the global tensor. ``redistribute`` moves pieces between placements (``_redistri
 ``from_local``/``to_local`` cross between the two worlds. A gradient reaching a DTensor's local piece lies as
 the DTensor does, except that a Partial one's gradient is Replicate (every part gets the whole gradient);
 ``grad_placements`` declares otherwise (a loss computed on local pieces gives Partial gradients).
-Elementwise arithmetic between DTensors of equal placements (and with numbers and 0-d tensors) runs on the
-pieces; the rules of other ops come with part 2.
+Registered ops given DTensors (arithmetic and methods included) run by their sharding rules (``_dispatch.py``).
 """
 from __future__ import annotations
 
+import functools
+
 from ..._tensor import Tensor
 from ...autograd.function import Function
+from ..._dtype import float32, float64
 from ...ops.creation import empty
+from ...ops.registry import OPS
 from .. import collectives, objects, state as dist_state
 from ..device_mesh import DeviceMesh
 from ._redistribute import redistribute_local, replicated_partials, split_into_partials
 from ._spec import DTensorSpec, normalized
-from .placement_types import Partial, Replicate, Shard
+from .placement_types import Replicate, Shard
 
 __all__ = ["DTensor", "distribute_tensor"]
 
@@ -171,6 +174,24 @@ class DTensor:
     def detach(self) -> "DTensor":
         return DTensor(self._local_tensor.detach(), self._spec)
 
+    def to(self, *args, **kwargs) -> "DTensor":
+        """Each piece converted (a dtype; a device of the mesh's type), differentiably."""
+        return DTensor(self._local_tensor.to(*args, **kwargs), self._spec)
+
+    def double(self) -> "DTensor":
+        return self.to(float64)
+
+    def float(self) -> "DTensor":
+        return self.to(float32)
+
+    @property
+    def mT(self) -> "DTensor":
+        return OPS["transpose"].function(self, -2, -1)
+
+    @property
+    def T(self) -> "DTensor":
+        return OPS["permute"].function(self, tuple(range(self.ndim - 1, -1, -1)))
+
     def __dcp_slices__(self):
         """(global shape, [(offsets, piece)]) for minidl.dist.checkpoint: the box this rank holds (a replica where
         other ranks hold the same box; a partial sum has no box until it is reduced)."""
@@ -184,65 +205,99 @@ class DTensor:
         return (f"DTensor(local_tensor={self._local_tensor!r}, device_mesh={self.device_mesh!r}, "
                 f"placements={self.placements!r})")
 
-    # -- elementwise arithmetic (part 1) ------------------------------------------------------------
+    def backward(self, gradient=None, retain_graph=None, create_graph=False) -> None:
+        """Backward from this DTensor: ``gradient`` (a DTensor, or None for a one-element one) seeds each rank's
+        piece. A partial sum's pieces each get the whole gradient, as the rules' backward expects of a sum (so a
+        loss left partial needs no all-reduce); an average or extreme is made whole first."""
+        out = self
+        if any(p.is_partial() and p.reduce_op != "sum" for p in self.placements):
+            out = self.redistribute(placements=[Replicate() if p.is_partial() and p.reduce_op != "sum" else p
+                                                for p in self.placements])
+        if gradient is None:
+            if self.numel() != 1:
+                raise RuntimeError(f"grad can be implicitly created only for scalar outputs: this DTensor has shape "
+                                   f"{list(self.shape)}")
+            seed = None if out._local_tensor.numel() == 1 else out._local_tensor.new_ones(out._local_tensor.shape)
+        else:
+            if not isinstance(gradient, DTensor):
+                raise TypeError(f"DTensor.backward: gradient must be a DTensor, got {type(gradient).__name__}")
+            seed = gradient.redistribute(out.device_mesh, replicated_partials(out.placements)).to_local()
+        out._local_tensor.backward(seed, retain_graph=retain_graph, create_graph=create_graph)
+
+    # -- arithmetic: the registry's ops, by their sharding rules ---------------------------------------------------
     def __add__(self, other):
-        return _elementwise("add", lambda a, b: a + b, self, other, linear=True)
+        return _binary("add", self, other)
 
     def __radd__(self, other):
-        return _elementwise("add", lambda a, b: b + a, self, other, linear=True)
+        return _binary("add", other, self)
 
     def __sub__(self, other):
-        return _elementwise("sub", lambda a, b: a - b, self, other, linear=True)
+        return _binary("sub", self, other)
 
     def __rsub__(self, other):
-        return _elementwise("sub", lambda a, b: b - a, self, other, linear=True)
+        return _binary("sub", other, self)
 
     def __mul__(self, other):
-        return _elementwise("mul", lambda a, b: a * b, self, other, scales=True)
+        return _binary("mul", self, other)
 
     def __rmul__(self, other):
-        return _elementwise("mul", lambda a, b: b * a, self, other, scales=True)
+        return _binary("mul", other, self)
 
     def __truediv__(self, other):
-        return _elementwise("div", lambda a, b: a / b, self, other, scales=True)
+        return _binary("div", self, other)
 
     def __rtruediv__(self, other):
-        return _elementwise("div", lambda a, b: b / a, self, other)
+        return _binary("div", other, self)
 
     def __pow__(self, other):
-        return _elementwise("pow", lambda a, b: a ** b, self, other)
+        return _binary("pow", self, other)
 
     def __rpow__(self, other):
-        return _elementwise("pow", lambda a, b: b ** a, self, other)
+        return _binary("pow", other, self)
+
+    def __mod__(self, other):
+        return _binary("remainder", self, other)
+
+    def __rmod__(self, other):
+        return _binary("remainder", other, self)
 
     def __neg__(self):
-        return DTensor(-self._local_tensor, self._spec)
+        return OPS["neg"].function(self)
 
     def __matmul__(self, other):
-        return _not_yet("matmul", other)
+        return _binary("matmul", self, other)
 
     def __rmatmul__(self, other):
-        return _not_yet("matmul", other)
+        return _binary("matmul", other, self)
+
+    @classmethod
+    def __minidl_function__(cls, name, fn, args, kwargs):
+        """An op given DTensors: run by its sharding rule (``_dispatch.py``)."""
+        from ._dispatch import dispatch
+        return dispatch(name, fn, args, kwargs)
 
     def __getattr__(self, name):
-        """A plain tensor's insides asked of a DTensor: an op that has no DTensor rule was given one. (A
-        TypeError, not an AttributeError, even under hasattr/getattr with a default: minidl's ops test for a
-        tensor that way, and would otherwise fail later with a stranger error.)"""
+        """A Tensor method of a registered op (``d.sum(0)``): the op, which runs by its sharding rule. A plain
+        tensor's insides asked of a DTensor: code that is no registered op was given one — a TypeError, not an
+        AttributeError, even under hasattr/getattr with a default: minidl's ops test for a tensor that way, and
+        would otherwise fail later with a stranger error."""
+        method = _op_methods().get(name)
+        if method is not None:
+            return functools.partial(method, self)
         if name in _TENSOR_INSIDES:
-            raise TypeError("a minidl op got a DTensor where it needs a minidl.Tensor: DTensors take part only in "
-                            "redistribution and elementwise arithmetic so far (the other ops' rules come later); "
-                            "use .to_local() or .full_tensor() for a plain tensor")
+            raise TypeError("a minidl op got a DTensor where it needs a minidl.Tensor: only registered ops with a "
+                            "sharding rule take DTensors; use .to_local() or .full_tensor() for a plain tensor")
         raise AttributeError(f"'{type(self).__name__}' object has no attribute '{name}'")
 
 
+@functools.cache
+def _op_methods() -> dict:
+    """Tensor method name -> method, of every registered op (aliases included; in-place twins are not: a DTensor's
+    ops make new DTensors)."""
+    return {name: d.method for d in OPS.values() if d.method is not None for name in d.names}
+
+
 _TENSOR_INSIDES = frozenset(("_storage", "_layout", "_base", "_wrapped_number", "_history_version"))
-
-
-def _not_yet(name, other):
-    if isinstance(other, Tensor) and other.ndim > 0:
-        raise RuntimeError(f"minidl.{name} {_MIXED}")
-    raise TypeError(f"minidl.{name} of DTensors has no rule yet (only redistribution and elementwise arithmetic "
-                    f"run on DTensors so far); use .to_local() or .full_tensor()")
 
 
 def _one_partial_kind(placements) -> None:
@@ -281,35 +336,11 @@ class _GradAs(Function):
         return split_into_partials(moved, spec.mesh, spec.placements, ctx.wanted), None, None
 
 
-def _elementwise(name, fn, a: DTensor, b, linear=False, scales=False) -> DTensor:
-    """``fn`` on the pieces. ``b``: a DTensor of the same mesh, shape and placements, a number or a 0-d tensor.
-    A Partial piece is first made Replicate unless the op is linear in it: ``linear`` ops between two partial
-    sums, ``scales`` (mul, div) by a number or a plain 0-d tensor."""
-    if isinstance(b, DTensor):
-        if b.device_mesh != a.device_mesh:
-            raise RuntimeError(f"Cannot run minidl.{name} on inputs with different meshes: got {a.device_mesh} "
-                               f"and {b.device_mesh}")
-        if b.placements != a.placements or b._spec.shape != a._spec.shape:
-            raise RuntimeError(
-                f"minidl.{name}: DTensors of shapes {list(a.shape)} and {list(b.shape)} placed "
-                f"{_named(a.placements)} and {_named(b.placements)}: elementwise ops between DTensors need one "
-                f"shape and equal placements here (redistribute one first; per-op rules come later)")
-        keep = linear and all(p.reduce_op in Partial.LINEAR_REDUCE_OPS for p in a.placements if p.is_partial())
-        a, b = (a, b) if keep else (_replicated_partials(a), _replicated_partials(b))
-        return DTensor(fn(a._local_tensor, b._local_tensor), a._spec)
-    if isinstance(b, Tensor) and b.ndim > 0:
-        raise RuntimeError(f"minidl.{name} {_MIXED}")
-    if not isinstance(b, (Tensor, bool, int, float)):
+def _binary(name, a, b):
+    """Op ``name`` of a DTensor and another operand (a DTensor, a tensor, a number); NotImplemented for others."""
+    if not all(isinstance(x, (DTensor, Tensor, bool, int, float)) for x in (a, b)):
         return NotImplemented
-    keep = scales and all(p.reduce_op in Partial.LINEAR_REDUCE_OPS for p in a.placements if p.is_partial())
-    a = a if keep else _replicated_partials(a)
-    return DTensor(fn(a._local_tensor, b), a._spec)
-
-
-def _replicated_partials(t: DTensor) -> DTensor:
-    if not any(p.is_partial() for p in t.placements):
-        return t
-    return t.redistribute(placements=replicated_partials(t.placements))
+    return OPS[name].function(a, b)
 
 
 def _named(placements) -> str:

@@ -154,7 +154,6 @@ class Subset(Dataset):
 def random_split(dataset, lengths, generator=None):
     """Split ``dataset`` into non-overlapping random subsets of the given lengths (ints, or fractions
     summing to 1 whose floors are topped up round-robin, as in PyTorch)."""
-    generator = minidl.default_generator if generator is None else generator
     lengths = list(lengths)
     if math.isclose(sum(lengths), 1) and sum(lengths) <= 1:
         subset_lengths = []

@@ -18,7 +18,7 @@ _CHUNK = 32  # RandomSampler with replacement draws this many indices at a time 
 
 def _fresh_generator():
     """A generator seeded from the global RNG (so ``minidl.manual_seed`` makes shuffling reproducible)."""
-    seed = int(minidl.default_generator.numpy.integers(0, 2 ** 63 - 1))
+    seed = int(minidl.randint(0, 2 ** 63 - 1, ()))   # (the default generator: a simulated rank's its own)
     return minidl.Generator().manual_seed(seed)
 
 

@@ -1,0 +1,108 @@
+"""DTensor's side of minidl's ops (``ops.overrides``): an op called with DTensors runs by its sharding rule, the
+registry's "sharding" rule of that op. The rule says which placements the op needs of its DTensor inputs and
+how its output lies; the inputs are redistributed to those (differentiably), the op runs on the pieces (where
+autograd runs, so parameters' gradients lie as they should), and the output is wrapped. An op without a rule
+refuses, naming the op and the placements: never a silent gather.
+
+A rule: ``rule(args, kwargs) -> (wanted, placements, shape[, local_fn])``: the placements each DTensor argument
+must have (in the order ``dtensors`` finds them), the output's placements and global shape (a list of each for an
+op of several outputs), and, where the op on
+the pieces is not the op itself, what to run on them instead (mean over a split dimension: the piece's sum over
+the whole count).
+"""
+from __future__ import annotations
+
+import functools
+import inspect
+
+from ..._tensor import Tensor
+from ...ops.registry import OPS
+from ._redistribute import redistribute_local
+from ._spec import DTensorSpec
+from .placement_types import Partial
+
+
+def dtensors(args, kwargs) -> list:
+    """The DTensor arguments, in order (one level into lists and tuples)."""
+    from ._api import DTensor
+    found = []
+    for value in (*args, *kwargs.values()):
+        for item in (value if isinstance(value, (list, tuple)) else (value,)):
+            if isinstance(item, DTensor):
+                found.append(item)
+    return found
+
+
+@functools.cache
+def _signature(fn):
+    try:
+        return inspect.signature(fn)
+    except (TypeError, ValueError):   # (a builtin without one: its arguments are taken as given)
+        return None
+
+
+def _positional(name, fn, args, kwargs):
+    """(args, kwargs) with every argument that may be passed by position passed so: rules read positions."""
+    signature = _signature(fn)
+    if signature is None:
+        return args, kwargs
+    try:
+        bound = signature.bind(*args, **kwargs)
+    except TypeError as e:
+        raise TypeError(f"minidl.{name}: {e}") from None
+    return bound.args, bound.kwargs
+
+
+def dispatch(name, fn, args, kwargs):
+    from ._api import _MIXED, DTensor, _named
+    args, kwargs = _positional(name, fn, args, kwargs)
+    inputs = dtensors(args, kwargs)
+    meshes = {d.device_mesh for d in inputs}
+    if len(meshes) > 1:
+        raise RuntimeError(f"Cannot run minidl.{name} on inputs with different meshes: got "
+                           f"{' and '.join(str(m) for m in meshes)}")
+    for value in (*args, *kwargs.values()):
+        for item in (value if isinstance(value, (list, tuple)) else (value,)):
+            if isinstance(item, Tensor) and item.ndim > 0:
+                raise RuntimeError(f"minidl.{name} {_MIXED}")
+    rule = OPS[name].rules.get("sharding")
+    if rule is None:
+        raise NotImplementedError(f"minidl.{name} has no sharding rule for DTensors (inputs placed "
+                                  f"{', '.join(_named(d.placements) for d in inputs)}); redistribute to Replicate and "
+                                  f"call it on .to_local(), or give the op a rule")
+    try:
+        wanted, placements, shape, *instead = rule(args, kwargs)
+    except NotImplementedError as e:   # (a rule refusing these arguments: named with the placements)
+        raise NotImplementedError(f"{e} (inputs placed {', '.join(_named(d.placements) for d in inputs)})") from None
+    fn = instead[0] if instead else fn
+    first = placements[0] if isinstance(placements, list) else placements   # (several outputs lie alike)
+    locals_ = iter([_gradient_lies(redistribute_local(d._local_tensor, d._spec, d._spec.with_placements(w)),
+                                   d._spec.with_placements(w), first) for d, w in zip(inputs, wanted)])
+
+    def local(value):
+        if isinstance(value, DTensor):
+            return next(locals_)
+        if isinstance(value, (list, tuple)):
+            return type(value)(local(item) for item in value)
+        return value
+    out = fn(*[local(a) for a in args], **{k: local(v) for k, v in kwargs.items()})
+    mesh = inputs[0].device_mesh
+    if isinstance(out, (tuple, list)):   # (several outputs: the rule gives a placements and a shape for each)
+        return type(out)(DTensor(o, DTensorSpec(mesh, tuple(p), tuple(s))) for o, p, s in zip(out, placements, shape))
+    return DTensor(out, DTensorSpec(mesh, tuple(placements), tuple(shape)))
+
+
+def _gradient_lies(local, spec, out_placements):
+    """``local`` (an input's piece, at the placements the rule wanted) with its gradient made to lie as the
+    input does. The op's backward on pieces gives, on a mesh dimension where the input was whole (Replicate) but
+    the output is split (Shard) or a partial sum, only this rank's share of the input's gradient: a partial sum,
+    reduced on the way back (averaged where the output is an average); elsewhere the piece's gradient is already
+    right."""
+    from ._api import _GradAs
+    from ._redistribute import replicated_partials
+    wanted = replicated_partials(spec.placements)
+    lies = tuple(Partial(q.reduce_op if q.is_partial() else "sum") if p.is_replicate() and not q.is_replicate() else w
+                 for p, q, w in zip(spec.placements, out_placements, wanted))
+    if lies == wanted or not local.requires_grad:
+        return local
+    return _GradAs.apply(local, spec.with_placements(lies), wanted)

@@ -1,0 +1,66 @@
+"""Reductions and normalizations along dimensions.
+
+sum over a sharded dimension leaves each rank its piece's sum: a partial sum, reduced only when asked; mean
+there is each piece's sum over the whole count, a partial sum too (so its gradient, 1 / count, is the whole's,
+and uneven pieces need no gather). softmax and log_softmax need their dimension whole (it is gathered where it is
+split); other dimensions keep their shards. A partial sum is reduced first, except under sum and mean, which are
+linear.
+"""
+from __future__ import annotations
+
+from ....ops.registry import OPS, attach_rule
+from ..placement_types import Partial, Replicate, Shard
+
+
+def _dims(dim, ndim):
+    if dim is None:
+        return tuple(range(ndim))
+    dims = (dim,) if isinstance(dim, int) else tuple(dim)
+    return tuple(sorted(d % ndim for d in dims)) if ndim else ()
+
+
+def _reduction(kind):
+    def rule(args, kwargs):
+        x = args[0]
+        dim = args[1] if len(args) > 1 else kwargs.get("dim")
+        keepdim = args[2] if len(args) > 2 else kwargs.get("keepdim", False)
+        dims = _dims(dim, x.ndim)
+        wanted, out = [], []
+        split = False
+        for d, p in enumerate(x.placements):
+            if p.is_shard() and p.dim in dims:
+                wanted.append(p)
+                out.append(Partial("sum"))
+                split = True
+            elif p.is_shard():
+                wanted.append(p)
+                out.append(Shard(p.dim if keepdim else p.dim - sum(1 for r in dims if r < p.dim)))
+            elif p.is_partial() and p.reduce_op not in Partial.LINEAR_REDUCE_OPS:
+                wanted.append(Replicate())
+                out.append(Replicate())
+            else:
+                wanted.append(p)
+                out.append(p)
+        shape = tuple(1 if i in dims else s for i, s in enumerate(x.shape) if keepdim or i not in dims)
+        if kind == "mean" and split:
+            count = 1
+            for i in dims:
+                count *= x.shape[i]
+            return [tuple(wanted)], tuple(out), shape, lambda piece, *a, **k: sum_(piece, *a, **k) / count
+        return [tuple(wanted)], tuple(out), shape
+    return rule
+
+
+def _along_whole_dim(args, kwargs):
+    """softmax(x, dim): that dimension whole on every rank, the others' shards kept, partial sums reduced."""
+    x = args[0]
+    dim = (args[1] if len(args) > 1 else kwargs["dim"]) % x.ndim
+    wanted = tuple(Replicate() if p.is_partial() or p == Shard(dim) else p for p in x.placements)
+    return [wanted], wanted, tuple(x.shape)
+
+
+sum_ = OPS["sum"].function
+attach_rule("sum", "sharding", _reduction("sum"))
+attach_rule("mean", "sharding", _reduction("mean"))
+attach_rule("softmax", "sharding", _along_whole_dim)
+attach_rule("log_softmax", "sharding", _along_whole_dim)
