@@ -95,7 +95,7 @@ class Optimizer:
         if self.param_groups and ("param_names" in self.param_groups[0]) != ("param_names" in param_group):
             raise ValueError("all optimizer param groups should be with/without names.")
         for param in param_group["params"]:
-            if not isinstance(param, Tensor):
+            if not isinstance(param, Tensor) and not hasattr(type(param), "__minidl_function__"):   # (a DTensor)
                 raise TypeError("optimizer can only optimize Tensors, but one of the params is "
                                 + type(param).__name__)
             if not self.defaults.get("differentiable") and not (param.is_leaf or param.retains_grad):

@@ -148,6 +148,8 @@ class DTensor:
         self._local_tensor.requires_grad_(requires_grad)
         return self
 
+    is_sparse = False   # (its pieces are strided; optimizers ask)
+
     @property
     def is_leaf(self) -> bool:
         return self._local_tensor.is_leaf
@@ -177,6 +179,14 @@ class DTensor:
     def to(self, *args, **kwargs) -> "DTensor":
         """Each piece converted (a dtype; a device of the mesh's type), differentiably."""
         return DTensor(self._local_tensor.to(*args, **kwargs), self._spec)
+
+    def copy_(self, src, non_blocking=False) -> "DTensor":
+        """Every piece written from ``src``, a DTensor of this one's shape, moved to lie as this one does."""
+        if not isinstance(src, DTensor) or tuple(src.shape) != tuple(self.shape):
+            raise RuntimeError(f"DTensor.copy_: the source must be a DTensor of shape {list(self.shape)}, got "
+                               f"{type(src).__name__} {list(getattr(src, 'shape', ()))}")
+        self._local_tensor.copy_(src.redistribute(self.device_mesh, self.placements).to_local())
+        return self
 
     def double(self) -> "DTensor":
         return self.to(float64)
@@ -284,6 +294,11 @@ class DTensor:
         method = _op_methods().get(name)
         if method is not None:
             return functools.partial(method, self)
+        twin = _op_twins().get(name)
+        if twin is not None:   # (x.add_(y): the op's rule, which must leave x placed as it is, then the twin)
+            from ._dispatch import dispatch
+            key, fn = twin
+            return lambda *args, **kwargs: dispatch(key, fn, (self, *args), kwargs, in_place=True)
         if name in _TENSOR_INSIDES:
             raise TypeError("a minidl op got a DTensor where it needs a minidl.Tensor: only registered ops with a "
                             "sharding rule take DTensors; use .to_local() or .full_tensor() for a plain tensor")
@@ -292,9 +307,14 @@ class DTensor:
 
 @functools.cache
 def _op_methods() -> dict:
-    """Tensor method name -> method, of every registered op (aliases included; in-place twins are not: a DTensor's
-    ops make new DTensors)."""
+    """Tensor method name -> method, of every registered op (aliases included; in-place twins: ``_op_twins``)."""
     return {name: d.method for d in OPS.values() if d.method is not None for name in d.names}
+
+
+@functools.cache
+def _op_twins() -> dict:
+    """In-place method name (``add_``) -> (its op, the in-place function on plain tensors)."""
+    return {twin: (d.name, method.__wrapped__) for d in OPS.values() for twin, method in d.twins.items()}
 
 
 _TENSOR_INSIDES = frozenset(("_storage", "_layout", "_base", "_wrapped_number", "_history_version"))

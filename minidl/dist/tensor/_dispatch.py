@@ -6,7 +6,7 @@ refuses, naming the op and the placements: never a silent gather.
 
 A rule: ``rule(args, kwargs) -> (wanted, placements, shape[, local_fn])``: the placements each DTensor argument
 must have (in the order ``dtensors`` finds them), the output's placements and global shape (a list of each for an
-op of several outputs), and, where the op on
+op of several outputs; None for an op that writes its arguments in place and returns nothing), and, where the op on
 the pieces is not the op itself, what to run on them instead (mean over a split dimension: the piece's sum over
 the whole count).
 """
@@ -53,9 +53,11 @@ def _positional(name, fn, args, kwargs):
     return bound.args, bound.kwargs
 
 
-def dispatch(name, fn, args, kwargs):
+def dispatch(name, fn, args, kwargs, in_place=False):
+    """``fn`` (op ``name``, or with ``in_place`` its in-place twin, writing its first argument) on DTensors."""
     from ._api import _MIXED, DTensor, _named
-    args, kwargs = _positional(name, fn, args, kwargs)
+    call = _positional(name, fn, args, kwargs)   # (how fn takes them; the rule reads them as the op does)
+    args, kwargs = _positional(name, OPS[name].function, args, kwargs) if in_place else call
     inputs = dtensors(args, kwargs)
     meshes = {d.device_mesh for d in inputs}
     if len(meshes) > 1:
@@ -75,7 +77,15 @@ def dispatch(name, fn, args, kwargs):
     except NotImplementedError as e:   # (a rule refusing these arguments: named with the placements)
         raise NotImplementedError(f"{e} (inputs placed {', '.join(_named(d.placements) for d in inputs)})") from None
     fn = instead[0] if instead else fn
+    if in_place:
+        target = args[0]
+        if (wanted[0] != target.placements or placements != target.placements or tuple(shape) != target.shape
+                or instead):
+            raise NotImplementedError(
+                f"minidl.{name}_ on a DTensor placed {_named(target.placements)}: in place needs the result placed "
+                f"and shaped as it is, but {name}'s rule places it {_named(placements)} (use {name}, not {name}_)")
     first = placements[0] if isinstance(placements, list) else placements   # (several outputs lie alike)
+    first = first if first is not None else inputs[0].placements
     locals_ = iter([_gradient_lies(redistribute_local(d._local_tensor, d._spec, d._spec.with_placements(w)),
                                    d._spec.with_placements(w), first) for d, w in zip(inputs, wanted)])
 
@@ -85,7 +95,11 @@ def dispatch(name, fn, args, kwargs):
         if isinstance(value, (list, tuple)):
             return type(value)(local(item) for item in value)
         return value
-    out = fn(*[local(a) for a in args], **{k: local(v) for k, v in kwargs.items()})
+    out = fn(*[local(a) for a in call[0]], **{k: local(v) for k, v in call[1].items()})
+    if placements is None:   # (an op that writes its arguments' pieces and returns nothing)
+        return out
+    if in_place:
+        return args[0]
     mesh = inputs[0].device_mesh
     if isinstance(out, (tuple, list)):   # (several outputs: the rule gives a placements and a shape for each)
         return type(out)(DTensor(o, DTensorSpec(mesh, tuple(p), tuple(s))) for o, p, s in zip(out, placements, shape))

@@ -1,2 +1,2 @@
 """The sharding rules of minidl's ops (attached to the registry's declarations, as ONNX lowerings are)."""
-from . import elementwise, linalg, nn, reduction, views  # noqa: F401
+from . import elementwise, linalg, nn, optim, reduction, views  # noqa: F401
