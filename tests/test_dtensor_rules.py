@@ -15,6 +15,11 @@ from minidl.dist.tensor import Replicate, Shard, distribute_tensor
 A, B, W = (np.random.RandomState(s).randn(*shape) for s, shape in ((0, (5, 6)), (1, (6, 3)), (2, (5, 3))))
 
 
+def _mesh():
+    """A (2, 2) mesh on 4 ranks, a 1-D one on 2."""
+    return init_device_mesh("cpu", (2, 2)) if dist.get_world_size() == 4 else init_device_mesh("cpu", (2,))
+
+
 def agrees(got, want, pairs=(), exact=False) -> bool:
     """Whether DTensor ``got`` is plain ``want`` (the op on whole tensors), and, after a loss sum(out * W)
     (W seeded) through each, whether each (DTensor leaf, plain leaf) of ``pairs`` has the same gradient."""
@@ -89,7 +94,7 @@ def _reductions_everywhere(rank):
     """sum and mean over every choice of dims (keepdim or not), softmax and log_softmax over each dim, on every
     placement, against the whole tensor's (numpy), with gradients against the plain op's."""
     failures = []
-    mesh = init_device_mesh("cpu", (2, 2)) if dist.get_world_size() == 4 else init_device_mesh("cpu", (2,))
+    mesh = _mesh()
     kinds = list(itertools.product([Shard(0), Shard(1), Replicate()], repeat=mesh.ndim))
     calls = [(f"{n}({d}, keepdim={k})", (lambda t, n=n, d=d, k=k: getattr(minidl, n)(t, d, k)))
              for n in ("sum", "mean") for d in (None, 0, 1, (0, 1)) for k in (False, True) if d is not None or not k]
@@ -114,7 +119,7 @@ def _linear_everywhere(rank):
     dimension: column- and row-parallel and the rest, on 1-D and 2-D meshes, against numpy, with gradients in
     closed form."""
     failures = []
-    mesh = init_device_mesh("cpu", (2, 2)) if dist.get_world_size() == 4 else init_device_mesh("cpu", (2,))
+    mesh = _mesh()
     X, Wt, Bias, G = (np.random.RandomState(s).randn(*shape) for s, shape in ((6, (4, 5)), (7, (3, 5)), (8, (3,)),
                                                                                 (9, (4, 3))))
     two = list(itertools.product([Shard(0), Shard(1), Replicate()], repeat=mesh.ndim))
@@ -142,7 +147,7 @@ def _views_everywhere(rank):
     """transpose, t, permute, unsqueeze, cat and stack on every placement of a (5, 6) tensor (cat and stack of
     two), against numpy, with gradients against the plain op's."""
     failures = []
-    mesh = init_device_mesh("cpu", (2, 2)) if dist.get_world_size() == 4 else init_device_mesh("cpu", (2,))
+    mesh = _mesh()
     kinds = list(itertools.product([Shard(0), Shard(1), Replicate()], repeat=mesh.ndim))
     other = A + 1
     calls = [("transpose", lambda x, y: x.transpose(0, 1)), ("t", lambda x, y: x.t()),
@@ -173,7 +178,7 @@ def _nn_everywhere(rank):
     rows or by columns, on every placement, against the plain ops on whole tensors, with gradients."""
     from minidl.nn import functional as F
     failures = []
-    mesh = init_device_mesh("cpu", (2, 2)) if dist.get_world_size() == 4 else init_device_mesh("cpu", (2,))
+    mesh = _mesh()
     kinds = list(itertools.product([Shard(0), Shard(1), Replicate()], repeat=mesh.ndim))
     gamma, beta = np.random.RandomState(10).randn(6), np.random.RandomState(11).randn(6)
     for placements in kinds:
@@ -205,7 +210,7 @@ def _cross_entropy_everywhere(rank):
     rows and the classes split every way, against the plain function on whole tensors, with gradients."""
     from minidl.nn import functional as F
     failures = []
-    mesh = init_device_mesh("cpu", (2, 2)) if dist.get_world_size() == 4 else init_device_mesh("cpu", (2,))
+    mesh = _mesh()
     kinds = list(itertools.product([Shard(0), Shard(1), Replicate()], repeat=mesh.ndim))
     X, T = np.random.RandomState(13).randn(5, 4), np.array([2, 0, -100, 3, 1])
     weight = np.array([0.5, 1.0, 2.0, 1.5])
@@ -238,7 +243,7 @@ def test_cross_entropy_by_its_rule():
 def _batched_matmul_everywhere(rank):
     """bmm and matmul of batches (3, 4, 5) @ (3, 5, 2) for every placement pair, against numpy, with gradients."""
     failures = []
-    mesh = init_device_mesh("cpu", (2, 2)) if dist.get_world_size() == 4 else init_device_mesh("cpu", (2,))
+    mesh = _mesh()
     P, Q, G = (np.random.RandomState(s).randn(*shape) for s, shape in ((20, (3, 4, 5)), (21, (3, 5, 2)),
                                                                         (22, (3, 4, 2))))
     kinds = list(itertools.product([Shard(0), Shard(1), Shard(2), Replicate()], repeat=mesh.ndim))
@@ -265,7 +270,7 @@ def _attention_everywhere(rank):
     heads or gathered, against the plain function on whole tensors, with gradients of all three."""
     from minidl.nn import functional as F
     failures = []
-    mesh = init_device_mesh("cpu", (2, 2)) if dist.get_world_size() == 4 else init_device_mesh("cpu", (2,))
+    mesh = _mesh()
     Q, K, V = (np.random.RandomState(s).randn(2, 4, 3, 5) for s in (30, 31, 32))
     kinds = list(itertools.product([Shard(0), Shard(1), Shard(2), Replicate()], repeat=mesh.ndim))
     for placements in kinds:
@@ -288,7 +293,7 @@ def _dropout_everywhere(rank):
     together)."""
     from minidl.nn import functional as F
     failures = []
-    mesh = init_device_mesh("cpu", (2, 2)) if dist.get_world_size() == 4 else init_device_mesh("cpu", (2,))
+    mesh = _mesh()
     for placements in itertools.product([Shard(0), Shard(1), Replicate()], repeat=mesh.ndim):
         minidl.manual_seed(7)
         a = distribute_tensor(minidl.tensor(A), mesh, placements).requires_grad_()

@@ -9,8 +9,8 @@ active = False   # whether any type has registered: only then are an op's argume
 
 
 def register(cls) -> None:
-    """``cls`` (with a ``__minidl_function__(op_name, fn, args, kwargs)`` classmethod) takes the ops its objects
-    are given to."""
+    """``cls`` (with a ``__minidl_function__(op_name, fn, args, kwargs, in_place)`` classmethod; ``in_place``: fn
+    is the op's in-place twin, writing its first argument) takes the ops its objects are given to."""
     global active
     if not hasattr(cls, "__minidl_function__"):
         raise TypeError(f"overrides.register: {cls.__name__} has no __minidl_function__")

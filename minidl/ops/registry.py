@@ -110,7 +110,7 @@ def _watched(key, fn, in_place):
             if overrides.active:
                 other = overrides.claimant(args, kwargs)
                 if other is not None:
-                    return type(other).__minidl_function__(key, fn, args, kwargs)
+                    return type(other).__minidl_function__(key, fn, args, kwargs, in_place)
             return fn(*args, **kwargs)
         return tracer.call(key, fn, args, kwargs, in_place)
     return functools.update_wrapper(call, fn)

@@ -15,7 +15,7 @@ from ..._tensor import Tensor
 from ...autograd.function import Function
 from ..._dtype import float32, float64
 from ...ops.creation import empty
-from ...ops.registry import OPS
+from ...ops.registry import OPS, methods
 from .. import collectives, objects, state as dist_state
 from ..device_mesh import DeviceMesh
 from ._redistribute import redistribute_local, replicated_partials, split_into_partials
@@ -281,10 +281,10 @@ class DTensor:
         return _binary("matmul", other, self)
 
     @classmethod
-    def __minidl_function__(cls, name, fn, args, kwargs):
+    def __minidl_function__(cls, name, fn, args, kwargs, in_place=False):
         """An op given DTensors: run by its sharding rule (``_dispatch.py``)."""
         from ._dispatch import dispatch
-        return dispatch(name, fn, args, kwargs)
+        return dispatch(name, fn, args, kwargs, in_place)
 
     def __getattr__(self, name):
         """A Tensor method of a registered op (``d.sum(0)``): the op, which runs by its sharding rule. A plain
@@ -292,29 +292,15 @@ class DTensor:
         AttributeError, even under hasattr/getattr with a default: minidl's ops test for a tensor that way, and
         would otherwise fail later with a stranger error."""
         method = _op_methods().get(name)
-        if method is not None:
+        if method is not None:   # (an in-place twin, x.add_(y), comes back to DTensor marked in place)
             return functools.partial(method, self)
-        twin = _op_twins().get(name)
-        if twin is not None:   # (x.add_(y): the op's rule, which must leave x placed as it is, then the twin)
-            from ._dispatch import dispatch
-            key, fn = twin
-            return lambda *args, **kwargs: dispatch(key, fn, (self, *args), kwargs, in_place=True)
         if name in _TENSOR_INSIDES:
             raise TypeError("a minidl op got a DTensor where it needs a minidl.Tensor: only registered ops with a "
                             "sharding rule take DTensors; use .to_local() or .full_tensor() for a plain tensor")
         raise AttributeError(f"'{type(self).__name__}' object has no attribute '{name}'")
 
 
-@functools.cache
-def _op_methods() -> dict:
-    """Tensor method name -> method, of every registered op (aliases included; in-place twins: ``_op_twins``)."""
-    return {name: d.method for d in OPS.values() if d.method is not None for name in d.names}
-
-
-@functools.cache
-def _op_twins() -> dict:
-    """In-place method name (``add_``) -> (its op, the in-place function on plain tensors)."""
-    return {twin: (d.name, method.__wrapped__) for d in OPS.values() for twin, method in d.twins.items()}
+_op_methods = functools.cache(methods)   # (Tensor method name -> method: the registry's, read once)
 
 
 _TENSOR_INSIDES = frozenset(("_storage", "_layout", "_base", "_wrapped_number", "_history_version"))
