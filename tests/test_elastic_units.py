@@ -3,6 +3,7 @@ reference across changes of world size, State/ObjectState commit and restore, Me
 on a HashStore (survivors by old rank then newcomers, a silent member left out and marked dead, a round
 below the minimum refused on every member, a newcomer's wait answered once and only by the round that takes
 it in, a finished member or a refused round never ending anyone). Races are forced in order, never timed."""
+import json
 import math
 import threading
 import time
@@ -17,6 +18,7 @@ from minidl.dist import HashStore, elastic
 from minidl.dist.elastic import sampler as sampler_module
 from minidl.dist.elastic import state as state_module
 from minidl.dist.elastic.membership import PREFIX, Membership, MembershipError
+from minidl.dist.run import nodes
 from minidl.dist.run.elastic_jobs import tend
 from minidl.dist.run.group import WorkerGroup
 from minidl.utils.data.distributed import DistributedSampler
@@ -479,3 +481,41 @@ def test_a_worker_failing_after_training_as_the_launcher_looks_fails_the_job():
     marked = set()
     outcomes = [tend(group, store, marked, "node") for _ in range(2)]
     assert outcomes[0] is None and [f.rank for f in outcomes[1]] == [1]
+
+
+class _FailsAfterLooks:
+    """A worker process still running for the launcher's first ``looks`` looks, then failed (exit code 1)."""
+
+    def __init__(self, pid, looks):
+        self.pid, self.left, self.returncode = pid, looks, None
+
+    def poll(self):
+        self.left -= 1
+        self.returncode = None if self.left >= 0 else 1
+        return self.returncode
+
+
+class _NewRoundBegun:
+    """The launchers' rendezvous as a node sees it once another node opened the next round."""
+    keep_alive = 60.0
+
+    def beat(self):
+        pass
+
+    def changed(self, elastic):
+        return "another node began a new rendezvous round"
+
+
+def test_a_node_whose_survivor_is_ending_in_a_refused_job_restarts_by_its_failure():
+    """The elastic job's round was refused (too few nodes) and another node already opened the next round while
+    this node's worker — which raises MembershipError — still runs: the launcher waits for it and reports its
+    failure (a restart, as on every node), not a membership change (no restart: the nodes' counts would differ)."""
+    store = HashStore()
+    store.set(f"{PREFIX}in_job", "1")
+    store.set(f"{PREFIX}latest", "1")
+    store.set(f"{PREFIX}round/1/closed", json.dumps({"order": ["uid0"], "refused": "1 worker(s) on 1 node(s)"}))
+    group = WorkerGroup.__new__(WorkerGroup)
+    group.procs = [_FailsAfterLooks(100, 3)]
+    group.envs = [{"RANK": "0", "TORCHELASTIC_ERROR_FILE": ""}]
+    outcome = nodes._watch(group, _NewRoundBegun(), 0.001, store, "node")
+    assert [f.rank for f in outcome] == [0]

@@ -95,21 +95,29 @@ def _stand_by(plan, rdzv, failures, restarts, workers):
 
 def _watch(group, rdzv, interval, store, node):
     """None when every worker succeeded, the failures when one failed (in an elastic job: when all ended, the
-    survivors having gone on in the job, ``elastic_jobs.tend``), or why the membership changed."""
-    marked = set()
+    survivors having gone on in the job, ``elastic_jobs.tend``), or why the membership changed.
+
+    Once an elastic job failed as a whole (its round was refused), this node's workers end by themselves — they
+    raise MembershipError — so their failure restarts this node, as the others' restart theirs, whichever node
+    opens the next round first; only workers still running a keep-alive later are stopped for the new round.
+    (Otherwise a node would restart without using a restart or by one, as the race went.)"""
+    marked, failed_at = set(), None
     while True:
         elastic = in_job(store)
         if elastic:
             outcome = tend(group, store, marked, node)
             if outcome is not None:
                 return outcome or None
+            if failed_at is None and job_failed(store):
+                failed_at = time.monotonic()
         else:
             failures = group.failures()
             if failures:
                 return failures
             if group.done():
                 return None
-        why = rdzv.changed(elastic)
-        if why is not None:
+        if failed_at is not None and time.monotonic() - failed_at < rdzv.keep_alive:
+            rdzv.beat()
+        elif (why := rdzv.changed(elastic)) is not None:
             return why
         time.sleep(interval)
