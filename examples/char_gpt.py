@@ -47,13 +47,15 @@ class Block(nn.Module):
 
 
 class GPT(nn.Module):
-    def __init__(self, vocab, context, width, heads, layers, dropout):
+    """``block``: the class of its blocks (``char_gpt_tp.py`` gives one whose attention splits by heads)."""
+
+    def __init__(self, vocab, context, width, heads, layers, dropout, block=Block):
         super().__init__()
         self.context = context
         self.tok = nn.Embedding(vocab, width)
         self.pos = nn.Embedding(context, width)
         self.drop = nn.Dropout(dropout)
-        self.blocks = nn.ModuleList([Block(width, heads, dropout) for _ in range(layers)])
+        self.blocks = nn.ModuleList([block(width, heads, dropout) for _ in range(layers)])
         self.ln_f = nn.LayerNorm(width)
         self.head = nn.Linear(width, vocab, bias=False)
         self.head.weight = self.tok.weight        # weight tying: one matrix reads and writes characters

@@ -1,11 +1,15 @@
 """MINIDL_DIST_DEBUG=1: before each collective, the ranks exchange a fingerprint of the call
 (op, shape, dtype, reduce op, root, sequence number, call site) and all raise if they differ,
-rather than running mismatched collectives that would hang or compute garbage.
+rather than running mismatched collectives that would hang or compute garbage. And the counts of the
+collectives a thread (a rank: a process, or a sim rank's thread) calls while it watches them
+(``CommDebugMode``).
 """
 from __future__ import annotations
 
+import collections
 import os
 import sys
+import threading
 
 from .communicators.base import DistError
 
@@ -52,3 +56,23 @@ def sent_bytes(group=None) -> int:
     library sends, uncounted. Take differences around what you measure."""
     from .state import resolve
     return resolve(group, "sent_bytes").sent[0]
+
+
+_watching = threading.local()   # this thread's counters, one per watch entered (nested watches all count)
+
+
+def counted(what: str) -> None:
+    """A collective (or message) ``what`` is called on this thread: every counter watching here counts it."""
+    for counter in getattr(_watching, "counters", ()):
+        counter[what] += 1
+
+
+def watch() -> collections.Counter:
+    """Start counting this thread's collectives by name, into the Counter returned (until ``unwatch``)."""
+    counter = collections.Counter()
+    _watching.counters = (*getattr(_watching, "counters", ()), counter)
+    return counter
+
+
+def unwatch(counter) -> None:
+    _watching.counters = tuple(c for c in getattr(_watching, "counters", ()) if c is not counter)

@@ -105,6 +105,7 @@ class ProcessGroup:
         break of minidl.compile (a replay would not talk to the other ranks)."""
         _tracing.graph_break(f"{what}: a collective or message of minidl.dist")
         self.check_usable(what)
+        debug.counted(what)
         faults.collective(what, self.ranks[self.rank], self.size)
         self.seq += 1
         seq = self.seq

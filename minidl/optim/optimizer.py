@@ -241,10 +241,12 @@ def _multi_tensor(group) -> bool:
 
 def _buckets(items):
     """items (tuples whose first entry is a parameter) split by the parameter's (device, dtype), in
-    order: the multi-tensor kernels take one device and dtype per launch, as torch groups them."""
+    order: the multi-tensor kernels take one device and dtype per launch, as torch groups them; and by its
+    type, so that global tensors (DTensor parameters, stepped by their ops' sharding rules) and plain ones
+    are stepped apart in a model that mixes them."""
     buckets: dict = {}
     for item in items:
-        buckets.setdefault((item[0].device, item[0].dtype), []).append(item)
+        buckets.setdefault((item[0].device, item[0].dtype, type(item[0])), []).append(item)
     return buckets.values()
 
 

@@ -8,7 +8,8 @@ A rule: ``rule(args, kwargs) -> (wanted, placements, shape[, local_fn])``: the p
 must have (in the order ``dtensors`` finds them), the output's placements and global shape (a list of each for an
 op of several outputs; None for an op that writes its arguments in place and returns nothing), and, where the op on
 the pieces is not the op itself, what to run on them instead (mean over a split dimension: the piece's sum over
-the whole count).
+the whole count). A local function may say that it makes some inputs' gradients whole itself where the
+output is a partial sum (``whole_gradients``: their positions among the DTensor inputs).
 """
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ import inspect
 
 from ..._tensor import Tensor
 from ...ops.registry import OPS
-from ._redistribute import redistribute_local
+from ._redistribute import redistribute_local, replicated_partials
 from ._spec import DTensorSpec
 from .placement_types import Partial
 
@@ -63,11 +64,12 @@ def dispatch(name, fn, args, kwargs, in_place=False):
     if len(meshes) > 1:
         raise RuntimeError(f"Cannot run minidl.{name} on inputs with different meshes: got "
                            f"{' and '.join(str(m) for m in meshes)}")
+    rule = OPS[name].rules.get("sharding")
+    plain_ok = getattr(rule, "takes_plain_tensors", None)   # (a rule that takes them, when it says so)
     for value in (*args, *kwargs.values()):
         for item in (value if isinstance(value, (list, tuple)) else (value,)):
-            if isinstance(item, Tensor) and item.ndim > 0:
+            if isinstance(item, Tensor) and item.ndim > 0 and not (plain_ok and plain_ok()):
                 raise RuntimeError(f"minidl.{name} {_MIXED}")
-    rule = OPS[name].rules.get("sharding")
     if rule is None:
         raise NotImplementedError(f"minidl.{name} has no sharding rule for DTensors (inputs placed "
                                   f"{', '.join(_named(d.placements) for d in inputs)}); redistribute to Replicate and "
@@ -86,8 +88,9 @@ def dispatch(name, fn, args, kwargs, in_place=False):
                 f"and shaped as it is, but {name}'s rule places it {_named(placements)} (use {name}, not {name}_)")
     first = placements[0] if isinstance(placements, list) else placements   # (several outputs lie alike)
     first = first if first is not None else inputs[0].placements
-    locals_ = iter([_gradient_lies(redistribute_local(d._local_tensor, d._spec, d._spec.with_placements(w)),
-                                   d._spec.with_placements(w), first) for d, w in zip(inputs, wanted)])
+    whole = getattr(fn, "whole_gradients", ())   # (inputs whose gradient the local fn makes whole where out is P)
+    locals_ = iter([_piece(d, w, replicated_partials(first) if i in whole else first)
+                    for i, (d, w) in enumerate(zip(inputs, wanted))])
 
     def local(value):
         if isinstance(value, DTensor):
@@ -106,17 +109,19 @@ def dispatch(name, fn, args, kwargs, in_place=False):
     return DTensor(out, DTensorSpec(mesh, tuple(placements), tuple(shape)))
 
 
-def _gradient_lies(local, spec, out_placements):
-    """``local`` (an input's piece, at the placements the rule wanted) with its gradient made to lie as the
-    input does. The op's backward on pieces gives, on a mesh dimension where the input was whole (Replicate) but
-    the output is split (Shard) or a partial sum, only this rank's share of the input's gradient: a partial sum,
-    reduced on the way back (averaged where the output is an average); elsewhere the piece's gradient is already
-    right."""
+def _piece(d, placements, out_placements):
+    """DTensor ``d``'s piece at the ``placements`` the rule wanted, with its gradient made to lie as ``d`` does.
+    The op's backward on pieces gives, on a mesh dimension where the input was whole (Replicate) but the output
+    is split (Shard) or a partial sum, only this rank's share of the input's gradient: a partial sum (an average
+    where the output is one), reduced on the way back — with the move back where the input was moved, so that
+    an all-gather's backward is one reduce-scatter; elsewhere the piece's gradient is already right."""
     from ._api import _GradAs
-    from ._redistribute import replicated_partials
-    wanted = replicated_partials(spec.placements)
+    spec = d._spec.with_placements(placements)
+    wanted = replicated_partials(placements)
     lies = tuple(Partial(q.reduce_op if q.is_partial() else "sum") if p.is_replicate() and not q.is_replicate() else w
-                 for p, q, w in zip(spec.placements, out_placements, wanted))
-    if lies == wanted or not local.requires_grad:
-        return local
-    return _GradAs.apply(local, spec.with_placements(lies), wanted)
+                 for p, q, w in zip(placements, out_placements, wanted))
+    if tuple(placements) != d.placements:
+        return redistribute_local(d._local_tensor, d._spec, spec, arrives=lies)
+    if lies == wanted or not d._local_tensor.requires_grad:
+        return d._local_tensor
+    return _GradAs.apply(d._local_tensor, spec.with_placements(lies), wanted)

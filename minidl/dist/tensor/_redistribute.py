@@ -192,25 +192,28 @@ def split_into_partials(local, mesh, held, wanted):
 
 class Redistribute(Function):
     """A plan run on the local tensor; backward: the gradient, which lies as the output does but Replicate where
-    it is Partial, redistributed back to the input's placements (Partial ones Replicate too), in
-    ``backward_dtype`` if given."""
+    it is Partial (or as ``arrives`` says: a partial sum where the op that used the output made one), moved
+    back to the input's placements (Partial ones Replicate too), in ``backward_dtype`` if given. A partial
+    gradient going back to a shard is one reduce-scatter, not an all-reduce and a slice."""
 
     @staticmethod
-    def forward(ctx, local, spec_src, spec_dst, backward_dtype=None):
+    def forward(ctx, local, spec_src, spec_dst, backward_dtype=None, arrives=None):
         ctx.spec_src, ctx.spec_dst, ctx.backward_dtype = spec_src, spec_dst, backward_dtype
+        ctx.arrives = arrives or replicated_partials(spec_dst.placements)
         return run(local, plan(spec_src.placements, spec_dst.placements), spec_src)
 
     @staticmethod
     def backward(ctx, grad):
-        arrived = ctx.spec_dst.with_placements(replicated_partials(ctx.spec_dst.placements))
+        arrived = ctx.spec_dst.with_placements(ctx.arrives)
         wanted = ctx.spec_src.with_placements(replicated_partials(ctx.spec_src.placements))
         moving = grad if ctx.backward_dtype is None else grad.to(ctx.backward_dtype)
-        return redistribute_local(moving, arrived, wanted).to(grad.dtype), None, None, None
+        return redistribute_local(moving, arrived, wanted).to(grad.dtype), None, None, None, None
 
 
-def redistribute_local(local, spec_src, spec_dst, backward_dtype=None):
+def redistribute_local(local, spec_src, spec_dst, backward_dtype=None, arrives=None):
     """``local`` moved from ``spec_src`` to ``spec_dst``, differentiably; itself where nothing moves or where
-    this rank is outside the mesh (it holds no piece and takes part in no collective)."""
+    this rank is outside the mesh (it holds no piece and takes part in no collective). ``arrives``: how the
+    gradient will lie at the output, where not as the output does (Partial ones Replicate)."""
     if tuple(spec_src.placements) == tuple(spec_dst.placements) or spec_src.mesh.get_coordinate() is None:
         return local
-    return Redistribute.apply(local, spec_src, spec_dst, backward_dtype)
+    return Redistribute.apply(local, spec_src, spec_dst, backward_dtype, arrives)

@@ -5,6 +5,7 @@ Other pairs are first made one of those: the side to move is the one a local sli
 no message), else the shard is gathered."""
 from __future__ import annotations
 
+from ....autograd.function import Function
 from ....ops.registry import attach_rule
 from ..placement_types import Partial, Replicate, Shard
 
@@ -98,7 +99,28 @@ def linear_rule(args, kwargs):
     if b is None or parts == 1:
         return wanted, out, shape
     # (the output is a partial sum: each rank adds its share of the bias, so that the sum adds it once)
-    return wanted, out, shape, lambda x_, w_, b_: _linear(x_, w_) + b_ / parts
+    return wanted, out, shape, _row_parallel(parts)
+
+
+def _row_parallel(parts):
+    def run(x_, w_, b_):
+        return _linear(x_, w_) + _Share.apply(b_, parts)
+    run.whole_gradients = (2,)
+    return run
+
+
+class _Share(Function):
+    """A whole bias's share of a partial sum: bias / parts. Backward: the gradient whole, with no message —
+    every rank's share gets the same gradient (a partial sum's gradient lies whole on each rank), so the sum
+    of the parts' grad / parts is grad."""
+
+    @staticmethod
+    def forward(ctx, bias, parts):
+        return bias / parts
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad, None
 
 
 _linear = None

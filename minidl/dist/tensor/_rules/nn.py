@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from ....ops.registry import OPS, attach_rule
 from ..placement_types import Partial, Replicate, Shard
+from . import loss_parallel
 
 
 def layer_norm_rule(args, kwargs):
@@ -27,8 +28,10 @@ def layer_norm_rule(args, kwargs):
 def embedding_rule(args, kwargs):
     from .._api import DTensor
     ids, weight = args[0], args[1]
-    if not isinstance(ids, DTensor) or len(args) > 2 or kwargs:
-        raise NotImplementedError("minidl.embedding's sharding rule takes the ids as a DTensor and no options")
+    padding_idx, max_norm, _, scale_grad_by_freq, sparse = (*args[2:], None, None, 2.0, False, False)[:5]
+    if not isinstance(ids, DTensor) or max_norm is not None or scale_grad_by_freq or sparse or kwargs:
+        raise NotImplementedError("minidl.embedding's sharding rule takes the ids as a DTensor, and neither "
+                                  "max_norm, scale_grad_by_freq nor sparse")
     wanted_ids, wanted_w, out = [], [], []
     rows = []   # mesh dimensions that split the table's rows
     for d, (pi, pw) in enumerate(zip(ids.placements, weight.placements)):
@@ -50,19 +53,22 @@ def embedding_rule(args, kwargs):
         return [tuple(wanted_ids), tuple(wanted_w)], tuple(out), shape
     spec = weight._spec.with_placements(tuple(wanted_w))
     first, count = spec.local_box()[1][0], spec.local_box()[0][0]
-    return [tuple(wanted_ids), tuple(wanted_w)], tuple(out), shape, _rows_lookup(first, count)
+    padding = None if padding_idx is None else padding_idx % weight.shape[0]
+    return [tuple(wanted_ids), tuple(wanted_w)], tuple(out), shape, _rows_lookup(first, count, padding)
 
 
-def _rows_lookup(first, count):
-    """The lookup in this rank's rows [first, first + count) of the table: the others' ids give zeros."""
+def _rows_lookup(first, count, padding):
+    """The lookup in this rank's rows [first, first + count) of the table: the others' ids give zeros (and the
+    padding row, if it is here, gets no gradient)."""
     lookup = OPS["embedding"].function
+    local_padding = padding - first if padding is not None and first <= padding < first + count else None
 
-    def run(ids, table):
+    def run(ids, table, *options):
         if count == 0:   # (no rows here: zeros, still of the table, so that its empty gradient is made)
             return (table.sum() * 0).expand(*ids.shape, table.shape[1])
         mine = (ids >= first) & (ids < first + count)
         local = (ids - first) * mine
-        return lookup(local, table) * mine.unsqueeze(-1).to(table.dtype)
+        return lookup(local, table, local_padding) * mine.unsqueeze(-1).to(table.dtype)
     return run
 
 
@@ -73,8 +79,11 @@ attach_rule("embedding", "sharding", embedding_rule)
 def cross_entropy_rule(args, kwargs):
     """cross_entropy / nll_loss rows (the kernel F.cross_entropy calls): the classes whole, the rows split as the
     logits' rows (targets alike). Per-row losses keep the rows' shards; a sum is a partial sum; a mean is each
-    rank's sum over the whole count of counted rows (weighted), a partial sum too."""
+    rank's sum over the whole count of counted rows (weighted), a partial sum too. Inside loss_parallel() the
+    logits are split by class instead (``loss_parallel.py``)."""
     from .._api import DTensor
+    if loss_parallel.active.get():
+        return loss_parallel.rule(args, kwargs)
     x, target, weight, ignore_index, smoothing, logits, reduction = args
     if not isinstance(target, DTensor) or (weight is not None and not isinstance(weight, DTensor)):
         raise NotImplementedError("cross_entropy's sharding rule takes the targets (and any class weights) as "
@@ -100,6 +109,7 @@ def cross_entropy_rule(args, kwargs):
                                                           ignore_index, smoothing, logits, "sum") / count
 
 
+cross_entropy_rule.takes_plain_tensors = loss_parallel.active.get   # (the targets, inside loss_parallel())
 attach_rule("_cross_entropy_rows", "sharding", cross_entropy_rule)
 
 
