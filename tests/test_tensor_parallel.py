@@ -320,3 +320,71 @@ def test_the_example_trains_as_two_processes_over_gloo(flags, tmp_path):
     assert [code for code, _ in runs] == [0, 0], runs
     losses = [float(v) for v in re.findall(r"step\s+\d+\s+loss ([\d.]+)", runs[0][1])]
     assert len(losses) == 2 and all(np.isfinite(losses)), runs[0][1]
+
+
+def _loss_2d(rank, reduction):
+    """Logits (8 rows, 7 classes) on a (dp 2, tp 2) mesh: rows split over dp, classes over tp."""
+    mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp", "tp"))
+    rs = np.random.RandomState(2)
+    logits = distribute_tensor(minidl.tensor(rs.randn(8, 7)).requires_grad_(), mesh, [Shard(0), Shard(1)])
+    target = distribute_tensor(minidl.tensor(rs.randint(0, 7, 8)), mesh, [Shard(0), Replicate()])
+    with loss_parallel():
+        loss = F.cross_entropy(logits, target, reduction=reduction)
+    (loss.sum() if loss.ndim else loss).backward()
+    return _whole(loss), _whole(logits.grad), loss.placements
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_loss_parallel_on_a_2d_mesh_splits_rows_over_data_parallel_ranks(reduction):
+    rs = np.random.RandomState(2)
+    logits = minidl.tensor(rs.randn(8, 7)).requires_grad_()
+    loss = F.cross_entropy(logits, minidl.tensor(rs.randint(0, 7, 8)), reduction=reduction)
+    (loss.sum() if loss.ndim else loss).backward()
+    placed = (Shard(0), Replicate()) if reduction == "none" else (dist.tensor.Partial(), Replicate())
+    for got, grad, placements in dist.sim.run(4, _loss_2d, reduction):
+        np.testing.assert_allclose(got, loss.detach().numpy(), rtol=0, atol=1e-13)
+        np.testing.assert_allclose(grad, logits.grad.numpy(), rtol=0, atol=1e-13)
+        assert placements == placed
+
+
+def _counted_apart(rank, shared):
+    alone = dist.new_group([0])
+    mode = shared if shared is not None else CommDebugMode()
+    with mode:
+        dist.all_reduce(minidl.ones(2))
+        if rank == 0:
+            dist.barrier(group=alone)
+    return mode.get_total_counts()
+
+
+def test_one_comm_debug_mode_entered_by_several_ranks_counts_each_ranks_own():
+    assert dist.sim.run(2, _counted_apart, CommDebugMode()) == [2, 1]
+
+
+def _partial_input(rank):
+    model = parallelize_module(_mlp(), init_device_mesh("cpu", (2,)),
+                               {"0": ColwiseParallel(input_layouts=dist.tensor.Partial()), "2": RowwiseParallel()})
+    with CommDebugMode() as forward:
+        y = model(minidl.tensor(X) / 2)   # (each rank's half of the sum)
+    return _whole(y), _counts(forward)
+
+
+def test_a_partial_input_to_a_column_parallel_linear_is_reduced_first_as_torchs():
+    want = _mlp()(minidl.tensor(X)).detach().numpy()
+    for y, forward in dist.sim.run(2, _partial_input):
+        np.testing.assert_allclose(y, want, rtol=0, atol=1e-13)
+        assert forward == {"all_reduce": 2}
+
+
+def _looked_up(rank):
+    w = distribute_tensor(minidl.tensor(np.arange(15.0).reshape(5, 3)), init_device_mesh("cpu", (2,)), [Shard(0)])
+    ids = distribute_tensor(minidl.tensor([1, 4, 1]), w.device_mesh, [Replicate()])
+    return [_whole(F.embedding(ids, w, padding_idx=1)), _whole(F.embedding(ids, w, 1)),
+            _whole(F.embedding(ids, w, None, None))]
+
+
+def test_a_split_embedding_takes_its_options_by_keyword_or_position():
+    want = np.arange(15.0).reshape(5, 3)[[1, 4, 1]]
+    for got in dist.sim.run(2, _looked_up):
+        for g in got:
+            np.testing.assert_array_equal(g, want)

@@ -1,6 +1,8 @@
 """CommDebugMode (torch's): count the collectives a block of code calls on this rank."""
 from __future__ import annotations
 
+import threading
+
 from .. import debug
 
 __all__ = ["CommDebugMode"]
@@ -10,21 +12,22 @@ class CommDebugMode:
     """Inside ``with CommDebugMode() as comm:`` every collective this rank calls is counted — a DTensor's
     redistribution, forward or backward, a DDP bucket, a direct call alike; ``comm.get_comm_counts()`` keys
     them by minidl.dist's functions (``counts[dist.all_reduce]``), as torch's keys them by its functional
-    collectives. Counts stay readable after the block."""
+    collectives. Counts stay readable after the block. One object may be entered by several ranks' threads (sim):
+    each counts its own."""
 
     def __init__(self):
-        self._counter = None
+        self._mine = threading.local()
 
     def __enter__(self) -> "CommDebugMode":
-        self._counter = debug.watch()
+        self._mine.counter = debug.watch()
         return self
 
     def __exit__(self, *exc) -> None:
-        debug.unwatch(self._counter)
+        debug.unwatch(self._mine.counter)
 
     def get_comm_counts(self) -> dict:
         from ... import dist
-        return {getattr(dist, name, name): n for name, n in (self._counter or {}).items()}
+        return {getattr(dist, name, name): n for name, n in getattr(self._mine, "counter", {}).items()}
 
     def get_total_counts(self) -> int:
-        return sum((self._counter or {}).values())
+        return sum(getattr(self._mine, "counter", {}).values())

@@ -14,47 +14,58 @@ import functools
 
 from ....autograd.grad_mode import no_grad
 from ..placement_types import Partial, Replicate, Shard
+from ._whole import reduced
 
 active = contextvars.ContextVar("minidl_loss_parallel", default=False)   # (per thread: a sim rank is one)
 
 
 def rule(args, kwargs):
-    """The sharding rule of ``_cross_entropy_rows`` inside loss_parallel(): the logits split on their class
-    dimension by one mesh dimension, whole on the others; the targets (a plain tensor, or a DTensor) and class
-    weights whole; the loss whole."""
+    """The sharding rule of ``_cross_entropy_rows`` inside loss_parallel(): the logits (rows, classes) split on
+    the class dimension by one mesh dimension, and on the others whole or split by rows (data parallel); the
+    targets split by rows as the logits (a plain tensor where the rows are whole), class weights whole. The
+    per-row losses lie as the rows; a sum or mean is a partial sum over the row-splitting dimensions (a mean:
+    each rank's sum over the whole count), whole elsewhere."""
     from .._api import DTensor, _named
     x, target, weight = args[:3]
-    logits, reduction = args[5], args[6]
+    reduction = args[6]
     mesh = x.device_mesh
     split = [d for d, p in enumerate(x.placements) if p == Shard(1)]
-    if len(split) != 1 or any(not p.is_replicate() for d, p in enumerate(x.placements) if d != split[0]):
-        raise NotImplementedError(f"loss_parallel: the logits must be split on the class dimension by exactly one "
-                                  f"mesh dimension and whole on the others, got {_named(x.placements)}")
-    whole = (Replicate(),) * mesh.ndim
-    wanted = [x.placements] + [whole for a in (target, weight) if isinstance(a, DTensor)]
+    rows = tuple(d for d, p in enumerate(x.placements) if p == Shard(0))
+    if len(split) != 1 or any(not (p.is_replicate() or p == Shard(0)) for d, p in enumerate(x.placements)
+                              if d != split[0]):
+        raise NotImplementedError(f"loss_parallel: the logits (rows, classes) must be split on the class dimension "
+                                  f"by exactly one mesh dimension, and on the others whole or split by rows, got "
+                                  f"{_named(x.placements)}")
+    if rows and not isinstance(target, DTensor):
+        raise NotImplementedError(f"loss_parallel: logits placed {_named(x.placements)} split their rows; pass the "
+                                  f"targets as a DTensor split by rows alike (a plain tensor is taken as whole)")
+    by_rows = tuple(Shard(0) if d in rows else Replicate() for d in range(mesh.ndim))
+    wanted = [x.placements] + [by_rows] * isinstance(target, DTensor) + \
+        [(Replicate(),) * mesh.ndim] * isinstance(weight, DTensor)
     sizes, offsets = x._spec.local_box()
-    shape = (x.shape[0],) if reduction == "none" else ()
-    loss = functools.partial(_loss, mesh, split[0], offsets[1], sizes[1], x.shape[1])
-    return wanted, whole, shape, loss
+    if reduction == "none":
+        out, shape = by_rows, (x.shape[0],)
+    else:
+        out, shape = tuple(Partial() if d in rows else Replicate() for d in range(mesh.ndim)), ()
+    loss = functools.partial(_loss, mesh, split[0], rows, offsets[1], sizes[1], x.shape[1])
+    return wanted, out, shape, loss
 
 
-def _loss(mesh, tp, first, count, classes, x, target, weight, ignore_index, smoothing, logits, reduction):
-    """The rows' losses from this rank's classes [first, first + count) of ``classes``, reduced as asked."""
+def _loss(mesh, tp, rows, first, count, classes, x, target, weight, ignore_index, smoothing, logits, reduction):
+    """This rank's rows' losses from its classes [first, first + count) of ``classes``, reduced as asked (a mean
+    over the count of every rank's rows: those of the ``rows`` mesh dimensions too)."""
     from ....ops.creation import full
-    from .._api import DTensor
-    whole = (Replicate(),) * mesh.ndim
 
     def total(v, op="sum"):   # (the rows' values summed, or maxed, over the ranks of the tp dimension)
-        placed = tuple(Partial(op) if d == tp else Replicate() for d in range(mesh.ndim))
-        return DTensor.from_local(v, mesh, placed).redistribute(placements=whole).to_local()
-    rows = x.shape[0]
+        return reduced(v, mesh, (tp,), op)
+    n = x.shape[0]
     counted = target != ignore_index
     mine = (counted & (target >= first) & (target < first + count)).to(x.dtype)
     held = x.gather(1, ((target - first) * mine.to(target.dtype)).unsqueeze(1)).squeeze(1) if count else x.sum(1)
     picked = total(held * mine)
     if logits:
         with no_grad():
-            top = total(x.amax(1) if count else full((rows,), float("-inf"), dtype=x.dtype, device=x.device), "max")
+            top = total(x.amax(1) if count else full((n,), float("-inf"), dtype=x.dtype, device=x.device), "max")
         lse = total((x - top.unsqueeze(1)).exp().sum(1)).log() + top
     else:
         lse = 0.0   # (nll_loss: the inputs are log-probabilities already)
@@ -68,4 +79,4 @@ def _loss(mesh, tp, first, count, classes, x, target, weight, ignore_index, smoo
         loss = (1 - smoothing) * loss + smoothing * (lse * weight_sum - weighted) / classes * kept
     if reduction == "none":
         return loss
-    return loss.sum() if reduction == "sum" else loss.sum() / row_weight.sum()
+    return loss.sum() if reduction == "sum" else loss.sum() / reduced(row_weight.sum(), mesh, rows)

@@ -28,7 +28,8 @@ def layer_norm_rule(args, kwargs):
 def embedding_rule(args, kwargs):
     from .._api import DTensor
     ids, weight = args[0], args[1]
-    padding_idx, max_norm, _, scale_grad_by_freq, sparse = (*args[2:], None, None, 2.0, False, False)[:5]
+    defaults = (None, None, 2.0, False, False)
+    padding_idx, max_norm, _, scale_grad_by_freq, sparse = (*args[2:], *defaults[len(args) - 2:])
     if not isinstance(ids, DTensor) or max_norm is not None or scale_grad_by_freq or sparse or kwargs:
         raise NotImplementedError("minidl.embedding's sharding rule takes the ids as a DTensor, and neither "
                                   "max_norm, scale_grad_by_freq nor sparse")

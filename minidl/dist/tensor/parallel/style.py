@@ -73,7 +73,7 @@ class _LinearSplit(ParallelStyle):
         if kind is None:
             raise NotImplementedError(f"{type(self).__name__} splits only nn.Linear and nn.Embedding, not "
                                       f"{type(module).__name__}")
-        placed = self._layouts[kind]
+        placed, desired = self._layouts[kind]
         name = type(self).__name__
 
         def partition(_, submodule, mesh):
@@ -86,8 +86,12 @@ class _LinearSplit(ParallelStyle):
                     requires_grad=param.requires_grad))
 
         def before(_, inputs, mesh):   # (the move to ``desired`` is left to the op's rule, which wants the same:
-            # in one step with the op, its backward is one collective — a reduce-scatter for an all-gather)
-            return (_laid(inputs[0], mesh, self.input_layouts, self.input_layouts, f"{name} input"), *inputs[1:])
+            # in one step with the op, its backward is one collective — a reduce-scatter for an all-gather; a
+            # partial sum is reduced here, as torch's: the rule would keep it and gather the weight instead)
+            x = _laid(inputs[0], mesh, self.input_layouts, self.input_layouts, f"{name} input")
+            if any(p.is_partial() for p in x.placements):
+                x = x.redistribute(placements=(desired,))
+            return (x, *inputs[1:])
 
         def after(_, outputs, mesh):
             return _output(outputs, self.output_layouts, self.use_local_output)
@@ -102,7 +106,8 @@ class ColwiseParallel(_LinearSplit):
     """A Linear split by output features (weight and bias: Shard(0)), an Embedding by its features (Shard(1)).
     Input: Replicate by default (a plain tensor taken as the whole); output: Shard(-1)."""
     _default_input, _default_output = Replicate(), Shard(-1)
-    _layouts = {"linear": {"weight": Shard(0), "bias": Shard(0)}, "embedding": {"weight": Shard(1)}}
+    _layouts = {"linear": ({"weight": Shard(0), "bias": Shard(0)}, Replicate()),
+                "embedding": ({"weight": Shard(1)}, Replicate())}
 
 
 class RowwiseParallel(_LinearSplit):
@@ -110,7 +115,8 @@ class RowwiseParallel(_LinearSplit):
     Embedding by vocabulary (Shard(0): each rank's lookups of the ids it holds, a partial sum). Input: Shard(-1)
     by default for a Linear (Replicate is what an Embedding takes); output: Replicate (all-reduced)."""
     _default_input, _default_output = Shard(-1), Replicate()
-    _layouts = {"linear": {"weight": Shard(1), "bias": Replicate()}, "embedding": {"weight": Shard(0)}}
+    _layouts = {"linear": ({"weight": Shard(1), "bias": Replicate()}, Shard(-1)),
+                "embedding": ({"weight": Shard(0)}, Replicate())}
 
 
 class SequenceParallel(ParallelStyle):
@@ -168,9 +174,10 @@ class PrepareModuleInput(ParallelStyle):
                              f"{self.desired_input_layouts} must be given together, of the same length")
         self.input_kwarg_layouts = dict(input_kwarg_layouts or {})
         self.desired_input_kwarg_layouts = dict(desired_input_kwarg_layouts or {})
-        if set(self.input_kwarg_layouts) != set(self.desired_input_kwarg_layouts):
-            raise ValueError(f"PrepareModuleInput: input_kwarg_layouts names {sorted(self.input_kwarg_layouts)} but "
-                             f"desired_input_kwarg_layouts names {sorted(self.desired_input_kwarg_layouts)}")
+        if len(self.input_kwarg_layouts) != len(self.desired_input_kwarg_layouts):
+            raise ValueError(f"PrepareModuleInput: input_kwarg_layouts {self.input_kwarg_layouts} and "
+                             f"desired_input_kwarg_layouts {self.desired_input_kwarg_layouts} must have the same "
+                             f"length")
         self.use_local_output = use_local_output
 
     def _one(self, value, mesh, layout, desired):
