@@ -18,7 +18,8 @@ that it splits by heads. Every rank holds all layers but a 1/tp share of each ma
 With --sequence-parallel the LayerNorms and the embeddings' sum run on each rank's share of the positions:
 the all-reduces become a reduce-scatter into the next LayerNorm and an all-gather out of it, so the
 activations between blocks are 1/tp as large. The optimisation is the single process's: the same seeds, the
-same batches on every rank, AdamW with weight decay on the matrices; the losses are the single process's.
+same batches on every rank, AdamW with weight decay on the matrices, the gradients' norm clipped (over the split and
+whole gradients together); the losses are the single process's.
 """
 import argparse
 import math
@@ -106,14 +107,17 @@ def split_gpt(vocab, context, width, heads, layers, dropout):
     return GPT(vocab, context, width, heads, layers, dropout, block=SplitBlock)
 
 
-def step(model, optimizer, x, y):
+def step(model, optimizer, x, y, clip=None):
     """One training step; the loss as a float. The logits are a DTensor split by class where the head is
-    column-parallel: the cross-entropy then runs under loss_parallel, on the pieces."""
+    column-parallel: the cross-entropy then runs under loss_parallel, on the pieces. ``clip``: the largest
+    gradient norm (the norm of every gradient, split or whole, as one vector)."""
     logits = model(x)
     with loss_parallel():
         loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
     optimizer.zero_grad()
     loss.backward()
+    if clip is not None:
+        nn.utils.clip_grad_norm_(model.parameters(), clip)
     optimizer.step()
     return float((loss.full_tensor() if hasattr(loss, "full_tensor") else loss).item())
 
@@ -130,6 +134,7 @@ def main(argv=None):
     parser.add_argument("--dropout", type=probability, default=0.0)
     parser.add_argument("--lr", type=positive_float, default=3e-3)
     parser.add_argument("--weight-decay", type=non_negative_float, default=0.1)
+    parser.add_argument("--clip", type=positive_float, default=1.0, help="max gradient norm")
     parser.add_argument("--sequence-parallel", action="store_true",
                         help="run LayerNorms and dropouts on each rank's share of the positions")
     parser.add_argument("--log-every", type=positive_int, default=50)
@@ -161,7 +166,7 @@ def main(argv=None):
               f"({args.heads // world} a rank), vocabulary {len(chars)}")
     start = time.perf_counter()
     for s in range(1, args.steps + 1):
-        loss = step(model, optimizer, *batches(data, args.context, args.batch_size, rng, "cpu"))
+        loss = step(model, optimizer, *batches(data, args.context, args.batch_size, rng, "cpu"), args.clip)
         schedule.step()
         if rank == 0 and (s % args.log_every == 0 or s == args.steps):
             print(f"step {s:5d}  loss {loss:.4f}  ({time.perf_counter() - start:.0f} s)", flush=True)

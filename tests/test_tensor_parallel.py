@@ -105,7 +105,7 @@ def _gpt():
 
 def _train(model):
     optimizer = minidl.optim.AdamW(param_groups(model, 0.1), lr=1e-2)
-    losses = [step(model, optimizer, minidl.tensor(x), minidl.tensor(y)) for x, y in BATCHES]
+    losses = [step(model, optimizer, minidl.tensor(x), minidl.tensor(y), clip=0.5) for x, y in BATCHES]
     return losses, {name: _whole(v) for name, v in model.state_dict().items()}
 
 
@@ -117,6 +117,7 @@ def _train_parallel(rank, world, sequence_parallel):
 
 @pytest.fixture(scope="module")
 def one_process():
+    """Three steps in one process; the gradients' norm (about 1) clipped to 0.5 in each."""
     return _train(_gpt())
 
 
@@ -388,3 +389,32 @@ def test_a_split_embedding_takes_its_options_by_keyword_or_position():
     for got in dist.sim.run(2, _looked_up):
         for g in got:
             np.testing.assert_array_equal(g, want)
+
+
+def _norms(rank, placements):
+    mesh = init_device_mesh("cpu", (2, 2) if len(placements) == 2 else (4,))
+    x = distribute_tensor(minidl.tensor(np.random.RandomState(3).randn(5, 6)).requires_grad_(), mesh, placements)
+    found = []
+    for p in (1, 2, 3, "fro", 0, float("inf"), float("-inf")):
+        n = x.norm(p)
+        n.backward()
+        found.append((float(n), _whole(x.grad)))
+        x.grad = None
+    return found
+
+
+@pytest.mark.parametrize("placements", [[Shard(0)], [Shard(1)], [Shard(0), Shard(1)], [Replicate(), Shard(0)]],
+                         ids=str)
+def test_the_norm_of_a_split_tensor_is_the_whole_ones(placements):
+    """Its value and gradient against numpy's (the rows of 5 split unevenly)."""
+    x = np.random.RandomState(3).randn(5, 6)
+    a = np.abs(x)
+    want = {1: (a.sum(), np.sign(x)), 2: (np.sqrt((a ** 2).sum()), x / np.sqrt((a ** 2).sum())),
+            3: ((a ** 3).sum() ** (1 / 3), np.sign(x) * a ** 2 / (a ** 3).sum() ** (2 / 3)),
+            0: (float((x != 0).sum()), np.zeros_like(x)),
+            float("inf"): (a.max(), np.sign(x) * (a == a.max())), float("-inf"): (a.min(), np.sign(x) * (a == a.min()))}
+    want["fro"] = want[2]
+    for found in dist.sim.run(4, _norms, placements):
+        for (value, grad), p in zip(found, (1, 2, 3, "fro", 0, float("inf"), float("-inf"))):
+            np.testing.assert_allclose(value, want[p][0], rtol=1e-13, err_msg=str(p))
+            np.testing.assert_allclose(grad, want[p][1], rtol=0, atol=1e-13, err_msg=str(p))

@@ -48,8 +48,9 @@ def _clip_grad_norm(parameters, max_norm, norm_type, error_if_nonfinite, foreach
             if norm_type == math.inf:
                 norms = [g.detach().abs().max() for g in elements]
                 total = norms[0] if len(norms) == 1 else minidl.stack(norms).max()
-            else:
-                norms = [g.detach().norm(norm_type) for g in elements]
+            else:   # (a global tensor's norm, the same on every rank, is taken by its value)
+                norms = [n if isinstance(n, Tensor) else minidl.tensor(float(n), dtype=n.dtype, device=n.device)
+                         for n in (g.detach().norm(norm_type) for g in elements)]
                 total = minidl.stack(norms).norm(norm_type)
         if error_if_nonfinite and not bool(total.isfinite()):
             raise RuntimeError(f"The total norm of order {norm_type} for gradients from `parameters` is "
@@ -71,7 +72,8 @@ def _use_foreach(foreach, params, norm_type) -> bool:
     they apply; True where they cannot is an error naming why)."""
     if foreach is False:
         return False
-    why = ("sparse gradients" if any(p.grad.is_sparse for p in params) else
+    why = ("global (DTensor) gradients" if any(not isinstance(p.grad, Tensor) for p in params) else
+           "sparse gradients" if any(p.grad.is_sparse for p in params) else
            "gradients that are not floating point" if any(not p.grad.is_floating_point() for p in params) else
            f"norm_type={norm_type} (foreach takes norm_type > 0 or inf)" if not norm_type > 0 else None)
     if why and foreach:

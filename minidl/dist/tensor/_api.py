@@ -150,6 +150,16 @@ class DTensor:
 
     is_sparse = False   # (its pieces are strided; optimizers ask)
 
+    def is_floating_point(self) -> bool:
+        return self._local_tensor.is_floating_point()
+
+    def item(self):
+        """The one element's value, the same on every rank (a partial value is reduced, a shard gathered)."""
+        return self.full_tensor().item()
+
+    def __float__(self):
+        return float(self.item())
+
     @property
     def is_leaf(self) -> bool:
         return self._local_tensor.is_leaf

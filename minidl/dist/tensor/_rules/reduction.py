@@ -68,29 +68,26 @@ attach_rule("log_softmax", "sharding", _along_whole_dim)
 
 
 def norm_rule(args, kwargs):
-    """The whole tensor's norm (dim=None): each rank's piece measured — the sum of |x|^p, or its max or min for
-    p = ±inf — combined over the mesh dimensions that split it, then rooted: whole on every rank (clip_grad_norm_
-    over split gradients). A partial sum is reduced first (a norm is not linear)."""
+    """The whole tensor's norm (dim=None): each rank's piece measured — the sum of |x|^p — summed over the mesh
+    dimensions that split it, then rooted: whole on every rank (clip_grad_norm_ over split gradients). A partial
+    sum is reduced first (a norm is not linear); for p = ±inf the tensor is gathered."""
     x = args[0]
-    p, dim, keepdim, dtype = (*args[1:], *(kwargs.get(k, d) for k, d in
-                                           (("p", "fro"), ("dim", None), ("keepdim", False), ("dtype", None))))[:4]
+    defaults = {"p": "fro", "dim": None, "keepdim": False, "dtype": None}
+    p, dim, keepdim, dtype = (*args[1:], *(kwargs.get(k, d) for k, d in list(defaults.items())[len(args) - 1:]))
     if dim is not None or keepdim or p == "nuc" or (not isinstance(p, str) and p < 0 and p != float("-inf")):
         raise NotImplementedError("minidl.norm's sharding rule takes the whole tensor's norm (dim=None, p >= 0 or "
                                   "±inf, not 'nuc') so far")
+    whole = (Replicate(),) * x.device_mesh.ndim
+    if p in (float("inf"), float("-inf")):   # (the extreme's gradient goes to its element alone: taken whole)
+        return [whole], whole, ()
     wanted = tuple(Replicate() if q.is_partial() else q for q in x.placements)
     split = tuple(d for d, q in enumerate(wanted) if q.is_shard())
     mesh = x.device_mesh
-    return [wanted], (Replicate(),) * mesh.ndim, (), lambda piece, *_, **__: _whole_norm(piece, p, dtype, mesh, split)
+    return [wanted], whole, (), lambda piece, *_, **__: _whole_norm(piece, p, dtype, mesh, split)
 
 
 def _whole_norm(piece, p, dtype, mesh, split):
-    from ....ops.creation import full
     piece = piece if dtype is None else piece.to(dtype)
-    if p in (float("inf"), float("-inf")):
-        op = "max" if p > 0 else "min"
-        local = (piece.abs().amax() if op == "max" else piece.abs().amin()) if piece.numel() else \
-            full((), 0.0 if op == "max" else float("inf"), dtype=piece.dtype, device=piece.device)
-        return reduced(local, mesh, split, op)
     if p == 0:
         return reduced(((piece != 0).to(piece.dtype) + piece.sign() * 0).sum(), mesh, split)
     power = 2.0 if p == "fro" else float(p)
