@@ -129,10 +129,10 @@ def unigram_entropy(data, vocab):
     return float(-(p * np.log(p)).sum())
 
 
-def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def training_arguments(parser, steps):
+    """The model's and its training's options (char_gpt_tp.py takes them too)."""
     parser.add_argument("--data", type=Path, default=DATA, help="a UTF-8 text file (default: the bundled story)")
-    parser.add_argument("--steps", type=positive_int, default=600)
+    parser.add_argument("--steps", type=positive_int, default=steps)
     parser.add_argument("--batch-size", type=positive_int, default=16)
     parser.add_argument("--context", type=positive_int, default=64, help="characters the model sees at once")
     parser.add_argument("--width", type=positive_int, default=64)
@@ -142,6 +142,11 @@ def main(argv=None):
     parser.add_argument("--lr", type=positive_float, default=3e-3)
     parser.add_argument("--weight-decay", type=non_negative_float, default=0.1)
     parser.add_argument("--clip", type=positive_float, default=1.0, help="max gradient norm")
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    training_arguments(parser, steps=600)
     parser.add_argument("--eval-every", type=positive_int, default=100)
     parser.add_argument("--prompt", default="The light")
     parser.add_argument("--sample-length", type=positive_int, default=300)

@@ -26,7 +26,6 @@ import math
 import os
 import sys
 import time
-from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
@@ -42,8 +41,8 @@ from minidl.dist.tensor.parallel import (ColwiseParallel, PrepareModuleInput, Ro
 from minidl.nn import functional as F  # noqa: E402
 from minidl.optim import AdamW  # noqa: E402
 from minidl.optim.lr_scheduler import LambdaLR  # noqa: E402
-from char_gpt import DATA, GPT, batches, param_groups  # noqa: E402
-from cli import non_negative_float, positive_float, positive_int, probability  # noqa: E402
+from char_gpt import GPT, batches, param_groups, training_arguments  # noqa: E402
+from cli import positive_int  # noqa: E402
 from cli.mpi import parse_on_every_rank, require_launch  # noqa: E402
 
 
@@ -124,17 +123,7 @@ def step(model, optimizer, x, y, clip=None):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data", type=Path, default=DATA, help="a UTF-8 text file (default: the bundled story)")
-    parser.add_argument("--steps", type=positive_int, default=300)
-    parser.add_argument("--batch-size", type=positive_int, default=16)
-    parser.add_argument("--context", type=positive_int, default=64, help="characters the model sees at once")
-    parser.add_argument("--width", type=positive_int, default=64)
-    parser.add_argument("--heads", type=positive_int, default=4)
-    parser.add_argument("--layers", type=positive_int, default=2)
-    parser.add_argument("--dropout", type=probability, default=0.0)
-    parser.add_argument("--lr", type=positive_float, default=3e-3)
-    parser.add_argument("--weight-decay", type=non_negative_float, default=0.1)
-    parser.add_argument("--clip", type=positive_float, default=1.0, help="max gradient norm")
+    training_arguments(parser, steps=300)
     parser.add_argument("--sequence-parallel", action="store_true",
                         help="run LayerNorms and dropouts on each rank's share of the positions")
     parser.add_argument("--log-every", type=positive_int, default=50)
