@@ -418,3 +418,18 @@ def test_the_norm_of_a_split_tensor_is_the_whole_ones(placements):
         for (value, grad), p in zip(found, (1, 2, 3, "fro", 0, float("inf"), float("-inf"))):
             np.testing.assert_allclose(value, want[p][0], rtol=1e-13, err_msg=str(p))
             np.testing.assert_allclose(grad, want[p][1], rtol=0, atol=1e-13, err_msg=str(p))
+
+
+def _clipped(rank, foreach):
+    w = distribute_tensor(minidl.ones(4, 2, dtype=minidl.float64), init_device_mesh("cpu", (2,)), [Shard(0)])
+    w.requires_grad_()
+    (w * 3.0).sum().backward()
+    return float(nn.utils.clip_grad_norm_([w], 1.0, foreach=foreach)), _whole(w.grad)
+
+
+def test_clip_grad_norm_scales_split_gradients_by_the_whole_norm_and_foreach_declines_them():
+    for norm, grad in dist.sim.run(2, _clipped, None):
+        assert norm == pytest.approx(3.0 * np.sqrt(8), rel=1e-14)
+        np.testing.assert_allclose(grad, np.full((4, 2), 3.0 / (3.0 * np.sqrt(8) + 1e-6)), rtol=1e-14)
+    with pytest.raises(RuntimeError, match=r"foreach=True cannot handle global \(DTensor\) gradients"):
+        dist.sim.run(2, _clipped, True)

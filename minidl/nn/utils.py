@@ -72,8 +72,8 @@ def _use_foreach(foreach, params, norm_type) -> bool:
     they apply; True where they cannot is an error naming why)."""
     if foreach is False:
         return False
-    why = ("global (DTensor) gradients" if any(not isinstance(p.grad, Tensor) for p in params) else
-           "sparse gradients" if any(p.grad.is_sparse for p in params) else
+    why = ("sparse gradients" if any(p.grad.is_sparse for p in params) else
+           "global (DTensor) gradients" if any(not isinstance(p.grad, Tensor) for p in params) else
            "gradients that are not floating point" if any(not p.grad.is_floating_point() for p in params) else
            f"norm_type={norm_type} (foreach takes norm_type > 0 or inf)" if not norm_type > 0 else None)
     if why and foreach:
