@@ -47,6 +47,11 @@ def _windows(data, rng):
             np.stack([data[s + 1:s + SIZE["context"] + 1] for s in starts]))
 
 
+def _rows(parallel, rank, world):
+    """The rows of the global batch a rank trains on: all of them under TP, its share under DDP."""
+    return slice(None) if parallel == "tp" else slice(rank * SIZE["batch"] // world, (rank + 1) * SIZE["batch"] // world)
+
+
 def _minidl(parallel, rank, world):
     sys.path.insert(0, str(EXAMPLES))
     import minidl
@@ -69,7 +74,7 @@ def _minidl(parallel, rank, world):
     else:
         run = DistributedDataParallel(model)
     optimizer = minidl.optim.AdamW(param_groups(model, 0.1), lr=3e-3, betas=(0.9, 0.95))
-    rows = slice(None) if parallel == "tp" else slice(rank * SIZE["batch"] // world, (rank + 1) * SIZE["batch"] // world)
+    rows = _rows(parallel, rank, world)
 
     def one(x, y):
         return step(run, optimizer, minidl.from_numpy(x[rows]), minidl.from_numpy(y[rows]))
@@ -95,7 +100,8 @@ def _torch_model(torch, vocab):
         def __init__(self):
             super().__init__()
             self.ln1, self.attn, self.ln2 = nn.LayerNorm(width), Attention(), nn.LayerNorm(width)
-            self.mlp = nn.Sequential(nn.Linear(width, 4 * width), nn.ReLU(), nn.Linear(4 * width, width), nn.Dropout(0.0))
+            self.mlp = nn.Sequential(nn.Linear(width, 4 * width), nn.ReLU(), nn.Linear(4 * width, width),
+                                     nn.Dropout(0.0))
 
         def forward(self, x):
             x = x + self.attn(self.ln1(x))
@@ -142,7 +148,7 @@ def _torch(parallel, rank, world):
     else:
         run = torch.nn.parallel.DistributedDataParallel(model)
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3, betas=(0.9, 0.95), weight_decay=0.1)
-    rows = slice(None) if parallel == "tp" else slice(rank * SIZE["batch"] // world, (rank + 1) * SIZE["batch"] // world)
+    rows = _rows(parallel, rank, world)
 
     def one(x, y):
         logits = run(torch.from_numpy(x[rows]))

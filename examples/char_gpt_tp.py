@@ -148,7 +148,8 @@ def main(argv=None):
     parallelize_module(model, init_device_mesh("cpu", (world,)), tp_plan(args.sequence_parallel))
     optimizer = AdamW(param_groups(model, args.weight_decay), lr=args.lr, betas=(0.9, 0.95))
     warmup = max(1, args.steps // 20)
-    schedule = LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / warmup) * 0.5 * (1 + math.cos(math.pi * s / args.steps)))
+    schedule = LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / warmup) * 0.5
+                        * (1 + math.cos(math.pi * s / args.steps)))   # (char_gpt's warm-up and cosine decay)
     if rank == 0:
         mode = "tensor + sequence parallel" if args.sequence_parallel else "tensor parallel"
         print(f"GPT over {world} ranks, {mode}: {args.layers} layers, width {args.width}, {args.heads} heads "
