@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from itertools import chain
 
+from ...autograd.grad_mode import no_grad
+from ...ops.shape_ops import cat
 from ...optim.optimizer import Optimizer
 from .. import collectives, objects
 from ..state import resolve
@@ -38,9 +40,8 @@ class ZeroRedundancyOptimizer(Optimizer):
                                       "communication hook) is not supported; pass overlap_with_ddp=False")
         super().__init__(params, defaults)
         self.process_group = process_group
-        group = resolve(process_group, "ZeroRedundancyOptimizer")
-        self.world_size, self.rank = group.size, group.rank
-        self._ranks = list(group.ranks)
+        self._group = resolve(process_group, "ZeroRedundancyOptimizer")
+        self.world_size, self.rank = self._group.size, self._group.rank
         self.parameters_as_bucket_view = parameters_as_bucket_view
         self._shares = self._partition()
         self.optim = optimizer_class([{**g, "params": list(g["params"])} for g in self._shares[self.rank]],
@@ -76,16 +77,14 @@ class ZeroRedundancyOptimizer(Optimizer):
         params = [p for g in self._shares[r] for p in g["params"]]
         if not params:
             return
-        src, group = self._ranks[r], resolve(self.process_group, "ZeroRedundancyOptimizer.step")
-        from ... import no_grad
-        from ...ops.shape_ops import cat
+        src = self._group.ranks[r]
         with no_grad():
             if not self.parameters_as_bucket_view:
                 for p in params:
-                    collectives.broadcast(p.detach(), src=src, group=group)
+                    collectives.broadcast(p.detach(), src=src, group=self._group)
                 return
             bucket = cat([p.detach().reshape(-1) for p in params]).contiguous()
-            collectives.broadcast(bucket, src=src, group=group)
+            collectives.broadcast(bucket, src=src, group=self._group)
             start = 0
             for p in params:
                 p.detach().copy_(bucket[start:start + p.numel()].reshape(p.shape))
@@ -97,7 +96,7 @@ class ZeroRedundancyOptimizer(Optimizer):
         then works there."""
         _copy_hyperparameters(self.param_groups, self.optim.param_groups)
         found = [None] * self.world_size
-        objects.all_gather_object(found, self.optim.state_dict(), group=resolve(self.process_group, "consolidate"))
+        objects.all_gather_object(found, self.optim.state_dict(), group=self._group)
         self._all_state_dicts = found if self.rank == to else []
 
     def state_dict(self) -> dict:
@@ -106,7 +105,7 @@ class ZeroRedundancyOptimizer(Optimizer):
             raise RuntimeError(f"ZeroRedundancyOptimizer: the optimizer state has not been consolidated on rank "
                                f"{self.rank}; call consolidate_state_dict(to={self.rank}) on every rank first")
         whole = super().state_dict()   # (the groups' hyperparameters and every parameter's global index)
-        index = {id(p): i for i, p in enumerate(chain.from_iterable(g["params"] for g in self.param_groups))}
+        index = self._global_index()
         state = {}
         for share, local in zip(self._shares, self._all_state_dicts):
             mine = list(chain.from_iterable(g["params"] for g in share))
@@ -116,15 +115,20 @@ class ZeroRedundancyOptimizer(Optimizer):
         return whole
 
     def load_state_dict(self, state_dict: dict) -> None:
-        """A plain optimizer's state dict (or one this class returned): each rank keeps its share's state."""
-        super().load_state_dict(state_dict)   # (the groups' hyperparameters, and every parameter's state, here)
-        me = self.rank
-        local = [p for g in self._shares[me] for p in g["params"]]
-        local_state = {k: self.state[p] for k, p in enumerate(local) if p in self.state}
-        self.state.clear()   # (this rank keeps only its share's state: in the local optimizer)
-        self.optim.load_state_dict({"state": local_state, "param_groups": [
-            {**{k: v for k, v in g.items() if k != _HYPER}, "params": list(range(start, start + len(share["params"])))}
-            for g, share, start in zip(self.param_groups, self._shares[me], _starts(self._shares[me]))]})
+        """A plain optimizer's state dict (or one this class returned): each rank loads its share's state only."""
+        super().load_state_dict({"state": {}, "param_groups": state_dict["param_groups"]})   # (checked; the groups)
+        index, saved = self._global_index(), state_dict["state"]
+        share = self._shares[self.rank]
+        local = [p for g in share for p in g["params"]]
+        self.optim.load_state_dict({
+            "state": {k: saved[index[id(p)]] for k, p in enumerate(local) if index[id(p)] in saved},
+            "param_groups": [{**{k: v for k, v in g.items() if k != _HYPER},
+                              "params": list(range(start, start + len(mine["params"])))}
+                             for g, mine, start in zip(self.param_groups, share, _starts(share))]})
+
+    def _global_index(self) -> dict:
+        """id(parameter) -> its index in a plain optimizer's state dict (counted across the groups)."""
+        return {id(p): i for i, p in enumerate(chain.from_iterable(g["params"] for g in self.param_groups))}
 
 
 def _starts(groups) -> list:

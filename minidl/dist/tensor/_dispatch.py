@@ -66,10 +66,11 @@ def dispatch(name, fn, args, kwargs, in_place=False):
                            f"{' and '.join(str(m) for m in meshes)}")
     rule = OPS[name].rules.get("sharding")
     plain_ok = getattr(rule, "takes_plain_tensors", None)   # (a rule that takes them, when it says so)
-    for value in (*args, *kwargs.values()):
-        for item in (value if isinstance(value, (list, tuple)) else (value,)):
-            if isinstance(item, Tensor) and item.ndim > 0 and not (plain_ok and plain_ok()):
-                raise RuntimeError(f"minidl.{name} {_MIXED}")
+    if not (plain_ok and plain_ok()):
+        for value in (*args, *kwargs.values()):
+            for item in (value if isinstance(value, (list, tuple)) else (value,)):
+                if isinstance(item, Tensor) and item.ndim > 0:
+                    raise RuntimeError(f"minidl.{name} {_MIXED}")
     if rule is None:
         raise NotImplementedError(f"minidl.{name} has no sharding rule for DTensors (inputs placed "
                                   f"{', '.join(_named(d.placements) for d in inputs)}); redistribute to Replicate and "

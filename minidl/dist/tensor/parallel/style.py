@@ -38,15 +38,15 @@ class ParallelStyle:
         raise NotImplementedError(f"{type(self).__name__} does not say how it splits a module (_apply)")
 
 
-def _laid(value, mesh, placements, desired, what):
-    """``value`` as a DTensor placed ``desired``: a plain tensor is taken as this rank's piece of one placed
-    ``placements`` (torch's from_local, unchecked); a DTensor is moved when ``placements`` and ``desired``
-    differ (torch compares the declared, not the actual, layouts)."""
+def _laid(value, mesh, placements, what, desired=None):
+    """``value`` as a DTensor placed ``desired`` (by default as declared): a plain tensor is taken as this rank's
+    piece of one placed ``placements`` (torch's from_local, unchecked); a DTensor is moved when ``placements`` and
+    ``desired`` differ (torch compares the declared, not the actual, layouts)."""
     if not isinstance(value, DTensor):
         if not hasattr(value, "shape"):
             raise ValueError(f"{what}: expected a tensor or DTensor input, got {type(value).__name__}")
         value = DTensor.from_local(value, mesh, placements, run_check=False)
-    if tuple(placements) != tuple(desired):
+    if desired is not None and tuple(placements) != tuple(desired):
         value = value.redistribute(placements=desired)
     return value
 
@@ -59,7 +59,6 @@ def _output(out, placements, use_local_output):
 
 class _LinearSplit(ParallelStyle):
     """Colwise and rowwise: a Linear or Embedding split one way, its first input laid as the split needs."""
-    _kind = ""
 
     def __init__(self, *, input_layouts: Placement | None = None, output_layouts: Placement | None = None,
                  use_local_output: bool = True):
@@ -88,7 +87,7 @@ class _LinearSplit(ParallelStyle):
         def before(_, inputs, mesh):   # (the move to ``desired`` is left to the op's rule, which wants the same:
             # in one step with the op, its backward is one collective — a reduce-scatter for an all-gather; a
             # partial sum is reduced here, as torch's: the rule would keep it and gather the weight instead)
-            x = _laid(inputs[0], mesh, self.input_layouts, self.input_layouts, f"{name} input")
+            x = _laid(inputs[0], mesh, self.input_layouts, f"{name} input")
             if any(p.is_partial() for p in x.placements):
                 x = x.redistribute(placements=(desired,))
             return (x, *inputs[1:])
@@ -183,7 +182,7 @@ class PrepareModuleInput(ParallelStyle):
     def _one(self, value, mesh, layout, desired):
         if layout is None:
             return value
-        laid = _laid(value, mesh, (layout,), (desired or layout,), "PrepareModuleInput")
+        laid = _laid(value, mesh, (layout,), "PrepareModuleInput", None if desired is None else (desired,))
         return laid.to_local() if self.use_local_output else laid
 
     def _prepared(self, module, args, kwargs, mesh):
@@ -230,7 +229,7 @@ class PrepareModuleOutput(ParallelStyle):
         made = []
         for out, layout, desired in zip(outputs, self.output_layouts, self.desired_output_layouts):
             if layout is not None:
-                out = _laid(out, mesh, (layout,), (desired,), "PrepareModuleOutput")
+                out = _laid(out, mesh, (layout,), "PrepareModuleOutput", (desired,))
                 out = out.to_local() if self.use_local_output else out
             made.append(out)
         return tuple(made) if len(made) > 1 else made[0]
