@@ -433,3 +433,33 @@ def test_clip_grad_norm_scales_split_gradients_by_the_whole_norm_and_foreach_dec
         np.testing.assert_allclose(grad, np.full((4, 2), 3.0 / (3.0 * np.sqrt(8) + 1e-6)), rtol=1e-14)
     with pytest.raises(RuntimeError, match=r"foreach=True cannot handle global \(DTensor\) gradients"):
         dist.sim.run(2, _clipped, True)
+
+
+def _refusal(rank, what):
+    mesh = init_device_mesh("cpu", (2, 2))
+    x = distribute_tensor(minidl.tensor(np.ones((4, 6))), mesh, [Shard(0), Shard(1)])
+    if what == "plain targets of split rows":
+        with loss_parallel():
+            F.cross_entropy(x, minidl.tensor([0, 1, 2, 3]))
+    if what == "classes split twice":
+        with loss_parallel():
+            F.cross_entropy(distribute_tensor(minidl.tensor(np.ones((4, 6))), mesh, [Shard(1), Shard(1)]),
+                            minidl.tensor([0, 1, 2, 3]))
+    if what == "norm along a dimension":
+        x.norm(2, dim=1)
+    if what == "embedding with max_norm":
+        ids = distribute_tensor(minidl.tensor([0, 1]), mesh, [Replicate(), Replicate()])
+        F.embedding(ids, x, max_norm=1.0)
+
+
+@pytest.mark.parametrize("what, message", [
+    ("plain targets of split rows", r"loss_parallel: logits placed \[S\(0\), S\(1\)\] split their rows; pass the "
+                                    r"targets as a DTensor split by rows alike"),
+    ("classes split twice", r"loss_parallel: the logits \(rows, classes\) must be split on the class dimension by "
+                            r"exactly one mesh dimension"),
+    ("norm along a dimension", r"minidl.norm's sharding rule takes the whole tensor's norm \(dim=None"),
+    ("embedding with max_norm", r"minidl.embedding's sharding rule takes the ids as a DTensor, and neither "
+                                r"max_norm")])
+def test_what_the_rules_do_not_take_is_refused_by_name(what, message):
+    with pytest.raises(NotImplementedError, match=message):
+        dist.sim.run(4, _refusal, what)
