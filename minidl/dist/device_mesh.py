@@ -42,6 +42,7 @@ class DeviceMesh:
         found = np.argwhere(ranks == me)
         self._coordinate = tuple(int(c) for c in found[0]) if len(found) else None
         self._groups = _groups if _groups is not None else [self._make_group(d) for d in range(ranks.ndim)]
+        self._root, self._root_dims = self, tuple(range(ranks.ndim))   # (a sub-mesh: the mesh it was cut from)
 
     def _make_group(self, dim: int):
         """The group along ``dim`` holding this rank (every rank of the world takes part in its split)."""
@@ -128,8 +129,17 @@ class DeviceMesh:
             raise RuntimeError(f"DeviceMesh: rank {self.get_rank()} is not in the mesh {self._ranks.tolist()}, "
                                f"so it has no sub-mesh along {names}")
         index = tuple(slice(None) if d in dims else c for d, c in enumerate(self._coordinate))
-        return DeviceMesh(self.device_type, self._ranks[index], mesh_dim_names=names,
-                          _groups=[self._groups[d] for d in dims])
+        sub = DeviceMesh(self.device_type, self._ranks[index], mesh_dim_names=names,
+                         _groups=[self._groups[d] for d in dims])
+        sub._root, sub._root_dims = self._root, tuple(self._root_dims[d] for d in dims)
+        return sub
+
+    def _with_root_dims(self, dims) -> "DeviceMesh":
+        """The sub-mesh of this mesh's root along the root's dimensions ``dims`` (ascending)."""
+        root = self._root
+        if tuple(dims) == tuple(range(root.ndim)):
+            return root
+        return root[tuple(root.mesh_dim_names[d] for d in dims)]   # (a root that was cut has names)
 
     @staticmethod
     def from_group(group, device_type: str, mesh=None, *, mesh_dim_names=None) -> "DeviceMesh":
