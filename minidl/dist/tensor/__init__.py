@@ -15,7 +15,7 @@ from ...ops import creation
 from ._api import DTensor, distribute_tensor
 from ._module import distribute_module
 from ._spec import DTensorSpec, normalized
-from .placement_types import Partial, Placement, Replicate, Shard
+from .placement_types import Partial, Placement, Replicate, Shard, _StridedShard  # noqa: F401  (torch's, private)
 from . import _rules  # noqa: F401  (the ops' sharding rules, attached to the registry)
 from ...ops import overrides
 

@@ -18,9 +18,10 @@ from ...ops.creation import empty
 from ...ops.registry import OPS, methods
 from .. import collectives, objects, state as dist_state
 from ..device_mesh import DeviceMesh
+from . import _strided
 from ._redistribute import redistribute_local, replicated_partials, split_into_partials
 from ._spec import DTensorSpec, normalized
-from .placement_types import Replicate, Shard
+from .placement_types import Replicate, Shard, _is_shard_like
 
 __all__ = ["DTensor", "distribute_tensor"]
 
@@ -57,7 +58,7 @@ class DTensor:
         else:
             global_shape = list(local_tensor.shape)
             for d, p in enumerate(placements):
-                if p.is_shard():
+                if _is_shard_like(p):
                     global_shape[p.dim] *= mesh.size(d)
         spec = DTensorSpec(mesh, placements, tuple(global_shape))
         if mesh.get_coordinate() is None:   # (a rank outside the mesh holds nothing, as torch's)
@@ -165,6 +166,24 @@ class DTensor:
         return self._local_tensor.is_leaf
 
     @property
+    def is_meta(self) -> bool:
+        return self._local_tensor.is_meta
+
+    @property
+    def data(self) -> "DTensor":
+        return DTensor(self._local_tensor.detach(), self._spec)
+
+    @data.setter
+    def data(self, value) -> None:
+        """The pieces replaced (``Module._apply``: to_empty, double); the local tensor stays the same object, so
+        what holds it (an optimizer, fully_shard's groups) sees the new values."""
+        if not isinstance(value, DTensor) or tuple(value.shape) != tuple(self.shape):
+            raise RuntimeError(f"DTensor.data: expects a DTensor of shape {list(self.shape)}, got "
+                               f"{type(value).__name__} {list(getattr(value, 'shape', ()))}")
+        self._local_tensor.data = value._local_tensor
+        self._spec = value._spec
+
+    @property
     def grad(self):
         """The gradient, a DTensor lying as this one does (Partial as Replicate), or None."""
         g = self._local_tensor.grad
@@ -218,8 +237,12 @@ class DTensor:
         if any(p.is_partial() for p in self.placements):
             raise ValueError(f"minidl.dist.checkpoint: a DTensor placed {_named(self.placements)} holds partial "
                              f"values; redistribute it to Shard/Replicate placements before saving")
-        shape, offsets = self._spec.local_box()
-        return self._spec.shape, [(offsets, self._local_tensor)]
+        boxes = self._spec.local_boxes()
+        if len(boxes) == 1:
+            return self._spec.shape, [(boxes[0][0], self._local_tensor)]
+        local = self._local_tensor   # (a _StridedShard's runs of rows: each a view of the piece, loaded in place)
+        return self._spec.shape, [(offsets, local[tuple(slice(a, a + n) for a, n in zip(at, sizes))])
+                                  for offsets, at, sizes in boxes]
 
     def __repr__(self):
         return (f"DTensor(local_tensor={self._local_tensor!r}, device_mesh={self.device_mesh!r}, "
@@ -376,23 +399,34 @@ def _default_mesh(tensor) -> DeviceMesh:
 
 def _checked_shape(local, mesh, placements) -> tuple:
     """The global shape from every rank's piece, gathered along each mesh dimension; a clear error where
-    the pieces cannot make one tensor (a Shard's pieces not ``chunk``'s sizes, other dimensions differing)."""
-    shape = list(local.shape)
+    the pieces cannot make one tensor (a Shard's pieces not ``chunk``'s sizes, other dimensions differing). With a
+    _StridedShard every piece's shape travels along, and each must be its rank's box of the shape they make."""
+    shape, pieces = list(local.shape), {mesh.get_coordinate(): (mesh.get_rank(), tuple(local.shape))}
+    strided = _strided.strided(placements)
     for d, p in reversed(list(enumerate(placements))):   # (nested shards join from the last mesh dimension)
         group = mesh.get_group(d)
         seen = [None] * mesh.size(d)
-        objects.all_gather_object(seen, tuple(shape), group=group)
-        others = {tuple(s[:p.dim] + s[p.dim + 1:]) if p.is_shard() else tuple(s) for s in seen}
-        rows = [s[p.dim] for s in seen] if p.is_shard() else None
-        even = rows is None or rows == [Shard.local_shard_size_and_offset(sum(rows), len(rows), r)[0]
-                                        for r in range(len(rows))]
+        objects.all_gather_object(seen, (tuple(shape), pieces), group=group)
+        pieces = {c: piece for _, part in seen for c, piece in part.items()}
+        seen = [s for s, _ in seen]
+        split = _is_shard_like(p)
+        others = {tuple(s[:p.dim] + s[p.dim + 1:]) if split else tuple(s) for s in seen}
+        rows = [s[p.dim] for s in seen] if split else None
+        even = rows is None or strided or rows == [Shard.local_shard_size_and_offset(sum(rows), len(rows), r)[0]
+                                                   for r in range(len(rows))]
         if len(others) > 1 or not even:
-            pieces = "; ".join(f"rank {r} has {list(s)}" for r, s in zip(group.ranks, seen))
+            named = "; ".join(f"rank {r} has {list(s)}" for r, s in zip(group.ranks, seen))
             raise ValueError(f"DTensor.from_local(run_check=True): the local tensors along mesh dimension {d} "
-                             f"({p}) cannot make one tensor: {pieces}" + (
+                             f"({p}) cannot make one tensor: {named}" + (
                                  f" (a Shard({p.dim})'s pieces must have chunk's sizes)" if not even else ""))
-        if p.is_shard():
+        if split:
             shape[p.dim] = sum(rows)
+    boxes = {c: _strided.box(shape, placements, mesh.shape, c)[0] for c in pieces} if strided else {}
+    wrong = [f"rank {rank} has {list(s)}, not {list(boxes[c])}" for c, (rank, s) in sorted(pieces.items())
+             if c in boxes and s != boxes[c]]
+    if wrong:
+        raise ValueError(f"DTensor.from_local(run_check=True): the local tensors cannot make one tensor of shape "
+                         f"{shape} placed {_named(placements)}: {'; '.join(wrong)}")
     for d, p in enumerate(placements):   # (Replicate pieces are made equal: the first rank's, as torch's)
         if p.is_replicate():
             collectives.broadcast(local, src=mesh.get_group(d).ranks[0], group=mesh.get_group(d))

@@ -10,6 +10,10 @@ op of several outputs; None for an op that writes its arguments in place and ret
 the pieces is not the op itself, what to run on them instead (mean over a split dimension: the piece's sum over
 the whole count). A local function may say that it makes some inputs' gradients whole itself where the
 output is a partial sum (``whole_gradients``: their positions among the DTensor inputs).
+
+A rule reads placements of Shard, Replicate and Partial: an input with a _StridedShard is first redistributed
+to Replicate on those mesh dimensions (torch's ops do the same), unless the rule says it takes them as they lie
+(``takes_strided``: rules whose result does not depend on which rows a rank holds, or that keep each rank's rows).
 """
 from __future__ import annotations
 
@@ -20,7 +24,7 @@ from ..._tensor import Tensor
 from ...ops.registry import OPS
 from ._redistribute import redistribute_local, replicated_partials
 from ._spec import DTensorSpec
-from .placement_types import Partial
+from .placement_types import Partial, Replicate, _StridedShard
 
 
 def dtensors(args, kwargs) -> list:
@@ -75,13 +79,19 @@ def dispatch(name, fn, args, kwargs, in_place=False):
         raise NotImplementedError(f"minidl.{name} has no sharding rule for DTensors (inputs placed "
                                   f"{', '.join(_named(d.placements) for d in inputs)}); redistribute to Replicate and "
                                   f"call it on .to_local(), or give the op a rule")
+    target = args[0] if in_place else None   # (the tensor written: never a gathered copy of it, which a rule may see)
+    strided = [d for d in inputs if any(isinstance(p, _StridedShard) for p in d.placements)]
+    if strided and not getattr(rule, "takes_strided", False):
+        unstrided = {id(d): d.redistribute(placements=[Replicate() if isinstance(p, _StridedShard) else p
+                                                       for p in d.placements]) for d in strided}
+        args, kwargs, call = _swapped(args, unstrided), _swapped(kwargs, unstrided), _swapped(call, unstrided)
+        inputs = dtensors(args, kwargs)
     try:
         wanted, placements, shape, *instead = rule(args, kwargs)
     except NotImplementedError as e:   # (a rule refusing these arguments: named with the placements)
         raise NotImplementedError(f"{e} (inputs placed {', '.join(_named(d.placements) for d in inputs)})") from None
     fn = instead[0] if instead else fn
     if in_place:
-        target = args[0]
         if (wanted[0] != target.placements or placements != target.placements or tuple(shape) != target.shape
                 or instead):
             raise NotImplementedError(
@@ -103,11 +113,20 @@ def dispatch(name, fn, args, kwargs, in_place=False):
     if placements is None:   # (an op that writes its arguments' pieces and returns nothing)
         return out
     if in_place:
-        return args[0]
+        return target
     mesh = inputs[0].device_mesh
     if isinstance(out, (tuple, list)):   # (several outputs: the rule gives a placements and a shape for each)
         return type(out)(DTensor(o, DTensorSpec(mesh, tuple(p), tuple(s))) for o, p, s in zip(out, placements, shape))
     return DTensor(out, DTensorSpec(mesh, tuple(placements), tuple(shape)))
+
+
+def _swapped(value, by_id):
+    """``value`` (arguments: tuples, lists and dicts of them) with each DTensor replaced by ``by_id[id(it)]``."""
+    if isinstance(value, dict):
+        return {k: _swapped(v, by_id) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_swapped(v, by_id) for v in value)
+    return by_id.get(id(value), value)
 
 
 def _piece(d, placements, out_placements):

@@ -7,27 +7,40 @@ after it; all-gathers cost the same in any order: each rank receives all but its
 nesting right: shards on one tensor dimension are split in mesh-dimension order (the first mesh
 dimension splits the whole, the next splits its piece), so they are undone from the last mesh dimension to the
 first and done from the first to the last; a mesh dimension whose shard would come out of order is undone
-first and done again. ``Redistribute`` runs a plan as one autograd Function: its backward is the redistribution
-of the gradient the other way (to the input's placements, a Partial input's gradient Replicate, as torch's).
+first and done again. Where a _StridedShard is among the placements, ``_strided.plan`` plans on the rows each rank
+holds instead (gathers and one local selection). ``Redistribute`` runs a plan as one autograd Function: its backward
+is the redistribution of the gradient the other way (to the input's placements, a Partial input's gradient
+Replicate, as torch's).
 """
 from __future__ import annotations
 
+import numpy as np
+
 from ...autograd.function import Function
-from ...ops.creation import empty, empty_like, zeros
+from ...ops.creation import empty, empty_like, tensor, zeros
 from ...ops.shape_ops import cat
 from .. import collectives
 from ..reduce_op import ReduceOp
+from . import _strided
 from .placement_types import Replicate, Shard
 
 _OPS = {"sum": ReduceOp.SUM, "avg": ReduceOp.AVG, "max": ReduceOp.MAX, "min": ReduceOp.MIN}
 
 
-def plan(src: tuple, dst: tuple) -> list:
-    """The steps from placements ``src`` to ``dst``: (kind, mesh dim, arguments) in order."""
-    for d, (a, b) in enumerate(zip(src, dst)):
+def steps_between(spec_src, spec_dst) -> list:
+    """The steps from ``spec_src``'s placements to ``spec_dst``'s: (kind, mesh dim, arguments) in order."""
+    src, dst = tuple(spec_src.placements), tuple(spec_dst.placements)
+    for a, b in zip(src, dst):
         if b.is_partial() and a != b:
             raise RuntimeError(f"Can not redistribute from {a} to {b}, redistributing to Partial is for internal "
                                f"use only!")
+    if _strided.strided(src + dst):
+        return _strided.plan(src, dst, tuple(spec_src.shape), tuple(spec_src.mesh.shape))
+    return plan(src, dst)
+
+
+def plan(src: tuple, dst: tuple) -> list:
+    """The steps between placements of Shard, Replicate and Partial."""
     cur, steps = list(src), []
     for d, (a, b) in enumerate(zip(cur, dst)):   # (reduce the partial sums: first, on the smallest pieces)
         if not a.is_partial() or a == b:
@@ -91,8 +104,17 @@ def run(local, steps, spec_src):
     mesh, shape = spec_src.mesh, spec_src.shape
     placements = list(spec_src.placements)
     for kind, d, args in steps:
+        if kind == "select":
+            local = _selected(local, shape, tuple(placements), args[0], mesh)
+            placements = list(args[0])
+            continue
         group, k, me = mesh.get_group(d), mesh.size(d), mesh.get_local_rank(d)
-        if kind == "all_gather":
+        if kind == "gather":
+            (i,) = args
+            after = [Replicate() if e == d else p for e, p in enumerate(placements)]
+            local = _gathered(local, shape[i], i, tuple(placements), tuple(after), mesh, d, group)
+            placements = after
+        elif kind == "all_gather":
             (i,) = args
             local = _all_gather(local, i, _level(shape, placements, mesh, d, i), k, group)
             placements[d] = Replicate()
@@ -115,6 +137,32 @@ def run(local, steps, spec_src):
             local = local.narrow(j, start, size).contiguous()
             placements[d] = Shard(j)
     return local
+
+
+def _gathered(local, n, dim, before, after, mesh, d, group):
+    """An all-gather over mesh dimension d of the rows of ``dim`` (each rank's padded to the most any holds), this
+    rank's rows under ``after`` picked from the joined blocks."""
+    width, positions = _strided.gathered_positions(n, dim, before, after, tuple(mesh.shape), mesh.get_coordinate(), d)
+    block = _padded(local, dim, width)
+    out = [empty_like(block) for _ in range(mesh.size(d))]
+    collectives.all_gather(out, block, group=group)
+    return _taken(cat(out, dim), dim, positions)
+
+
+def _selected(local, shape, before, after, mesh):
+    """This rank's piece under ``after`` cut from its piece under ``before`` (which holds all its rows)."""
+    for i, n in enumerate(shape):
+        local = _taken(local, i, _strided.selected_positions(n, i, before, after, tuple(mesh.shape),
+                                                             mesh.get_coordinate()))
+    return local
+
+
+def _taken(local, dim, positions):
+    """The slices of ``local`` along ``dim`` at ``positions``: a narrow where they are consecutive."""
+    first = int(positions[0]) if len(positions) else 0
+    if np.array_equal(positions, np.arange(first, first + len(positions))):
+        return local.narrow(dim, first, len(positions)).contiguous()
+    return local.index_select(dim, tensor(positions, device=local.device)).contiguous()
 
 
 def _level(shape, placements, mesh, d, dim) -> int:
@@ -200,7 +248,7 @@ class Redistribute(Function):
     def forward(ctx, local, spec_src, spec_dst, backward_dtype=None, arrives=None):
         ctx.spec_src, ctx.spec_dst, ctx.backward_dtype = spec_src, spec_dst, backward_dtype
         ctx.arrives = arrives or replicated_partials(spec_dst.placements)
-        return run(local, plan(spec_src.placements, spec_dst.placements), spec_src)
+        return run(local, steps_between(spec_src, spec_dst), spec_src)
 
     @staticmethod
     def backward(ctx, grad):

@@ -3,17 +3,23 @@
 - ``Shard(dim)``: split along tensor dimension ``dim`` as ``chunk`` splits it (ceil(n / k) rows each; the last
   ranks may hold fewer, or none);
 - ``Replicate()``: every rank holds all of it;
-- ``Partial(reduce_op)``: every rank holds a part, and the tensor is their reduction ("sum", "avg", "max", "min").
+- ``Partial(reduce_op)``: every rank holds a part, and the tensor is their reduction ("sum", "avg", "max", "min");
+- ``_StridedShard(dim, split_factor=f)``: torch's private placement for a dimension that later mesh dimensions split
+  first (FSDP2 over tensor parallelism): each of f chunks of the dimension is split as a Shard splits it, and a
+  rank holds its piece of each, joined (``_strided.py`` says how it nests with the others).
 
-Placements are values: equal when of the same kind with the same argument, printed as S(0), R, P(sum).
+Placements are values: equal when of the same kind with the same argument, printed as S(0), R, P(sum), _S(0, 2).
 """
 from __future__ import annotations
+
+import numpy as np
 
 __all__ = ["Placement", "Shard", "Replicate", "Partial"]
 
 
 class Placement:
-    """The kind of a placement; ``Shard``, ``Replicate`` and ``Partial`` are its kinds."""
+    """The kind of a placement; ``Shard``, ``Replicate`` and ``Partial`` are its kinds (and torch's private
+    ``_StridedShard``)."""
 
     __slots__ = ()
 
@@ -28,6 +34,9 @@ class Placement:
 
     def _key(self) -> tuple:
         return (type(self).__name__,)
+
+    def __setattr__(self, name, value):
+        raise AttributeError(f"placements are values: {name!r} of {self!r} cannot be set")
 
     def __eq__(self, other):
         return isinstance(other, Placement) and self._key() == other._key()
@@ -45,9 +54,6 @@ class Shard(Placement):
     @property
     def dim(self) -> int:
         return self._dim
-
-    def __setattr__(self, name, value):
-        raise AttributeError(f"placements are values: {name!r} of {self!r} cannot be set")
 
     def is_shard(self, dim=None) -> bool:
         return dim is None or dim == self._dim
@@ -97,9 +103,6 @@ class Partial(Placement):
     def reduce_op(self) -> str:
         return self._reduce_op
 
-    def __setattr__(self, name, value):
-        raise AttributeError(f"placements are values: {name!r} of {self!r} cannot be set")
-
     def is_partial(self) -> bool:
         return True
 
@@ -111,3 +114,63 @@ class Partial(Placement):
 
     def __str__(self):
         return f"P({self._reduce_op})"
+
+
+class _StridedShard(Placement):
+    """Not a ``Shard`` (nor ``is_shard()``), as torch 2.13's is not: code that reads a Shard's rows as one
+    contiguous chunk would misread it; ``_is_shard_like`` asks for either."""
+
+    __slots__ = ("_dim", "_split_factor")
+
+    def __init__(self, dim: int, *, split_factor: int = 1, sf=None):
+        if sf is not None:
+            if split_factor != 1:
+                raise TypeError("_StridedShard received both split_factor and sf")
+            split_factor = sf
+        if int(split_factor) < 1:
+            raise ValueError(f"_StridedShard: split_factor must be at least 1, got {split_factor}")
+        object.__setattr__(self, "_dim", int(dim))
+        object.__setattr__(self, "_split_factor", int(split_factor))
+
+    @property
+    def dim(self) -> int:
+        return self._dim
+
+    @property
+    def split_factor(self) -> int:
+        return self._split_factor
+
+    def _key(self) -> tuple:
+        return ("_StridedShard", self._dim, self._split_factor)
+
+    def __repr__(self):
+        return f"_StridedShard(dim={self._dim}, sf={self._split_factor})"
+
+    def __str__(self):
+        return f"_S({self._dim}, {self._split_factor})"
+
+    def _split(self, indices, num_chunks: int, rank: int):
+        """The part of ``indices`` (an index array) that chunk ``rank`` of ``num_chunks`` keeps: its piece, by
+        chunk's rule, of each of the ``split_factor`` chunks of ``indices``, joined."""
+        return np.concatenate([_chunk(part, num_chunks, rank) for part in
+                               (_chunk(indices, self._split_factor, j) for j in range(self._split_factor))])
+
+    def local_shard_size_and_offset(self, curr_local_size: int, num_chunks: int, rank: int) -> tuple:
+        """(rows, first row, or -1 where there is none) of chunk ``rank`` of ``curr_local_size`` rows, as torch's."""
+        held = self._split(np.arange(curr_local_size), num_chunks, rank)
+        return len(held), int(held[0]) if len(held) else -1
+
+
+def _chunk(indices, num_chunks: int, rank: int):
+    size, start = Shard.local_shard_size_and_offset(len(indices), num_chunks, rank)
+    return indices[start:start + size]
+
+
+def _is_shard_like(p) -> bool:
+    """A Shard or a _StridedShard: a placement that splits tensor dimension ``p.dim`` (torch's name)."""
+    return isinstance(p, (Shard, _StridedShard))
+
+
+def _on_dim(p, dim: int):
+    """Shard-like ``p`` splitting tensor dimension ``dim`` instead (a view or a reduction renumbers them)."""
+    return _StridedShard(dim, split_factor=p.split_factor) if isinstance(p, _StridedShard) else Shard(dim)

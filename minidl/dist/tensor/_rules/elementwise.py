@@ -5,14 +5,15 @@ The output takes, mesh dimension by mesh dimension, a shard some input already h
 broadcast (the first such input's), so that nothing moves where the inputs line up; each input then holds that
 dimension's shard (a local slice if it was whole), or stays whole where it is broadcast along it. A partial sum
 stays one only where the op is linear in it: a sum of partial sums (add, sub), a partial sum times or over a
-whole value (mul, div); otherwise it is reduced first.
+whole value (mul, div); otherwise it is reduced first. A _StridedShard is a shard like the others here: every operand
+is moved to the output's placements, so a rank holds the same rows of each.
 """
 from __future__ import annotations
 
 from ....formulas import BINARY, COMPARE, UNARY
 from ....layout import broadcast_shapes
 from ....ops.registry import OPS, attach_rule
-from ..placement_types import Partial, Replicate, Shard
+from ..placement_types import Partial, Replicate, _is_shard_like, _on_dim
 
 LINEAR_IN_BOTH = ("add", "sub")   # (partial sums of one kind, added)
 LINEAR_IN_FIRST = ("mul", "div")  # (a partial sum scaled by a whole value; mul either way round)
@@ -21,16 +22,16 @@ LINEAR_ALONE = ("neg",)
 
 def _placement_of(p, ndim, out_ndim, shape):
     """``p`` (an input's placement) as the output's: a shard of dimension i is one of i + (out_ndim - ndim)."""
-    if p.is_shard() and shape[p.dim] != 1:
-        return Shard(p.dim + out_ndim - ndim)
+    if _is_shard_like(p) and shape[p.dim] != 1:
+        return _on_dim(p, p.dim + out_ndim - ndim)
     return p
 
 
 def _wanted(out, ndim, out_ndim, shape):
     """The placement an input of ``shape`` must have for an output placed ``out`` on one mesh dimension."""
-    if out.is_shard():
+    if _is_shard_like(out):
         i = out.dim - (out_ndim - ndim)
-        return Shard(i) if i >= 0 and shape[i] != 1 else Replicate()
+        return _on_dim(out, i) if i >= 0 and shape[i] != 1 else Replicate()
     return out
 
 
@@ -44,7 +45,7 @@ def elementwise_rule(name):
         out = []
         for d in range(mesh_ndim):
             found = [_placement_of(t.placements[d], t.ndim, out_ndim, t.shape) for t in tensors]
-            shard = next((p for p in found if p.is_shard()), None)
+            shard = next((p for p in found if _is_shard_like(p)), None)
             partial = [p for p in found if p.is_partial()]
             if shard is not None:
                 out.append(shard)
@@ -56,6 +57,7 @@ def elementwise_rule(name):
                         (t.placements[d] if t.placements[d].is_partial() else Replicate())
                         for d in range(mesh_ndim)) for t in tensors]
         return wanted, tuple(out), out_shape
+    rule.takes_strided = True
     return rule
 
 

@@ -1,7 +1,8 @@
 """Optimizer steps on DTensor parameters: a parameter's gradient and state lie as the parameter does (a
 gradient's Partial as Replicate), so each rank steps its own pieces, in place, with no message — the fused
 steps (one parameter, or a list of them in one launch) run on the pieces; their state starts as ``zeros_like``/
-``empty_like``/``full_like``/``ones_like`` of the parameter, a DTensor placed alike."""
+``empty_like``/``full_like``/``ones_like`` of the parameter, a DTensor placed alike. Which rows a rank holds does not
+matter to them: a _StridedShard (FSDP2's over tensor parallelism) is taken as it lies."""
 from __future__ import annotations
 
 from ....ops.registry import attach_rule
@@ -21,6 +22,7 @@ def like_rule(args, kwargs):
     return [x.placements], tuple(Replicate() if p.is_partial() else p for p in x.placements), tuple(x.shape)
 
 
+in_place_on_pieces.takes_strided = like_rule.takes_strided = True
 for _name in ("_fused_sgd_step_", "_fused_adam_step_", "_fused_sgd_steps_", "_fused_adam_steps_",
               "_fused_adagrad_steps_"):
     attach_rule(_name, "sharding", in_place_on_pieces)

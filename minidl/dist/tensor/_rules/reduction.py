@@ -4,12 +4,13 @@ sum over a sharded dimension leaves each rank its piece's sum: a partial sum, re
 there is each piece's sum over the whole count, a partial sum too (so its gradient, 1 / count, is the whole's,
 and uneven pieces need no gather). softmax and log_softmax need their dimension whole (it is gathered where it is
 split); other dimensions keep their shards. A partial sum is reduced first, except under sum and mean, which are
-linear.
+linear. A _StridedShard is a shard like the others: its pieces' rows are disjoint too, and a dimension it splits
+keeps its split through a reduction of others.
 """
 from __future__ import annotations
 
 from ....ops.registry import OPS, attach_rule
-from ..placement_types import Partial, Replicate, Shard
+from ..placement_types import Partial, Replicate, _is_shard_like, _on_dim
 from ._whole import reduced
 
 
@@ -29,13 +30,13 @@ def _reduction(kind):
         wanted, out = [], []
         split = False
         for d, p in enumerate(x.placements):
-            if p.is_shard() and p.dim in dims:
+            if _is_shard_like(p) and p.dim in dims:
                 wanted.append(p)
                 out.append(Partial("sum"))
                 split = True
-            elif p.is_shard():
+            elif _is_shard_like(p):
                 wanted.append(p)
-                out.append(Shard(p.dim if keepdim else p.dim - sum(1 for r in dims if r < p.dim)))
+                out.append(_on_dim(p, p.dim if keepdim else p.dim - sum(1 for r in dims if r < p.dim)))
             elif p.is_partial() and p.reduce_op not in Partial.LINEAR_REDUCE_OPS:
                 wanted.append(Replicate())
                 out.append(Replicate())
@@ -49,6 +50,7 @@ def _reduction(kind):
                 count *= x.shape[i]
             return [tuple(wanted)], tuple(out), shape, lambda piece, *a, **k: sum_(piece, *a, **k) / count
         return [tuple(wanted)], tuple(out), shape
+    rule.takes_strided = True
     return rule
 
 
@@ -56,8 +58,11 @@ def _along_whole_dim(args, kwargs):
     """softmax(x, dim): that dimension whole on every rank, the others' shards kept, partial sums reduced."""
     x = args[0]
     dim = (args[1] if len(args) > 1 else kwargs["dim"]) % x.ndim
-    wanted = tuple(Replicate() if p.is_partial() or p == Shard(dim) else p for p in x.placements)
+    wanted = tuple(Replicate() if p.is_partial() or (_is_shard_like(p) and p.dim == dim) else p for p in x.placements)
     return [wanted], wanted, tuple(x.shape)
+
+
+_along_whole_dim.takes_strided = True
 
 
 sum_ = OPS["sum"].function
@@ -81,7 +86,7 @@ def norm_rule(args, kwargs):
     if p in (float("inf"), float("-inf")):   # (the extreme's gradient goes to its element alone: taken whole)
         return [whole], whole, ()
     wanted = tuple(Replicate() if q.is_partial() else q for q in x.placements)
-    split = tuple(d for d, q in enumerate(wanted) if q.is_shard())
+    split = tuple(d for d, q in enumerate(wanted) if _is_shard_like(q))
     mesh = x.device_mesh
     return [wanted], whole, (), lambda piece, *_, **__: _whole_norm(piece, p, dtype, mesh, split)
 
@@ -94,4 +99,5 @@ def _whole_norm(piece, p, dtype, mesh, split):
     return reduced(piece.abs().pow(power).sum(), mesh, split) ** (1.0 / power)
 
 
+norm_rule.takes_strided = True
 attach_rule("norm", "sharding", norm_rule)

@@ -1,17 +1,18 @@
 """Views: transpose, t, permute, unsqueeze, squeeze, reshape and view, and cat and stack along a whole
 dimension. A shard follows its dimension to where the view puts it (a partial sum stays one: these are linear);
 a reshape keeps it where the pieces stay chunk's pieces (see reshape_rule); cat and stack need the joined
-dimension whole and their inputs placed alike.
+dimension whole and their inputs placed alike. transpose, t, permute, unsqueeze and squeeze take a _StridedShard
+as they lie (it follows its dimension); the others see it gathered first (``_dispatch.py``).
 """
 from __future__ import annotations
 
 from ....ops.registry import attach_rule
-from ..placement_types import Replicate, Shard
+from ..placement_types import Replicate, Shard, _is_shard_like, _on_dim
 
 
 def _moved(x, where, shape):
     """x's placements with each shard's dimension i moved to ``where[i]``; the output of ``shape``."""
-    placements = tuple(Shard(where[p.dim]) if p.is_shard() else p for p in x.placements)
+    placements = tuple(_on_dim(p, where[p.dim]) if _is_shard_like(p) else p for p in x.placements)
     return [x.placements], placements, tuple(shape)
 
 
@@ -56,9 +57,9 @@ def squeeze_rule(args, kwargs):
     named = range(x.ndim) if dim is None else [d % x.ndim for d in (dim if isinstance(dim, (tuple, list)) else
                                                                     (dim,))]
     gone = {d for d in named if x.shape[d] == 1}
-    wanted = tuple(Replicate() if p.is_shard() and p.dim in gone else p for p in x.placements)
+    wanted = tuple(Replicate() if _is_shard_like(p) and p.dim in gone else p for p in x.placements)
     where = {i: i - sum(g < i for g in gone) for i in range(x.ndim) if i not in gone}
-    placements = tuple(Shard(where[p.dim]) if p.is_shard() else p for p in wanted)
+    placements = tuple(_on_dim(p, where[p.dim]) if _is_shard_like(p) else p for p in wanted)
     dims = tuple(sorted(gone))   # (on the pieces, only these: a piece may have other dimensions of size 1)
     return [wanted], placements, tuple(n for i, n in enumerate(x.shape) if i not in gone), \
         lambda piece, *rest, **options: piece.squeeze(dims)
@@ -86,6 +87,8 @@ def _joined(stacked):
     return rule
 
 
+for _rule in (transpose_rule, t_rule, permute_rule, unsqueeze_rule, squeeze_rule):
+    _rule.takes_strided = True
 attach_rule("transpose", "sharding", transpose_rule)
 attach_rule("t", "sharding", t_rule)
 attach_rule("permute", "sharding", permute_rule)
