@@ -12,7 +12,7 @@ import minidl.dist as dist
 from minidl import nn
 from minidl.dist.device_mesh import init_device_mesh
 from minidl.dist.fsdp import (CPUOffloadPolicy, FSDPModule, MixedPrecisionPolicy, OffloadPolicy, UnshardHandle,
-                              fully_shard)
+                              fully_shard, register_fsdp_forward_method)
 from minidl.dist.tensor import DTensor, Replicate, Shard
 
 X, Y = np.random.RandomState(0).randn(8, 6), np.random.RandomState(1).randn(8, 2)
@@ -302,3 +302,64 @@ def test_the_api_has_torchs_names_and_defaults():
     for method in ("unshard", "reshard", "set_modules_to_forward_prefetch", "set_modules_to_backward_prefetch",
                    "set_requires_gradient_sync", "set_reshard_after_forward", "set_gradient_divide_factor"):
         assert described(getattr(FSDPModule, method)) == described(getattr(fsdp.FSDPModule, method)), method
+
+
+def _full_state_round_trip(rank):
+    from minidl.dist.checkpoint.state_dict import (StateDictOptions, get_state_dict, set_state_dict)
+    full = StateDictOptions(full_state_dict=True)
+    model = _sharded()
+    opt = minidl.optim.AdamW(model.parameters(), lr=0.05)
+    _train(model, opt, *_batch(rank, 2), steps=2)
+    model_sd, optim_sd = get_state_dict(model, opt, options=full)
+    kinds = {type(v).__name__ for v in model_sd.values()} | {type(v).__name__ for s in optim_sd["state"].values()
+                                                              for v in s.values()}
+    fresh = _sharded()   # (another FSDP model: its own shards and a fresh optimizer, given the full state)
+    fresh_opt = minidl.optim.AdamW(fresh.parameters(), lr=0.05)
+    set_state_dict(fresh, fresh_opt, model_state_dict=model_sd, optim_state_dict=optim_sd, options=full)
+    _train(fresh, fresh_opt, *_batch(rank, 2), steps=1)
+    return kinds, {k: v.numpy().copy() for k, v in model_sd.items()}, _whole(fresh)
+
+
+def test_a_full_state_dict_gathers_the_shards_and_loads_back_into_them():
+    model = _model()
+    opt = minidl.optim.AdamW(model.parameters(), lr=0.05)
+    _train(model, opt, X, Y, steps=2)
+    after_two = {k: v.detach().numpy().copy() for k, v in model.state_dict().items()}
+    _train(model, opt, X, Y, steps=1)
+    want = _whole(model)
+    for kinds, full, got in dist.sim.run(2, _full_state_round_trip):
+        assert kinds == {"Tensor"}   # (whole plain tensors: parameters and Adam's moments)
+        for k, v in after_two.items():
+            np.testing.assert_allclose(full[k], v, rtol=0, atol=1e-12)
+        for g, w in zip(got, want):
+            np.testing.assert_allclose(g, w, rtol=0, atol=1e-12)
+
+
+class _Scorer(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = nn.Linear(6, 2).double()
+
+    def forward(self, x):
+        return self.linear(x)
+
+    def score(self, x):   # (not forward: fully_shard's hooks do not run around it by themselves)
+        return self.linear(x).sum(-1)
+
+
+def _scoring(rank):
+    minidl.manual_seed(0)
+    model = fully_shard(_Scorer())
+    with pytest.raises(RuntimeError, match="mixed minidl.Tensor and DTensor"):   # (the shards are on the module)
+        model.score(minidl.tensor(X))
+    register_fsdp_forward_method(model, "score")
+    register_fsdp_forward_method(nn.Linear(2, 2), "forward")   # (not an FSDP module: nothing happens)
+    return model.score(minidl.tensor(X)).detach().numpy(), type(model.linear.weight).__name__
+
+
+def test_a_registered_method_gathers_the_parameters_as_forward_does():
+    minidl.manual_seed(0)
+    want = _Scorer().score(minidl.tensor(X)).detach().numpy()
+    for got, kind in dist.sim.run(2, _scoring):
+        np.testing.assert_allclose(got, want, rtol=0, atol=1e-14)
+        assert kind == "_DTensorParameter"

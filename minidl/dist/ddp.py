@@ -14,6 +14,7 @@ from ..nn.sparse import Embedding
 from .collectives import broadcast
 from .reducer import Reducer
 from .state import resolve
+from .tensor._api import DTensor
 
 
 def _broadcast_coalesced(tensors, group, src):
@@ -30,6 +31,12 @@ def _broadcast_coalesced(tensors, group, src):
             for t in same:
                 t.copy_(flat[start:start + t.numel()].reshape(tuple(t.shape)))
                 start += t.numel()
+
+
+def local_piece(t):
+    """The tensor DDP replicates: a DTensor's local piece (tensor parallelism inside each replica; the replicas
+    hold the same pieces), else the tensor."""
+    return t._local_tensor if isinstance(t, DTensor) else t
 
 
 def _check_device_ids(module, device_ids, output_device):
@@ -64,28 +71,36 @@ class DistributedDataParallel(Module):
     """torch.nn.parallel.DistributedDataParallel (a module on one device per process). minidl additions (keyword
     only): ``timeline=True`` (or env MINIDL_DDP_TIMELINE=1) records, per backward, when each
     bucket's all-reduce was launched and finished (``ddp.timeline``, seconds from backward's start).
+    ``device_mesh``: a 1-D mesh whose group the replicas form (torch's); a module whose parameters are DTensors
+    (tensor parallel inside each replica) has their local pieces replicated and their gradients averaged.
     fp16 compression is a communication hook, as in torch:
     ``ddp.register_comm_hook(None, minidl.dist.ddp_comm_hooks.fp16_compress_hook)``."""
 
     def __init__(self, module, device_ids=None, output_device=None, dim=0, broadcast_buffers=True,
                  process_group=None, bucket_cap_mb=25, find_unused_parameters=False, gradient_as_bucket_view=False,
-                 static_graph=False, *, timeline=None):
+                 static_graph=False, *, device_mesh=None, timeline=None):
         super().__init__()
         if not isinstance(module, Module):
             raise TypeError(f"DistributedDataParallel: module must be a minidl.nn.Module, got {type(module).__name__}")
         _check_device_ids(module, device_ids, output_device)
         if bucket_cap_mb is None or bucket_cap_mb <= 0:
             raise ValueError(f"DistributedDataParallel: bucket_cap_mb must be positive, got {bucket_cap_mb}")
+        if device_mesh is not None:
+            if process_group is not None or device_mesh.ndim != 1:
+                raise RuntimeError("DistributedDataParallel: pass either process_group or a 1-D device_mesh, got "
+                                   f"{'both' if process_group is not None else device_mesh}")
+            process_group = device_mesh.get_group()
         group = resolve(process_group, "DistributedDataParallel")
         if group is None:
             raise ValueError("DistributedDataParallel: this rank is not a member of process_group")
         self.module, self.process_group, self.dim = module, group, dim
         self.broadcast_buffers, self.require_backward_grad_sync = broadcast_buffers, True
         self._src = group.ranks[0]
-        named = [(n, p) for n, p in module.named_parameters() if p.requires_grad]
+        named = [(n, local_piece(p)) for n, p in module.named_parameters() if p.requires_grad]
         if not named:
             raise RuntimeError("DistributedDataParallel: the module has no parameter that requires a gradient")
-        _broadcast_coalesced([p for _, p in module.named_parameters()] + list(module.buffers()), group, self._src)
+        _broadcast_coalesced([local_piece(p) for p in module.parameters()] + [local_piece(b) for b in module.buffers()], group,
+                             self._src)
         if timeline is None:
             timeline = os.environ.get("MINIDL_DDP_TIMELINE", "0") not in ("", "0")
         sparse = {id(m.weight) for m in module.modules() if isinstance(m, Embedding) and m.sparse}  # (as torch)
@@ -95,7 +110,7 @@ class DistributedDataParallel(Module):
 
     def forward(self, *inputs, **kwargs):
         if self.broadcast_buffers and self.training:
-            buffers = list(self.module.buffers())
+            buffers = [local_piece(b) for b in self.module.buffers()]
             if buffers:
                 _broadcast_coalesced(buffers, self.process_group, self._src)
         output = self.module(*inputs, **kwargs)

@@ -392,7 +392,7 @@ class Module:
             key = prefix + name
             if key in state_dict:
                 input_param = state_dict[key]
-                if not isinstance(input_param, Tensor):
+                if not (isinstance(input_param, Tensor) or hasattr(type(input_param), "__minidl_function__")):
                     error_msgs.append(f'While copying the parameter named "{key}", expected torch.Tensor or '
                                       f"Tensor-like object from checkpoint but received {type(input_param)}")
                     continue

@@ -159,7 +159,7 @@ class Optimizer:
 
     @staticmethod
     def _cast_state(param, value, key=None):
-        if isinstance(value, Tensor):
+        if isinstance(value, Tensor) or hasattr(type(value), "__minidl_function__"):   # (a DTensor's too)
             if key in Optimizer._SCALAR_STATE:
                 return value.clone()
             # state follows its parameter's device (a checkpoint saved on one device loads onto another)
@@ -243,10 +243,12 @@ def _buckets(items):
     """items (tuples whose first entry is a parameter) split by the parameter's (device, dtype), in
     order: the multi-tensor kernels take one device and dtype per launch, as torch groups them; and by its
     type, so that global tensors (DTensor parameters, stepped by their ops' sharding rules) and plain ones
-    are stepped apart in a model that mixes them."""
+    are stepped apart in a model that mixes them, and global ones on different meshes apart (FSDP over tensor
+    parallelism: the split matrices on the 2-D mesh, the rest on the data-parallel one)."""
     buckets: dict = {}
     for item in items:
-        buckets.setdefault((item[0].device, item[0].dtype, type(item[0])), []).append(item)
+        p = item[0]
+        buckets.setdefault((p.device, p.dtype, type(p), getattr(p, "device_mesh", None)), []).append(item)
     return buckets.values()
 
 

@@ -5,7 +5,10 @@ DistributedDataParallel wrapper or the ``_orig_mod.`` of ``minidl.compile``, so 
 model loads into a plain one and back. An optimizer's state is keyed by those names instead of positions, so that
 several optimizers merge into one dict and each finds its own part again when loading.
 
-minidl has no sharded tensors yet: ``full_state_dict=True`` returns the same plain tensors as without it.
+Sharded parameters and optimizer states are DTensors (``fully_shard``, tensor parallelism): a state dict holds
+them as they lie, which ``minidl.dist.checkpoint.save`` writes as boxes of the whole; ``full_state_dict=True``
+gathers each into a plain whole tensor, and a whole tensor loaded into a DTensor's place is cut to the
+DTensor's layout (every rank has it whole: each keeps its piece, no message).
 """
 from __future__ import annotations
 
@@ -20,6 +23,7 @@ from ..collectives import broadcast
 from ..ddp import DistributedDataParallel
 from ..objects import broadcast_object_list
 from ..state import get_rank, is_initialized
+from ..tensor._api import DTensor, distribute_tensor
 
 __all__ = ["StateDictOptions", "get_model_state_dict", "get_optimizer_state_dict", "get_state_dict",
            "set_model_state_dict", "set_optimizer_state_dict", "set_state_dict"]
@@ -135,11 +139,11 @@ def _returned(tree, options):
     if asked; with both options under a process group only rank 0 keeps it (as torch, to spare memory)."""
     if not (options.full_state_dict or options.cpu_offload):
         return tree
-    if options.full_state_dict and options.cpu_offload and is_initialized() and get_rank() != 0:
-        return {}
 
     def copy(x):
-        if isinstance(x, Tensor):
+        if isinstance(x, DTensor) and options.full_state_dict:
+            x = x.full_tensor()   # (a collective: before rank 0 alone keeps the dict)
+        if isinstance(x, (Tensor, DTensor)):
             return x.to("cpu") if options.cpu_offload else x
         if isinstance(x, dict):
             return {k: copy(v) for k, v in x.items()}
@@ -149,7 +153,17 @@ def _returned(tree, options):
             return x
         raise ValueError(f"a state dict value of type {type(x).__name__} cannot be returned with "
                          f"full_state_dict or cpu_offload (tensors, numbers, strings, lists and dicts can)")
-    return copy(tree)
+    tree = copy(tree)
+    if options.full_state_dict and options.cpu_offload and is_initialized() and get_rank() != 0:
+        return {}
+    return tree
+
+
+def _laid_like(value, like):
+    """A whole tensor loaded where a DTensor lies: this rank's piece of it, laid out as ``like``."""
+    if isinstance(like, DTensor) and isinstance(value, Tensor) and tuple(value.shape) == tuple(like.shape):
+        return distribute_tensor(value.to(like.dtype), like.device_mesh, like.placements, src_data_rank=None)
+    return value
 
 
 def _model_state_dict(model, options, submodules=None):
@@ -360,6 +374,7 @@ def _load_model(model, state_dict, options) -> _IncompatibleKeys:
     if options.full_state_dict and not (options.broadcast_from_rank0 and options.strict):
         for key, value in own.items():
             state_dict.setdefault(key, value)
+    state_dict = {k: _laid_like(v, own[k]) if k in own else v for k, v in state_dict.items()}
     return model.load_state_dict(state_dict, strict=options.strict)
 
 
@@ -504,6 +519,10 @@ def _load_optim(model, optimizers, osd, options) -> None:
             mine = _unflatten(model, optim, i, osd, fqns, options)
         if options.full_state_dict:
             mine = _merged(_fqn_keyed(model, (optim,), fqns, "set_optimizer_state_dict"), mine)
+        if mine:
+            params = {fqn: p for group in optim.param_groups for p in group[_PARAMS] for fqn in fqns[id(p)]}
+            mine[_STATE] = {fqn: {k: _laid_like(v, params.get(fqn)) for k, v in state.items()}
+                            for fqn, state in mine[_STATE].items()}
         optim.load_state_dict(mine)
 
 

@@ -8,8 +8,8 @@
 Each rank holds 1/n of every parameter, its gradient and its optimizer state; a block's parameters are whole
 only while its forward or backward runs. Training equals single-process training on the global batch.
 """
-from ._fully_shard import FSDPModule, UnshardHandle, fully_shard
+from ._fully_shard import FSDPModule, UnshardHandle, fully_shard, register_fsdp_forward_method
 from ._policy import CPUOffloadPolicy, MixedPrecisionPolicy, OffloadPolicy
 
 __all__ = ["CPUOffloadPolicy", "FSDPModule", "MixedPrecisionPolicy", "OffloadPolicy", "UnshardHandle",
-           "fully_shard"]
+           "fully_shard", "register_fsdp_forward_method"]

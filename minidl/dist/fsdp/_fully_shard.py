@@ -15,7 +15,7 @@ from ..state import get_world_size
 from ._param_group import FSDPParam, ParamGroup, _map_tensors
 from ._policy import CPUOffloadPolicy, MixedPrecisionPolicy, OffloadPolicy
 
-__all__ = ["FSDPModule", "UnshardHandle", "fully_shard"]
+__all__ = ["FSDPModule", "UnshardHandle", "fully_shard", "register_fsdp_forward_method"]
 
 
 def fully_shard(module, *, mesh=None, reshard_after_forward=None, shard_placement_fn=None,
@@ -102,6 +102,19 @@ def _after_forward(module, args, output):
     if group.mp.output_dtype is not None:
         output = _map_tensors(output, _caster(group.mp.output_dtype))
     return output
+
+
+def register_fsdp_forward_method(module, method_name: str) -> None:
+    """``module.<method_name>`` (a ``generate`` that does not go through ``__call__``) gathers the parameters
+    before it and frees them after, as forward does. Nothing for a module fully_shard was not applied to."""
+    if not isinstance(module, FSDPModule):
+        return
+    method = getattr(module, method_name)
+
+    def around(*args, **kwargs):
+        args, kwargs = _before_forward(module, args, kwargs)
+        return _after_forward(module, args, method(*args, **kwargs))
+    object.__setattr__(module, method_name, around)
 
 
 def _caster(dtype):

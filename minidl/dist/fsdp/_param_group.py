@@ -24,7 +24,7 @@ from .. import collectives
 from ..reduce_op import ReduceOp
 from ..tensor._api import DTensor
 from ..tensor._spec import DTensorSpec
-from ..tensor.placement_types import Replicate, Shard
+from ..tensor.placement_types import Replicate, Shard, _is_shard_like, _StridedShard
 
 
 class FSDPParam:
@@ -92,12 +92,11 @@ def _sharded_layout(param, mesh, name) -> tuple:
         raise ValueError(f"fully_shard: the data-parallel mesh dimensions must come before the tensor-parallel "
                          f"ones of {name}'s mesh (got data-parallel {mesh._root_dims}, tensor-parallel "
                          f"{tp_mesh._root_dims} of the root mesh)")
-    if any(p.is_partial() for p in placements) or any(p.is_shard() and type(p) is not Shard for p in placements):
+    if any(p.is_partial() or (_is_shard_like(p) and type(p) is not Shard) for p in placements):
         raise ValueError(f"fully_shard: the parameter {name} is placed {placements}; FSDP shards parameters that "
                          f"tensor parallelism placed with Shard or Replicate only")
     split0 = math.prod(tp_mesh.size(d) for d, p in enumerate(placements) if p.is_shard(0))
     if split0 > 1:
-        from ..tensor.placement_types import _StridedShard
         dp = dp[:-1] + (_StridedShard(0, split_factor=split0),)
     both = mesh._with_root_dims(mesh._root_dims + tp_mesh._root_dims)
     return both, dp + placements, tuple(param.shape)

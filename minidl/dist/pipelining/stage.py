@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import minidl
 
-from ..ddp import DistributedDataParallel
+from ..ddp import DistributedDataParallel, local_piece
 from ..state import resolve
 
 MAX_TENSORS = 8       # tensors per stage output
@@ -151,7 +151,7 @@ class PipelineStage:
         self.check_output(outputs)
         if not keep:
             return outputs
-        held = graph_bytes(outputs, {id(p._storage) for p in self.submod.parameters()})
+        held = graph_bytes(outputs, {id(local_piece(p)._storage) for p in self.submod.parameters()})
         self._chunks[mb] = (args, outputs, held)
         self.activation_bytes += held
         self.peak_activation_bytes = max(self.peak_activation_bytes, self.activation_bytes)
@@ -185,7 +185,7 @@ class PipelineStage:
             found, weight_pass = minidl.autograd.split_backward(roots, wanted, grads)
             found = {id(a): g for a, g in zip(wanted, found)}
             input_grads = [found.get(id(a)) for a in inputs]
-            still = graph_bytes(roots, {id(p._storage) for p in self.submod.parameters()},
+            still = graph_bytes(roots, {id(local_piece(p)._storage) for p in self.submod.parameters()},
                                 weight_pass.held_gradients)
             self.activation_bytes -= held - still
             self._weight_passes[mb] = (weight_pass, roots, still)
@@ -221,7 +221,7 @@ class PipelineStage:
 
     def scale_grads(self, grad_scale_factor):
         with minidl.no_grad():
-            for p in self.submod.parameters():
+            for p in map(local_piece, self.submod.parameters()):   # (a DTensor's: its piece's)
                 if p.grad is not None:
                     p.grad.div_(grad_scale_factor)
 
