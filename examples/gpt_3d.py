@@ -21,6 +21,7 @@ Everything runs in float64 with dropout 0, so ``--check`` can demand that one pr
 the same global batches gives the same losses and the same weights to 1e-8 (exit status 1 where it does not).
 """
 import argparse
+import math
 import os
 import sys
 
@@ -54,7 +55,7 @@ TOLERANCE = 1e-8
 def mesh_shape(layout, world, tp, pp) -> tuple:
     """The mesh's sizes, in the order of the layout's names."""
     sizes = {"tp": tp, "pp": pp}
-    rest = world // np.prod([sizes[n] for n in LAYOUTS[layout] if n != "dp"], dtype=int)
+    rest = world // math.prod(sizes[n] for n in LAYOUTS[layout] if n != "dp")
     return tuple(sizes.get(n, rest) for n in LAYOUTS[layout])
 
 
@@ -63,7 +64,7 @@ def problem_with(args, world):
     names = LAYOUTS[args.layout]
     if "pp" in names and (args.load or args.save):
         return "--load and --save take the unpipelined layouts (a stage's names are not the GPT's)"
-    fixed = np.prod([{"tp": args.tp, "pp": 2}[n] for n in names if n != "dp"], dtype=int)
+    fixed = math.prod({"tp": args.tp, "pp": 2}[n] for n in names if n != "dp")
     if world % fixed or ("dp" in names and world == fixed and args.layout != "fsdp"):
         return f"--layout {args.layout} needs a multiple of {fixed} ranks{' (dp >= 2)' if 'dp' in names else ''}"
     if args.heads % args.tp or args.width % args.heads:
