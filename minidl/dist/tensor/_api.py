@@ -19,6 +19,7 @@ from ...ops.registry import OPS, methods
 from .. import collectives, objects, state as dist_state
 from ..device_mesh import DeviceMesh
 from . import _strided
+from . import _random
 from ._redistribute import redistribute_local, replicated_partials, split_into_partials
 from ._spec import DTensorSpec, normalized
 from .placement_types import Replicate, Shard, _is_shard_like
@@ -208,6 +209,19 @@ class DTensor:
     def to(self, *args, **kwargs) -> "DTensor":
         """Each piece converted (a dtype; a device of the mesh's type), differentiably."""
         return DTensor(self._local_tensor.to(*args, **kwargs), self._spec)
+
+    def uniform_(self, a=0.0, b=1.0, generator=None) -> "DTensor":
+        """Each piece the whole tensor's uniform draws there (``_random.py``): as one process initialises."""
+        return _random.fill_random_(self, "uniform_", a, b, generator)
+
+    def normal_(self, mean=0.0, std=1.0, generator=None) -> "DTensor":
+        return _random.fill_random_(self, "normal_", mean, std, generator)
+
+    def fill_(self, value) -> "DTensor":
+        return _random.fill_(self, value)
+
+    def zero_(self) -> "DTensor":
+        return _random.zero_(self)
 
     def copy_(self, src, non_blocking=False) -> "DTensor":
         """Every piece written from ``src``, a DTensor of this one's shape, moved to lie as this one does."""
