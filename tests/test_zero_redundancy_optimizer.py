@@ -105,13 +105,52 @@ def test_a_consolidated_state_loads_at_another_world_size_and_continues_as_the_p
             np.testing.assert_allclose(g, w, rtol=0, atol=1e-13)
 
 
-def _refused(rank):
-    ZeroRedundancyOptimizer(_model().parameters(), minidl.optim.SGD, overlap_with_ddp=True, lr=0.1)
+def _overlapped(rank, world, steps):
+    from minidl.dist.ddp_comm_hooks import allreduce_hook, hook_with_zero_step
+    from minidl.nn.parallel import DistributedDataParallel as DDP
+    model = _model()
+    ddp = DDP(model, bucket_cap_mb=0.0001)   # (several buckets: each owned whole by one rank)
+    zero = ZeroRedundancyOptimizer(model.parameters(), minidl.optim.AdamW, overlap_with_ddp=True, lr=0.05)
+    with pytest.raises(RuntimeError, match="register it with the DDP module first"):
+        zero.consolidate_state_dict()
+    ddp.register_comm_hook(None, hook_with_zero_step(allreduce_hook, ddp, zero))
+    b = len(X) // world
+    x, y = minidl.tensor(X[rank * b:(rank + 1) * b]), minidl.tensor(Y[rank * b:(rank + 1) * b])
+    for _ in range(steps):
+        zero.zero_grad()
+        ((ddp(x) - y) ** 2).mean().backward()   # (the step runs inside: step() would do nothing)
+    with pytest.warns(UserWarning, match="should not be included in the training loop"):
+        assert zero.step() is None
+    zero.consolidate_state_dict(to=0)
+    return ([p.detach().numpy().copy() for p in model.parameters()], len(ddp.reducer.buckets),
+            zero.state_dict() if rank == 0 else None)
 
 
-def test_overlap_with_ddp_is_refused_by_name():
-    with pytest.raises(NotImplementedError, match="overlap_with_ddp=True .* is not supported"):
-        dist.sim.run(2, _refused)
+@pytest.mark.parametrize("world", [2, 4])
+def test_overlap_with_ddp_steps_each_bucket_in_backward_as_the_plain_optimizer_steps(world):
+    model = _model()
+    plain = minidl.optim.AdamW(model.parameters(), lr=0.05)
+    want = _train(model, plain, 3)
+    results = dist.sim.run(world, _overlapped, world, 3)
+    assert results[0][1] > 2
+    for weights, _, _ in results:
+        for got, w in zip(weights, want):
+            np.testing.assert_allclose(got, w, rtol=0, atol=1e-13)
+    got, expected = _state(results[0][2]), _state(plain.state_dict())
+    assert got.keys() == expected.keys()
+    for k in expected:
+        for name in expected[k]:
+            np.testing.assert_allclose(got[k][name], expected[k][name], rtol=0, atol=1e-13)
+
+
+def _two_groups(rank):
+    with pytest.raises(ValueError, match="overlap_with_ddp=True supports a single parameter group"):
+        ZeroRedundancyOptimizer(_groups(_model()), minidl.optim.SGD, overlap_with_ddp=True, lr=0.1)
+    return True
+
+
+def test_overlap_with_ddp_takes_one_parameter_group():
+    assert dist.sim.run(2, _two_groups) == [True, True]
 
 
 def test_the_arguments_are_torchs():

@@ -33,6 +33,18 @@ class GradBucket:
     def parameters(self) -> list:
         return list(self._params)
 
+    def gradients(self) -> list:
+        """Each parameter's gradient: a view of ``buffer()`` in the parameter's shape."""
+        return _views(self.flat, self._params)
+
+
+def _views(flat, params) -> list:
+    views, start = [], 0
+    for p in params:
+        views.append(flat[start:start + p.numel()].view(tuple(p.shape)))
+        start += p.numel()
+    return views
+
 
 def allreduce_hook(process_group, bucket: GradBucket) -> Future:
     """The default: average the bucket across ranks (ReduceOp.AVG on the communication thread)."""
@@ -52,3 +64,27 @@ def fp16_compress_hook(process_group, bucket: GradBucket) -> Future:
             bucket.buffer().copy_(half)
         return bucket.buffer()
     return Future(work, decompress)
+
+
+def hook_with_zero_step(hook, ddp, zero, shard_buckets: bool = False):
+    """``hook`` (the reduction: allreduce_hook, say) followed, as each bucket's reduced gradients are collected,
+    by ``zero``'s step of that bucket on the rank that owns it; after the last bucket every rank's share is
+    broadcast (torch's ddp_zero_hook). ``zero``: a ZeroRedundancyOptimizer(..., overlap_with_ddp=True) over
+    ``ddp``'s parameters. ``shard_buckets=True`` (a bucket split over ranks) is not supported."""
+    if shard_buckets:
+        raise NotImplementedError("hook_with_zero_step: shard_buckets=True is not supported (each bucket is "
+                                  "stepped whole by one rank)")
+    if not getattr(zero, "_overlap_with_ddp", False):
+        raise ValueError("hook_with_zero_step: needs a ZeroRedundancyOptimizer built with overlap_with_ddp=True")
+    buckets = [b.params for b in ddp.reducer.buckets]
+    zero._assign_buckets(buckets)
+
+    def with_zero_step(state, bucket: GradBucket) -> Future:
+        def step(reduced):
+            flat = reduced.value()
+            zero._step_bucket(bucket.index(), bucket.parameters(), _views(flat.reshape(-1), bucket.parameters()))
+            if bucket.index() == len(buckets) - 1:
+                zero._send_shares()
+            return flat
+        return hook(state, bucket).then(step)
+    return with_zero_step
