@@ -363,3 +363,170 @@ def test_a_registered_method_gathers_the_parameters_as_forward_does():
     for got, kind in dist.sim.run(2, _scoring):
         np.testing.assert_allclose(got, want, rtol=0, atol=1e-14)
         assert kind == "_DTensorParameter"
+
+
+class _Routed(nn.Module):
+    """``b`` serves the samples whose first feature is below -1 only (row 7 of X: rank 1's on two ranks)."""
+
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = nn.Linear(6, 2), nn.Linear(6, 2)
+
+    def forward(self, x):
+        outs = [self.a(x[i:i + 1]) + (self.b(x[i:i + 1]) if x[i, 0].item() < -1.0 else 0.0) for i in range(len(x))]
+        return minidl.cat(outs)
+
+
+def _routed_model():
+    minidl.manual_seed(0)
+    return _Routed().double()
+
+
+def _routed(rank):
+    model = fully_shard(_routed_model())
+    _train(model, minidl.optim.AdamW(model.parameters(), lr=0.05), *_batch(rank, 2))
+    return _whole(model)
+
+
+def test_a_gradient_that_reaches_a_parameter_on_some_ranks_only_reaches_every_shard():
+    assert (X[:4, 0] >= -1).all() and (X[4:, 0] < -1).sum() == 1
+    model = _routed_model()
+    _train(model, minidl.optim.AdamW(model.parameters(), lr=0.05), X, Y)
+    want = _whole(model)
+    for got in dist.sim.run(2, _routed):
+        for g, w in zip(got, want):
+            np.testing.assert_allclose(g, w, rtol=0, atol=1e-12)
+
+
+def _skipping(rank):
+    """Two micro-batches a step; Linear 2 (prefetched by Linear 0 in forward, by Linear 4 in backward) is left out
+    of step 1's second micro-batch: the gathers started for it then are stale after the step, never used."""
+    model = _sharded()
+    model[0].set_modules_to_forward_prefetch([model[2]])
+    model[4].set_modules_to_backward_prefetch([model[2]])
+    opt = minidl.optim.SGD(model.parameters(), lr=0.1)
+    return _whole(_skip_training(model, opt, *_batch(rank, 2)))
+
+
+def _skip_training(model, opt, x, y, micro_rows=(slice(0, 2), slice(2, 4))):
+    for step in range(2):
+        opt.zero_grad()
+        for micro, rows in enumerate(micro_rows):
+            skip = step == 0 and micro == 1
+            h = model[1](model[0](minidl.tensor(x[rows])))
+            h = h[:, :3] if skip else model[3](model[2](h))
+            ((model[4](h) - minidl.tensor(y[rows])) ** 2).mean().backward()
+        opt.step()
+    return model
+
+
+def test_a_prefetched_gather_a_step_made_stale_is_gathered_again():
+    model = _model()
+    each_ranks = [[0, 1, 4, 5], [2, 3, 6, 7]]   # (micro-batch m: rows m of both ranks' halves)
+    want = _whole(_skip_training(model, minidl.optim.SGD(model.parameters(), lr=0.1), X, Y, each_ranks))
+    for got in dist.sim.run(2, _skipping):
+        for g, w in zip(got, want):
+            np.testing.assert_allclose(g, w, rtol=0, atol=1e-12)
+
+
+class _Generator(_Scorer):
+    def generate(self, x, steps):   # (calls forward: its gathers nest in the method's)
+        for _ in range(steps):
+            x = minidl.cat([x[:, 2:], self(x)], 1)
+        return x
+
+
+def _generating(rank):
+    minidl.manual_seed(0)
+    model = fully_shard(_Generator())
+    register_fsdp_forward_method(model, "generate")
+    return model.generate(minidl.tensor(X), 3).detach().numpy()
+
+
+def test_a_registered_method_may_call_forward():
+    minidl.manual_seed(0)
+    want = _Generator().generate(minidl.tensor(X), 3).detach().numpy()
+    for got in dist.sim.run(2, _generating):
+        np.testing.assert_allclose(got, want, rtol=0, atol=1e-14)
+
+
+class _Aux(nn.Module):
+    """A loss term on the module's weight kept aside (a mixture of experts' balance loss, say): it reaches the
+    loss without going through the module's output."""
+
+    def __init__(self):
+        super().__init__()
+        self.linear = nn.Linear(6, 2).double()
+
+    def forward(self, x):
+        self.aux = (self.linear.weight ** 2).sum()
+        return self.linear(x)
+
+
+def _aux(rank):
+    minidl.manual_seed(0)
+    model = nn.Sequential(_Aux(), nn.Linear(2, 2).double())
+    fully_shard(model[0])
+    fully_shard(model)
+    out = model(minidl.tensor(X)).sum()
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):   # (never the freed memory)
+        (out + model[0].aux).backward()
+    return True
+
+
+def test_backward_through_a_freed_full_parameter_is_refused():
+    assert dist.sim.run(2, _aux) == [True, True]
+
+
+def _tied_across(rank):
+    model = _model()
+    model[4].weight = nn.Parameter(minidl.zeros(2, 3, dtype=minidl.float64))
+    model[2].weight = nn.Parameter(model[4].weight.detach()[:, :2].t().contiguous().clone())  # (untied: a copy)
+    tied = nn.Sequential(model, nn.Linear(3, 2, bias=False).double())
+    tied[1].weight = model[4].weight
+    fully_shard(model[4])
+    with pytest.raises(ValueError, match="tied to one that fully_shard already sharded with a submodule"):
+        fully_shard(tied)
+    return True
+
+
+def test_a_parameter_tied_across_groups_is_refused():
+    assert dist.sim.run(2, _tied_across) == [True, True]
+
+
+def _child_first(rank):
+    model = _sharded()
+    model[0](minidl.tensor(X[:2]))
+    with pytest.raises(RuntimeError, match="FSDP requires running forward through the root module first"):
+        model(minidl.tensor(X[:2]))
+    return True
+
+
+def test_the_root_runs_forward_first():
+    assert dist.sim.run(2, _child_first) == [True, True]
+
+
+def _frozen(rank):
+    from minidl.dist import debug
+    model = _sharded()
+    for p in list(model[0].parameters()) + list(model[2].parameters()):
+        p.requires_grad_(False)
+    x, y = _batch(rank, 2)
+    loss = _loss(model, x, y)
+    before = debug.sent_bytes()
+    loss.backward()
+    sent = debug.sent_bytes() - before
+    _train(model, minidl.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.1), x, y, steps=2)
+    return _whole(model), sent, [p.grad is None for p in model.parameters()]
+
+
+def test_frozen_parameters_are_gathered_but_never_reduced():
+    model = _model()
+    for p in list(model[0].parameters()) + list(model[2].parameters()):
+        p.requires_grad_(False)
+    _train(model, minidl.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.1), X, Y, steps=2)
+    want = _whole(model)
+    for got, sent, no_grad in dist.sim.run(2, _frozen):
+        assert no_grad == [True] * 4 + [False] * 2
+        for g, w in zip(got, want):
+            np.testing.assert_allclose(g, w, rtol=0, atol=1e-12)

@@ -29,12 +29,19 @@ def fully_shard(module, *, mesh=None, reshard_after_forward=None, shard_placemen
         mesh = init_device_mesh("cpu", (get_world_size(),))
     if mesh.ndim not in (1, 2):
         raise ValueError(f"fully_shard: the mesh must be 1-D (FSDP) or 2-D (HSDP: replicate, shard), got {mesh}")
-    taken = {id(p) for m in module.modules() if isinstance(m, FSDPModule) and m is not module
-             for p in _shards_of(m)}
+    inner = [p for m in module.modules() if isinstance(m, FSDPModule) and m is not module
+             for p in m._fsdp_group.params]
+    taken = {id(p.sharded) for p in inner}
+    originals = {id(p.original()): p for p in inner if p.original() is not None}   # (the ones still held)
     ignored = {id(p) for p in ignored_params or ()}
     locations = {}
     for sub in module.modules():
         for name, p in sub._parameters.items():
+            if p is not None and id(p) in originals:
+                raise ValueError(f"fully_shard: {type(sub).__name__}.{name} is a parameter tied to one that "
+                                 f"fully_shard already sharded with a submodule ({_named(originals[id(p)])}); "
+                                 f"tied parameters must be in one group: apply fully_shard to a module holding "
+                                 f"all their users")
             if p is not None and id(p) not in taken and id(p) not in ignored:
                 locations.setdefault(id(p), (p, []))[1].append((sub, name))
     offload = isinstance(offload_policy, CPUOffloadPolicy) or None
@@ -42,7 +49,7 @@ def fully_shard(module, *, mesh=None, reshard_after_forward=None, shard_placemen
     for p in params:
         p.install(p.sharded)
     group = ParamGroup(params, mesh, mp_policy, offload, reshard_after_forward)
-    module._fsdp_group, module._fsdp_root = group, None
+    module._fsdp_group, module._fsdp_root, module._fsdp_calls = group, None, []
     module.__class__ = _fsdp_class(type(module))
     module.register_forward_pre_hook(_before_forward, with_kwargs=True)
     module.register_forward_hook(_after_forward)
@@ -69,8 +76,9 @@ def _check_arguments(module, reshard_after_forward, shard_placement_fn, mp_polic
                         f"{type(offload_policy).__name__}")
 
 
-def _shards_of(module) -> list:
-    return [p.sharded for p in module._fsdp_group.params]
+def _named(p) -> str:
+    module, name = p.locations[0]
+    return f"{type(module).__name__}.{name}"
 
 
 _CLASSES = {}
@@ -91,14 +99,13 @@ def _before_forward(module, args, kwargs):
     if mp.param_dtype is not None and mp.cast_forward_inputs:
         cast = _caster(mp.param_dtype)
         args, kwargs = _map_tensors(args, cast), _map_tensors(kwargs, cast)
-    module._fsdp_call = group.unshard_for_forward()
+    module._fsdp_calls.append(group.unshard_for_forward())   # (a stack: a forward method may call forward)
     return args, kwargs
 
 
 def _after_forward(module, args, output):
     group = module._fsdp_group
-    output = group.reshard_after(module._fsdp_call, output)
-    module._fsdp_call = None
+    output = group.reshard_after(module._fsdp_calls.pop(), output)
     if group.mp.output_dtype is not None:
         output = _map_tensors(output, _caster(group.mp.output_dtype))
     return output
@@ -123,7 +130,12 @@ def _caster(dtype):
 
 def _lazy_init(root) -> None:
     """The first FSDP module to run forward is a root: the FSDP modules under it are not, and an unset
-    ``reshard_after_forward`` resolves (True below the root, False for it)."""
+    ``reshard_after_forward`` resolves (True below the root, False for it). A root's forward must come first (a
+    submodule run first would have become a root for good, keeping its parameters from forward to backward)."""
+    ran = [m for m in root.modules() if isinstance(m, FSDPModule) and m is not root and m._fsdp_root is not None]
+    if ran:
+        raise RuntimeError(f"FSDP requires running forward through the root module first: {type(ran[0]).__name__} "
+                           f"under {type(root).__name__} ran forward before it")
     for m in root.modules():
         if isinstance(m, FSDPModule) and m._fsdp_root is None:
             m._fsdp_root = m is root

@@ -13,12 +13,13 @@ way over its local piece: the full tensor is then the piece, put on the module a
 from __future__ import annotations
 
 import math
+import weakref
 
 from ...autograd.engine import queue_callback
 from ...autograd.function import Function
 from ...autograd.grad_mode import is_grad_enabled, no_grad
 from ...nn.parameter import Parameter
-from ...ops.creation import empty_like, zeros
+from ...ops.creation import empty_like, tensor, zeros
 from ...ops.shape_ops import cat
 from .. import collectives
 from ..reduce_op import ReduceOp
@@ -32,7 +33,7 @@ class FSDPParam:
     parallel layout of its full value (None for a plain parameter)."""
 
     def __init__(self, param, locations, mesh, offload):
-        self.locations = locations
+        self.locations, self.original = locations, weakref.ref(param)   # (a tie found later: not kept alive)
         self.tp_spec = param._spec if isinstance(param, DTensor) else None
         whole = param._local_tensor if self.tp_spec is not None else param
         name = f"{type(locations[0][0]).__name__}.{locations[0][1]}"
@@ -113,7 +114,8 @@ class ParamGroup:
         self.requires_gradient_sync = True
         self.divide_factor = None                 # (None: the mean over the data-parallel ranks)
         self.forward_prefetch, self.backward_prefetch = [], []
-        self.pending = None                       # (a started all-gather: a prefetch, or unshard())
+        self.pending = None                       # (a started all-gather: a prefetch, or unshard(); and the
+        self.pending_versions = None              # shards' versions it read: a step since makes it stale)
         self.last = None                          # (the full tensors of the latest forward)
         self.unsynced = None                      # (full gradients summed while gradient sync is off)
         self.finishing = False
@@ -123,6 +125,7 @@ class ParamGroup:
         """Start the all-gather of the shards (one collective per dtype), unless one is under way."""
         if self.pending is not None:
             return
+        self.pending_versions = [p.local._version for p in self.params]
         buckets = {}
         for p in self.params:
             buckets.setdefault(self.mp.param_dtype or p.local.dtype, []).append(p)
@@ -137,6 +140,8 @@ class ParamGroup:
 
     def take_gathered(self) -> list:
         """The full tensors (fresh, contiguous), in parameter order, from the all-gather under way or a new one."""
+        if self.pending is not None and self.pending_versions != [p.local._version for p in self.params]:
+            self._drop_pending()   # (gathered before an optimizer step, for a module that did not run then)
         self.start_gather()
         started, self.pending = self.pending, None
         full = {}
@@ -153,40 +158,46 @@ class ParamGroup:
         return [full[id(p)] for p in self.params]
 
     # -- reduce-scatter ---------------------------------------------------------------------------
-    def reduce_gradients(self, grads) -> list:
+    def reduce_gradients(self, params, grads) -> list:
         """Each full gradient (None: none reached it here) summed over the ranks, divided by the data-parallel
-        size (or the divide factor), in the reduce dtype; this rank's rows come back in the shard's dtype."""
+        size (or the divide factor), in the reduce dtype; this rank's rows come back in the shard's dtype —
+        None only where no rank had a gradient (each block carries a flag per parameter, summed with it)."""
         reduce_dtype = self.mp.reduce_dtype or self.mp.param_dtype
         k, me = self.shard_group.size, self.shard_group.rank
         factor = self.divide_factor or k * (1 if self.replicate_group is None else self.replicate_group.size)
         buckets = {}
-        for p, g in zip(self.params, grads):
+        for p, g in zip(params, grads):
             buckets.setdefault(reduce_dtype or p.local.dtype, []).append((p, g))
         out = {}
         with no_grad():
             for dtype, pairs in buckets.items():
-                inputs = [cat([p.padded_flat(_rows_of(p, g, r, dtype), p.rows[r][0]) for p, g in pairs])
+                flags = tensor([float(g is not None) for _, g in pairs], dtype=dtype, device=pairs[0][0].local.device)
+                inputs = [cat([p.padded_flat(_rows_of(p, g, r, dtype), p.rows[r][0]) for p, g in pairs] + [flags])
                           for r in range(k)]
                 mine = empty_like(inputs[0])
                 collectives.reduce_scatter(mine, inputs, ReduceOp.SUM, group=self.shard_group)
                 if self.replicate_group is not None:
                     collectives.all_reduce(mine, ReduceOp.SUM, group=self.replicate_group)
-                mine = mine / factor
+                reached = mine[-len(pairs):].tolist()
+                mine = mine[:-len(pairs)] / factor
                 at = 0
-                for p, g in pairs:
+                for (p, g), anywhere in zip(pairs, reached):
                     rows = p.rows[me][0]
-                    if g is not None:
+                    if anywhere:
                         piece = mine.narrow(0, at, rows * p.inner).view(rows, *p.shape[1:])
                         out[id(p)] = piece.to(dtype=p.local.dtype, device=p.local.device)
                     at += p.padded_rows() * p.inner
-        return [out.get(id(p)) for p in self.params]
+        return [out.get(id(p)) for p in params]
 
     # -- around forward and backward --------------------------------------------------------------
     def unshard_for_forward(self) -> "Unsharded":
         """The full parameters for a forward, on the modules: one autograd node from the shards."""
         call = Unsharded(self, self.take_gathered())
-        if self.params:
-            call.fulls = list(_AllGathered.apply(call, *[p.local for p in self.params]))
+        call.trainable = [i for i, p in enumerate(self.params) if p.local.requires_grad]
+        if call.trainable:   # (frozen parameters are gathered, never reduced)
+            gathered = _AllGathered.apply(call, *[self.params[i].local for i in call.trainable])
+            for i, full in zip(call.trainable, gathered):
+                call.fulls[i] = full
         for p, full in zip(self.params, call.fulls):
             p.install(full)
         self.last = call
@@ -222,33 +233,37 @@ class ParamGroup:
             queue_callback(self._finish_backward)
 
     def after_backward(self, call, grads) -> list:
-        """The gradients of the full parameters: the shards' (reduce-scattered), or kept while sync is off."""
-        if not self.requires_gradient_sync:
-            self.unsynced = list(grads) if self.unsynced is None else [
-                a if b is None else b if a is None else a + b for a, b in zip(self.unsynced, grads)]
-            call.free()
-            return [None] * len(grads)
-        if self.unsynced is not None:
-            grads = [a if b is None else b if a is None else a + b for a, b in zip(self.unsynced, grads)]
-            self.unsynced = None
+        """The trainable full parameters' gradients: the shards' (reduce-scattered), or kept while sync is off."""
+        summed = {i: _added(g, self.unsynced.get(i) if self.unsynced else None) for i, g in zip(call.trainable, grads)}
         call.free()
-        return self.reduce_gradients(grads)
+        if not self.requires_gradient_sync:
+            self.unsynced = summed
+            return [None] * len(grads)
+        self.unsynced = None
+        return self.reduce_gradients([self.params[i] for i in call.trainable], [summed[i] for i in call.trainable])
 
     def _finish_backward(self) -> None:
         self.finishing = False
         if self.last is not None:
             self.last.free()
 
+    def _drop_pending(self) -> None:
+        for _, _, work in self.pending:
+            work.wait()   # (every rank started it: it completes, unused)
+        self.pending = None
+
     def reshard(self) -> None:
         """Drop any gathered or kept full parameters; the shards back on the modules."""
         if self.pending is not None:
-            for _, _, work in self.pending:
-                work.wait()
-            self.pending = None
+            self._drop_pending()
         for p in self.params:
             p.install(p.sharded)
         if self.last is not None:
             self.last.free()
+
+
+def _added(a, b):
+    return a if b is None else b if a is None else a + b
 
 
 def _rows_of(p, g, r, dtype):
@@ -260,22 +275,28 @@ def _rows_of(p, g, r, dtype):
 
 
 class Unsharded:
-    """The full tensors of one forward of a group. ``free`` empties their storages (torch's ``resize_(0)``);
-    ``refill`` puts gathered values back into the same storages, which the tensors autograd saved share."""
+    """The full tensors of one forward of a group. ``free`` empties their storages (torch's ``resize_(0)``)
+    and moves their version on, so that autograd refuses a saved full tensor read while freed (a parameter that
+    reached the loss other than through the module's outputs, which no gradient there gathers again) rather
+    than reading nothing; ``refill`` puts gathered values back into the same storages, which the tensors autograd
+    saved share, at the version they were saved at."""
 
     def __init__(self, group, fulls):
-        self.group, self.fulls, self.freed = group, fulls, False
+        self.group, self.fulls, self.freed, self.trainable = group, fulls, False, []
 
     def free(self) -> None:
         if not self.freed:
             for t in self.fulls:
                 storage = t.untyped_storage()
                 storage.buf = storage.buf[:0].copy()
+                storage.version += 1
             self.freed = True
 
     def refill(self, gathered) -> None:
         for t, new in zip(self.fulls, gathered):
-            t.untyped_storage().buf = new.untyped_storage().buf
+            storage = t.untyped_storage()
+            storage.buf = new.untyped_storage().buf
+            storage.version -= 1
         self.freed = False
 
 
@@ -286,7 +307,7 @@ class _AllGathered(Function):
     def forward(ctx, call, *shards):
         ctx.call = call
         ctx.set_materialize_grads(False)
-        return tuple(call.fulls)
+        return tuple(call.fulls[i] for i in call.trainable)
 
     @staticmethod
     def backward(ctx, *grads):

@@ -32,7 +32,7 @@ _MIXED = ("got mixed minidl.Tensor and DTensor, need to convert all minidl.Tenso
 
 
 class DTensor:
-    __slots__ = ("_local_tensor", "_spec")
+    __slots__ = ("_local_tensor", "_spec", "__weakref__")
     __minidl_mixed__ = f"minidl op {_MIXED}"   # (a plain tensor's operators leave a DTensor operand to it)
 
     def __init__(self, local_tensor: Tensor, spec: DTensorSpec):
