@@ -7,7 +7,7 @@ Layers, each importing only those below (the README's table): ``layout`` (index 
 """
 from . import autograd, kernels, layout
 from .autograd import enable_grad, inference_mode, is_grad_enabled, no_grad, set_grad_enabled
-from ._device import device
+from ._device import device, get_default_device, set_default_device
 from ._dtype import (bfloat16, bool_ as bool, float16, float32, float64, get_default_dtype, int16, int32, int64,
                     promote_types, set_default_dtype, uint8)
 from ._dtype import dtype

@@ -140,6 +140,8 @@ def device_of(t) -> tuple:
     """``Tensor.__dlpack_device__``: (DLDeviceType, device index)."""
     if t.device.type == "cuda":
         return DLDeviceType.kDLCUDA, t.device.index
+    if t.device.type == "meta":
+        raise ValueError("Unknown device type meta for Dlpack")
     return DLDeviceType.kDLCPU, 0
 
 
@@ -176,6 +178,8 @@ def export(t, stream=-1, max_version=None, dl_device=None, copy=None):
     capsule says so in its flags."""
     if t._requires_grad:
         raise BufferError("Can't export tensors that require gradient, use tensor.detach()")
+    if t.device.type == "meta":
+        raise BufferError("Cannot pack tensors on meta")
     _check_stream(t, stream)
     if t.device.type == "cuda":
         current = _cuda_runtime().device_id()

@@ -84,6 +84,8 @@ class Tensor(TensorBase):
         return t._cpu_view()
 
     def item(self):
+        if self._storage.device.type == "meta":
+            raise RuntimeError("Tensor.item() cannot be called on meta tensors")
         if self.numel() != 1:
             raise RuntimeError(f"a Tensor with {self.numel()} elements cannot be converted to Scalar")
         return self._host_values().reshape(-1)[0].item()
@@ -121,7 +123,7 @@ class Tensor(TensorBase):
         return id(self)
 
     def __format__(self, spec):
-        if self.ndim == 0:
+        if self.ndim == 0 and self._storage.device.type != "meta":
             return format(self.item(), spec)
         return format(repr(self), spec)
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import sys
 
 from . import _tracing, kernels
-from ._device import device as Device
+from ._device import as_device
 from .autograd.variable import Variable
 from .layout import Layout, normalize_dim
 
@@ -56,8 +56,9 @@ class Storage:
         return cls(kernels.get("open_shared", device.type)(handle), device, writable, shared=handle)
 
     def __reduce__(self):
-        """Pickled by value, through host memory (minidl.multiprocessing sends shared ones by handle)."""
-        host = kernels.get("to_host", self.device.type)(self.buf)
+        """Pickled by value, through host memory (minidl.multiprocessing sends shared ones by handle); a meta
+        buffer, which has no value, as itself."""
+        host = self.buf if self.device.type == "meta" else kernels.get("to_host", self.device.type)(self.buf)
         return (storage_from_host, (host, str(self.device), self.writable))
 
 
@@ -136,7 +137,7 @@ class TensorBase(Variable):
         return self._storage.device
 
     # Device predicates, as torch.Tensor's: True when the tensor lives on that device type. minidl
-    # has devices 'cpu' and 'cuda' only, so the others answer False (they exist for scripts that ask).
+    # has devices 'cpu', 'cuda' and 'meta' only, so the others answer False (they exist for scripts that ask).
     @property
     def is_cpu(self) -> bool:
         return self._storage.device.type == "cpu"
@@ -204,6 +205,8 @@ class TensorBase(Variable):
         return self.dtype.is_floating_point
 
     def data_ptr(self) -> int:
+        if self._storage.device.type == "meta":
+            return 0   # (no memory, as torch's)
         buf = self._storage.buf
         iface = getattr(buf, "__cuda_array_interface__", None) or buf.__array_interface__
         return iface["data"][0] + self._layout.offset * self.dtype.itemsize
@@ -249,17 +252,3 @@ def empty(shape, dtype, device) -> TensorBase:
     layout = Layout(shape)
     buf = kernels.get("alloc", device.type)(layout.numel, dtype)
     return make(Storage(buf, device), layout, dtype)
-
-
-_devices: dict = {}
-
-
-def as_device(d) -> Device:
-    """The one shared device object for ``d`` (so ops can compare devices with ``is``)."""
-    key = "cpu" if d is None else f"cuda:{d}" if isinstance(d, int) and not isinstance(d, bool) else str(d)
-    found = _devices.get(key)
-    if found is None:
-        found = Device(key)
-        found = _devices.setdefault(str(found), found)
-        _devices[key] = found
-    return found

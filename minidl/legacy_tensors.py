@@ -34,8 +34,8 @@ _NAME_OF = {cls.dtype: name for name, cls in _BY_NAME.items()}
 
 
 def legacy_type_name(dtype, device) -> str:
-    """``Tensor.type()``'s answer: 'minidl.FloatTensor', 'minidl.cuda.LongTensor', ..."""
-    return f"minidl.{'cuda.' if device.type == 'cuda' else ''}{_NAME_OF[dtype]}"
+    """``Tensor.type()``'s answer: 'minidl.FloatTensor', 'minidl.cuda.LongTensor', 'minidl.meta.FloatTensor', ..."""
+    return f"minidl.{'' if device.type == 'cpu' else device.type + '.'}{_NAME_OF[dtype]}"
 
 
 def legacy_type_dtype(kind):

@@ -27,6 +27,8 @@ def _format_array(array: np.ndarray) -> str:
 def tensor_repr(t, in_sparse=False) -> str:
     """``in_sparse``: as the indices or values of a sparse tensor's repr, which names the dtype
     and device once itself and gives every empty part its size."""
+    if t.device.type == "meta":
+        return _meta_repr(t)
     array = t._host_values()
     body = _format_array(array.astype(np.float32) if array.dtype == np.float16 else array)
     if t.numel() == 0:
@@ -39,8 +41,18 @@ def tensor_repr(t, in_sparse=False) -> str:
         extras.append(f"dtype=minidl.{t.dtype.name}")
     if t.numel() == 0 and (t.ndim != 1 or in_sparse):
         extras.insert(0, f"size={tuple(t.shape)}")
+    return "tensor(" + ", ".join([body] + extras + _autograd(t)) + ")"
+
+
+def _meta_repr(t) -> str:
+    """torch's: no values to show, the size and any dtype but the default one instead."""
+    extras = ["device='meta'", f"size={tuple(t.shape)}"]
+    if t.dtype is not dt.get_default_dtype():
+        extras.append(f"dtype=minidl.{t.dtype.name}")
+    return "tensor(" + ", ".join(["..."] + extras + _autograd(t)) + ")"
+
+
+def _autograd(t) -> list:
     if t.grad_fn is not None:
-        extras.append(f"grad_fn=<{t.grad_fn.name()}>")
-    elif t.requires_grad:
-        extras.append("requires_grad=True")
-    return "tensor(" + ", ".join([body] + extras) + ")"
+        return [f"grad_fn=<{t.grad_fn.name()}>"]
+    return ["requires_grad=True"] if t.requires_grad else []

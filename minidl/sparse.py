@@ -21,6 +21,7 @@ import sys
 
 from . import _dtype as dt
 from . import ops
+from ._device import explicit_default
 from ._layouts import sparse_coo
 from ._tensor import Tensor
 from .layout import Size
@@ -34,6 +35,8 @@ def sparse_coo_tensor(indices, values, size=None, *, dtype=None, device=None, re
     if requires_grad:
         raise NotImplementedError("sparse_coo_tensor: sparse tensors that require grad are not supported (sparse "
                                   "tensors here are gradients: nn.Embedding(sparse=True) makes them)")
+    if device is None:
+        device = explicit_default()   # (as torch's: on the default device, if one was set)
     indices = indices if isinstance(indices, Tensor) else ops.tensor(indices, device=device)
     indices = indices.long()   # (torch takes any integer or float indices and makes them int64)
     values = values if isinstance(values, Tensor) else ops.tensor(values, dtype=dtype, device=device)
@@ -335,7 +338,7 @@ def _check(indices, values, size):
     if indices.device != values.device:
         raise RuntimeError(f"sparse_coo_tensor: indices on {indices.device} and values on {values.device}; they "
                            f"must be on one device")
-    if nnz:
+    if nnz and not indices.is_meta:   # (meta indices have no values to check)
         low, high = indices.amin(dim=1).tolist(), indices.amax(dim=1).tolist()
         for d in range(k):
             if low[d] < 0 or high[d] >= size[d]:

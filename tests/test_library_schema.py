@@ -280,5 +280,5 @@ def test_bind_fills_defaults_and_converts():
     schema = S.parse('(Tensor x, float beta=1, int[] l=[1, 2], Device d="cpu", ScalarType dt=float32) -> Tensor')
     x = minidl.ones(1)
     assert schema.bind("mylib::f", (x,), {}) == [x, 1.0, [1, 2], minidl.device("cpu"), minidl.float32]
-    with pytest.raises(RuntimeError, match="Expected one of cpu, cuda device type"):
+    with pytest.raises(RuntimeError, match="Expected one of cpu, cuda, meta device type"):
         schema.bind("mylib::f", (x,), {"d": "xpu"})

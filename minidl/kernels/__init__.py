@@ -1,7 +1,8 @@
 """The primitive-kernel contract and the registry that dispatches it per device.
 
 Ops (``minidl/ops``) are written once, device-agnostic, on top of these
-primitives; each device registers one implementation per name. Kernels see raw
+primitives; each device registers one implementation per name (the meta device's,
+``kernels/meta.py``, compute nothing: its tensors have no data). Kernels see raw
 buffers (a flat array of the device) plus :class:`minidl.layout.Layout` objects,
 never Tensors. Elementwise/reduce kernels only ever see the *compute* dtypes
 (float32, float64, int64, bool); ``copy`` converts between all dtypes.
@@ -301,7 +302,8 @@ DRAWS = {"random": ("seed", "offset"), "dropout": ("seed", "offset"), "attention
          "attention_backward": ("seed", "offset")}
 
 # device type -> module whose import registers that device's kernels
-_DEVICE_MODULES = {"cpu": "minidl.kernels.cpu", "cuda": "minidl.kernels.cuda.primitives"}
+_DEVICE_MODULES = {"cpu": "minidl.kernels.cpu", "cuda": "minidl.kernels.cuda.primitives",
+                   "meta": "minidl.kernels.meta"}
 _registry: dict = {}
 
 
@@ -319,10 +321,14 @@ def register(name: str, device_type: str = "cpu"):
 
 def get(name: str, device_type: str):
     """The ``name`` kernel for ``device_type``, importing that device's kernels on first use; while
-    ``minidl.compile`` captures a call on this thread, the kernel as its recorder launches it."""
+    ``minidl.compile`` captures a call on this thread, the kernel as its recorder launches it (a meta one breaks
+    the graph: there is nothing to replay)."""
     if _tracing.captures:
         recorder = _tracing.recording()
         if recorder is not None:
+            if device_type == "meta":   # (nothing runs: nothing to capture and replay)
+                recorder.graph_break("an op runs on meta tensors")
+                return lookup(name, device_type)
             return recorder.kernel(name, device_type, lookup(name, device_type))
     return lookup(name, device_type)
 

@@ -1,6 +1,7 @@
 """Module: the base class of layers, with PyTorch's registration, state_dict, hooks and repr."""
 from __future__ import annotations
 
+import warnings
 from collections import OrderedDict, namedtuple
 
 import minidl
@@ -17,6 +18,13 @@ class _IncompatibleKeys(namedtuple("IncompatibleKeys", ["missing_keys", "unexpec
         return super().__repr__()
 
     __str__ = __repr__
+
+
+def _takes_data(param, new) -> bool:
+    """Whether ``param`` stays the same object, taking ``new`` as its data: as in torch, unless it goes from meta to
+    another device or back (torch's incompatible shallow-copy types), where a new Parameter replaces it. A parameter
+    of another tensor type (a DTensor) always stays: torch swaps such a tensor's contents."""
+    return not isinstance(param, Tensor) or param.is_meta == new.is_meta
 
 
 def _addindent(s, num_spaces):
@@ -297,25 +305,38 @@ class Module:
         fn(self)
         return self
 
-    def _apply(self, fn):
-        for m in self.children():
-            m._apply(fn)
+    def _apply(self, fn, recurse=True):
+        if recurse:
+            for m in self.children():
+                m._apply(fn)
         for key, param in self._parameters.items():
             if param is None:
                 continue
-            # as PyTorch (without overwrite_module_params_on_conversion): the Parameter object stays the
-            # same (so optimizers built earlier still hold it) and takes the converted data
             with minidl.no_grad():
                 new = fn(param)
-            if new is not param:
+            if new is param:
+                continue
+            grad = param.grad
+            if _takes_data(param, new):
+                # as PyTorch (without overwrite_module_params_on_conversion): the Parameter object stays the
+                # same (so optimizers built earlier still hold it) and takes the converted data
                 param.data = new.detach()
-                if param.grad is not None:
-                    with minidl.no_grad():
-                        param.grad = fn(param.grad)
+            else:
+                param = self._parameters[key] = Parameter(new, param.requires_grad)
+            if grad is not None:
+                with minidl.no_grad():
+                    param.grad = fn(grad)
         for key, buf in self._buffers.items():
             if buf is not None:
                 self._buffers[key] = fn(buf)
         return self
+
+    def to_empty(self, *, device, recurse: bool = True):
+        """Every parameter and buffer (of the submodules too, with ``recurse``) replaced by an uninitialised tensor
+        of its shape and dtype on ``device``: how a model built on 'meta' gets memory, to be filled next by
+        ``reset_parameters()`` or ``load_state_dict``. (Through ``minidl.empty_like``, which a tensor type of
+        its own, such as a DTensor, can take.)"""
+        return self._apply(lambda t: minidl.empty_like(t, device=device), recurse=recurse)
 
     def to(self, *args, **kwargs):
         dtype = kwargs.get("dtype")
@@ -332,7 +353,17 @@ class Module:
                 return t.to(*args, **kw)
             return t.to(*[a for a in args if not isinstance(a, minidl.dtype)],
                         **{k: v for k, v in kw.items() if k != "dtype"})
-        return self._apply(convert)
+
+        def checked(t):
+            try:
+                return convert(t)
+            except NotImplementedError as e:
+                if not t.is_meta:
+                    raise
+                raise NotImplementedError(f"{e} Please use minidl.nn.Module.to_empty() instead of "
+                                          f"minidl.nn.Module.to() when moving module from meta to a different "
+                                          f"device.") from None
+        return self._apply(checked)
 
     def float(self):
         return self._apply(lambda t: t.float() if t.is_floating_point() else t)
@@ -401,8 +432,14 @@ class Module:
                                       f"{_size_str(input_param.shape)} from checkpoint, the shape in current "
                                       f"model is {_size_str(param.shape)}.")
                     continue
+                assign = local_metadata.get("assign_to_params_buffers", False)
+                if param.is_meta and not input_param.is_meta and not assign:
+                    warnings.warn(f"for {key}: copying from a non-meta parameter in the checkpoint to a meta "
+                                  "parameter in the current model, which is a no-op. (Did you mean to pass "
+                                  "`assign=True` to assign items in the state dictionary to their corresponding key "
+                                  "in the module instead of copying them in place?)", stacklevel=2)
                 try:
-                    if local_metadata.get("assign_to_params_buffers", False):
+                    if assign:
                         if name in self._parameters:
                             value = input_param if isinstance(input_param, Parameter) else \
                                 Parameter(input_param, param.requires_grad)

@@ -179,8 +179,8 @@ class MaxPool2d(Function):
         idx = empty(n, c, oh, ow, dtype=dt.int64, device=x.device)
         kernel("max_pool2d", x)(packed_buffer(xc), packed_buffer(out), packed_buffer(idx),
                                 (n * c, h, w) + tuple(geom))
-        # without padding every window has a tap in the image; with it one may lie in the padding
-        if (geom[4] or geom[5]) and out.numel() and int(idx.min()) < 0:
+        # without padding every window has a tap in the image; with it one may lie in the padding (meta: no taps)
+        if (geom[4] or geom[5]) and out.numel() and not idx.is_meta and int(idx.min()) < 0:
             raise RuntimeError("max_pool2d: a pooling window lies entirely in the padding")
         ctx.mark_non_differentiable(idx)
         ctx.set_materialize_grads(False)                                     # no zeros for idx's gradient

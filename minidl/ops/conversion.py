@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import kernels
-from .._tensor_base import Storage, make
+from .._tensor_base import Storage, empty, make
 from ..autograd import Function
 from ..layout import Layout
 from .core import cast, kernel, packed_buffer
@@ -23,11 +23,14 @@ class ToDtype(Function):
 
 
 class ToDevice(Function):
-    """Copy through host memory: the source device's to_host, the target's from_host."""
+    """Copy through host memory: the source device's to_host, the target's from_host (none to 'meta', which
+    keeps no values: the source is not read)."""
 
     @staticmethod
     def forward(ctx, x, device):
         ctx.device = x.device
+        if device.type == "meta":
+            return empty(x.shape, x.dtype, device)
         host = np.asarray(kernel("to_host", x)(packed_buffer(x)))
         storage = Storage(kernels.get("from_host", device.type)(host.copy()), device)
         return make(storage, Layout(x.shape), x.dtype)

@@ -10,6 +10,7 @@ import numpy as np
 
 from .. import _dtype as dt
 from .. import kernels
+from .._device import explicit_default, factory_device
 from .._layouts import strided
 from .._tensor_base import Storage, as_device, make
 from .._tensor_base import empty as _empty
@@ -46,6 +47,14 @@ def _finish(t, requires_grad):
     if requires_grad:
         t.requires_grad_(True)
     return t
+
+
+def _from_values(values, shape, dtype, device):
+    """A new tensor of ``shape`` on ``device`` holding the host array ``values()``, which a meta tensor never
+    computes: it keeps no values (and a meta ``eye(10**6)`` must cost nothing)."""
+    if device.type == "meta":
+        return _empty(shape, dtype, device)
+    return from_host_array(values(), device, dtype)
 
 
 @op(method=False)
@@ -160,6 +169,11 @@ def tensor(data, dtype=None, device=None, requires_grad=False):
 
     Numbers that do not fit an integer ``dtype`` raise, as in PyTorch; numpy arrays and tensors
     convert as ``.to(dtype)`` does."""
+    if device is None and hasattr(data, "_layout") and explicit_default() is None:
+        device = data.device   # (a tensor's own device, unless a default device was set: torch's rule)
+    device = factory_device(device)
+    if hasattr(data, "_layout") and data.is_meta:   # (no values to read: a new tensor of its shape, or no data)
+        return _finish(data.detach().to(device, dtype or data.dtype, copy=True), requires_grad)
     array = _to_numpy_data(data)
     if dtype is not None:
         dtype = dt.to_dtype(dtype)
@@ -169,7 +183,6 @@ def tensor(data, dtype=None, device=None, requires_grad=False):
         dtype = dt.from_numpy(array.dtype)  # numpy arrays and numpy scalars keep their dtype, as in PyTorch
     else:
         dtype = _dtype_of_tensors_in(data) or _infer_dtype(array)
-    device = as_device(device) if device is not None else (data.device if hasattr(data, "_layout") else as_device("cpu"))
     if not (isinstance(data, np.ndarray) or hasattr(data, "_layout")):  # numbers (numpy scalars too) must fit
         _raise_unless_fits(array, dtype, "tensor")
     elif array.dtype.kind == "f" and dtype.category == 1:  # arrays convert by the copy kernel's rule
@@ -205,7 +218,10 @@ def legacy_new(dtype, device, args, name):
 
 @op(method=False)
 def as_tensor(data, dtype=None, device=None):
-    """Like tensor(), but shares memory with a matching numpy array or tensor."""
+    """Like tensor(), but shares memory with a matching numpy array or tensor (on the default device if one was
+    set, as torch's)."""
+    if device is None:
+        device = explicit_default()
     if hasattr(data, "_layout"):
         out = data if dtype is None else data.to(dtype)
         return out if device is None else out.to(device)
@@ -223,7 +239,7 @@ def as_tensor(data, dtype=None, device=None):
 @_strided_only
 def empty(*size, dtype=None, device=None, requires_grad=False):
     return _finish(_empty(_size(size), dt.to_dtype(dtype) if dtype is not None else dt.get_default_dtype(),
-                          as_device(device)), requires_grad)
+                          factory_device(device)), requires_grad)
 
 
 _fill_values: dict = {}
@@ -257,7 +273,7 @@ def full(size, fill_value, dtype=None, device=None, requires_grad=False):
     if dtype is None:
         dtype = dt.scalar_dtype(fill_value)
     shape = _size((size,)) if not isinstance(size, numbers.Integral) else (size,)
-    return _finish(filled(shape, fill_value, dt.to_dtype(dtype), as_device(device)), requires_grad)
+    return _finish(filled(shape, fill_value, dt.to_dtype(dtype), factory_device(device)), requires_grad)
 
 
 @op(method=False)
@@ -321,13 +337,13 @@ def arange(start, end=None, step=1, dtype=None, device=None, requires_grad=False
         count = max(0, math.ceil((values[1] - values[0]) / values[2]))
     else:
         count, values = _integer_count(dtype, *values)
-    device = as_device(device)
+    device = factory_device(device)
     key = (dtype, device, count, values[0], values[2])
-    source = _ranges.get(key) if device.type != "cpu" else None
+    source = _ranges.get(key) if device.type == "cuda" else None
     if source is None:
-        array = (values[0] + np.arange(count, dtype=np.float64 if dtype.is_floating_point else np.int64) * values[2])
-        source = from_host_array(array, device, dtype)
-        if device.type == "cpu" or count > _RANGE_CACHE_MAX:
+        wide = np.float64 if dtype.is_floating_point else np.int64
+        source = _from_values(lambda: values[0] + np.arange(count, dtype=wide) * values[2], (count,), dtype, device)
+        if device.type != "cuda" or count > _RANGE_CACHE_MAX:
             return _finish(source, requires_grad)
         if len(_ranges) > 256:
             _ranges.clear()
@@ -361,19 +377,21 @@ def linspace(start, end, steps, dtype=None, device=None, requires_grad=False):
         raise RuntimeError(f"linspace: number of steps must be non-negative, got {steps}")
     compute = np.float32 if dtype.is_floating_point and dtype is not dt.float64 else np.float64
     first, last = (compute(float(v) if dtype.is_floating_point else math.trunc(float(v))) for v in (start, end))
-    step = (last - first) / compute(max(steps - 1, 1))
-    i = np.arange(steps, dtype=compute)
-    array = np.where((i < steps // 2) | (steps == 1), first + step * i, last - step * (steps - 1 - i))
-    if not dtype.is_floating_point:
-        array = np.trunc(array).astype(np.int64)
-    return _finish(from_host_array(array, device or "cpu", dtype), requires_grad)
+
+    def points():
+        step = (last - first) / compute(max(steps - 1, 1))
+        i = np.arange(steps, dtype=compute)
+        array = np.where((i < steps // 2) | (steps == 1), first + step * i, last - step * (steps - 1 - i))
+        return array if dtype.is_floating_point else np.trunc(array).astype(np.int64)
+    return _finish(_from_values(points, (steps,), dtype, factory_device(device)), requires_grad)
 
 
 @op(method=False)
 @_strided_only
 def eye(n, m=None, dtype=None, device=None, requires_grad=False):
     dtype = dt.to_dtype(dtype) if dtype is not None else dt.get_default_dtype()
-    return _finish(from_host_array(np.eye(n, m), device or "cpu", dtype), requires_grad)
+    return _finish(_from_values(lambda: np.eye(n, m), (n, n if m is None else m), dtype, factory_device(device)),
+                   requires_grad)
 
 
 @op(method=False)
@@ -385,9 +403,11 @@ def logspace(start, end, steps, base=10.0, dtype=None, device=None, requires_gra
     start, end = (float(v.item()) if hasattr(v, "item") else float(v) for v in (start, end))
     if not dtype.is_floating_point:
         start, end = math.trunc(start), math.trunc(end)
-    array = np.power(float(base), linspace(start, end, steps, dtype=dt.float64).numpy())
-    return _finish(from_host_array(array if dtype.is_floating_point else np.trunc(array).astype(np.int64),
-                                   device or "cpu", dtype), requires_grad)
+
+    def powers():
+        array = np.power(float(base), linspace(start, end, steps, dtype=dt.float64, device="cpu").numpy())
+        return array if dtype.is_floating_point else np.trunc(array).astype(np.int64)
+    return _finish(_from_values(powers, (int(steps),), dtype, factory_device(device)), requires_grad)
 
 
 def _triangle_indices(op, row, col, offset, dtype, device, lower):
@@ -397,7 +417,7 @@ def _triangle_indices(op, row, col, offset, dtype, device, lower):
     if row < 0 or col < 0:
         raise RuntimeError(f"{op}: row and col must be non-negative, got {row} and {col}")
     rows, cols = (np.tril_indices if lower else np.triu_indices)(row, offset, col)
-    return from_host_array(np.stack([rows, cols]).astype(np.int64).reshape(2, -1), device or "cpu", dtype)
+    return from_host_array(np.stack([rows, cols]).astype(np.int64).reshape(2, -1), factory_device(device), dtype)
 
 
 @op(method=False)
@@ -436,7 +456,7 @@ def _float_dtype(dtype, op: str):
 def _random(kind, size, dtype, device, a, b, requires_grad, generator, op):
     dtype = dt.to_dtype(dtype) if dtype is not None else dt.get_default_dtype()
     compute = dt.int64 if kind == "integers" else _float_dtype(dtype, op)
-    out = draw(kind, _size(size), compute, device or "cpu", a, b, generator)
+    out = draw(kind, _size(size), compute, factory_device(device), a, b, generator)
     return _finish(cast(out, dtype), requires_grad)
 
 
@@ -469,8 +489,8 @@ def randint(low, high=None, size=None, generator=None, dtype=None, device=None, 
 @_strided_only
 def randperm(n, generator=None, dtype=None, device=None, requires_grad=False):
     """A host draw (a shuffle is host work; the DataLoader's runs outside the training step)."""
-    array = numpy_generator(generator).permutation(n)
-    return _finish(from_host_array(array, device or "cpu", dt.to_dtype(dtype or dt.int64)), requires_grad)
+    return _finish(_from_values(lambda: numpy_generator(generator).permutation(n), (n,), dt.to_dtype(dtype or dt.int64),
+                                factory_device(device)), requires_grad)
 
 
 @op(method=False)
@@ -481,7 +501,8 @@ def normal(mean, std=1.0, size=None, generator=None, dtype=None, device=None, re
     if not (hasattr(mean, "_layout") or hasattr(std, "_layout")):
         if size is None:
             raise TypeError("normal: with a number for both mean and std, size is required (or pass a tensor)")
-        return _random("normal", (size,), dtype, device, float(mean), float(std), requires_grad, generator, "normal")
+        return _random("normal", (size,), dtype, device or "cpu", float(mean), float(std), requires_grad, generator,
+                       "normal")   # (on the CPU when given no device: torch's default device leaves normal be)
     if size is not None:
         raise TypeError("normal: size is taken only with a number for both mean and std (a tensor gives the shape)")
     for t in (mean, std):

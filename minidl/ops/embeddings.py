@@ -64,7 +64,7 @@ def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0, sca
                                  f"{weight.shape[0]} rows)")
         padding_idx %= weight.shape[0]
     input = input.long()
-    if input.numel():
+    if input.numel() and not input.is_meta:   # (meta indices have no values to check)
         lo, hi, rows = input.min(), input.max(), weight.shape[0]
 
         def check():   # (a replay checks again: minidl.compile)
@@ -105,7 +105,7 @@ def _bags(input, offsets, include_last_offset):
         raise ValueError("embedding_bag: offsets has to be a 1D Tensor but got "
                          + ("None" if offsets is None else f"shape {list(offsets.shape)}"))
     offsets = offsets.long()
-    if offsets.numel():
+    if offsets.numel() and not offsets.is_meta:
         first, last, length = offsets[0], offsets[-1], input.numel()
         bad = (first != 0) | (last > length)
 

@@ -72,7 +72,9 @@ def _launch(name, inputs, outs, **options):
 
 def _raise_info(name, info, message, error=None):
     """LinAlgError (or ``error``) naming the first failing batch element, when ``info`` (int32, one per matrix)
-    says so; ``message(code)`` says what failed."""
+    says so; ``message(code)`` says what failed. (A meta info says nothing: meta matrices have no values.)"""
+    if info.is_meta:
+        return
     bad = (info != 0).nonzero()
     if not bad.shape[0]:
         return

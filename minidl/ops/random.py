@@ -106,6 +106,8 @@ def device_generator(device) -> Generator:
     device = as_device(device)
     if device.type == "cpu":
         return cpu_default()
+    if device.type == "meta":
+        return Generator(device)   # (a meta tensor draws nothing: a throwaway one, so that no stream moves)
     found = _cuda_generators.get(device.index)
     if found is None:
         found = _cuda_generators[device.index] = Generator(device).manual_seed(_cuda_seed[0])
@@ -151,10 +153,12 @@ def numpy_generator(generator=None) -> np.random.Generator:
 
 def draw(kind: str, shape, dtype, device, a, b, generator=None):
     """A new tensor of ``shape`` filled on ``device`` by the random primitive (``kind`` in
-    kernels.RANDOM_KINDS; dtype float32/float64, int64 for integers)."""
+    kernels.RANDOM_KINDS; dtype float32/float64, int64 for integers). A meta tensor draws nothing, and so leaves
+    the generator where it stands (as torch's: a model built on 'meta' and initialised later under a seed gets
+    the numbers it would have got built under that seed)."""
     device = as_device(device)
     out = _empty(shape, dtype, device)
-    if out._layout.numel:
+    if out._layout.numel and device.type != "meta":
         seed, offset = (generator or device_generator(device)).claim(out._layout.numel)
         kernels.get("random", device.type)(kind, out._storage.buf, seed, offset, a, b)
     return out
