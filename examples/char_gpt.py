@@ -59,12 +59,18 @@ class GPT(nn.Module):
         self.ln_f = nn.LayerNorm(width)
         self.head = nn.Linear(width, vocab, bias=False)
         self.head.weight = self.tok.weight        # weight tying: one matrix reads and writes characters
-        for p in self.parameters():              # GPT-2's small initialisation of every matrix
-            if p.ndim == 2:
-                nn.init.normal_(p, 0.0, 0.02)
         # True above the diagonal: position i may not attend to j > i
-        self.register_buffer("causal", minidl.ones(context, context, dtype=minidl.bool).triu(1),
-                             persistent=False)
+        self.register_buffer("causal", minidl.empty(context, context, dtype=minidl.bool), persistent=False)
+        self.init_weights()
+
+    def init_weights(self):
+        """GPT-2's small initialisation of every matrix, and the causal mask (after each module's own
+        initialisation: a model built on the meta device runs its modules' reset_parameters(), then this)."""
+        with minidl.no_grad():
+            for p in self.parameters():
+                if p.ndim == 2:
+                    nn.init.normal_(p, 0.0, 0.02)
+            self.causal.copy_(minidl.ones(self.context, self.context, dtype=minidl.bool).triu(1))
 
     def forward(self, idx):
         t = idx.shape[1]

@@ -62,8 +62,8 @@ def mesh_shape(layout, world, tp, pp) -> tuple:
 def problem_with(args, world):
     """What makes the command line unusable on ``world`` ranks, or None."""
     names = LAYOUTS[args.layout]
-    if "pp" in names and (args.load or args.save):
-        return "--load and --save take the unpipelined layouts (a stage's names are not the GPT's)"
+    if "pp" in names and (args.load or args.save or args.meta_init):
+        return "--load, --save and --meta-init take the unpipelined layouts (a stage holds a part of the GPT)"
     fixed = math.prod({"tp": args.tp, "pp": 2}[n] for n in names if n != "dp")
     if world % fixed or ("dp" in names and world == fixed and args.layout != "fsdp"):
         return f"--layout {args.layout} needs a multiple of {fixed} ranks{' (dp >= 2)' if 'dp' in names else ''}"
@@ -78,9 +78,30 @@ def problem_with(args, world):
     return None
 
 
-def gpt(args, vocab):
+def gpt(args, vocab, meta=False):
+    """The GPT made from the seed in float32, in float64; with ``meta``, its shapes only (on the meta device,
+    still float32: ``materialise`` draws its numbers)."""
     minidl.manual_seed(args.seed)
+    if meta:
+        with minidl.device("meta"):
+            return split_gpt(vocab, args.context, args.width, args.heads, args.layers, 0.0)
     return split_gpt(vocab, args.context, args.width, args.heads, args.layers, 0.0).double()
+
+
+def materialise(model, seed):
+    """A GPT built on the meta device and sharded, given its storage and the values it would have had built
+    whole under ``seed``: each module's own initialisation in the order they were made, then the GPT's, in
+    float32, then float64. Every rank fills only its pieces (the random fills of DTensors draw the whole
+    tensor's numbers there)."""
+    model.to_empty(device="cpu")
+    if model.head.weight is not model.tok.weight:   # (to_empty gives a plain tied parameter two new ones)
+        model.head.weight = model.tok.weight
+    minidl.manual_seed(seed)
+    for module in model.modules():
+        if hasattr(module, "reset_parameters"):
+            module.reset_parameters()
+    model.init_weights()
+    model.double()
 
 
 def plan_for(module):
@@ -99,7 +120,7 @@ class Trainer:
                                                mesh_dim_names=names)
         coordinate = dict(zip(names, self.mesh.get_coordinate())) if names else {}
         self.dp_rank, self.dp = coordinate.get("dp", 0), self.mesh.size(names.index("dp")) if "dp" in names else 1
-        model = gpt(args, vocab)
+        model = gpt(args, vocab, meta=args.meta_init)
         self.model, self.run, self.schedule = model, model, None
         if "pp" in names:
             self._pipeline(model, coordinate["pp"])
@@ -111,6 +132,8 @@ class Trainer:
             for block in model.blocks:
                 fully_shard(block, mesh=dp_mesh)
             fully_shard(model, mesh=dp_mesh)
+        if args.meta_init:
+            materialise(model, args.seed)
         if layout == "dp-tp":
             self.run = DistributedDataParallel(model, device_mesh=self.mesh["dp"], broadcast_buffers=False)
         self.names = {id(p): n for n, p in model.named_parameters()}
@@ -263,6 +286,8 @@ def arguments(argv=None):
     parser.add_argument("--check", action="store_true", help="also train in one process and compare")
     parser.add_argument("--load", help="continue from this checkpoint (saved by any layout but the pipelined)")
     parser.add_argument("--save", help="save a checkpoint here at the end")
+    parser.add_argument("--meta-init", action="store_true",
+                        help="build the GPT on the meta device, shard it, then initialise each rank's pieces only")
     parser.add_argument("--seed", type=int, default=0)
     return parse_on_every_rank(parser, argv)
 

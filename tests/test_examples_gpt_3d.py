@@ -70,3 +70,10 @@ def test_a_layout_the_ranks_cannot_hold_is_refused_once():
 def test_without_a_launcher_it_says_how_to_launch():
     code, out = run_example("gpt_3d.py", "--layout", "fsdp", cwd=ROOT, timeout=60)
     assert code != 0 and "mpiexec -n 4 python examples/gpt_3d.py --layout fsdp" in out, out
+
+
+@pytest.mark.parametrize("layout", ["fsdp", "fsdp-tp", "dp-tp"])
+def test_a_gpt_built_on_the_meta_device_and_initialised_shard_by_shard_trains_as_one_process(layout, single):
+    for result in _train(layout, 4, "--meta-init"):
+        loss, weight, odd = gpt_3d.differences(result, single)
+        assert not odd and loss <= 1e-8 and weight <= 1e-8, (loss, weight)

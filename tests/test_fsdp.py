@@ -530,3 +530,33 @@ def test_frozen_parameters_are_gathered_but_never_reduced():
         assert no_grad == [True] * 4 + [False] * 2
         for g, w in zip(got, want):
             np.testing.assert_allclose(g, w, rtol=0, atol=1e-12)
+
+
+def _built():
+    return nn.Sequential(nn.Embedding(10, 6), nn.LayerNorm(6), nn.Linear(6, 5), nn.Tanh(), nn.Linear(5, 3))
+
+
+def _on_meta(rank):
+    with minidl.device("meta"):
+        model = _built()
+    fully_shard(model[2])
+    fully_shard(model[4])
+    fully_shard(model)
+    with pytest.raises(RuntimeError, match=r"Embedding.weight is on the meta device .*to_empty"):
+        model(minidl.tensor([[1, 2]]))
+    model.to_empty(device="cpu")
+    pieces = {name: tuple(p.to_local().shape) for name, p in model.named_parameters()}
+    minidl.manual_seed(0)
+    for module in model.modules():
+        if hasattr(module, "reset_parameters"):
+            module.reset_parameters()
+    return pieces, {name: p.full_tensor().detach().numpy() for name, p in model.named_parameters()}
+
+
+def test_a_model_built_on_meta_is_materialised_shard_by_shard_as_built_whole():
+    minidl.manual_seed(0)
+    want = {name: p.detach().numpy() for name, p in _built().named_parameters()}
+    for rank, (pieces, got) in enumerate(dist.sim.run(2, _on_meta)):
+        assert pieces["0.weight"] == (5, 6) and pieces["2.weight"] == ((3, 6) if rank == 0 else (2, 6))
+        for name, w in want.items():
+            np.testing.assert_array_equal(got[name], w)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from ...nn.module import Module
 from ..device_mesh import init_device_mesh
 from ..state import get_world_size
-from ._param_group import FSDPParam, ParamGroup, _map_tensors
+from ._param_group import FSDPParam, ParamGroup, _map_tensors, _named
 from ._policy import CPUOffloadPolicy, MixedPrecisionPolicy, OffloadPolicy
 
 __all__ = ["FSDPModule", "UnshardHandle", "fully_shard", "register_fsdp_forward_method"]
@@ -74,11 +74,6 @@ def _check_arguments(module, reshard_after_forward, shard_placement_fn, mp_polic
     if not isinstance(offload_policy, OffloadPolicy):
         raise TypeError(f"fully_shard: offload_policy must be an OffloadPolicy, got "
                         f"{type(offload_policy).__name__}")
-
-
-def _named(p) -> str:
-    module, name = p.locations[0]
-    return f"{type(module).__name__}.{name}"
 
 
 _CLASSES = {}

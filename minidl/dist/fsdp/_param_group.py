@@ -36,7 +36,7 @@ class FSDPParam:
         self.locations, self.original = locations, weakref.ref(param)   # (a tie found later: not kept alive)
         self.tp_spec = param._spec if isinstance(param, DTensor) else None
         whole = param._local_tensor if self.tp_spec is not None else param
-        name = f"{type(locations[0][0]).__name__}.{locations[0][1]}"
+        name = _named(self)
         if whole.ndim == 0:
             raise ValueError(f"fully_shard: the parameter {name} is a scalar (0-dim); FSDP shards dim 0 of every "
                              f"parameter: make it 1-dim, or pass it in ignored_params")
@@ -125,6 +125,11 @@ class ParamGroup:
         """Start the all-gather of the shards (one collective per dtype), unless one is under way."""
         if self.pending is not None:
             return
+        meta = [p for p in self.params if p.local.is_meta]
+        if meta:
+            raise RuntimeError(f"fully_shard: {_named(meta[0])} is on the meta device (shapes, no data): "
+                               f"materialise the model first (module.to_empty(device=...), then "
+                               f"reset_parameters() on its modules)")
         self.pending_versions = [p.local._version for p in self.params]
         buckets = {}
         for p in self.params:
@@ -260,6 +265,11 @@ class ParamGroup:
             p.install(p.sharded)
         if self.last is not None:
             self.last.free()
+
+
+def _named(p) -> str:
+    module, name = p.locations[0]
+    return f"{type(module).__name__}.{name}"
 
 
 def _added(a, b):

@@ -466,7 +466,7 @@ def distribute_tensor(tensor, device_mesh=None, placements=None, *, src_data_ran
     if mesh.get_coordinate() is None:
         return DTensor(empty(0, dtype=tensor.dtype, device=tensor.device), spec)
     whole = tensor.detach()
-    if src_data_rank is not None:
+    if src_data_rank is not None and not whole.is_meta:   # (a meta tensor has no data to agree on)
         whole = whole.contiguous().clone()
         for d in range(mesh.ndim):
             if not 0 <= src_data_rank < mesh.size(d):
