@@ -88,14 +88,14 @@ def test_parameters_are_dim0_shards_in_chunks_and_the_class_is_fsdp_named():
 
 
 def _storage_bytes(call):
-    return [t.untyped_storage().nbytes() for t in call.fulls]
+    return [storage.nbytes() for storage in call.storages]
 
 
 def _memory(rank):
     model = _sharded()
     loss = _loss(model, *_batch(rank, 2))
     after_forward = {i: _storage_bytes(model[i]._fsdp_group.last) for i in (0, 2, 4)}
-    root_kept = model._fsdp_group.last.fulls == []   # (the root holds no parameter of its own here)
+    root_kept = model._fsdp_group.last.storages == []   # (the root holds no parameter of its own here)
     loss.backward()
     after_backward = {i: _storage_bytes(model[i]._fsdp_group.last) for i in (0, 2, 4)}
     return after_forward, root_kept, after_backward, [type(model[i].weight).__name__ for i in (0, 2, 4)]

@@ -115,6 +115,7 @@ class CommThread:
         while (job := self.jobs.get()) is not None:
             with self.running:
                 job.run(self._finished)
+            del job   # (not held while waiting for the next: it keeps its collective's buffers alive)
 
     def close(self) -> None:
         if self.thread is not None:

@@ -226,6 +226,7 @@ class _Sender:
                     request.done = True
             if last:
                 return
+            del head, pieces, request   # (views of the sent arrays: not held while waiting for the next)
 
 
 class _Mesh:

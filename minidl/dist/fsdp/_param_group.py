@@ -215,8 +215,9 @@ class ParamGroup:
         backward; the outputs marked so that backward gathers them again first."""
         for p in self.params:
             p.install(p.sharded)
-        shared = {id(t.untyped_storage()) for t in call.fulls}
+        shared = set(map(id, call.storages))
         output = _map_tensors(output, lambda t: t.clone() if id(t.untyped_storage()) in shared else t)
+        call.fulls = None
         if self.reshard_after_forward or not is_grad_enabled():
             call.free()
         if is_grad_enabled():
@@ -293,18 +294,18 @@ class Unsharded:
 
     def __init__(self, group, fulls):
         self.group, self.fulls, self.freed, self.trainable = group, fulls, False, []
+        self.storages = [t.untyped_storage() for t in fulls]   # (kept after forward; the tensors are not: they
+        # hold the autograd node that holds this, a cycle that would keep a step's gradients until a collection)
 
     def free(self) -> None:
         if not self.freed:
-            for t in self.fulls:
-                storage = t.untyped_storage()
+            for storage in self.storages:
                 storage.buf = storage.buf[:0].copy()
                 storage.version += 1
             self.freed = True
 
     def refill(self, gathered) -> None:
-        for t, new in zip(self.fulls, gathered):
-            storage = t.untyped_storage()
+        for storage, new in zip(self.storages, gathered):
             storage.buf = new.untyped_storage().buf
             storage.version -= 1
         self.freed = False

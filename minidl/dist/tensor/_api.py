@@ -478,4 +478,6 @@ def distribute_tensor(tensor, device_mesh=None, placements=None, *, src_data_ran
     local = redistribute_local(whole, spec.with_placements(whole_everywhere),
                                spec.with_placements(replicated_partials(placements)))
     local = split_into_partials(local, mesh, whole_everywhere, placements)
+    if local.untyped_storage() is whole.untyped_storage() and local.numel() < whole.numel():
+        local = local.clone()   # (a slice of the whole would keep all of it alive)
     return DTensor(local.detach().requires_grad_(tensor.requires_grad), spec)

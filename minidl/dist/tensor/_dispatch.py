@@ -100,16 +100,11 @@ def dispatch(name, fn, args, kwargs, in_place=False):
     first = placements[0] if isinstance(placements, list) else placements   # (several outputs lie alike)
     first = first if first is not None else inputs[0].placements
     whole = getattr(fn, "whole_gradients", ())   # (inputs whose gradient the local fn makes whole where out is P)
-    locals_ = iter([_piece(d, w, replicated_partials(first) if i in whole else first)
-                    for i, (d, w) in enumerate(zip(inputs, wanted))])
-
-    def local(value):
-        if isinstance(value, DTensor):
-            return next(locals_)
-        if isinstance(value, (list, tuple)):
-            return type(value)(local(item) for item in value)
-        return value
-    out = fn(*[local(a) for a in call[0]], **{k: local(v) for k, v in call[1].items()})
+    pieces = iter([_piece(d, w, replicated_partials(first) if i in whole else first)
+                   for i, (d, w) in enumerate(zip(inputs, wanted))])
+    out = fn(*[_local(a, pieces, DTensor) for a in call[0]],
+             **{k: _local(v, pieces, DTensor) for k, v in call[1].items()})
+    del pieces   # (the pieces go with the op's graph only: no reference outlives the call)
     if placements is None:   # (an op that writes its arguments' pieces and returns nothing)
         return out
     if in_place:
@@ -118,6 +113,16 @@ def dispatch(name, fn, args, kwargs, in_place=False):
     if isinstance(out, (tuple, list)):   # (several outputs: the rule gives a placements and a shape for each)
         return type(out)(DTensor(o, DTensorSpec(mesh, tuple(p), tuple(s))) for o, p, s in zip(out, placements, shape))
     return DTensor(out, DTensorSpec(mesh, tuple(placements), tuple(shape)))
+
+
+def _local(value, pieces, dtensor):
+    """``value`` with each DTensor (``dtensor``: the class) replaced by the next of ``pieces`` (its local piece,
+    moved as the rule wants)."""
+    if isinstance(value, dtensor):
+        return next(pieces)
+    if isinstance(value, (list, tuple)):
+        return type(value)(_local(item, pieces, dtensor) for item in value)
+    return value
 
 
 def _swapped(value, by_id):
