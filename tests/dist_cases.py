@@ -69,6 +69,13 @@ def run_all(rank, size, dtypes=DTYPES, sizes=SIZES):
                 dist.reduce_scatter(out, parts, op=op)
                 expect(f"reduce_scatter {op} {label}", out.numpy(),
                        reduced([mine(r, rank + 1) for r in range(size)], op))
+                flat = minidl.from_numpy(np.concatenate([mine(rank, k + 1) for k in range(size)]))
+                out = minidl.from_numpy(np.zeros(numel, everyone[0].dtype))
+                dist.reduce_scatter_tensor(out, flat, op=op)
+                expect(f"reduce_scatter_tensor {op} {label}", out.numpy(),
+                       reduced([mine(r, rank + 1) for r in range(size)], op))
+                expect(f"reduce_scatter_tensor {op} {label} (its input untouched)", flat.numpy(),
+                       np.concatenate([mine(rank, k + 1) for k in range(size)]))
             root = (case + 1) % size
             t = minidl.from_numpy(mine(rank).copy())
             dist.broadcast(t, root)
@@ -77,6 +84,9 @@ def run_all(rank, size, dtypes=DTYPES, sizes=SIZES):
             dist.all_gather(outs, minidl.from_numpy(mine(rank)))
             for r in range(size):
                 expect(f"all_gather {label} [{r}]", outs[r].numpy(), everyone[r])
+            stacked = minidl.from_numpy(np.zeros((size, numel), everyone[0].dtype))
+            dist.all_gather_into_tensor(stacked, minidl.from_numpy(mine(rank)))
+            expect(f"all_gather_into_tensor {label}", stacked.numpy(), np.stack(everyone))
             outs = [minidl.from_numpy(np.zeros(numel, everyone[0].dtype)) for _ in range(size)]
             dist.gather(minidl.from_numpy(mine(rank)), outs if rank == root else None, dst=root)
             if rank == root:

@@ -15,8 +15,8 @@ from . import sim
 from .algorithms import ALGORITHMS
 from .algorithms.channel import DistTimeoutError
 from .communicators.base import DistError
-from .collectives import (all_gather, all_reduce, all_reduce_buffer, all_to_all, barrier, broadcast, gather,
-                          reduce, reduce_scatter, scatter)
+from .collectives import (all_gather, all_gather_into_tensor, all_reduce, all_reduce_buffer, all_to_all, barrier,
+                          broadcast, gather, reduce, reduce_scatter, reduce_scatter_tensor, scatter)
 from .group import ProcessGroup
 from .objects import all_gather_object, broadcast_object_list
 from .p2p import irecv, isend, recv, send

@@ -177,6 +177,59 @@ def reduce_scatter(output, input_list, op=ReduceOp.SUM, group=None, async_op=Fal
     return g.submit(what, job, async_op, _described(g, what, out.array, op), dict(tensor=output, op=op))
 
 
+def all_gather_into_tensor(output_tensor, input_tensor, group=None, async_op=False):
+    """Every rank's ``input_tensor`` into ``output_tensor``, rank after rank along its first dimension (or its
+    flat elements): the ring writes straight into it, with no list of outputs to copy into."""
+    what = "all_gather_into_tensor"
+    g = resolve(group, what)
+    if g is None:
+        return None
+    check_tensor(input_tensor, what, g.config.backend, "input_tensor")
+    out = Writable(check_tensor(output_tensor, what, g.config.backend, "output_tensor"), what)
+    _check_dtype(output_tensor, input_tensor, what)
+    if out.array.size != g.size * input_tensor.numel():
+        raise ValueError(f"{what}: output_tensor holds {out.array.size} elements; {g.size} ranks' input_tensor "
+                         f"of {input_tensor.numel()} need {g.size * input_tensor.numel()}")
+    blocks = out.array.reshape(g.size, input_tensor.numel())
+    blocks[g.rank] = read(input_tensor)
+
+    def job(ch):
+        algorithms.all_gather(ch, blocks, g.config.algorithm, g.config.segment_bytes)
+        out.commit()
+    return g.submit(what, job, async_op, _described(g, what, blocks[g.rank]), dict(tensor=input_tensor))
+
+
+def reduce_scatter_tensor(output, input, op=ReduceOp.SUM, group=None, async_op=False):
+    """``input`` (every rank's, ``size`` blocks of ``output``'s size one after another) reduced across ranks, block
+    r into rank r's ``output``."""
+    what = "reduce_scatter_tensor"
+    g = resolve(group, what)
+    if g is None:
+        return None
+    out = Writable(check_tensor(output, what, g.config.backend, "output"), what)
+    check_tensor(input, what, g.config.backend, "input")
+    _check_dtype(output, input, what)
+    if input.numel() != g.size * output.numel():
+        raise ValueError(f"{what}: input holds {input.numel()} elements; {g.size} ranks' blocks of output's "
+                         f"{output.numel()} need {g.size * output.numel()}")
+    op = _check_op(op, out.array, what)
+    blocks = read(input).reshape(g.size, output.numel()).copy()   # (the ring leaves partial sums in the others)
+
+    def job(ch):
+        work = _widened(blocks)
+        algorithms.reduce_scatter(ch, work, op.combining, g.config.segment_bytes)
+        mine = work[g.rank]
+        _finish_avg(mine, op, g.size)
+        _store(out.array, mine)
+        out.commit()
+    return g.submit(what, job, async_op, _described(g, what, out.array, op), dict(tensor=output, op=op))
+
+
+def _check_dtype(a, b, what) -> None:
+    if a.dtype != b.dtype:
+        raise TypeError(f"{what}: the tensors' dtypes differ ({a.dtype} and {b.dtype})")
+
+
 def _root_list(tensors, tensor, g, root, what, name):
     """The list argument of gather/scatter: required on the root, refused elsewhere."""
     if g.rank != root:

@@ -16,7 +16,8 @@ import numpy as np
 from .communicators.base import DistError
 
 KINDS = ("all_reduce", "broadcast", "reduce", "all_gather", "reduce_scatter", "gather", "scatter", "all_to_all",
-         "barrier", "all_gather_object", "broadcast_object_list")
+         "barrier", "all_gather_object", "broadcast_object_list", "all_gather_into_tensor",
+         "reduce_scatter_tensor")
 # "ours": the collective's one algorithm of our own (tree broadcast and reduce, ring all-gather ...)
 PATHS = ("ours", "native", "recursive_doubling", "ring", "hierarchical")
 # the buffers' dtypes (bfloat16 travels as its uint16 bits; minidl has no uint16 tensors)

@@ -19,7 +19,7 @@ from ...autograd.engine import queue_callback
 from ...autograd.function import Function
 from ...autograd.grad_mode import is_grad_enabled, no_grad
 from ...nn.parameter import Parameter
-from ...ops.creation import empty_like, tensor, zeros
+from ...ops.creation import empty, tensor, zeros
 from ...ops.shape_ops import cat
 from .. import collectives
 from ..reduce_op import ReduceOp
@@ -138,9 +138,9 @@ class ParamGroup:
         with no_grad():
             for dtype, ps in buckets.items():
                 flat = cat([p.padded_flat(p.local.detach().to(dtype), p.local.shape[0]) for p in ps])
-                blocks = [empty_like(flat) for _ in range(self.shard_group.size)]
-                work = collectives.all_gather(blocks, flat, group=self.shard_group, async_op=True)
-                started.append((ps, blocks, work))
+                gathered = empty(self.shard_group.size, flat.numel(), dtype=dtype, device=flat.device)
+                work = collectives.all_gather_into_tensor(gathered, flat, group=self.shard_group, async_op=True)
+                started.append((ps, gathered, work))
         self.pending = started
 
     def take_gathered(self) -> list:
@@ -177,10 +177,10 @@ class ParamGroup:
         with no_grad():
             for dtype, pairs in buckets.items():
                 flags = tensor([float(g is not None) for _, g in pairs], dtype=dtype, device=pairs[0][0].local.device)
-                inputs = [cat([p.padded_flat(_rows_of(p, g, r, dtype), p.rows[r][0]) for p, g in pairs] + [flags])
-                          for r in range(k)]
-                mine = empty_like(inputs[0])
-                collectives.reduce_scatter(mine, inputs, ReduceOp.SUM, group=self.shard_group)
+                blocks = cat([piece for r in range(k) for piece in
+                              [p.padded_flat(_rows_of(p, g, r, dtype), p.rows[r][0]) for p, g in pairs] + [flags]])
+                mine = empty(blocks.numel() // k, dtype=dtype, device=blocks.device)
+                collectives.reduce_scatter_tensor(mine, blocks, ReduceOp.SUM, group=self.shard_group)
                 if self.replicate_group is not None:
                     collectives.all_reduce(mine, ReduceOp.SUM, group=self.replicate_group)
                 reached = mine[-len(pairs):].tolist()
