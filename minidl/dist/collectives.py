@@ -164,9 +164,11 @@ def reduce_scatter(output, input_list, op=ReduceOp.SUM, group=None, async_op=Fal
     out = Writable(check_tensor(output, what, g.config.backend, "output"), what)
     for i, t in enumerate(check_tensor_list(input_list, what, g.config.backend, "input_list", g.size)):
         check_like(t, output, what, f"input_list[{i}]", "output")
-    op = _check_op(op, out.array, what)
-    blocks = _blocks(input_list)
+    return _reduce_scattered(g, what, _blocks(input_list), out, _check_op(op, out.array, what), output, async_op)
 
+
+def _reduce_scattered(g, what, blocks, out, op, output, async_op):
+    """The ring's reduce-scatter of the (size, n) ``blocks`` (which it overwrites), row ``rank`` into ``out``."""
     def job(ch):
         work = _widened(blocks)
         algorithms.reduce_scatter(ch, work, op.combining, g.config.segment_bytes)
@@ -212,17 +214,8 @@ def reduce_scatter_tensor(output, input, op=ReduceOp.SUM, group=None, async_op=F
     if input.numel() != g.size * output.numel():
         raise ValueError(f"{what}: input holds {input.numel()} elements; {g.size} ranks' blocks of output's "
                          f"{output.numel()} need {g.size * output.numel()}")
-    op = _check_op(op, out.array, what)
     blocks = read(input).reshape(g.size, output.numel()).copy()   # (the ring leaves partial sums in the others)
-
-    def job(ch):
-        work = _widened(blocks)
-        algorithms.reduce_scatter(ch, work, op.combining, g.config.segment_bytes)
-        mine = work[g.rank]
-        _finish_avg(mine, op, g.size)
-        _store(out.array, mine)
-        out.commit()
-    return g.submit(what, job, async_op, _described(g, what, out.array, op), dict(tensor=output, op=op))
+    return _reduce_scattered(g, what, blocks, out, _check_op(op, out.array, what), output, async_op)
 
 
 def _check_dtype(a, b, what) -> None:
