@@ -15,6 +15,7 @@ LAYOUTS = [((4,), [Shard(0)]), ((4,), [Shard(1)]), ((4,), [Replicate()]), ((2, 2
            ((2, 2), [_StridedShard(0, split_factor=2), Shard(0)]), ((2, 2), [Replicate(), Shard(0)])]
 INITS = {"uniform": lambda t: t.uniform_(-2.0, 3.0), "normal": lambda t: t.normal_(1.0, 0.5),
          "kaiming": lambda t: nn.init.kaiming_uniform_(t, a=5 ** 0.5), "xavier": nn.init.xavier_normal_,
+         "trunc_normal": lambda t: nn.init.trunc_normal_(t, std=0.02),
          "ones": nn.init.ones_, "zeros": nn.init.zeros_, "constant": lambda t: nn.init.constant_(t, 2.5)}
 
 

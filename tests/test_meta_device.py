@@ -407,3 +407,31 @@ def test_compile_runs_meta_calls_eagerly():
     assert [sig(double(x)) for _ in range(2)] == [((4,), "float32", (1,), "meta")] * 2
     with pytest.raises(minidl.compiler.GraphBreakError, match="an op runs on meta tensors"):
         minidl.compile(lambda x: x * 2, fullgraph=True)(x)
+
+
+def test_library_tensors_made_inside_a_meta_context_stay_on_their_device():
+    params = [minidl.nn.Parameter(minidl.tensor([3.0, 4.0]))]
+    params[0].grad = minidl.tensor([1.0, 1.0])
+    with minidl.device("meta"):   # (the optimizer's step count is host state, as torch's)
+        opt = minidl.optim.AdamW(params, lr=0.1)
+        opt.step()
+    assert str(opt.state[params[0]]["step"].device) == "cpu"
+    assert str(params[0].device) == "cpu" and params[0].detach().numpy().tolist() != [3.0, 4.0]
+
+
+@pytest.mark.parametrize("call, error", [("eye(-1)", RuntimeError), ("eye(2.5)", TypeError),
+                                         ("randperm(-2)", RuntimeError), ("randint(5, 2, (2,))", RuntimeError),
+                                         ("logspace(0, 1, -2)", RuntimeError)])
+def test_meta_factories_check_their_arguments_as_torchs_do(call, error):
+    torch = pytest.importorskip("torch")
+    factory, arguments = call.split("(", 1)
+    with pytest.raises(error):
+        eval(f"minidl.{factory}({arguments[:-1]}, device='meta')", {"minidl": minidl})
+    with pytest.raises(error):
+        eval(f"torch.{factory}({arguments[:-1]}, device='meta')", {"torch": torch})
+
+
+def test_writing_a_meta_value_into_a_cpu_tensor_names_the_missing_data():
+    target = minidl.zeros(4)
+    with pytest.raises(NotImplementedError, match="Cannot copy out of meta tensor; no data!"):
+        target[0:2] = minidl.ones(2, device="meta")

@@ -136,6 +136,7 @@ def test_overlap_with_ddp_steps_each_bucket_in_backward_as_the_plain_optimizer_s
     for weights, _, _ in results:
         for got, w in zip(weights, want):
             np.testing.assert_allclose(got, w, rtol=0, atol=1e-13)
+    assert results[0][2]["param_groups"] == plain.state_dict()["param_groups"]   # (every default, as the plain)
     got, expected = _state(results[0][2]), _state(plain.state_dict())
     assert got.keys() == expected.keys()
     for k in expected:

@@ -113,8 +113,8 @@ def trunc_normal_(tensor, mean: float = 0.0, std: float = 1.0, a: float = -2.0, 
         lo = norm_cdf((a - mean) / std)
         hi = norm_cdf((b - mean) / std)
         # uniform in [2lo-1, 2hi-1], then the inverse error function (Newton on erf, in float64)
-        u = minidl.empty(tuple(tensor.shape), dtype=minidl.float64, device=tensor.device).uniform_(
-            2 * lo - 1, 2 * hi - 1, generator=generator)
+        # (like the tensor: a DTensor's draws are its pieces of the whole tensor's)
+        u = minidl.empty_like(tensor, dtype=minidl.float64).uniform_(2 * lo - 1, 2 * hi - 1, generator=generator)
         u = u.clamp(-1 + 1e-15, 1 - 1e-15)
         y = _erfinv(u)
         y = y * (std * math.sqrt(2.0)) + mean

@@ -44,7 +44,7 @@ def _clip_grad_norm(parameters, max_norm, norm_type, error_if_nonfinite, foreach
             total = norms.max() if norm_type == math.inf else norms.norm(norm_type)
         else:
             elements = [g._values() if g.is_sparse else g for g in grads]
-            elements = [e for e in elements if e.numel()] or [minidl.zeros(1)]   # (an empty gradient has norm 0)
+            elements = [e for e in elements if e.numel()] or [minidl.zeros(1, device=grads[0].device)]   # (norm 0)
             if norm_type == math.inf:
                 norms = [g.detach().abs().max() for g in elements]
                 total = norms[0] if len(norms) == 1 else minidl.stack(norms).max()

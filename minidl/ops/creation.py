@@ -52,8 +52,10 @@ def _finish(t, requires_grad):
 def _from_values(values, shape, dtype, device):
     """A new tensor of ``shape`` on ``device`` holding the host array ``values()``, which a meta tensor never
     computes: it keeps no values (and a meta ``eye(10**6)`` must cost nothing)."""
-    if device.type == "meta":
-        return _empty(shape, dtype, device)
+    if device.type == "meta":   # (no values computed: the shape checked as the host array would have been)
+        if not all(isinstance(n, numbers.Integral) for n in shape):
+            raise TypeError(f"expected integer sizes, got {tuple(shape)}")
+        return _empty(_size(shape), dtype, device)
     return from_host_array(values(), device, dtype)
 
 
@@ -481,6 +483,8 @@ def randint(low, high=None, size=None, generator=None, dtype=None, device=None, 
         low, high = 0, low
     if size is None:
         raise TypeError("randint() missing required argument 'size'")
+    if int(low) >= int(high):
+        raise RuntimeError(f"random_ expects 'from' to be less than 'to', but got from={int(low)} >= to={int(high)}")
     return _random("integers", (size,), dtype or dt.int64, device, int(low), int(high), requires_grad, generator,
                    "randint")
 

@@ -39,6 +39,8 @@ def check_no_internal_overlap(target, op: str):
 def write_into(target, value, op: str, casting=False):
     """Copy ``value`` (broadcast to target's shape) into target's memory, converting dtype
     (to a lower dtype category only with ``casting``, as copy_ does)."""
+    if value.device != target.device:   # (a meta value raises torch's "no data" here, not in a kernel)
+        value = value.to(target.device)
     if not casting and value.dtype.category > target.dtype.category:
         raise RuntimeError(f"{op}: result type {value.dtype.name} can't be cast to the desired output type "
                            f"{target.dtype.name}")

@@ -58,7 +58,7 @@ class Adagrad(Optimizer):
 
 
 def _init_sum(state, p, group) -> None:
-    state["step"] = ops.tensor(0.0)
+    state["step"] = ops.tensor(0.0, device="cpu")
     state["sum"] = ops.full_like(p, group["initial_accumulator_value"])
 
 

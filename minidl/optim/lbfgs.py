@@ -127,7 +127,7 @@ class LBFGS(Optimizer):
 
     def _flat_grad(self):
         return ops.cat([(p.grad.to_dense() if p.grad.is_sparse else p.grad).reshape(-1) if p.grad is not None
-                        else ops.zeros(p.numel(), dtype=p.dtype) for p in self._params])
+                        else ops.zeros(p.numel(), dtype=p.dtype, device=p.device) for p in self._params])
 
     def _move(self, t, direction) -> None:
         """params += t * direction, the flat direction cut into each parameter's shape."""

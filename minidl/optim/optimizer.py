@@ -254,11 +254,12 @@ def _buckets(items):
 
 def _init_state(state, p, *buffers, **scalars) -> None:
     """A parameter's state on its first step, keys in PyTorch's order: the step count, scalars, and
-    zero buffers shaped like the parameter (scalars are float32 tensors, as in PyTorch)."""
+    zero buffers shaped like the parameter (scalars are float32 tensors on the host, as in PyTorch, whatever the
+    default device)."""
     if len(state) == 0:
-        state["step"] = ops.tensor(0.0)
+        state["step"] = ops.tensor(0.0, device="cpu")
         for name, value in scalars.items():
-            state[name] = ops.tensor(value)
+            state[name] = ops.tensor(value, device="cpu")
         for name in buffers:
             state[name] = ops.zeros_like(p)
 

@@ -60,8 +60,12 @@ class ZeroRedundancyOptimizer(Optimizer):
             self.optim = self._local_optimizer()
 
     def _local_optimizer(self):
-        return self._optimizer_class([{**g, "params": list(g["params"])} for g in self._shares[self.rank]],
-                                     **self._defaults)
+        """The optimizer of this rank's share; its class's defaults become this optimizer's groups' too (so that
+        their state dict is the plain optimizer's, loadable into it, from the start)."""
+        local = self._optimizer_class([{**g, "params": list(g["params"])} for g in self._shares[self.rank]],
+                                      **self._defaults)
+        _copy_hyperparameters(local.param_groups, self.param_groups)
+        return local
 
     def _partition(self) -> list:
         """Per rank, its share as parameter groups (one per group of this optimizer, possibly empty)."""

@@ -318,6 +318,18 @@ class DTensor:
     def __rmod__(self, other):
         return _binary("remainder", other, self)
 
+    def __lt__(self, other):
+        return _binary("lt", self, other)
+
+    def __le__(self, other):
+        return _binary("le", self, other)
+
+    def __gt__(self, other):
+        return _binary("gt", self, other)
+
+    def __ge__(self, other):
+        return _binary("ge", self, other)
+
     def __neg__(self):
         return OPS["neg"].function(self)
 

@@ -86,3 +86,5 @@ for _formula in (*UNARY, *BINARY, *COMPARE):
         if _name in OPS:
             attach_rule(_name, "sharding", elementwise_rule(_formula.name))
             break
+for _name in ("clamp", "clamp_min", "clamp_max", "where"):   # (elementwise ops beside the formula table's)
+    attach_rule(_name, "sharding", elementwise_rule(_name))
