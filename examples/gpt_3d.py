@@ -16,6 +16,12 @@ The layouts, each a device mesh (``init_device_mesh``) whose dimensions are name
 - ``pp-tp``: two pipeline stages (gpt_pipeline.py's cut, 1F1B over micro-batches), each tensor parallel; the tied
   embedding and head, on different stages, add their gradients' pieces over "pp".
 - ``dp-pp-tp``: pp-tp replicated over "dp" (DistributedDataParallel on each stage).
+- ``one``: one process, no launcher (to continue a checkpoint alone).
+
+``--save DIR`` writes a checkpoint at the end (each rank the boxes it holds) and ``--load DIR`` continues one saved
+by any unpipelined layout, resharded to this one (the batches are seeded per step, so the run goes on as if
+unbroken). ``--meta-init`` builds the GPT on the meta device, shards it, then gives each rank its pieces' storage
+and the values the whole GPT would have had (no rank ever holds a whole parameter).
 
 Everything runs in float64 with dropout 0, so ``--check`` can demand that one process training the same GPT on
 the same global batches gives the same losses and the same weights to 1e-8 (exit status 1 where it does not).
