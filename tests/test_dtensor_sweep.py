@@ -96,8 +96,12 @@ def _hand_samples() -> list:
     for name, fill in (("zeros_like", ()), ("ones_like", ()), ("full_like", (2.5,))):
         op = registry.OPS[name].function
         made.append(opinfo.Sample(name, lambda x, op=op, fill=fill: op(x, *fill) * x, rng.standard_normal((3, 4))))
+    where, clamp_max = registry.OPS["where"].function, registry.OPS["clamp_max"].function
+    made.append(opinfo.Sample("where", lambda c, a, b: where(c, a, b), rng.standard_normal((3, 4)) > 0,
+                              rng.standard_normal((3, 4)), rng.standard_normal((3, 4))))
+    made.append(opinfo.Sample("clamp_max-number", lambda x: clamp_max(x, 0.3), rng.standard_normal((3, 4))))
     names = ["_cross_entropy_rows"] * 5 + ["embedding", "igamma", "igammac", "zeta", "zeros_like", "ones_like",
-                                           "full_like"]
+                                           "full_like", "where", "clamp_max"]
     return list(zip(names, made))
 
 
