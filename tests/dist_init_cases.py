@@ -33,6 +33,9 @@ def ddp_script(rank, library, out_dir):
         opt.step()
     if rank == 0:
         np.save(os.path.join(out_dir, f"{library}.npy"), model.weight.detach().numpy())
+    # both ranks done with the group before either tears it down (torch's gloo has aborted, under load, a process
+    # whose peer closed first)
+    dist.barrier()
     dist.destroy_process_group()
 
 
