@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 import weakref
 
+from ..._tensor import Tensor
 from ...autograd.engine import queue_callback
 from ...autograd.function import Function
 from ...autograd.grad_mode import is_grad_enabled, no_grad
@@ -349,7 +350,6 @@ def _tensors(tree) -> list:
 
 def _map_tensors(tree, fn):
     """``tree`` (tensors in tuples, lists and dicts) with ``fn`` applied to each tensor, in order."""
-    from ..._tensor import Tensor
     if isinstance(tree, Tensor):
         return fn(tree)
     if isinstance(tree, DTensor):
