@@ -33,7 +33,9 @@ def _isend(tensor, dst, group, tag, what):
         return None
     peer = _peer(g, dst, what, "dst")
     ch = g.channel(f"{what} to rank {dst} (tag {tag})", comm=g.p2p, tag=tag)
-    return RequestWork(ch, g.mailbox.isend(read(check_tensor(tensor, what, g.config.backend)), peer, tag))
+    data = read(check_tensor(tensor, what, g.config.backend))
+    g.sent[0] += data.nbytes   # (debug.sent_bytes counts messages too)
+    return RequestWork(ch, g.mailbox.isend(data, peer, tag))
 
 
 def _irecv(tensor, src, group, tag, what):

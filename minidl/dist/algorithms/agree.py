@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .recursive_doubling import schedule
+from .recursive_doubling import schedule, sends
 
 MAX_PLANS = 64  # per communicator; past that they are all dropped and made again
 
@@ -93,7 +93,7 @@ def agree(ch, descriptor, capacity: int, buf=None, op=None) -> bool:
         if folds_in is not None:
             ch.send_whole(mine, folds_in)
     if buf is not None:   # (the data rode along: counted as the all-reduce's, as debug.sent_bytes promises)
-        ch.sent[0] += buf.nbytes * (1 if sits_out_with is not None else len(partners) + (folds_in is not None))
+        ch.sent[0] += buf.nbytes * sends(ch.size, ch.rank)
     if agreeing and buf is not None:
         buf[...] = p.incoming if sits_out_with is not None else p.data
     return agreeing

@@ -7,6 +7,19 @@ from __future__ import annotations
 from . import ring, tree
 
 
+def sent_elements(numel: int, hosts, r: int) -> int:
+    """Elements group rank r sends in all_reduce of ``numel`` elements, the ranks' hosts being ``hosts`` (one name
+    per rank; the hosts and their ranks in the order they first appear, as group.Hierarchy splits them): into its
+    host's reduce, in the leaders' ring (a leader), in its host's broadcast."""
+    local = [i for i, host in enumerate(hosts) if host == hosts[r]]
+    n, mine = len(local), local.index(r)
+    sent = numel * (tree.reduce_sends(n, mine, 0) + tree.broadcast_sends(n, mine, 0))
+    if mine == 0:
+        leaders = sorted(set(hosts), key=hosts.index)
+        sent += ring.sent_elements(numel, len(leaders), leaders.index(hosts[r]))
+    return sent
+
+
 def all_reduce(local_ch, leaders_ch, buf, op, segment_bytes) -> None:
     """``local_ch``: this host's ranks (leader = rank 0); ``leaders_ch``: the hosts' leaders
     (None on the other ranks)."""

@@ -30,6 +30,14 @@ def schedule(n: int, r: int):
     return None, r - 1 if r < 2 * extra else None, tuple(partners)
 
 
+def sends(n: int, r: int) -> int:
+    """How many times rank r of n sends its whole buffer in all_reduce (or in agree.py's agreement, the same
+    pattern, where a small all-reduce rides): once if it sits out, else once per partner, and once more
+    to hand the result back to the rank it folded in."""
+    sits_out_with, folds_in, partners = schedule(n, r)
+    return 1 if sits_out_with is not None else len(partners) + (folds_in is not None)
+
+
 def all_reduce(ch, buf, op) -> None:
     sits_out_with, folds_in, partners = schedule(ch.size, ch.rank)
     if sits_out_with is not None:

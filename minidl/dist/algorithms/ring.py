@@ -31,6 +31,22 @@ def piece(start: int, stop: int, k: int, parts: int):
     return a, a + q + (k < extra)
 
 
+def sent_elements(numel: int, n: int, r: int) -> int:
+    """Elements rank r of n sends in all_reduce of ``numel`` elements (debug.sent_bytes counts them): every block but
+    its own in the reduce-scatter, every block but its right neighbour's in the all-gather, whole blocks however
+    they are segmented."""
+    def length(i):
+        start, stop = piece(0, numel, i, n)
+        return stop - start
+    return 2 * numel - length(r) - length((r + 1) % n)
+
+
+def phase_sent_elements(block: int, n: int) -> int:
+    """Elements a rank sends in reduce_scatter or all_gather over n blocks of ``block`` elements: one block in
+    each of the n - 1 steps."""
+    return (n - 1) * block
+
+
 def _steps(ch, buf, op, bounds, steps, segment_bytes) -> None:
     """Ring steps ``steps`` of one phase (the reduce-scatter's 0 .. n-2, reducing with ``op``, or
     the all-gather's n-1 .. 2n-3, ``op`` None) over the blocks ``bounds`` of ``buf`` (the first one

@@ -11,6 +11,23 @@ def _relative(ch, root):
     return (ch.rank - root) % ch.size
 
 
+def broadcast_sends(n: int, rank: int, root: int) -> int:
+    """How many ranks ``rank`` of n hands the buffer to in broadcast: its children, rank + each power of two below
+    its lowest set bit (relative to the root, which has every one) that is inside the group."""
+    vr, mask, sends = (rank - root) % n, 1, 0
+    while mask < n and not vr & mask:
+        mask <<= 1
+    while mask > 1:
+        mask >>= 1
+        sends += vr + mask < n
+    return sends
+
+
+def reduce_sends(n: int, rank: int, root: int) -> int:
+    """How many times ``rank`` of n sends its buffer in reduce: once to its parent, never from the root."""
+    return int(rank != root)
+
+
 def broadcast(ch, buf, root: int) -> None:
     n, vr = ch.size, _relative(ch, root)
     mask = 1
