@@ -104,6 +104,15 @@ def test_placements_are_torchs_values():
         Shard(0).dim = 1
 
 
+def test_placements_pickle_as_torchs_do():
+    """(A plan of parallel styles travels to spawned processes by pickle.)"""
+    import pickle
+    from minidl.dist.tensor.placement_types import _StridedShard
+    for p in [Shard(0), Shard(-1), Replicate(), Partial("avg"), _StridedShard(0, split_factor=2)]:
+        back = pickle.loads(pickle.dumps(p))
+        assert back == p and type(back) is type(p) and repr(back) == repr(p)
+
+
 def test_shard_sizes_follow_torch_chunk():
     from torch.distributed import tensor as tt
     for n in range(0, 12):

@@ -12,6 +12,8 @@ Placements are values: equal when of the same kind with the same argument, print
 """
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 __all__ = ["Placement", "Shard", "Replicate", "Partial"]
@@ -37,6 +39,9 @@ class Placement:
 
     def __setattr__(self, name, value):
         raise AttributeError(f"placements are values: {name!r} of {self!r} cannot be set")
+
+    def __reduce__(self):   # (pickled as its class and its key's values: __setattr__ refuses the default way)
+        return type(self), self._key()[1:]
 
     def __eq__(self, other):
         return isinstance(other, Placement) and self._key() == other._key()
@@ -139,6 +144,9 @@ class _StridedShard(Placement):
     @property
     def split_factor(self) -> int:
         return self._split_factor
+
+    def __reduce__(self):
+        return functools.partial(type(self), split_factor=self._split_factor), (self._dim,)
 
     def _key(self) -> tuple:
         return ("_StridedShard", self._dim, self._split_factor)
