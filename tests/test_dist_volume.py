@@ -132,3 +132,19 @@ def test_the_arithmetic_in_closed_form():
 def test_bad_input_is_named(args, kwargs, match):
     with pytest.raises(ValueError, match=match):
         volume.sent_bytes(*args, **kwargs)
+
+
+def _scratch_after(rank, n, collective, numel, dtype):
+    _call(rank, n, collective, numel, dtype, None)
+    return resolve(None, "test").coll._scratch.size
+
+
+@pytest.mark.parametrize("n", [1, 2, 3])
+@pytest.mark.parametrize("collective", ["all_reduce", "reduce_scatter_tensor", "all_gather_into_tensor"])
+@pytest.mark.parametrize("numel", [7, 16_385, 300_001, 700_000])
+def test_the_scratch_a_collective_keeps_is_predicted(n, collective, numel):
+    """A fresh group's communicator scratch after one collective: what a plan's memory counts for it."""
+    found = sim.run(n, _scratch_after, n, collective, numel, minidl.float32)
+    assert found == [volume.scratch_bytes(collective, numel, 4, n)] * n
+    if collective == "all_reduce" and numel == 700_000 and n == 2:   # (a ring's two 1 MiB-ish slots)
+        assert found[0] > 1 << 20

@@ -21,6 +21,12 @@ from .recursive_doubling import schedule, sends
 MAX_PLANS = 64  # per communicator; past that they are all dropped and made again
 
 
+def scratch_bytes(capacity: int, descriptor_words: int = 2) -> int:
+    """Bytes of the communicator scratch an agreement receives into (``_Plan.got``): the header, a descriptor
+    (descriptor.describe's two words) and its negation, and room for a small all-reduce's ``capacity`` bytes."""
+    return 16 * descriptor_words + capacity
+
+
 class _Plan:
     """The buffers of one (descriptor, payload) pair, kept on the communicator between calls: at
     4 KiB an all-reduce is mostly Python, and making these views took ~2 us a call."""
@@ -34,7 +40,7 @@ class _Plan:
         self.mine = np.empty(head_bytes + nbytes, np.uint8)
         self.head = self.mine[:head_bytes].view(np.int64)
         self.head[...] = self.header
-        self.got = comm.scratch(head_bytes + capacity, self.mine)
+        self.got = comm.scratch(scratch_bytes(capacity, k), self.mine)
         self.got_head = self.got[:head_bytes]
         self.data = self.mine[head_bytes:].view(dtype)
         self.incoming = self.got[head_bytes:head_bytes + nbytes].view(dtype)

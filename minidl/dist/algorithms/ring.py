@@ -47,6 +47,18 @@ def phase_sent_elements(block: int, n: int) -> int:
     return (n - 1) * block
 
 
+def _segments(longest: int, itemsize: int, segment_bytes: int) -> int:
+    """How many segments each block of a phase is cut into (its longest block ``longest`` elements)."""
+    return max(1, min(longest, longest * itemsize // segment_bytes))
+
+
+def reduce_scratch_elements(longest: int, itemsize: int, segment_bytes: int = SEGMENT_BYTES) -> int:
+    """Elements of the scratch a reduce-scatter phase over blocks at most ``longest`` long receives into (the
+    communicator keeps it, as large as the largest asked for): ``WINDOW`` slots of the longest segment."""
+    segments = _segments(longest, itemsize, min(segment_bytes, REDUCE_SEGMENT_BYTES))
+    return min(WINDOW, segments) * -(-longest // segments)
+
+
 def _steps(ch, buf, op, bounds, steps, segment_bytes) -> None:
     """Ring steps ``steps`` of one phase (the reduce-scatter's 0 .. n-2, reducing with ``op``, or
     the all-gather's n-1 .. 2n-3, ``op`` None) over the blocks ``bounds`` of ``buf`` (the first one
@@ -56,7 +68,7 @@ def _steps(ch, buf, op, bounds, steps, segment_bytes) -> None:
     if n == 1 or not steps:
         return
     longest = bounds[0][1] - bounds[0][0]
-    segments = max(1, min(longest, longest * buf.dtype.itemsize // segment_bytes))
+    segments = _segments(longest, buf.dtype.itemsize, segment_bytes)
     first, units = steps[0], len(steps) * segments  # unit i: segment i % segments of step first + i // segments
     window = min(WINDOW, segments)  # so a segment's previous step is done before its next is posted
     if op is not None:  # receives to reduce: unit i lands in scratch slot i % window

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import types
 
-from . import ALGORITHMS, all_reduce_path, hierarchical, recursive_doubling, ring, tree
+from . import ALGORITHMS, agree, all_reduce_path, hierarchical, recursive_doubling, ring, tree
 from ..group import Config, Hierarchy
 
 REDUCING = ("all_reduce", "reduce", "reduce_scatter", "reduce_scatter_tensor")
@@ -48,12 +48,37 @@ def sent_bytes(collective: str, numel: int, dtype_itemsize: int, group_size: int
     return elements * itemsize
 
 
+def scratch_bytes(collective: str, numel: int, itemsize: int, group_size: int, *,
+                  small_bytes: int = Config.small_bytes, segment_bytes: int = Config.segment_bytes,
+                  algorithm: str = "auto") -> int:
+    """Bytes of the receive scratch ``collective`` asks the group's communicator for (kept between collectives, as
+    large as the largest asked for: memory a plan holds), on one host: the agreement's before it (headers and a
+    small all-reduce's room), and a ring reduce-scatter's slots or a large recursive-doubling all-reduce's whole
+    buffer. ``itemsize``: the reduced buffer's (4 for bfloat16)."""
+    _check(collective, numel, itemsize, group_size, 0, 0, algorithm, None, None)
+    n, agreement = group_size, agree.scratch_bytes(small_bytes)
+    if n == 1 or collective not in REDUCING or collective == "reduce":
+        return agreement
+    if collective != "all_reduce":
+        return max(agreement, ring.reduce_scratch_elements(numel, itemsize, segment_bytes) * itemsize)
+    path = _path(numel * itemsize, n, small_bytes, algorithm, None)
+    if path == "recursive_doubling":
+        return max(agreement, 0 if numel * itemsize <= small_bytes else numel * itemsize)
+    return max(agreement, ring.reduce_scratch_elements(-(-numel // n), itemsize, segment_bytes) * itemsize)
+
+
+def _path(nbytes, n, small_bytes, algorithm, hosts) -> str:
+    """The all-reduce path all_reduce_path takes (hosts: a name per rank, None: one host)."""
+    hosts = ["?"] * n if hosts is None else list(hosts)
+    config = types.SimpleNamespace(algorithm=algorithm, small_bytes=small_bytes)
+    return all_reduce_path(types.SimpleNamespace(native=()), nbytes, config, Hierarchy(None, hosts))
+
+
 def _all_reduce(numel, nbytes, n, r, small_bytes, algorithm, hosts) -> int:
     """Elements sent, on the path collectives._all_reduce takes (a small recursive-doubling one, riding in the
     agreement, sends as many as the algorithm would)."""
     hosts = ["?"] * n if hosts is None else list(hosts)
-    config = types.SimpleNamespace(algorithm=algorithm, small_bytes=small_bytes)
-    path = all_reduce_path(types.SimpleNamespace(native=()), nbytes, config, Hierarchy(None, hosts))
+    path = _path(nbytes, n, small_bytes, algorithm, hosts)
     if path == "hierarchical":
         return hierarchical.sent_elements(numel, hosts, r)
     if path == "recursive_doubling":
