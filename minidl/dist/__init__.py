@@ -28,3 +28,11 @@ from .state import (GroupMember, destroy_process_group, get_backend, get_rank, g
 from .work import Work
 
 group = GroupMember  # torch.distributed.group.WORLD
+
+
+def plan(model, sample_inputs, world_size, **options):
+    """Automatic parallelism (``minidl.dist.planner``): the layout of ``model`` on ``world_size`` ranks predicted
+    fastest, with a table of every plan; see ``planner.plan``. (Imported on first use: the planner builds on most
+    of minidl.dist.)"""
+    from .planner import plan as planned
+    return planned(model, sample_inputs, world_size, **options)

@@ -1,0 +1,337 @@
+"""The cost model: a plan's step time, bytes sent and peak memory per rank, predicted from a Profile.
+
+Step time = the pipeline's makespan (each stage's forward and backward per micro-batch, the blocks' measured times,
+tensor-parallel collectives included; the messages between stages at the link's measured speed; the schedule's own
+programs played with those durations, so its bubble is in it) + the data-parallel collectives (DDP's buckets,
+ZeRO's broadcasts, FSDP's gathers and reduce-scatters: nothing assumed hidden, since on a CPU the communication
+thread takes a core from the compute) + the pipeline's tied gradients + the optimizer's step on what the rank steps.
+
+Bytes per rank: every collective the plan calls, each by the algorithm's exact count (``algorithms.volume``);
+tensor-parallel blocks' bytes as counted when measured; pipeline messages with their shape headers.
+
+Memory per rank: parameters, gradients, optimizer state and communication buffers as the placements give them,
+plus the activations the blocks were measured to keep, walked through the step in order (forward adds, backward
+frees) with each block's own peak on top, and the micro-batches a schedule keeps in flight.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import minidl
+
+from ..algorithms import volume
+from ..pipelining import actions
+from ..pipelining.cost import best_cut
+from ..pipelining.schedules import Schedule1F1B, ScheduleGPipe
+from ..pipelining.stage import HEADER
+from ..reducer import assign_buckets
+from ..tensor.placement_types import Shard
+
+ORDERS = {"gpipe": ScheduleGPipe.compute_order, "1f1b": Schedule1F1B.compute_order}
+BUCKET_BYTES = 25 * 1024 * 1024   # DDP's default bucket_cap_mb
+
+
+@dataclass
+class Prediction:
+    seconds: float
+    parts: dict                 # where the time goes: compute, pipeline, data parallel, optimizer ...
+    bubble: float               # the pipeline's idle fraction (0 without one)
+    memory: list                # peak bytes per rank
+    sent: list                  # bytes sent per rank per step
+    bounds: list = field(default_factory=list)   # the stage cut: blocks bounds[s]..bounds[s+1]-1 on stage s
+
+
+@dataclass
+class _Param:
+    index: int
+    shape: tuple
+    dtype: str
+
+    @property
+    def itemsize(self):
+        return getattr(minidl, self.dtype).itemsize
+
+    def numel(self):
+        return math.prod(self.shape)
+
+    @property
+    def nbytes(self):
+        return self.numel() * self.itemsize
+
+
+class _Stand:
+    """What reducer.assign_buckets asks of a parameter."""
+
+    def __init__(self, p):
+        self.dtype, self.device, self._numel = getattr(minidl, p.dtype), "cpu", p.numel()
+
+    def numel(self):
+        return self._numel
+
+
+def _unique(blocks) -> list:
+    """The parameters of these block costs, a tied one once (the first place), in order."""
+    seen, out = set(), []
+    for c in blocks:
+        for index, shape, dtype in c.params:
+            if index not in seen:
+                seen.add(index)
+                out.append(_Param(index, shape, dtype))
+    return out
+
+
+def stage_bounds(costs, pp) -> list:
+    """The cut of the blocks (the loss riding with the last) into ``pp`` stages whose slowest is fastest."""
+    per_block = [c.forward + c.backward for c in costs[:-1]]
+    per_block[-1] += costs[-1].forward + costs[-1].backward
+    return best_cut(per_block, pp)
+
+
+def _coordinates(layout, rank) -> tuple:
+    """(dp, pp, tp) coordinates of global ``rank`` on the mesh (dp, pp, tp), row-major."""
+    return rank // (layout.pp * layout.tp), rank // layout.tp % layout.pp, rank % layout.tp
+
+
+# ------------------------------------------------------------------------------------------------ traffic
+class _Traffic:
+    """One rank's collectives of a step: bytes (exact) and seconds (the profile's links)."""
+
+    def __init__(self, profile):
+        self.profile, self.bytes, self.seconds = profile, 0, 0.0
+        self.scratch = {}   # group: the receive scratch its communicator keeps (the largest asked for)
+
+    def add(self, kind, numel, itemsize, k, rank, root=0, times=1, timed=True, group="dp"):
+        """``timed``: False where the blocks' measured times hold the collective already (FSDP's)."""
+        if k <= 1 or times == 0:
+            return
+        extra = {"root": root} if kind == "broadcast" else {}
+        self.bytes += times * volume.sent_bytes(kind, numel, itemsize, k, rank, **extra)
+        self.seconds += timed * times * self.profile.link_seconds(kind, k, numel * itemsize)
+        self.scratch[group] = max(self.scratch.get(group, 0), volume.scratch_bytes(kind, numel, itemsize, k))
+
+    def message(self, nbytes, times=1):
+        """A pipeline message of ``nbytes`` (the peer's receive is not this rank's bytes)."""
+        self.bytes += times * nbytes
+        self.seconds += times * self.profile.link_seconds("send", 2, nbytes)
+
+
+def fsdp_groups(blocks) -> tuple:
+    """FSDP's groups: ([the parameters of each block that shares none with another: ``fully_shard(block)``],
+    the root's: every parameter left, tied ones among them, or None)."""
+    owners = {}
+    for i, c in enumerate(blocks):
+        for index, _, _ in c.params:
+            owners.setdefault(index, set()).add(i)
+    groups, rest = [], []
+    for i, c in enumerate(blocks):
+        mine = _unique([c])
+        if mine and all(owners[p.index] == {i} for p in mine):
+            groups.append(mine)
+        else:
+            rest += [p for p in mine if p.index not in {q.index for q in rest}]
+    return groups, rest or None
+
+
+def _padded(p, k) -> int:
+    """Elements of one rank's block of ``p`` in FSDP's collectives: the largest shard's rows."""
+    return Shard.local_shard_size_and_offset(p.shape[0], k, 0)[0] * math.prod(p.shape[1:])
+
+
+def _by_dtype(params) -> dict:
+    found = {}
+    for p in params:
+        found.setdefault(p.dtype, []).append(p)
+    return found
+
+
+def _zero_owners(params, k) -> dict:
+    """ZeroRedundancyOptimizer's partition (the largest parameters first, each to the rank holding the fewest
+    elements so far): {parameter index: owner rank}."""
+    held, owner = [0] * k, {}
+    for p in sorted(params, key=lambda p: p.numel(), reverse=True):
+        r = held.index(min(held))
+        owner[p.index] = r
+        held[r] += p.numel()
+    return owner
+
+
+# ------------------------------------------------------------------------------------------------ pipeline
+def _play(layout, forward, backward, transfer_f, transfer_b) -> tuple:
+    """(makespan, idle fraction) of the schedule's programs with each stage's per-micro-batch ``forward`` and
+    ``backward`` seconds and the messages' seconds between stages: each rank runs its actions in order, a
+    receive waits for the matching send to arrive."""
+    pp, m = layout.pp, layout.microbatches
+    programs = [actions.program_of([(k, s, mb) for k, mb in ORDERS[layout.schedule](s, pp, m)], pp)
+                for s in range(pp)]
+    clock, at, arrived, busy = [0.0] * pp, [0] * pp, {}, [0.0] * pp
+    while any(at[s] < len(programs[s]) for s in range(pp)):
+        moved = False
+        for s in range(pp):
+            while at[s] < len(programs[s]):
+                a = programs[s][at[s]]
+                if a.kind.startswith("RECV"):
+                    key = ("F", a.stage - 1, a.mb) if a.kind == "RECV_F" else ("B", a.stage + 1, a.mb)
+                    if key not in arrived:
+                        break
+                    clock[s] = max(clock[s], arrived[key])
+                elif a.kind.startswith("SEND"):
+                    key = ("F", s, a.mb) if a.kind == "SEND_F" else ("B", s, a.mb)
+                    arrived[key] = clock[s] + (transfer_f if a.kind == "SEND_F" else transfer_b)
+                else:
+                    took = forward[s] if a.kind == "F" else backward[s]
+                    clock[s] += took
+                    busy[s] += took
+                at[s] += 1
+                moved = True
+        if not moved:
+            raise RuntimeError("planner: the schedule's programs wait on each other forever")
+    span = max(clock)
+    return span, 1.0 - sum(busy) / (span * pp) if span else 0.0
+
+
+# ------------------------------------------------------------------------------------------------ memory
+def _walk(costs, live) -> tuple:
+    """(peak, live after) of one micro-batch's forward and backward through ``costs`` from ``live`` bytes: each
+    forward adds what its block keeps, backward frees it and leaves the gradients; each block's own peak on
+    top of what is live when it runs."""
+    peak = live
+    for c in costs:
+        peak = max(peak, live + c.forward_peak)
+        live += c.held
+    for c in reversed(costs):
+        peak = max(peak, live + c.backward_peak)
+        live += c.grads - c.held
+    return peak, live
+
+
+def _stage_memory(layout, stage, costs, static, grads) -> int:
+    """The peak of a pipeline stage: the schedule's order, a micro-batch's activations held from its F to its
+    B, the gradients there from the first B on."""
+    order = ORDERS[layout.schedule](stage, layout.pp, layout.microbatches)
+    held = sum(c.held for c in costs)
+    in_flight, peak, have_grads = 0, static, False
+    for kind, _ in order:
+        base = static + in_flight * held + (grads if have_grads else 0)
+        if kind == "F":
+            peak = max(peak, base + max(_prefix_peaks(costs)))
+            in_flight += 1
+        else:
+            peak = max(peak, base - held + max(_suffix_peaks(costs)) + (0 if have_grads else 0))
+            in_flight -= 1
+            have_grads = True
+    return peak
+
+
+def _prefix_peaks(costs) -> list:
+    """Each block's forward peak above the start of the stage's forward."""
+    out, live = [], 0
+    for c in costs:
+        out.append(live + c.forward_peak)
+        live += c.held
+    return out
+
+
+def _suffix_peaks(costs) -> list:
+    """Each block's backward peak above the start of the stage's backward (all activations held then)."""
+    out, live = [], sum(c.held for c in costs)
+    for c in reversed(costs):
+        out.append(live + c.backward_peak)
+        live += c.grads - c.held
+    return out
+
+
+# ------------------------------------------------------------------------------------------------ predict
+def predict(layout, profile, batch) -> Prediction:
+    """The Prediction of ``layout`` for a global batch of ``batch`` rows."""
+    rows = batch // layout.dp // layout.microbatches
+    costs = profile.blocks[(layout.tp, rows, layout.dp if layout.shard == "fsdp" else 1)]
+    bounds = stage_bounds(costs, layout.pp) if layout.pp > 1 else [0, len(costs) - 1]
+    stages = [costs[a:b] + (costs[-1:] if b == len(costs) - 1 else []) for a, b in zip(bounds[:-1], bounds[1:])]
+    forward = [sum(c.forward for c in s) for s in stages]
+    backward = [sum(c.backward for c in s) for s in stages]
+    message = [sum(math.prod(shape) * size for shape, size in costs[b - 1].output) for b in bounds[1:-1]]
+    if layout.pp > 1:
+        transfer = profile.link_seconds("send", 2, max(message) + 8 * HEADER)
+        span, bubble = _play(layout, forward, backward, transfer, transfer)
+    else:
+        span, bubble = forward[0] + backward[0], 0.0
+    seconds, memory, sent, parts = [], [], [], []
+    for rank in range(layout.world_size):
+        s, m, b, part = _rank(layout, profile, rank, stages, costs, bounds, message, span)
+        seconds.append(s)
+        memory.append(m)
+        sent.append(b)
+        parts.append(part)
+    slowest = max(range(layout.world_size), key=seconds.__getitem__)
+    return Prediction(seconds[slowest], parts[slowest], bubble, memory, sent, bounds)
+
+
+def _rank(layout, profile, rank, stages, costs, bounds, message, span):
+    """(seconds, peak bytes, bytes sent, parts) of one rank."""
+    dp_rank, pp_rank, tp_rank = _coordinates(layout, rank)
+    mine, m = stages[pp_rank], layout.microbatches
+    traffic = _Traffic(profile)
+    traffic.bytes += m * sum(c.sent_forward[tp_rank] + c.sent_backward[tp_rank] for c in mine)
+    if layout.pp > 1:   # messages: the activations on, the gradients back
+        if pp_rank < layout.pp - 1:
+            traffic.message(message[pp_rank] + 8 * HEADER, m)
+        if pp_rank > 0 and mine[0].inputs_float:
+            traffic.message(message[pp_rank - 1], m)
+    params = _unique(mine)
+    other = {p.index for i, st in enumerate(stages) if i != pp_rank for p in _unique(st)}
+    for p in params:   # a parameter on several stages (tied): its gradient summed over them
+        if p.index in other:
+            holders = [s for s, st in enumerate(stages) if any(q.index == p.index for q in _unique(st))]
+            traffic.add("all_reduce", p.numel(), p.itemsize, len(holders), holders.index(pp_rank),
+                        group=("tied", tuple(holders)))
+    pipeline_seconds = traffic.seconds
+    stepped, static, buffers = _data_parallel(layout, traffic, params, mine, dp_rank)
+    state = profile.state[0] * len(stepped) + profile.state[1] * sum(p.nbytes for p in stepped)
+    step = profile.step[0] * len(stepped) + profile.step[1] * sum(p.numel() for p in stepped)
+    step_peak = profile.step_peak * max((p.nbytes for p in stepped), default=0)
+    grads = sum(p.nbytes for p in params)
+    base = static + state + buffers + sum(traffic.scratch.values())
+    if layout.pp > 1:
+        peak = _stage_memory(layout, pp_rank, mine, base, grads)
+    else:
+        peak, _ = _walk(mine, base)
+    if layout.shard == "fsdp":
+        grads = sum(p.nbytes for p in stepped)
+    peak = max(peak, base + grads + step_peak)
+    seconds = span + traffic.seconds + step
+    parts = {"compute and pipeline": span, "collectives": traffic.seconds - pipeline_seconds,
+             "optimizer": step}
+    return seconds, int(peak), traffic.bytes, parts
+
+
+def _data_parallel(layout, traffic, params, mine, dp_rank) -> tuple:
+    """Add the data-parallel collectives; (the parameters this rank's optimizer steps, the bytes of parameters
+    held, communication buffers held: DDP's flat buckets, FSDP's gathered parameters at their most)."""
+    k = layout.dp
+    held = sum(p.nbytes for p in params)
+    if k == 1:
+        return params, held, 0
+    if layout.shard == "fsdp":
+        groups, root = fsdp_groups(mine)
+        shards = []
+        for group in groups + ([root] if root else []):
+            for ps in _by_dtype(group).values():
+                numel, size = sum(_padded(p, k) for p in ps), ps[0].itemsize
+                traffic.add("all_gather_into_tensor", numel, size, k, dp_rank, times=1 if group is root else 2,
+                            timed=False)
+                traffic.add("reduce_scatter_tensor", numel + len(ps), size, k, dp_rank, timed=False)
+            for p in group:
+                rows = Shard.local_shard_size_and_offset(p.shape[0], k, dp_rank)[0]
+                shards.append(_Param(p.index, (rows, *p.shape[1:]), p.dtype))
+        return shards, sum(p.nbytes for p in shards), 0   # (the gathered parameters: in the blocks' peaks)
+    buckets = assign_buckets([_Stand(p) for p in params], BUCKET_BYTES)
+    for bucket in buckets:
+        traffic.add("all_reduce", sum(params[i].numel() for i in bucket), params[bucket[0]].itemsize, k, dp_rank)
+    flat = held   # (DDP's buckets: a flat copy of every gradient, kept)
+    if layout.shard == "ddp":
+        return params, held, flat
+    owner = _zero_owners(params, k)
+    for p in params:
+        traffic.add("broadcast", p.numel(), p.itemsize, k, dp_rank, root=owner[p.index])
+    return [p for p in params if owner[p.index] == dp_rank], held, flat

@@ -1,0 +1,191 @@
+"""minidl.dist.plan: the plans enumerated, the pipeline played by the cost model against closed forms, every plan
+applied on simulated ranks training as one process does and sending exactly the bytes predicted, and bad input."""
+import functools
+import math
+
+import numpy as np
+import pytest
+
+import minidl
+import minidl.dist as dist
+from minidl import nn
+from minidl.dist.planner import model as cost_model
+from minidl.dist.planner.space import Layout, layouts
+
+
+def _loss(out, y):
+    return nn.functional.cross_entropy(out, y)
+
+
+def _mlp():
+    minidl.manual_seed(0)
+    return nn.Sequential(nn.Linear(6, 12), nn.Tanh(), nn.Linear(12, 12), nn.Tanh(), nn.Linear(12, 3)).double()
+
+
+def _batch():
+    rng = np.random.default_rng(0)
+    return minidl.tensor(rng.standard_normal((8, 6))), minidl.tensor(rng.integers(0, 3, 8))
+
+
+# ------------------------------------------------------------------------------------------------ the plans
+def test_the_layouts_of_two_and_four_ranks():
+    found, why = layouts(2, 4, 8, [1, 2], {})
+    names = {str(l) for l in found}
+    assert {"ddp2", "zero2", "fsdp2", "tp2", "pp2 gpipe m2", "pp2 1f1b m8"} <= names
+    assert all(l.world_size == 2 for l in found)
+    found, why = layouts(4, 4, 8, [1, 2, 4], {"tp": 2})
+    assert {l.tp for l in found} == {2} and {(l.dp, l.pp) for l in found} == {(2, 1), (1, 2)}
+    assert any("fsdp with pipeline stages" in w for w in why) is False   # (dp 1 with pp: nothing to shard)
+    found, why = layouts(3, 2, 8, [1], {})
+    assert found == []
+    assert any("does not split over 3" in w for w in why) and any("cannot make 3 pipeline stages" in w for w in why)
+
+
+def test_the_mesh_of_a_layout_names_its_dimensions_of_more_than_one_rank():
+    layout = Layout(dp=2, tp=2, pp=1, shard="fsdp")
+    assert layout.mesh_dim_names == ("dp", "tp") and layout.mesh_shape == (2, 2) and str(layout) == "fsdp2 x tp2"
+    assert Layout().mesh_shape == (1,) and str(Layout()) == "one rank"
+
+
+@pytest.mark.parametrize("schedule", ["gpipe", "1f1b"])
+@pytest.mark.parametrize("pp,m", [(2, 2), (2, 4), (3, 6), (4, 4)])
+def test_the_pipeline_played_with_equal_stages_takes_the_closed_form(schedule, pp, m):
+    """With every forward F and backward B alike and free messages, GPipe and 1F1B both take (m + pp - 1)(F + B)
+    and idle (pp - 1) / (m + pp - 1) of the time."""
+    f, b = 1.0, 2.0
+    span, bubble = cost_model._play(Layout(pp=pp, schedule=schedule, microbatches=m), [f] * pp, [b] * pp, 0.0, 0.0)
+    assert math.isclose(span, (m + pp - 1) * (f + b))
+    assert math.isclose(bubble, (pp - 1) / (m + pp - 1))
+
+
+def test_a_message_between_stages_lengthens_the_pipeline_by_its_hops():
+    """GPipe over 2 stages, 1 micro-batch: F0, send, F1, B1, send back, B0."""
+    span, _ = cost_model._play(Layout(pp=2, schedule="gpipe", microbatches=2), [1.0, 1.0], [2.0, 2.0], 0.5, 0.5)
+    assert math.isclose(span, 1 + 0.5 + 2 * (1 + 2) + 0.5 + 2 - 1 + 1)
+
+
+# ------------------------------------------------------------------------------------------------ every plan, for real
+def _every_plan(rank):
+    x, y = _batch()
+    best = dist.plan(_mlp(), x, 2, loss_fn=_loss, target=y, log=None)
+    found = []
+    for p in best.ranking:
+        trainer = p.apply(_mlp())
+        first = trainer.step(x, target=y)
+        before = trainer.sent_bytes()
+        second = trainer.step(x, target=y)
+        found.append((str(p.layout), first, second, trainer.sent_bytes() - before, p.prediction.sent[rank],
+                      p.prediction.seconds))
+    return found
+
+
+def _one_process():
+    x, y = _batch()
+    model = _mlp()
+    optimizer = minidl.optim.AdamW(model.parameters())
+    losses = []
+    for _ in range(2):
+        optimizer.zero_grad()
+        loss = _loss(model(x), y)
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    return losses
+
+
+def _half_losses():
+    """The loss of each half of the batch before and after one step, in one process (a dp rank's rows)."""
+    x, y = _batch()
+    model = _mlp()
+    halves = [[_loss(model(x[:4]), y[:4]).item(), _loss(model(x[4:]), y[4:]).item()]]
+    optimizer = minidl.optim.AdamW(model.parameters())
+    _loss(model(x), y).backward()
+    optimizer.step()
+    halves.append([_loss(model(x[:4]), y[:4]).item(), _loss(model(x[4:]), y[4:]).item()])
+    return halves
+
+
+def test_every_plan_trains_as_one_process_and_sends_the_bytes_predicted():
+    ranks = dist.sim.run(2, _every_plan)
+    whole, halves = _one_process(), _half_losses()
+    assert len(ranks[0]) >= 8
+    assert [r[5] for r in ranks[0]] == sorted(r[5] for r in ranks[0])   # (ranked by predicted time)
+    for rank, found in enumerate(ranks):
+        for name, first, second, sent, predicted, _ in found:
+            assert sent == predicted, (name, rank)
+            if name.startswith("pp"):   # the last stage's mean of micro-batch losses: the whole batch's
+                assert (first is None) == (rank == 0), name
+                if first is not None:
+                    np.testing.assert_allclose([first, second], whole, rtol=1e-10, err_msg=name)
+            else:                       # a data-parallel rank's loss: its half's
+                np.testing.assert_allclose([first, second], [h[rank] for h in halves], rtol=1e-10, err_msg=name)
+
+
+# ------------------------------------------------------------------------------------------------ bad input
+def _fixed(rank, **options):
+    x, y = _batch()
+    return [str(p.layout) for p in dist.plan(_mlp(), x, 2, loss_fn=_loss, target=y, log=None, **options).ranking]
+
+
+def test_semi_automatic_keeps_what_the_user_fixed():
+    assert all(n.startswith("pp2 1f1b") for n in dist.sim.run(2, functools.partial(_fixed, pp=2, schedule="1f1b"))[0])
+    assert dist.sim.run(2, functools.partial(_fixed, shard="fsdp"))[0] == ["fsdp2"]
+
+
+def _refused(rank, **options):
+    x, y = _batch()
+    with pytest.raises(ValueError) as e:
+        dist.plan(_mlp(), x, 2, loss_fn=_loss, target=y, log=None, **options)
+    return str(e.value)
+
+
+def test_a_memory_limit_nothing_fits_names_the_smallest_plan():
+    said = dist.sim.run(2, functools.partial(_refused, memory_limit=10))[0]
+    assert "no plan fits memory_limit=10 bytes" in said and "the smallest" in said and "needs" in said
+
+
+def test_a_world_size_no_plan_can_use_says_why():
+    x, y = _batch()
+    with pytest.raises(ValueError, match="no plan uses 3 ranks") as e:
+        dist.plan(_mlp(), x, 3, loss_fn=_loss, target=y, pp=1, log=None)
+    assert "does not split over 3 data-parallel ranks" in str(e.value)
+
+
+def test_a_model_it_cannot_cut_into_a_chain_is_named():
+    class Net(nn.Module):
+        def forward(self, x):
+            return x
+    x, y = _batch()
+    with pytest.raises(TypeError, match="cannot trace Net"):
+        dist.plan(Net(), x, 2, loss_fn=_loss, target=y)
+
+
+def test_a_child_that_cannot_take_its_input_is_named():
+    x, y = _batch()
+    model = nn.Sequential(nn.Linear(6, 12), nn.Linear(5, 3)).double()
+    with pytest.raises(TypeError, match=r"child 1 \(Linear\) fails on child 0's output"):
+        dist.plan(model, x, 2, loss_fn=_loss, target=y)
+    with pytest.raises(TypeError, match="loss_fn fails on the model's output"):
+        dist.plan(_mlp(), x, 2, loss_fn=_loss, target=y[:, None] * 1.5)
+
+
+@pytest.mark.parametrize("options,match", [
+    (dict(world_size=0), "world_size must be a positive int"),
+    (dict(shard="zero3"), "shard must be one of"),
+    (dict(schedule="zb"), "schedule must be one of"),
+    (dict(memory_limit=-1), "memory_limit must be a positive"),
+    (dict(dp=0), "dp must be a positive int"),
+])
+def test_bad_options_are_refused(options, match):
+    x, y = _batch()
+    world = options.pop("world_size", 2)
+    with pytest.raises(ValueError, match=match):
+        dist.plan(_mlp(), x, world, loss_fn=_loss, target=y, **options)
+
+
+def test_a_group_of_another_size_is_refused():
+    def fn(rank):
+        x, y = _batch()
+        with pytest.raises(ValueError, match="this process group has 2 ranks"):
+            dist.plan(_mlp(), x, 4, loss_fn=_loss, target=y, pp=1, tp=1, log=None)
+    dist.sim.run(2, fn)
