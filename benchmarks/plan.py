@@ -20,7 +20,6 @@ import argparse
 import gc
 import json
 import os
-import socket
 import statistics
 import sys
 import tempfile
@@ -46,12 +45,11 @@ def _objects() -> int:
     return sum(t.size for t in snap.traces) - sum(t.size for t in buffers.traces)
 
 
-def run_plan(rank, world, port, best, args, steps, out):
+def run_plan(rank, world, meet, best, args, steps, out):
     """One rank: build the plan, time its steps, count its bytes, trace its peak; rank's results to ``out``."""
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world))
     import minidl.dist as dist
     import plan_gpt
-    dist.init_process_group("gloo")
+    dist.init_process_group("gloo", init_method=meet, rank=rank, world_size=world)
     data, vocab = plan_gpt.read_text()
     trainer = best.apply(plan_gpt.sequential_gpt(vocab, args))
     x, y = plan_gpt.batch(args, data, 0)
@@ -87,12 +85,9 @@ def run_plan(rank, world, port, best, args, steps, out):
 def measured(best, args, steps):
     """Every rank's results of ``best`` run for real."""
     import minidl
-    with tempfile.TemporaryDirectory() as folder, socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-        s.close()
-        out = os.path.join(folder, "result.json")
-        minidl.multiprocessing.spawn(run_plan, args=(2, port, best, args, steps, out), nprocs=2)
+    with tempfile.TemporaryDirectory() as folder:
+        out, meet = os.path.join(folder, "result.json"), f"file://{os.path.join(folder, 'store')}"
+        minidl.multiprocessing.spawn(run_plan, args=(2, meet, best, args, steps, out), nprocs=2)
         return json.loads(Path(out).read_text())
 
 

@@ -14,6 +14,7 @@ blocks, the head) because the planner cuts pipeline stages between children.
 import argparse
 import os
 import sys
+import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
@@ -90,10 +91,10 @@ def batch(args, data, step):
     return batches(data, args.context, args.batch_size, np.random.default_rng((args.seed, step)), "cpu")
 
 
-def train(rank, world_size, port, best, args):
-    """One rank of the chosen plan's training (started by minidl.multiprocessing.spawn)."""
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world_size))
-    dist.init_process_group("gloo")
+def train(rank, world_size, meet, best, args):
+    """One rank of the chosen plan's training (started by minidl.multiprocessing.spawn; the ranks meet through
+    the file ``meet``)."""
+    dist.init_process_group("gloo", init_method=meet, rank=rank, world_size=world_size)
     data, vocab = read_text()
     trainer = best.apply(sequential_gpt(vocab, args))
     for step in range(args.steps):
@@ -139,11 +140,9 @@ def main(argv=None):
     print(f"best: {best}")
     if args.no_run:
         return
-    import socket
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    minidl.multiprocessing.spawn(train, args=(args.world_size, port, best, args), nprocs=args.world_size)
+    with tempfile.TemporaryDirectory() as folder:
+        meet = f"file://{os.path.join(folder, 'store')}"
+        minidl.multiprocessing.spawn(train, args=(args.world_size, meet, best, args), nprocs=args.world_size)
 
 
 if __name__ == "__main__":

@@ -74,51 +74,96 @@ def _every_plan(rank):
         first = trainer.step(x, target=y)
         before = trainer.sent_bytes()
         second = trainer.step(x, target=y)
-        found.append((str(p.layout), first, second, trainer.sent_bytes() - before, p.prediction.sent[rank],
+        found.append((p.layout, first, second, trainer.sent_bytes() - before, p.prediction.sent[rank],
                       p.prediction.seconds))
     return found
 
 
-def _one_process():
+def _part_losses(make, parts):
+    """The loss of each of ``parts`` equal runs of the batch's rows (a data-parallel rank's) before and after one
+    step on the whole batch, in one process."""
     x, y = _batch()
-    model = _mlp()
-    optimizer = minidl.optim.AdamW(model.parameters())
-    losses = []
-    for _ in range(2):
-        optimizer.zero_grad()
-        loss = _loss(model(x), y)
-        loss.backward()
-        optimizer.step()
-        losses.append(loss.item())
-    return losses
+    model = make()
+    rows = len(x) // parts
 
-
-def _half_losses():
-    """The loss of each half of the batch before and after one step, in one process (a dp rank's rows)."""
-    x, y = _batch()
-    model = _mlp()
-    halves = [[_loss(model(x[:4]), y[:4]).item(), _loss(model(x[4:]), y[4:]).item()]]
+    def losses():
+        return [_loss(model(x[i * rows:(i + 1) * rows]), y[i * rows:(i + 1) * rows]).item() for i in range(parts)]
+    before = losses()
     optimizer = minidl.optim.AdamW(model.parameters())
     _loss(model(x), y).backward()
     optimizer.step()
-    halves.append([_loss(model(x[:4]), y[:4]).item(), _loss(model(x[4:]), y[4:]).item()])
-    return halves
+    return before, losses()
+
+
+def _check_every_plan(ranks, make):
+    """Each rank's (plan, loss of the first step, of the second, bytes sent, bytes predicted, predicted time):
+    the bytes exact, the losses one process's: a data-parallel rank's rows' (on a pipeline, the last stage's
+    mean over its micro-batches), None on the other stages."""
+    assert [r[5] for r in ranks[0]] == sorted(r[5] for r in ranks[0])   # (ranked by predicted time)
+    for rank, found in enumerate(ranks):
+        for layout, first, second, sent, predicted, _ in found:
+            assert sent == predicted, (str(layout), rank)
+            dp_rank, pp_rank, _ = cost_model._coordinates(layout, rank)
+            if layout.pp > 1 and pp_rank < layout.pp - 1:
+                assert first is None and second is None, str(layout)
+                continue
+            before, after = _part_losses(make, layout.dp)
+            np.testing.assert_allclose([first, second], [before[dp_rank], after[dp_rank]], rtol=1e-10,
+                                       err_msg=str(layout))
 
 
 def test_every_plan_trains_as_one_process_and_sends_the_bytes_predicted():
     ranks = dist.sim.run(2, _every_plan)
-    whole, halves = _one_process(), _half_losses()
     assert len(ranks[0]) >= 8
-    assert [r[5] for r in ranks[0]] == sorted(r[5] for r in ranks[0])   # (ranked by predicted time)
-    for rank, found in enumerate(ranks):
-        for name, first, second, sent, predicted, _ in found:
-            assert sent == predicted, (name, rank)
-            if name.startswith("pp"):   # the last stage's mean of micro-batch losses: the whole batch's
-                assert (first is None) == (rank == 0), name
-                if first is not None:
-                    np.testing.assert_allclose([first, second], whole, rtol=1e-10, err_msg=name)
-            else:                       # a data-parallel rank's loss: its half's
-                np.testing.assert_allclose([first, second], [h[rank] for h in halves], rtol=1e-10, err_msg=name)
+    _check_every_plan(ranks, _mlp)
+
+
+class _Residual(nn.Module):
+    """x + down(tanh(up(x))): a block tensor parallelism splits (up by columns, down by rows)."""
+
+    def __init__(self):
+        super().__init__()
+        self.up, self.act, self.down = nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 8)
+
+    def forward(self, x):
+        return x + self.down(self.act(self.up(x)))
+
+
+def _tied_net():
+    """Linear blocks around three residual ones, the first and last blocks one module (a tied parameter on the
+    first and last pipeline stages)."""
+    minidl.manual_seed(0)
+    ends = nn.Linear(8, 8)
+    return nn.Sequential(nn.Linear(6, 8), ends, _Residual(), _Residual(), _Residual(), ends, nn.Linear(8, 3)).double()
+
+
+def _every_plan_of_four(rank):
+    from minidl.dist.tensor.parallel import ColwiseParallel, RowwiseParallel
+    x, y = _batch()
+    best = dist.plan(_tied_net(), x, 4, loss_fn=_loss, target=y, log=None,
+                     tp_plan={"*.up": ColwiseParallel(), "*.down": RowwiseParallel()})
+    found = []
+    for p in best.ranking:
+        trainer = p.apply(_tied_net())
+        first = trainer.step(x, target=y)
+        before = trainer.sent_bytes()
+        second = trainer.step(x, target=y)
+        found.append((p.layout, first, second, trainer.sent_bytes() - before, p.prediction.sent[rank],
+                      p.prediction.seconds))
+    return found
+
+
+def test_every_plan_of_four_ranks_with_tensor_parallelism_and_a_tied_block(monkeypatch):
+    """dp, zero, fsdp, tp, pp and their products on 4 ranks; the tied block on several stages."""
+    from minidl.dist.planner import profile
+    monkeypatch.setattr(profile, "LINK_SIZES", (256, 65536))
+    monkeypatch.setattr(profile, "REPEATS", 1)
+    ranks = dist.sim.run(4, _every_plan_of_four)
+    names = {str(r[0]) for r in ranks[0]}
+    assert {"ddp4", "zero4", "fsdp4", "tp4", "ddp2 x tp2", "fsdp2 x tp2", "pp2 1f1b m2 x tp2", "pp4 gpipe m4",
+            "zero2 x pp2 1f1b m2"} <= names
+    assert not any(n.startswith("zero") and "tp" in n for n in names)
+    _check_every_plan(ranks, _tied_net)
 
 
 # ------------------------------------------------------------------------------------------------ bad input
@@ -181,6 +226,12 @@ def test_bad_options_are_refused(options, match):
     world = options.pop("world_size", 2)
     with pytest.raises(ValueError, match=match):
         dist.plan(_mlp(), x, world, loss_fn=_loss, target=y, **options)
+
+
+def test_a_loss_that_cannot_travel_to_the_measuring_processes_is_named():
+    x, y = _batch()
+    with pytest.raises(TypeError, match="module-level loss_fn"):
+        dist.plan(_mlp(), x, 2, loss_fn=lambda out, t: _loss(out, t), target=y)
 
 
 def test_a_group_of_another_size_is_refused():

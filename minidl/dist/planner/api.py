@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import os
 import pickle
-import socket
 import tempfile
 
 import minidl
@@ -14,7 +13,7 @@ from .blocks import chain_of, trace
 from .build import build
 from .model import predict
 from .profile import measure
-from .space import SCHEDULES, SHARDS, layouts
+from .space import SCHEDULES, SHARDS, divisors, layouts
 
 
 class Plan:
@@ -94,16 +93,22 @@ def plan(model, sample_inputs, world_size, *, loss_fn, target, memory_limit=None
     settings = dict(loss_fn=loss_fn, tp_plan=tp_plan, optimizer_class=optimizer_class or minidl.optim.AdamW,
                     optimizer_kwargs=dict(optimizer_kwargs or {}))
     batch = sample[0].shape[0]
-    degrees = [d for d in range(1, world_size + 1) if world_size % d == 0] if tp_plan else [1]
+    degrees = divisors(world_size) if tp_plan else [1]
     found, rejected = layouts(world_size, len(blocks), batch, degrees, fixed)
     if not found:
         raise ValueError(f"plan: no plan uses {world_size} ranks"
                          f"{' with ' + _said(fixed) if _said(fixed) else ''}:\n  " + "\n  ".join(rejected))
-    shapes = {(l.tp, batch // l.dp // l.microbatches, l.dp if l.shard == "fsdp" else 1) for l in found}
-    sizes = sorted({k for l in found for k in (l.dp, l.pp, l.tp, 2 if l.pp > 1 else 1) if k > 1})
+    shapes = {_shape(l, batch) for l in found}
+    # (a pipeline's messages go between pairs; a tied parameter's gradient is summed over 2 .. pp stages)
+    sizes = sorted({k for l in found for k in (l.dp, l.tp, *range(2, l.pp + 1))})
     args = (blocks, sample, target, loss_fn, tp_plan, shapes, sizes, settings["optimizer_class"],
             settings["optimizer_kwargs"])
     profile = _measured(world_size, args)
+    failed = {l: profile.blocks[_shape(l, batch)] for l in found if isinstance(profile.blocks[_shape(l, batch)], str)}
+    rejected += [f"{l}: {why}" for l, why in failed.items()]
+    found = [l for l in found if l not in failed]
+    if not found:
+        raise ValueError(f"plan: no plan uses {world_size} ranks:\n  " + "\n  ".join(rejected))
     plans = [Plan(l, predict(l, profile, batch), settings) for l in found]
     fitting = [p for p in plans if memory_limit is None or max(p.prediction.memory) <= memory_limit]
     if not fitting:
@@ -121,6 +126,11 @@ def plan(model, sample_inputs, world_size, *, loss_fn, target, memory_limit=None
         log(f"plan: {len(fitting)} plans on {world_size} ranks, ranked by predicted step time "
             f"({len(rejected) + len(over)} not planned)\n{best.table()}")
     return best
+
+
+def _shape(layout, batch) -> tuple:
+    """The (tensor-parallel degree, rows per micro-batch, fully_shard degree) a layout runs its blocks at."""
+    return layout.tp, batch // layout.dp // layout.microbatches, layout.dp if layout.shard == "fsdp" else 1
 
 
 def _said(fixed) -> str:
@@ -157,20 +167,24 @@ def _measured(world_size, args):
                              f"a process group (it then starts {world_size} processes to measure)")
         return measure(*args)
     from ... import multiprocessing
+    try:
+        pickle.dumps(args)
+    except Exception as e:
+        raise TypeError(f"plan: the model, sample, loss_fn and tp_plan travel to the {world_size} processes that "
+                        f"measure by pickle, which failed ({e}); give a module-level loss_fn (not a lambda or a "
+                        f"local function), or call plan on every rank of a process group") from e
     with tempfile.TemporaryDirectory() as folder:
         path = os.path.join(folder, "profile.pkl")
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        multiprocessing.spawn(_probe, args=(world_size, port, path, args), nprocs=world_size)
+        meet = f"file://{os.path.join(folder, 'store')}"
+        multiprocessing.spawn(_probe, args=(world_size, meet, path, args), nprocs=world_size)
         with open(path, "rb") as f:
             return pickle.load(f)
 
 
-def _probe(rank, world_size, port, path, args):
-    """One of the processes ``plan`` starts to measure on: join the group, measure, rank 0 writes the result."""
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world_size))
-    state.init_process_group("gloo")
+def _probe(rank, world_size, meet, path, args):
+    """One of the processes ``plan`` starts to measure on: join the group (through the file ``meet``), measure,
+    rank 0 writes the result."""
+    state.init_process_group("gloo", init_method=meet, rank=rank, world_size=world_size)
     try:
         profile = measure(*args)
         if rank == 0:

@@ -35,7 +35,23 @@ def chain_of(model) -> list:
     blocks = list(model)
     if not blocks:
         raise ValueError("plan: the nn.Sequential has no children to plan")
+    frozen = [name for name, p in model.named_parameters() if not p.requires_grad]
+    if frozen:
+        raise ValueError(f"plan: the parameter {frozen[0]} does not require grad; the planner plans models whose "
+                         f"parameters all train (DDP, ZeRO and FSDP treat frozen ones differently)")
+    if not any(True for _ in model.parameters()):
+        raise ValueError("plan: the model has no parameters to train")
     return blocks
+
+
+def sharing(blocks) -> set:
+    """The indices of the blocks that hold a parameter another block holds too (tied weights: under FSDP they
+    are the root's; on a pipeline their gradients are summed over the stages)."""
+    holders = {}
+    for i, block in enumerate(blocks):
+        for p in block.parameters():
+            holders.setdefault(id(p), set()).add(i)
+    return {i for held in holders.values() if len(held) > 1 for i in held}
 
 
 def trace(blocks, sample, loss_fn, target) -> None:

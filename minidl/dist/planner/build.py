@@ -20,7 +20,7 @@ from ..optim import ZeroRedundancyOptimizer
 from ..pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
 from ..state import get_rank, new_group
 from ..tensor.parallel import parallelize_module
-from .blocks import block_plan, chain_of
+from .blocks import block_plan, chain_of, sharing
 
 SCHEDULES = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B}
 
@@ -115,11 +115,12 @@ def build(plan, model, mesh) -> Parallelized:
         parallelize_module(module, mesh["tp"], _plan_of(blocks, a, b, plan.tp_plan))
     tied = [(dict(module.named_parameters())[name], group) for name, group in tied]
     run = module
-    if layout.dp > 1 and layout.shard == "fsdp":
-        shared = _shared(module)
-        for block in module:
-            if not any(id(p) in shared for p in block.parameters()):
+    if layout.dp > 1 and layout.shard == "fsdp":   # (the groups model.fsdp_groups prices)
+        shared, done = sharing(blocks), set()
+        for i, block in enumerate(blocks):
+            if i not in shared and id(block) not in done and any(True for _ in block.parameters()):
                 fully_shard(block, mesh=mesh["dp"])
+                done.add(id(block))
         fully_shard(module, mesh=mesh["dp"])
     elif layout.dp > 1:
         run = DistributedDataParallel(module, device_mesh=mesh["dp"], broadcast_buffers=False)
@@ -134,13 +135,3 @@ def build(plan, model, mesh) -> Parallelized:
         stage = PipelineStage(run, stage_index, layout.pp, "cpu", group=mesh["pp"].get_group())
         schedule = SCHEDULES[layout.schedule](stage, layout.microbatches, loss_fn=plan.loss_fn)
     return Parallelized(layout, run, optimizer, schedule, plan.loss_fn, mesh, tied)
-
-
-def _shared(module) -> set:
-    """ids of the parameters that more than one block of ``module`` holds."""
-    seen, shared = set(), set()
-    for block in module:
-        mine = {id(p) for p in block.parameters()}
-        shared |= seen & mine
-        seen |= mine
-    return shared

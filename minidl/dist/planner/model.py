@@ -116,20 +116,11 @@ class _Traffic:
         self.seconds += times * self.profile.link_seconds("send", 2, nbytes)
 
 
-def fsdp_groups(blocks) -> tuple:
-    """FSDP's groups: ([the parameters of each block that shares none with another: ``fully_shard(block)``],
-    the root's: every parameter left, tied ones among them, or None)."""
-    owners = {}
-    for i, c in enumerate(blocks):
-        for index, _, _ in c.params:
-            owners.setdefault(index, set()).add(i)
-    groups, rest = [], []
-    for i, c in enumerate(blocks):
-        mine = _unique([c])
-        if mine and all(owners[p.index] == {i} for p in mine):
-            groups.append(mine)
-        else:
-            rest += [p for p in mine if p.index not in {q.index for q in rest}]
+def fsdp_groups(blocks, shared) -> tuple:
+    """FSDP's groups, as build makes them: ([the parameters of each block with parameters that shares none with
+    another (``shared``): ``fully_shard(block)``], the root's: every parameter left, tied ones, or None)."""
+    groups = [_unique([c]) for i, c in enumerate(blocks) if c.params and i not in shared]
+    rest = _unique([c for i, c in enumerate(blocks) if i in shared])
     return groups, rest or None
 
 
@@ -216,8 +207,8 @@ def _stage_memory(layout, stage, costs, static, grads) -> int:
         if kind == "F":
             peak = max(peak, base + max(_prefix_peaks(costs)))
             in_flight += 1
-        else:
-            peak = max(peak, base - held + max(_suffix_peaks(costs)) + (0 if have_grads else 0))
+        else:   # (the gradients, there from the first backward on, are then accumulated into, not made)
+            peak = max(peak, base - held + max(_suffix_peaks(costs, not have_grads)))
             in_flight -= 1
             have_grads = True
     return peak
@@ -232,12 +223,13 @@ def _prefix_peaks(costs) -> list:
     return out
 
 
-def _suffix_peaks(costs) -> list:
-    """Each block's backward peak above the start of the stage's backward (all activations held then)."""
+def _suffix_peaks(costs, new_grads) -> list:
+    """Each block's backward peak above the start of the stage's backward (all activations held then);
+    ``new_grads``: the gradients are made here (the first backward), and stay."""
     out, live = [], sum(c.held for c in costs)
     for c in reversed(costs):
         out.append(live + c.backward_peak)
-        live += c.grads - c.held
+        live += (c.grads if new_grads else 0) - c.held
     return out
 
 
@@ -245,7 +237,7 @@ def _suffix_peaks(costs) -> list:
 def predict(layout, profile, batch) -> Prediction:
     """The Prediction of ``layout`` for a global batch of ``batch`` rows."""
     rows = batch // layout.dp // layout.microbatches
-    costs = profile.blocks[(layout.tp, rows, layout.dp if layout.shard == "fsdp" else 1)]
+    costs = profile.blocks[(layout.tp, rows, layout.dp if layout.shard == "fsdp" else 1)]   # (api._shape)
     bounds = stage_bounds(costs, layout.pp) if layout.pp > 1 else [0, len(costs) - 1]
     stages = [costs[a:b] + (costs[-1:] if b == len(costs) - 1 else []) for a, b in zip(bounds[:-1], bounds[1:])]
     forward = [sum(c.forward for c in s) for s in stages]
@@ -286,7 +278,7 @@ def _rank(layout, profile, rank, stages, costs, bounds, message, span):
             traffic.add("all_reduce", p.numel(), p.itemsize, len(holders), holders.index(pp_rank),
                         group=("tied", tuple(holders)))
     pipeline_seconds = traffic.seconds
-    stepped, static, buffers = _data_parallel(layout, traffic, params, mine, dp_rank)
+    stepped, static, buffers = _data_parallel(layout, traffic, params, mine, dp_rank, profile.shared)
     state = profile.state[0] * len(stepped) + profile.state[1] * sum(p.nbytes for p in stepped)
     step = profile.step[0] * len(stepped) + profile.step[1] * sum(p.numel() for p in stepped)
     step_peak = profile.step_peak * max((p.nbytes for p in stepped), default=0)
@@ -305,7 +297,7 @@ def _rank(layout, profile, rank, stages, costs, bounds, message, span):
     return seconds, int(peak), traffic.bytes, parts
 
 
-def _data_parallel(layout, traffic, params, mine, dp_rank) -> tuple:
+def _data_parallel(layout, traffic, params, mine, dp_rank, shared) -> tuple:
     """Add the data-parallel collectives; (the parameters this rank's optimizer steps, the bytes of parameters
     held, communication buffers held: DDP's flat buckets, FSDP's gathered parameters at their most)."""
     k = layout.dp
@@ -313,7 +305,7 @@ def _data_parallel(layout, traffic, params, mine, dp_rank) -> tuple:
     if k == 1:
         return params, held, 0
     if layout.shard == "fsdp":
-        groups, root = fsdp_groups(mine)
+        groups, root = fsdp_groups(mine, shared)
         shards = []
         for group in groups + ([root] if root else []):
             for ps in _by_dtype(group).values():

@@ -13,10 +13,11 @@
 - each collective the plans call, at a ladder of sizes, on groups of every size they use: the link's latency and
   bandwidth as the algorithms see them.
 
-Everything comes back as plain numbers (``Profile``), the same on every rank.
+Everything comes back as plain numbers (``Profile``): rank 0's, sent to every rank, so that all predict alike.
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 import statistics
 import time
@@ -34,7 +35,7 @@ from ..fsdp import fully_shard
 from ..state import get_rank, get_world_size, new_group
 from ..tensor import DTensor
 from ..tensor.parallel import parallelize_module
-from .blocks import LossBlock, block_plan, local
+from .blocks import LossBlock, block_plan, local, sharing
 
 REPEATS = 3
 LINK_SIZES = tuple(1 << p for p in range(8, 25, 2))       # 256 B .. 16 MiB, every factor of 4
@@ -64,15 +65,17 @@ class BlockCost:
 
 @dataclass
 class Profile:
-    """``blocks[(tp, rows, fsdp)]``: a BlockCost per block (the loss last); ``links[(kind, k)]``: [(bytes, seconds)];
-    ``step``: the optimizer's (seconds per parameter, per element), ``state``: its state's (bytes per parameter,
-    per parameter byte), ``step_peak``: its temporary peak per byte of the largest parameter."""
+    """``blocks[(tp, rows, fsdp)]``: a BlockCost per block (the loss last), or why the blocks cannot run so;
+    ``links[(kind, k)]``: [(bytes, seconds)]; ``step``: the optimizer's (seconds per parameter, per element),
+    ``state``: its state's (bytes per parameter, per parameter byte), ``step_peak``: its temporary peak per byte
+    of the largest parameter."""
     blocks: dict
     links: dict
     step: tuple
     state: tuple
     step_peak: float
     world_size: int
+    shared: set          # the blocks holding a parameter another block holds too (blocks.sharing)
 
     def link_seconds(self, kind, k, nbytes) -> float:
         """The time of one ``kind`` of ``nbytes`` on ``k`` ranks: the measured ladder, linear between rungs (and
@@ -108,18 +111,20 @@ def _slowest(seconds) -> tuple:
     return tuple(max(f[i] for f in found) for i in range(len(seconds)))
 
 
-def _fresh(tensors):
-    return tuple(t.detach().requires_grad_(t.dtype.is_floating_point) for t in tensors)
+def _fresh(tensors, grad):
+    """The inputs again, as leaves taking a gradient where ``grad`` and floating (a block's input but the
+    model's: the real step computes no gradient of the batch)."""
+    return tuple(t.detach().requires_grad_(grad and t.dtype.is_floating_point) for t in tensors)
 
 
 def _float_outputs(outputs):
     return [o for o in outputs if o.requires_grad]
 
 
-def _run_once(block, inputs, split, group):
+def _run_once(block, inputs, split, group, grad):
     """(forward s, backward s, input-gradient s, weight-gradient s, sent in forward, sent in backward) of one
     forward and backward; ``split``: the backward as split_backward's two halves (else whole)."""
-    inputs = _fresh(inputs)
+    inputs = _fresh(inputs, grad)
     sent0, start = _sent(group), time.perf_counter()
     outputs = _as_tuple(block(*inputs))
     forward, sent1 = time.perf_counter() - start, _sent(group)
@@ -147,20 +152,20 @@ def _as_tuple(x):
     return tuple(x) if isinstance(x, (tuple, list)) else (x,)
 
 
-def _timed(block, inputs, params, tp, group, split):
+def _timed(block, inputs, params, tp, group, split, grad):
     """A BlockCost with the times (each rank's fastest of REPEATS — other work only ever adds time — and of those
     the slowest rank's) and the bytes sent on ``group``
     (the tensor-parallel one; None: none); ``split``: the split backward's halves timed too (else 0: a sharded
     block's, which no pipeline runs)."""
-    _run_once(block, inputs, False, group)   # (warm: kernels compiled, caches filled)
+    _run_once(block, inputs, False, group, grad)   # (warm: kernels compiled, caches filled)
     whole, halves = [], []
     for _ in range(REPEATS):
         collectives.barrier()
-        f, b, _, _, sent_f, sent_b, outputs = _run_once(block, inputs, False, group)
+        f, b, _, _, sent_f, sent_b, outputs = _run_once(block, inputs, False, group, grad)
         whole.append((f, b))
         if split:
             collectives.barrier()
-            halves.append(_run_once(block, inputs, True, group)[2:4])
+            halves.append(_run_once(block, inputs, True, group, grad)[2:4])
     block.zero_grad(set_to_none=True)
     forward, backward = _slowest(min(whole, key=sum))
     input_grad, weight_grad = _slowest(min(halves, key=sum)) if split else (0.0, 0.0)
@@ -176,12 +181,24 @@ def _param_list(block, names) -> list:
     return [(names[name], tuple(local(p).shape), p.dtype.name) for name, p in block.named_parameters()]
 
 
-def _traced(cost, block, inputs):
-    """Fill ``cost``'s memory: bytes left live by forward, the peaks of forward and backward above their start,
-    and the gradients' bytes (numpy's buffers under tracemalloc)."""
-    inputs = _fresh(inputs)
+@contextlib.contextmanager
+def _tracing():
+    """tracemalloc on, started and stopped by all ranks together: ranks that are threads of one process (sim)
+    share it, and stopping it while another thread allocates could crash the process."""
+    collectives.barrier()
     tracemalloc.start()
     try:
+        yield
+    finally:
+        collectives.barrier()
+        tracemalloc.stop()
+
+
+def _traced(cost, block, inputs, grad):
+    """Fill ``cost``'s memory: bytes left live by forward, the peaks of forward and backward above their start,
+    and the gradients' bytes (numpy's buffers under tracemalloc; on sim ranks, the threads' together)."""
+    inputs = _fresh(inputs, grad)
+    with _tracing():
         start = tracemalloc.get_traced_memory()[0]
         outputs = _as_tuple(block(*inputs))
         now, peak = tracemalloc.get_traced_memory()
@@ -193,8 +210,6 @@ def _traced(cost, block, inputs):
         if floats:
             minidl.autograd.backward(floats, grads)
         cost.backward_peak = tracemalloc.get_traced_memory()[1] - before
-    finally:
-        tracemalloc.stop()
     cost.grads = sum(local(p.grad).numel() * local(p).element_size() for p in block.parameters() if p.grad is not None)
     block.zero_grad(set_to_none=True)
 
@@ -219,8 +234,13 @@ def _blocks_at(blocks, loss_fn, sample, target, tp_plan, shape, names, shared):
         if fsdp > 1 and params:   # (inside a root, as in the plan)
             fully_shard(block, mesh=mesh["dp"], reshard_after_forward=i not in shared)
             block = fully_shard(nn.Sequential(block), mesh=mesh["dp"])
-        cost, outputs = _timed(block, x, params, tp, mesh["tp"].get_group() if tp > 1 else None, fsdp == 1)
-        _traced(cost, block, x)
+        group = mesh["tp"].get_group() if tp > 1 else None
+        try:
+            cost, outputs = _timed(block, x, params, tp, group, fsdp == 1, i > 0)
+        except Exception as e:
+            raise RuntimeError(f"child {i} ({type(block).__name__}) at {rows} rows, tensor parallel over {tp}, "
+                               f"fully sharded over {fsdp}: {e}") from e
+        _traced(cost, block, x, i > 0)
         found.append(cost)
         x = tuple((o.to_local() if isinstance(o, DTensor) else o).detach() for o in outputs)
     return found
@@ -245,11 +265,10 @@ def _optimizer(blocks, optimizer_class, optimizer_kwargs):
             start = time.perf_counter()
             opt.step()
             seconds.append(time.perf_counter() - start)
-        tracemalloc.start()
-        before = tracemalloc.get_traced_memory()[0]
-        opt.step()
-        peak = tracemalloc.get_traced_memory()[1] - before
-        tracemalloc.stop()
+        with _tracing():
+            before = tracemalloc.get_traced_memory()[0]
+            opt.step()
+            peak = tracemalloc.get_traced_memory()[1] - before
         nbytes = sum(c.numel() * c.element_size() for c in clones)
         state = sum(v.numel() * v.element_size() for s in opt.state.values() for v in s.values()
                     if isinstance(v, minidl.Tensor))
@@ -258,15 +277,23 @@ def _optimizer(blocks, optimizer_class, optimizer_kwargs):
         states.append(state)
         peaks.append(peak / max(c.numel() * c.element_size() for c in clones))
     a = np.array(rows, dtype=float)
-    step = np.linalg.lstsq(a, np.array(times), rcond=None)[0] if len(rows) > 1 else (0.0, times[0] / rows[0][1])
-    state = np.linalg.lstsq(a, np.array(states, dtype=float), rcond=None)[0] if len(rows) > 1 \
-        else (0.0, states[0] / rows[0][1])
-    return tuple(float(v) for v in step), tuple(float(v) for v in state), max(peaks)
+    return _fit(a, np.array(times)), _fit(a, np.array(states, dtype=float)), max(peaks)
+
+
+def _fit(a, values) -> tuple:
+    """(per parameter, per element or byte) fitting ``values`` over the rows of ``a``, neither negative: least
+    squares, or through the origin on one column where the two-column fit gives a negative part."""
+    both = np.linalg.lstsq(a, values, rcond=None)[0] if len(a) > 1 else np.array([-1.0, -1.0])
+    if (both >= 0).all():
+        return float(both[0]), float(both[1])
+    alone = [max(0.0, float(a[:, c] @ values / (a[:, c] @ a[:, c]))) for c in (0, 1)]
+    error = [np.sum((values - alone[c] * a[:, c]) ** 2) for c in (0, 1)]
+    return (alone[0], 0.0) if error[0] < error[1] else (0.0, alone[1])
 
 
 # ------------------------------------------------------------------------------------------------ links
 def _link(kind, k, nbytes, group, partner):
-    """The slowest rank's median seconds of ``kind`` of ``nbytes`` on ``group`` (``k`` ranks)."""
+    """This rank's median seconds of ``kind`` of ``nbytes`` on ``group`` (``k`` ranks)."""
     numel = max(1, nbytes // 4)
     t = minidl.zeros(numel)
     big = minidl.zeros(numel * k)
@@ -290,21 +317,23 @@ def _link(kind, k, nbytes, group, partner):
             p2p.recv(t, partner, group=group)
             p2p.send(t, partner, group=group)
         seconds.append((time.perf_counter() - start) / (2 if kind == "send" else 1))
-    return _slowest((statistics.median(seconds[1:]),))[0]
+    return statistics.median(seconds[1:])
 
 
 def _links(group_sizes) -> dict:
-    """[(bytes, seconds)] per (collective, group size): the ranks in groups of k consecutive ones, all measuring
-    at once (as a plan's groups communicate at once)."""
+    """[(bytes, seconds)] per (collective, group size), each the slowest rank's: the ranks in groups of k
+    consecutive ones, all measuring at once (as a plan's groups communicate at once); where k does not divide
+    the world, the ranks left over wait."""
     found, world, me = {}, get_world_size(), get_rank()
     for k in group_sizes:
-        groups = [new_group(list(range(s, s + k))) for s in range(0, world, k)]
-        mine = groups[me // k]
+        groups = [new_group(list(range(s, s + k))) for s in range(0, world - world % k, k)]
+        mine = groups[me // k] if me < len(groups) * k else None
         for kind in LINKS:
             if kind == "send" and k % 2:
                 continue
-            partner = mine.ranks[mine.rank ^ 1] if kind == "send" else None
-            found[(kind, k)] = [(n, _link(kind, k, n, mine, partner)) for n in LINK_SIZES]
+            partner = mine.ranks[mine.rank ^ 1] if kind == "send" and mine is not None else None
+            found[(kind, k)] = [(n, _slowest((_link(kind, k, n, mine, partner) if mine else 0.0,))[0])
+                                for n in LINK_SIZES]
     return found
 
 
@@ -318,22 +347,24 @@ def parameter_indices(blocks) -> list:
     return found
 
 
-def _sharing(names) -> set:
-    """The blocks that hold a parameter another block holds too."""
-    holders = {}
-    for i, found in enumerate(names):
-        for index in found.values():
-            holders.setdefault(index, set()).add(i)
-    return {i for held in holders.values() if len(held) > 1 for i in held}
-
-
 def measure(blocks, sample, target, loss_fn, tp_plan, shapes, group_sizes, optimizer_class, optimizer_kwargs):
     """The Profile of ``blocks`` (a list of modules whose chain is the model), on the default process group:
     ``shapes``, the (tensor-parallel degree, rows, fully_shard degree) to measure the blocks at; ``group_sizes``,
     the group sizes to measure the links on. A collective: every rank calls it with the same arguments."""
-    names = parameter_indices(blocks) + [{}]
-    shared = _sharing(names)
-    costs = {shape: _blocks_at(blocks, loss_fn, sample, target, tp_plan, shape, names, shared)
-             for shape in sorted(shapes)}
+    names, shared = parameter_indices(blocks) + [{}], sharing(blocks)
+    costs = {}
+    for shape in sorted(shapes):
+        try:
+            costs[shape] = _blocks_at(blocks, loss_fn, sample, target, tp_plan, shape, names, shared)
+            failed = None
+        except Exception as e:   # (a split the model does not take: every rank fails alike, before talking)
+            if shape[0] == 1 and shape[2] == 1:
+                raise
+            failed = str(e)
+        failed = next((f for f in _every(failed) if f is not None), None)
+        if failed is not None:
+            costs[shape] = failed
     step, state, step_peak = _optimizer(blocks, optimizer_class, optimizer_kwargs)
-    return Profile(costs, _links(group_sizes), step, state, step_peak, get_world_size())
+    found = [Profile(costs, _links(group_sizes), step, state, step_peak, get_world_size(), shared)]
+    objects.broadcast_object_list(found, src=0)   # (rank 0's: every rank then predicts, and chooses, alike)
+    return found[0]

@@ -54,7 +54,7 @@ class Layout:
         return " x ".join(parts) or "one rank"
 
 
-def _divisors(n) -> list:
+def divisors(n) -> list:
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
@@ -63,8 +63,8 @@ def layouts(world_size, num_blocks, batch, tp_degrees, fixed) -> tuple:
     blocks (the loss not counted), a batch of ``batch`` rows, tensor parallelism possible at ``tp_degrees`` (1
     always), and the user's ``fixed`` choices {dp, tp, pp, shard, schedule, microbatches}."""
     found, why = [], []
-    for tp in _divisors(world_size):
-        for pp in _divisors(world_size // tp):
+    for tp in divisors(world_size):
+        for pp in divisors(world_size // tp):
             dp = world_size // (tp * pp)
             degrees = {"dp": dp, "tp": tp, "pp": pp}
             clash = [f"{k}={fixed[k]}" for k in degrees if fixed.get(k) not in (None, degrees[k])]
@@ -91,6 +91,10 @@ def layouts(world_size, num_blocks, batch, tp_degrees, fixed) -> tuple:
                 if shard == "fsdp" and pp > 1:
                     why.append(f"{name}: fsdp with pipeline stages is not planned (each micro-batch would gather "
                                f"the stage's parameters again)")
+                    continue
+                if shard == "zero" and tp > 1:
+                    why.append(f"{name}: zero with tensor parallelism is not planned (ZeroRedundancyOptimizer "
+                               f"steps whole tensors, not tensor-parallel pieces)")
                     continue
                 for schedule in schedules:
                     for m in counts:
