@@ -4,7 +4,7 @@
 
 - each block of the model (and the loss, as one more block) at every (tensor-parallel degree, rows per
   micro-batch) a candidate plan would run it at: forward, the full backward, and the backward split into the
-  input's gradient and the weights' (``autograd.split_backward``), the fastest of a few runs of the slowest rank.
+  input's gradient and the weights' (``autograd.split_backward``), the median of a few runs of the slowest rank.
   A tensor-parallel block is measured split over its ranks, its collectives included, and the bytes those
   collectives send are counted (``debug.sent_bytes``);
 - the same blocks under ``tracemalloc`` (which numpy's buffers report to): what forward leaves live, the highest
@@ -37,7 +37,7 @@ from ..tensor import DTensor
 from ..tensor.parallel import parallelize_module
 from .blocks import LossBlock, block_plan, local, sharing
 
-REPEATS = 3
+REPEATS = 5
 LINK_SIZES = tuple(1 << p for p in range(8, 25, 2))       # 256 B .. 16 MiB, every factor of 4
 LINKS = ("all_reduce", "all_gather_into_tensor", "reduce_scatter_tensor", "broadcast", "send")
 
@@ -121,6 +121,13 @@ def _float_outputs(outputs):
     return [o for o in outputs if o.requires_grad]
 
 
+def _typical(runs) -> tuple:
+    """The run of median total time: what a training step meets (a pipeline's micro-batches, a model's blocks
+    one after another, find caches less warm than a block run again and again on the same data does; the
+    fastest run is the least disturbed one, and short of a step's)."""
+    return sorted(runs, key=sum)[len(runs) // 2]
+
+
 def _run_once(block, inputs, split, group, grad):
     """(forward s, backward s, input-gradient s, weight-gradient s, sent in forward, sent in backward) of one
     forward and backward; ``split``: the backward as split_backward's two halves (else whole)."""
@@ -153,8 +160,7 @@ def _as_tuple(x):
 
 
 def _timed(block, inputs, params, tp, group, split, grad):
-    """A BlockCost with the times (each rank's fastest of REPEATS — other work only ever adds time — and of those
-    the slowest rank's) and the bytes sent on ``group``
+    """A BlockCost with the times (each rank's median of REPEATS, and of those the slowest rank's) and the bytes sent on ``group``
     (the tensor-parallel one; None: none); ``split``: the split backward's halves timed too (else 0: a sharded
     block's, which no pipeline runs)."""
     _run_once(block, inputs, False, group, grad)   # (warm: kernels compiled, caches filled)
@@ -167,8 +173,8 @@ def _timed(block, inputs, params, tp, group, split, grad):
             collectives.barrier()
             halves.append(_run_once(block, inputs, True, group, grad)[2:4])
     block.zero_grad(set_to_none=True)
-    forward, backward = _slowest(min(whole, key=sum))
-    input_grad, weight_grad = _slowest(min(halves, key=sum)) if split else (0.0, 0.0)
+    forward, backward = _slowest(_typical(whole))
+    input_grad, weight_grad = _slowest(_typical(halves)) if split else (0.0, 0.0)
     sent = _every((sent_f, sent_b))[:tp]
     return BlockCost(forward, backward, input_grad, weight_grad, [f for f, _ in sent], [b for _, b in sent],
                      params=params,
@@ -273,7 +279,7 @@ def _optimizer(blocks, optimizer_class, optimizer_kwargs):
         state = sum(v.numel() * v.element_size() for s in opt.state.values() for v in s.values()
                     if isinstance(v, minidl.Tensor))
         rows.append((len(clones), nbytes))
-        times.append(min(seconds))
+        times.append(statistics.median(seconds))
         states.append(state)
         peaks.append(peak / max(c.numel() * c.element_size() for c in clones))
     a = np.array(rows, dtype=float)
