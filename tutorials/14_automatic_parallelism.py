@@ -93,8 +93,8 @@ print(f"\nthe all-reduce link on {K} ranks, measured: latency {latency * 1e6:.0f
       f"1 MiB predicted in {profile.link_seconds('all_reduce', K, 1 << 20) * 1e3:.2f} ms")
 assert latency > 0 and bandwidth > 0
 assert profile.link_seconds("all_reduce", K, 1 << 20) >= profile.link_seconds("all_reduce", K, 1 << 10)
-print(f"blocks measured at (tp, rows): {sorted(profile.blocks)}")
-costs = profile.blocks[(1, X.shape[0] // K)]   # (ddp2's rows: half the batch per rank)
+print(f"blocks measured at (tp, rows, fsdp): {sorted(profile.blocks)}")
+costs = profile.blocks[(1, X.shape[0] // K, 1)]   # (ddp2: half the batch per rank, not split, not sharded)
 print(f"at tp=1, {X.shape[0] // K} rows, forward ms per block (the loss last): "
       f"{[round(c.forward * 1e3, 3) for c in costs]}")
 assert len(costs) == 5 + 1   # five children, then the loss
