@@ -65,12 +65,14 @@ def test_a_message_between_stages_lengthens_the_pipeline_by_its_hops():
 
 
 # ------------------------------------------------------------------------------------------------ every plan, for real
-def _every_plan(rank):
+def _every_plan(rank, make=_mlp, **options):
+    """Plan ``make()``'s model on the sim ranks; apply every ranked plan and take two steps: (layout, the two
+    losses, the bytes sent in the second, the bytes predicted, the predicted time) per plan."""
     x, y = _batch()
-    best = dist.plan(_mlp(), x, 2, loss_fn=_loss, target=y, log=None)
+    best = dist.plan(make(), x, dist.get_world_size(), loss_fn=_loss, target=y, log=None, **options)
     found = []
     for p in best.ranking:
-        trainer = p.apply(_mlp())
+        trainer = p.apply(make())
         first = trainer.step(x, target=y)
         before = trainer.sent_bytes()
         second = trainer.step(x, target=y)
@@ -137,28 +139,14 @@ def _tied_net():
     return nn.Sequential(nn.Linear(6, 8), ends, _Residual(), _Residual(), _Residual(), ends, nn.Linear(8, 3)).double()
 
 
-def _every_plan_of_four(rank):
-    from minidl.dist.tensor.parallel import ColwiseParallel, RowwiseParallel
-    x, y = _batch()
-    best = dist.plan(_tied_net(), x, 4, loss_fn=_loss, target=y, log=None,
-                     tp_plan={"*.up": ColwiseParallel(), "*.down": RowwiseParallel()})
-    found = []
-    for p in best.ranking:
-        trainer = p.apply(_tied_net())
-        first = trainer.step(x, target=y)
-        before = trainer.sent_bytes()
-        second = trainer.step(x, target=y)
-        found.append((p.layout, first, second, trainer.sent_bytes() - before, p.prediction.sent[rank],
-                      p.prediction.seconds))
-    return found
-
-
 def test_every_plan_of_four_ranks_with_tensor_parallelism_and_a_tied_block(monkeypatch):
     """dp, zero, fsdp, tp, pp and their products on 4 ranks; the tied block on several stages."""
     from minidl.dist.planner import profile
     monkeypatch.setattr(profile, "LINK_SIZES", (256, 65536))
     monkeypatch.setattr(profile, "REPEATS", 1)
-    ranks = dist.sim.run(4, _every_plan_of_four)
+    from minidl.dist.tensor.parallel import ColwiseParallel, RowwiseParallel
+    tp_plan = {"*.up": ColwiseParallel(), "*.down": RowwiseParallel()}
+    ranks = dist.sim.run(4, functools.partial(_every_plan, make=_tied_net, tp_plan=tp_plan))
     names = {str(r[0]) for r in ranks[0]}
     assert {"ddp4", "zero4", "fsdp4", "tp4", "ddp2 x tp2", "fsdp2 x tp2", "pp2 1f1b m2 x tp2", "pp4 gpipe m4",
             "zero2 x pp2 1f1b m2"} <= names
