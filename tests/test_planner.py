@@ -65,10 +65,12 @@ def test_a_message_between_stages_lengthens_the_pipeline_by_its_hops():
 
 
 # ------------------------------------------------------------------------------------------------ every plan, for real
-def _every_plan(rank, make=_mlp, **options):
-    """Plan ``make()``'s model on the sim ranks; apply every ranked plan and take two steps: (layout, the two
-    losses, the bytes sent in the second, the bytes predicted, the predicted time) per plan."""
+def _every_plan(rank, make=_mlp, dtype=minidl.float64, **options):
+    """Plan ``make()``'s model on the sim ranks (the batch in ``dtype``); apply every ranked plan and take two
+    steps: (layout, the two losses, the bytes sent in the second, the bytes predicted, the predicted time) per
+    plan."""
     x, y = _batch()
+    x = x.to(dtype)
     best = dist.plan(make(), x, dist.get_world_size(), loss_fn=_loss, target=y, log=None, **options)
     found = []
     for p in best.ranking:
@@ -227,4 +229,59 @@ def test_a_group_of_another_size_is_refused():
         x, y = _batch()
         with pytest.raises(ValueError, match="this process group has 2 ranks"):
             dist.plan(_mlp(), x, 4, loss_fn=_loss, target=y, pp=1, tp=1, log=None)
+    dist.sim.run(2, fn)
+
+
+def test_one_rank_plans_and_applies_without_a_process_group():
+    """(Planned on one sim rank; applied after, with no process group left.)"""
+    x, y = _batch()
+    best = dist.sim.run(1, lambda rank: dist.plan(_mlp(), x, 1, loss_fn=_loss, target=y, log=None))[0]
+    assert str(best.layout) == "one rank" and best.prediction.sent == [0]
+    trainer = best.apply(_mlp())
+    before, after = _part_losses(_mlp, 1)
+    np.testing.assert_allclose([trainer.step(x, target=y), trainer.step(x, target=y)], [before[0], after[0]],
+                               rtol=1e-12)
+    assert trainer.sent_bytes() == 0
+
+
+def _bfloat16_mlp():
+    return _mlp().to(minidl.bfloat16)
+
+
+def test_bfloat16_parameters_are_reduced_in_float32_and_predicted_so():
+    """minidl reduces bfloat16 in float32: DDP's, ZeRO's and FSDP's collectives move 4 bytes an element."""
+    ranks = dist.sim.run(2, functools.partial(_every_plan, make=_bfloat16_mlp, dtype=minidl.bfloat16))
+    assert {"ddp2", "zero2", "fsdp2"} <= {str(r[0]) for r in ranks[0]}
+    for rank, found in enumerate(ranks):
+        for layout, _, _, sent, predicted, _ in found:
+            assert sent == predicted, (str(layout), rank)
+
+
+def test_fixed_micro_batches_and_degrees():
+    found, why = layouts(2, 5, 12, [1], {"microbatches": 6})
+    assert {str(l) for l in found} == {"pp2 gpipe m6", "pp2 1f1b m6"}
+    found, why = layouts(2, 5, 12, [1], {"microbatches": 5})
+    assert found == [] and any("do not make 5 equal micro-batches" in w for w in why)
+    x, y = _batch()
+    with pytest.raises(ValueError, match="dp=3 cannot make 2 ranks"):
+        dist.plan(_mlp(), x, 2, loss_fn=_loss, target=y, dp=3)
+
+
+def test_a_model_of_several_inputs_or_outputs_is_refused():
+    class Pair(nn.Module):
+        def forward(self, x):
+            return x, x
+    x, y = _batch()
+    with pytest.raises(TypeError, match="takes one input; got 2 sample inputs"):
+        dist.plan(_mlp(), (x, x), 2, loss_fn=_loss, target=y)
+    with pytest.raises(TypeError, match=r"child 0 \(Pair\) returns a tuple"):
+        dist.plan(nn.Sequential(Pair(), nn.Linear(6, 3)), x, 2, loss_fn=_loss, target=y)
+
+
+def test_apply_refuses_another_model():
+    def fn(rank):
+        x, y = _batch()
+        best = dist.plan(_mlp(), x, 2, loss_fn=_loss, target=y, log=None)
+        with pytest.raises(ValueError, match="not the one planned"):
+            best.apply(nn.Sequential(nn.Linear(6, 3)).double())
     dist.sim.run(2, fn)

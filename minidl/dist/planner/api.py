@@ -1,6 +1,7 @@
 """``minidl.dist.plan``: measure, enumerate, predict, rank — and hand back the best plan to apply."""
 from __future__ import annotations
 
+import math
 import os
 import pickle
 import tempfile
@@ -24,7 +25,7 @@ class Plan:
         self.layout, self.prediction, self._settings = layout, prediction, settings
         self.ranking, self.rejected, self.profile = [self], [], None
 
-    def __getattr__(self, name):   # loss_fn, tp_plan, optimizer_class, optimizer_kwargs
+    def __getattr__(self, name):   # loss_fn, tp_plan, optimizer_class, optimizer_kwargs, shapes
         if name.startswith("_") or name not in self._settings:
             raise AttributeError(name)
         return self._settings[name]
@@ -58,6 +59,8 @@ class Plan:
         """The plan's layout of ``model`` (the same whole model on every rank) on ``mesh`` (None: made here from
         ``mesh_shape`` and ``mesh_dim_names``): a ``Parallelized`` with ``module``, ``optimizer``, ``schedule``
         and ``step(*inputs, target=...)``. A collective: every rank calls it."""
+        if self.layout.world_size == 1 and not state.is_initialized():
+            return build(self, model, None)
         if not state.is_initialized() or state.get_world_size() != self.layout.world_size:
             raise RuntimeError(f"Plan.apply: the plan {self.layout} runs on {self.layout.world_size} ranks; "
                                f"initialise a process group of that many first (mpiexec -n "
@@ -78,7 +81,8 @@ def plan(model, sample_inputs, world_size, *, loss_fn, target, memory_limit=None
     """Plan the training of ``model`` (an ``nn.Sequential``) on ``world_size`` ranks and return the plan predicted
     fastest among those whose peak memory per rank is at most ``memory_limit`` bytes.
 
-    ``sample_inputs``: a global batch (a tensor or tuple, rows first) and ``target`` its loss target;
+    ``sample_inputs``: a global batch (one tensor, rows first: what an nn.Sequential takes) and ``target`` its
+    loss target;
     ``loss_fn(output, target)``; ``tp_plan``: parallelize_module's plan over the Sequential's names ("*" for any
     child), without which no plan splits tensors; ``optimizer_class``/``optimizer_kwargs``: the optimizer (AdamW
     by default). Fixing any of ``dp``, ``tp``, ``pp``, ``shard`` ("ddp", "zero", "fsdp"), ``schedule`` ("gpipe",
@@ -87,11 +91,14 @@ def plan(model, sample_inputs, world_size, *, loss_fn, target, memory_limit=None
     ``world_size`` local processes started for them. ``log`` gets the table (None: quiet)."""
     blocks = chain_of(model)
     sample = tuple(sample_inputs) if isinstance(sample_inputs, (tuple, list)) else (sample_inputs,)
+    if len(sample) != 1:
+        raise TypeError(f"plan: an nn.Sequential takes one input; got {len(sample)} sample inputs")
     fixed = dict(dp=dp, tp=tp, pp=pp, shard=shard, schedule=schedule, microbatches=microbatches)
     _check(world_size, sample, target, memory_limit, fixed)
-    trace(blocks, sample, loss_fn, target)
+    trace(blocks, sample[0], loss_fn, target)
     settings = dict(loss_fn=loss_fn, tp_plan=tp_plan, optimizer_class=optimizer_class or minidl.optim.AdamW,
-                    optimizer_kwargs=dict(optimizer_kwargs or {}))
+                    optimizer_kwargs=dict(optimizer_kwargs or {}),
+                    shapes=[tuple(p.shape) for p in model.parameters()])   # (apply checks it gets this model)
     batch = sample[0].shape[0]
     degrees = divisors(world_size) if tp_plan else [1]
     found, rejected = layouts(world_size, len(blocks), batch, degrees, fixed)
@@ -100,7 +107,7 @@ def plan(model, sample_inputs, world_size, *, loss_fn, target, memory_limit=None
                          f"{' with ' + _said(fixed) if _said(fixed) else ''}:\n  " + "\n  ".join(rejected))
     shapes = {_shape(l, batch) for l in found}
     # (a pipeline's messages go between pairs; a tied parameter's gradient is summed over 2 .. pp stages)
-    sizes = sorted({k for l in found for k in (l.dp, l.tp, *range(2, l.pp + 1))})
+    sizes = sorted({k for l in found for k in (l.dp, l.tp, *range(2, l.pp + 1)) if k > 1})
     args = (blocks, sample, target, loss_fn, tp_plan, shapes, sizes, settings["optimizer_class"],
             settings["optimizer_kwargs"])
     profile = _measured(world_size, args)
@@ -141,7 +148,7 @@ def _check(world_size, sample, target, memory_limit, fixed) -> None:
     if not isinstance(world_size, int) or isinstance(world_size, bool) or world_size < 1:
         raise ValueError(f"plan: world_size must be a positive int, got {world_size!r}")
     if not sample or not all(isinstance(t, minidl.Tensor) and t.ndim >= 1 for t in sample):
-        raise TypeError("plan: sample_inputs must be a tensor or a tuple of tensors with the batch's rows first")
+        raise TypeError("plan: sample_inputs must be a tensor with the batch's rows first")
     if not isinstance(target, minidl.Tensor) or target.ndim < 1 or target.shape[0] != sample[0].shape[0]:
         raise ValueError(f"plan: target must be a tensor of the batch's {sample[0].shape[0]} rows, got "
                          f"{getattr(target, 'shape', target)!r}")
@@ -150,6 +157,10 @@ def _check(world_size, sample, target, memory_limit, fixed) -> None:
     for key in ("dp", "tp", "pp", "microbatches"):
         if fixed[key] is not None and (not isinstance(fixed[key], int) or fixed[key] < 1):
             raise ValueError(f"plan: {key} must be a positive int, got {fixed[key]!r}")
+    degrees = [fixed[k] for k in ("dp", "tp", "pp") if fixed[k] is not None]
+    if world_size % math.prod(degrees):
+        raise ValueError(f"plan: {_said({k: fixed[k] for k in ('dp', 'tp', 'pp')})} cannot make {world_size} ranks "
+                         f"(dp x tp x pp = world_size)")
     if fixed["shard"] not in (None, *SHARDS):
         raise ValueError(f"plan: shard must be one of {SHARDS}, got {fixed['shard']!r}")
     if fixed["schedule"] not in (None, *SCHEDULES):

@@ -55,21 +55,25 @@ def sharing(blocks) -> set:
 
 
 def trace(blocks, sample, loss_fn, target) -> None:
-    """Run the chain once on ``sample`` (no gradients kept) and the loss on its output: a clear error naming the
-    child that cannot take what the one before gives it, before any rank is started to measure."""
+    """Run the chain once on ``sample`` (no gradients kept) as nn.Sequential runs it, one tensor from child to
+    child, and the loss on its output: a clear error naming the child that cannot take what the one before gives
+    it, or that gives more than one tensor, before any rank is started to measure."""
     x = sample
     for i, block in enumerate(blocks):
+        given = "the sample input" if i == 0 else f"child {i - 1}'s output"
         try:
             with no_grad():
-                x = block(*x)
+                x = block(x)
         except Exception as e:
-            given = "the sample inputs" if i == 0 else f"child {i - 1}'s output"
             raise TypeError(f"plan: cannot trace the model: child {i} ({type(block).__name__}) fails on {given}: "
                             f"{e}") from e
-        x = tuple(x) if isinstance(x, (tuple, list)) else (x,)
+        if not isinstance(x, Tensor):
+            raise TypeError(f"plan: cannot trace the model: child {i} ({type(block).__name__}) returns a "
+                            f"{type(x).__name__}; the planner passes one tensor from child to child, as "
+                            f"nn.Sequential does")
     try:
         with no_grad():
-            loss = loss_fn(x[0] if len(x) == 1 else x, target)
+            loss = loss_fn(x, target)
     except Exception as e:
         raise TypeError(f"plan: loss_fn fails on the model's output: {e}") from e
     if not isinstance(loss, Tensor) or loss.numel() != 1:

@@ -32,11 +32,13 @@ class Parallelized:
     def __init__(self, layout, module, optimizer, schedule, loss_fn, mesh, tied):
         self.layout, self.module, self.optimizer, self.schedule = layout, module, optimizer, schedule
         self.loss_fn, self.mesh, self._tied = loss_fn, mesh, tied
-        self._dp_rank = dict(zip(layout.mesh_dim_names, mesh.get_coordinate())).get("dp", 0)
+        self._dp_rank = dict(zip(layout.mesh_dim_names, mesh.get_coordinate())).get("dp", 0) if mesh else 0
 
     def sent_bytes(self) -> int:
         """Bytes this rank has sent on the plan's groups (its mesh's and the tied parameters'): debug.sent_bytes
         summed over them. Take differences around a step to compare with the plan's prediction."""
+        if self.mesh is None:   # (one rank, no process group)
+            return 0
         groups = {id(g): g for g in [self.mesh[n].get_group() for n in self.layout.mesh_dim_names]
                   + [g for _, g in self._tied]}
         return sum(debug.sent_bytes(g) for g in groups.values())
@@ -105,7 +107,10 @@ def _tied_groups(blocks, bounds, mesh, stage_index) -> list:
 def build(plan, model, mesh) -> Parallelized:
     """``plan``'s layout of ``model`` on ``mesh`` (see the module's docstring)."""
     layout, blocks = plan.layout, chain_of(model)
-    coordinate = dict(zip(layout.mesh_dim_names, mesh.get_coordinate()))
+    if [tuple(p.shape) for p in model.parameters()] != plan.shapes:
+        raise ValueError(f"Plan.apply: the model is not the one planned (its parameters' shapes differ from the "
+                         f"{len(plan.shapes)} planned); apply the plan to the same architecture")
+    coordinate = dict(zip(layout.mesh_dim_names, mesh.get_coordinate())) if mesh else {}
     stage_index = coordinate.get("pp", 0)
     bounds = plan.prediction.bounds
     a, b = (bounds[stage_index], bounds[stage_index + 1]) if layout.pp > 1 else (0, len(blocks))

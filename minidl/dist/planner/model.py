@@ -35,7 +35,7 @@ BUCKET_BYTES = 25 * 1024 * 1024   # DDP's default bucket_cap_mb
 @dataclass
 class Prediction:
     seconds: float
-    parts: dict                 # where the time goes: compute, pipeline, data parallel, optimizer ...
+    parts: dict                 # where the time goes: "compute and pipeline", "collectives", "optimizer"
     bubble: float               # the pipeline's idle fraction (0 without one)
     memory: list                # peak bytes per rank
     sent: list                  # bytes sent per rank per step
@@ -101,14 +101,18 @@ class _Traffic:
         self.profile, self.bytes, self.seconds = profile, 0, 0.0
         self.scratch = {}   # group: the receive scratch its communicator keeps (the largest asked for)
 
-    def add(self, kind, numel, itemsize, k, rank, root=0, times=1, timed=True, group="dp"):
-        """``timed``: False where the blocks' measured times hold the collective already (FSDP's)."""
+    def add(self, kind, numel, dtype, k, rank, root=0, times=1, timed=True, group="dp"):
+        """``dtype``'s name (bfloat16 is reduced in float32: 4 bytes an element on the wire); ``timed``: False
+        where the blocks' measured times hold the collective already (FSDP's)."""
         if k <= 1 or times == 0:
             return
+        itemsize = getattr(minidl, dtype).itemsize
+        widened = 4 if dtype == "bfloat16" and kind in volume.REDUCING else None
+        moved = widened or itemsize
         extra = {"root": root} if kind == "broadcast" else {}
-        self.bytes += times * volume.sent_bytes(kind, numel, itemsize, k, rank, **extra)
-        self.seconds += timed * times * self.profile.link_seconds(kind, k, numel * itemsize)
-        self.scratch[group] = max(self.scratch.get(group, 0), volume.scratch_bytes(kind, numel, itemsize, k))
+        self.bytes += times * volume.sent_bytes(kind, numel, itemsize, k, rank, widened_itemsize=widened, **extra)
+        self.seconds += timed * times * self.profile.link_seconds(kind, k, numel * moved)
+        self.scratch[group] = max(self.scratch.get(group, 0), volume.scratch_bytes(kind, numel, moved, k))
 
     def message(self, nbytes, times=1):
         """A pipeline message of ``nbytes`` (the peer's receive is not this rank's bytes)."""
@@ -275,7 +279,7 @@ def _rank(layout, profile, rank, stages, costs, bounds, message, span):
     for p in params:   # a parameter on several stages (tied): its gradient summed over them
         if p.index in other:
             holders = [s for s, st in enumerate(stages) if any(q.index == p.index for q in _unique(st))]
-            traffic.add("all_reduce", p.numel(), p.itemsize, len(holders), holders.index(pp_rank),
+            traffic.add("all_reduce", p.numel(), p.dtype, len(holders), holders.index(pp_rank),
                         group=("tied", tuple(holders)))
     pipeline_seconds = traffic.seconds
     stepped, static, buffers = _data_parallel(layout, traffic, params, mine, dp_rank, profile.shared)
@@ -309,21 +313,21 @@ def _data_parallel(layout, traffic, params, mine, dp_rank, shared) -> tuple:
         shards = []
         for group in groups + ([root] if root else []):
             for ps in _by_dtype(group).values():
-                numel, size = sum(_padded(p, k) for p in ps), ps[0].itemsize
-                traffic.add("all_gather_into_tensor", numel, size, k, dp_rank, times=1 if group is root else 2,
+                numel, dtype = sum(_padded(p, k) for p in ps), ps[0].dtype
+                traffic.add("all_gather_into_tensor", numel, dtype, k, dp_rank, times=1 if group is root else 2,
                             timed=False)
-                traffic.add("reduce_scatter_tensor", numel + len(ps), size, k, dp_rank, timed=False)
+                traffic.add("reduce_scatter_tensor", numel + len(ps), dtype, k, dp_rank, timed=False)
             for p in group:
                 rows = Shard.local_shard_size_and_offset(p.shape[0], k, dp_rank)[0]
                 shards.append(_Param(p.index, (rows, *p.shape[1:]), p.dtype))
         return shards, sum(p.nbytes for p in shards), 0   # (the gathered parameters: in the blocks' peaks)
     buckets = assign_buckets([_Stand(p) for p in params], BUCKET_BYTES)
     for bucket in buckets:
-        traffic.add("all_reduce", sum(params[i].numel() for i in bucket), params[bucket[0]].itemsize, k, dp_rank)
+        traffic.add("all_reduce", sum(params[i].numel() for i in bucket), params[bucket[0]].dtype, k, dp_rank)
     flat = held   # (DDP's buckets: a flat copy of every gradient, kept)
     if layout.shard == "ddp":
         return params, held, flat
     owner = _zero_owners(params, k)
     for p in params:
-        traffic.add("broadcast", p.numel(), p.itemsize, k, dp_rank, root=owner[p.index])
+        traffic.add("broadcast", p.numel(), p.dtype, k, dp_rank, root=owner[p.index])
     return [p for p in params if owner[p.index] == dp_rank], held, flat

@@ -4,7 +4,8 @@
 
 - each block of the model (and the loss, as one more block) at every (tensor-parallel degree, rows per
   micro-batch) a candidate plan would run it at: forward, the full backward, and the backward split into the
-  input's gradient and the weights' (``autograd.split_backward``), the median of a few runs of the slowest rank.
+  input's gradient and the weights' (``autograd.split_backward``): each rank's median of a few runs, the slowest
+  rank's.
   A tensor-parallel block is measured split over its ranks, its collectives included, and the bytes those
   collectives send are counted (``debug.sent_bytes``);
 - the same blocks under ``tracemalloc`` (which numpy's buffers report to): what forward leaves live, the highest

@@ -7,7 +7,7 @@ A ``Layout`` is dp x pp x tp = world size ranks, with
   the root: parameters, gradients and state 1/dp per rank);
 - ``schedule`` and ``microbatches`` for pp > 1: "gpipe" or "1f1b" over m = pp, 2 pp or 4 pp micro-batches (those
   that divide each data-parallel rank's rows; more only lengthen the step where a micro-batch's fixed costs
-  dominate, as on a CPU).
+  dominate, as on a CPU), or the m the user fixed (at least pp).
 
 ``layouts`` enumerates them for a model of n blocks and a batch of B rows, keeping the ones the user fixed
 (semi-automatic: any of the keywords), and says why the others cannot be used.
@@ -83,9 +83,11 @@ def layouts(world_size, num_blocks, batch, tp_degrees, fixed) -> tuple:
             rows = batch // dp
             shards = SHARDS if dp > 1 else ("ddp",)
             schedules = SCHEDULES if pp > 1 else (None,)
-            counts = [m for m in (pp, 2 * pp, 4 * pp) if rows % m == 0] if pp > 1 else [1]
+            offered = (pp, 2 * pp, 4 * pp) if fixed.get("microbatches") is None else (fixed["microbatches"],)
+            counts = [m for m in offered if rows % m == 0 and m >= pp] if pp > 1 else [1]
             if not counts:
-                why.append(f"{name}: {rows} rows per data-parallel rank do not make a multiple of {pp} micro-batches")
+                why.append(f"{name}: {rows} rows per data-parallel rank do not make {' or '.join(map(str, offered))} "
+                           f"equal micro-batches of at least one per stage")
                 continue
             for shard in shards:
                 if shard == "fsdp" and pp > 1:
