@@ -7,7 +7,7 @@ training with the best.
 
 ``minidl.dist.plan`` measures the GPT's blocks (at every shape a plan would run them), the optimizer and the links
 on ``--world-size`` processes it starts, predicts each layout — data parallel (DDP, ZeRO, FSDP), tensor parallel
-(the Megatron plan below), pipeline (GPipe, 1F1B) and their products — ranks them, and returns the best, whose
+(the Megatron plan below), pipeline (GPipe, 1F1B, interleaved 1F1B, zero bubble) and their products — ranks them, and returns the best, whose
 ``apply`` makes the calls a user would have written. The GPT is written as an ``nn.Sequential`` (embeddings, the
 blocks, the head) because the planner cuts pipeline stages between children.
 """
@@ -113,7 +113,8 @@ def arguments(argv=None):
     for name in ("dp", "tp", "pp", "microbatches"):
         parser.add_argument(f"--{name}", type=positive_int, help=f"fix {name} (the planner chooses the rest)")
     parser.add_argument("--shard", choices=("ddp", "zero", "fsdp"), help="fix how the data-parallel ranks hold it")
-    parser.add_argument("--schedule", choices=("gpipe", "1f1b"), help="fix the pipeline schedule")
+    parser.add_argument("--schedule", choices=("gpipe", "1f1b", "interleaved-1f1b", "zero-bubble"),
+                        help="fix the pipeline schedule")
     parser.add_argument("--steps", type=positive_int, default=5)
     parser.add_argument("--batch-size", type=positive_int, default=8)
     parser.add_argument("--context", type=positive_int, default=64)

@@ -53,15 +53,41 @@ def test_the_pipeline_played_with_equal_stages_takes_the_closed_form(schedule, p
     """With every forward F and backward B alike and free messages, GPipe and 1F1B both take (m + pp - 1)(F + B)
     and idle (pp - 1) / (m + pp - 1) of the time."""
     f, b = 1.0, 2.0
-    span, bubble = cost_model._play(Layout(pp=pp, schedule=schedule, microbatches=m), [f] * pp, [b] * pp, 0.0, 0.0)
+    span, bubble = cost_model._play(Layout(pp=pp, schedule=schedule, microbatches=m), {"F": [f] * pp, "B": [b] * pp},
+                                    0.0)
     assert math.isclose(span, (m + pp - 1) * (f + b))
     assert math.isclose(bubble, (pp - 1) / (m + pp - 1))
 
 
 def test_a_message_between_stages_lengthens_the_pipeline_by_its_hops():
     """GPipe over 2 stages, 1 micro-batch: F0, send, F1, B1, send back, B0."""
-    span, _ = cost_model._play(Layout(pp=2, schedule="gpipe", microbatches=2), [1.0, 1.0], [2.0, 2.0], 0.5, 0.5)
+    span, _ = cost_model._play(Layout(pp=2, schedule="gpipe", microbatches=2), {"F": [1.0, 1.0], "B": [2.0, 2.0]},
+                               0.5)
     assert math.isclose(span, 1 + 0.5 + 2 * (1 + 2) + 0.5 + 2 - 1 + 1)
+
+
+@pytest.mark.parametrize("schedule", ["gpipe", "1f1b", "interleaved-1f1b", "zero-bubble"])
+@pytest.mark.parametrize("pp,m", [(2, 2), (2, 4), (3, 6), (4, 8)])
+def test_the_play_is_the_schedules_own_table(schedule, pp, m):
+    """With F, I and W a unit long, B two, and free messages, the bubble played is the one pipelining's own
+    table of the schedule gives (actions.ideal_bubble: one action per rank per time step)."""
+    from minidl.dist.pipelining import actions
+    layout = Layout(pp=pp, schedule=schedule, microbatches=m)
+    unit = {kind: [float(actions.COSTS[kind])] * layout.stages for kind in actions.COMPUTE}
+    _, bubble = cost_model._play(layout, unit, 0.0)
+    programs = [actions.program_of(order, layout.stages) for order in cost_model.orders(layout)]
+    assert math.isclose(bubble, actions.ideal_bubble(programs))
+
+
+def test_zero_bubble_fills_what_interleaving_leaves():
+    """The same work (a unit forward, two of backward per stage) has less idle time the more it is interleaved and
+    split: 1F1B > interleaved 1F1B > zero bubble."""
+    bubbles = []
+    for schedule, stages in (("1f1b", 2), ("interleaved-1f1b", 4), ("zero-bubble", 4)):
+        scale = 2 / stages   # (half the work per stage where each rank holds two)
+        took = {"F": [scale] * stages, "B": [2 * scale] * stages, "I": [scale] * stages, "W": [scale] * stages}
+        bubbles.append(cost_model._play(Layout(pp=2, schedule=schedule, microbatches=4), took, 0.0)[1])
+    assert bubbles[0] > bubbles[1] > bubbles[2]
 
 
 # ------------------------------------------------------------------------------------------------ every plan, for real
@@ -153,6 +179,7 @@ def test_every_plan_of_four_ranks_with_tensor_parallelism_and_a_tied_block(monke
     assert {"ddp4", "zero4", "fsdp4", "tp4", "ddp2 x tp2", "fsdp2 x tp2", "pp2 1f1b m2 x tp2", "pp4 gpipe m4",
             "zero2 x pp2 1f1b m2"} <= names
     assert not any(n.startswith("zero") and "tp" in n for n in names)
+    assert any("interleaved-1f1b" in n and "tp2" in n for n in names) and any("zero-bubble" in n for n in names)
     _check_every_plan(ranks, _tied_net)
 
 
@@ -259,7 +286,10 @@ def test_bfloat16_parameters_are_reduced_in_float32_and_predicted_so():
 
 def test_fixed_micro_batches_and_degrees():
     found, why = layouts(2, 5, 12, [1], {"microbatches": 6})
+    assert {str(l) for l in found} == {"pp2 gpipe m6", "pp2 1f1b m6", "pp2 interleaved-1f1b m6", "pp2 zero-bubble m6"}
+    found, why = layouts(2, 3, 12, [1], {"microbatches": 6})   # (3 blocks: no 4 stages for the interleaved ones)
     assert {str(l) for l in found} == {"pp2 gpipe m6", "pp2 1f1b m6"}
+    assert any("3 blocks cannot make its 4 stages" in w for w in why)
     found, why = layouts(2, 5, 12, [1], {"microbatches": 5})
     assert found == [] and any("do not make 5 equal micro-batches" in w for w in why)
     x, y = _batch()

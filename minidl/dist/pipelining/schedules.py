@@ -435,6 +435,16 @@ class ScheduleInterleaved1F1B(PipelineScheduleMulti):
         super().__init__(stages, n_microbatches, loss_fn, args_chunk_spec, kwargs_chunk_spec, output_merge_spec,
                          scale_grads)
 
+    @classmethod
+    def planned_orders(cls, ranks, num_stages, n_microbatches) -> list:
+        """Every rank's ``rank_order`` for ``num_stages`` stages on ``ranks`` ranks, with no stages made (what a
+        planner plays to price the schedule)."""
+        schedule = cls.__new__(cls)
+        schedule._ranks, schedule._num_stages, schedule._n_microbatches = ranks, num_stages, n_microbatches
+        schedule._rounds = max(1, n_microbatches // ranks)
+        schedule._per_round = n_microbatches // schedule._rounds
+        return [schedule.rank_order(r) for r in range(ranks)]
+
     def _plan(self, rank, backward_kind):
         """(this rank's forwards in order, its backwards in order, how many forwards warm up)."""
         p, m, per_round = self._ranks, self._n_microbatches, self._per_round

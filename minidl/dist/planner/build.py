@@ -1,10 +1,10 @@
 """A plan made real: the calls a user would have written for its layout, on this rank.
 
 ``build`` takes the whole model (made alike on every rank) and the device mesh (dp, pp, tp: the layout's
-dimensions of more than one rank) and, in torch's order of composition: cuts the pipeline stage this rank runs
-(the plan's cut), splits it over "tp" (``parallelize_module`` with the user's plan), spreads it over "dp"
-(``DistributedDataParallel``, DDP with a ``ZeroRedundancyOptimizer``, or ``fully_shard`` on each block and the
-root), wraps it in a ``PipelineStage`` and the schedule, and makes the optimizer. ``Parallelized.step`` then trains
+dimensions of more than one rank) and, in torch's order of composition: cuts the pipeline stages this rank runs
+(the plan's cut; stage s on rank s % pp), splits them over "tp" (``parallelize_module`` with the user's plan),
+spreads them over "dp" (``DistributedDataParallel``, DDP with a ``ZeroRedundancyOptimizer``, or ``fully_shard``
+on each block and the root), wraps them in ``PipelineStage`` s and the schedule, and makes the optimizer. ``Parallelized.step`` then trains
 on a global batch.
 """
 from __future__ import annotations
@@ -17,12 +17,14 @@ from .. import collectives, debug
 from ..ddp import DistributedDataParallel, local_piece
 from ..fsdp import fully_shard
 from ..optim import ZeroRedundancyOptimizer
-from ..pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
+from ..pipelining import (PipelineStage, Schedule1F1B, ScheduleGPipe, ScheduleInterleaved1F1B,
+                          ScheduleInterleavedZeroBubble)
 from ..state import get_rank, new_group
 from ..tensor.parallel import parallelize_module
 from .blocks import block_plan, chain_of, sharing
 
-SCHEDULES = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B}
+MULTI = {"interleaved-1f1b": ScheduleInterleaved1F1B, "zero-bubble": ScheduleInterleavedZeroBubble}
+SCHEDULES = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B, **MULTI}
 
 
 class Parallelized:
@@ -56,11 +58,10 @@ class Parallelized:
             loss.backward()
             self.optimizer.step()
             return loss.item()
-        stage = self.schedule._stages[next(iter(self.schedule._stages))]
-        losses = []
-        if stage.is_first:
+        held, losses = self.schedule._stages, []
+        if 0 in held:
             self.schedule.step(*inputs)
-        elif stage.is_last:
+        elif self.layout.stages - 1 in held:
             self.schedule.step(target=target, losses=losses)
         else:
             self.schedule.step()
@@ -80,27 +81,28 @@ def _plan_of(blocks, a, b, tp_plan) -> dict:
     return plan
 
 
-def _tied_groups(blocks, bounds, mesh, stage_index) -> list:
-    """[(name in this stage's module, group)] for this stage's parameters that other stages hold too: each such
-    set of stages gets a group per (dp, tp) position (every rank makes every group, in the same order)."""
+def _tied_groups(blocks, bounds, mesh, layout, pp_rank) -> list:
+    """[((stage, name in its module), group)] for this rank's parameters that other ranks' stages hold too (stage
+    s on rank s % pp): each such set of ranks gets a group per (dp, tp) position (every rank makes every group,
+    in the same order)."""
     holders = {}
     for s, (a, b) in enumerate(zip(bounds[:-1], bounds[1:])):
         for i in range(a, b):
             for name, p in blocks[i].named_parameters():
-                names, stages = holders.setdefault(id(p), ({}, []))
-                names.setdefault(s, f"{i - a}.{name}")
-                stages.append(s)
+                where, ranks = holders.setdefault(id(p), ({}, set()))
+                where.setdefault(s % layout.pp, (s, f"{i - a}.{name}"))
+                ranks.add(s % layout.pp)
     pp_dim = mesh.mesh_dim_names.index("pp")
     rows = np.moveaxis(np.array(mesh.mesh.tolist()), pp_dim, -1).reshape(-1, mesh.size(pp_dim))
     found, me = [], get_rank()
-    for names, stages in holders.values():
-        stages = sorted(set(stages))
-        if len(stages) < 2:
+    for where, ranks in holders.values():
+        ranks = sorted(ranks)
+        if len(ranks) < 2:
             continue
         for row in rows:
-            group = new_group([int(row[s]) for s in stages])
-            if stage_index in stages and me in row:
-                found.append((names[stage_index], group))
+            group = new_group([int(row[r]) for r in ranks])
+            if pp_rank in ranks and me in row:
+                found.append((where[pp_rank], group))
     return found
 
 
@@ -110,33 +112,50 @@ def build(plan, model, mesh) -> Parallelized:
     if [tuple(p.shape) for p in model.parameters()] != plan.shapes:
         raise ValueError(f"Plan.apply: the model is not the one planned (its parameters' shapes differ from the "
                          f"{len(plan.shapes)} planned); apply the plan to the same architecture")
-    coordinate = dict(zip(layout.mesh_dim_names, mesh.get_coordinate())) if mesh else {}
-    stage_index = coordinate.get("pp", 0)
-    bounds = plan.prediction.bounds
-    a, b = (bounds[stage_index], bounds[stage_index + 1]) if layout.pp > 1 else (0, len(blocks))
-    tied = _tied_groups(blocks, bounds, mesh, stage_index) if layout.pp > 1 else []
-    module = nn.Sequential(*blocks[a:b]) if layout.pp > 1 else model
+    if layout.pp > 1:
+        return _pipelined(plan, blocks, mesh)
     if layout.tp > 1:
-        parallelize_module(module, mesh["tp"], _plan_of(blocks, a, b, plan.tp_plan))
-    tied = [(dict(module.named_parameters())[name], group) for name, group in tied]
-    run = module
+        parallelize_module(model, mesh["tp"], _plan_of(blocks, 0, len(blocks), plan.tp_plan))
+    run = model
     if layout.dp > 1 and layout.shard == "fsdp":   # (the groups model.fsdp_groups prices)
         shared, done = sharing(blocks), set()
         for i, block in enumerate(blocks):
             if i not in shared and id(block) not in done and any(True for _ in block.parameters()):
                 fully_shard(block, mesh=mesh["dp"])
                 done.add(id(block))
-        fully_shard(module, mesh=mesh["dp"])
+        fully_shard(model, mesh=mesh["dp"])
     elif layout.dp > 1:
-        run = DistributedDataParallel(module, device_mesh=mesh["dp"], broadcast_buffers=False)
-    params = list(run.parameters())
-    if layout.dp > 1 and layout.shard == "zero":
-        optimizer = ZeroRedundancyOptimizer(params, plan.optimizer_class, process_group=mesh["dp"].get_group(),
-                                            **plan.optimizer_kwargs)
-    else:
-        optimizer = plan.optimizer_class(params, **plan.optimizer_kwargs)
-    schedule = None
-    if layout.pp > 1:
-        stage = PipelineStage(run, stage_index, layout.pp, "cpu", group=mesh["pp"].get_group())
-        schedule = SCHEDULES[layout.schedule](stage, layout.microbatches, loss_fn=plan.loss_fn)
-    return Parallelized(layout, run, optimizer, schedule, plan.loss_fn, mesh, tied)
+        run = DistributedDataParallel(model, device_mesh=mesh["dp"], broadcast_buffers=False)
+    return Parallelized(layout, run, _optimizer(plan, mesh, run.parameters()), None, plan.loss_fn, mesh, [])
+
+
+def _pipelined(plan, blocks, mesh) -> Parallelized:
+    """This rank's stages (s = its pp coordinate, + pp, ...), each split over "tp", replicated over "dp" (DDP),
+    in a PipelineStage; the schedule over them; tied parameters' groups."""
+    layout, bounds = plan.layout, plan.prediction.bounds
+    pp_rank = dict(zip(layout.mesh_dim_names, mesh.get_coordinate()))["pp"]
+    tied = _tied_groups(blocks, bounds, mesh, layout, pp_rank)
+    stages, modules = [], {}
+    for s in range(pp_rank, layout.stages, layout.pp):
+        a, b = bounds[s], bounds[s + 1]
+        modules[s] = module = nn.Sequential(*blocks[a:b])
+        if layout.tp > 1:
+            parallelize_module(module, mesh["tp"], _plan_of(blocks, a, b, plan.tp_plan))
+        run = DistributedDataParallel(module, device_mesh=mesh["dp"], broadcast_buffers=False) \
+            if layout.dp > 1 else module
+        stages.append(PipelineStage(run, s, layout.stages, "cpu", group=mesh["pp"].get_group()))
+    tied = [(dict(modules[s].named_parameters())[name], group) for (s, name), group in tied]
+    params = list({id(p): p for stage in stages for p in stage.submod.parameters()}.values())
+    kind = SCHEDULES[layout.schedule]
+    schedule = kind(stages if layout.schedule in MULTI else stages[0], layout.microbatches, loss_fn=plan.loss_fn)
+    run = stages[0].submod if len(stages) == 1 else nn.ModuleList([stage.submod for stage in stages])
+    return Parallelized(layout, run, _optimizer(plan, mesh, params), schedule, plan.loss_fn, mesh, tied)
+
+
+def _optimizer(plan, mesh, params):
+    """The plan's optimizer on ``params``; ZeRO's over the data-parallel group."""
+    params = list(params)
+    if plan.layout.dp > 1 and plan.layout.shard == "zero":
+        return ZeroRedundancyOptimizer(params, plan.optimizer_class, process_group=mesh["dp"].get_group(),
+                                       **plan.optimizer_kwargs)
+    return plan.optimizer_class(params, **plan.optimizer_kwargs)

@@ -23,12 +23,14 @@ import minidl
 from ..algorithms import volume
 from ..pipelining import actions
 from ..pipelining.cost import best_cut
-from ..pipelining.schedules import Schedule1F1B, ScheduleGPipe
+from ..pipelining.schedules import (Schedule1F1B, ScheduleGPipe, ScheduleInterleaved1F1B,
+                                   ScheduleInterleavedZeroBubble)
 from ..pipelining.stage import HEADER
 from ..reducer import assign_buckets
 from ..tensor.placement_types import Shard
 
-ORDERS = {"gpipe": ScheduleGPipe.compute_order, "1f1b": Schedule1F1B.compute_order}
+SINGLE = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B}
+MULTI = {"interleaved-1f1b": ScheduleInterleaved1F1B, "zero-bubble": ScheduleInterleavedZeroBubble}
 BUCKET_BYTES = 25 * 1024 * 1024   # DDP's default bucket_cap_mb
 
 
@@ -81,11 +83,11 @@ def _unique(blocks) -> list:
     return out
 
 
-def stage_bounds(costs, pp) -> list:
-    """The cut of the blocks (the loss riding with the last) into ``pp`` stages whose slowest is fastest."""
+def stage_bounds(costs, num_stages) -> list:
+    """The cut of the blocks (the loss riding with the last) into ``num_stages`` stages whose slowest is fastest."""
     per_block = [c.forward + c.backward for c in costs[:-1]]
     per_block[-1] += costs[-1].forward + costs[-1].backward
-    return best_cut(per_block, pp)
+    return best_cut(per_block, num_stages)
 
 
 def _coordinates(layout, rank) -> tuple:
@@ -152,32 +154,38 @@ def _zero_owners(params, k) -> dict:
 
 
 # ------------------------------------------------------------------------------------------------ pipeline
-def _play(layout, forward, backward, transfer_f, transfer_b) -> tuple:
-    """(makespan, idle fraction) of the schedule's programs with each stage's per-micro-batch ``forward`` and
-    ``backward`` seconds and the messages' seconds between stages: each rank runs its actions in order, a
-    receive waits for the matching send to arrive."""
+def orders(layout) -> list:
+    """Every rank's forwards and backwards [(kind, stage, mb)] in the order its schedule runs them (the
+    schedule's own: stage s on rank s % pp)."""
     pp, m = layout.pp, layout.microbatches
-    programs = [actions.program_of([(k, s, mb) for k, mb in ORDERS[layout.schedule](s, pp, m)], pp)
-                for s in range(pp)]
+    if layout.schedule in MULTI:
+        return MULTI[layout.schedule].planned_orders(pp, layout.stages, m)
+    return [[(kind, s, mb) for kind, mb in SINGLE[layout.schedule].compute_order(s, pp, m)] for s in range(pp)]
+
+
+def _play(layout, took, transfer) -> tuple:
+    """(makespan, idle fraction) of the schedule's programs, ``took[kind][stage]`` the seconds of each
+    forward, backward or its halves (I, W) per micro-batch, ``transfer`` a message's seconds between stages:
+    each rank runs its actions in order, a receive waits for the matching send to arrive."""
+    pp = layout.pp
+    programs = [actions.program_of(order, layout.stages) for order in orders(layout)]
     clock, at, arrived, busy = [0.0] * pp, [0] * pp, {}, [0.0] * pp
-    while any(at[s] < len(programs[s]) for s in range(pp)):
+    while any(at[r] < len(programs[r]) for r in range(pp)):
         moved = False
-        for s in range(pp):
-            while at[s] < len(programs[s]):
-                a = programs[s][at[s]]
+        for r in range(pp):
+            while at[r] < len(programs[r]):
+                a = programs[r][at[r]]
                 if a.kind.startswith("RECV"):
                     key = ("F", a.stage - 1, a.mb) if a.kind == "RECV_F" else ("B", a.stage + 1, a.mb)
                     if key not in arrived:
                         break
-                    clock[s] = max(clock[s], arrived[key])
+                    clock[r] = max(clock[r], arrived[key])
                 elif a.kind.startswith("SEND"):
-                    key = ("F", s, a.mb) if a.kind == "SEND_F" else ("B", s, a.mb)
-                    arrived[key] = clock[s] + (transfer_f if a.kind == "SEND_F" else transfer_b)
+                    arrived[("F" if a.kind == "SEND_F" else "B", a.stage, a.mb)] = clock[r] + transfer
                 else:
-                    took = forward[s] if a.kind == "F" else backward[s]
-                    clock[s] += took
-                    busy[s] += took
-                at[s] += 1
+                    clock[r] += took[a.kind][a.stage]
+                    busy[r] += took[a.kind][a.stage]
+                at[r] += 1
                 moved = True
         if not moved:
             raise RuntimeError("planner: the schedule's programs wait on each other forever")
@@ -200,21 +208,23 @@ def _walk(costs, live) -> tuple:
     return peak, live
 
 
-def _stage_memory(layout, stage, costs, static, grads) -> int:
-    """The peak of a pipeline stage: the schedule's order, a micro-batch's activations held from its F to its
-    B, the gradients there from the first B on."""
-    order = ORDERS[layout.schedule](stage, layout.pp, layout.microbatches)
-    held = sum(c.held for c in costs)
-    in_flight, peak, have_grads = 0, static, False
-    for kind, _ in order:
-        base = static + in_flight * held + (grads if have_grads else 0)
+def _rank_memory(order, stages, static, grads) -> int:
+    """The peak of a pipeline rank running ``order`` (its schedule's) over ``stages`` (block costs per stage): a
+    micro-batch's activations held from its F to its B (or to its W, after the input pass I), the gradients
+    there from the first backward on."""
+    held = [sum(c.held for c in st) for st in stages]
+    live, peak, have_grads = 0, static, False
+    for kind, s, _ in order:
+        base = static + live + (grads if have_grads else 0)
         if kind == "F":
-            peak = max(peak, base + max(_prefix_peaks(costs)))
-            in_flight += 1
-        else:   # (the gradients, there from the first backward on, are then accumulated into, not made)
-            peak = max(peak, base - held + max(_suffix_peaks(costs, not have_grads)))
-            in_flight -= 1
+            peak = max(peak, base + max(_prefix_peaks(stages[s])))
+            live += held[s]
+        elif kind in ("B", "I"):   # (the gradients, there from the first backward on, are accumulated into)
+            peak = max(peak, base - held[s] + max(_suffix_peaks(stages[s], not have_grads)))
+            live -= held[s] if kind == "B" else 0
             have_grads = True
+        else:
+            live -= held[s]
     return peak
 
 
@@ -242,19 +252,19 @@ def predict(layout, profile, batch) -> Prediction:
     """The Prediction of ``layout`` for a global batch of ``batch`` rows."""
     rows = batch // layout.dp // layout.microbatches
     costs = profile.blocks[(layout.tp, rows, layout.dp if layout.shard == "fsdp" else 1)]   # (api._shape)
-    bounds = stage_bounds(costs, layout.pp) if layout.pp > 1 else [0, len(costs) - 1]
+    bounds = stage_bounds(costs, layout.stages) if layout.pp > 1 else [0, len(costs) - 1]
     stages = [costs[a:b] + (costs[-1:] if b == len(costs) - 1 else []) for a, b in zip(bounds[:-1], bounds[1:])]
-    forward = [sum(c.forward for c in s) for s in stages]
-    backward = [sum(c.backward for c in s) for s in stages]
+    took = {kind: [sum(getattr(c, field) for c in st) for st in stages]
+            for kind, field in (("F", "forward"), ("B", "backward"), ("I", "input_grad"), ("W", "weight_grad"))}
     message = [sum(math.prod(shape) * size for shape, size in costs[b - 1].output) for b in bounds[1:-1]]
-    if layout.pp > 1:
-        transfer = profile.link_seconds("send", 2, max(message) + 8 * HEADER)
-        span, bubble = _play(layout, forward, backward, transfer, transfer)
+    if layout.pp > 1:   # (an activation's message follows its shape header)
+        transfer = profile.link_seconds("send", 2, 8 * HEADER) + profile.link_seconds("send", 2, max(message))
+        span, bubble = _play(layout, took, transfer)
     else:
-        span, bubble = forward[0] + backward[0], 0.0
+        span, bubble = took["F"][0] + took["B"][0], 0.0
     seconds, memory, sent, parts = [], [], [], []
     for rank in range(layout.world_size):
-        s, m, b, part = _rank(layout, profile, rank, stages, costs, bounds, message, span)
+        s, m, b, part = _rank(layout, profile, rank, stages, message, span)
         seconds.append(s)
         memory.append(m)
         sent.append(b)
@@ -263,33 +273,32 @@ def predict(layout, profile, batch) -> Prediction:
     return Prediction(seconds[slowest], parts[slowest], bubble, memory, sent, bounds)
 
 
-def _rank(layout, profile, rank, stages, costs, bounds, message, span):
+def _rank(layout, profile, rank, stages, message, span):
     """(seconds, peak bytes, bytes sent, parts) of one rank."""
     dp_rank, pp_rank, tp_rank = _coordinates(layout, rank)
-    mine, m = stages[pp_rank], layout.microbatches
+    held = [s for s in range(len(stages)) if s % layout.pp == pp_rank]   # (this rank's stages)
+    mine, m = [c for s in held for c in stages[s]], layout.microbatches
     traffic = _Traffic(profile)
     traffic.bytes += m * sum(c.sent_forward[tp_rank] + c.sent_backward[tp_rank] for c in mine)
-    if layout.pp > 1:   # messages: the activations on, the gradients back
-        if pp_rank < layout.pp - 1:
-            traffic.message(message[pp_rank] + 8 * HEADER, m)
-        if pp_rank > 0 and mine[0].inputs_float:
-            traffic.message(message[pp_rank - 1], m)
+    for s in held if layout.pp > 1 else ():   # messages: the activations on, the gradients back
+        if s < len(stages) - 1:
+            traffic.message(message[s] + 8 * HEADER, m)
+        if s > 0 and stages[s][0].inputs_float:
+            traffic.message(message[s - 1], m)
     params = _unique(mine)
-    other = {p.index for i, st in enumerate(stages) if i != pp_rank for p in _unique(st)}
-    for p in params:   # a parameter on several stages (tied): its gradient summed over them
-        if p.index in other:
-            holders = [s for s, st in enumerate(stages) if any(q.index == p.index for q in _unique(st))]
-            traffic.add("all_reduce", p.numel(), p.dtype, len(holders), holders.index(pp_rank),
-                        group=("tied", tuple(holders)))
+    for p in params:   # a parameter on several ranks' stages (tied): its gradient summed over those ranks
+        ranks = sorted({s % layout.pp for s, st in enumerate(stages) if any(q.index == p.index for q in _unique(st))})
+        traffic.add("all_reduce", p.numel(), p.dtype, len(ranks), ranks.index(pp_rank), group=("tied", tuple(ranks)))
     pipeline_seconds = traffic.seconds
-    stepped, static, buffers = _data_parallel(layout, traffic, params, mine, dp_rank, profile.shared)
+    modules = [_unique(stages[s]) for s in held] if layout.pp > 1 else [params]   # (one DDP each)
+    stepped, static, buffers = _data_parallel(layout, traffic, params, mine, dp_rank, profile.shared, modules)
     state = profile.state[0] * len(stepped) + profile.state[1] * sum(p.nbytes for p in stepped)
     step = profile.step[0] * len(stepped) + profile.step[1] * sum(p.numel() for p in stepped)
     step_peak = profile.step_peak * max((p.nbytes for p in stepped), default=0)
     grads = sum(p.nbytes for p in params)
     base = static + state + buffers + sum(traffic.scratch.values())
     if layout.pp > 1:
-        peak = _stage_memory(layout, pp_rank, mine, base, grads)
+        peak = _rank_memory(orders(layout)[pp_rank], stages, base, grads)
     else:
         peak, _ = _walk(mine, base)
     if layout.shard == "fsdp":
@@ -301,9 +310,10 @@ def _rank(layout, profile, rank, stages, costs, bounds, message, span):
     return seconds, int(peak), traffic.bytes, parts
 
 
-def _data_parallel(layout, traffic, params, mine, dp_rank, shared) -> tuple:
+def _data_parallel(layout, traffic, params, mine, dp_rank, shared, modules) -> tuple:
     """Add the data-parallel collectives; (the parameters this rank's optimizer steps, the bytes of parameters
-    held, communication buffers held: DDP's flat buckets, FSDP's gathered parameters at their most)."""
+    held, communication buffers held: DDP's flat buckets). ``modules``: the parameters of each module DDP wraps
+    (a pipeline rank's stages, each its own)."""
     k = layout.dp
     held = sum(p.nbytes for p in params)
     if k == 1:
@@ -321,9 +331,9 @@ def _data_parallel(layout, traffic, params, mine, dp_rank, shared) -> tuple:
                 rows = Shard.local_shard_size_and_offset(p.shape[0], k, dp_rank)[0]
                 shards.append(_Param(p.index, (rows, *p.shape[1:]), p.dtype))
         return shards, sum(p.nbytes for p in shards), 0   # (the gathered parameters: in the blocks' peaks)
-    buckets = assign_buckets([_Stand(p) for p in params], BUCKET_BYTES)
-    for bucket in buckets:
-        traffic.add("all_reduce", sum(params[i].numel() for i in bucket), params[bucket[0]].dtype, k, dp_rank)
+    for wrapped in modules:
+        for bucket in assign_buckets([_Stand(p) for p in wrapped], BUCKET_BYTES):
+            traffic.add("all_reduce", sum(wrapped[i].numel() for i in bucket), wrapped[bucket[0]].dtype, k, dp_rank)
     flat = held   # (DDP's buckets: a flat copy of every gradient, kept)
     if layout.shard == "ddp":
         return params, held, flat

@@ -161,9 +161,9 @@ def _as_tuple(x):
 
 
 def _timed(block, inputs, params, tp, group, split, grad):
-    """A BlockCost with the times (each rank's median of REPEATS, and of those the slowest rank's) and the bytes sent on ``group``
-    (the tensor-parallel one; None: none); ``split``: the split backward's halves timed too (else 0: a sharded
-    block's, which no pipeline runs)."""
+    """A BlockCost with the times (each rank's median of REPEATS, and of those the slowest rank's) and the bytes
+    sent on ``group`` (the tensor-parallel one; None: none); ``split``: the split backward's halves timed too
+    (else 0: a sharded block's, which no pipeline runs); ``grad``: whether the inputs take a gradient."""
     _run_once(block, inputs, False, group, grad)   # (warm: kernels compiled, caches filled)
     whole, halves = [], []
     for _ in range(REPEATS):

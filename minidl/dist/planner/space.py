@@ -5,7 +5,9 @@ A ``Layout`` is dp x pp x tp = world size ranks, with
 - ``shard``: how the dp ranks hold the model — "ddp" (whole replicas, gradients all-reduced), "zero" (ZeRO-1:
   DDP plus a ZeroRedundancyOptimizer, each rank stepping a share) or "fsdp" (``fully_shard`` on each block and
   the root: parameters, gradients and state 1/dp per rank);
-- ``schedule`` and ``microbatches`` for pp > 1: "gpipe" or "1f1b" over m = pp, 2 pp or 4 pp micro-batches (those
+- ``schedule`` and ``microbatches`` for pp > 1: "gpipe" or "1f1b" (one stage per rank), "interleaved-1f1b" or
+  "zero-bubble" (two stages per rank; zero bubble splits each backward into the input's and the weights'
+  gradients, the weights' filling the idle time) over m = pp, 2 pp or 4 pp micro-batches (those
   that divide each data-parallel rank's rows; more only lengthen the step where a micro-batch's fixed costs
   dominate, as on a CPU), or the m the user fixed (at least pp).
 
@@ -17,7 +19,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 SHARDS = ("ddp", "zero", "fsdp")
-SCHEDULES = ("gpipe", "1f1b")
+SCHEDULES = ("gpipe", "1f1b", "interleaved-1f1b", "zero-bubble")
+VIRTUAL = {"interleaved-1f1b": 2, "zero-bubble": 2}   # stages per rank (the others: one)
 
 
 @dataclass(frozen=True)
@@ -32,6 +35,11 @@ class Layout:
     @property
     def world_size(self) -> int:
         return self.dp * self.tp * self.pp
+
+    @property
+    def stages(self) -> int:
+        """Pipeline stages: pp, or 2 pp for the interleaved schedules (stage s on rank s % pp)."""
+        return self.pp * VIRTUAL.get(self.schedule, 1)
 
     @property
     def mesh_dim_names(self) -> tuple:
@@ -99,7 +107,14 @@ def layouts(world_size, num_blocks, batch, tp_degrees, fixed) -> tuple:
                                f"steps whole tensors, not tensor-parallel pieces)")
                     continue
                 for schedule in schedules:
+                    if pp * VIRTUAL.get(schedule, 1) > num_blocks:
+                        why.append(f"{name} {schedule}: {num_blocks} blocks cannot make its "
+                                   f"{pp * VIRTUAL[schedule]} stages")
+                        continue
                     for m in counts:
+                        if schedule in VIRTUAL and m % max(1, m // pp):
+                            why.append(f"{name} {schedule} m{m}: the micro-batches do not split into rounds of pp")
+                            continue
                         layout = Layout(dp, tp, pp, shard, schedule, m)
                         if all(fixed.get(k) in (None, getattr(layout, k)) for k in ("shard", "schedule",
                                                                                      "microbatches")):
