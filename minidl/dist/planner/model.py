@@ -208,23 +208,30 @@ def _walk(costs, live) -> tuple:
     return peak, live
 
 
-def _rank_memory(order, stages, static, grads) -> int:
+def _rank_memory(order, stages, static) -> int:
     """The peak of a pipeline rank running ``order`` (its schedule's) over ``stages`` (block costs per stage): a
-    micro-batch's activations held from its F to its B (or to its W, after the input pass I), the gradients
-    there from the first backward on."""
+    micro-batch's activations held from its F to its B (or, split, from F through I to W); a stage's gradients
+    made by its first B (or W) and accumulated into after."""
     held = [sum(c.held for c in st) for st in stages]
-    live, peak, have_grads = 0, static, False
+    kept = [sum(c.kept_for_weights for c in st) for st in stages]
+    grads = [sum(p.nbytes for p in _unique(st)) for st in stages]
+    live, peak, made = 0, static, set()
     for kind, s, _ in order:
-        base = static + live + (grads if have_grads else 0)
+        base = static + live + sum(grads[t] for t in made)
         if kind == "F":
             peak = max(peak, base + max(_prefix_peaks(stages[s])))
             live += held[s]
-        elif kind in ("B", "I"):   # (the gradients, there from the first backward on, are accumulated into)
-            peak = max(peak, base - held[s] + max(_suffix_peaks(stages[s], not have_grads)))
-            live -= held[s] if kind == "B" else 0
-            have_grads = True
-        else:
+        elif kind == "B":
+            peak = max(peak, base - held[s] + max(_suffix_peaks(stages[s], s not in made)))
             live -= held[s]
+            made.add(s)
+        elif kind == "I":   # (the input's gradients only; the activations, and what W needs, wait for W)
+            peak = max(peak, base - held[s] + max(_suffix_peaks(stages[s], False)))
+            live += kept[s]
+        else:               # W: the weights' gradients made (or added to), then what it kept freed
+            peak = max(peak, base + (grads[s] if s not in made else 0))
+            live -= held[s] + kept[s]
+            made.add(s)
     return peak
 
 
@@ -298,7 +305,7 @@ def _rank(layout, profile, rank, stages, message, span):
     grads = sum(p.nbytes for p in params)
     base = static + state + buffers + sum(traffic.scratch.values())
     if layout.pp > 1:
-        peak = _rank_memory(orders(layout)[pp_rank], stages, base, grads)
+        peak = _rank_memory(orders(layout)[pp_rank], stages, base)
     else:
         peak, _ = _walk(mine, base)
     if layout.shard == "fsdp":

@@ -38,7 +38,7 @@ from ..tensor import DTensor
 from ..tensor.parallel import parallelize_module
 from .blocks import LossBlock, block_plan, local, sharing
 
-REPEATS = 5
+REPEATS = 7
 LINK_SIZES = tuple(1 << p for p in range(8, 25, 2))       # 256 B .. 16 MiB, every factor of 4
 LINKS = ("all_reduce", "all_gather_into_tensor", "reduce_scatter_tensor", "broadcast", "send")
 
@@ -55,6 +55,7 @@ class BlockCost:
     weight_grad: float
     sent_forward: list
     sent_backward: list
+    kept_for_weights: int = 0   # gradients a split backward keeps from its input pass to its weight pass
     held: int = 0
     forward_peak: int = 0
     backward_peak: int = 0
@@ -130,8 +131,9 @@ def _typical(runs) -> tuple:
 
 
 def _run_once(block, inputs, split, group, grad):
-    """(forward s, backward s, input-gradient s, weight-gradient s, sent in forward, sent in backward) of one
-    forward and backward; ``split``: the backward as split_backward's two halves (else whole)."""
+    """(forward s, backward s, input-gradient s, weight-gradient s, sent in forward, sent in backward, outputs,
+    bytes of the gradients the weight pass keeps from I to W) of one forward and backward; ``split``: the
+    backward as split_backward's two halves (else whole)."""
     inputs = _fresh(inputs, grad)
     sent0, start = _sent(group), time.perf_counter()
     outputs = _as_tuple(block(*inputs))
@@ -140,16 +142,18 @@ def _run_once(block, inputs, split, group, grad):
     grads = [minidl.ones_like(o) for o in floats]
     start = time.perf_counter()
     first = second = 0.0
+    kept = 0
     if floats and split:
         wanted = [t for t in inputs if t.requires_grad]
         _, weight_pass = minidl.autograd.split_backward(floats, wanted, grads)
         first = time.perf_counter() - start
+        kept = sum(g.numel() * g.element_size() for g in weight_pass.held_gradients)
         weight_pass()
         second = time.perf_counter() - start - first
     elif floats:
         minidl.autograd.backward(floats, grads)
     backward = time.perf_counter() - start
-    return forward, backward, first, second, sent1 - sent0, _sent(group) - sent1, outputs
+    return forward, backward, first, second, sent1 - sent0, _sent(group) - sent1, outputs, kept
 
 
 def _sent(group) -> int:
@@ -160,27 +164,39 @@ def _as_tuple(x):
     return tuple(x) if isinstance(x, (tuple, list)) else (x,)
 
 
-def _timed(block, inputs, params, tp, group, split, grad):
-    """A BlockCost with the times (each rank's median of REPEATS, and of those the slowest rank's) and the bytes
-    sent on ``group`` (the tensor-parallel one; None: none); ``split``: the split backward's halves timed too
-    (else 0: a sharded block's, which no pipeline runs); ``grad``: whether the inputs take a gradient."""
-    _run_once(block, inputs, False, group, grad)   # (warm: kernels compiled, caches filled)
-    whole, halves = [], []
-    for _ in range(REPEATS):
+class _Bench:
+    """One block at one shape, ready to run: the block (split and sharded as the shape says), its inputs, and
+    its runs so far. ``group``: the tensor-parallel group whose bytes it counts (None: none); ``split``: also run
+    its backward split in halves (not for a sharded block, which no pipeline runs); ``grad``: whether its inputs
+    take a gradient (all but the model's own)."""
+
+    def __init__(self, block, inputs, params, tp, group, split, grad):
+        self.block, self.inputs, self.params, self.tp = block, inputs, params, tp
+        self.group, self.split, self.grad = group, split, grad
+        self.whole, self.halves, self.kept, self.sent = [], [], 0, (0, 0)
+
+    def run(self):
         collectives.barrier()
-        f, b, _, _, sent_f, sent_b, outputs = _run_once(block, inputs, False, group, grad)
-        whole.append((f, b))
-        if split:
+        f, b, _, _, sent_f, sent_b, _, _ = _run_once(self.block, self.inputs, False, self.group, self.grad)
+        self.whole.append((f, b))
+        self.sent = (sent_f, sent_b)
+        if self.split:
             collectives.barrier()
-            halves.append(_run_once(block, inputs, True, group, grad)[2:4])
-    block.zero_grad(set_to_none=True)
-    forward, backward = _slowest(_typical(whole))
-    input_grad, weight_grad = _slowest(_typical(halves)) if split else (0.0, 0.0)
-    sent = _every((sent_f, sent_b))[:tp]
-    return BlockCost(forward, backward, input_grad, weight_grad, [f for f, _ in sent], [b for _, b in sent],
-                     params=params,
-                     output=[(tuple(o.shape), o.element_size()) for o in outputs],
-                     inputs_float=any(t.dtype.is_floating_point for t in inputs)), outputs
+            found = _run_once(self.block, self.inputs, True, self.group, self.grad)
+            self.halves.append(found[2:4])
+            self.kept = found[-1]
+        self.block.zero_grad(set_to_none=True)
+
+    def cost(self, outputs) -> BlockCost:
+        """The BlockCost of its runs: each rank's median, of those the slowest rank's; the bytes each
+        tensor-parallel rank sent."""
+        forward, backward = _slowest(_typical(self.whole))
+        input_grad, weight_grad = _slowest(_typical(self.halves)) if self.split else (0.0, 0.0)
+        sent = _every(self.sent)[:self.tp]
+        return BlockCost(forward, backward, input_grad, weight_grad, [f for f, _ in sent], [b for _, b in sent],
+                         kept_for_weights=self.kept, params=self.params,
+                         output=[(tuple(o.shape), o.element_size()) for o in outputs],
+                         inputs_float=any(t.dtype.is_floating_point for t in self.inputs))
 
 
 def _param_list(block, names) -> list:
@@ -221,11 +237,13 @@ def _traced(cost, block, inputs, grad):
     block.zero_grad(set_to_none=True)
 
 
-def _blocks_at(blocks, loss_fn, sample, target, tp_plan, shape, names, shared):
-    """Every block's cost (the loss last) at ``shape`` = (tp, rows, fsdp): ``rows`` rows of the sample, split over
-    ``tp`` ranks, and under ``fully_shard`` over ``fsdp`` ranks (its gathers and reduce-scatters timed with it:
-    on a CPU their copies cost as much as the messages). A block holding a parameter of another (``shared``) is
-    one of the root's in a plan, whose parameters stay gathered from forward to backward; the others reshard."""
+def _prepared(blocks, loss_fn, sample, target, tp_plan, shape, names, shared) -> list:
+    """[(a _Bench, its outputs)] per block (the loss last) at ``shape`` = (tp, rows, fsdp): ``rows`` rows of the
+    sample, split over ``tp`` ranks, and under ``fully_shard`` over ``fsdp`` ranks (its gathers and
+    reduce-scatters timed with it: on a CPU their copies cost as much as the messages), each block run once on
+    what the one before gave (kernels compiled, caches warm). A block holding a parameter of another (``shared``)
+    is one of the root's in a plan, whose parameters stay gathered from forward to backward; the others
+    reshard."""
     tp, rows, fsdp = shape
     world = get_world_size()
     mesh = init_device_mesh("cpu", (world // (tp * fsdp), fsdp, tp), mesh_dim_names=("rest", "dp", "tp")) \
@@ -241,15 +259,32 @@ def _blocks_at(blocks, loss_fn, sample, target, tp_plan, shape, names, shared):
         if fsdp > 1 and params:   # (inside a root, as in the plan)
             fully_shard(block, mesh=mesh["dp"], reshard_after_forward=i not in shared)
             block = fully_shard(nn.Sequential(block), mesh=mesh["dp"])
-        group = mesh["tp"].get_group() if tp > 1 else None
+        bench = _Bench(block, x, params, tp, mesh["tp"].get_group() if tp > 1 else None, fsdp == 1, i > 0)
         try:
-            cost, outputs = _timed(block, x, params, tp, group, fsdp == 1, i > 0)
+            outputs = _run_once(block, x, False, bench.group, bench.grad)[6]
         except Exception as e:
             raise RuntimeError(f"child {i} ({type(block).__name__}) at {rows} rows, tensor parallel over {tp}, "
                                f"fully sharded over {fsdp}: {e}") from e
-        _traced(cost, block, x, i > 0)
-        found.append(cost)
+        block.zero_grad(set_to_none=True)
+        found.append((bench, outputs))
         x = tuple((o.to_local() if isinstance(o, DTensor) else o).detach() for o in outputs)
+    return found
+
+
+def _blocks(prepared) -> dict:
+    """{shape: [BlockCost per block]}: REPEATS rounds, each running every block at every shape once (so that the
+    machine's drift during the measurement falls on all shapes alike), then each traced once."""
+    for _ in range(REPEATS):
+        for benches in prepared.values():
+            for bench, _ in benches:
+                bench.run()
+    found = {}
+    for shape, benches in prepared.items():
+        found[shape] = []
+        for bench, outputs in benches:
+            cost = bench.cost(outputs)
+            _traced(cost, bench.block, bench.inputs, bench.grad)
+            found[shape].append(cost)
     return found
 
 
@@ -359,10 +394,10 @@ def measure(blocks, sample, target, loss_fn, tp_plan, shapes, group_sizes, optim
     ``shapes``, the (tensor-parallel degree, rows, fully_shard degree) to measure the blocks at; ``group_sizes``,
     the group sizes to measure the links on. A collective: every rank calls it with the same arguments."""
     names, shared = parameter_indices(blocks) + [{}], sharing(blocks)
-    costs = {}
+    prepared, failures = {}, {}
     for shape in sorted(shapes):
         try:
-            costs[shape] = _blocks_at(blocks, loss_fn, sample, target, tp_plan, shape, names, shared)
+            prepared[shape] = _prepared(blocks, loss_fn, sample, target, tp_plan, shape, names, shared)
             failed = None
         except Exception as e:   # (a split the model does not take: every rank fails alike, before talking)
             if shape[0] == 1 and shape[2] == 1:
@@ -370,7 +405,9 @@ def measure(blocks, sample, target, loss_fn, tp_plan, shapes, group_sizes, optim
             failed = str(e)
         failed = next((f for f in _every(failed) if f is not None), None)
         if failed is not None:
-            costs[shape] = failed
+            prepared.pop(shape, None)
+            failures[shape] = failed
+    costs = {**_blocks(prepared), **failures}
     step, state, step_peak = _optimizer(blocks, optimizer_class, optimizer_kwargs)
     found = [Profile(costs, _links(group_sizes), step, state, step_peak, get_world_size(), shared)]
     objects.broadcast_object_list(found, src=0)   # (rank 0's: every rank then predicts, and chooses, alike)
