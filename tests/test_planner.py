@@ -138,8 +138,11 @@ def _check_every_plan(ranks, make):
                 assert first is None and second is None, str(layout)
                 continue
             before, after = _part_losses(make, layout.dp)
-            np.testing.assert_allclose([first, second], [before[dp_rank], after[dp_rank]], rtol=1e-10,
-                                       err_msg=str(layout))
+            np.testing.assert_allclose(first, before[dp_rank], rtol=1e-12, err_msg=str(layout))
+            # (after one AdamW step, whose first update is ~lr * sign(g): DDP under an interleaved schedule was
+            # seen, on loaded machines, to sum a gradient in another order -- rounding only -- which that step
+            # turns into ~1e-9 of the loss; gpt_3d's checks allow 1e-8 too)
+            np.testing.assert_allclose(second, after[dp_rank], rtol=1e-8, err_msg=str(layout))
 
 
 def test_every_plan_trains_as_one_process_and_sends_the_bytes_predicted():
