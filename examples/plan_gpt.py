@@ -7,9 +7,9 @@ training with the best.
 
 ``minidl.dist.plan`` measures the GPT's blocks (at every shape a plan would run them), the optimizer and the links
 on ``--world-size`` processes it starts, predicts each layout — data parallel (DDP, ZeRO, FSDP), tensor parallel
-(the Megatron plan below), pipeline (GPipe, 1F1B, interleaved 1F1B, zero bubble) and their products — ranks them, and returns the best, whose
-``apply`` makes the calls a user would have written. The GPT is written as an ``nn.Sequential`` (embeddings, the
-blocks, the head) because the planner cuts pipeline stages between children.
+(the Megatron plan below), pipeline (GPipe, 1F1B, interleaved 1F1B, zero bubble) and their products — ranks them,
+and returns the best, whose ``apply`` makes the calls a user would have written. The GPT is written as an
+``nn.Sequential`` (embeddings, the blocks, the head) because the planner cuts pipeline stages between children.
 """
 import argparse
 import os

@@ -51,9 +51,9 @@ def check(fingerprints, ranks) -> None:
 
 def sent_bytes(group=None) -> int:
     """Bytes of data this rank has sent in collectives and point-to-point messages on ``group`` (the default group
-    for None) since it was made (its start's exchange of host names included), by minidl's own algorithms: the agreement before each
-    collective (a few int64 sent whole) is not counted, and a native collective (MPI's, NCCL's) sends what its
-    library sends, uncounted. Take differences around what you measure."""
+    for None) since it was made (its start's exchange of host names included), by minidl's own algorithms: the
+    agreement before each collective (a few int64 sent whole) is not counted, and a native collective (MPI's,
+    NCCL's) sends what its library sends, uncounted. Take differences around what you measure."""
     from .state import resolve
     return resolve(group, "sent_bytes").sent[0]
 

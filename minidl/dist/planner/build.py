@@ -1,11 +1,11 @@
 """A plan made real: the calls a user would have written for its layout, on this rank.
 
-``build`` takes the whole model (made alike on every rank) and the device mesh (dp, pp, tp: the layout's
-dimensions of more than one rank) and, in torch's order of composition: cuts the pipeline stages this rank runs
-(the plan's cut; stage s on rank s % pp), splits them over "tp" (``parallelize_module`` with the user's plan),
-spreads them over "dp" (``DistributedDataParallel``, DDP with a ``ZeroRedundancyOptimizer``, or ``fully_shard``
-on each block and the root), wraps them in ``PipelineStage`` s and the schedule, and makes the optimizer. ``Parallelized.step`` then trains
-on a global batch.
+``build`` takes the whole model (made alike on every rank) and the device mesh (dp, pp, tp: the layout's dimensions
+of more than one rank) and, in torch's order of composition: cuts the pipeline stages this rank runs (the plan's
+cut; stage s on rank s % pp), splits them over "tp" (``parallelize_module`` with the user's plan), spreads them over
+"dp" (``DistributedDataParallel``, DDP with a ``ZeroRedundancyOptimizer``, or ``fully_shard`` on each block and the
+root), wraps them in ``PipelineStage`` s and the schedule, and makes the optimizer. ``Parallelized.step`` then
+trains on a global batch.
 """
 from __future__ import annotations
 
