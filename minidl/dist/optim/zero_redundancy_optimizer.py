@@ -34,6 +34,17 @@ __all__ = ["ZeroRedundancyOptimizer"]
 _HYPER = "params"   # (every other key of a group is a hyperparameter, kept in step with the local optimizer's)
 
 
+def deal(params, held) -> list:
+    """[(parameter, rank)]: each of ``params``, the largest first, to the rank holding the fewest elements so far
+    (``held``: per rank, counted on here). Anything with ``numel()`` deals: a planner deals shapes alike."""
+    dealt = []
+    for p in sorted(params, key=lambda t: t.numel(), reverse=True):
+        r = held.index(min(held))
+        dealt.append((p, r))
+        held[r] += p.numel()
+    return dealt
+
+
 class ZeroRedundancyOptimizer(Optimizer):
     """``optimizer_class(share, **defaults)`` on this rank's share of ``params`` (tensors or parameter groups).
     ``process_group``: the ranks that share the state (the default group). ``parameters_as_bucket_view``: each
@@ -73,10 +84,8 @@ class ZeroRedundancyOptimizer(Optimizer):
         held = [0] * self.world_size
         for group in self.param_groups:
             mine = [[] for _ in range(self.world_size)]
-            for p in sorted(group["params"], key=lambda t: t.numel(), reverse=True):
-                r = held.index(min(held))
+            for p, r in deal(group["params"], held):
                 mine[r].append(p)
-                held[r] += p.numel()
             for r in range(self.world_size):
                 shares[r].append({**{k: v for k, v in group.items() if k != _HYPER}, "params": mine[r]})
         return shares

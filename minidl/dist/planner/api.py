@@ -105,13 +105,13 @@ def plan(model, sample_inputs, world_size, *, loss_fn, target, memory_limit=None
     if not found:
         raise ValueError(f"plan: no plan uses {world_size} ranks"
                          f"{' with ' + _said(fixed) if _said(fixed) else ''}:\n  " + "\n  ".join(rejected))
-    shapes = {_shape(l, batch) for l in found}
+    shapes = {l.shape(batch) for l in found}
     # (a pipeline's messages go between pairs; a tied parameter's gradient is summed over 2 .. pp stages)
     sizes = sorted({k for l in found for k in (l.dp, l.tp, *range(2, l.pp + 1)) if k > 1})
     args = (blocks, sample, target, loss_fn, tp_plan, shapes, sizes, settings["optimizer_class"],
             settings["optimizer_kwargs"])
     profile = _measured(world_size, args)
-    failed = {l: profile.blocks[_shape(l, batch)] for l in found if isinstance(profile.blocks[_shape(l, batch)], str)}
+    failed = {l: profile.blocks[l.shape(batch)] for l in found if isinstance(profile.blocks[l.shape(batch)], str)}
     rejected += [f"{l}: {why}" for l, why in failed.items()]
     found = [l for l in found if l not in failed]
     if not found:
@@ -133,11 +133,6 @@ def plan(model, sample_inputs, world_size, *, loss_fn, target, memory_limit=None
         log(f"plan: {len(fitting)} plans on {world_size} ranks, ranked by predicted step time "
             f"({len(rejected) + len(over)} not planned)\n{best.table()}")
     return best
-
-
-def _shape(layout, batch) -> tuple:
-    """The (tensor-parallel degree, rows per micro-batch, fully_shard degree) a layout runs its blocks at."""
-    return layout.tp, batch // layout.dp // layout.microbatches, layout.dp if layout.shard == "fsdp" else 1
 
 
 def _said(fixed) -> str:

@@ -26,6 +26,7 @@ from ..pipelining.cost import best_cut
 from ..pipelining.schedules import (Schedule1F1B, ScheduleGPipe, ScheduleInterleaved1F1B,
                                    ScheduleInterleavedZeroBubble)
 from ..pipelining.stage import HEADER
+from ..optim.zero_redundancy_optimizer import deal
 from ..reducer import assign_buckets
 from ..tensor.placement_types import Shard
 
@@ -142,17 +143,6 @@ def _by_dtype(params) -> dict:
     return found
 
 
-def _zero_owners(params, k) -> dict:
-    """ZeroRedundancyOptimizer's partition (the largest parameters first, each to the rank holding the fewest
-    elements so far): {parameter index: owner rank}."""
-    held, owner = [0] * k, {}
-    for p in sorted(params, key=lambda p: p.numel(), reverse=True):
-        r = held.index(min(held))
-        owner[p.index] = r
-        held[r] += p.numel()
-    return owner
-
-
 # ------------------------------------------------------------------------------------------------ pipeline
 def orders(layout) -> list:
     """Every rank's forwards and backwards [(kind, stage, mb)] in the order its schedule runs them (the
@@ -168,7 +158,7 @@ def _play(layout, took, transfer) -> tuple:
     forward, backward or its halves (I, W) per micro-batch, ``transfer`` a message's seconds between stages:
     each rank runs its actions in order, a receive waits for the matching send to arrive."""
     pp = layout.pp
-    programs = [actions.program_of(order, layout.stages) for order in orders(layout)]
+    programs = [actions.program_of(mine, layout.stages) for mine in orders(layout)]
     clock, at, arrived, busy = [0.0] * pp, [0] * pp, {}, [0.0] * pp
     while any(at[r] < len(programs[r]) for r in range(pp)):
         moved = False
@@ -257,8 +247,7 @@ def _suffix_peaks(costs, new_grads) -> list:
 # ------------------------------------------------------------------------------------------------ predict
 def predict(layout, profile, batch) -> Prediction:
     """The Prediction of ``layout`` for a global batch of ``batch`` rows."""
-    rows = batch // layout.dp // layout.microbatches
-    costs = profile.blocks[(layout.tp, rows, layout.dp if layout.shard == "fsdp" else 1)]   # (api._shape)
+    costs = profile.blocks[layout.shape(batch)]
     bounds = stage_bounds(costs, layout.stages) if layout.pp > 1 else [0, len(costs) - 1]
     stages = [costs[a:b] + (costs[-1:] if b == len(costs) - 1 else []) for a, b in zip(bounds[:-1], bounds[1:])]
     took = {kind: [sum(getattr(c, field) for c in st) for st in stages]
@@ -269,9 +258,14 @@ def predict(layout, profile, batch) -> Prediction:
         span, bubble = _play(layout, took, transfer)
     else:
         span, bubble = took["F"][0] + took["B"][0], 0.0
+    order = orders(layout) if layout.pp > 1 else None
+    holders = {}   # parameter index: the pipeline ranks whose stages hold it
+    for s, st in enumerate(stages):
+        for p in _unique(st):
+            holders.setdefault(p.index, set()).add(s % layout.pp)
     seconds, memory, sent, parts = [], [], [], []
     for rank in range(layout.world_size):
-        s, m, b, part = _rank(layout, profile, rank, stages, message, span)
+        s, m, b, part = _rank(layout, profile, rank, stages, message, span, order, holders)
         seconds.append(s)
         memory.append(m)
         sent.append(b)
@@ -280,8 +274,9 @@ def predict(layout, profile, batch) -> Prediction:
     return Prediction(seconds[slowest], parts[slowest], bubble, memory, sent, bounds)
 
 
-def _rank(layout, profile, rank, stages, message, span):
-    """(seconds, peak bytes, bytes sent, parts) of one rank."""
+def _rank(layout, profile, rank, stages, message, span, order, holders):
+    """(seconds, peak bytes, bytes sent, parts) of one rank; ``order``: every pipeline rank's actions, ``holders``:
+    each parameter's pipeline ranks."""
     dp_rank, pp_rank, tp_rank = _coordinates(layout, rank)
     held = [s for s in range(len(stages)) if s % layout.pp == pp_rank]   # (this rank's stages)
     mine, m = [c for s in held for c in stages[s]], layout.microbatches
@@ -294,7 +289,7 @@ def _rank(layout, profile, rank, stages, message, span):
             traffic.message(message[s - 1], m)
     params = _unique(mine)
     for p in params:   # a parameter on several ranks' stages (tied): its gradient summed over those ranks
-        ranks = sorted({s % layout.pp for s, st in enumerate(stages) if any(q.index == p.index for q in _unique(st))})
+        ranks = sorted(holders[p.index])
         traffic.add("all_reduce", p.numel(), p.dtype, len(ranks), ranks.index(pp_rank), group=("tied", tuple(ranks)))
     pipeline_seconds = traffic.seconds
     modules = [_unique(stages[s]) for s in held] if layout.pp > 1 else [params]   # (one DDP each)
@@ -305,7 +300,7 @@ def _rank(layout, profile, rank, stages, message, span):
     grads = sum(p.nbytes for p in params)
     base = static + state + buffers + sum(traffic.scratch.values())
     if layout.pp > 1:
-        peak = _rank_memory(orders(layout)[pp_rank], stages, base)
+        peak = _rank_memory(order[pp_rank], stages, base)
     else:
         peak, _ = _walk(mine, base)
     if layout.shard == "fsdp":
@@ -344,7 +339,7 @@ def _data_parallel(layout, traffic, params, mine, dp_rank, shared, modules) -> t
     flat = held   # (DDP's buckets: a flat copy of every gradient, kept)
     if layout.shard == "ddp":
         return params, held, flat
-    owner = _zero_owners(params, k)
+    owner = {p.index: r for p, r in deal(params, [0] * k)}   # (ZeroRedundancyOptimizer's own partition)
     for p in params:
         traffic.add("broadcast", p.numel(), p.dtype, k, dp_rank, root=owner[p.index])
     return [p for p in params if owner[p.index] == dp_rank], held, flat

@@ -36,6 +36,11 @@ class Layout:
     def world_size(self) -> int:
         return self.dp * self.tp * self.pp
 
+    def shape(self, batch) -> tuple:
+        """(tensor-parallel degree, rows per micro-batch, fully_shard degree): what the layout runs its blocks at,
+        for a global batch of ``batch`` rows (the profile's key)."""
+        return self.tp, batch // self.dp // self.microbatches, self.dp if self.shard == "fsdp" else 1
+
     @property
     def stages(self) -> int:
         """Pipeline stages: pp, or 2 pp for the interleaved schedules (stage s on rank s % pp)."""
