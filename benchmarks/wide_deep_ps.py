@@ -5,7 +5,7 @@ BSP, SSP and ASP.
     python benchmarks/wide_deep_ps.py              # every launch below; prints a markdown report
     python benchmarks/wide_deep_ps.py --quick      # a short smoke run
 
-The model is examples/recsys's WideDeep over 500,000 users and 500,000 items: a 1M x 16 deep
+The model is minidl.models.WideDeep over 500,000 users and 500,000 items: a 1M x 16 deep
 embedding table (and a 1.26M x 1 wide one, the user, the item and 2^18 crossed buckets). Each
 worker's step takes 256 random (user, item, click) samples, so a step touches at most 512 of the
 deep table's 1M rows (0.05%; 0.1% over two workers), all under 1%. Adagrad everywhere.
@@ -41,13 +41,12 @@ BATCH = 256   # per worker
 def worker(args):
     import numpy as np
 
-    sys.path.insert(0, os.path.join(ROOT, "examples"))
     import minidl
     import minidl.dist as dist
     import minidl.nn.functional as F
     from minidl.dist import ps
+    from minidl.models import WideDeep
     from minidl.nn.parallel import DistributedDataParallel
-    from recsys.models import WideDeep
 
     dist.init_process_group()
     if args.mode != "ddp" and ps.init(num_servers=1, consistency=args.consistency, staleness=2) == "server":

@@ -11,9 +11,10 @@ cross-entropy, with Adam. Without
 --data the ratings are generated (minidl.vision.datasets.write_movielens: latent-factor structure).
 Options and the distributed setup: examples/recsys/runner.py.
 """
+from minidl.models import NeuMF
+from minidl.models.metrics import hit_ratio_and_ndcg
+
 from recsys import data, runner
-from recsys.metrics import hit_ratio_and_ndcg
-from recsys.models import NeuMF
 
 
 class NCF:

@@ -13,9 +13,10 @@ the user, the item and the (user, item) cross; the deep part generalises through
 embeddings. Without --data the ratings are generated (minidl.vision.datasets.write_movielens).
 Options and the distributed setup: examples/recsys/runner.py.
 """
+from minidl.models import WideDeep
+from minidl.models.metrics import auc
+
 from recsys import data, runner
-from recsys.metrics import auc
-from recsys.models import WideDeep
 
 
 class ClickPrediction:

@@ -3,7 +3,7 @@
 Layers, each importing only those below (the README's table): ``layout`` (index math) ->
 ``kernels`` (the primitive contract; ``kernels.cpu`` / ``kernels.cuda`` implement it) ->
 ``autograd`` -> ``ops`` (each op once, forward and backward, declared in ``ops.registry``) ->
-``Tensor`` -> nn, optim, utils, vision, amp, cuda -> dist.
+``Tensor`` -> nn, optim, utils, vision, models, amp, cuda -> dist.
 """
 from . import autograd, kernels, layout
 from .autograd import enable_grad, inference_mode, is_grad_enabled, no_grad, set_grad_enabled

@@ -22,7 +22,7 @@ def _readme_layers():
 # A module belongs to the row of its longest matching prefix.
 LAYERS = _readme_layers()
 # libraries that use only the public API: minidl's own names, the faces of these packages, and each other
-PUBLIC_ONLY = ("minidl.nn", "minidl.optim", "minidl.utils", "minidl.vision", "minidl.multiprocessing")
+PUBLIC_ONLY = ("minidl.nn", "minidl.optim", "minidl.utils", "minidl.vision", "minidl.models", "minidl.multiprocessing")
 # (and the slot through which the libraries tell minidl.compile what kernels cannot show: host steps,
 # graph breaks, modules run, gradients set)
 FACES = {"minidl", "minidl.ops", "minidl.autograd", "minidl.amp", "minidl.cuda", "minidl.dist", "minidl._tracing"}

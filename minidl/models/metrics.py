@@ -1,4 +1,4 @@
-"""The papers' metrics, in numpy.
+"""The recommenders' metrics as their papers define them, in numpy (arrays, or CPU tensors, in; floats out).
 
 AUC: the chance that a random positive scores above a random negative (ties count one half),
 from the ranks of the scores (the Mann-Whitney statistic). HR@k and NDCG@k (NCF's protocol): each

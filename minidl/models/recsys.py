@@ -1,5 +1,6 @@
-"""The two recommenders as minidl modules; their embedding tables are sparse (``sparse=True``),
-so that a step touches, and the parameter server moves, only the rows a batch looks up."""
+"""Two recommenders (as examples/ncf_ps.py and examples/wide_deep_ps.py train them); their embedding tables
+are sparse (``sparse=True``), so that a step touches, and the parameter server moves, only the rows a batch
+looks up."""
 import minidl
 from minidl import nn
 

@@ -1,0 +1,24 @@
+"""Ready-made models on the public Tensor and nn API (as torchvision.models are): one submodule a family,
+``recsys`` (NeuMF, Wide & Deep) so far, and ``metrics``, the measures their papers report.
+
+``import minidl`` does not import this package, and the package imports a family when one of its names is
+first used (PEP 562), so a family added costs nothing to those who use another: it is a submodule and its
+names in ``_EXPORTS``."""
+import importlib
+
+_EXPORTS = {"NeuMF": "recsys", "WideDeep": "recsys"}   # name -> the submodule that defines it
+_SUBMODULES = ("metrics", *dict.fromkeys(_EXPORTS.values()))
+__all__ = [*_SUBMODULES, *_EXPORTS]
+
+
+def __getattr__(name):
+    if name in _SUBMODULES:
+        return importlib.import_module(f"{__name__}.{name}")   # (which binds it here: asked once)
+    if name in _EXPORTS:
+        value = globals()[name] = getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted({*globals(), *__all__})
