@@ -112,44 +112,14 @@ def trunc_normal_(tensor, mean: float = 0.0, std: float = 1.0, a: float = -2.0, 
     with minidl.no_grad():
         lo = norm_cdf((a - mean) / std)
         hi = norm_cdf((b - mean) / std)
-        # uniform in [2lo-1, 2hi-1], then the inverse error function (Newton on erf, in float64)
+        # uniform in [2lo-1, 2hi-1], then the inverse error function (one erfinv op, in float64)
         # (like the tensor: a DTensor's draws are its pieces of the whole tensor's)
         u = minidl.empty_like(tensor, dtype=minidl.float64).uniform_(2 * lo - 1, 2 * hi - 1, generator=generator)
-        u = u.clamp(-1 + 1e-15, 1 - 1e-15)
-        y = _erfinv(u)
+        y = u.clamp(-1 + 1e-15, 1 - 1e-15).erfinv()
         y = y * (std * math.sqrt(2.0)) + mean
         y = y.clamp(a, b)
         tensor.copy_(y)
     return tensor
-
-
-def _erfinv(u):
-    # initial guess (Giles' approximation), then Newton steps on erf(y) - u
-    w = -((1 - u) * (1 + u)).log()
-    y = minidl.where(w < 5.0, _poly_small(w - 2.5), _poly_large(w.clamp(min=5.0).sqrt() - 3.0)) * u
-    two_over_sqrt_pi = 2.0 / math.sqrt(math.pi)
-    for _ in range(3):
-        err = y.erf() - u
-        y = y - err / (two_over_sqrt_pi * (-(y * y)).exp())
-    return y
-
-
-def _poly_small(w):
-    coeffs = [2.81022636e-08, 3.43273939e-07, -3.5233877e-06, -4.39150654e-06, 0.00021858087,
-              -0.00125372503, -0.00417768164, 0.246640727, 1.50140941]
-    p = w * 0 + coeffs[0]
-    for c in coeffs[1:]:
-        p = c + p * w
-    return p
-
-
-def _poly_large(w):
-    coeffs = [-0.000200214257, 0.000100950558, 0.00134934322, -0.00367342844, 0.00573950773,
-              -0.0076224613, 0.00943887047, 1.00167406, 2.83297682]
-    p = w * 0 + coeffs[0]
-    for c in coeffs[1:]:
-        p = c + p * w
-    return p
 
 
 # deprecated non-underscore names, as in PyTorch
