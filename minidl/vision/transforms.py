@@ -4,9 +4,11 @@ Images are numpy arrays laid out ``H x W`` or ``H x W x C`` (as a PIL image conv
 minidl tensors laid out ``... x H x W`` (after :class:`ToTensor`). The geometric transforms
 accept both and return the same kind. Random transforms draw from minidl's global RNG, so
 ``minidl.manual_seed`` makes them reproducible, or from an explicit ``generator=``.
+:class:`ImageClassification` is the evaluation preprocessing of torchvision's pretrained weights.
 """
 from __future__ import annotations
 
+import enum
 import math
 import numbers
 from collections.abc import Sequence
@@ -14,10 +16,42 @@ from collections.abc import Sequence
 import numpy as np
 
 import minidl
+from minidl.nn import functional as F
 
 
-__all__ = ["CenterCrop", "Compose", "Lambda", "Normalize", "RandomAffine", "RandomCrop",
-           "RandomHorizontalFlip", "RandomResizedCrop", "RandomVerticalFlip", "Resize", "ToTensor"]
+__all__ = ["CenterCrop", "Compose", "ImageClassification", "InterpolationMode", "Lambda", "Normalize", "RandomAffine",
+           "RandomCrop", "RandomHorizontalFlip", "RandomResizedCrop", "RandomVerticalFlip", "Resize", "ToTensor"]
+
+
+class InterpolationMode(enum.Enum):
+    """torchvision's interpolation modes; BOX, HAMMING and LANCZOS are PIL's only, and refused here."""
+    NEAREST = "nearest"
+    NEAREST_EXACT = "nearest-exact"
+    BILINEAR = "bilinear"
+    BICUBIC = "bicubic"
+    BOX = "box"
+    HAMMING = "hamming"
+    LANCZOS = "lanczos"
+
+
+_PIL_MODES = {0: InterpolationMode.NEAREST, 1: InterpolationMode.LANCZOS, 2: InterpolationMode.BILINEAR,
+              3: InterpolationMode.BICUBIC, 4: InterpolationMode.BOX, 5: InterpolationMode.HAMMING}
+_SMOOTH = (InterpolationMode.BILINEAR, InterpolationMode.BICUBIC)  # the modes that antialias
+
+
+def _mode(interpolation) -> InterpolationMode:
+    """An ``interpolation=`` argument (the enum, its string value, or a PIL integer constant) as the enum."""
+    if isinstance(interpolation, InterpolationMode):
+        return interpolation
+    if isinstance(interpolation, str):
+        try:
+            return InterpolationMode(interpolation.lower())
+        except ValueError:
+            pass
+    elif isinstance(interpolation, int) and interpolation in _PIL_MODES:
+        return _PIL_MODES[interpolation]
+    raise ValueError(f"interpolation must be an InterpolationMode, one of {[m.value for m in InterpolationMode]} "
+                     f"or a PIL constant 0..5, got {interpolation!r}")
 
 
 def _rng(generator):
@@ -111,11 +145,11 @@ def _sample(arr, axes, ys, xs, interpolation):
     h, w = arr.shape[axes[0]], arr.shape[axes[1]]
     moved = np.moveaxis(arr, axes, (0, 1))  # H x W x rest
     src = moved.astype(np.float64)
-    if interpolation == "nearest":
+    if interpolation is InterpolationMode.NEAREST:
         yi = np.clip(np.floor(ys + 0.5).astype(np.int64), 0, h - 1)
         xi = np.clip(np.floor(xs + 0.5).astype(np.int64), 0, w - 1)
         out = src[yi, xi]
-    elif interpolation == "bilinear":
+    elif interpolation is InterpolationMode.BILINEAR:
         y0 = np.floor(ys)
         x0 = np.floor(xs)
         wy = (ys - y0).reshape(ys.shape + (1,) * (src.ndim - 2))
@@ -127,34 +161,72 @@ def _sample(arr, axes, ys, xs, interpolation):
         out = ((1 - wy) * ((1 - wx) * src[y0i, x0i] + wx * src[y0i, x1i])
                + wy * ((1 - wx) * src[y1i, x0i] + wx * src[y1i, x1i]))
     else:
-        raise ValueError(f"interpolation must be 'nearest' or 'bilinear', got {interpolation!r}")
+        raise ValueError(f"affine implements nearest and bilinear interpolation, not {interpolation.value}")
     if np.issubdtype(arr.dtype, np.integer):
         info = np.iinfo(arr.dtype)
         out = np.clip(np.round(out), info.min, info.max)
     return np.moveaxis(out.astype(arr.dtype), (0, 1), axes)
 
 
-def _interp_name(interpolation) -> str:
-    name = getattr(interpolation, "value", interpolation)
-    return str(name).lower()
+def _resized_size(h: int, w: int, size, max_size=None):
+    """torchvision's output size: (h, w) given, or the smaller edge ``s`` and the longer ``int(s * long / short)``,
+    both scaled down when the longer would exceed ``max_size``."""
+    if isinstance(size, numbers.Number):
+        size = [size]
+    if not isinstance(size, Sequence) or len(size) not in (1, 2):
+        raise ValueError(f"size must be an int or a sequence of one or two ints, got {size!r}")
+    if len(size) == 2:
+        if max_size is not None:
+            raise ValueError("max_size should only be passed if size specifies the length of the smaller edge")
+        return int(size[0]), int(size[1])
+    short, long = (w, h) if w <= h else (h, w)
+    new_short, new_long = int(size[0]), int(int(size[0]) * long / short)
+    if max_size is not None:
+        if max_size <= new_short:
+            raise ValueError(f"max_size = {max_size} must be strictly greater than the requested size for the "
+                             f"smaller edge size = {list(size)}")
+        if new_long > max_size:
+            new_short, new_long = int(max_size * new_short / new_long), max_size
+    return (new_long, new_short) if w <= h else (new_short, new_long)
 
 
-def resize(img, size, interpolation="bilinear"):
-    """Resize to ``size`` = (h, w), or an int: the smaller edge to that size, keeping the aspect ratio.
+def resize(img, size, interpolation=InterpolationMode.BILINEAR, max_size=None, antialias: bool = True):
+    """Resize to ``size`` by torchvision's rules (see ``_resized_size``); the image itself when the size is unchanged.
 
-    Pixel centres are mapped as in ``align_corners=False`` (no antialiasing).
+    As torchvision's tensor path: torch's ``interpolate`` (``align_corners=False``) in float32 (float64 stays),
+    antialiased for bilinear and bicubic when ``antialias`` (PIL's filters, widened by the downscale factor); integer
+    images are then clamped and rounded half to even.
     """
+    mode = _mode(interpolation)
+    if mode not in _SMOOTH + (InterpolationMode.NEAREST, InterpolationMode.NEAREST_EXACT):
+        raise ValueError(f"resize implements nearest, nearest-exact, bilinear and bicubic, not {mode.value} "
+                         f"(as torchvision's tensor resize)")
     arr, axes, restore = _to_array(img)
     h, w = arr.shape[axes[0]], arr.shape[axes[1]]
-    if isinstance(size, numbers.Number) or (isinstance(size, Sequence) and len(size) == 1):
-        s = int(size) if isinstance(size, numbers.Number) else int(size[0])
-        oh, ow = (s, max(1, int(s * w / h))) if h <= w else (max(1, int(s * h / w)), s)
-    else:
-        oh, ow = _pair(size)
-    ys = (np.arange(oh) + 0.5) * (h / oh) - 0.5
-    xs = (np.arange(ow) + 0.5) * (w / ow) - 0.5
-    yy, xx = np.meshgrid(np.clip(ys, 0, h - 1), np.clip(xs, 0, w - 1), indexing="ij")
-    return restore(_sample(arr, axes, yy, xx, _interp_name(interpolation)))
+    oh, ow = _resized_size(h, w, size, max_size)
+    if (oh, ow) == (h, w):
+        return img
+    moved = np.moveaxis(arr, axes, (-2, -1))
+    work = arr.dtype if arr.dtype in (np.float32, np.float64) else np.float32
+    x = minidl.from_numpy(np.ascontiguousarray(moved.reshape(1, -1, h, w), dtype=work))
+    smooth = mode in _SMOOTH
+    out = F.interpolate(x, size=(oh, ow), mode=mode.value, align_corners=False if smooth else None,
+                        antialias=bool(antialias) and smooth).numpy().reshape(moved.shape[:-2] + (oh, ow))
+    if np.issubdtype(arr.dtype, np.integer):
+        info = np.iinfo(arr.dtype)
+        out = np.round(np.clip(out, info.min, info.max))
+    return restore(np.moveaxis(out.astype(arr.dtype), (-2, -1), axes))
+
+
+def center_crop(img, output_size):
+    """The centred ``output_size`` window (torchvision's offsets), zero-padding an image smaller than it."""
+    h, w = _size_of(img)
+    th, tw = _pair(output_size, "output_size")
+    if th > h or tw > w:
+        img = pad(img, [max(tw - w, 0) // 2, max(th - h, 0) // 2,
+                        (max(tw - w, 0) + 1) // 2, (max(th - h, 0) + 1) // 2])
+        h, w = _size_of(img)
+    return crop(img, int(round((h - th) / 2.0)), int(round((w - tw) / 2.0)), th, tw)
 
 
 def hflip(img):
@@ -279,28 +351,29 @@ class CenterCrop:
         self.size = _pair(size)
 
     def __call__(self, img):
-        h, w = _size_of(img)
-        th, tw = self.size
-        if th > h or tw > w:  # pad with zeros first, as torchvision
-            img = pad(img, [max(tw - w, 0) // 2, max(th - h, 0) // 2,
-                            (max(tw - w, 0) + 1) // 2, (max(th - h, 0) + 1) // 2])
-            h, w = _size_of(img)
-        return crop(img, int(round((h - th) / 2.0)), int(round((w - tw) / 2.0)), th, tw)
+        return center_crop(img, self.size)
 
     def __repr__(self):
         return f"{type(self).__name__}(size={self.size})"
 
 
 class Resize:
-    def __init__(self, size, interpolation="bilinear"):
+    """:func:`resize` as a transform."""
+
+    def __init__(self, size, interpolation=InterpolationMode.BILINEAR, max_size=None, antialias: bool = True):
+        if not isinstance(size, (int, Sequence)) or (isinstance(size, Sequence) and len(size) not in (1, 2)):
+            raise ValueError(f"size must be an int or a sequence of one or two ints, got {size!r}")
         self.size = size
-        self.interpolation = interpolation
+        self.max_size = max_size
+        self.interpolation = _mode(interpolation)
+        self.antialias = antialias
 
     def __call__(self, img):
-        return resize(img, self.size, self.interpolation)
+        return resize(img, self.size, self.interpolation, self.max_size, self.antialias)
 
     def __repr__(self):
-        return f"{type(self).__name__}(size={self.size}, interpolation={self.interpolation})"
+        return (f"{type(self).__name__}(size={self.size}, interpolation={self.interpolation.value}, "
+                f"max_size={self.max_size}, antialias={self.antialias})")
 
 
 class RandomCrop:
@@ -347,14 +420,15 @@ class RandomCrop:
 class RandomResizedCrop:
     """Crop a random area fraction in ``scale`` with aspect ratio in ``ratio``, resized to ``size``."""
 
-    def __init__(self, size, scale=(0.08, 1.0), ratio=(3.0 / 4.0, 4.0 / 3.0), interpolation="bilinear",
-                 generator=None):
+    def __init__(self, size, scale=(0.08, 1.0), ratio=(3.0 / 4.0, 4.0 / 3.0),
+                 interpolation=InterpolationMode.BILINEAR, antialias: bool = True, generator=None):
         self.size = _pair(size)
         if scale[0] > scale[1] or ratio[0] > ratio[1]:
             raise ValueError("scale and ratio should be of kind (min, max)")
         self.scale = scale
         self.ratio = ratio
-        self.interpolation = interpolation
+        self.interpolation = _mode(interpolation)
+        self.antialias = antialias
         self.generator = generator
 
     @staticmethod
@@ -386,11 +460,12 @@ class RandomResizedCrop:
 
     def __call__(self, img):
         i, j, h, w = self.get_params(img, self.scale, self.ratio, self.generator)
-        return resize(crop(img, i, j, h, w), self.size, self.interpolation)
+        return resize(crop(img, i, j, h, w), self.size, self.interpolation, antialias=self.antialias)
 
     def __repr__(self):
-        return (f"{type(self).__name__}(size={self.size}, scale={self.scale}, ratio={self.ratio}, "
-                f"interpolation={self.interpolation})")
+        return (f"{type(self).__name__}(size={self.size}, scale={tuple(round(s, 4) for s in self.scale)}, "
+                f"ratio={tuple(round(r, 4) for r in self.ratio)}, interpolation={self.interpolation.value}, "
+                f"antialias={self.antialias})")
 
 
 class RandomAffine:
@@ -399,15 +474,15 @@ class RandomAffine:
     Each output pixel reads the input at the inverse-mapped point; points outside read ``fill``.
     """
 
-    def __init__(self, degrees, translate=None, scale=None, shear=None, interpolation="nearest", fill=0,
-                 generator=None):
+    def __init__(self, degrees, translate=None, scale=None, shear=None, interpolation=InterpolationMode.NEAREST,
+                 fill=0, generator=None):
         self.degrees = (-float(degrees), float(degrees)) if isinstance(degrees, numbers.Number) else tuple(degrees)
         self.translate = translate
         self.scale = scale
         if shear is not None and isinstance(shear, numbers.Number):
             shear = (-float(shear), float(shear))
         self.shear = shear
-        self.interpolation = interpolation
+        self.interpolation = _mode(interpolation)
         self.fill = fill
         self.generator = generator
 
@@ -442,7 +517,7 @@ class RandomAffine:
                 f"shear={self.shear})")
 
 
-def affine(img, angle, translate, scale, shear, interpolation="nearest", fill=0):
+def affine(img, angle, translate, scale, shear, interpolation=InterpolationMode.NEAREST, fill=0):
     """Rotate by ``angle`` degrees (counter-clockwise on screen), scale, shear and translate about the centre."""
     arr, axes, restore = _to_array(img)
     h, w = arr.shape[axes[0]], arr.shape[axes[1]]
@@ -459,7 +534,47 @@ def affine(img, angle, translate, scale, shear, interpolation="nearest", fill=0)
     src_x = inv[0, 0] * dx + inv[0, 1] * dy + cx
     src_y = inv[1, 0] * dx + inv[1, 1] * dy + cy
     inside = (src_x > -0.5) & (src_x < w - 0.5) & (src_y > -0.5) & (src_y < h - 0.5)
-    out = _sample(arr, axes, np.clip(src_y, 0, h - 1), np.clip(src_x, 0, w - 1), _interp_name(interpolation))
+    out = _sample(arr, axes, np.clip(src_y, 0, h - 1), np.clip(src_x, 0, w - 1), _mode(interpolation))
     moved = np.moveaxis(out, axes, (0, 1)).copy()
     moved[~inside] = fill
     return restore(np.moveaxis(moved, (0, 1), axes))
+
+
+def _to_float_image(img):
+    """A numpy (or PIL) ``H x W x C`` image or a tensor as a ``(..., C, H, W)`` float32 tensor, integers scaled to
+    [0, 1] by their dtype's maximum (torchvision's ``convert_image_dtype``)."""
+    t = ToTensor()(img)
+    if t.is_floating_point():
+        return t.to(minidl.float32)
+    return t.to(minidl.float32) / float(minidl.iinfo(t.dtype).max)
+
+
+class ImageClassification:
+    """torchvision's evaluation preset of its ImageNet weights (``weights.transforms()``): resize the smaller edge to
+    ``resize_size``, centre-crop ``crop_size``, scale to [0, 1] in float32 and normalise. Takes a numpy
+    ``H x W x C`` image, a PIL image or a ``(..., C, H, W)`` tensor; returns a ``(..., C, H, W)`` tensor."""
+
+    def __init__(self, *, crop_size: int, resize_size: int = 256, mean=(0.485, 0.456, 0.406),
+                 std=(0.229, 0.224, 0.225), interpolation=InterpolationMode.BILINEAR, antialias: bool = True):
+        self.crop_size = [crop_size]
+        self.resize_size = [resize_size]
+        self.mean = list(mean)
+        self.std = list(std)
+        self.interpolation = _mode(interpolation)
+        self.antialias = antialias
+
+    def __call__(self, img):
+        img = resize(img, self.resize_size, self.interpolation, antialias=self.antialias)
+        img = center_crop(img, self.crop_size)
+        return Normalize(self.mean, self.std)(_to_float_image(img))
+
+    def __repr__(self):
+        return (f"{type(self).__name__}(\n    crop_size={self.crop_size}\n    resize_size={self.resize_size}"
+                f"\n    mean={self.mean}\n    std={self.std}\n    interpolation={self.interpolation}\n)")
+
+    def describe(self) -> str:
+        return ("Accepts ``PIL.Image``, batched ``(B, C, H, W)`` and single ``(C, H, W)`` image ``torch.Tensor`` "
+                f"objects. The images are resized to ``resize_size={self.resize_size}`` using "
+                f"``interpolation={self.interpolation}``, followed by a central crop of "
+                f"``crop_size={self.crop_size}``. Finally the values are first rescaled to ``[0.0, 1.0]`` and then "
+                f"normalized using ``mean={self.mean}`` and ``std={self.std}``.")
