@@ -8,9 +8,10 @@ from minidl import nn
 from ._api import Default, WeightsEnum, load_weights, register_model
 from ._utils import init_conv_and_norm, published
 
-__all__ = ["BasicBlock", "Bottleneck", "ResNet", "ResNet18_Weights", "ResNet34_Weights", "ResNet50_Weights",
-           "ResNet101_Weights", "ResNeXt50_32X4D_Weights", "Wide_ResNet50_2_Weights", "resnet18", "resnet34",
-           "resnet50", "resnet101", "resnext50_32x4d", "wide_resnet50_2"]
+# torchvision's exports (the blocks stay in the module: models.resnet.Bottleneck)
+__all__ = ["ResNet", "ResNet18_Weights", "ResNet34_Weights", "ResNet50_Weights", "ResNet101_Weights",
+           "ResNeXt50_32X4D_Weights", "Wide_ResNet50_2_Weights", "resnet18", "resnet34", "resnet50", "resnet101",
+           "resnext50_32x4d", "wide_resnet50_2"]
 
 
 def conv3x3(in_planes: int, out_planes: int, stride: int = 1, groups: int = 1, dilation: int = 1) -> nn.Conv2d:
