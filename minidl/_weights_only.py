@@ -64,14 +64,19 @@ class safe_globals:
                 _marked.remove(entry)
 
 
+def marked() -> dict:
+    """Full name -> object of the globals the user marked safe."""
+    return dict(_full_name(entry) for entry in _marked)
+
+
 def allowed() -> dict:
     """Full name -> object of every global a ``weights_only`` load may resolve now."""
-    return {**_DEFAULT, **dict(_full_name(entry) for entry in _marked)}
+    return {**_DEFAULT, **marked()}
 
 
-def refusal(full_name: str, file_name: str) -> pickle.UnpicklingError:
+def refusal(full_name: str, file_name: str, kind: str = "a minidl pickle archive") -> pickle.UnpicklingError:
     return pickle.UnpicklingError(
-        f"minidl.load: weights only load failed: {file_name} is a minidl pickle archive that names {full_name}, "
+        f"minidl.load: weights only load failed: {file_name} is {kind} that names {full_name}, "
         f"which is not allowed by default. Unpickling an object can run arbitrary code, so minidl.load "
         f"(weights_only=True by default, as torch.load since PyTorch 2.6) unpickles only tensors, containers and "
         f"the globals you mark safe. If you trust this file, allow it with "

@@ -25,6 +25,21 @@ Two formats, chosen by ``save`` from what the object holds:
   functions marked safe (``safe_globals([...])``, ``add_safe_globals``; see ``_weights_only``), and
   refuses any other global the pickle names, by name; ``weights_only=False`` unpickles anything.
 
+``load`` also reads **torch checkpoints**, the zip files ``torch.save`` writes (``_torch_checkpoint``), without torch:
+the torch globals their pickle names (``torch._utils._rebuild_tensor_v2``, ``_rebuild_parameter``, storage classes,
+dtypes, ``torch.Size``, ``torch.device``) map to functions building minidl tensors, Parameters, dtypes and sizes,
+views and tied weights sharing one Storage again. Under ``weights_only`` the pickle runs in an interpreter that calls
+only those and the globals of ``_weights_only`` (``_restricted_unpickler``); ``os``/``posix``/``nt``/``sys`` are
+refused even when marked safe, as torch refuses them. ``weights_only=False`` imports other globals, but no torch
+object beyond those (a whole torch module cannot load without torch). Dtypes minidl lacks (int8, complex, float8,
+unsigned beyond uint8), quantized, sparse and nested tensors, legacy (non-zip) torch files and TorchScript archives
+raise errors naming them; Python attributes set on a torch tensor are dropped with a warning. Unlike torch's
+weights-only load, minidl's reads pickles of protocols 3 to 5 too, and allows frozensets by default.
+
+``mmap=True`` (a path; a torch checkpoint or a safetensors file) maps the file copy-on-write, as torch does with
+MAP_PRIVATE: each storage is a view of the mapping (a torch record's data start after its local zip header), read
+from disk as it is touched; writes stay in the process. Checksums are then not checked (that would read every page).
+
 Differences from torch 2.13: numpy scalars (``np.float32(1)``) are saved as Python numbers in the
 safetensors format, so they load under ``weights_only=True`` (as Python numbers); torch pickles
 them and refuses them under ``weights_only=True`` without ``add_safe_globals``. A global is allowed by
@@ -39,7 +54,7 @@ subclasses other than ``nn.Parameter`` come back from the pickle archive as plai
 Both formats store a CRC-32 checksum of each stored tensor's bytes in the safetensors metadata
 (``minidl.crc32``: a JSON string, as the format wants every metadata value a string); ``load``
 checks them and names the tensors whose bytes changed. Files without it (older minidl files, files
-of torch or the safetensors package) load unchecked.
+of the safetensors package) load unchecked; a torch checkpoint's records are checked against its zip's CRC-32s.
 
 Both formats are written atomically (temporary file, fsync, rename), so a crash mid-write leaves
 the previous file intact.
@@ -50,6 +65,7 @@ import collections
 import io
 import json
 import math
+import mmap
 import os
 import pickle
 import struct
@@ -73,6 +89,12 @@ _CHECKSUM_KEY = "minidl.crc32"
 _FORMAT = "2"
 _PICKLE_FORMAT = b"pickle-1"
 _ZIP_MAGIC = b"PK\x03\x04"
+# what zipfile raises on a damaged archive (bad names raise UnicodeDecodeError, unknown compressions
+# NotImplementedError, encrypted records RuntimeError)
+_ZIP_ERRORS = (zipfile.BadZipFile, EOFError, OSError, ValueError, NotImplementedError, RuntimeError, struct.error,
+              zlib.error)
+# torch's legacy (non-zip) checkpoints start with a pickle of this number (torch/serialization.py, MAGIC_NUMBER)
+_TORCH_LEGACY_MAGIC = (0x1950A86A20F9469CFC6C).to_bytes(10, "little")
 # safetensors dtype codes, in the order the safetensors package stores tensors: widest first (then
 # by name), so each tensor's data is aligned
 _CODES = {dt.int64: "I64", dt.float64: "F64", dt.float32: "F32", dt.int32: "I32", dt.bfloat16: "BF16",
@@ -281,7 +303,12 @@ class _Placer:
             target = map_location.get(saved, saved)
         elif map_location is not None:
             target = map_location
-        target = as_device(target)
+        try:
+            target = as_device(target)
+        except RuntimeError:
+            raise RuntimeError(f"minidl.load: a tensor was saved on {saved!r}, a device minidl lacks; pass "
+                               f"map_location (a device such as 'cpu', or a dict from saved to target devices) to "
+                               f"minidl.load") from None
         if target.type == "cpu":
             return t
         if target.type == "cuda" and not cuda.is_available():
@@ -441,8 +468,8 @@ def save(obj, f) -> None:
     _write(data, f)
 
 
-def _metadata(data: bytes, name: str) -> dict:
-    """The ``__metadata__`` of a safetensors header (8-byte little-endian length, then JSON)."""
+def _header(data, name: str):
+    """(the JSON header of a safetensors file, where its data start): an 8-byte little-endian length, then JSON."""
     if len(data) < 8:
         raise RuntimeError(f"minidl.load: {name} is not a minidl checkpoint (too short: {len(data)} bytes)")
     (length,) = struct.unpack("<Q", data[:8])
@@ -455,30 +482,104 @@ def _metadata(data: bytes, name: str) -> dict:
         raise RuntimeError(f"minidl.load: {name} is not a minidl checkpoint (unreadable header: {e})") from None
     if not isinstance(header, dict):
         raise RuntimeError(f"minidl.load: {name} is not a minidl checkpoint (header is not a JSON object)")
-    return header.get("__metadata__") or {}
+    return header, 8 + length
 
 
-def load(f, map_location=None, weights_only=True):
-    """Read what ``save`` wrote. Tensors go back to the device they were saved from, unless
-    ``map_location`` (as in ``torch.load``: a device, a dict of device names, or a callable) says otherwise.
+def _metadata(data: bytes, name: str) -> dict:
+    """The ``__metadata__`` of a safetensors header."""
+    return _header(data, name)[0].get("__metadata__") or {}
 
-    ``weights_only=True`` (the default, as in torch 2.13) unpickles nothing from the safetensors format
-    and, from a pickle archive (numpy arrays, modules, other objects), only the globals marked safe
-    (``minidl.serialization.safe_globals([...])`` / ``add_safe_globals``): any other is refused by name.
-    ``weights_only=False`` loads anything: unpickling can run arbitrary code, so pass it only for files
-    from a trusted source.
+
+def _read_mapped(mapping, name: str):
+    """(metadata, the tensors as ``_read`` gives them) of a safetensors file mapped into memory, each tensor a view of
+    the mapping. The checksums are not checked: that would read every page of the file."""
+    header, start = _header(mapping, name)
+    size, out = len(mapping) - start, {}
+    for key, entry in header.items():
+        if key == "__metadata__":
+            continue
+        code = entry.get("dtype") if isinstance(entry, dict) else None
+        if _DTYPES.get(code if isinstance(code, str) else None) is None:
+            raise RuntimeError(f"minidl.load: {name} holds tensor {key!r} of safetensors dtype {code!r:.50}, "
+                               f"which minidl lacks (it has {', '.join(_DTYPES)})")
+        dtype, shape, offsets = _DTYPES[code], entry.get("shape"), entry.get("data_offsets")
+        numbers = [*shape, *offsets] if isinstance(shape, list) and isinstance(offsets, list) else [None]
+        if not (all(type(n) is int and n >= 0 for n in numbers) and len(offsets) == 2
+                and offsets[0] <= offsets[1] <= size and offsets[1] - offsets[0] == math.prod(shape) * dtype.itemsize):
+            raise RuntimeError(f"minidl.load: {name} is corrupted or truncated: the header entry of tensor {key!r} "
+                               f"({entry!r:.200}) does not fit its {size} bytes of data")
+        count = math.prod(shape)
+        flat = np.frombuffer(mapping, dtype.np.newbyteorder("<"), count, start + offsets[0]) if count else \
+            np.empty(0, dtype.np)
+        out[key] = (dtype, tuple(shape), flat.astype(dtype.np, copy=False))
+    return header.get("__metadata__") or {}, out
+
+
+def _map(fh, name: str):
+    """A copy-on-write mapping of an open file (torch's MAP_PRIVATE): tensors over it are writable, and what is
+    written to them stays in this process, never reaching the file."""
+    try:
+        return mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_COPY)
+    except ValueError as e:  # an empty file
+        raise RuntimeError(f"minidl.load: {name} cannot be mapped ({e})") from None
+
+
+def load(f, map_location=None, *, weights_only=None, mmap=None):
+    """Read what ``save`` wrote, or a checkpoint ``torch.save`` wrote. Tensors go back to the device they were saved
+    from, unless ``map_location`` (as in ``torch.load``: a device, a dict of device names, or a callable) says
+    otherwise.
+
+    ``weights_only`` (None is True, the default as in torch 2.13) unpickles nothing from the safetensors format and,
+    from a pickle archive (numpy arrays, modules, other objects) or a torch checkpoint, only tensors, containers, a
+    few harmless builtins and the globals marked safe (``minidl.serialization.safe_globals([...])`` /
+    ``add_safe_globals``): any other is refused by name. ``weights_only=False`` loads anything: unpickling can run
+    arbitrary code, so pass it only for files from a trusted source.
+
+    ``mmap=True`` (``f`` a path; a torch checkpoint or a safetensors file) maps the file copy-on-write instead of
+    reading it: tensors are views of the mapping, read from disk as they are touched, writable, and what is written
+    to them never reaches the file.
     """
+    mapped = bool(mmap)
+    if mapped and not isinstance(f, (str, os.PathLike)):
+        raise ValueError("minidl.load: f must be a file path in order to use the mmap argument")
+    restricted = weights_only or weights_only is None  # None: the default, as in torch
     if hasattr(f, "read"):
-        data, name = f.read(), getattr(f, "name", "<file object>")
+        data = f.read()
+        return _load_from(io.BytesIO(data), getattr(f, "name", "<file object>"), map_location, restricted, False)
+    name = os.fspath(f)
+    with open(name, "rb") as fh:
+        return _load_from(fh, name, map_location, restricted, mapped)
+
+
+def _load_from(fh, name: str, map_location, restricted: bool, mapped: bool):
+    """``load`` from an open binary file: a zip (a torch checkpoint or a minidl pickle archive), a legacy torch file,
+    or a safetensors file."""
+    head = fh.read(32)
+    fh.seek(0)
+    if head[:4] == _ZIP_MAGIC:
+        try:
+            archive = zipfile.ZipFile(fh)
+        except _ZIP_ERRORS as e:
+            raise RuntimeError(f"minidl.load: {name} is a truncated or corrupted zip archive ({e})") from None
+        if "minidl_format" not in archive.namelist():
+            from . import _torch_checkpoint
+            return _torch_checkpoint.load(archive, name, _Placer(map_location), restricted,
+                                          _map(fh, name) if mapped else None)
+        if mapped:
+            raise RuntimeError(f"minidl.load: {name} is a minidl pickle archive, whose tensors cannot be mapped (only "
+                               f"torch checkpoints and minidl's safetensors files can): load it without mmap=True")
+        fh.seek(0)
+        return _load_archive(fh.read(), name, map_location, _weights_only.allowed() if restricted else None)
+    if _TORCH_LEGACY_MAGIC in head:
+        raise RuntimeError(f"minidl.load: {name} is a pickle, as torch's legacy checkpoints are (torch before 1.6, or "
+                           f"torch.save(..., _use_new_zipfile_serialization=False)); minidl reads torch's zip format "
+                           f"only: load it with torch and torch.save it again")
+    if mapped:
+        metadata, buffers = _read_mapped(_map(fh, name), name)
     else:
-        name = os.fspath(f)
-        with open(name, "rb") as fh:
-            data = fh.read()
-    if data[:4] == _ZIP_MAGIC:
-        restricted = weights_only or weights_only is None  # None: the default, as in torch
-        return _load_archive(data, name, map_location, _weights_only.allowed() if restricted else None)
-    metadata = _metadata(data, name)
-    buffers = _read(data, name, metadata)
+        data = fh.read()
+        metadata = _metadata(data, name)
+        buffers = _read(data, name, metadata)
     place = _Placer(map_location)
     if metadata.get(_FORMAT_KEY) is None:  # a plain safetensors file: its tensors by name
         return {key: place(_whole(*entry), "cpu") for key, entry in buffers.items()}

@@ -46,6 +46,19 @@ class _BatchNorm(Module):
             init.ones_(self.weight)
             init.zeros_(self.bias)
 
+    def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
+                              error_msgs):
+        """A state dict saved before version 2, or one that names no version (a plain dict), need not hold
+        num_batches_tracked: the module keeps its own count, as torch's does."""
+        version = local_metadata.get("version")
+        key = prefix + "num_batches_tracked"
+        if (version is None or version < 2) and self.track_running_stats and key not in state_dict:
+            tracked = self.num_batches_tracked
+            state_dict[key] = tracked if tracked is not None and not tracked.is_meta else \
+                minidl.tensor(0, dtype=minidl.int64)
+        super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
+                                      error_msgs)
+
     def _check_input_dim(self, input):
         if input.ndim not in self._dims:
             raise ValueError(f"expected {' or '.join(f'{d}D' for d in self._dims)} input (got {input.ndim}D input)")

@@ -466,10 +466,15 @@ class Module:
         if not isinstance(state_dict, dict):
             raise TypeError(f"Expected state_dict to be dict-like, got {type(state_dict)}.")
         missing_keys, unexpected_keys, error_msgs = [], [], []
+        # torch's state dicts carry each module's version in ``_metadata`` (prefix -> {"version": n}); a module
+        # reads the version its entries were saved at (BatchNorm: num_batches_tracked came with version 2)
+        metadata = getattr(state_dict, "_metadata", None)
         state_dict = OrderedDict(state_dict)
 
         def load(module, prefix=""):
-            module._load_from_state_dict(state_dict, prefix, {"assign_to_params_buffers": assign}, True,
+            local_metadata = {**(metadata.get(prefix[:-1], {}) if metadata is not None else {}),
+                              "assign_to_params_buffers": assign}
+            module._load_from_state_dict(state_dict, prefix, local_metadata, True,
                                          missing_keys, unexpected_keys, error_msgs)
             for name, child in module._modules.items():
                 if child is not None:
