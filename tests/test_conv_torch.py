@@ -75,6 +75,15 @@ def test_conv2d(kw):
     assert repr(nn.Conv2d(4, 8, k, **kw)) == repr(torch.nn.Conv2d(4, 8, k, **kw))
 
 
+@pytest.mark.parametrize("kw", [dict(), dict(bias=False), dict(stride=2), dict(stride=(1, 3)), dict(padding=1),
+                                dict(groups=2)], ids=str)
+@pytest.mark.parametrize("size", [(7, 7), (12, 10), (20, 13), (24, 22)], ids=str)
+def test_pointwise_conv2d(kw, size):
+    """1x1 convolutions: below 100 positions an image through the columns, from 100 up (without padding or
+    groups) as one product per image (ops/conv.py's _pointwise), strided ones over every stride-th pixel."""
+    _compare(lambda: nn.Conv2d(4, 6, 1, **kw), lambda: torch.nn.Conv2d(4, 6, 1, **kw), (3, 4, *size), steps=2)
+
+
 def test_conv1d_circular_padding_and_padding_mode_errors():
     kw = dict(padding=2, padding_mode="circular")
     _compare(lambda: nn.Conv1d(3, 4, 3, **kw), lambda: torch.nn.Conv1d(3, 4, 3, **kw), (2, 3, 7))
