@@ -72,10 +72,10 @@ def load_weights(model, weights, weights_enum: type):
     if weights is None:
         return model
     if isinstance(weights, (str, os.PathLike)) and os.path.exists(weights):
-        state = minidl.load(weights, map_location="cpu")
-        if isinstance(state, dict) and "model" in state and "state_dict" not in state and len(state) < 8:
-            state = state["model"]  # torchvision's training reference saves {"model": ..., "optimizer": ...}
-        model.load_state_dict(state, strict=True)
+        try:
+            model.load_state_dict(minidl.load(weights, map_location="cpu"), strict=True)
+        except RuntimeError as e:
+            raise RuntimeError(f"weights={os.fspath(weights)!r}: {e}") from None
         return model
     try:
         published = weights_enum.verify(weights)
