@@ -136,3 +136,22 @@ def test_sgd_step_matches_cpu(rng, dtype, momentum, nesterov, first, maximize, w
                          list(itertools.product([False, True], [False, True], [0.0, 0.01], [1.0, 0.999])))
 def test_adam_step_matches_cpu(rng, dtype, amsgrad, maximize, wd, decay):
     run_both(rng, "adam_step", dtype, 5, 0.9, 0.999, 1e-8, wd, decay, amsgrad, maximize, 0.01, 0.3)
+
+
+# ----------------------------------------------------------------------------- conv2d through the op
+@pytest.mark.parametrize("stride", [1, 2])
+@pytest.mark.parametrize("size", [(7, 7), (20, 21)], ids=str)
+def test_pointwise_conv2d_matches_the_cpu(rng, stride, size):
+    """A 1x1 conv2d on 'cuda' (ops/conv.py: through the columns below 100 positions, one product per image from 100
+    up), forward and every gradient, against the same op on the CPU."""
+    import minidl
+    import minidl.nn.functional as F
+    x, w, b, u = (rng.standard_normal(s) for s in ((2, 3, *size), (5, 3, 1, 1), (5,), (1,)))
+    results = []
+    for device in ("cpu", "cuda"):
+        xs, ws, bs = (minidl.tensor(a, device=device, requires_grad=True) for a in (x, w, b))
+        y = F.conv2d(xs, ws, bs, stride=stride)
+        (y * minidl.tensor(np.cos(np.arange(y.numel())).reshape(tuple(y.shape)) + u, device=device)).sum().backward()
+        results.append([t.detach().cpu().numpy() for t in (y, xs.grad, ws.grad, bs.grad)])
+    for ours, theirs in zip(*results):
+        np.testing.assert_allclose(theirs, ours, rtol=1e-12, atol=1e-12)

@@ -139,6 +139,15 @@ def test_naming_a_weight_set_says_where_to_fetch_it():
         models.resnet18(weights="/nonexistent/resnet18.pth")
 
 
+def test_weights_of_the_wrong_kind_are_refused(tmp_path):
+    with pytest.raises(TypeError, match="expected ResNet50_Weights but received ResNet18_Weights"):  # torchvision's
+        models.resnet50(weights=models.ResNet18_Weights.IMAGENET1K_V1)
+    with pytest.raises(TypeError, match="a file path or a ResNet18_Weights; got True"):
+        models.resnet18(weights=True)
+    with pytest.raises(IsADirectoryError, match="is a directory"):
+        models.resnet18(weights=tmp_path)
+
+
 def test_a_checkpoint_of_another_architecture_names_every_mismatch(tmp_path):
     path = str(tmp_path / "r34.safetensors")
     minidl.save(models.resnet34().state_dict(), path)

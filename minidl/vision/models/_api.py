@@ -67,23 +67,36 @@ class WeightsEnum(enum.Enum):
 
 
 def load_weights(model, weights, weights_enum: type):
-    """``model`` with ``weights`` loaded (strictly: every name and shape must match) when it is a file path;
-    a weight set of ``weights_enum`` (or its name) is refused with where to fetch it."""
+    """``model`` with ``weights`` loaded when it is a file path (strictly: every name and shape must match; nothing
+    in the file changes the architecture, so pass what it needs, such as ``image_size=384`` for ViT's SWAG E2E set).
+    A weight set of ``weights_enum``, or its name (a name is read as the weight set even where a file has it), is
+    refused with where to fetch it; another architecture's weight set, as in torchvision, with a TypeError."""
     if weights is None:
         return model
-    if isinstance(weights, (str, os.PathLike)) and os.path.exists(weights):
-        try:
-            model.load_state_dict(minidl.load(weights, map_location="cpu"), strict=True)
-        except RuntimeError as e:
-            raise RuntimeError(f"weights={os.fspath(weights)!r}: {e}") from None
-        return model
+    if isinstance(weights, WeightsEnum) or (isinstance(weights, str) and _names_a_set(weights, weights_enum)):
+        published = weights_enum.verify(weights) if isinstance(weights, str) else weights
+        if not isinstance(published, weights_enum):
+            raise TypeError(f"Invalid Weight class provided; expected {weights_enum.__name__} but received "
+                            f"{type(weights).__name__}.")
+        raise RuntimeError(f"minidl downloads nothing: fetch {published!r} from {published.url} yourself, then pass "
+                           f"weights='<path to the .pth file>'")
+    if not isinstance(weights, (str, os.PathLike)):
+        raise TypeError(f"weights must be None, a file path or a {weights_enum.__name__}; got {weights!r}")
+    path = os.fspath(weights)
+    if os.path.isdir(path):
+        raise IsADirectoryError(f"weights={path!r} is a directory; pass the path of a .pth or .safetensors file")
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"weights={path!r}: no such file, and not a weight set of {weights_enum.__name__} "
+                                f"({', '.join(weights_enum.__members__)})")
     try:
-        published = weights_enum.verify(weights)
-    except TypeError:
-        raise FileNotFoundError(f"weights={weights!r}: no such file, and not a weight set of "
-                                f"{weights_enum.__name__} ({', '.join(weights_enum.__members__)})") from None
-    raise RuntimeError(f"minidl downloads nothing: fetch {published!r} from {published.url} yourself, then pass "
-                       f"weights='<path to the .pth file>'")
+        model.load_state_dict(minidl.load(path, map_location="cpu"), strict=True)
+    except RuntimeError as e:
+        raise RuntimeError(f"weights={path!r}: {e}") from None
+    return model
+
+
+def _names_a_set(name: str, weights_enum: type) -> bool:
+    return isinstance(getattr(weights_enum, name.replace(weights_enum.__name__ + ".", ""), None), weights_enum)
 
 
 def register_model(weights_enum: type):
