@@ -9,33 +9,65 @@ callable there. This interpreter runs the binary opcodes of protocols 1 to 5 tha
   ``resolve`` returned may be called (REDUCE, NEWOBJ);
 * BUILDs only an OrderedDict (attributes such as a state dict's ``_metadata``, never one that hides a method) or an
   instance of a class ``buildable`` accepts (the classes the user marked safe);
-* adds items only to a list, a dict (plain, ordered or Counter) or a set, each of exactly that type;
+* adds items only to a list, a dict (plain, ordered or Counter) or a set, each of exactly that type, or to an
+  instance of a subclass of these that ``buildable`` accepts (a defaultdict marked safe);
 * hands persistent ids to ``persistent_load``.
 
-Text-protocol opcodes, the extension registry and out-of-band buffers are refused. A malformed or truncated stream
-raises ``pickle.UnpicklingError`` naming the file.
+Text-protocol opcodes, the extension registry and out-of-band buffers are refused, and so are tuples nested too deep
+or shared too widely (hashing one, as a dict key or set member, would overflow the C stack or take exponential time). A
+malformed or truncated stream, or an allowed call that refuses its arguments, raises ``pickle.UnpicklingError`` naming
+the file. Error messages show what the file built through ``brief``, bounded whatever it is.
 """
 from __future__ import annotations
 
 import _compat_pickle
 import collections
+import itertools
 import pickle
 import struct
 from pickle import UnpicklingError
 
 _STOP = object()
 _DICTS = (dict, collections.OrderedDict, collections.Counter)
+_DEPTH = 1000        # tuples nested deeper overflow the C stack when hashed (tuple hashing does not check the depth)
+_SHARED = 1 << 20    # nodes a tuple may expand to beyond the pickle's length (only sharing, by DUP or memo, passes it)
+_ITEMS, _CHARS = 6, 60  # the items of a container and the characters of a string that ``brief`` shows
+
+
+def brief(value, depth: int = 2) -> str:
+    """A short repr of a value a file built, for error messages: plain data up to a few items and levels, anything
+    else by its type's name (the repr of nested shared tuples takes exponential time, a tensor's computes)."""
+    kind = type(value)
+    if value is None or kind in (bool, float, complex):
+        return repr(value)
+    if kind is int:
+        return repr(value) if value.bit_length() <= 64 else f"<an int of {value.bit_length()} bits>"
+    if kind in (str, bytes, bytearray):
+        return repr(value[:_CHARS]) + ("..." if len(value) > _CHARS else "")
+    if kind not in (tuple, list, dict, collections.OrderedDict) or not depth:
+        return f"<{kind.__name__}>"
+    if isinstance(value, dict):
+        parts = [f"{brief(k, depth - 1)}: {brief(v, depth - 1)}" for k, v in itertools.islice(value.items(), _ITEMS)]
+    else:
+        parts = [brief(item, depth - 1) for item in value[:_ITEMS]]
+    text = ", ".join(parts + ["..."] * (len(value) > _ITEMS))
+    if kind is tuple:
+        return f"({text}{',' * (len(value) == 1)})"
+    return f"[{text}]" if kind is list else f"{{{text}}}"
 
 
 class RestrictedUnpickler:
-    """``RestrictedUnpickler(data, file name, resolve, persistent_load, buildable).load()``: the object ``data``
-    pickles, under the rules above."""
+    """``RestrictedUnpickler(data, file name, resolve, persistent_load, buildable, encoding).load()``: the object
+    ``data`` pickles, under the rules above; Python 2's strings are decoded as ``encoding`` ('bytes': kept as bytes),
+    as torch's weights-only unpickler decodes them."""
 
-    def __init__(self, data, name: str, resolve, persistent_load, buildable):
-        self._data, self._at, self.name = bytes(data), 0, name
+    def __init__(self, data, name: str, resolve, persistent_load, buildable, encoding: str = "utf-8"):
+        self._data, self._at, self.name, self.encoding = bytes(data), 0, name, encoding
         self._resolve, self._persistent_load, self._buildable = resolve, persistent_load, buildable
         self._stack, self._frames, self._memo = [], [], {}
         self._callable: dict = {}  # id -> object: what resolve returned, the only objects REDUCE and NEWOBJ call
+        self._tuples: dict = {}    # id -> (depth, nodes it expands to, the tuple, kept so that its id stays its own)
+        self._max_nodes = len(self._data) + _SHARED
 
     def load(self):
         while True:
@@ -97,7 +129,7 @@ class RestrictedUnpickler:
 
     def _container(self, types, opcode: str):
         target = self._top()
-        if type(target) not in types:
+        if type(target) not in types and not (isinstance(target, types) and self._buildable(type(target))):
             raise UnpicklingError(f"minidl.load: the pickle of {self.name} adds items ({opcode}) to a "
                                   f"{type(target).__name__}, which minidl does not allow")
         return target
@@ -121,8 +153,8 @@ class RestrictedUnpickler:
             if opcode != "REDUCE" and isinstance(func, type):
                 return func.__new__(func, *args, **kwargs)
             return func(*args, **kwargs)
-        except TypeError as e:  # the wrong arguments for an allowed function
-            raise self._malformed(f"{getattr(func, '__qualname__', func)}: {e}") from None
+        except (TypeError, ValueError, OverflowError, LookupError) as e:  # arguments an allowed function refuses
+            raise self._malformed(f"{getattr(func, '__qualname__', type(func).__name__)}: {e}") from None
 
     def _reduce(self) -> None:
         args = self._pop()
@@ -142,7 +174,7 @@ class RestrictedUnpickler:
         if type(target) is collections.OrderedDict:
             if not (type(state) is dict and all(type(k) is str and not hasattr(target, k) for k in state)):
                 raise UnpicklingError(f"minidl.load: the pickle of {self.name} sets attributes of an OrderedDict "
-                                      f"that are not new names ({state!r:.200})")
+                                      f"that are not new names ({brief(state)})")
             target.__dict__.update(state)
         elif self._buildable(type(target)):  # a class the user trusts: as Python's unpickler does
             setstate = getattr(target, "__setstate__", None)
@@ -185,6 +217,28 @@ class RestrictedUnpickler:
         except TypeError as e:
             raise self._malformed(f"FROZENSET: {e}") from None
 
+    def _tuple(self, items: list) -> None:
+        """Push ``tuple(items)``, unless it nests tuples too deep or expands, through shared parts, to more nodes
+        than the pickle could spell out: hashing it would overflow the C stack or take exponential time."""
+        depth = nodes = 1
+        for item in items:
+            inner = self._tuples.get(id(item), (1, 1 + len(item))) if type(item) is tuple else (0, 1)
+            depth, nodes = max(depth, inner[0] + 1), nodes + inner[1]
+        if depth > _DEPTH or nodes > self._max_nodes:
+            raise self._malformed(f"a tuple nested {depth} deep, of {nodes} nodes counting shared ones each time "
+                                  f"(minidl allows {_DEPTH} and {self._max_nodes})")
+        value = tuple(items)
+        self._tuples[id(value)] = (depth, nodes, value)
+        self._push(value)
+
+    def _string(self, data: bytes) -> None:
+        """Python 2's str (BINSTRING), decoded as the load's ``encoding`` says."""
+        try:
+            self._push(data if self.encoding == "bytes" else data.decode(self.encoding))
+        except (ValueError, LookupError) as e:  # not of that encoding, or not a text encoding
+            raise self._malformed(f"a Python 2 string cannot be decoded as {self.encoding} ({e}); pass the encoding "
+                                  f"it was written in to minidl.load (encoding=...), as to torch.load") from None
+
     def _memo_get(self, index: int) -> None:
         if index not in self._memo:
             raise self._malformed(f"it reads memo slot {index}, which was never written")
@@ -224,10 +278,15 @@ def _long(data: bytes) -> int:
     return int.from_bytes(data, "little", signed=True)
 
 
-def _tuple(n: int):
+def _tuple_of(n: int):
     def handler(self):
-        items = [self._pop() for _ in range(n)][::-1]
-        self._push(tuple(items))
+        self._tuple([self._pop() for _ in range(n)][::-1])
+    return handler
+
+
+def _binstring(fmt: str):
+    def handler(self):
+        self._string(self._take(self._number(fmt)))
     return handler
 
 
@@ -280,8 +339,8 @@ _HANDLERS = {_OP[name]: handler for name, handler in {
     "BINUNICODE": _sized("<I", _text),
     "SHORT_BINUNICODE": _sized("<B", _text),
     "BINUNICODE8": _sized("<Q", _text),
-    "BINSTRING": _sized("<i", _text),        # Python 2's str, read as torch reads it (utf-8)
-    "SHORT_BINSTRING": _sized("<B", _text),
+    "BINSTRING": _binstring("<i"),
+    "SHORT_BINSTRING": _binstring("<B"),
     "BINBYTES": _sized("<I", bytes),
     "SHORT_BINBYTES": _sized("<B", bytes),
     "BINBYTES8": _sized("<Q", bytes),
@@ -292,10 +351,10 @@ _HANDLERS = {_OP[name]: handler for name, handler in {
     "EMPTY_SET": lambda self: self._push(set()),
     "LIST": lambda self: self._push(self._pop_mark()),
     "DICT": _dict,
-    "TUPLE": lambda self: self._push(tuple(self._pop_mark())),
-    "TUPLE1": _tuple(1),
-    "TUPLE2": _tuple(2),
-    "TUPLE3": _tuple(3),
+    "TUPLE": lambda self: self._tuple(self._pop_mark()),
+    "TUPLE1": _tuple_of(1),
+    "TUPLE2": _tuple_of(2),
+    "TUPLE3": _tuple_of(3),
     "FROZENSET": RestrictedUnpickler._frozenset,
     "APPEND": _append,
     "APPENDS": _appends,

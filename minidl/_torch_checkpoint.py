@@ -18,17 +18,17 @@ set on a tensor or Parameter are dropped with a warning (minidl tensors take non
 Under ``weights_only`` nothing is imported by a name read from the file: the pickle runs in
 ``_restricted_unpickler``, whose other globals are those ``_weights_only.allowed()`` lists, with ``_codecs.encode``
 for bytes as torch allows it; the modules ``os``, ``posix``, ``nt`` and ``sys`` are refused even when marked safe, as
-torch refuses them. With ``weights_only=False`` (files you trust) Python's unpickler imports any other global, except
-names under ``torch``, which cannot be rebuilt without torch.
+torch refuses them. With ``weights_only=False`` (files you trust) Python's unpickler (or ``load``'s ``pickle_module``'s)
+imports any other global, except names under ``torch``, which cannot be rebuilt without torch. Values the pickle hands
+to these functions are checked by type before use (never compared: a tensor's ``==`` computes), and shown in errors
+through ``_restricted_unpickler.brief``.
 
 With a mapping of the file (``minidl.load(..., mmap=True)``) each storage is a numpy view of its record's bytes
-(found from the record's local zip header); else each is read into memory of its own and checked against the zip's
-CRC-32.
+(found from the record's local zip header); else each is read into memory of its own, no more bytes than its
+persistent id says, and checked against the zip's CRC-32.
 """
 from __future__ import annotations
 
-import io
-import pickle
 import struct
 import sys
 import warnings
@@ -40,13 +40,12 @@ import numpy as np
 from . import _dtype as dt
 from . import _weights_only, kernels
 from ._device import as_device
-from ._restricted_unpickler import RestrictedUnpickler
+from ._restricted_unpickler import brief
 from ._tensor import Tensor
 from ._tensor_base import Storage, make
 from .layout import Layout, Size
-from .serialization import _ZIP_ERRORS, _check_bounds
+from .serialization import _CHUNK, _INT64, _ZIP_ERRORS, _check_bounds, _read_record
 
-_CHUNK = 1 << 24   # bytes read at a time from a record, so that reading needs no second copy of a storage
 _BLOCKED = ("os", "posix", "nt", "sys")  # refused even when marked safe, as torch refuses them
 _VERSIONS = range(1, 11)                 # the format versions torch 2.13 reads
 _DTYPES = {"float64": dt.float64, "float32": dt.float32, "float16": dt.float16, "bfloat16": dt.bfloat16,
@@ -129,8 +128,8 @@ class _Stored(Storage):
 
 
 def _ascii(value):
-    """A persistent id's string (Python 2's pickles give bytes)."""
-    return value.decode("ascii", "replace") if type(value) is bytes else value
+    """A persistent id's string (Python 2's pickles give bytes); None for anything else."""
+    return value.decode("ascii", "replace") if type(value) is bytes else value if type(value) is str else None
 
 
 # ----------------------------------------------------------------------------- the zip's records
@@ -152,7 +151,7 @@ class _Records:
 
     def read(self, record: str) -> bytes:
         try:
-            return self.archive.read(self.path(record))
+            return _read_record(self.archive, self.path(record))
         except KeyError:
             raise RuntimeError(f"minidl.load: {self.name} has no record {self.path(record)}: it is not a complete "
                                f"torch checkpoint") from None
@@ -167,7 +166,7 @@ class _Records:
             raise RuntimeError(f"minidl.load: {self.name} has no record {path}, which its data.pkl names as "
                                f"storage {key!r}")
         info = self.archive.getinfo(path)
-        if info.file_size != nbytes:
+        if info.file_size != nbytes:  # before allocating what the persistent id says; zipfile reads no more than this
             raise RuntimeError(f"minidl.load: {self.name} is corrupted: record {path} holds {info.file_size} bytes, "
                                f"but its data.pkl says storage {key!r} has {nbytes}")
         if self.mapping is not None:
@@ -177,7 +176,7 @@ class _Records:
         try:
             with self.archive.open(info) as source:  # zipfile checks the CRC-32 as the last byte is read
                 while got < nbytes:
-                    n = source.readinto(view[got:got + _CHUNK])
+                    n = source.readinto(view[got:got + _CHUNK])  # inflates at most _CHUNK bytes
                     if not n:
                         break
                     got += n
@@ -212,7 +211,7 @@ class _Records:
     def check_version(self) -> None:
         record = ".data/version" if self.has(".data/version") else "version"
         text = self.read(record).strip().decode("ascii", "replace")
-        if not (text.isdigit() and int(text) in _VERSIONS):
+        if not (text.isdigit() and len(text) < 5 and int(text) in _VERSIONS):
             raise RuntimeError(f"minidl.load: {self.name} is a torch checkpoint of format version {text[:20]!r}; "
                                f"minidl reads versions {_VERSIONS[0]} to {_VERSIONS[-1]}, as torch 2.13 does")
 
@@ -233,11 +232,10 @@ class _Loader:
         self.records, self.name, self.place = records, name, place
         self.swap = records.byteorder() != sys.byteorder
         self.storages: dict = {}
-        self.rebuilds = (self.tensor_v2, self.tensor_v3, self.tensor_v1)
-        self.globals = {**_STATIC,
-                        "torch._utils._rebuild_tensor_v2": self.tensor_v2,
-                        "torch._utils._rebuild_tensor_v3": self.tensor_v3,
-                        "torch._utils._rebuild_tensor": self.tensor_v1,
+        self.rebuilds = {"torch._utils._rebuild_tensor_v2": self.tensor_v2,  # the very objects the pickle gets
+                         "torch._utils._rebuild_tensor_v3": self.tensor_v3,
+                         "torch._utils._rebuild_tensor": self.tensor_v1}
+        self.globals = {**_STATIC, **self.rebuilds,
                         "torch._utils._rebuild_parameter": self.parameter,
                         "torch._utils._rebuild_parameter_with_state": self.parameter,
                         "torch._utils._rebuild_meta_tensor_no_storage": self.meta_tensor,
@@ -277,12 +275,12 @@ class _Loader:
     # -- storages ------------------------------------------------------------------------------------------------
     def persistent_load(self, pid):
         if type(pid) is not tuple or len(pid) != 5 or _ascii(pid[0]) != "storage":
-            raise self.malformed(f"persistent id {pid!r:.200} is not a storage's")
+            raise self.malformed(f"persistent id {brief(pid)} is not a storage's")
         _, kind, key, location, numel = pid
         key, location = _ascii(key), _ascii(location)
         if not (isinstance(kind, _StorageType) and type(key) is str and type(location) is str
                 and type(numel) is int and numel >= 0):
-            raise self.malformed(f"storage id {pid!r:.200}")
+            raise self.malformed(f"storage id {brief(pid)}")
         stored = self.storages.get(key)
         if stored is None:
             raw = self.records.storage(key, numel * kind.dtype.itemsize)
@@ -329,14 +327,15 @@ class _Loader:
 
     def _tensor(self, stored, offset, size, stride, dtype, requires_grad, metadata):
         if not isinstance(stored, _Stored) or not isinstance(dtype, dt.dtype) or type(requires_grad) is not bool:
-            raise self.malformed(f"a tensor over a {type(stored).__name__} of dtype {dtype!r}, requires_grad "
-                                 f"{requires_grad!r}")
-        if metadata:
-            raise RuntimeError(f"minidl.load: {self.name} holds a tensor with torch metadata {metadata!r:.100} (a "
+            raise self.malformed(f"a tensor over a {type(stored).__name__} of dtype {brief(dtype)}, requires_grad "
+                                 f"{brief(requires_grad)}")
+        if metadata is not None and (type(metadata) is not dict or metadata):
+            raise RuntimeError(f"minidl.load: {self.name} holds a tensor with torch metadata {brief(metadata)} (a "
                                f"lazily conjugated or negated view), which minidl cannot apply")
         storage = self._storage_as(stored, dtype)
         try:
-            _check_bounds(size, stride, offset, storage.buf.size, self.records.path(f"data/{stored.key}"))
+            _check_bounds(size, stride, offset, storage.buf.size, self.records.path(f"data/{stored.key}"),
+                          negative_strides=False)
         except ValueError as e:
             raise self.malformed(str(e)) from None
         t = self.place(make(storage, Layout(tuple(size), tuple(stride), offset), dtype), stored.location)
@@ -345,9 +344,9 @@ class _Loader:
     def meta_tensor(self, dtype, size, stride, requires_grad):
         """torch._utils._rebuild_meta_tensor_no_storage: a meta tensor (shape, strides, dtype, no data)."""
         if not isinstance(dtype, dt.dtype) or type(requires_grad) is not bool:
-            raise self.malformed(f"a meta tensor of dtype {dtype!r}, requires_grad {requires_grad!r}")
+            raise self.malformed(f"a meta tensor of dtype {brief(dtype)}, requires_grad {brief(requires_grad)}")
         try:
-            _check_bounds(size, stride, 0, sys.maxsize, "a meta tensor's")
+            _check_bounds(size, stride, 0, sys.maxsize, "a meta tensor's", negative_strides=False)
         except ValueError as e:
             raise self.malformed(str(e)) from None
         layout = Layout(tuple(size), tuple(stride), 0)
@@ -357,10 +356,10 @@ class _Loader:
 
     def from_type(self, func, new_type, args, state):
         """torch._tensor._rebuild_from_type_v2: a tensor that carried Python attributes (they are dropped)."""
-        if func not in self.rebuilds or type(args) is not tuple:
-            raise self.malformed(f"_rebuild_from_type_v2 of {func!r:.100}")
+        if not any(func is rebuild for rebuild in self.rebuilds.values()) or type(args) is not tuple:
+            raise self.malformed(f"_rebuild_from_type_v2 of {brief(func)}")
         if new_type is not _TENSOR:
-            raise RuntimeError(f"minidl.load: {self.name} holds a tensor of subclass {new_type!r:.100}, which minidl "
+            raise RuntimeError(f"minidl.load: {self.name} holds a tensor of subclass {brief(new_type)}, which minidl "
                                f"cannot rebuild")
         tensor = func(*args)
         self._drop(state, "a tensor")
@@ -370,7 +369,7 @@ class _Loader:
         """torch._utils._rebuild_parameter(_with_state): a minidl Parameter over ``data``'s storage."""
         from .nn.parameter import Parameter
         if not isinstance(data, Tensor) or type(requires_grad) is not bool:
-            raise self.malformed(f"a Parameter of a {type(data).__name__}, requires_grad {requires_grad!r}")
+            raise self.malformed(f"a Parameter of a {type(data).__name__}, requires_grad {brief(requires_grad)}")
         self._drop(state, "a Parameter")
         return Parameter(data, requires_grad)
 
@@ -386,50 +385,36 @@ class _Loader:
                 raise self.malformed(f"the state of {what} is a {type(part).__name__}")
             names += list(part or ())
         if names:
-            warnings.warn(f"minidl.load: {self.name}: {what} carries Python attributes "
-                          f"({', '.join(map(repr, names))}), which minidl does not restore", stacklevel=2)
+            warnings.warn(f"minidl.load: {self.name}: {what} carries Python attributes ({brief(names)[1:-1]}), which "
+                          f"minidl does not restore", stacklevel=2)
 
     # -- small values --------------------------------------------------------------------------------------------
     def size(self, dims):
         if type(dims) not in (list, tuple) or not all(type(n) is int for n in dims):
-            raise self.malformed(f"torch.Size of {dims!r:.100}")
+            raise self.malformed(f"torch.Size of {brief(dims)}")
         return Size(dims)
 
     def device(self, kind, index=None):
-        if type(kind) is not str or not (index is None or type(index) is int):
-            raise self.malformed(f"torch.device of {kind!r:.50}, {index!r:.50}")
+        if type(kind) is not str or not (index is None or type(index) is int and 0 <= index < _INT64):
+            raise self.malformed(f"torch.device of {brief(kind)}, {brief(index)}")
         spec = kind if index is None else f"{kind}:{index}"
         try:
             return as_device(spec)
         except (RuntimeError, ValueError):
-            raise RuntimeError(f"minidl.load: {self.name} names device {spec!r}, which minidl lacks (it has cpu, "
+            raise RuntimeError(f"minidl.load: {self.name} names device {brief(spec)}, which minidl lacks (it has cpu, "
                                f"cuda and meta)") from None
 
     def encode(self, text, encoding):
         """_codecs.encode, as protocol 2 pickles bytes: only a str to latin-1."""
-        if type(text) is not str or encoding not in ("latin1", "latin-1"):
-            raise self.malformed(f"_codecs.encode of a {type(text).__name__} to {encoding!r:.50}")
+        if type(text) is not str or type(encoding) is not str or encoding not in ("latin1", "latin-1"):
+            raise self.malformed(f"_codecs.encode of a {type(text).__name__} to {brief(encoding)}")
         return text.encode("latin-1")
 
 
-class _TrustedUnpickler(pickle.Unpickler):
-    """Python's unpickler for ``weights_only=False``: torch's names as ``_Loader`` maps them, others imported."""
-
-    def __init__(self, data: bytes, loader: _Loader):
-        super().__init__(io.BytesIO(data), encoding="utf-8")  # torch.load's encoding for Python 2's strings
-        self.loader = loader
-
-    def find_class(self, module, name):
-        value = self.loader.resolve(module, name, None)
-        return super().find_class(module, name) if value is None else value
-
-    def persistent_load(self, pid):
-        return self.loader.persistent_load(pid)
-
-
-def load(archive: zipfile.ZipFile, name: str, place, weights_only: bool, mapping=None):
+def load(archive: zipfile.ZipFile, name: str, place, unpickling, mapping=None):
     """The object a torch checkpoint holds. ``place`` puts each CPU tensor where ``map_location`` says (see
-    ``serialization._Placer``); ``mapping``, a copy-on-write mapping of the file, makes storages views of it."""
+    ``serialization._Placer``), ``unpickling`` runs data.pkl (``serialization._Unpickling``); ``mapping``, a
+    copy-on-write mapping of the file, makes storages views of it."""
     records = _Records(archive, name, mapping)
     if records.has("constants.pkl"):
         raise RuntimeError(f"minidl.load: {name} is a TorchScript archive (torch.jit.save), which minidl cannot run; "
@@ -439,9 +424,4 @@ def load(archive: zipfile.ZipFile, name: str, place, weights_only: bool, mapping
                            f"(it has no {records.path('data.pkl')})")
     records.check_version()
     loader = _Loader(records, name, place)
-    data = records.read("data.pkl")
-    if not weights_only:
-        return _TrustedUnpickler(data, loader).load()
-    allowed, marked = _weights_only.allowed(), {id(cls) for cls in _weights_only.marked().values()}
-    return RestrictedUnpickler(data, name, lambda module, qualname: loader.resolve(module, qualname, allowed),
-                               loader.persistent_load, lambda cls: id(cls) in marked).load()
+    return unpickling.load(records.read("data.pkl"), name, loader.persistent_load, loader.resolve)

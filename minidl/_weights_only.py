@@ -5,16 +5,33 @@ unpickler decides it: a few harmless builtins by default, plus the globals a use
 A global is matched by its full name as the pickle stores it (``{__module__}.{__qualname__}``), so
 ``minidl.nn.modules.linear.Linear`` and ``minidl.nn.Linear`` (the same class) both allow ``minidl.nn.linear.Linear``;
 an entry ``(obj, "full.name")`` allows ``obj`` under that name. Only names that match are resolved: nothing is
-imported by a name read from the file.
+imported by a name read from the file. The default builtins take only the arguments Python's pickler gives them.
 """
 from __future__ import annotations
 
 import collections
+import functools
 import pickle
 
-_DEFAULT = {"collections.OrderedDict": collections.OrderedDict, "collections.Counter": collections.Counter,
-            "builtins.set": set, "builtins.frozenset": frozenset, "builtins.complex": complex,
-            "builtins.bytearray": bytearray}
+
+def _as_pickled(func, *signatures):
+    """``func`` called only with arguments of the types of one of ``signatures``, as Python's pickler writes its calls:
+    never ``bytearray(10**15)``, which allocates that much whatever the file's length, nor ``set(tensor)``, whose
+    iteration a layout expanded over 2**62 rows makes endless."""
+    @functools.wraps(func)
+    def call(*args):
+        if tuple(type(arg) for arg in args) not in signatures:
+            raise TypeError(f"called with ({', '.join(type(arg).__name__ for arg in args)}), which is not how a "
+                            f"pickle calls it")
+        return func(*args)
+    return call
+
+
+_DEFAULT = {"collections.OrderedDict": _as_pickled(collections.OrderedDict, (), (list,)),  # (list,): Python 2's
+            "collections.Counter": _as_pickled(collections.Counter, (), (dict,)),
+            "builtins.set": _as_pickled(set, (), (list,)), "builtins.frozenset": _as_pickled(frozenset, (), (list,)),
+            "builtins.complex": _as_pickled(complex, (float, float)),
+            "builtins.bytearray": _as_pickled(bytearray, (), (bytes,), (str, str))}  # (str, str): text, encoding
 _marked: list = []  # what the user added, in order, each once
 
 
@@ -72,6 +89,12 @@ def marked() -> dict:
 def allowed() -> dict:
     """Full name -> object of every global a ``weights_only`` load may resolve now."""
     return {**_DEFAULT, **marked()}
+
+
+def buildable():
+    """Whether a ``weights_only`` load may set the state (BUILD) of an instance of a class: of one marked safe only."""
+    ids = {id(obj) for obj in marked().values()}
+    return lambda cls: id(cls) in ids
 
 
 def refusal(full_name: str, file_name: str, kind: str = "a minidl pickle archive") -> pickle.UnpicklingError:

@@ -21,9 +21,12 @@ Two formats, chosen by ``save`` from what the object holds:
   tensor inside it, the same way as above). Tensors are not pickled as bytes: the pickle refers
   to them by persistent id (storage name, layout, dtype, device, requires_grad, Parameter or
   not). Unpickling can run arbitrary code, so under ``weights_only=True`` (the default, as in
-  ``torch.load`` since PyTorch 2.6) ``load`` resolves only a few harmless builtins and the classes and
-  functions marked safe (``safe_globals([...])``, ``add_safe_globals``; see ``_weights_only``), and
-  refuses any other global the pickle names, by name; ``weights_only=False`` unpickles anything.
+  ``torch.load`` since PyTorch 2.6) ``load`` reads the pickle with ``_restricted_unpickler``, as a torch
+  checkpoint's: it resolves only a few harmless builtins and the classes and functions marked safe
+  (``safe_globals([...])``, ``add_safe_globals``; see ``_weights_only``), refuses any other global the
+  pickle names, by name, and sets the state of nothing but OrderedDicts and instances of classes marked
+  safe (Python's unpickler, restricted only in its globals, would BUILD a fake layout onto a loaded
+  tensor); ``weights_only=False`` unpickles anything, with Python's unpickler or ``pickle_module``'s.
 
 ``load`` also reads **torch checkpoints**, the zip files ``torch.save`` writes (``_torch_checkpoint``), without torch:
 the torch globals their pickle names (``torch._utils._rebuild_tensor_v2``, ``_rebuild_parameter``, storage classes,
@@ -35,6 +38,11 @@ object beyond those (a whole torch module cannot load without torch). Dtypes min
 unsigned beyond uint8), quantized, sparse and nested tensors, legacy (non-zip) torch files and TorchScript archives
 raise errors naming them; Python attributes set on a torch tensor are dropped with a warning. Unlike torch's
 weights-only load, minidl's reads pickles of protocols 3 to 5 too, and allows frozensets by default.
+
+Whatever the format, a layout read from a file is checked against its storage before a tensor is made over it
+(``_check_bounds``), zip records are read a chunk at a time (stored or deflated only: bzip2 and lzma records, which
+torch's reader refuses too, inflate a whole read at once), and a malformed pickle raises RuntimeError or
+``pickle.UnpicklingError`` naming the file, never another exception from deep inside.
 
 ``mmap=True`` (a path; a torch checkpoint or a safetensors file) maps the file copy-on-write, as torch does with
 MAP_PRIVATE: each storage is a view of the mapping (a torch record's data start after its local zip header), read
@@ -78,6 +86,7 @@ import safetensors
 
 from . import _dtype as dt
 from . import _weights_only, cuda, kernels
+from ._restricted_unpickler import RestrictedUnpickler, brief
 from ._tensor import Tensor
 from ._tensor_base import Storage, as_device, make
 from ._weights_only import add_safe_globals, clear_safe_globals, get_safe_globals, safe_globals  # noqa: F401
@@ -90,9 +99,14 @@ _FORMAT = "2"
 _PICKLE_FORMAT = b"pickle-1"
 _ZIP_MAGIC = b"PK\x03\x04"
 # what zipfile raises on a damaged archive (bad names raise UnicodeDecodeError, unknown compressions
-# NotImplementedError, encrypted records RuntimeError)
+# NotImplementedError, encrypted records RuntimeError, a header offset past 2**63 OverflowError)
 _ZIP_ERRORS = (zipfile.BadZipFile, EOFError, OSError, ValueError, NotImplementedError, RuntimeError, struct.error,
-              zlib.error)
+              zlib.error, OverflowError)
+# the compressions torch's zip reader (miniz) reads; zipfile decompresses a bzip2 or lzma record a whole read's worth
+# at a time, which a small record can make gigabytes
+_COMPRESSIONS = (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED)
+_INT64 = 1 << 63
+_CHUNK = 1 << 24   # bytes read from a zip record at a time (each read inflates at most that many)
 # torch's legacy (non-zip) checkpoints start with a pickle of this number (torch/serialization.py, MAGIC_NUMBER)
 _TORCH_LEGACY_MAGIC = (0x1950A86A20F9469CFC6C).to_bytes(10, "little")
 # safetensors dtype codes, in the order the safetensors package stores tensors: widest first (then
@@ -184,7 +198,7 @@ def _verify(tensors: list, metadata: dict, name: str) -> None:
     try:
         checksums = json.loads(metadata[_CHECKSUM_KEY])
         changed = [key for key, tensor in tensors if checksums[key] != _crc32(tensor["data"])]
-    except (KeyError, TypeError, ValueError) as e:
+    except (KeyError, TypeError, ValueError, RecursionError) as e:  # (RecursionError: JSON nested too deep)
         raise RuntimeError(f"minidl.load: {name} has damaged checksums ({e!r})") from None
     if changed:
         raise RuntimeError(f"minidl.load: {name} is corrupted: the bytes of tensor(s) "
@@ -232,13 +246,27 @@ def _rebuild_tensor(node: dict, buffers: dict, storages: dict):
     return make(storage, Layout(tuple(shape), tuple(strides), offset), dtype)
 
 
-def _check_bounds(shape, strides, offset, size: int, name: str) -> None:
-    """A layout read from a file must stay inside its storage (kernels index the raw buffer)."""
-    numbers = [*shape, *strides, offset]
-    if len(shape) != len(strides) or not all(type(n) is int for n in numbers) or min(shape, default=0) < 0:
-        raise ValueError(f"the layout of storage {name!r} is malformed")
+def _check_bounds(shape, strides, offset, size: int, name: str, negative_strides: bool = True) -> None:
+    """A layout read from a file must stay inside its storage (kernels index the raw buffer unchecked): sizes, strides
+    and offset int64s, none negative but the strides of minidl's own files (``negative_strides``: minidl slices with
+    negative steps; torch refuses them from a file), the offset within the storage even for an empty tensor, at most
+    2**63 - 1 elements (as torch checks) and none outside the storage."""
+    lowest = -_INT64 if negative_strides else 0
+    if not (isinstance(shape, (list, tuple)) and isinstance(strides, (list, tuple)) and len(shape) == len(strides)
+            and all(type(n) is int for n in (*shape, *strides, offset))
+            and all(0 <= n < _INT64 for n in (*shape, offset)) and all(lowest <= n < _INT64 for n in strides)):
+        raise ValueError(f"the layout of storage {name!r} is malformed (sizes {brief(shape)}, strides "
+                         f"{brief(strides)}, offset {brief(offset)}): it needs as many strides as sizes, each number "
+                         f"an int64, none negative{' but strides' if negative_strides else ''}")
+    if offset > size:
+        raise ValueError(f"a tensor starts at element {offset} of storage {name!r}, which has {size}")
     if 0 in shape:
         return
+    numel = 1
+    for n in shape:
+        numel *= n
+        if numel >= _INT64:
+            raise ValueError(f"a tensor over storage {name!r} has sizes {brief(shape)}: over 2**63 - 1 elements")
     low, high = Layout(tuple(shape), tuple(strides), offset).span()
     if low < 0 or high >= size:
         raise ValueError(f"a tensor reaches elements {low}..{high} of storage {name!r}, which has {size}")
@@ -280,10 +308,10 @@ class _Placer:
     """Puts loaded CPU tensors on the device PyTorch's ``map_location`` rules pick: the saved device
     by default; a device (or its name) for all; a dict from saved to target device names; or a
     callable (tensor, saved location) -> tensor, None meaning the default. Tensors over one storage
-    going to one device are moved together, so they still share storage there."""
+    going to one device are moved together, so they still share storage there. Errors name the file ``name``."""
 
-    def __init__(self, map_location):
-        self.map_location = map_location
+    def __init__(self, map_location, name: str):
+        self.map_location, self.name = map_location, name
         self._moved: dict = {}  # (id of CPU storage, target) -> (moved storage, CPU storage)
 
     def __call__(self, t, saved: str, parameter=None):
@@ -305,15 +333,16 @@ class _Placer:
             target = map_location
         try:
             target = as_device(target)
-        except RuntimeError:
-            raise RuntimeError(f"minidl.load: a tensor was saved on {saved!r}, a device minidl lacks; pass "
-                               f"map_location (a device such as 'cpu', or a dict from saved to target devices) to "
-                               f"minidl.load") from None
+        except (RuntimeError, ValueError):
+            raise RuntimeError(f"minidl.load: {self.name}: a tensor was saved on {brief(saved)}, a device minidl "
+                               f"lacks; pass map_location (a device such as 'cpu', or a dict from saved to target "
+                               f"devices) to minidl.load") from None
         if target.type == "cpu":
             return t
         if target.type == "cuda" and not cuda.is_available():
-            raise RuntimeError(f"minidl.load: a tensor was saved on {saved} but CUDA is not available; on a "
-                               f"machine without a GPU pass map_location='cpu' (or a device) to minidl.load")
+            raise RuntimeError(f"minidl.load: {self.name}: a tensor was saved on {brief(saved)} but CUDA is not "
+                               f"available; on a machine without a GPU pass map_location='cpu' (or a device) to "
+                               f"minidl.load")
         key = (id(t._storage), str(target))
         if key not in self._moved:  # the CPU storage is kept with it, so its id stays unique
             buf = kernels.get("from_host", target.type)(t._storage.buf)
@@ -358,25 +387,24 @@ class _Pickler(pickle.Pickler):
         return None
 
 
-class _Unpickler(pickle.Unpickler):
-    """Tensors from their persistent ids; globals only from ``allowed`` (full name -> object), when given."""
+class _PersistentTensors:
+    """A minidl pickle archive's tensors, from the persistent ids ``_Pickler`` wrote (JSON of the storage's name, the
+    layout, dtype, device, requires_grad and class); tensors over one storage share one Storage."""
 
-    def __init__(self, file, buffers: dict, place, allowed, name: str):
-        super().__init__(file)
-        self.buffers, self.place, self.storages = buffers, place, {}
-        self.allowed, self.name = allowed, name
+    def __init__(self, buffers: dict, place, name: str):
+        self.buffers, self.place, self.name, self.storages = buffers, place, name, {}
 
-    def find_class(self, module, name):
-        if self.allowed is None:
-            return super().find_class(module, name)
-        full_name = f"{module}.{name}"
-        if full_name not in self.allowed:
-            raise _weights_only.refusal(full_name, self.name)
-        return self.allowed[full_name]
-
-    def persistent_load(self, pid):
-        node = json.loads(pid)
-        t = self.place(_rebuild_tensor(node, self.buffers, self.storages), node.get("device", "cpu"))
+    def __call__(self, pid):
+        try:
+            node = json.loads(pid) if type(pid) is str else None
+            if not (type(node) is dict and type(node.get("device", "cpu")) is str
+                    and type(node.get("class", "")) is str and type(node.get("requires_grad", False)) is bool):
+                raise TypeError("not a JSON object of a tensor's storage, layout, dtype, device and class")
+            t = _rebuild_tensor(node, self.buffers, self.storages)
+        except (KeyError, TypeError, ValueError, RecursionError) as e:
+            raise pickle.UnpicklingError(f"minidl.load: the pickle of {self.name} names a tensor by a malformed "
+                                         f"persistent id {brief(pid)} ({e!s:.300})") from None
+        t = self.place(t, node.get("device", "cpu"))
         module, _, qualname = node.get("class", "").partition(":")
         if qualname == "Parameter" and module.startswith("minidl"):
             from .nn.parameter import Parameter
@@ -384,6 +412,34 @@ class _Unpickler(pickle.Unpickler):
         if node.get("requires_grad"):
             t.requires_grad_(True)
         return t
+
+
+class _Unpickling:
+    """How ``load`` unpickles the data.pkl of a minidl pickle archive or a torch checkpoint: under ``weights_only`` in
+    ``_restricted_unpickler`` (which never BUILDs a tensor's attributes, as Python's unpickler would), else with
+    ``pickle_module``'s Unpickler (Python's by default) given ``pickle_load_args``, as torch.load does."""
+
+    def __init__(self, weights_only: bool, pickle_module, pickle_load_args: dict):
+        self.weights_only, self.pickle_module = weights_only, pickle_module or pickle
+        self.args = {"encoding": "utf-8", **pickle_load_args}  # torch.load's encoding of Python 2's strings
+
+    def load(self, data: bytes, name: str, persistent_load, resolve):
+        """The object ``data`` pickles. ``resolve(module, name, allowed)`` is the object of a global: ``allowed`` (full
+        name -> object) are the other globals a weights-only load may resolve; for a trusted load it is None, and
+        None back imports the global."""
+        if self.weights_only:
+            allowed = _weights_only.allowed()
+            return RestrictedUnpickler(data, name, lambda module, qualname: resolve(module, qualname, allowed),
+                                       persistent_load, _weights_only.buildable(), self.args["encoding"]).load()
+
+        class Unpickler(self.pickle_module.Unpickler):  # a subclass, as torch.load makes one
+            def find_class(self, module, qualname):
+                value = resolve(module, qualname, None)
+                return super().find_class(module, qualname) if value is None else value
+
+            def persistent_load(self, pid):
+                return persistent_load(pid)
+        return Unpickler(io.BytesIO(data), **self.args).load()
 
 
 def _pickle_archive(obj) -> bytes:
@@ -399,17 +455,30 @@ def _pickle_archive(obj) -> bytes:
     return out.getvalue()
 
 
-def _load_archive(data: bytes, name: str, map_location, allowed):
+def _read_record(archive: zipfile.ZipFile, record) -> bytes:
+    """A zip record's bytes, read a chunk at a time: ``ZipFile.read`` inflates a deflated record's whole stream in one
+    go, whatever size the central directory declares (300 KB of zeros inflate to 300 MB)."""
+    with archive.open(record) as source:
+        return b"".join(iter(lambda: source.read(_CHUNK), b""))
+
+
+def _load_archive(archive: zipfile.ZipFile, name: str, place, unpickling: _Unpickling):
     try:
-        with zipfile.ZipFile(io.BytesIO(data)) as z:
-            if z.read("minidl_format") != _PICKLE_FORMAT:
-                raise RuntimeError(f"minidl.load: {name} is a minidl archive of an unknown format")
-            structure, tensors = z.read("data.pkl"), z.read("tensors.safetensors")
-    except (zipfile.BadZipFile, KeyError) as e:
+        fmt = _read_record(archive, "minidl_format")
+        structure, tensors = _read_record(archive, "data.pkl"), _read_record(archive, "tensors.safetensors")
+    except (*_ZIP_ERRORS, KeyError) as e:
         raise RuntimeError(f"minidl.load: {name} is a corrupted minidl pickle archive ({e})") from None
+    if fmt != _PICKLE_FORMAT:
+        raise RuntimeError(f"minidl.load: {name} is a minidl archive of an unknown format")
     part = f"the tensor part of {name}"
     buffers = _read(tensors, part, _metadata(tensors, part))
-    return _Unpickler(io.BytesIO(structure), buffers, _Placer(map_location), allowed, name).load()
+
+    def resolve(module, qualname, allowed):  # minidl's own classes too only when allowed
+        full = f"{module}.{qualname}"
+        if allowed is not None and full not in allowed:
+            raise _weights_only.refusal(full, name)
+        return None if allowed is None else allowed[full]
+    return unpickling.load(structure, name, _PersistentTensors(buffers, place, name), resolve)
 
 
 # ----------------------------------------------------------------------------- files
@@ -478,7 +547,7 @@ def _header(data, name: str):
                            f"bytes in a file of {len(data)})")
     try:
         header = json.loads(data[8:8 + length])
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
         raise RuntimeError(f"minidl.load: {name} is not a minidl checkpoint (unreadable header: {e})") from None
     if not isinstance(header, dict):
         raise RuntimeError(f"minidl.load: {name} is not a minidl checkpoint (header is not a JSON object)")
@@ -524,16 +593,19 @@ def _map(fh, name: str):
         raise RuntimeError(f"minidl.load: {name} cannot be mapped ({e})") from None
 
 
-def load(f, map_location=None, *, weights_only=None, mmap=None):
+def load(f, map_location=None, pickle_module=None, *, weights_only=None, mmap=None, **pickle_load_args):
     """Read what ``save`` wrote, or a checkpoint ``torch.save`` wrote. Tensors go back to the device they were saved
     from, unless ``map_location`` (as in ``torch.load``: a device, a dict of device names, or a callable) says
     otherwise.
 
-    ``weights_only`` (None is True, the default as in torch 2.13) unpickles nothing from the safetensors format and,
-    from a pickle archive (numpy arrays, modules, other objects) or a torch checkpoint, only tensors, containers, a
-    few harmless builtins and the globals marked safe (``minidl.serialization.safe_globals([...])`` /
-    ``add_safe_globals``): any other is refused by name. ``weights_only=False`` loads anything: unpickling can run
-    arbitrary code, so pass it only for files from a trusted source.
+    ``weights_only`` (None is True, the default as in torch 2.13, unless a ``pickle_module`` is given) unpickles
+    nothing from the safetensors format and, from a pickle archive (numpy arrays, modules, other objects) or a torch
+    checkpoint, only tensors, containers, a few harmless builtins and the globals marked safe
+    (``minidl.serialization.safe_globals([...])`` / ``add_safe_globals``): any other is refused by name.
+    ``weights_only=False`` loads anything: unpickling can run arbitrary code, so pass it only for files from a trusted
+    source. As in torch.load, ``pickle_module`` (its ``Unpickler``) and ``pickle_load_args`` (``encoding='latin1'``
+    for Python 2's strings...) go to the unpickler of a ``weights_only=False`` load; under ``weights_only`` a
+    ``pickle_module`` is refused and only ``encoding`` applies. A safetensors file needs neither.
 
     ``mmap=True`` (``f`` a path; a torch checkpoint or a safetensors file) maps the file copy-on-write instead of
     reading it: tensors are views of the mapping, read from disk as they are touched, writable, and what is written
@@ -542,16 +614,35 @@ def load(f, map_location=None, *, weights_only=None, mmap=None):
     mapped = bool(mmap)
     if mapped and not isinstance(f, (str, os.PathLike)):
         raise ValueError("minidl.load: f must be a file path in order to use the mmap argument")
-    restricted = weights_only or weights_only is None  # None: the default, as in torch
+    unpickling = _unpickling(pickle_module, weights_only, pickle_load_args)
     if hasattr(f, "read"):
         data = f.read()
-        return _load_from(io.BytesIO(data), getattr(f, "name", "<file object>"), map_location, restricted, False)
+        return _load_from(io.BytesIO(data), getattr(f, "name", "<file object>"), map_location, unpickling, False)
     name = os.fspath(f)
     with open(name, "rb") as fh:
-        return _load_from(fh, name, map_location, restricted, mapped)
+        return _load_from(fh, name, map_location, unpickling, mapped)
 
 
-def _load_from(fh, name: str, map_location, restricted: bool, mapped: bool):
+def _unpickling(pickle_module, weights_only, pickle_load_args: dict) -> _Unpickling:
+    """``load``'s pickle arguments, checked as torch.load checks them: ``weights_only`` None is True unless a
+    ``pickle_module`` is given, which ``weights_only`` refuses; of ``pickle_load_args``, only ``encoding`` applies to
+    a weights-only load (the others are the options of Python's or ``pickle_module``'s Unpickler)."""
+    if weights_only is None:
+        weights_only = pickle_module is None
+    if weights_only and pickle_module is not None:
+        raise RuntimeError("minidl.load: Can not safely load weights when explicit pickle_module is specified (as "
+                           "torch.load says): pass weights_only=False to unpickle a file you trust with it")
+    if pickle_module is not None and not isinstance(getattr(pickle_module, "Unpickler", None), type):
+        raise TypeError(f"minidl.load: pickle_module must have an Unpickler class, as the pickle module has; got "
+                        f"{pickle_module!r:.100}")
+    if weights_only and (set(pickle_load_args) - {"encoding"} or type(pickle_load_args.get("encoding", "")) is not str):
+        raise TypeError(f"minidl.load: under weights_only, of pickle_load_args only encoding (a str) applies, as in "
+                        f"torch.load's weights-only unpickler; got {', '.join(map(repr, pickle_load_args))}; the "
+                        f"others need weights_only=False")
+    return _Unpickling(bool(weights_only), pickle_module, pickle_load_args)
+
+
+def _load_from(fh, name: str, map_location, unpickling: _Unpickling, mapped: bool):
     """``load`` from an open binary file: a zip (a torch checkpoint or a minidl pickle archive), a legacy torch file,
     or a safetensors file."""
     head = fh.read(32)
@@ -561,15 +652,19 @@ def _load_from(fh, name: str, map_location, restricted: bool, mapped: bool):
             archive = zipfile.ZipFile(fh)
         except _ZIP_ERRORS as e:
             raise RuntimeError(f"minidl.load: {name} is a truncated or corrupted zip archive ({e})") from None
+        for info in archive.infolist():
+            if info.compress_type not in _COMPRESSIONS:
+                method = zipfile.compressor_names.get(info.compress_type, f"method {info.compress_type}")
+                raise RuntimeError(f"minidl.load: {name}: record {info.filename} is compressed with {method}; minidl "
+                                   f"reads stored and deflated records only, as torch's zip reader does")
         if "minidl_format" not in archive.namelist():
             from . import _torch_checkpoint
-            return _torch_checkpoint.load(archive, name, _Placer(map_location), restricted,
+            return _torch_checkpoint.load(archive, name, _Placer(map_location, name), unpickling,
                                           _map(fh, name) if mapped else None)
         if mapped:
             raise RuntimeError(f"minidl.load: {name} is a minidl pickle archive, whose tensors cannot be mapped (only "
                                f"torch checkpoints and minidl's safetensors files can): load it without mmap=True")
-        fh.seek(0)
-        return _load_archive(fh.read(), name, map_location, _weights_only.allowed() if restricted else None)
+        return _load_archive(archive, name, _Placer(map_location, name), unpickling)
     if _TORCH_LEGACY_MAGIC in head:
         raise RuntimeError(f"minidl.load: {name} is a pickle, as torch's legacy checkpoints are (torch before 1.6, or "
                            f"torch.save(..., _use_new_zipfile_serialization=False)); minidl reads torch's zip format "
@@ -580,10 +675,10 @@ def _load_from(fh, name: str, map_location, restricted: bool, mapped: bool):
         data = fh.read()
         metadata = _metadata(data, name)
         buffers = _read(data, name, metadata)
-    place = _Placer(map_location)
+    place = _Placer(map_location, name)
     if metadata.get(_FORMAT_KEY) is None:  # a plain safetensors file: its tensors by name
         return {key: place(_whole(*entry), "cpu") for key, entry in buffers.items()}
     try:
         return _decode(json.loads(metadata[_SKELETON_KEY]), buffers, {}, place)
-    except (KeyError, TypeError, ValueError) as e:
+    except (KeyError, TypeError, ValueError, RecursionError) as e:
         raise RuntimeError(f"minidl.load: {name} has a damaged minidl skeleton ({e!r})") from None

@@ -337,7 +337,8 @@ def test_views_of_gpu_tensors_share_storage_on_either_device(tmp_path, archive):
 
 def test_a_layout_outside_its_storage_or_a_broken_archive_raises_naming_the_file(tmp_path):
     import safetensors.numpy
-    for layout in ([[5], [1], 0], [[2], [1], 3], [[2, 2], [-1, 1], 0], [[2], [1.5], 0], [[2], [1, 1], 0]):
+    for layout in ([[5], [1], 0], [[2], [1], 3], [[2, 2], [-1, 1], 0], [[2], [1.5], 0], [[2], [1, 1], 0],
+                   [[1], [2 ** 70], 0], [[0], [1], 5], [[2 ** 40, 2 ** 40], [0, 0], 0]):
         skeleton = {"$tensor": "s", "layout": layout, "dtype": "float32"}
         safetensors.numpy.save_file({"s": np.zeros(4, np.float32)}, str(tmp_path / "evil"),
                                     metadata={"minidl.format": "2", "minidl.skeleton": json.dumps(skeleton)})
