@@ -220,7 +220,7 @@ def test_checkpoint_saved_on_gpu_needs_map_location_without_one(tmp_path, monkey
     path = tmp_path / "ckpt.safetensors"
     minidl.save({"w": minidl.ones(2, device="cuda")}, path)
     monkeypatch.setattr(minidl.cuda, "is_available", lambda: False)
-    with pytest.raises(RuntimeError, match="saved on cuda:0 but CUDA is not available.*map_location='cpu'"):
+    with pytest.raises(RuntimeError, match="saved on 'cuda:0' but CUDA is not available.*map_location='cpu'"):
         minidl.load(path)
     assert not minidl.load(path, map_location="cpu")["w"].is_cuda
 
