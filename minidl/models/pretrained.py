@@ -1,0 +1,184 @@
+"""Hugging Face model folders, read as transformers' ``from_pretrained`` reads them: ``config.json`` for the
+architecture, and the weights from ``model.safetensors``, a sharded folder (``model.safetensors.index.json`` naming
+each tensor's shard) or a ``pytorch_model.bin`` (torch's zip format, through :func:`minidl.load`'s allow-list).
+
+A model class declares the config fields it reads (with transformers' defaults) and the values it supports; a field
+it does not know is refused by name, as is a value it cannot compute, so a checkpoint never loads into a network
+that differs from the one it was trained as. Weights load strictly: every missing, unexpected or mis-shaped tensor
+is named (tied weights excepted, as transformers ties them)."""
+from __future__ import annotations
+
+import importlib
+import json
+import os
+
+import minidl
+from minidl import nn
+
+__all__ = ["Config", "PreTrainedModel", "from_pretrained", "read_config", "read_weights"]
+
+# what every transformers config may carry that changes nothing a forward computes here
+GENERIC_FIELDS = frozenset({
+    "architectures", "model_type", "transformers_version", "dtype", "torch_dtype", "_name_or_path", "use_cache",
+    "bos_token_id", "eos_token_id", "pad_token_id", "sep_token_id", "decoder_start_token_id", "initializer_range",
+    "id2label", "label2id", "problem_type", "return_dict", "output_hidden_states", "output_attentions",
+    "tie_word_embeddings", "finetuning_task", "tokenizer_class", "prefix", "task_specific_params", "chunk_size_feed_forward",
+    "is_encoder_decoder", "add_cross_attention", "is_decoder", "cross_attention_hidden_size", "tie_encoder_decoder",
+    "pruned_heads", "torchscript", "use_bfloat16", "max_length", "min_length", "do_sample", "num_beams",
+    "temperature", "top_k", "top_p", "repetition_penalty", "bad_words_ids", "num_return_sequences",
+    "classifier_dropout", "gradient_checkpointing", "keys_to_ignore_at_inference"})
+_REGISTRY: dict = {}   # architecture name -> class; model_type -> its default class
+FAMILIES = {"gpt2": "gpt2", "llama": "llama", "bert": "bert"}   # model_type -> the submodule of its classes
+
+
+class Config:
+    """A model's configuration: the fields its class reads, from ``config.json`` over transformers' defaults."""
+
+    def __init__(self, model_type: str, **fields):
+        self.model_type = model_type
+        self.__dict__.update(fields)
+
+    def __repr__(self):
+        shown = ", ".join(f"{k}={v!r}" for k, v in self.__dict__.items() if k != "model_type")
+        return f"Config(model_type={self.model_type!r}, {shown})"
+
+
+def read_config(folder) -> dict:
+    """``config.json`` of a model folder, as a dict."""
+    path = os.path.join(os.fspath(folder), "config.json")
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"from_pretrained: {os.fspath(folder)!r} has no config.json (a Hugging Face model "
+                                f"folder holds config.json and model.safetensors)")
+    with open(path) as f:
+        return json.load(f)
+
+
+def read_weights(folder) -> dict:
+    """name -> tensor of every weight in a model folder (one safetensors file, shards named by an index, or a
+    ``pytorch_model.bin``)."""
+    folder = os.fspath(folder)
+    single, index = os.path.join(folder, "model.safetensors"), os.path.join(folder, "model.safetensors.index.json")
+    if os.path.isfile(single):
+        return minidl.load(single)
+    if os.path.isfile(index):
+        with open(index) as f:
+            weight_map = json.load(f)["weight_map"]
+        state = {}
+        for shard in dict.fromkeys(weight_map.values()):
+            path = os.path.join(folder, shard)
+            if not os.path.isfile(path):
+                raise FileNotFoundError(f"from_pretrained: {index} names shard {shard!r}, which is not in {folder!r}")
+            state.update(minidl.load(path))
+        missing = sorted(set(weight_map) - set(state))
+        if missing:
+            raise RuntimeError(f"from_pretrained: the shards of {folder!r} lack {', '.join(missing[:5])}"
+                               f"{' ...' if len(missing) > 5 else ''} named by its index")
+        return state
+    if os.path.isfile(os.path.join(folder, "pytorch_model.bin")):
+        return minidl.load(os.path.join(folder, "pytorch_model.bin"))
+    raise FileNotFoundError(f"from_pretrained: {folder!r} has no weights (model.safetensors, "
+                            f"model.safetensors.index.json with its shards, or pytorch_model.bin)")
+
+
+def register(*architectures: str, default_for: str | None = None):
+    """Class decorator: the transformers architecture names a class loads (and the model type it is the default
+    class of, for configs that name no architecture)."""
+    def add(cls):
+        for name in architectures:
+            _REGISTRY[name] = cls
+        if default_for:
+            _REGISTRY[default_for] = cls
+        return cls
+    return add
+
+
+def from_pretrained(folder, **kwargs):
+    """The model a Hugging Face folder holds, its class picked from the config's ``architectures`` (else its
+    ``model_type``), as transformers' auto classes do; ``kwargs`` go to that class's ``from_pretrained``."""
+    config = read_config(folder)
+    if config.get("model_type") in FAMILIES:
+        importlib.import_module(f"minidl.models.{FAMILIES[config['model_type']]}")   # (its classes register)
+    names = [*(config.get("architectures") or []), config.get("model_type")]
+    cls = next((_REGISTRY[name] for name in names if name in _REGISTRY), None)
+    if cls is None:
+        raise ValueError(f"from_pretrained: {os.fspath(folder)!r} holds a {config.get('model_type')!r} model "
+                         f"({', '.join(config.get('architectures') or [])}); minidl.models reads "
+                         f"{', '.join(sorted(FAMILIES))} models")
+    return cls.from_pretrained(folder, **kwargs)
+
+
+class PreTrainedModel(nn.Module):
+    """What the Hugging Face models share: reading a folder into a config and weights.
+
+    A subclass sets ``model_type``, ``config_fields`` (field -> transformers' default), ``check_config`` (refusing
+    values it cannot compute), ``base_model_prefix`` (the name of its base model inside a task model, e.g.
+    ``"transformer"``), and ``tied`` (weight name -> the name it is tied to when ``tie_word_embeddings``)."""
+    model_type = ""
+    config_fields: dict = {}
+    base_model_prefix = ""
+    tied: dict = {}
+
+    @classmethod
+    def config_from_dict(cls, data: dict) -> Config:
+        if data.get("model_type", cls.model_type) != cls.model_type:
+            raise ValueError(f"{cls.__name__}: the config is of model type {data['model_type']!r}, not "
+                             f"{cls.model_type!r}")
+        unknown = sorted(set(data) - set(cls.config_fields) - GENERIC_FIELDS)
+        if unknown:
+            raise ValueError(f"{cls.__name__}: config field(s) {', '.join(map(repr, unknown))} are not supported "
+                             f"by minidl's {cls.model_type} (it reads {', '.join(sorted(cls.config_fields))})")
+        fields = {**cls.config_fields, **{k: v for k, v in data.items() if k in cls.config_fields}}
+        fields["tie_word_embeddings"] = data.get("tie_word_embeddings", fields.get("tie_word_embeddings", True))
+        for key in ("pad_token_id", "eos_token_id", "bos_token_id"):
+            fields.setdefault(key, data.get(key))
+        config = Config(cls.model_type, **fields)
+        cls.check_config(config)
+        return config
+
+    @classmethod
+    def check_config(cls, config: Config) -> None:
+        """Refuse, by field and value, what this class cannot compute."""
+
+    @classmethod
+    def from_pretrained(cls, folder, *, dtype=None):
+        """The model of a Hugging Face folder, its weights loaded strictly, in ``dtype`` (default: the config's
+        ``dtype``, else float32), in eval mode (as transformers returns it)."""
+        data = read_config(folder)
+        config = cls.config_from_dict(data)
+        model = cls(config)
+        dtype = dtype or data.get("dtype") or data.get("torch_dtype") or "float32"
+        model.to(getattr(minidl, dtype) if isinstance(dtype, str) else dtype)
+        model.load_hf_state_dict(read_weights(folder), source=os.fspath(folder))
+        return model.eval()
+
+    def load_hf_state_dict(self, state: dict, source: str = "the state dict") -> None:
+        """Load a transformers state dict: a base model's names with or without the task model's prefix, tied
+        weights from what they are tied to; every other difference is an error naming it."""
+        own = self.state_dict()
+        prefix = self.base_model_prefix + "."
+        if self.base_model_prefix and not any(k.startswith(prefix) for k in own):
+            state = {k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)} or state
+        if self.config.tie_word_embeddings:
+            state = {**{target: state[source] for target, source in self.tied.items() if source in state}, **state}
+        missing = [k for k in own if k not in state]
+        unexpected = [k for k in state if k not in own]
+        wrong = [f"{k}: {list(state[k].shape)} in the checkpoint, {list(own[k].shape)} from the config"
+                 for k in own if k in state and tuple(state[k].shape) != tuple(own[k].shape)]
+        if missing or unexpected or wrong:
+            parts = [f"missing {', '.join(missing)}" if missing else "",
+                     f"unexpected {', '.join(unexpected)}" if unexpected else "",
+                     f"shapes differ: {'; '.join(wrong)}" if wrong else ""]
+            raise RuntimeError(f"{type(self).__name__}.from_pretrained: {source} does not fit the config: "
+                               + "; ".join(p for p in parts if p))
+        with minidl.no_grad():
+            for key, value in own.items():
+                value.copy_(state[key])
+        self.tie_weights()
+
+    def tie_weights(self) -> None:
+        """Make each tied weight the parameter it is tied to (one tensor, as transformers ties them)."""
+        if not self.config.tie_word_embeddings:
+            return
+        for target, source in self.tied.items():
+            owner_name, _, attr = target.rpartition(".")
+            setattr(self.get_submodule(owner_name), attr, self.get_parameter(source))
