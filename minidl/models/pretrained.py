@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib
 import json
 import os
+import warnings
 
 import minidl
 from minidl import nn
@@ -112,11 +113,17 @@ class PreTrainedModel(nn.Module):
 
     A subclass sets ``model_type``, ``config_fields`` (field -> transformers' default), ``check_config`` (refusing
     values it cannot compute), ``base_model_prefix`` (the name of its base model inside a task model, e.g.
-    ``"transformer"``), and ``tied`` (weight name -> the name it is tied to when ``tie_word_embeddings``)."""
+    ``"transformer"``), ``tied`` (weight name -> the name it is tied to when ``tie_word_embeddings``), and, where
+    transformers' checkpoints of one family share a folder layout across task models, ``unused`` (prefixes of
+    checkpoint weights the class does not compute with, e.g. another task's head: dropped) and ``fresh`` (its own
+    weights a checkpoint may lack, e.g. a head the base model's folder has not: left at their initialisation, with a
+    warning naming them, as transformers leaves them)."""
     model_type = ""
     config_fields: dict = {}
     base_model_prefix = ""
     tied: dict = {}
+    unused: tuple = ()
+    fresh: tuple = ()
 
     @classmethod
     def config_from_dict(cls, data: dict) -> Config:
@@ -140,27 +147,34 @@ class PreTrainedModel(nn.Module):
         """Refuse, by field and value, what this class cannot compute."""
 
     @classmethod
-    def from_pretrained(cls, folder, *, dtype=None):
+    def from_pretrained(cls, folder, *, dtype=None, **model_kwargs):
         """The model of a Hugging Face folder, its weights loaded strictly, in ``dtype`` (default: the config's
-        ``dtype``, else float32), in eval mode (as transformers returns it)."""
+        ``dtype``, else float32), in eval mode (as transformers returns it); ``model_kwargs`` go to the class's
+        constructor, as transformers passes them (e.g. ``add_pooling_layer=False``)."""
         data = read_config(folder)
         config = cls.config_from_dict(data)
-        model = cls(config)
+        model = cls(config, **model_kwargs)
         dtype = dtype or data.get("dtype") or data.get("torch_dtype") or "float32"
         model.to(getattr(minidl, dtype) if isinstance(dtype, str) else dtype)
         model.load_hf_state_dict(read_weights(folder), source=os.fspath(folder))
         return model.eval()
 
     def load_hf_state_dict(self, state: dict, source: str = "the state dict") -> None:
-        """Load a transformers state dict: a base model's names with or without the task model's prefix, tied
-        weights from what they are tied to; every other difference is an error naming it."""
+        """Load a transformers state dict: a base model's names with or without the task model's prefix (a task
+        model's folder lends a base model its base, a base model's folder is a task model's base), tied weights
+        from what they are tied to, ``unused`` ones dropped, ``fresh`` ones kept if absent; every other difference
+        is an error naming it."""
         own = self.state_dict()
         prefix = self.base_model_prefix + "."
         if self.base_model_prefix and not any(k.startswith(prefix) for k in own):
             state = {k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)} or state
+        elif self.base_model_prefix and not any(k.startswith(prefix) for k in state):
+            state = {prefix + k: v for k, v in state.items()}
+        state = {k: v for k, v in state.items() if not k.startswith(self.unused)}
         if self.config.tie_word_embeddings:
             state = {**{target: state[source] for target, source in self.tied.items() if source in state}, **state}
-        missing = [k for k in own if k not in state]
+        fresh = [k for k in own if k not in state and k in self.fresh]
+        missing = [k for k in own if k not in state and k not in fresh]
         unexpected = [k for k in state if k not in own]
         wrong = [f"{k}: {list(state[k].shape)} in the checkpoint, {list(own[k].shape)} from the config"
                  for k in own if k in state and tuple(state[k].shape) != tuple(own[k].shape)]
@@ -170,9 +184,13 @@ class PreTrainedModel(nn.Module):
                      f"shapes differ: {'; '.join(wrong)}" if wrong else ""]
             raise RuntimeError(f"{type(self).__name__}.from_pretrained: {source} does not fit the config: "
                                + "; ".join(p for p in parts if p))
+        if fresh:
+            warnings.warn(f"{type(self).__name__}.from_pretrained: {source} has no {', '.join(fresh)}; they keep "
+                          f"their initialisation (as transformers leaves them), untrained", stacklevel=3)
         with minidl.no_grad():
             for key, value in own.items():
-                value.copy_(state[key])
+                if key in state:
+                    value.copy_(state[key])
         self.tie_weights()
 
     def tie_weights(self) -> None:
