@@ -55,3 +55,11 @@ class DynamicCache:
 
     def reset(self) -> None:
         self.keys, self.values = [], []
+
+
+def one_cache(cache, past_key_values, where: str):
+    """The cache a model's forward was given, as ``cache`` or as ``past_key_values`` (transformers 4's name for it,
+    accepted so that callers written for it run unchanged)."""
+    if cache is not None and past_key_values is not None:
+        raise ValueError(f"{where}: pass the cache as cache or as past_key_values (its transformers 4 name), not both")
+    return past_key_values if cache is None else cache

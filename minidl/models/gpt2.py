@@ -13,7 +13,7 @@ from minidl import nn
 from minidl.nn import functional as F
 
 from .activations import activation
-from .cache import DynamicCache
+from .cache import DynamicCache, one_cache
 from .generation import GenerationMixin
 from .losses import causal_lm_loss
 from .masks import causal_mask
@@ -153,7 +153,7 @@ class GPT2Model(GPT2PreTrainedModel):
         0 = padding); ``position_ids`` (default: counting on from the cache's length); ``token_type_ids`` embedded
         by ``wte`` and added, as transformers does. ``use_cache`` (default: the config's) returns the cache, a new
         :class:`DynamicCache` when none was given."""
-        cache = _one_cache(cache, past_key_values, type(self).__name__)
+        cache = one_cache(cache, past_key_values, type(self).__name__)
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError(f"{type(self).__name__}: pass input_ids or inputs_embeds (one of them)")
         if input_ids is not None and input_ids.ndim != 2:
@@ -215,9 +215,3 @@ def _residual_std(config) -> float:
     """GPT-2's initialisation of the projections onto the residual stream: N(0, initializer_range) scaled by
     1/sqrt(2 n_layer), the stream's number of additions."""
     return config.initializer_range / math.sqrt(2 * config.n_layer)
-
-
-def _one_cache(cache, past_key_values, where: str):
-    if cache is not None and past_key_values is not None:
-        raise ValueError(f"{where}: pass the cache as cache or as past_key_values (its transformers 4 name), not both")
-    return past_key_values if cache is None else cache

@@ -2,9 +2,12 @@
 folders, with transformers' state-dict names, so its checkpoints load unchanged.
 
 A pre-norm decoder: RMSNorm, attention with rotary position embeddings and (grouped-query attention) fewer key-value
-heads than query heads, RMSNorm, SwiGLU feed-forward. Numerics follow transformers' float32 islands: RMSNorm
-normalises in float32 and the rotary tables are computed in float32 whatever the model's dtype, so a bfloat16 model
-gives transformers' outputs (and a float64 one agrees with transformers' float64 one to float32's precision)."""
+heads than query heads, RMSNorm, SwiGLU feed-forward.
+
+Numerics: RMSNorm normalises, and the rotary tables are computed, in the model's dtype where it is at least float32 and
+in float32 where it is narrower. A float32 or half-precision model so keeps transformers' float32 islands and gives
+its outputs (bfloat16 RMSNorm bit for bit); a float64 model is float64 throughout, where transformers' rounds its norms
+and rotary tables (and its loss) through float32."""
 from __future__ import annotations
 
 import math
@@ -14,7 +17,7 @@ from minidl import nn
 from minidl.nn import functional as F
 
 from .activations import activation
-from .cache import DynamicCache
+from .cache import DynamicCache, one_cache
 from .generation import GenerationMixin
 from .losses import causal_lm_loss
 from .masks import causal_mask
@@ -51,10 +54,10 @@ def rope_settings(config) -> dict:
     return params
 
 
-def inverse_frequencies(config):
-    """(head_dim / 2,) float32 rotation speeds of the rotary embedding, scaled as the rope type says."""
+def inverse_frequencies(config, dtype):
+    """(head_dim / 2,) rotation speeds of the rotary embedding in ``dtype``, scaled as the rope type says."""
     params, dim = rope_settings(config), head_dim(config)
-    inv_freq = 1.0 / (params["rope_theta"] ** (minidl.arange(0, dim, 2, dtype=minidl.int64).float() / dim))
+    inv_freq = 1.0 / (params["rope_theta"] ** (minidl.arange(0, dim, 2, dtype=minidl.int64).to(dtype) / dim))
     kind = params["rope_type"]
     if kind == "linear":
         return inv_freq / params["factor"]
@@ -71,8 +74,8 @@ def inverse_frequencies(config):
 
 
 class LlamaRMSNorm(nn.Module):
-    """transformers' LLaMA RMSNorm: the normalisation in float32, cast back to the input's dtype, then scaled by
-    ``weight`` (nn.RMSNorm scales in the input's dtype and would differ in bfloat16)."""
+    """transformers' LLaMA RMSNorm: the normalisation in float32 (float64 for float64 input), cast back to the
+    input's dtype, then scaled by ``weight`` (nn.RMSNorm scales in the input's dtype and would differ in bfloat16)."""
 
     def __init__(self, hidden_size: int, eps: float):
         super().__init__()
@@ -80,7 +83,7 @@ class LlamaRMSNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x):
-        h = x.float()
+        h = x.to(minidl.promote_types(x.dtype, minidl.float32))
         h = h * minidl.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
         return self.weight * h.to(x.dtype)
 
@@ -89,16 +92,17 @@ class LlamaRMSNorm(nn.Module):
 
 
 class LlamaRotaryEmbedding(nn.Module):
-    """cos and sin of each position's rotation angles, (batch, tokens, head_dim), in float32 then cast to the
-    hidden states' dtype, as transformers computes them."""
+    """cos and sin of each position's rotation angles, (batch, tokens, head_dim), cast to the hidden states' dtype:
+    computed in float32 as transformers computes them, in float64 for float64 hidden states."""
 
     def __init__(self, config):
         super().__init__()
-        # a plain attribute, not a buffer: model.to(bfloat16) must not round the frequencies
-        self.inv_freq = inverse_frequencies(config)
+        # a table for each dtype computed in; plain attributes, not buffers: model.to(bfloat16) must not round them
+        self.inv_freq = {dtype: inverse_frequencies(config, dtype) for dtype in (minidl.float32, minidl.float64)}
 
     def forward(self, x, position_ids):
-        angles = position_ids[..., None].float() * self.inv_freq.to(position_ids.device)
+        dtype = minidl.promote_types(x.dtype, minidl.float32)
+        angles = position_ids[..., None].to(dtype) * self.inv_freq[dtype].to(position_ids.device)
         angles = minidl.cat([angles, angles], dim=-1)
         return angles.cos().to(x.dtype), angles.sin().to(x.dtype)
 
@@ -227,11 +231,13 @@ class LlamaModel(LlamaPreTrainedModel):
         self.rotary_emb = LlamaRotaryEmbedding(config)
 
     def forward(self, input_ids=None, attention_mask=None, position_ids=None, cache=None, inputs_embeds=None,
-                use_cache=None):
+                use_cache=None, *, past_key_values=None):
         """``input_ids`` (batch, tokens) or ``inputs_embeds`` (batch, tokens, hidden_size); ``attention_mask``
         (batch, cached + new tokens; 0 = padding); ``position_ids`` default to the tokens' indices after the cached
         ones (padding counted, as transformers' forward does; ``generate`` passes positions that skip it). With
-        ``use_cache`` (default: the config's), the keys and values go to ``cache`` (a new DynamicCache if None)."""
+        ``use_cache`` (default: the config's), the keys and values go to ``cache`` (a new DynamicCache if None;
+        ``past_key_values``: transformers 4's name for it)."""
+        cache = one_cache(cache, past_key_values, type(self).__name__)
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError(f"{type(self).__name__}: pass exactly one of input_ids and inputs_embeds")
         hidden = self.embed_tokens(input_ids) if inputs_embeds is None else inputs_embeds
@@ -263,11 +269,11 @@ class LlamaForCausalLM(LlamaPreTrainedModel, GenerationMixin):
         self.tie_weights()
 
     def forward(self, input_ids=None, attention_mask=None, position_ids=None, cache=None, inputs_embeds=None,
-                labels=None, use_cache=None, logits_to_keep=0):
+                labels=None, use_cache=None, logits_to_keep=0, *, past_key_values=None):
         """LlamaModel's arguments, plus ``labels`` (batch, tokens; -100 = ignored) for the shifted next-token loss
         and ``logits_to_keep`` (an int n: the last n positions' logits only, 0 = all; or a tensor of positions)."""
         out = self.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, cache=cache,
-                         inputs_embeds=inputs_embeds, use_cache=use_cache)
+                         inputs_embeds=inputs_embeds, use_cache=use_cache, past_key_values=past_key_values)
         hidden = out.last_hidden_state
         hidden = hidden[:, -logits_to_keep:] if isinstance(logits_to_keep, int) else hidden[:, logits_to_keep]
         logits = self.lm_head(hidden)
