@@ -18,18 +18,28 @@ from minidl import nn
 
 __all__ = ["Config", "PreTrainedModel", "from_pretrained", "read_config", "read_weights"]
 
-# what every transformers config may carry that changes nothing a forward computes here
-GENERIC_FIELDS = frozenset({
-    "architectures", "model_type", "transformers_version", "dtype", "torch_dtype", "_name_or_path", "use_cache",
+# what every transformers config may carry that changes nothing a forward computes here (fields starting with "_"
+# are tools' bookkeeping, e.g. _name_or_path, _attn_implementation_autoset, and are skipped too)
+INERT_FIELDS = frozenset({
+    "architectures", "model_type", "transformers_version", "dtype", "torch_dtype", "use_cache", "output_past",
     "bos_token_id", "eos_token_id", "pad_token_id", "sep_token_id", "decoder_start_token_id", "initializer_range",
-    "id2label", "label2id", "problem_type", "return_dict", "output_hidden_states", "output_attentions",
-    "tie_word_embeddings", "finetuning_task", "tokenizer_class", "prefix", "task_specific_params", "chunk_size_feed_forward",
-    "is_encoder_decoder", "add_cross_attention", "is_decoder", "cross_attention_hidden_size", "tie_encoder_decoder",
-    "pruned_heads", "torchscript", "use_bfloat16", "max_length", "min_length", "do_sample", "num_beams",
-    "temperature", "top_k", "top_p", "repetition_penalty", "bad_words_ids", "num_return_sequences",
-    "classifier_dropout", "gradient_checkpointing", "keys_to_ignore_at_inference"})
+    "id2label", "label2id", "problem_type", "tie_word_embeddings", "finetuning_task", "tokenizer_class", "prefix",
+    "task_specific_params", "chunk_size_feed_forward", "is_encoder_decoder", "add_cross_attention", "is_decoder",
+    "cross_attention_hidden_size", "tie_encoder_decoder", "torchscript", "use_bfloat16", "classifier_dropout",
+    "gradient_checkpointing", "keys_to_ignore_at_inference", "unsloth_version", "directionality", "pooler_fc_size",
+    "pooler_num_attention_heads", "pooler_num_fc_layers", "pooler_size_per_head", "pooler_type"})
+# generate's defaults, which transformers 4 kept in config.json: read by generation.read_generation_config
+GENERATION_FIELDS = frozenset({
+    "max_length", "max_new_tokens", "min_length", "min_new_tokens", "do_sample", "num_beams", "num_beam_groups",
+    "temperature", "top_k", "top_p", "typical_p", "repetition_penalty", "length_penalty", "no_repeat_ngram_size",
+    "encoder_no_repeat_ngram_size", "bad_words_ids", "num_return_sequences", "early_stopping", "diversity_penalty",
+    "forced_bos_token_id", "forced_eos_token_id", "remove_invalid_values", "exponential_decay_length_penalty",
+    "suppress_tokens", "begin_suppress_tokens", "output_scores", "return_dict_in_generate"})
+# fields that would change what a forward returns or computes, allowed at their default values only
+_OFF_BY_DEFAULT = {"output_hidden_states": False, "output_attentions": False, "return_dict": True,
+                   "pruned_heads": {}}
 _REGISTRY: dict = {}   # architecture name -> class; model_type -> its default class
-FAMILIES = {"gpt2": "gpt2", "llama": "llama", "bert": "bert"}   # model_type -> the submodule of its classes
+FAMILIES = ("gpt2", "llama", "bert")   # the model types read here, each the submodule of its classes
 
 
 class Config:
@@ -95,17 +105,21 @@ def register(*architectures: str, default_for: str | None = None):
 
 def from_pretrained(folder, **kwargs):
     """The model a Hugging Face folder holds, its class picked from the config's ``architectures`` (else its
-    ``model_type``), as transformers' auto classes do; ``kwargs`` go to that class's ``from_pretrained``."""
+    ``model_type``), as transformers' auto classes do; ``kwargs`` go to that class's ``from_pretrained``. An
+    architecture minidl does not have (a classification head, say) is refused by name, not loaded without its head."""
     config = read_config(folder)
-    if config.get("model_type") in FAMILIES:
-        importlib.import_module(f"minidl.models.{FAMILIES[config['model_type']]}")   # (its classes register)
-    names = [*(config.get("architectures") or []), config.get("model_type")]
-    cls = next((_REGISTRY[name] for name in names if name in _REGISTRY), None)
-    if cls is None:
-        raise ValueError(f"from_pretrained: {os.fspath(folder)!r} holds a {config.get('model_type')!r} model "
-                         f"({', '.join(config.get('architectures') or [])}); minidl.models reads "
-                         f"{', '.join(sorted(FAMILIES))} models")
-    return cls.from_pretrained(folder, **kwargs)
+    model_type, architectures = config.get("model_type"), config.get("architectures") or []
+    if model_type not in FAMILIES:
+        raise ValueError(f"from_pretrained: {os.fspath(folder)!r} holds a {model_type!r} model; minidl.models reads "
+                         f"{', '.join(FAMILIES)} models")
+    importlib.import_module(f"minidl.models.{model_type}")   # (its classes register themselves)
+    known = [name for name in architectures if name in _REGISTRY]
+    if architectures and not known:
+        raise ValueError(f"from_pretrained: {os.fspath(folder)!r} holds a {', '.join(architectures)}, which "
+                         f"minidl.models lacks (it has {', '.join(sorted(k for k in _REGISTRY if k not in FAMILIES))}"
+                         f"); a base model class (e.g. {_REGISTRY[model_type].__name__}.from_pretrained) reads its "
+                         f"body without the head")
+    return _REGISTRY[known[0] if known else model_type].from_pretrained(folder, **kwargs)
 
 
 class PreTrainedModel(nn.Module):
@@ -130,7 +144,12 @@ class PreTrainedModel(nn.Module):
         if data.get("model_type", cls.model_type) != cls.model_type:
             raise ValueError(f"{cls.__name__}: the config is of model type {data['model_type']!r}, not "
                              f"{cls.model_type!r}")
-        unknown = sorted(set(data) - set(cls.config_fields) - GENERIC_FIELDS)
+        unknown = sorted(k for k in set(data) - set(cls.config_fields) - INERT_FIELDS - GENERATION_FIELDS
+                         if not k.startswith("_"))
+        changed = [f"{k}={data[k]!r}" for k, default in _OFF_BY_DEFAULT.items() if data.get(k, default) != default]
+        if changed:
+            raise ValueError(f"{cls.__name__}: config {', '.join(changed)} is not supported (minidl's models return "
+                             f"the last hidden state and logits only, with every head kept)")
         if unknown:
             raise ValueError(f"{cls.__name__}: config field(s) {', '.join(map(repr, unknown))} are not supported "
                              f"by minidl's {cls.model_type} (it reads {', '.join(sorted(cls.config_fields))})")
@@ -147,16 +166,17 @@ class PreTrainedModel(nn.Module):
         """Refuse, by field and value, what this class cannot compute."""
 
     @classmethod
-    def from_pretrained(cls, folder, *, dtype=None, **model_kwargs):
-        """The model of a Hugging Face folder, its weights loaded strictly, in ``dtype`` (default: the config's
-        ``dtype``, else float32), in eval mode (as transformers returns it); ``model_kwargs`` go to the class's
-        constructor, as transformers passes them (e.g. ``add_pooling_layer=False``)."""
+    def from_pretrained(cls, folder, *, dtype="auto", **model_kwargs):
+        """The model of a Hugging Face folder, its weights loaded strictly, in eval mode (as transformers returns
+        it). ``dtype``: a minidl dtype or its name, or ``"auto"`` (transformers 5's default): the config's ``dtype``,
+        else the weights' own. ``model_kwargs`` go to the class's constructor, as transformers passes them (e.g.
+        ``add_pooling_layer=False``)."""
         data = read_config(folder)
         config = cls.config_from_dict(data)
+        state = read_weights(folder)
         model = cls(config, **model_kwargs)
-        dtype = dtype or data.get("dtype") or data.get("torch_dtype") or "float32"
-        model.to(getattr(minidl, dtype) if isinstance(dtype, str) else dtype)
-        model.load_hf_state_dict(read_weights(folder), source=os.fspath(folder))
+        model.to(_model_dtype(dtype, data, state, os.fspath(folder)))
+        model.load_hf_state_dict(state, source=os.fspath(folder))
         return model.eval()
 
     def load_hf_state_dict(self, state: dict, source: str = "the state dict") -> None:
@@ -200,3 +220,21 @@ class PreTrainedModel(nn.Module):
         for target, source in self.tied.items():
             owner_name, _, attr = target.rpartition(".")
             setattr(self.get_submodule(owner_name), attr, self.get_parameter(source))
+
+
+def _model_dtype(dtype, config: dict, state: dict, folder: str):
+    """The dtype ``from_pretrained`` builds in: ``dtype`` itself, or for "auto" (and None) the config's, else the
+    first floating-point weight's, else float32."""
+    if dtype in ("auto", None):
+        named = config.get("dtype") or config.get("torch_dtype")
+        if named is None:
+            floating = (t.dtype for t in state.values() if t.is_floating_point())
+            return next(floating, minidl.float32)
+        dtype = named
+    if isinstance(dtype, str):
+        found = getattr(minidl, dtype.removeprefix("torch."), None)
+        if not isinstance(found, minidl.dtype) or not found.is_floating_point:
+            raise ValueError(f"from_pretrained: dtype {dtype!r} (for {folder!r}) is not a floating-point dtype "
+                             f"minidl has (float32, float64, float16, bfloat16, or 'auto')")
+        return found
+    return dtype
