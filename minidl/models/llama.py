@@ -55,9 +55,11 @@ def rope_settings(config) -> dict:
 
 
 def inverse_frequencies(config, dtype):
-    """(head_dim / 2,) rotation speeds of the rotary embedding in ``dtype``, scaled as the rope type says."""
+    """(head_dim / 2,) rotation speeds of the rotary embedding in ``dtype``, scaled as the rope type says: constants
+    on the host (also when the model is built on 'meta'), moved to the positions' device when used."""
     params, dim = rope_settings(config), head_dim(config)
-    inv_freq = 1.0 / (params["rope_theta"] ** (minidl.arange(0, dim, 2, dtype=minidl.int64).to(dtype) / dim))
+    exponents = minidl.arange(0, dim, 2, dtype=minidl.int64, device="cpu").to(dtype) / dim
+    inv_freq = 1.0 / (params["rope_theta"] ** exponents)
     kind = params["rope_type"]
     if kind == "linear":
         return inv_freq / params["factor"]

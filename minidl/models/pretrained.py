@@ -70,7 +70,7 @@ def read_weights(folder) -> dict:
     folder = os.fspath(folder)
     single, index = os.path.join(folder, "model.safetensors"), os.path.join(folder, "model.safetensors.index.json")
     if os.path.isfile(single):
-        return minidl.load(single)
+        return minidl.load(single, mmap=True)          # copied into the model, never held twice
     if os.path.isfile(index):
         with open(index) as f:
             weight_map = json.load(f)["weight_map"]
@@ -79,14 +79,14 @@ def read_weights(folder) -> dict:
             path = os.path.join(folder, shard)
             if not os.path.isfile(path):
                 raise FileNotFoundError(f"from_pretrained: {index} names shard {shard!r}, which is not in {folder!r}")
-            state.update(minidl.load(path))
+            state.update(minidl.load(path, mmap=True))
         missing = sorted(set(weight_map) - set(state))
         if missing:
             raise RuntimeError(f"from_pretrained: the shards of {folder!r} lack {', '.join(missing[:5])}"
                                f"{' ...' if len(missing) > 5 else ''} named by its index")
         return state
     if os.path.isfile(os.path.join(folder, "pytorch_model.bin")):
-        return minidl.load(os.path.join(folder, "pytorch_model.bin"))
+        return minidl.load(os.path.join(folder, "pytorch_model.bin"), mmap=True)
     raise FileNotFoundError(f"from_pretrained: {folder!r} has no weights (model.safetensors, "
                             f"model.safetensors.index.json with its shards, or pytorch_model.bin)")
 
@@ -174,16 +174,23 @@ class PreTrainedModel(nn.Module):
         data = read_config(folder)
         config = cls.config_from_dict(data)
         state = read_weights(folder)
-        model = cls(config, **model_kwargs)
-        model.to(_model_dtype(dtype, data, state, os.fspath(folder)))
+        dtype = _model_dtype(dtype, data, state, os.fspath(folder))
+        with minidl.device("meta"):                        # no memory, no random draws: the file fills it
+            model = cls(config, **model_kwargs).to(dtype)
+        if model._fresh_absent(state):                     # a weight the file lacks starts from its initialisation
+            model = cls(config, **model_kwargs).to(dtype)
+        else:
+            model.to_empty(device="cpu")
         model.load_hf_state_dict(state, source=os.fspath(folder))
         return model.eval()
 
-    def load_hf_state_dict(self, state: dict, source: str = "the state dict") -> None:
-        """Load a transformers state dict: a base model's names with or without the task model's prefix (a task
-        model's folder lends a base model its base, a base model's folder is a task model's base), tied weights
-        from what they are tied to, ``unused`` ones dropped, ``fresh`` ones kept if absent; every other difference
-        is an error naming it."""
+    def _fresh_absent(self, state: dict) -> bool:
+        """Whether ``state`` lacks one of the ``fresh`` weights (which then need their initialisation)."""
+        return any(k not in self._matched(state) for k in self.fresh if k in self.state_dict())
+
+    def _matched(self, state: dict) -> dict:
+        """``state`` under this model's names: the base-model prefix taken off or put on, ``unused`` weights
+        dropped, tied ones filled from what they are tied to."""
         own = self.state_dict()
         prefix = self.base_model_prefix + "."
         if self.base_model_prefix and not any(k.startswith(prefix) for k in own):
@@ -193,6 +200,14 @@ class PreTrainedModel(nn.Module):
         state = {k: v for k, v in state.items() if not k.startswith(self.unused)}
         if self.config.tie_word_embeddings:
             state = {**{target: state[source] for target, source in self.tied.items() if source in state}, **state}
+        return state
+
+    def load_hf_state_dict(self, state: dict, source: str = "the state dict") -> None:
+        """Load a transformers state dict: a base model's names with or without the task model's prefix (a task
+        model's folder lends a base model its base, a base model's folder is a task model's base), tied weights
+        from what they are tied to, ``unused`` ones dropped, ``fresh`` ones kept if absent; every other difference
+        is an error naming it."""
+        own, state = self.state_dict(), self._matched(state)
         fresh = [k for k in own if k not in state and k in self.fresh]
         missing = [k for k in own if k not in state and k not in fresh]
         unexpected = [k for k in state if k not in own]
