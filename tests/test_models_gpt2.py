@@ -1,7 +1,7 @@
 """minidl.models.gpt2 against transformers (the oracle): tiny GPT-2s with random weights, saved by transformers'
-``save_pretrained`` and read by ``from_pretrained``; logits, the cache path, greedy and sampled generation, the loss
-and its gradients, the folder layouts transformers and OpenAI's checkpoints use, and the errors for what does not
-fit."""
+``save_pretrained`` and read by ``from_pretrained``; logits, the cache path, greedy generation, the loss and its
+gradients, the folder layouts transformers and OpenAI's checkpoints use, and the errors for what does not fit
+(sampling and generate's settings: tests/test_models_generation.py)."""
 import json
 import os
 import shutil
@@ -12,7 +12,6 @@ import pytest
 import minidl
 from minidl import models
 from minidl.models import GPT2LMHeadModel, GPT2Model
-from minidl.models.generation import warp
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -117,20 +116,42 @@ def test_base_model_hidden_states(base):
     assert out.cache.get_seq_length() == 12 and model(ours(ids), use_cache=False).cache is None
 
 
-def test_cache_step_equals_full_forward(base):
-    model = GPT2LMHeadModel.from_pretrained(base[1])
-    ids, mask, positions = (ours(t) for t in left_padded())
+def test_cache_step_equals_full_forward_and_transformers_cached_step(base):
+    reference_model, folder = base
+    model = GPT2LMHeadModel.from_pretrained(folder)
+    ids, mask, positions = left_padded()
+    with torch.no_grad():
+        before = reference_model(ids[:, :-1], attention_mask=mask[:, :-1], position_ids=positions[:, :-1],
+                                 use_cache=True).past_key_values
+        expected = reference_model(ids[:, -1:], attention_mask=mask, position_ids=positions[:, -1:],
+                                   past_key_values=before)
+    ids, mask, positions = ours(ids), ours(mask), ours(positions)
     full = model(ids, attention_mask=mask, position_ids=positions).logits
     prefix = model(ids[:, :-1], attention_mask=mask[:, :-1], position_ids=positions[:, :-1], use_cache=True)
     assert prefix.cache.get_seq_length() == 11
     step = model(ids[:, -1:], cache=prefix.cache, attention_mask=mask, position_ids=positions[:, -1:])
     close(step.logits[:, 0], full[:, -1], 1e-5)
+    close(step.logits, expected.logits, 1e-4)
+    for layer, theirs in zip(step.cache.layers, expected.past_key_values.layers):
+        close(layer.keys, theirs.keys, 1e-5)
+        close(layer.values, theirs.values, 1e-5)
     assert step.cache is prefix.cache and step.cache.get_seq_length() == 12
     # default positions count on from the cache; transformers 4's past_key_values names the same cache
     plain = model(ids[:, :5]).logits
     first = model(ids[:, :3])
     again = model(ids[:, 3:5], past_key_values=first.cache).logits
     close(again, plain[:, 3:5], 1e-5)
+
+
+def test_logits_to_keep_an_int_or_a_tensor_of_positions_as_transformers(base):
+    reference_model, folder = base
+    model = GPT2LMHeadModel.from_pretrained(folder)
+    ids = left_padded()[0]
+    for keep in (0, 1, 5, torch.tensor([0, 3, 11])):
+        with torch.no_grad():
+            expected = reference_model(ids, logits_to_keep=keep).logits
+        close(model(ours(ids), logits_to_keep=ours(keep) if isinstance(keep, torch.Tensor) else keep).logits,
+              expected, 1e-4)
 
 
 def test_greedy_generate_matches_transformers(base):
@@ -154,36 +175,6 @@ def test_greedy_generate_matches_transformers(base):
     assert (expected[0, 18:] == BASE["pad_token_id"]).all()
     got = model.generate(ours(ids), attention_mask=ours(mask), max_new_tokens=20, eos_token_id=eos)
     np.testing.assert_array_equal(got.numpy(), expected.numpy())
-
-
-def test_sampling(base):
-    model = GPT2LMHeadModel.from_pretrained(base[1])
-    ids, mask, _ = (ours(t) for t in left_padded())
-
-    def sample(**kwargs):
-        return model.generate(ids, attention_mask=mask, max_new_tokens=8, do_sample=True,
-                              generator=minidl.Generator().manual_seed(3), **kwargs).numpy()
-
-    np.testing.assert_array_equal(sample(temperature=0.8, top_p=0.9), sample(temperature=0.8, top_p=0.9))
-    np.testing.assert_array_equal(sample(top_k=1), model.generate(ids, attention_mask=mask, max_new_tokens=8).numpy())
-
-
-@pytest.mark.parametrize("temperature, top_k, top_p", [(0.7, 0, 1.0), (1.0, 5, 1.0), (1.0, 0, 0.8), (1.3, 7, 0.6)])
-def test_warping_matches_transformers_warpers(temperature, top_k, top_p):
-    torch.manual_seed(4)
-    scores = torch.randn(4, 99) * 3
-    expected = scores.clone()
-    if temperature != 1.0:
-        expected = transformers.TemperatureLogitsWarper(temperature)(None, expected)
-    if top_k:
-        expected = transformers.TopKLogitsWarper(top_k)(None, expected)
-    if top_p < 1.0:
-        expected = transformers.TopPLogitsWarper(top_p)(None, expected)
-    got = warp(ours(scores), temperature, top_k, top_p).numpy()
-    kept = torch.isfinite(expected).numpy()
-    np.testing.assert_array_equal(np.isfinite(got), kept)
-    np.testing.assert_allclose(got[kept], expected.numpy()[kept], rtol=1e-6)
-    assert kept.sum(-1).min() >= 1
 
 
 def test_sharded_and_bin_folders(base, tmp_path):

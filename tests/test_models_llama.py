@@ -252,16 +252,28 @@ def test_the_rotary_frequencies_old_checkpoints_hold_are_dropped(saved, tmp_path
 
 # ------------------------------------------------------------------------------- cache and generate
 @pytest.mark.parametrize("variant", ["gqa", "llama3"])
-def test_a_cached_prefix_and_one_token_equal_the_whole_sequence(saved, variant):
-    folder, _ = saved(variant)
+def test_a_cached_prefix_and_one_token_equal_the_whole_sequence_and_transformers_cached_step(saved, monkeypatch,
+                                                                                              variant):
+    float64_oracle(monkeypatch)
+    folder, reference = saved(variant)
+    reference = in_dtype(reference, "float64")
     model = minidl.models.from_pretrained(folder, dtype=minidl.float64)
     ids, mask = batch()
-    ids, mask, positions = md(ids), md(mask), md(generate_positions(mask))
+    positions = generate_positions(mask)
+    with torch.no_grad():
+        before = reference(ids[:, :-1], attention_mask=mask[:, :-1], position_ids=positions[:, :-1],
+                           use_cache=True).past_key_values
+        expected = reference(ids[:, -1:], attention_mask=mask, position_ids=positions[:, -1:], past_key_values=before)
+    ids, mask, positions = md(ids), md(mask), md(positions)
     whole = model(ids, attention_mask=mask, position_ids=positions)
     prefix = model(ids[:, :-1], attention_mask=mask[:, :-1], position_ids=positions[:, :-1], use_cache=True)
     assert prefix.cache.get_seq_length() == 8 and len(prefix.cache) == 2
     last = model(ids[:, -1:], attention_mask=mask, position_ids=positions[:, -1:], cache=prefix.cache)
     assert_close(last.logits[:, 0], whole.logits[:, -1], F64)
+    assert_close(last.logits, expected.logits, F64)
+    for layer, theirs in zip(last.cache.layers, expected.past_key_values.layers):
+        assert_close(layer.keys, theirs.keys, F64)
+        assert_close(layer.values, theirs.values, F64)
     assert last.cache is prefix.cache and last.cache.get_seq_length() == 9
     plain = model(ids[:1, :4])   # no mask, default positions: continues after the cache's length
     step = model(ids[:1, 4:5], past_key_values=plain.cache)   # (transformers 4's name for the cache)

@@ -14,7 +14,7 @@ from minidl.nn import functional as F
 
 from .activations import activation
 from .cache import DynamicCache, one_cache
-from .generation import GenerationMixin
+from .generation import GenerationMixin, keep_positions
 from .losses import causal_lm_loss
 from .masks import causal_mask
 from .outputs import BaseModelOutputWithPastAndCrossAttentions, CausalLMOutputWithCrossAttentions
@@ -184,6 +184,7 @@ class GPT2Model(GPT2PreTrainedModel):
 class GPT2LMHeadModel(GPT2PreTrainedModel, GenerationMixin):
     """GPT-2 with its language-model head (next-token logits over the vocabulary; the head is ``wte``, tied)."""
     tied = {"lm_head.weight": "transformer.wte.weight"}
+    positions_field = "n_positions"   # (generate checks a prompt and its new tokens against it)
 
     def __init__(self, config):
         super().__init__()
@@ -197,16 +198,13 @@ class GPT2LMHeadModel(GPT2PreTrainedModel, GenerationMixin):
         self.tie_weights()
 
     def forward(self, input_ids=None, cache=None, attention_mask=None, token_type_ids=None, position_ids=None,
-                inputs_embeds=None, *, labels=None, use_cache=None, logits_to_keep: int = 0, past_key_values=None):
+                inputs_embeds=None, *, labels=None, use_cache=None, logits_to_keep=0, past_key_values=None):
         """:meth:`GPT2Model.forward`'s arguments, and ``labels`` (batch, tokens; -100 = not scored; shifted inside,
         so the input ids will do) for the next-token ``loss``; ``logits_to_keep``: the logits of that many last
-        tokens only (0: all)."""
+        tokens only (0: all), or of the positions a tensor of indices names."""
         out = self.transformer(input_ids, cache, attention_mask, token_type_ids, position_ids, inputs_embeds,
                                use_cache=use_cache, past_key_values=past_key_values)
-        hidden_states = out.last_hidden_state
-        if logits_to_keep:
-            hidden_states = hidden_states[:, -logits_to_keep:]
-        logits = self.lm_head(hidden_states)
+        logits = self.lm_head(keep_positions(out.last_hidden_state, logits_to_keep))
         loss = None if labels is None else causal_lm_loss(logits, labels)
         return CausalLMOutputWithCrossAttentions(loss=loss, logits=logits, cache=out.cache)
 

@@ -18,7 +18,7 @@ from minidl.nn import functional as F
 
 from .activations import activation
 from .cache import DynamicCache, one_cache
-from .generation import GenerationMixin
+from .generation import GenerationMixin, keep_positions
 from .losses import causal_lm_loss
 from .masks import causal_mask
 from .outputs import BaseModelOutputWithPast, CausalLMOutputWithPast
@@ -276,8 +276,6 @@ class LlamaForCausalLM(LlamaPreTrainedModel, GenerationMixin):
         and ``logits_to_keep`` (an int n: the last n positions' logits only, 0 = all; or a tensor of positions)."""
         out = self.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, cache=cache,
                          inputs_embeds=inputs_embeds, use_cache=use_cache, past_key_values=past_key_values)
-        hidden = out.last_hidden_state
-        hidden = hidden[:, -logits_to_keep:] if isinstance(logits_to_keep, int) else hidden[:, logits_to_keep]
-        logits = self.lm_head(hidden)
+        logits = self.lm_head(keep_positions(out.last_hidden_state, logits_to_keep))
         loss = causal_lm_loss(logits, labels) if labels is not None else None
         return CausalLMOutputWithPast(loss=loss, logits=logits, cache=out.cache)

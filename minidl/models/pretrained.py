@@ -16,6 +16,8 @@ import warnings
 import minidl
 from minidl import nn
 
+from .generation import GenerationMixin, read_generation_config
+
 __all__ = ["Config", "PreTrainedModel", "from_pretrained", "read_config", "read_weights"]
 
 # what every transformers config may carry that changes nothing a forward computes here (fields starting with "_"
@@ -182,6 +184,8 @@ class PreTrainedModel(nn.Module):
         else:
             model.to_empty(device="cpu")
         model.load_hf_state_dict(state, source=os.fspath(folder))
+        if isinstance(model, GenerationMixin):             # generate's defaults, as transformers reads them
+            model.generation_config = read_generation_config(folder, data)
         return model.eval()
 
     def _fresh_absent(self, state: dict) -> bool:
