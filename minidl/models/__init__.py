@@ -9,7 +9,7 @@ names in ``_EXPORTS``."""
 import importlib
 
 _EXPORTS = {"NeuMF": "recsys", "WideDeep": "recsys",   # name -> the submodule that defines it
-            "from_pretrained": "pretrained", "DynamicCache": "cache",
+            "from_pretrained": "pretrained", "DynamicCache": "cache", "GenerationConfig": "generation",
             "GPT2Model": "gpt2", "GPT2LMHeadModel": "gpt2", "LlamaModel": "llama", "LlamaForCausalLM": "llama",
             "BertModel": "bert", "BertForMaskedLM": "bert"}
 _SUBMODULES = ("metrics", *dict.fromkeys(_EXPORTS.values()))
