@@ -59,7 +59,10 @@ class Server:
     def start(self, timeout: float = 30) -> "Server":
         if self._thread is not None:
             raise RuntimeError("Server.start: already started")
-        sock = socket.socket(socket.AF_INET6 if ":" in self.host else socket.AF_INET)
+        # a socket marked TCP, so that asyncio sets TCP_NODELAY on its connections (with protocol 0 it does not, and
+        # a kept-alive client's delayed ACK then holds each response back ~40 ms)
+        sock = socket.socket(socket.AF_INET6 if ":" in self.host else socket.AF_INET, socket.SOCK_STREAM,
+                             socket.IPPROTO_TCP)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((self.host, self.port))
         self.port = sock.getsockname()[1]
