@@ -225,6 +225,27 @@ def test_a_failing_step_ends_the_batch_with_the_error_and_the_batcher_goes_on(gp
     assert good.tokens == expected(gpt2, PROMPTS[0], 5)
 
 
+def test_a_model_raising_a_base_exception_ends_every_request_and_the_worker(gpt2, monkeypatch):
+    """SystemExit or KeyboardInterrupt from the model (not an Exception): the running and queued requests end with
+    it instead of waiting for ever, and the batcher closes (a server answers new requests 503)."""
+    batcher = ContinuousBatcher(gpt2, max_batch_size=1)
+    running = batcher.submit(PROMPTS[0], max_tokens=10, stop_token_ids=())
+    batcher.step()
+    queued = batcher.submit(PROMPTS[1], max_tokens=10, stop_token_ids=())
+
+    def interrupt(*args, **kwargs):
+        raise KeyboardInterrupt("stop")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(gpt2, "forward", interrupt)
+        batcher.start()
+        batcher._thread.join(30)
+    assert not batcher._thread.is_alive()
+    assert running.finish_reason == "error" and queued.finish_reason == "error"
+    with pytest.raises(RuntimeError, match="closed"):
+        batcher.submit(PROMPTS[2])
+
+
 @pytest.mark.parametrize("prompt, settings, error", [
     ([], {}, "non-empty"),
     ([1.5], {}, "non-empty"),

@@ -2,6 +2,7 @@
 input is a 4xx naming the problem and leaves the server answering, and the command drains a request on SIGTERM."""
 import asyncio
 import json
+import os
 import re
 import signal
 import socket
@@ -145,6 +146,7 @@ def free_port():
 
 
 FACTORY = textwrap.dedent("""
+    import os
     import time
     from minidl import nn
 
@@ -154,6 +156,7 @@ FACTORY = textwrap.dedent("""
             self.net = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 3))
 
         def forward(self, x):
+            open(os.environ["MINIDL_TEST_MARKER"], "w").close()    # (the test sends SIGTERM once this exists)
             time.sleep(1.5)
             return self.net(x)
 
@@ -166,9 +169,11 @@ def test_the_command_serves_a_factory_and_drains_on_sigterm(tmp_path, model):
     (tmp_path / "factory.py").write_text(FACTORY)
     minidl.save({f"net.{k}": v for k, v in model.state_dict().items()}, tmp_path / "weights.safetensors")
     port = free_port()
+    marker = tmp_path / "in-the-model"
     proc = subprocess.Popen([sys.executable, "-m", "minidl.serve", f"{tmp_path / 'factory.py'}:slow", "--weights",
                              str(tmp_path / "weights.safetensors"), "--port", str(port), "--log-level", "warning"],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            env={**os.environ, "MINIDL_TEST_MARKER": str(marker)})
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 60
@@ -185,7 +190,10 @@ def test_the_command_serves_a_factory_and_drains_on_sigterm(tmp_path, model):
         thread = threading.Thread(target=lambda: answer.update(r=httpx.post(f"{url}/v1/predict", timeout=TIMEOUT,
                                                                             json={"inputs": GOOD})))
         thread.start()
-        time.sleep(0.5)                           # the request is in the model (which sleeps 1.5 s)
+        deadline = time.monotonic() + 60
+        while not marker.exists():                # the request is in the model (which then sleeps 1.5 s)
+            assert time.monotonic() < deadline, "the request never reached the model"
+            time.sleep(0.02)
         proc.send_signal(signal.SIGTERM)
         thread.join(20)
         assert answer["r"].status_code == 200, answer["r"].text
@@ -290,3 +298,20 @@ def test_connections_are_marked_tcp_so_asyncio_sets_nodelay(server):
     count); without it a kept-alive client's delayed ACK held each response back ~40 ms."""
     (listening,) = server._uvicorn.servers[0].sockets
     assert listening.type == socket.SOCK_STREAM and listening.proto == socket.IPPROTO_TCP
+
+
+class Exits(nn.Module):
+    """A model that raises SystemExit (a BaseException, not an Exception) on a negative first input."""
+
+    def forward(self, x):
+        if float(x[:, 0].min()) < 0:
+            raise SystemExit("a model that exits")
+        return x * 2
+
+
+def test_a_model_raising_a_base_exception_answers_its_request_and_the_server_goes_on():
+    with Server(Exits(), max_wait_ms=1) as running:
+        bad = httpx.post(f"{running.url}/v1/predict", json={"inputs": [-1.0, 2.0]}, timeout=TIMEOUT)
+        good = httpx.post(f"{running.url}/v1/predict", json={"inputs": [1.0, 2.0]}, timeout=TIMEOUT)
+    assert bad.status_code == 422 and "SystemExit: a model that exits" in bad.json()["error"]
+    assert good.status_code == 200 and good.json()["outputs"] == [2.0, 4.0]

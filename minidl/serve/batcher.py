@@ -102,7 +102,9 @@ class Batcher:
         for group in groups.values():
             try:
                 await self._run_group(group)
-            except Exception as error:  # noqa: BLE001  (a fault here must answer its requests, not strand them)
+            except asyncio.CancelledError:
+                raise
+            except BaseException as error:  # noqa: BLE001  (a fault here must answer its requests, not strand them)
                 for _, future in group:
                     _settle(future, exception=error)
 
@@ -130,7 +132,9 @@ class Batcher:
             self.metrics.observe_batch(len(chunk))
             try:
                 out = np.asarray(await loop.run_in_executor(self._worker, self.runner, chunk))
-            except Exception as error:  # noqa: BLE001  (the model's own error is the client's answer)
+            except asyncio.CancelledError:
+                raise
+            except BaseException as error:  # noqa: BLE001  (the model's error, SystemExit too, is the client's answer)
                 raise ModelError(f"{type(error).__name__}: {error}") from error
             if out.ndim == 0 or len(out) != len(chunk):
                 got = "a scalar" if out.ndim == 0 else f"{len(out)} rows"

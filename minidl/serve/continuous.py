@@ -102,10 +102,11 @@ class ContinuousBatcher:
         if self._thread is not None and threading.current_thread() is not self._thread:
             raise RuntimeError("ContinuousBatcher.step: the worker thread runs the steps (start() was called)")
         with minidl.inference_mode():
-            self.batch.keep([not row.handle.done and not self._cancelled(row) for row in self.batch.rows])
-            admitted = self._admit()
-            joining = [request for request in admitted if self._prefill(request)]
+            joining = []
             try:
+                self.batch.keep([not row.handle.done and not self._cancelled(row) for row in self.batch.rows])
+                admitted = self._admit()
+                joining = [request for request in admitted if self._prefill(request)]
                 if joining:
                     self.batch.join(joining)
                 if not self.batch.rows:
@@ -115,7 +116,7 @@ class ContinuousBatcher:
                 for i, row in enumerate(self.batch.rows):
                     row.add(row.choose(scores[i:i + 1], best[i]))
                 return True
-            except Exception as error:
+            except BaseException as error:   # (a model's SystemExit too: its requests end, never left waiting)
                 for request in [*self.batch.rows, *joining]:   # (ending one twice changes nothing)
                     request.handle._finish("error", error)
                 self.batch.keep([False] * len(self.batch.rows))
@@ -126,7 +127,7 @@ class ContinuousBatcher:
         try:
             scores = self.batch.prefill(self.model, request)
             return not request.add(request.choose(scores, int(scores.argmax(-1))))
-        except Exception as error:
+        except BaseException as error:  # noqa: BLE001  (the request's answer, whatever the model raised)
             request.handle._finish("error", error)
             return False
 
@@ -166,6 +167,13 @@ class ContinuousBatcher:
                 self.step()
             except Exception:   # already delivered to the requests it ended; the loop goes on with the others
                 pass
+            except BaseException as error:   # (SystemExit, KeyboardInterrupt: the worker ends, no request waits)
+                with self._lock:
+                    self._closed = True
+                    for request in self._queue:
+                        request.handle._finish("error", error)
+                    self._queue.clear()
+                return
 
     def close(self) -> None:
         """Stop the loop (after its current step) and end every unfinished request as cancelled."""
