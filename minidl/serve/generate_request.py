@@ -7,7 +7,7 @@ import json
 import math
 import numbers
 
-from .inputs import InputError
+from .inputs import InputError, json_object
 
 __all__ = ["GenerateRequest", "parse_generate"]
 
@@ -30,14 +30,7 @@ class GenerateRequest:
 def parse_generate(body: bytes, *, tokenizer, vocab_size: int, max_total: int | None) -> GenerateRequest:
     """The request in ``body``. ``tokenizer`` (None: text is refused) encodes a ``prompt`` and ``stop`` strings;
     ``max_total`` bounds prompt plus new tokens (None: only the model's positions do)."""
-    try:
-        data = json.loads(body)
-    except (ValueError, UnicodeDecodeError) as error:
-        raise InputError(400, f"body is not valid JSON: {error}") from None
-    except RecursionError:
-        raise InputError(400, "body is JSON nested too deeply") from None
-    if not isinstance(data, dict):
-        raise InputError(422, f"body must be a JSON object, got a {type(data).__name__}")
+    data = json_object(body)
     unknown = [name for name in data if name not in FIELDS]
     if unknown:
         raise InputError(422, f"unknown field(s) {', '.join(map(repr, unknown))} (known: {', '.join(FIELDS)})")

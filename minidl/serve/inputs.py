@@ -8,7 +8,7 @@ import numbers
 
 import numpy as np
 
-__all__ = ["InputError", "read_body", "parse_inputs", "to_array", "as_examples"]
+__all__ = ["InputError", "read_body", "json_object", "parse_inputs", "to_array", "as_examples"]
 
 
 class InputError(Exception):
@@ -32,8 +32,8 @@ async def read_body(request, max_bytes: int) -> bytes:
     return b"".join(chunks)
 
 
-def parse_inputs(body: bytes):
-    """The ``inputs`` field of a JSON object body."""
+def json_object(body: bytes, wanted: str = "a JSON object") -> dict:
+    """The JSON object a request body holds: 400 when it is no JSON, 422 when it is not ``wanted`` (an object)."""
     try:
         data = json.loads(body)
     except (ValueError, UnicodeDecodeError) as error:
@@ -41,7 +41,13 @@ def parse_inputs(body: bytes):
     except RecursionError:
         raise InputError(400, "body is JSON nested too deeply") from None
     if not isinstance(data, dict):
-        raise InputError(422, f'body must be a JSON object with "inputs", got a {type(data).__name__}')
+        raise InputError(422, f"body must be {wanted}, got a {type(data).__name__}")
+    return data
+
+
+def parse_inputs(body: bytes):
+    """The ``inputs`` field of a JSON object body."""
+    data = json_object(body, 'a JSON object with "inputs"')
     if "inputs" not in data:
         raise InputError(422, f'body has no "inputs" field (fields: {", ".join(map(repr, data)) or "none"})')
     return data["inputs"]
