@@ -22,6 +22,8 @@ from minidl.serve import Runner, Server
 from minidl.serve.inputs import InputError, to_array
 from minidl.serve.spec import load_runner
 
+from serve_processes import free_port, wait_until_serving
+
 TIMEOUT = httpx.Timeout(20.0)
 GOOD = [0.5, -1.0, 2.0, 0.25]
 
@@ -139,12 +141,6 @@ def test_health_and_models(server):
     assert described["name"] == "Sequential" and described["max_batch_size"] == 32
 
 
-def free_port():
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 FACTORY = textwrap.dedent("""
     import os
     import time
@@ -176,16 +172,7 @@ def test_the_command_serves_a_factory_and_drains_on_sigterm(tmp_path, model):
                             env={**os.environ, "MINIDL_TEST_MARKER": str(marker)})
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            assert proc.poll() is None, proc.stdout.read().decode()
-            try:
-                if httpx.get(f"{url}/health", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline, "the server did not come up"
-            time.sleep(0.1)
+        wait_until_serving(proc, url)
         answer = {}
         thread = threading.Thread(target=lambda: answer.update(r=httpx.post(f"{url}/v1/predict", timeout=TIMEOUT,
                                                                             json={"inputs": GOOD})))

@@ -2,11 +2,9 @@
 SPEC and weights, so every worker answers alike; SIGTERM stops them all; a bad SPEC fails before any worker starts."""
 import os
 import signal
-import socket
 import subprocess
 import sys
 import textwrap
-import time
 
 import httpx
 import numpy as np
@@ -14,18 +12,14 @@ import numpy as np
 import minidl
 from minidl import nn
 
+from serve_processes import free_port, wait_until_serving
+
 FACTORY = textwrap.dedent("""
     from minidl import nn
 
     def mlp():
         return nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 3))
 """)
-
-
-def free_port():
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def command(*args):
@@ -50,16 +44,7 @@ def test_workers_share_a_port_and_answer_alike(tmp_path):
                    "--port", port)
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            assert proc.poll() is None, proc.stdout.read().decode()
-            try:
-                if httpx.get(f"{url}/health", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline, "the workers did not come up"
-            time.sleep(0.1)
+        wait_until_serving(proc, url)
         examples = np.random.default_rng(0).standard_normal((12, 4)).astype(np.float32)
         with minidl.inference_mode():
             want = model(minidl.from_numpy(examples)).numpy()
