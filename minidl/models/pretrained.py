@@ -190,7 +190,8 @@ class PreTrainedModel(nn.Module):
 
     def _fresh_absent(self, state: dict) -> bool:
         """Whether ``state`` lacks one of the ``fresh`` weights (which then need their initialisation)."""
-        return any(k not in self._matched(state) for k in self.fresh if k in self.state_dict())
+        own, matched = self.state_dict(), self._matched(state)
+        return any(k in own and k not in matched for k in self.fresh)
 
     def _matched(self, state: dict) -> dict:
         """``state`` under this model's names: the base-model prefix taken off or put on, ``unused`` weights
