@@ -54,10 +54,16 @@ class WeightsEnum(enum.Enum):
     def verify(cls, obj):
         if obj is None or isinstance(obj, cls):
             return obj
-        member = getattr(cls, obj.replace(cls.__name__ + ".", ""), None) if isinstance(obj, str) else None
-        if isinstance(member, cls):
+        member = cls.named(obj) if isinstance(obj, str) else None
+        if member is not None:
             return member
         raise TypeError(f"weights must be a {cls.__name__}, one of its names or a file path; got {obj!r}")
+
+    @classmethod
+    def named(cls, name: str):
+        """The member ``name`` (``"IMAGENET1K_V1"``, ``"ResNet50_Weights.IMAGENET1K_V1"`` or ``"DEFAULT"``), or None."""
+        member = getattr(cls, name.replace(cls.__name__ + ".", ""), None)
+        return member if isinstance(member, cls) else None
 
     def __getattr__(self, name):
         return getattr(object.__getattribute__(self, "_value_"), name)
@@ -73,7 +79,7 @@ def load_weights(model, weights, weights_enum: type):
     refused with where to fetch it; another architecture's weight set, as in torchvision, with a TypeError."""
     if weights is None:
         return model
-    if isinstance(weights, WeightsEnum) or (isinstance(weights, str) and _names_a_set(weights, weights_enum)):
+    if isinstance(weights, WeightsEnum) or (isinstance(weights, str) and weights_enum.named(weights) is not None):
         published = weights_enum.verify(weights) if isinstance(weights, str) else weights
         if not isinstance(published, weights_enum):
             raise TypeError(f"Invalid Weight class provided; expected {weights_enum.__name__} but received "
@@ -93,10 +99,6 @@ def load_weights(model, weights, weights_enum: type):
     except RuntimeError as e:
         raise RuntimeError(f"weights={path!r}: {e}") from None
     return model
-
-
-def _names_a_set(name: str, weights_enum: type) -> bool:
-    return isinstance(getattr(weights_enum, name.replace(weights_enum.__name__ + ".", ""), None), weights_enum)
 
 
 def register_model(weights_enum: type):
